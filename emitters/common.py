@@ -1,0 +1,188 @@
+"""Lowering of the families both arches share: mbarrier, TMA, cluster and CTA sync, fences, data stores.
+
+Sources: PTX ISA 8.8 sections "mbarrier", "cp.async.bulk.tensor", "barrier.cluster", "bar.sync",
+"fence.proxy", "mapa", "shfl.sync", "cvt" (bf16x2); ../shared/PTX_FACTS.md.
+"""
+
+from __future__ import annotations
+
+from ptxgen.ir import expr as ex
+from ptxgen.ir import ops
+
+from .core import Lowering
+
+PEER_BIT_MASK = 0xFEFFFFFF  # clears the CTA-rank bit of a shared::cluster address (seed level 2)
+
+
+def _remote(lw: Lowering, addr: str, cta: ex.Expr) -> str:
+    """``mapa``: the address of the same barrier in cluster rank ``cta``."""
+    r = lw.tmp()
+    lw.emit(f"mapa.shared::cluster.u32 {r}, {addr}, {lw.value(cta)};")
+    return r
+
+
+def mbarrier_init(lw: Lowering, op: ops.MbarrierInit) -> None:
+    lw.emit(f"mbarrier.init.shared::cta.b64 [{lw.bar(op.bar)}], {lw.value(op.count)};")
+
+
+def fence_mbarrier_init(lw: Lowering, op: ops.FenceMbarrierInit) -> None:
+    lw.emit("fence.mbarrier_init.release.cluster;")
+
+
+def mbarrier_arrive(lw: Lowering, op: ops.MbarrierArrive) -> None:
+    addr = lw.bar(op.bar)
+    if op.cta is None:
+        lw.emit(f"mbarrier.arrive.shared::cta.b64 _, [{addr}];")
+    else:
+        lw.emit(f"mbarrier.arrive.release.cluster.shared::cluster.b64 _, [{_remote(lw, addr, op.cta)}];")
+
+
+def mbarrier_arrive_expect_tx(lw: Lowering, op: ops.MbarrierArriveExpectTx) -> None:
+    addr = lw.bar(op.bar)
+    if op.cta is None:
+        lw.emit(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{addr}], {op.tx_bytes};")
+    else:
+        lw.emit(f"mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [{_remote(lw, addr, op.cta)}], {op.tx_bytes};")
+
+
+def mbarrier_wait(lw: Lowering, op: ops.MbarrierWait) -> None:
+    addr, phase = lw.bar(op.bar), lw.reg(op.phase)
+    top = lw.label("wait")
+    p = lw.pred()
+    lw.place(top)
+    lw.emit(f"mbarrier.try_wait.parity.shared::cta.b64 {p}, [{addr}], {phase};")
+    lw.emit(f"@!{p} bra {top};")
+
+
+def tma_load(lw: Lowering, op: ops.TmaLoad) -> None:
+    dst, bar = lw.smem(op.dst), lw.bar(op.bar)
+    col, row = lw.reg(op.col), lw.reg(op.row)
+    group = ""
+    if op.two_sm:
+        masked = lw.tmp()
+        lw.emit(f"and.b32 {masked}, {bar}, {PEER_BIT_MASK:#x};  // completion on the leader CTA's barrier")
+        bar, group = masked, ".cta_group::2"
+    head = f"cp.async.bulk.tensor.2d{group}.shared::cluster.global.mbarrier::complete_tx::bytes"
+    operands = f"[{dst}], [%tmap_{op.tensor}, {{{col}, {row}}}], [{bar}]"
+    if op.multicast:
+        mask = lw.tmp16()
+        lw.emit(f"mov.b16 {mask}, {op.multicast:#x};")
+        lw.emit(f"{head}.multicast::cluster {operands}, {mask};")
+    else:
+        lw.emit(f"{head} {operands};")
+
+
+def tma_store(lw: Lowering, op: ops.TmaStore) -> None:
+    src, col, row = lw.smem(op.src), lw.reg(op.col), lw.reg(op.row)
+    lw.emit(f"cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%tmap_{op.tensor}, {{{col}, {row}}}], [{src}];")
+
+
+def bulk_commit(lw: Lowering, op: ops.BulkCommitGroup) -> None:
+    lw.emit("cp.async.bulk.commit_group;")
+
+
+def bulk_wait(lw: Lowering, op: ops.BulkWaitGroup) -> None:
+    lw.emit(f"cp.async.bulk.wait_group{'.read' if op.read else ''} {op.n};")
+
+
+def fence_proxy_async(lw: Lowering, op: ops.FenceProxyAsync) -> None:
+    lw.emit("fence.proxy.async.shared::cta;")
+
+
+def cta_sync(lw: Lowering, op: ops.CtaSync) -> None:
+    lw.emit("bar.sync 0;")
+
+
+def named_barrier(lw: Lowering, op: ops.NamedBarrier) -> None:
+    lw.emit(f"bar.sync {lw.value(op.id)}, {op.threads};")
+
+
+def cluster_sync(lw: Lowering, op: ops.ClusterSync) -> None:
+    lw.emit("barrier.cluster.arrive.release.aligned;")
+    lw.emit("barrier.cluster.wait.acquire.aligned;")
+
+
+def shfl(lw: Lowering, op: ops.Shfl) -> None:
+    lw.emit(f"shfl.sync.idx.b32 {lw.var(op.var)}, {lw.var(op.src)}, {lw.value(op.lane)}, 31, 0xffffffff;")
+
+
+def nanosleep(lw: Lowering, op: ops.Nanosleep) -> None:
+    lw.emit(f"nanosleep.u32 {op.ns};")
+
+
+def _pack_bf16(lw: Lowering, src: str, idx: tuple[int, ...]) -> list[str]:
+    """Pairs of f32 -> bf16x2 words (element idx[2j] in the low half, as memory order wants)."""
+    regs = lw.array(src, max(idx) + 1, _array_type(lw, src))
+    words = []
+    for lo, hi in zip(idx[0::2], idx[1::2]):
+        w = lw.tmp()
+        lw.emit(f"cvt.rn.bf16x2.f32 {w}, {regs[hi]}, {regs[lo]};")
+        words.append(w)
+    return words
+
+
+def _array_type(lw: Lowering, name: str) -> str:
+    return lw.arrays.get(name, (".b32", 0))[0]
+
+
+def st_shared_bf16(lw: Lowering, op: ops.StSharedBf16) -> None:
+    words = _pack_bf16(lw, op.src, op.idx)
+    addr = lw.smem(op.addr)
+    vec = {1: "", 2: ".v2", 4: ".v4"}[len(words)]
+    data = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
+    lw.emit(f"st.shared{vec}.b32 [{addr}], {data};")
+
+
+def st_global_bf16(lw: Lowering, op: ops.StGlobalBf16) -> None:
+    """Vector store when the whole run is inside D and aligned (n % len == 0); else per element with masks."""
+    n_el = len(op.idx)
+    row, col = lw.reg(op.row), lw.reg(op.col)
+    words = _pack_bf16(lw, op.src, op.idx)
+    regs = lw.array(op.src, max(op.idx) + 1, _array_type(lw, op.src))
+    done = lw.label("st_done")
+    p_row = lw.pred()
+    lw.emit(f"setp.ge.u32 {p_row}, {row}, %m;")
+    lw.emit(f"@{p_row} bra {done};")
+    # element address: d_ptr + (row * n + col) * 2
+    lin = lw.tmp()
+    lw.emit(f"mad.lo.u32 {lin}, {row}, %n, {col};")
+    addr = lw.tmp64()
+    lw.emit(f"mul.wide.u32 {addr}, {lin}, 2;")
+    lw.emit(f"add.u64 {addr}, {addr}, %d_ptr;")
+    end, rem, p_vec = lw.tmp(), lw.tmp(), lw.pred()
+    lw.emit(f"add.u32 {end}, {col}, {n_el};")
+    lw.emit(f"and.b32 {rem}, %n, {n_el - 1};")
+    lw.emit(f"setp.le.u32 {p_vec}, {end}, %n;")
+    lw.emit(f"setp.eq.and.u32 {p_vec}, {rem}, 0, {p_vec};")
+    vec = {1: ".b32", 2: ".v2.b32", 4: ".v4.b32"}[len(words)]
+    data = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
+    lw.emit(f"@{p_vec} st.global{vec} [{addr}], {data};")
+    lw.emit(f"@{p_vec} bra {done};")
+    for j, i in enumerate(op.idx):
+        p, c, h = lw.pred(), lw.tmp(), lw.tmp16()
+        lw.emit(f"add.u32 {c}, {col}, {j};")
+        lw.emit(f"setp.lt.u32 {p}, {c}, %n;")
+        lw.emit(f"cvt.rn.bf16.f32 {h}, {regs[i]};")
+        lw.emit(f"@{p} st.global.b16 [{addr}+{2 * j}], {h};")
+    lw.place(done)
+
+
+COMMON = {
+    ops.MbarrierInit: mbarrier_init,
+    ops.FenceMbarrierInit: fence_mbarrier_init,
+    ops.MbarrierArrive: mbarrier_arrive,
+    ops.MbarrierArriveExpectTx: mbarrier_arrive_expect_tx,
+    ops.MbarrierWait: mbarrier_wait,
+    ops.TmaLoad: tma_load,
+    ops.TmaStore: tma_store,
+    ops.BulkCommitGroup: bulk_commit,
+    ops.BulkWaitGroup: bulk_wait,
+    ops.FenceProxyAsync: fence_proxy_async,
+    ops.CtaSync: cta_sync,
+    ops.NamedBarrier: named_barrier,
+    ops.ClusterSync: cluster_sync,
+    ops.Shfl: shfl,
+    ops.Nanosleep: nanosleep,
+    ops.StSharedBf16: st_shared_bf16,
+    ops.StGlobalBf16: st_global_bf16,
+}

@@ -1,0 +1,83 @@
+"""Lowering of the tcgen05 family (sm_100a): TMEM allocation, UMMA issue and commit, TMEM loads, fences.
+
+Sources: PTX ISA 8.8 "Tensor Memory", "tcgen05.alloc", "tcgen05.mma", "tcgen05.commit", "tcgen05.ld",
+"tcgen05.fence"; ../shared/PTX_FACTS.md.  One kernel uses one cta_group for all of these (ptxas
+refuses a mix), taken from the plan.
+"""
+
+from __future__ import annotations
+
+from ptxgen.ir import ops
+
+from .core import Lowering
+
+
+def _group(lw: Lowering) -> str:
+    return f".cta_group::{lw.plan.cta_group}"
+
+
+def tmem_alloc(lw: Lowering, op: ops.TmemAlloc) -> None:
+    slot = lw.smem(lw.plan.tmem_slot)
+    lw.emit(f"tcgen05.alloc{_group(lw)}.sync.aligned.shared::cta.b32 [{slot}], {op.cols};")
+
+
+def tmem_relinquish(lw: Lowering, op: ops.TmemRelinquish) -> None:
+    lw.emit(f"tcgen05.relinquish_alloc_permit{_group(lw)}.sync.aligned;")
+
+
+def tmem_base(lw: Lowering, op: ops.TmemBase) -> None:
+    lw.emit(f"ld.shared.b32 {lw.var(op.var)}, [{lw.smem(lw.plan.tmem_slot)}];")
+
+
+def tmem_dealloc(lw: Lowering, op: ops.TmemDealloc) -> None:
+    lw.emit(f"tcgen05.dealloc{_group(lw)}.sync.aligned.b32 {lw.reg(op.taddr)}, {op.cols};")
+
+
+def tcgen_fence(lw: Lowering, op: ops.TcgenFence) -> None:
+    lw.emit(f"tcgen05.fence::{op.kind}_thread_sync;")
+
+
+def _desc(lw: Lowering, lo, hi: int) -> str:
+    d = lw.tmp64()
+    lw.emit(f"mov.b64 {d}, {{{lw.reg(lo)}, {lw.reg_const(hi)}}};")
+    return d
+
+
+def umma(lw: Lowering, op: ops.Umma) -> None:
+    p = lw.predicate(op.accumulate)
+    adesc, bdesc = _desc(lw, op.a_lo, lw.plan.a_desc_hi), _desc(lw, op.b_lo, lw.plan.b_desc_hi)
+    idesc = lw.reg_const(lw.plan.idesc)
+    lw.emit(f"tcgen05.mma{_group(lw)}.kind::f16 [{lw.reg(op.d)}], {adesc}, {bdesc}, {idesc}, {p};")
+
+
+def umma_commit(lw: Lowering, op: ops.UmmaCommit) -> None:
+    bar = lw.bar(op.bar)
+    head = f"tcgen05.commit{_group(lw)}.mbarrier::arrive::one.shared::cluster"
+    if op.multicast:
+        mask = lw.tmp16()
+        lw.emit(f"mov.b16 {mask}, {op.multicast:#x};")
+        lw.emit(f"{head}.multicast::cluster.b64 [{bar}], {mask};")
+    else:
+        lw.emit(f"{head}.b64 [{bar}];")
+
+
+def tmem_load(lw: Lowering, op: ops.TmemLoad) -> None:
+    regs = lw.array(op.dst, op.ncols)
+    lw.emit(f"tcgen05.ld.sync.aligned.32x32b.x{op.ncols}.b32 {{{', '.join(regs)}}}, [{lw.reg(op.taddr)}];")
+
+
+def tmem_wait_ld(lw: Lowering, op: ops.TmemWaitLd) -> None:
+    lw.emit("tcgen05.wait::ld.sync.aligned;")
+
+
+TCGEN05 = {
+    ops.TmemAlloc: tmem_alloc,
+    ops.TmemRelinquish: tmem_relinquish,
+    ops.TmemBase: tmem_base,
+    ops.TmemDealloc: tmem_dealloc,
+    ops.TcgenFence: tcgen_fence,
+    ops.Umma: umma,
+    ops.UmmaCommit: umma_commit,
+    ops.TmemLoad: tmem_load,
+    ops.TmemWaitLd: tmem_wait_ld,
+}

@@ -1,0 +1,47 @@
+"""config -> plan -> IR -> PTX + launch metadata, and the files ``ptxgen build`` writes."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .builders.gemm import build_gemm
+from .config import Config, load_config
+from .ir import Kernel
+from .launch import LaunchSpec
+from .plan import Plan, make_plan
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """One built kernel.  ``emit_seconds`` covers plan + IR + PTX (not assembly)."""
+
+    config: Config
+    plan: Plan
+    kernel: Kernel
+    ptx: str
+    launch: LaunchSpec
+    emit_seconds: float
+
+
+def build(config: Config | str) -> BuildResult:
+    """Build a config (object, shipped name or path).  Raises ConfigError on bad input."""
+    from emitters import emit
+
+    cfg = load_config(config)
+    t0 = time.perf_counter()
+    plan = make_plan(cfg)
+    kernel = build_gemm(plan)
+    ptx = emit(kernel)
+    return BuildResult(cfg, plan, kernel, ptx, plan.launch_spec(), time.perf_counter() - t0)
+
+
+def write(result: BuildResult, out_dir: str | Path) -> tuple[Path, Path]:
+    """Write ``<name>.ptx`` and ``<name>.json`` into ``out_dir`` (created); returns both paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ptx_path, json_path = out / f"{result.config.name}.ptx", out / f"{result.config.name}.json"
+    ptx_path.write_text(result.ptx)
+    json_path.write_text(result.launch.to_json())
+    return ptx_path, json_path

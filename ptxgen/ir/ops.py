@@ -1,0 +1,502 @@
+"""Kernel IR: what runs, op by op.
+
+A :class:`Kernel` is a tree of ops.  Control ops (``WarpSwitch``, ``For``,
+``If``, ``Elect``) nest bodies; every other op is named after the PTX
+instruction family it lowers to, or a CuTe pipeline step.  Index arithmetic is
+:mod:`ptxgen.ir.expr` trees, never PTX text, so the emitters and the
+simulator read the same program.
+
+Execution model (what the simulator implements and the emitters lower):
+
+* Each warp walks the tree.  Expressions are evaluated per lane; control
+  conditions must be uniform across the lanes that execute them.
+* ``WarpSwitch`` sends each warp to the one role whose warp range holds it.
+* ``Elect`` runs its body on one lane of the warp (``elect.sync``).
+* Shared-memory addresses in ops are byte offsets from the dynamic
+  shared-memory base; descriptor low words are built explicitly from
+  ``Sreg("smem")`` (the shared-window address of that base).
+* A barrier reference :class:`Bar` names a plan barrier array and an index.
+  ``cta`` on an arrive names the cluster rank whose barrier at the same
+  offset receives it (``mapa`` + ``.shared::cluster``); ``None`` is local.
+* Per-thread register arrays (accumulator fragments, TMEM loads) are named
+  by strings: ``TmemLoad(dst="acc", ...)`` fills ``acc[0:ncols]`` (f32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .expr import Expr, lift
+
+
+@dataclass(frozen=True)
+class Bar:
+    """mbarrier ``name[index]`` of the plan (``full``, ``empty``, ``tmem_full``, ``tmem_empty``)."""
+
+    name: str
+    index: Expr
+
+    def __str__(self) -> str:
+        return f"{self.name}[{_s(self.index)}]"
+
+
+def _s(e) -> str:
+    from .printer import expr_str
+
+    return expr_str(e)
+
+
+class Op:
+    """Base class of IR ops.  ``describe()`` is the one-line ``//`` comment the emitters print."""
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+# ------------------------------------------------------------------ control
+
+
+@dataclass(frozen=True)
+class Role:
+    """Warps ``[warp_lo, warp_hi)`` run ``body`` (producer, mma, epilogue, consumer...)."""
+
+    name: str
+    warp_lo: int
+    warp_hi: int
+    body: tuple
+
+
+@dataclass(frozen=True)
+class WarpSwitch(Op):
+    """Each warp runs the body of the role that holds its warp index; others skip."""
+
+    roles: tuple[Role, ...]
+
+    def describe(self) -> str:
+        return "WarpSwitch " + ", ".join(f"{r.name}: warps {r.warp_lo}-{r.warp_hi - 1}" for r in self.roles)
+
+
+@dataclass(frozen=True)
+class For(Op):
+    """``for var = start; var < stop; var += step`` (u32, uniform)."""
+
+    var: str
+    start: Expr
+    stop: Expr
+    step: Expr
+    body: tuple
+
+    def describe(self) -> str:
+        return f"For {self.var} in [{_s(self.start)}, {_s(self.stop)}) step {_s(self.step)}"
+
+
+@dataclass(frozen=True)
+class If(Op):
+    """``if cond`` (nonzero) run ``then`` else ``orelse``; cond uniform over the executing lanes."""
+
+    cond: Expr
+    then: tuple
+    orelse: tuple = ()
+
+    def describe(self) -> str:
+        return f"If {_s(self.cond)}"
+
+
+@dataclass(frozen=True)
+class Let(Op):
+    """``var = expr`` (u32, per lane; rebinding allowed)."""
+
+    var: str
+    expr: Expr
+
+    def describe(self) -> str:
+        return f"Let {self.var} = {_s(self.expr)}"
+
+
+@dataclass(frozen=True)
+class Elect(Op):
+    """One lane of the warp runs ``body`` (``elect.sync``)."""
+
+    body: tuple
+
+    def describe(self) -> str:
+        return "Elect one lane"
+
+
+@dataclass(frozen=True)
+class Comment(Op):
+    """A section header in the emitted PTX; no effect."""
+
+    text: str
+
+    def describe(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Shfl(Op):
+    """``var = shfl.sync.idx.b32(src, lane)``: every lane reads ``src`` of lane ``lane`` (whole warp)."""
+
+    var: str
+    src: str
+    lane: Expr
+
+    def describe(self) -> str:
+        return f"Shfl {self.var} = {self.src} of lane {_s(self.lane)}"
+
+
+# ------------------------------------------------------------------ thread / cluster sync
+
+
+@dataclass(frozen=True)
+class CtaSync(Op):
+    """``bar.sync 0``: every thread of the CTA."""
+
+
+@dataclass(frozen=True)
+class NamedBarrier(Op):
+    """``bar.sync id, threads``: ``threads`` threads (whole warps) of the CTA; id in [1, 15]."""
+
+    id: Expr
+    threads: int
+
+    def describe(self) -> str:
+        return f"NamedBarrier id={_s(self.id)} threads={self.threads}"
+
+
+@dataclass(frozen=True)
+class ClusterSync(Op):
+    """``barrier.cluster.arrive.release`` + ``wait.acquire``: every thread of the cluster."""
+
+
+# ------------------------------------------------------------------ mbarrier
+
+
+@dataclass(frozen=True)
+class MbarrierInit(Op):
+    """``mbarrier.init.shared::cta.b64 [bar], count``."""
+
+    bar: Bar
+    count: Expr
+
+    def describe(self) -> str:
+        return f"MbarrierInit {self.bar} count={_s(self.count)}"
+
+
+@dataclass(frozen=True)
+class FenceMbarrierInit(Op):
+    """``fence.mbarrier_init.release.cluster``: inits visible to the cluster (before the cluster sync)."""
+
+
+@dataclass(frozen=True)
+class MbarrierArrive(Op):
+    """Arrive once on ``bar`` (local, or on cluster rank ``cta``'s barrier at the same offset)."""
+
+    bar: Bar
+    cta: Expr | None = None
+
+    def describe(self) -> str:
+        return f"MbarrierArrive {self.bar}" + (f" on cta {_s(self.cta)}" if self.cta is not None else "")
+
+
+@dataclass(frozen=True)
+class MbarrierArriveExpectTx(Op):
+    """Arrive once and expect ``tx_bytes`` more transaction bytes this phase (local or rank ``cta``)."""
+
+    bar: Bar
+    tx_bytes: int
+    cta: Expr | None = None
+
+    def describe(self) -> str:
+        where = f" on cta {_s(self.cta)}" if self.cta is not None else ""
+        return f"MbarrierArriveExpectTx {self.bar} tx={self.tx_bytes} B{where}"
+
+
+@dataclass(frozen=True)
+class MbarrierWait(Op):
+    """Spin on ``mbarrier.try_wait.parity`` until the phase of parity ``phase`` of ``bar`` completed.
+
+    ``role`` is the CuTe pipeline word for the wait (producer_acquire, consumer_wait, ...).
+    """
+
+    bar: Bar
+    phase: Expr
+    role: str = "wait"
+
+    def describe(self) -> str:
+        return f"MbarrierWait {self.bar} phase={_s(self.phase)} ({self.role})"
+
+
+# ------------------------------------------------------------------ TMA
+
+
+@dataclass(frozen=True)
+class TmaLoad(Op):
+    """``cp.async.bulk.tensor.2d`` global -> shared of the plan's box of ``tensor`` at (col, row).
+
+    dst: byte offset in shared memory.  bar: barrier receiving complete_tx.
+    two_sm: ``.cta_group::2``; the barrier address is masked with the peer bit
+        (0xFEFFFFFF) so completion lands on rank 0's barrier; ``dst`` is not masked.
+    multicast: CTA mask (0 = none): data lands at ``dst`` in every CTA of the
+        mask and completes on each one's ``bar``.
+    """
+
+    tensor: str
+    dst: Expr
+    col: Expr
+    row: Expr
+    bar: Bar
+    two_sm: bool = False
+    multicast: int = 0
+
+    def describe(self) -> str:
+        extra = " 2sm(peer-bit masked barrier)" if self.two_sm else ""
+        extra += f" multicast={self.multicast:#x}" if self.multicast else ""
+        return f"TmaLoad {self.tensor} box at (col={_s(self.col)}, row={_s(self.row)}) -> smem+{_s(self.dst)} bar={self.bar}{extra}"
+
+
+@dataclass(frozen=True)
+class TmaStore(Op):
+    """``cp.async.bulk.tensor.2d.global.shared::cta.bulk_group``: the plan's D box at (col, row) from ``src``."""
+
+    tensor: str
+    src: Expr
+    col: Expr
+    row: Expr
+
+    def describe(self) -> str:
+        return f"TmaStore {self.tensor} box at (col={_s(self.col)}, row={_s(self.row)}) <- smem+{_s(self.src)}"
+
+
+@dataclass(frozen=True)
+class BulkCommitGroup(Op):
+    """``cp.async.bulk.commit_group``."""
+
+
+@dataclass(frozen=True)
+class BulkWaitGroup(Op):
+    """``cp.async.bulk.wait_group[.read] n``: at most ``n`` groups pending (read: their smem reads)."""
+
+    n: int
+    read: bool = True
+
+    def describe(self) -> str:
+        return f"BulkWaitGroup{'Read' if self.read else ''} {self.n}"
+
+
+@dataclass(frozen=True)
+class FenceProxyAsync(Op):
+    """``fence.proxy.async.shared::cta``: generic-proxy smem writes visible to the async proxy."""
+
+
+# ------------------------------------------------------------------ tcgen05 (sm_100a)
+
+
+@dataclass(frozen=True)
+class TmemAlloc(Op):
+    """``tcgen05.alloc`` of ``cols`` columns (whole warp); the address lands in the plan's tmem slot."""
+
+    cols: int
+
+    def describe(self) -> str:
+        return f"TmemAlloc {self.cols} columns"
+
+
+@dataclass(frozen=True)
+class TmemRelinquish(Op):
+    """``tcgen05.relinquish_alloc_permit`` (whole warp)."""
+
+
+@dataclass(frozen=True)
+class TmemBase(Op):
+    """``var = ld.shared.u32 [tmem slot]``: the allocated TMEM address."""
+
+    var: str
+
+
+@dataclass(frozen=True)
+class TmemDealloc(Op):
+    """``tcgen05.dealloc`` of ``cols`` columns at ``taddr`` (whole warp)."""
+
+    taddr: Expr
+    cols: int
+
+
+@dataclass(frozen=True)
+class TcgenFence(Op):
+    """``tcgen05.fence::before_thread_sync`` (kind ``before``) or ``::after_thread_sync`` (``after``)."""
+
+    kind: str
+
+    def describe(self) -> str:
+        return f"TcgenFence {self.kind}_thread_sync"
+
+
+@dataclass(frozen=True)
+class Umma(Op):
+    """``tcgen05.mma.cta_group::G.kind::f16 [d], adesc, bdesc, idesc, accumulate`` (one thread).
+
+    d: TMEM address of the accumulator (lane 0, first column).
+    a_lo / b_lo: descriptor low words (start >> 4 | LBO field << 16); the high
+        words and idesc are the plan's constants.  accumulate: 0 overwrites.
+    """
+
+    d: Expr
+    a_lo: Expr
+    b_lo: Expr
+    accumulate: Expr
+
+    def describe(self) -> str:
+        return f"Umma d={_s(self.d)} a_lo={_s(self.a_lo)} b_lo={_s(self.b_lo)} acc={_s(self.accumulate)}"
+
+
+@dataclass(frozen=True)
+class UmmaCommit(Op):
+    """``tcgen05.commit ... mbarrier::arrive::one``: arrive on ``bar`` once all prior MMAs of the thread completed.
+
+    multicast: CTA mask (0 = local barrier only).
+    """
+
+    bar: Bar
+    multicast: int = 0
+
+    def describe(self) -> str:
+        return f"UmmaCommit -> {self.bar}" + (f" multicast={self.multicast:#x}" if self.multicast else "")
+
+
+@dataclass(frozen=True)
+class TmemLoad(Op):
+    """``tcgen05.ld.sync.aligned.32x32b.x{ncols}``: lane l of warp w gets TMEM lane ``lane_of(taddr) + l``.
+
+    taddr: full TMEM address (base + (32*(w%4) << 16) + column); fills ``dst[0:ncols]`` (f32).
+    """
+
+    dst: str
+    taddr: Expr
+    ncols: int
+
+    def describe(self) -> str:
+        return f"TmemLoad {self.dst}[0:{self.ncols}] <- tmem {_s(self.taddr)}"
+
+
+@dataclass(frozen=True)
+class TmemWaitLd(Op):
+    """``tcgen05.wait::ld``: prior TMEM loads of the thread are done."""
+
+
+@dataclass(frozen=True)
+class Nanosleep(Op):
+    """``nanosleep.u32 ns`` (level 8 tensor-core throttle)."""
+
+    ns: int
+
+
+# ------------------------------------------------------------------ wgmma (sm_90a)
+
+
+@dataclass(frozen=True)
+class SetMaxNReg(Op):
+    """``setmaxnreg.{inc|dec}.sync.aligned.u32 regs`` (whole warpgroup)."""
+
+    action: str
+    regs: int
+
+    def describe(self) -> str:
+        return f"SetMaxNReg {self.action} {self.regs}"
+
+
+@dataclass(frozen=True)
+class WgmmaFence(Op):
+    """``wgmma.fence.sync.aligned``."""
+
+
+@dataclass(frozen=True)
+class Wgmma(Op):
+    """``wgmma.mma_async.m64n{n}k16.f32.bf16.bf16`` into the warpgroup's fragment array ``acc`` (n/2 f32 per thread).
+
+    a_lo / b_lo: descriptor low words; high words are the plan's.  accumulate: 0 overwrites (scale-d false).
+    """
+
+    acc: str
+    n: int
+    a_lo: Expr
+    b_lo: Expr
+    accumulate: Expr
+
+    def describe(self) -> str:
+        return f"Wgmma m64n{self.n}k16 {self.acc} a_lo={_s(self.a_lo)} b_lo={_s(self.b_lo)} acc={_s(self.accumulate)}"
+
+
+@dataclass(frozen=True)
+class WgmmaCommit(Op):
+    """``wgmma.commit_group.sync.aligned``."""
+
+
+@dataclass(frozen=True)
+class WgmmaWait(Op):
+    """``wgmma.wait_group.sync.aligned n``: at most ``n`` wgmma groups pending."""
+
+    n: int
+
+    def describe(self) -> str:
+        return f"WgmmaWait {self.n}"
+
+
+# ------------------------------------------------------------------ epilogue data movement
+
+
+@dataclass(frozen=True)
+class StSharedBf16(Op):
+    """Convert ``src[idx]`` (f32) to bf16 (round to nearest even) and store them contiguously at smem+``addr``.
+
+    len(idx) in (2, 4, 8): one ``st.shared`` of 4, 8 or 16 bytes.
+    """
+
+    addr: Expr
+    src: str
+    idx: tuple[int, ...]
+
+    def describe(self) -> str:
+        return f"StSharedBf16 smem+{_s(self.addr)} <- bf16({self.src}[{self.idx[0]}..{self.idx[-1]}])"
+
+
+@dataclass(frozen=True)
+class StGlobalBf16(Op):
+    """``D[row, col + j] = bf16(src[idx[j]])`` for each j with row < m and col + j < n (D row-major, ld = n)."""
+
+    row: Expr
+    col: Expr
+    src: str
+    idx: tuple[int, ...]
+
+    def describe(self) -> str:
+        return f"StGlobalBf16 D[{_s(self.row)}, {_s(self.col)}:+{len(self.idx)}] <- bf16({self.src}[{self.idx[0]}..{self.idx[-1]}])"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A whole kernel: the plan it was built from and its body (run by every thread of every CTA)."""
+
+    plan: object
+    body: tuple = field(default_factory=tuple)
+
+    @property
+    def name(self) -> str:
+        return self.plan.kernel
+
+
+def walk(body):
+    """Yield every op of ``body`` depth-first, descending into control ops."""
+    for op in body:
+        yield op
+        if isinstance(op, WarpSwitch):
+            for r in op.roles:
+                yield from walk(r.body)
+        elif isinstance(op, (For, Elect)):
+            yield from walk(op.body)
+        elif isinstance(op, If):
+            yield from walk(op.then)
+            yield from walk(op.orelse)
+
+
+__all__ = [n for n in dir() if not n.startswith("_")] + ["lift"]

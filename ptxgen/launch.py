@@ -1,0 +1,128 @@
+"""Launch metadata: everything a runtime needs to launch one generated kernel.
+
+The plan fills a :class:`LaunchSpec`; ``ptxgen build`` writes it beside the
+PTX as ``generated/<name>.json``; the runtime reads it back.  Nothing here is
+derived a second time: the runtime only evaluates the grid policy on the
+problem shape.
+
+Kernel signature (every GEMM kernel, both targets), in parameter order::
+
+    tmap_a  .param .align 128 .b8 [128]   CUtensorMap of A [M, K] bf16, K innermost
+    tmap_b  .param .align 128 .b8 [128]   CUtensorMap of B [N, K] bf16, K innermost
+    tmap_d  .param .align 128 .b8 [128]   CUtensorMap of D [M, N] bf16, N innermost
+    d_ptr   .param .u64                   D's device address (direct stores)
+    m, n, k .param .u32                   problem shape in elements
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+PARAMS: tuple[tuple[str, str], ...] = (
+    ("tmap_a", "tensor_map"),
+    ("tmap_b", "tensor_map"),
+    ("tmap_d", "tensor_map"),
+    ("d_ptr", "u64"),
+    ("m", "u32"),
+    ("n", "u32"),
+    ("k", "u32"),
+)
+
+
+@dataclass(frozen=True)
+class TensorMapSpec:
+    """One 2-D tiled tensor map, as ``cuTensorMapEncodeTiled`` takes it.
+
+    Attributes:
+        tensor: ``"a"``, ``"b"`` or ``"d"`` (which operand it maps).
+        box: box extent, innermost first, in elements: ``[cols, rows]``.
+        swizzle: ``"none"``, ``"32B"``, ``"64B"`` or ``"128B"``.
+        l2_promotion: ``"none"``, ``"64B"``, ``"128B"`` or ``"256B"``.
+        dtype: element type; ``"bf16"`` for every GEMM operand here.
+    """
+
+    tensor: str
+    box: tuple[int, int]
+    swizzle: str
+    l2_promotion: str
+    dtype: str = "bf16"
+
+
+@dataclass(frozen=True)
+class GridPolicy:
+    """How the grid follows from the problem shape.
+
+    A *cluster tile* is the output area one cluster computes per scheduler
+    step: ``tile_rows`` x ``tile_cols`` elements of D.  ``persistent``
+    launches at most one cluster per ``cluster_size`` SMs and loops over
+    cluster tiles; otherwise one cluster per cluster tile.
+    """
+
+    persistent: bool
+    tile_rows: int
+    tile_cols: int
+    cluster_size: int
+
+    def cluster_tiles(self, m: int, n: int) -> int:
+        """Number of cluster tiles covering an ``m`` x ``n`` output."""
+        return -(-m // self.tile_rows) * -(-n // self.tile_cols)
+
+    def grid_x(self, m: int, n: int, num_sms: int) -> int:
+        """``gridDim.x`` in CTAs (a multiple of ``cluster_size``) for an ``m`` x ``n`` output."""
+        clusters = self.cluster_tiles(m, n)
+        if self.persistent:
+            clusters = min(clusters, max(1, num_sms // self.cluster_size))
+        return clusters * self.cluster_size
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """All a runtime needs to launch one kernel (see module docstring for the signature).
+
+    Attributes:
+        name: config name (``level9``).
+        arch: ``"sm_100a"`` or ``"sm_90a"``.
+        kernel: the ``.entry`` name in the PTX.
+        block: ``blockDim`` (threads), ``[x, 1, 1]``.
+        cluster: cluster dims in CTAs, ``[x, 1, 1]``.
+        dynamic_smem_bytes: dynamic shared memory per CTA, bytes.
+        grid: the grid policy.
+        tensor_maps: by operand name ``a``, ``b``, ``d``.
+        params: (name, kind) in parameter order.
+        k_multiple: K must be a multiple of this (elements), for 16-byte global strides.
+    """
+
+    name: str
+    arch: str
+    kernel: str
+    block: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+    dynamic_smem_bytes: int
+    grid: GridPolicy
+    tensor_maps: dict[str, TensorMapSpec]
+    params: tuple[tuple[str, str], ...] = PARAMS
+    k_multiple: int = 8
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """Stable, human-readable JSON (sorted keys, 2-space indent, trailing newline)."""
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> "LaunchSpec":
+        """Inverse of :meth:`to_json`.  Raises ``KeyError``/``TypeError`` on a malformed document."""
+        d = json.loads(text)
+        return cls(
+            name=d["name"],
+            arch=d["arch"],
+            kernel=d["kernel"],
+            block=tuple(d["block"]),
+            cluster=tuple(d["cluster"]),
+            dynamic_smem_bytes=d["dynamic_smem_bytes"],
+            grid=GridPolicy(**d["grid"]),
+            tensor_maps={k: TensorMapSpec(**{**v, "box": tuple(v["box"])}) for k, v in d["tensor_maps"].items()},
+            params=tuple(tuple(p) for p in d["params"]),
+            k_multiple=d["k_multiple"],
+            extra=d.get("extra", {}),
+        )

@@ -1,0 +1,50 @@
+"""Suite-wide pytest setup: the Hypothesis profile, the ``gpu`` auto-skip and ``--runslow``.
+
+- One Hypothesis profile, ``ptxgen``: no deadline (GPU and simulator examples vary in time),
+  derandomized when ``CI=true``, ``too_slow`` health check suppressed.
+- Tests marked ``gpu`` are skipped, with the reason, when torch is missing or sees no CUDA GPU.
+- Tests marked ``slow`` run only with ``--runslow``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ptxgen",
+    deadline=None,
+    derandomize=os.environ.get("CI", "").lower() == "true",
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("ptxgen")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
+
+
+@functools.cache
+def gpu_unavailable_reason() -> str | None:
+    """Why GPU tests cannot run here, or None when torch sees a CUDA GPU."""
+    try:
+        import torch
+    except ImportError:
+        return "gpu test: torch is not installed"
+    if not torch.cuda.is_available():
+        return "gpu test: torch.cuda.is_available() is False (no CUDA GPU or driver here; run through the device tool)"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    run_slow = config.getoption("--runslow")
+    for item in items:
+        if "slow" in item.keywords and not run_slow:
+            item.add_marker(pytest.mark.skip(reason="slow test: pass --runslow to run it"))
+        if "gpu" in item.keywords:
+            reason = gpu_unavailable_reason()
+            if reason is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))

@@ -1,0 +1,66 @@
+"""Emitted PTX: golden snippets of the protocol the seeds describe, and one comment per IR op."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ptxgen.build import build
+from ptxgen.config import shipped_configs
+from ptxgen.ir import ops
+
+
+def ptx(name):
+    return build(name).ptx
+
+
+def test_two_sm_tma_masks_barrier_not_destination():
+    text = ptx("level2")
+    loads = re.findall(r"and\.b32 (%x\d+), %x\d+, 0xfeffffff;.*\n\s*cp\.async\.bulk\.tensor\.2d\.cta_group::2\S* \[(%x\d+)\], \[%tmap_\w, \{[^}]*\}\], \[(%x\d+)\];", text)
+    assert len(loads) == 2
+    for masked, dst, bar in loads:
+        assert bar == masked and dst != masked
+
+
+def test_level1_has_plain_loads_and_relay():
+    text = ptx("level1")
+    assert "cta_group::2.shared::cluster.global" not in text
+    assert "mapa.shared::cluster.u32" in text and "mbarrier.arrive.release.cluster.shared::cluster.b64" in text
+
+
+def test_commit_multicasts_to_both_ctas():
+    text = ptx("level7")
+    assert text.count("tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64") == 2
+    assert "mov.b16 %xh" in text and "0x3;" in text
+
+
+def test_level9_shares_descriptors_with_shfl():
+    text = ptx("level9")
+    assert text.count("shfl.sync.idx.b32 %a_lo") == 1 and text.count("shfl.sync.idx.b32 %b_lo") == 1
+    assert text.count("tcgen05.mma.cta_group::2.kind::f16") == 8
+    assert "tcgen05.ld.sync.aligned.32x32b.x32.b32" in text
+    assert "mov.u32 %x" in text and "0x10400490" in text
+
+
+def test_teardown_cluster_sync_around_dealloc():
+    text = ptx("level9")
+    tail = text[text.index("==== teardown"):]
+    assert tail.index("barrier.cluster.wait") < tail.index("tcgen05.dealloc") < tail.rindex("barrier.cluster.wait")
+
+
+def test_sm90_protocol():
+    text = ptx("h100_128x256")
+    assert "setmaxnreg.dec.sync.aligned.u32 40;" in text and "setmaxnreg.inc.sync.aligned.u32 232;" in text
+    assert ".multicast::cluster" in text and "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in text
+    assert ".maxnreg 168" in text and ".reqnctapercluster 2, 1, 1" in text
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in text
+
+
+@pytest.mark.parametrize("name", shipped_configs())
+def test_every_op_leaves_a_comment(name):
+    res = build(name)
+    leaves = [op for op in ops.walk(res.kernel.body) if not isinstance(op, (ops.Comment,))]
+    comments = [line for line in res.ptx.splitlines() if line.strip().startswith("// ")]
+    assert len(comments) >= len(leaves) - sum(isinstance(o, ops.If) for o in leaves)
+    assert f".visible .entry {res.plan.kernel}(" in res.ptx and ".version 8.8" in res.ptx
