@@ -24,6 +24,11 @@ _ARITH = {"add": "add.u32", "sub": "sub.u32", "mul": "mul.lo.u32", "div": "div.u
           "and": "and.b32", "or": "or.b32", "xor": "xor.b32", "shl": "shl.b32", "shr": "shr.u32",
           "min": "min.u32", "max": "max.u32"}
 _CMP = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le"}
+_POW2 = {"div": "shr", "mod": "and", "mul": "shl"}
+
+
+def _is_pow2(v: int) -> bool:
+    return v > 0 and v & (v - 1) == 0
 
 
 @dataclass
@@ -109,11 +114,16 @@ class Lowering:
             d = self.tmp()
             self.emit(f"selp.u32 {d}, 1, 0, {p};")
             return d
-        a, b = self.value(e.a), self.value(e.b)
+        op, b_expr = e.op, e.b
+        if isinstance(b_expr, ex.Const) and op in _POW2 and _is_pow2(b_expr.value):
+            # unsigned x / 2^s, x % 2^s, x * 2^s: ptxas does not always strength-reduce these
+            op, shift = _POW2[op], b_expr.value.bit_length() - 1
+            b_expr = ex.Const(b_expr.value - 1 if op == "and" else shift)
+        a, b = self.value(e.a), self.value(b_expr)
         if a.isdigit():  # PTX takes an immediate only as the last source operand
             a = self.into_reg(a)
         d = self.tmp()
-        self.emit(f"{_ARITH[e.op]} {d}, {a}, {b};")
+        self.emit(f"{_ARITH[op]} {d}, {a}, {b};")
         return d
 
     def into_reg(self, operand: str) -> str:

@@ -91,6 +91,7 @@ class LaunchSpec:
         tensor_maps: by operand name ``a``, ``b``, ``d``.
         params: (name, kind) in parameter order.
         k_multiple: K must be a multiple of this (elements), for 16-byte global strides.
+        n_multiple: N must be a multiple of this (8 when D is only ever stored through its tensor map).
     """
 
     name: str
@@ -103,6 +104,7 @@ class LaunchSpec:
     tensor_maps: dict[str, TensorMapSpec]
     params: tuple[tuple[str, str], ...] = PARAMS
     k_multiple: int = 8
+    n_multiple: int = 1
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -124,5 +126,6 @@ class LaunchSpec:
             tensor_maps={k: TensorMapSpec(**{**v, "box": tuple(v["box"])}) for k, v in d["tensor_maps"].items()},
             params=tuple(tuple(p) for p in d["params"]),
             k_multiple=d["k_multiple"],
+            n_multiple=d.get("n_multiple", 1),
             extra=d.get("extra", {}),
         )

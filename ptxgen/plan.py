@@ -180,6 +180,7 @@ class Plan:
                 "b": TensorMapSpec("b", (self.block_k, self.b_box_rows), "128B", l2),
                 "d": TensorMapSpec("d", (self.store_block_n, self.cd_box_rows), swz, "none"),
             },
+            n_multiple=8 if self.is_sm100 and cfg.epilogue.store == "tma" else 1,
         )
 
 

@@ -206,7 +206,7 @@ def test_gemm_rejects_cpu_inputs_before_any_driver_call(monkeypatch):
 def test_default_config_by_capability():
     from ptxgen.runtime import api
 
-    assert api.default_config_name((9, 0)) == api.DEFAULT_SM90 == "h100_128x256"
+    assert api.default_config_name((9, 0)) == api.DEFAULT_SM90 == "h100_256x128"
     assert api.default_config_name((10, 0)) == api.DEFAULT_SM100 == "level9"
     with pytest.raises(ConfigError, match=r"compute capability 8.0: no default config"):
         api.default_config_name((8, 0))

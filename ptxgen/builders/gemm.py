@@ -233,15 +233,28 @@ class _GemmBuilder:
             return self.lockstep_guard(body)  # the producer half of the k-block already set it/stage/phase
         return self.ring() + body
 
+    def n_aligned(self):
+        """1 when D's rows are 16-byte multiples (n % 8 == 0), the condition for a D tensor map."""
+        return eq(Param("n") % 8, 0)
+
     def sm100_epilogue_tile(self) -> list:
-        """Wait ``tmem_full``, read TMEM in 32x32b pieces, store D (direct or staged + TMA), release ``tmem_empty``."""
+        """Wait ``tmem_full``, read TMEM in 32x32b pieces, store D, release ``tmem_empty``.
+
+        TMA-store configs need ``n % 8 == 0`` here (the plan's ``n_multiple``); the sm_90a epilogue
+        instead falls back to direct stores in-kernel (duplicating this epilogue made ptxas spill).
+        """
         p = self.p
-        e = p.cfg.epilogue
+        head = [*self.acc_indices(),
+                MbarrierWait(Bar("tmem_full", Var("acc")), Var("acc_phase"), "consumer_wait (accumulator)"),
+                TcgenFence("after"),
+                Let("erow", (WARP % 4) * 32 + LANE)]
+        body = self.sm100_store(tma=p.cfg.epilogue.store == "tma")
+        return head + body + ([] if p.cfg.epilogue.early_release else self.release_tmem())
+
+    def sm100_store(self, tma: bool) -> list:
+        p = self.p
         erow = Var("erow")
-        out = [*self.acc_indices(),
-               MbarrierWait(Bar("tmem_full", Var("acc")), Var("acc_phase"), "consumer_wait (accumulator)"),
-               TcgenFence("after"),
-               Let("erow", (WARP % 4) * 32 + LANE)]
+        out = []
         chunks = p.block_n // p.store_block_n
         lane_field = ((WARP % 4) * 32) << 16
         pieces = p.store_block_n // p.tmem_ld_cols
@@ -249,25 +262,23 @@ class _GemmBuilder:
             for c in range(chunks):
                 last_read = w == p.m_waves - 1 and c == chunks - 1
                 seq = w * chunks + c
-                if e.store == "tma":
+                if tma:
                     out += self.cd_acquire(seq, group=None)
                 for j in range(pieces):
                     col0 = w * p.block_n + c * p.store_block_n + j * p.tmem_ld_cols
                     out += [TmemLoad("v", fold(TMEM + lane_field + Var("acc") * p.acc_stage_cols + col0), p.tmem_ld_cols),
                             TmemWaitLd()]
-                    if last_read and j == pieces - 1 and e.early_release:
+                    if last_read and j == pieces - 1 and p.cfg.epilogue.early_release:
                         out += self.release_tmem()
                     for q in range(p.tmem_ld_cols // 8):
                         idx = tuple(range(q * 8, q * 8 + 8))
                         col = c * p.store_block_n + j * p.tmem_ld_cols + q * 8
-                        if e.store == "tma":
+                        if tma:
                             out.append(StSharedBf16(self.cd_addr(self.cd_buffer(seq, None), erow, col // 8), "v", idx))
                         else:
                             out.append(StGlobalBf16(Var("m_row") + (w * 128) + erow, Var("n_col") + col, "v", idx))
-                if e.store == "tma":
+                if tma:
                     out += self.cd_commit(Var("n_col") + c * p.store_block_n, Var("m_row") + w * 128, seq, group=None)
-        if not e.early_release:
-            out += self.release_tmem()
         return out
 
     def release_tmem(self) -> list:
@@ -360,7 +371,10 @@ class _GemmBuilder:
         last = Var("tc") * Var("num_k") + Var("num_k") - 1
         out = [For("kb", Const(0), Var("num_k"), Const(1), tuple(k_body)), WgmmaWait(0),
                *self.consumer_release(last % p.stages)]
-        return out + self.sm90_store(wg, rows_wg)
+        if p.cfg.epilogue.store == "tma":
+            return out + [If(self.n_aligned(), tuple(self.sm90_store(wg, rows_wg, tma=True)),
+                             tuple(self.sm90_store(wg, rows_wg, tma=False)))]
+        return out + self.sm90_store(wg, rows_wg, tma=False)
 
     def consumer_release(self, stage: Expr) -> list:
         """One thread per consumer warpgroup arrives on ``empty`` (both CTAs' when B is multicast)."""
@@ -369,7 +383,7 @@ class _GemmBuilder:
                    if self.p.cfg.tma.multicast else (MbarrierArrive(bar),))
         return [If(eq(WARP % 4, 0), (Elect(arrives),))]
 
-    def sm90_store(self, wg: Expr, rows_wg: int) -> list:
+    def sm90_store(self, wg: Expr, rows_wg: int, tma: bool) -> list:
         """Fragments -> bf16 -> D: direct st.global, or 128B-swizzled staging + one TMA store per 64x64 box."""
         p = self.p
         out = []
@@ -379,7 +393,7 @@ class _GemmBuilder:
         row0 = Var("m_row") + wg * rows_wg
         sbn = p.store_block_n
         for v in range(p.m_waves):
-            if p.cfg.epilogue.store == "direct":
+            if not tma:
                 for i in range(0, p.block_n // 2, 2):
                     out.append(StGlobalBf16(fold(row0 + v * 64 + frag_row + 8 * ((i // 2) & 1)),
                                             fold(Var("n_col") + 8 * (i // 4) + frag_col), f"acc{v}", (i, i + 1)))

@@ -20,7 +20,7 @@ from typing import Any
 from ptxgen.errors import ConfigError, ShapeError
 
 #: shipped config used on compute capability 9.0 (Hopper) when ``config`` is None
-DEFAULT_SM90 = "h100_128x256"
+DEFAULT_SM90 = "h100_256x128"
 #: shipped config used on compute capability 10.x (Blackwell) when ``config`` is None
 DEFAULT_SM100 = "level9"
 #: the compute capability each target runs on (``a`` targets are not forward compatible)
@@ -245,14 +245,15 @@ def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm
     built = built_config(default_config_name(capability) if config is None else config)
     spec = built.launch
     check_arch(spec.name, spec.arch, capability)
-    n_multiple = ELEMS_PER_16B if "d" in spec.tensor_maps else 1
-    m, n, k = check_gemm_inputs(a, b, out, spec.k_multiple, n_multiple=n_multiple)
+    m, n, k = check_gemm_inputs(a, b, out, spec.k_multiple, n_multiple=spec.n_multiple)
     if out is None:
         out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
     driver.ensure_context(ordinal)
     kernel = kernel_for(built, ordinal)
     maps = spec.tensor_maps
-    tmaps = tuple(encode_tiled(t, maps[op]) if op in maps else None for op, t in (("a", a), ("b", b), ("d", out)))
+    # D's tensor map needs 16-byte rows; for other N the sm_90a kernels store D directly (tmap_d unused)
+    d_map = "d" in maps and n % ELEMS_PER_16B == 0
+    tmaps = (encode_tiled(a, maps["a"]), encode_tiled(b, maps["b"]), encode_tiled(out, maps["d"]) if d_map else None)
     params = KernelParams(tmaps, out.data_ptr(), m, n, k)
     grid_x = spec.grid.grid_x(m, n, driver.device_info(ordinal).sm_count)
     return PreparedGemm(a=a, b=b, out=out, kernel=kernel, params=params, grid_x=grid_x, ordinal=ordinal)

@@ -18,7 +18,10 @@ Kernel parameters (fixed signature, :data:`ptxgen.launch.PARAMS`): three
 ``void*[7]`` array the driver reads; ``cuLaunchKernelEx`` receives that
 array's address as a plain ``int`` (cuda-bindings takes an ``int``
 ``kernelParams`` as a ready ``void**``).  The driver copies the values during
-the launch call, so the storage only has to outlive the call.
+the launch call, so the storage only has to outlive the call.  (cuda-bindings'
+``(values, types)`` tuple form, with ``None`` as the type of a ``CUtensorMap``
+and ctypes types for the scalars, was also checked on an H100 and works; the
+explicit array is used because it is version-independent and testable on a CPU.)
 """
 
 from __future__ import annotations

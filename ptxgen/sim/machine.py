@@ -1,0 +1,641 @@
+"""The simulated machine: a grid of CTAs whose warps run as coroutines under a random scheduler.
+
+Every warp of every CTA is a :class:`~ptxgen.sim.walker.WarpWalker`
+generator.  Each scheduler step either resumes one runnable warp up to its
+next event, or completes one in-flight asynchronous unit; both choices are
+drawn from a seeded ``random.Random``, so a schedule seed is an interleaving.
+Asynchronous work completes *later* than its issue, in drawn order:
+
+* TMA loads (one unit per destination CTA): write the box into shared memory
+  (128B swizzle, out-of-bounds zero fill), then ``complete_tx`` on the
+  barrier (peer-bit-masked to the even rank for ``.cta_group::2``; each
+  destination's own barrier for ``.multicast::cluster``);
+* the tcgen05 queue of an issuing warp: MMAs complete in issue order and a
+  ``tcgen05.commit`` arrives only when every MMA issued before it completed
+  (PTX ISA "tcgen05.commit");
+* the wgmma queue of a warp, in issue order; ``wgmma.wait_group N``
+  returns when at most N committed groups are pending;
+* TMA stores: first their shared-memory read completes
+  (``cp.async.bulk.wait_group.read``), then their global write (clipped at M, N).
+
+A warp blocked on an mbarrier, a thread barrier or its own async groups is
+parked and woken when the condition may hold; on resume it re-polls (like
+``try_wait`` in a loop).  No runnable warp and no in-flight unit while some
+warp has not exited is a deadlock.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+import numpy as np
+
+from ..errors import SimError
+from ..plan import Plan
+from . import walker as W
+from .memory import GlobalTensors, SharedMemory, Tmem, box_index, kmajor_sw128_index
+from .mma import umma_operand, umma_shape, wgmma_fragment, wgmma_operand
+from .sync import Mbarrier, Rendezvous
+
+TMEM_LANE_QUARTER = 32  # tcgen05.ld: warp w of a warpgroup accesses TMEM lanes 32*(w%4) .. +31
+
+
+class Who:
+    """An op and the position of the warp that issued it, formatted only when a message needs it."""
+
+    __slots__ = ("what", "where")
+
+    def __init__(self, what: str, where: W.Where):
+        self.what, self.where = what, where
+
+    def __str__(self) -> str:
+        return f"{self.what} by {self.where}"
+
+
+class Cta:
+    """One CTA: its shared memory, TMEM, mbarriers and warps."""
+
+    def __init__(self, plan: Plan, ctaid: int, smem_base: int):
+        self.ctaid = ctaid
+        self.rank = ctaid % plan.cluster_size
+        self.cluster = ctaid // plan.cluster_size
+        self.name = f"CTA {ctaid} (rank {self.rank})"
+        reserved = [(plan.barriers.offset, plan.barriers.end, "mbarriers"), (plan.tmem_slot, plan.tmem_slot + 4, "TMEM address slot")]
+        self.smem = SharedMemory(plan.smem_bytes, smem_base, reserved, self.name)
+        self.tmem = Tmem(self.name) if plan.is_sm100 else None
+        self.bars = {(s.name, i): Mbarrier(f"{s.name}[{i}] of {self.name}", self)
+                     for s in plan.barrier_specs() for i in range(s.num)}
+        self.warps: list[Warp] = []
+        self.live = 0
+        self.exited = False
+
+
+class Warp:
+    """Machine-side state of one warp: its walker, scheduling state and async queues."""
+
+    def __init__(self, cta: Cta, walker: W.WarpWalker):
+        self.cta, self.walker = cta, walker
+        self.index = walker.warp
+        self.gen = walker.run()
+        self.reply = None
+        self.pos = -1  # index in Machine.runnable, -1 when not runnable
+        self.until = None  # predicate the warp is parked on
+        self.blocked_on: _Blocked | None = None  # what it is parked on, for re-polls and deadlock reports
+        self.after_wait = None  # run once the wait it is parked on passes
+        self.waiters: list[Warp] = []  # warps parked on this warp's own async groups (itself)
+        self.done = False
+        self.tc = AsyncQueue(self, "tcgen05")
+        self.wg = AsyncQueue(self, "wgmma")
+        self.wg_committed = 0
+        self.wg_uncovered: list[tuple[int, str]] = []
+        self.acc_written: set[str] = set()
+        self.bulk_open: list[StoreUnit] = []
+        self.bulk_groups: list[list[StoreUnit]] = []
+        self.unfenced: list[np.ndarray] = []
+
+    def who(self, what: str) -> Who:
+        return Who(what, self.walker.where())
+
+
+# ------------------------------------------------------------------ asynchronous units
+
+
+class TmaLoadUnit:
+    """One destination CTA's share of a TMA load: lands the box, then complete_tx on its barrier."""
+
+    def __init__(self, dst: Cta, handle: int, idx: np.ndarray, box: tuple, bar: Mbarrier, who: Who):
+        self.dst, self.handle, self.idx, self.box, self.bar, self.who = dst, handle, idx, box, bar, who
+        self.issue_phase = bar.phase
+
+    def fire(self, m: "Machine") -> bool:
+        tensor, col, row, cols, rows = self.box
+        data = m.glob.load_box(tensor, col, row, cols, rows)
+        _check_alive(self.bar, self.who)
+        self.dst.smem.end_async_write(self.handle, self.idx, data.view(np.uint8).ravel())
+        if self.bar.complete_tx(rows * cols * 2, self.issue_phase, str(self.who)):
+            m.wake(self.bar)
+        return True
+
+
+class StoreUnit:
+    """A TMA store: its shared-memory read completes first, then its global write."""
+
+    def __init__(self, warp: Warp, handle: int, box: np.ndarray, col: int, row: int):
+        self.warp, self.handle, self.box, self.col, self.row = warp, handle, box, col, row
+        self.read_done = self.done = False
+
+    def fire(self, m: "Machine") -> bool:
+        if not self.read_done:
+            self.warp.cta.smem.end_async_read(self.handle)
+            self.read_done = True
+        else:
+            m.glob.store_box(self.col, self.row, self.box)
+            self.done = True
+        m.wake(self.warp)
+        return self.done
+
+
+class AsyncQueue:
+    """A warp's in-order async ops (tcgen05 MMAs and commits, or wgmmas); fires its head."""
+
+    def __init__(self, warp: Warp, kind: str):
+        self.warp, self.kind = warp, kind
+        self.ops: deque = deque()
+        self.listed = False
+
+    def push(self, m: "Machine", op) -> None:
+        self.ops.append(op)
+        if not self.listed:
+            self.listed = True
+            m.inflight.append(self)
+
+    def fire(self, m: "Machine") -> bool:
+        self.ops.popleft()(m)
+        m.wake(self.warp)
+        self.listed = bool(self.ops)
+        return not self.listed
+
+
+# ------------------------------------------------------------------ the machine
+
+
+class Machine:
+    """All CTAs of one launch, the global tensors and the scheduler (see module docstring).
+
+    Args:
+        kernel: the Kernel IR.
+        m, n, k: problem shape.
+        a, b: bf16 bit patterns ``[m, k]``, ``[n, k]``.
+        num_sms: SMs the persistent grid policy sees.
+        schedule_seed: seeds the interleaving.
+        smem_base: shared-window address of the dynamic shared memory (1024-aligned).
+        poison: bf16 bits D starts filled with.
+    """
+
+    def __init__(self, kernel, m: int, n: int, k: int, a: np.ndarray, b: np.ndarray, *, num_sms: int,
+                 schedule_seed: int, smem_base: int, poison: int):
+        plan: Plan = kernel.plan
+        self.plan, self.params = plan, {"m": m, "n": n, "k": k}
+        spec = plan.launch_spec()
+        self.maps = {name: (t.box[0], t.box[1], t.swizzle == "128B") for name, t in spec.tensor_maps.items()}
+        self.grid = spec.grid.grid_x(m, n, num_sms)
+        self.glob = GlobalTensors(a, b, poison)
+        self.smem_base = smem_base
+        self.rng = random.Random(schedule_seed)
+        self.p_async = self.rng.choice((0.05, 0.2, 0.5, 0.8))
+        self.runnable: list[Warp] = []
+        self.inflight: list = []
+        self.rendezvous: dict[tuple, Rendezvous] = {}
+        self.steps = self.ops = 0
+        self.ctas = [Cta(plan, c, smem_base) for c in range(self.grid)]
+        for cta in self.ctas:
+            for w in range(plan.threads // W.LANES):
+                walker = W.WarpWalker(kernel, ctaid=cta.ctaid, nctaid=self.grid, cluster_size=plan.cluster_size,
+                                      warp=w, smem_base=smem_base, params=self.params)
+                warp = Warp(cta, walker)
+                cta.warps.append(warp)
+                self._make_runnable(warp)
+            cta.live = len(cta.warps)
+        self._handlers = {
+            W.InitEv: self._init, W.ArriveEv: self._arrive, W.WaitEv: self._wait, W.FenceInitEv: self._fence_init,
+            W.TmaLoadEv: self._tma_load, W.TmaStoreEv: self._tma_store, W.BulkCommitEv: self._bulk_commit,
+            W.BulkWaitEv: self._bulk_wait, W.FenceProxyEv: self._fence_proxy, W.AllocEv: self._alloc,
+            W.DeallocEv: self._dealloc, W.TmemBaseEv: self._tmem_base, W.UmmaEv: self._umma, W.CommitEv: self._commit,
+            W.TmemLoadEv: self._tmem_load, W.WgmmaEv: self._wgmma, W.WgmmaCommitEv: self._wgmma_commit,
+            W.WgmmaWaitEv: self._wgmma_wait, W.StSharedEv: self._st_shared, W.StGlobalEv: self._st_global,
+            W.SyncEv: self._sync,
+        }
+
+    # ---------------------------------------------------------------- scheduling
+
+    def run(self, max_steps: int) -> None:
+        """Run to completion; SimError on any fault, on deadlock, or after ``max_steps`` steps."""
+        rng, runnable, inflight = self.rng, self.runnable, self.inflight
+        while runnable or inflight:
+            self.steps += 1
+            if self.steps > max_steps:
+                raise SimError(f"step limit: {max_steps} scheduler steps without finishing (livelock?)")
+            if inflight and (not runnable or rng.random() < self.p_async):
+                i = rng.randrange(len(inflight))
+                if inflight[i].fire(self):
+                    inflight[i] = inflight[-1]
+                    inflight.pop()
+            else:
+                self._step(runnable[rng.randrange(len(runnable))])
+        if any(not w.done for c in self.ctas for w in c.warps):
+            raise SimError(self._deadlock_report())
+        self._check_final_barriers()
+
+    def _make_runnable(self, w: Warp) -> None:
+        w.pos = len(self.runnable)
+        self.runnable.append(w)
+
+    def _unrun(self, w: Warp) -> None:
+        last = self.runnable.pop()
+        if last is not w:
+            self.runnable[w.pos] = last
+            last.pos = w.pos
+        w.pos = -1
+
+    def park(self, w: Warp, blocked: "_Blocked", until) -> None:
+        """Block ``w`` on ``blocked.waitable`` until ``until()`` holds."""
+        w.until, w.blocked_on = until, blocked
+        blocked.waitable.waiters.append(w)
+        self._unrun(w)
+
+    def wake(self, waitable) -> None:
+        """Re-check the warps parked on ``waitable``."""
+        if not waitable.waiters:
+            return
+        still = []
+        for w in waitable.waiters:
+            if w.until():
+                self._make_runnable(w)
+            else:
+                still.append(w)
+        waitable.waiters = still
+
+    def _step(self, w: Warp) -> None:
+        if w.until is not None:
+            if not w.until():  # woken, but the condition no longer holds (re-poll, like try_wait)
+                self.park(w, w.blocked_on, w.until)
+                return
+            w.until = w.blocked_on = None
+            if w.after_wait is not None:
+                w.after_wait()
+                w.after_wait = None
+        try:
+            ev = w.gen.send(w.reply)
+        except StopIteration:
+            self._exit(w)
+            return
+        except W.IRFault as exc:
+            raise SimError(f"{exc} ({w.walker.where()})") from None
+        w.reply = None
+        self.ops += 1
+        self._handlers[type(ev)](w, ev)
+
+    # ---------------------------------------------------------------- barriers
+
+    def _cta(self, w: Warp, rank: int) -> Cta:
+        return self.ctas[w.cta.cluster * self.plan.cluster_size + rank]
+
+    def _bar(self, w: Warp, ref: W.BarRef, what: str) -> Mbarrier:
+        """The barrier ``ref`` names, checked initialized and visible to ``w``.  Raises SimError."""
+        cta = self._cta(w, ref.rank)
+        bar = cta.bars.get((ref.name, ref.index))
+        if bar is None:
+            raise SimError(f"no such barrier: {what} by {w.walker.where()} names {ref.name}[{ref.index}]; the plan "
+                           f"has {', '.join(f'{s.name}[{s.num}]' for s in self.plan.barrier_specs())}")
+        if cta.exited:
+            raise SimError(f"use after exit: {what} by {w.walker.where()} touches {bar.name}, whose CTA has exited "
+                           "(a multi-CTA kernel must end with a cluster barrier)")
+        if not bar.initialized:
+            raise SimError(f"uninitialized barrier: {what} by {w.walker.where()} uses {bar.name} before mbarrier.init")
+        if cta is not w.cta and not bar.cluster_visible:
+            raise SimError(f"init not visible: {what} by {w.walker.where()} uses remote {bar.name} before its init was "
+                           "made visible to the cluster (fence.mbarrier_init.release.cluster, then a cluster barrier)")
+        if cta is w.cta and w is not bar.init_warp and not bar.cta_visible:
+            raise SimError(f"init not visible: {what} by {w.walker.where()} uses {bar.name} before a thread barrier "
+                           "ordered it after the mbarrier.init")
+        return bar
+
+    def _init(self, w: Warp, ev: W.InitEv) -> None:
+        bar = w.cta.bars.get((ev.bar.name, ev.bar.index))
+        if bar is None:
+            raise SimError(f"no such barrier: MbarrierInit by {w.walker.where()} names {ev.bar.name}[{ev.bar.index}]")
+        if bar.initialized:
+            raise SimError(f"double init: MbarrierInit by {w.walker.where()} re-initializes {bar.name}")
+        bar.init(ev.count, w)
+
+    def _fence_init(self, w: Warp, ev) -> None:
+        for bar in w.cta.bars.values():
+            if bar.init_warp is w:
+                bar.fenced = True
+
+    def _arrive(self, w: Warp, ev: W.ArriveEv) -> None:
+        kind = "arrive.expect_tx" if ev.tx else "arrive"
+        bar = self._bar(w, ev.bar, f"mbarrier.{kind}")
+        if bar.arrive(ev.lanes, ev.tx, str(w.who(kind))):
+            self.wake(bar)
+
+    def _wait(self, w: Warp, ev: W.WaitEv) -> None:
+        bar = self._bar(w, ev.bar, f"MbarrierWait ({ev.role})")
+        if not bar.passed(ev.parity):
+            where = w.walker.where()
+            self.park(w, _Blocked(bar, lambda: f"MbarrierWait ({ev.role}) for the phase of parity {ev.parity} of "
+                                               f"{bar.describe()}", where),
+                      lambda: bar.passed(ev.parity))
+
+    # ---------------------------------------------------------------- thread barriers
+
+    def _sync(self, w: Warp, ev: W.SyncEv) -> None:
+        cta = w.cta
+        if ev.kind == "cluster":
+            key, name = ("cluster", cta.cluster), f"the cluster barrier of cluster {cta.cluster}"
+        else:
+            key, name = (ev.kind, cta.ctaid, ev.id), f"bar.sync {ev.id} of {cta.name}"
+        rv = self.rendezvous.get(key)
+        if rv is None:
+            rv = self.rendezvous[key] = Rendezvous(name, ev.threads)
+        released = rv.arrive(w, ev.threads, str(w.walker.where()))
+        if released is None:
+            self.park(w, _Blocked(rv, lambda: f"{rv.name}: {len(rv.arrived)} of {rv.warps} warps arrived",
+                                  w.walker.where()), lambda: w not in rv.arrived)
+            return
+        self._publish_inits(ev.kind, cta)
+        self.wake(rv)
+
+    def _publish_inits(self, kind: str, cta: Cta) -> None:
+        """A completed thread barrier orders earlier mbarrier.inits before later uses (cluster: fenced inits)."""
+        ctas = [c for c in self.ctas if c.cluster == cta.cluster] if kind == "cluster" else [cta]
+        for c in ctas:
+            for bar in c.bars.values():
+                if bar.initialized:
+                    bar.cta_visible = True
+                    bar.cluster_visible |= kind == "cluster" and bar.fenced
+
+    # ---------------------------------------------------------------- TMA
+
+    def _box_index(self, tensor: str, off: int, who: Who) -> tuple[np.ndarray, int, int, bool]:
+        cols, rows, swizzled = self.maps[tensor]
+        align = 1024 if swizzled else 128
+        if (self.smem_base + off) % align:
+            raise SimError(f"misaligned: {who} uses smem+{off:#x}; a TMA {'128B-swizzled ' if swizzled else ''}box "
+                           f"needs a {align}-byte aligned shared address (PTX_FACTS: 128B swizzle destinations "
+                           "are 1024-byte aligned)")
+        if swizzled and cols * 2 != 128:
+            raise SimError(f"unsupported box: {who}: a 128B-swizzled box of {cols} bf16 ({cols * 2} B) per row; "
+                           "the simulator models 128-byte rows")
+        return box_index(self.smem_base + off, rows, cols * 2, swizzled, self.smem_base), cols, rows, swizzled
+
+    def _tma_load(self, w: Warp, ev: W.TmaLoadEv) -> None:
+        who = w.who(f"TmaLoad {ev.tensor} (col {ev.col}, row {ev.row})")
+        idx, cols, rows, _ = self._box_index(ev.tensor, ev.dst, who)
+        for _ in range(ev.lanes):
+            for rank, ref in zip(ev.dst_ranks, ev.bars):
+                dst = self._cta(w, rank)
+                bar = self._bar(w, ref, str(who))
+                handle = dst.smem.begin_async_write(ev.dst, ev.dst + rows * cols * 2, who)
+                self.inflight.append(TmaLoadUnit(dst, handle, idx, (ev.tensor, ev.col, ev.row, cols, rows), bar, who))
+
+    def _tma_store(self, w: Warp, ev: W.TmaStoreEv) -> None:
+        who = w.who(f"TmaStore {ev.tensor} (col {ev.col}, row {ev.row})")
+        idx, cols, rows, _ = self._box_index(ev.tensor, ev.src, who)
+        smem = w.cta.smem
+        for _ in range(ev.lanes):
+            handle = smem.begin_async_read(idx, who)
+            box = smem.data[idx].view(np.uint16).reshape(rows, cols)
+            unit = StoreUnit(w, handle, box, ev.col, ev.row)
+            w.bulk_open.append(unit)
+            self.inflight.append(unit)
+
+    def _bulk_commit(self, w: Warp, ev) -> None:
+        w.bulk_groups.append(w.bulk_open)
+        w.bulk_open = []
+
+    def _bulk_wait(self, w: Warp, ev: W.BulkWaitEv) -> None:
+        def ready() -> bool:
+            older = w.bulk_groups[: max(0, len(w.bulk_groups) - ev.n)]
+            return all((u.read_done if ev.read else u.done) for g in older for u in g)
+
+        while w.bulk_groups and all(u.done for u in w.bulk_groups[0]):
+            w.bulk_groups.pop(0)
+        if not ready():
+            what = "cp.async.bulk.wait_group" + (".read" if ev.read else "")
+            self.park(w, _Blocked(w, lambda: f"{what} {ev.n}: {len(w.bulk_groups)} bulk groups pending",
+                                  w.walker.where()), ready)
+
+    # ---------------------------------------------------------------- shared / global stores
+
+    def _st_shared(self, w: Warp, ev: W.StSharedEv) -> None:
+        if ev.nbytes not in (4, 8, 16) or (ev.addrs % ev.nbytes).any():
+            raise SimError(f"misaligned: StSharedBf16 by {w.walker.where()} stores {ev.nbytes} B at smem offsets "
+                           f"{sorted(set((ev.addrs[ev.addrs % ev.nbytes != 0]).tolist()))[:4]}; st.shared.v of "
+                           f"{ev.nbytes} B needs {ev.nbytes}-byte alignment")
+        idx = (ev.addrs[:, None] + np.arange(ev.nbytes)).ravel()
+        w.cta.smem.generic_write(idx, ev.data.ravel(), w.who("StSharedBf16"))
+        w.unfenced.append(idx)
+
+    def _fence_proxy(self, w: Warp, ev) -> None:
+        if w.unfenced:
+            w.cta.smem.fence_proxy_async(np.concatenate(w.unfenced))
+            w.unfenced = []
+
+    def _st_global(self, w: Warp, ev: W.StGlobalEv) -> None:
+        m, n = self.glob.d.shape
+        cols = ev.cols[:, None] + np.arange(ev.values.shape[1])
+        rows = np.broadcast_to(ev.rows[:, None], cols.shape)
+        ok = (rows < m) & (cols < n)
+        self.glob.d[rows[ok], cols[ok]] = ev.values[ok]
+
+    # ---------------------------------------------------------------- TMEM
+
+    def _alloc(self, w: Warp, ev: W.AllocEv) -> None:
+        tmem = w.cta.tmem
+        if ev.cols < 32 or ev.cols > Tmem.COLS or ev.cols & (ev.cols - 1):
+            raise SimError(f"bad TMEM allocation: {w.walker.where()} allocates {ev.cols} columns; tcgen05.alloc "
+                           "takes a power of two in [32, 512]")
+        if tmem.cols:
+            raise SimError(f"double TMEM allocation: {w.walker.where()} allocates again in {w.cta.name}")
+        tmem.cols = ev.cols
+        w.cta.smem.internal_write(self.plan.tmem_slot, np.array([0], dtype=np.uint32).view(np.uint8))
+
+    def _tmem_base(self, w: Warp, ev) -> None:
+        raw = w.cta.smem.generic_read(self.plan.tmem_slot, self.plan.tmem_slot + 4, str(w.who("TmemBase")))
+        w.reply = int(raw.view(np.uint32)[0])
+
+    def _dealloc(self, w: Warp, ev: W.DeallocEv) -> None:
+        cta, tmem = w.cta, w.cta.tmem
+        where = w.walker.where()
+        if ev.taddr != 0 or ev.cols != tmem.cols:
+            raise SimError(f"bad TMEM dealloc: {where} frees {ev.cols} columns at {ev.taddr:#x}; the allocation is "
+                           f"{tmem.cols} columns at 0x0")
+        if tmem.busy():
+            raise SimError(f"TMEM dealloc while busy: {where} frees TMEM of {cta.name} while MMAs writing it are in flight")
+        if self.plan.cta_group == 2:
+            peer = self._cta(w, cta.rank ^ 1)
+            if not peer.tmem.cols:
+                raise SimError(f"TMEM dealloc before peer alloc: {where} frees TMEM of {cta.name} before {peer.name} "
+                               "allocated (cta_group::2 needs a cluster barrier between alloc and dealloc)")
+        tmem.freed = True
+
+    def _tmem_load(self, w: Warp, ev: W.TmemLoadEv) -> None:
+        lane, col = ev.taddr >> 16, ev.taddr & 0xFFFF
+        quarter = TMEM_LANE_QUARTER * (w.index % 4)
+        who = w.who(f"TmemLoad 32x32b.x{ev.ncols}")
+        if lane != quarter:
+            raise SimError(f"TMEM lane access: {who} reads TMEM lanes [{lane}, {lane + 32}); warp {w.index} may "
+                           f"access lanes [{quarter}, {quarter + 32}) only (PTX ISA tcgen05.ld: warp w%4 of a warpgroup)")
+        w.reply = w.cta.tmem.read(lane, col, ev.ncols, str(who))
+
+    # ---------------------------------------------------------------- tcgen05.mma
+
+    def _operand_rows(self, cta: Cta, start: int, sbo: int, rows: int, who: Who) -> tuple[np.ndarray, int]:
+        idx = kmajor_sw128_index(start, rows, sbo, self.smem_base)
+        handle = cta.smem.begin_async_read(idx, who)
+        return cta.smem.bf16(idx), handle
+
+    def _umma(self, w: Warp, ev: W.UmmaEv) -> None:
+        plan, cta = self.plan, w.cta
+        who = w.who("Umma")
+        if ev.lanes != 1:
+            raise SimError(f"tcgen05.mma issued by {ev.lanes} threads: {who}; one thread issues it (Elect)")
+        group = plan.cta_group
+        if group == 2 and cta.rank % 2:
+            raise SimError(f"tcgen05.mma.cta_group::2 issued by the odd CTA of the pair: {who}")
+        m_total, n_total = umma_shape(ev.idesc, str(who))
+        if m_total != 128 * group:
+            raise SimError(f"unsupported MMA shape: {who}: M={m_total} with cta_group::{group}; the simulator "
+                           f"models M = 128 rows per CTA")
+        a, b = umma_operand(ev.a_desc, f"{who} A"), umma_operand(ev.b_desc, f"{who} B")
+        ctas = [cta, self._cta(w, cta.rank ^ 1)] if group == 2 else [cta]
+        lane, col = ev.d >> 16, ev.d & 0xFFFF
+        a_vals, b_vals, handles = [], [], []
+        for c in ctas:  # A: each CTA's own 128 rows; B: N/group rows from each CTA, leader's first
+            va, ha = self._operand_rows(c, a.start, a.sbo, 128, who)
+            vb, hb = self._operand_rows(c, b.start, b.sbo, n_total // group, who)
+            a_vals.append(va)
+            b_vals.append(vb)
+            handles += [(c, ha), (c, hb)]
+        for c in ctas:
+            c.tmem.begin_write(lane, col, 128, n_total, str(who))
+        b_t = np.ascontiguousarray(np.concatenate(b_vals).T)  # (a contiguous right operand keeps BLAS fast)
+
+        def complete(m: Machine) -> None:
+            for c, av in zip(ctas, a_vals):
+                c.tmem.end_write(lane, col, av @ b_t, ev.accumulate, str(who))
+            for c, h in handles:
+                c.smem.end_async_read(h)
+
+        w.tc.push(self, complete)
+
+    def _commit(self, w: Warp, ev: W.CommitEv) -> None:
+        who = w.who("UmmaCommit")
+        bars = [self._bar(w, ref, str(who)) for ref in ev.bars]
+
+        def complete(m: Machine) -> None:
+            for bar in bars:
+                _check_alive(bar, who)
+                if bar.arrive(1, 0, str(who)):
+                    m.wake(bar)
+
+        for _ in range(ev.lanes):
+            w.tc.push(self, complete)
+
+    # ---------------------------------------------------------------- wgmma
+
+    def _wgmma(self, w: Warp, ev: W.WgmmaEv) -> None:
+        who = w.who(f"Wgmma m64n{ev.n}k16 {ev.acc}")
+        a, b = wgmma_operand(ev.a_desc, f"{who} A"), wgmma_operand(ev.b_desc, f"{who} B")
+        q = w.index % 4  # this warp's 16 rows of the m64 tile
+        idx_a = kmajor_sw128_index(a.start, 64, a.sbo, self.smem_base)[16 * q: 16 * q + 16]
+        smem = w.cta.smem
+        ha = smem.begin_async_read(idx_a, who)
+        a_vals = smem.bf16(idx_a)
+        b_vals, hb = self._operand_rows(w.cta, b.start, b.sbo, ev.n, who)
+        b_t = np.ascontiguousarray(b_vals.T)
+        if ev.accumulate and ev.acc not in w.acc_written:
+            raise SimError(f"register read before write: {who} accumulates into {ev.acc}, which no wgmma wrote "
+                           "(scale-d set on the first k-step?)")
+        w.acc_written.add(ev.acc)
+        rows, cols = wgmma_fragment(ev.n)
+        regs = w.walker.regs
+        group = w.wg_committed
+
+        def complete(m: Machine) -> None:
+            c = (a_vals @ b_t)[rows, cols]
+            regs[ev.acc] = regs[ev.acc] + c if ev.accumulate else c
+            smem.end_async_read(ha)
+            smem.end_async_read(hb)
+
+        w.wg_uncovered.append((group, ev.acc))
+        w.walker.busy[ev.acc] = "a wgmma writing it is not covered by a wgmma.wait_group"
+        w.wg.push(self, _Tagged(complete, group))
+
+    def _wgmma_commit(self, w: Warp, ev) -> None:
+        w.wg_committed += 1
+
+    def _wgmma_wait(self, w: Warp, ev: W.WgmmaWaitEv) -> None:
+        oldest_allowed = w.wg_committed - ev.n
+
+        def ready() -> bool:
+            return all(op.group >= oldest_allowed for op in w.wg.ops)
+
+        def cover() -> None:
+            w.wg_uncovered = [(g, acc) for g, acc in w.wg_uncovered if g >= oldest_allowed]
+            still = {acc for _, acc in w.wg_uncovered}
+            for acc in [a for a in w.walker.busy if a in w.acc_written and a not in still]:
+                del w.walker.busy[acc]
+
+        if ready():
+            cover()
+            return
+        self.park(w, _Blocked(w, lambda: f"wgmma.wait_group {ev.n}: {len(w.wg.ops)} wgmmas in flight",
+                              w.walker.where()), ready)
+        w.after_wait = cover
+
+    # ---------------------------------------------------------------- exit and final checks
+
+    def _exit(self, w: Warp) -> None:
+        w.done = True
+        self._unrun(w)
+        cta = w.cta
+        cta.live -= 1
+        if cta.live:
+            return
+        cta.exited = True
+        for op_kind, table in (("reads", cta.smem.readers), ("writes", cta.smem.writers)):
+            if table:
+                _, _, who = next(iter(table.values()))
+                raise SimError(f"exit with async work: {cta.name} exited while {who} still {op_kind} its shared memory")
+        for warp in cta.warps:
+            if warp.tc.ops:
+                raise SimError(f"exit with async work: {cta.name} exited with {len(warp.tc.ops)} tcgen05 ops of warp "
+                               f"{warp.index} in flight")
+        if cta.tmem is not None and cta.tmem.cols and not cta.tmem.freed:
+            raise SimError(f"TMEM leak: {cta.name} exited without tcgen05.dealloc of its {cta.tmem.cols} columns")
+
+    def _check_final_barriers(self) -> None:
+        for cta in self.ctas:
+            for bar in cta.bars.values():
+                if bar.initialized and not bar.at_boundary():
+                    kind = "transaction-byte mismatch" if bar.tx else "arrival count mismatch"
+                    raise SimError(f"{kind} at exit: {bar.describe()}")
+
+    def _deadlock_report(self) -> str:
+        lines = [f"  {w.blocked_on.where}: {w.blocked_on.text()}" for cta in self.ctas for w in cta.warps if not w.done]
+        notes = [f"  {bar.describe()}" for cta in self.ctas for bar in cta.bars.values()
+                 if bar.initialized and bar.tx and not bar.waiters]
+        text = f"deadlock: {len(lines)} warp(s) blocked, nothing in flight:\n" + "\n".join(lines)
+        if notes:
+            text += "\ntransaction-byte mismatch on barriers nobody waits for:\n" + "\n".join(notes)
+        return text
+
+
+def _check_alive(bar: Mbarrier, who) -> None:
+    if bar.owner.exited:
+        raise SimError(f"use after exit: {who} signals {bar.name}, whose CTA has exited (a multi-CTA kernel must "
+                       "end with a cluster barrier)")
+
+
+class _Blocked:
+    """What a parked warp waits for: the waitable, a text maker and its position."""
+
+    __slots__ = ("waitable", "text", "where")
+
+    def __init__(self, waitable, text, where: W.Where):
+        self.waitable, self.text, self.where = waitable, text, where
+
+
+class _Tagged:
+    """An async completion callable tagged with its wgmma group."""
+
+    __slots__ = ("fn", "group")
+
+    def __init__(self, fn, group: int):
+        self.fn, self.group = fn, group
+
+    def __call__(self, m: Machine) -> None:
+        self.fn(m)

@@ -1,0 +1,278 @@
+"""Shared memory, tensor memory and global tensors of the simulator, with provenance tracking.
+
+Shared memory is a byte array per CTA plus one *state* byte per byte:
+
+* ``UNDEF``   no write ever produced it;
+* ``VALID``   written by a completed async-proxy write (TMA load), or a generic
+  write made visible to the async proxy (``fence.proxy.async``);
+* ``INFLIGHT`` an async write (TMA load) to it was issued and has not completed;
+* ``GENERIC`` written by ``st.shared`` and not yet fenced with
+  ``fence.proxy.async`` by the writing warp (PTX ISA "Memory Consistency
+  Model: proxies": the TMA unit and the tensor cores read through the async
+  proxy).
+
+Async readers (UMMA, wgmma, TMA store) must find every byte they read
+``VALID`` (else: *read before write*), and register their byte range until
+they complete; a write into a range an in-flight reader still holds is a
+*write-after-read* fault, a write into a range with an in-flight async write
+is a *write-after-write* fault.
+
+Addresses: ops name byte offsets from the dynamic shared-memory base; the
+shared-window address of that base is ``base`` (1024-aligned, like the
+window after the 1 KB the hardware reserves on sm_90+).  The 128-byte
+swizzle is a function of the *absolute* address (PTX ISA "Tensor copy:
+swizzle modes", "Shared memory descriptor: matrix layouts"): address bits
+[4:6] are XORed with bits [7:9].  TMA writes and the MMAs' reads apply it the
+same way, so a misplaced destination shows up as wrong data.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from ..errors import SimError
+
+UNDEF, VALID, INFLIGHT, GENERIC = 0, 1, 2, 3
+_STATE_WORDS = {UNDEF: "never written", INFLIGHT: "its async write (TMA) has not completed",
+                GENERIC: "written by st.shared without fence.proxy.async before the async-proxy read"}
+
+
+def swizzle128(addr: np.ndarray) -> np.ndarray:
+    """128-byte swizzle of absolute shared addresses: bits [4:6] ^= bits [7:9]."""
+    return addr ^ (((addr >> 7) & 7) << 4)
+
+
+@lru_cache(maxsize=4096)
+def box_index(dst_abs: int, rows: int, row_bytes: int, swizzled: bool, base: int) -> np.ndarray:
+    """Byte offsets (from the smem base) of a TMA box's bytes, row-major: row r, byte j at ``dst + r*row_bytes + j``.
+
+    The box is dense in shared memory (row pitch = inner box bytes); with 128B
+    swizzle the inner extent is exactly 128 bytes, so rows are 128-B lines.
+    """
+    lin = dst_abs + np.arange(rows * row_bytes, dtype=np.int64)
+    if swizzled:
+        lin = swizzle128(lin)
+    lin -= base
+    lin.setflags(write=False)
+    return lin
+
+
+@lru_cache(maxsize=4096)
+def kmajor_sw128_index(start_abs: int, rows: int, sbo: int, base: int) -> np.ndarray:
+    """Byte offsets ``[rows, 16]`` of element (r, k) of a K-major, 128B-swizzled bf16 operand, one k16 slice.
+
+    Element (r, k) lies at ``start + (r // 8) * SBO + (r % 8) * 128 + 2 * k``
+    before the swizzle (8-row core-matrix groups of 128-byte rows; PTX ISA
+    "tcgen05 Shared memory descriptor", "wgmma Matrix Descriptor": K-major,
+    128B swizzle, the leading byte offset unused inside one swizzle atom).
+    A k16 step is ``start + 32``.
+    """
+    r = np.arange(rows, dtype=np.int64)[:, None]
+    k = np.arange(16, dtype=np.int64)[None, :]
+    idx = swizzle128(start_abs + (r // 8) * sbo + (r % 8) * 128 + 2 * k) - base
+    idx.setflags(write=False)
+    return idx
+
+
+class SharedMemory:
+    """One CTA's dynamic shared memory (see module docstring).
+
+    Args:
+        size: bytes (the plan's ``smem_bytes``).
+        base: shared-window address of byte 0.
+        reserved: ``(lo, hi, name)`` ranges data writes must not touch (mbarriers, the TMEM slot).
+        cta: CTA name for messages.
+    """
+
+    def __init__(self, size: int, base: int, reserved: list[tuple[int, int, str]], cta: str):
+        self.size, self.base, self.cta = size, base, cta
+        self.data = np.zeros(size, dtype=np.uint8)
+        self.state = np.zeros(size, dtype=np.uint8)
+        self.reserved = reserved
+        self.readers: dict[int, tuple[int, int, str]] = {}  # handle -> (lo, hi, who)
+        self.writers: dict[int, tuple[int, int, str]] = {}
+        self._next = 0
+
+    # ---------------------------------------------------------------- checks
+
+    def check_range(self, lo: int, hi: int, who: str, *, write: bool) -> None:
+        """Bounds, and for writes the reserved ranges.  Raises SimError."""
+        if lo < 0 or hi > self.size:
+            raise SimError(f"out of bounds: {who} touches smem [{lo:#x}, {hi:#x}) of {self.cta}, "
+                           f"outside the {self.size} B of dynamic shared memory")
+        if write:
+            for rlo, rhi, name in self.reserved:
+                if lo < rhi and rlo < hi:
+                    raise SimError(f"out of bounds: {who} writes smem [{lo:#x}, {hi:#x}) of {self.cta}, "
+                                   f"overlapping the {name} at [{rlo:#x}, {rhi:#x})")
+
+    def _hazards(self, lo: int, hi: int, who: str) -> None:
+        for rlo, rhi, reader in self.readers.values():
+            if lo < rhi and rlo < hi:
+                raise SimError(f"write after read: {who} writes smem [{lo:#x}, {hi:#x}) of {self.cta} while "
+                               f"{reader} still reads [{rlo:#x}, {rhi:#x}) (the buffer was refilled before its "
+                               f"reader released it)")
+        for wlo, whi, writer in self.writers.values():
+            if lo < whi and wlo < hi:
+                raise SimError(f"write after write: {who} writes smem [{lo:#x}, {hi:#x}) of {self.cta} while "
+                               f"{writer} into [{wlo:#x}, {whi:#x}) has not completed")
+
+    def _handle(self) -> int:
+        self._next += 1
+        return self._next
+
+    # ---------------------------------------------------------------- async writes (TMA loads)
+
+    def begin_async_write(self, lo: int, hi: int, who: str) -> int:
+        """An async write of [lo, hi) was issued: the bytes are INFLIGHT until :meth:`end_async_write`."""
+        self.check_range(lo, hi, who, write=True)
+        self._hazards(lo, hi, who)
+        self.state[lo:hi] = INFLIGHT
+        h = self._handle()
+        self.writers[h] = (lo, hi, who)
+        return h
+
+    def end_async_write(self, handle: int, idx: np.ndarray, values: np.ndarray) -> None:
+        lo, hi, _ = self.writers.pop(handle)
+        self.data[idx] = values
+        self.state[lo:hi] = VALID
+
+    # ---------------------------------------------------------------- generic writes (st.shared)
+
+    def generic_write(self, idx: np.ndarray, values: np.ndarray, who: str) -> None:
+        """``st.shared`` of ``values`` at byte offsets ``idx`` (state GENERIC until the writer's fence)."""
+        lo, hi = int(idx.min()), int(idx.max()) + 1
+        self.check_range(lo, hi, who, write=True)
+        self._hazards(lo, hi, who)
+        self.data[idx] = values
+        self.state[idx] = GENERIC
+
+    def fence_proxy_async(self, idx: np.ndarray) -> None:
+        """``fence.proxy.async``: the writer's generic writes at ``idx`` become visible to the async proxy."""
+        st = self.state[idx]
+        self.state[idx] = np.where(st == GENERIC, VALID, st)
+
+    def internal_write(self, lo: int, values: np.ndarray) -> None:
+        """A write by the hardware itself (``tcgen05.alloc`` storing the TMEM address)."""
+        self.data[lo:lo + len(values)] = values
+        self.state[lo:lo + len(values)] = VALID
+
+    # ---------------------------------------------------------------- async reads (MMA, TMA store)
+
+    def begin_async_read(self, idx: np.ndarray, who: str) -> int:
+        """Check every byte at ``idx`` is VALID and hold the range until :meth:`end_async_read`.  Raises SimError."""
+        lo, hi = int(idx.min()), int(idx.max()) + 1
+        self.check_range(lo, hi, who, write=False)
+        st = self.state[idx]
+        bad = np.flatnonzero(st != VALID)
+        if len(bad):
+            off = int(idx.flat[bad[0]])
+            raise SimError(f"read before write: {who} reads smem {off:#x} of {self.cta} (range [{lo:#x}, {hi:#x})), "
+                           f"but {_STATE_WORDS[int(st.flat[bad[0]])]}")
+        h = self._handle()
+        self.readers[h] = (lo, hi, who)
+        return h
+
+    def end_async_read(self, handle: int) -> None:
+        del self.readers[handle]
+
+    def generic_read(self, lo: int, hi: int, who: str) -> np.ndarray:
+        """``ld.shared`` of [lo, hi): the bytes must have been written.  Raises SimError."""
+        self.check_range(lo, hi, who, write=False)
+        if (self.state[lo:hi] == UNDEF).any():
+            raise SimError(f"read before write: {who} loads smem [{lo:#x}, {hi:#x}) of {self.cta}, which no write produced")
+        return self.data[lo:hi]
+
+    def bf16(self, idx: np.ndarray) -> np.ndarray:
+        """float32 values of the bf16 elements whose first bytes are at ``idx``."""
+        lo = self.data[idx].astype(np.uint32)
+        hi = self.data[idx + 1].astype(np.uint32)
+        return ((hi << 24) | (lo << 16)).view(np.float32)
+
+
+class Tmem:
+    """One CTA's tensor memory: 128 lanes x 512 columns of 32 bit (PTX ISA "Tensor Memory").
+
+    Per cell: the f32 value, whether a completed MMA wrote it, and how many
+    issued MMAs that write it have not completed.
+    """
+
+    LANES, COLS = 128, 512
+
+    def __init__(self, cta: str):
+        self.cta = cta
+        self.value = np.zeros((self.LANES, self.COLS), dtype=np.float32)
+        self.written = np.zeros((self.LANES, self.COLS), dtype=bool)
+        self.pending = np.zeros((self.LANES, self.COLS), dtype=np.int32)
+        self.cols = 0  # allocated columns (from address 0)
+        self.freed = False
+
+    def _region(self, lane: int, col: int, rows: int, ncols: int, who: str) -> tuple[slice, slice]:
+        if self.freed:
+            raise SimError(f"TMEM use after dealloc: {who} touches TMEM of {self.cta} after tcgen05.dealloc")
+        if not self.cols:
+            raise SimError(f"TMEM not allocated: {who} touches TMEM of {self.cta} before tcgen05.alloc")
+        if lane + rows > self.LANES or col + ncols > self.cols:
+            raise SimError(f"out of bounds: {who} touches TMEM lanes [{lane}, {lane + rows}) columns "
+                           f"[{col}, {col + ncols}) of {self.cta}; {self.cols} columns are allocated")
+        return slice(lane, lane + rows), slice(col, col + ncols)
+
+    def begin_write(self, lane: int, col: int, rows: int, ncols: int, who: str) -> None:
+        self.pending[self._region(lane, col, rows, ncols, who)] += 1
+
+    def end_write(self, lane: int, col: int, result: np.ndarray, accumulate: bool, who: str) -> None:
+        """An MMA completed: ``D = result (+ D)`` on its cells."""
+        region = self._region(lane, col, *result.shape, who)
+        self.pending[region] -= 1
+        if accumulate:
+            if not self.written[region].all():
+                raise SimError(f"TMEM read before write: {who} accumulates into TMEM of {self.cta} lanes "
+                               f"[{lane}, {lane + result.shape[0]}) columns [{col}, {col + result.shape[1]}) that "
+                               "no MMA wrote (accumulate flag set on a tile's first MMA?)")
+            self.value[region] += result
+        else:
+            self.value[region] = result
+        self.written[region] = True
+
+    def read(self, lane: int, col: int, ncols: int, who: str) -> np.ndarray:
+        """``tcgen05.ld`` of 32 lanes x ncols: every cell written by a completed MMA.  Raises SimError."""
+        region = self._region(lane, col, 32, ncols, who)
+        if self.pending[region].any():
+            c = col + int(np.flatnonzero(self.pending[region].any(axis=0))[0])
+            raise SimError(f"TMEM read before write: {who} reads TMEM of {self.cta} lanes [{lane}, {lane + 32}) "
+                           f"columns [{col}, {col + ncols}) while an MMA writing column {c} has not completed "
+                           "(epilogue read before tmem_full?)")
+        if not self.written[region].all():
+            c = col + int(np.flatnonzero(~self.written[region].all(axis=0))[0])
+            raise SimError(f"TMEM read before write: {who} reads TMEM of {self.cta} lanes [{lane}, {lane + 32}) "
+                           f"columns [{col}, {col + ncols}); column {c} was never written by an MMA")
+        return self.value[region].copy()
+
+    def busy(self) -> bool:
+        return bool(self.pending.any())
+
+
+class GlobalTensors:
+    """A ``[m, k]``, B ``[n, k]`` (bf16 bits, K innermost) and D ``[m, n]`` (bf16 bits, poisoned at start)."""
+
+    def __init__(self, a: np.ndarray, b: np.ndarray, poison: int):
+        self.a, self.b = a, b
+        self.d = np.full((a.shape[0], b.shape[0]), poison, dtype=np.uint16)
+
+    def load_box(self, tensor: str, col: int, row: int, cols: int, rows: int) -> np.ndarray:
+        """The ``[rows, cols]`` box at (col, row); out-of-bounds elements read as zero (TMA zero fill)."""
+        src = {"a": self.a, "b": self.b, "d": self.d}[tensor]
+        box = np.zeros((rows, cols), dtype=np.uint16)
+        r1, c1 = min(row + rows, src.shape[0]), min(col + cols, src.shape[1])
+        if r1 > row and c1 > col:
+            box[: r1 - row, : c1 - col] = src[row:r1, col:c1]
+        return box
+
+    def store_box(self, col: int, row: int, box: np.ndarray) -> None:
+        """Write a ``[rows, cols]`` box of D at (col, row), clipped at M and N (TMA store clipping)."""
+        m, n = self.d.shape
+        r1, c1 = min(row + box.shape[0], m), min(col + box.shape[1], n)
+        if r1 > row and c1 > col:
+            self.d[row:r1, col:c1] = box[: r1 - row, : c1 - col]

@@ -1,0 +1,83 @@
+"""``simulate``: run a Kernel IR on the CPU for one problem shape and one interleaving, and check D."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ShapeError, SimError
+from .machine import Machine
+from .numerics import POISON, bf16_bits_to_f32, compare, f32_to_bf16_bits, random_operands, reference
+
+SMEM_BASE = 0x400  # shared-window address of the dynamic shared memory (1024-aligned; 1 KB reserved below it)
+MAX_STEPS = 20_000_000
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """One simulated launch.
+
+    d: D as float32 ``[m, n]`` (the bf16 values the kernel stored); d_bits: the bf16 bit patterns.
+    ref: the fp32 reference ``A @ B.T`` from the bf16 inputs.
+    rel_fro: relative Frobenius error ||D - ref||_F / ||ref||_F.
+    max_rel_err: max-abs relative error max|D - ref| / max|ref|.
+    steps: scheduler steps; ops_executed: IR events the warps executed.
+    grid: CTAs launched; schedule_seed: the interleaving; p_async: its drawn async-completion probability.
+    """
+
+    d: np.ndarray
+    d_bits: np.ndarray
+    ref: np.ndarray
+    rel_fro: float
+    max_rel_err: float
+    steps: int
+    ops_executed: int
+    grid: int
+    schedule_seed: int
+    p_async: float
+
+
+def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4, schedule_seed: int | None = None,
+             a: np.ndarray | None = None, b: np.ndarray | None = None, check: bool = True) -> SimResult:
+    """Execute ``kernel`` for D[m, n] = A[m, k] @ B[n, k]^T and compare D with an fp32 reference.
+
+    Args:
+        kernel: Kernel IR (``build_gemm(plan)``).
+        m, n, k: problem shape (k a multiple of 8: TMA global strides are 16-byte multiples).
+        seed: seeds the random bf16 inputs (ignored for an operand passed explicitly).
+        num_sms: SM count the persistent grid policy sees (small: CTAs loop over several tiles).
+        schedule_seed: seeds the interleaving (default: ``seed``).
+        a, b: float inputs ``[m, k]`` / ``[n, k]`` (rounded to bf16), instead of random ones.
+        check: raise SimError on a wrong result (else just report the errors).
+
+    Raises:
+        SimError: deadlock, read before write (shared memory or TMEM), over-arrival,
+            transaction-byte mismatch, other protocol faults, or a wrong result
+            (relative Frobenius error >= 1e-2 or any element off by more than
+            2e-2 * (|ref| + rms(ref))), with the first wrong element.
+        ShapeError: a shape the kernel's tensor maps cannot describe.
+    """
+    spec = kernel.plan.launch_spec()
+    if min(m, n, k) < 1 or k % spec.k_multiple:
+        raise ShapeError(f"m={m}, n={n}, k={k}: all must be >= 1 and k a multiple of {spec.k_multiple}")
+    a_bits, b_bits = random_operands(m, n, k, seed)
+    if a is not None:
+        a_bits = f32_to_bf16_bits(np.asarray(a, dtype=np.float32).reshape(m, k))
+    if b is not None:
+        b_bits = f32_to_bf16_bits(np.asarray(b, dtype=np.float32).reshape(n, k))
+    sched = seed if schedule_seed is None else schedule_seed
+    machine = Machine(kernel, m, n, k, a_bits, b_bits, num_sms=num_sms, schedule_seed=sched,
+                      smem_base=SMEM_BASE, poison=POISON)
+    machine.run(MAX_STEPS)
+    d = bf16_bits_to_f32(machine.glob.d)
+    ref = reference(a_bits, b_bits)
+    cmp = compare(d, ref)
+    if check and not cmp.ok:
+        i, j = cmp.first_wrong if cmp.first_wrong else (0, 0)
+        raise SimError(f"wrong result: {kernel.name} m={m} n={n} k={k} schedule {sched}: relative Frobenius error "
+                       f"{cmp.rel_fro:.3e}, max-abs relative error {cmp.max_rel_err:.3e}, {cmp.wrong} of {d.size} "
+                       f"elements wrong; first wrong D[{i}, {j}] = {d[i, j]!r} (expected {ref[i, j]!r})")
+    return SimResult(d=d, d_bits=machine.glob.d, ref=ref, rel_fro=cmp.rel_fro, max_rel_err=cmp.max_rel_err,
+                     steps=machine.steps, ops_executed=machine.ops, grid=machine.grid, schedule_seed=sched,
+                     p_async=machine.p_async)
