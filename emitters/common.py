@@ -34,7 +34,8 @@ def mbarrier_arrive(lw: Lowering, op: ops.MbarrierArrive) -> None:
     if op.cta is None:
         lw.emit(f"mbarrier.arrive.shared::cta.b64 _, [{addr}];")
     else:
-        lw.emit(f"mbarrier.arrive.release.cluster.shared::cluster.b64 _, [{_remote(lw, addr, op.cta)}];")
+        # the seeds' (DeepGEMM's) form: default .release semantics on the mapa'd shared::cluster address
+        lw.emit(f"mbarrier.arrive.shared::cluster.b64 _, [{_remote(lw, addr, op.cta)}];")
 
 
 def mbarrier_arrive_expect_tx(lw: Lowering, op: ops.MbarrierArriveExpectTx) -> None:
@@ -42,7 +43,7 @@ def mbarrier_arrive_expect_tx(lw: Lowering, op: ops.MbarrierArriveExpectTx) -> N
     if op.cta is None:
         lw.emit(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{addr}], {op.tx_bytes};")
     else:
-        lw.emit(f"mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [{_remote(lw, addr, op.cta)}], {op.tx_bytes};")
+        lw.emit(f"mbarrier.arrive.expect_tx.shared::cluster.b64 _, [{_remote(lw, addr, op.cta)}], {op.tx_bytes};")
 
 
 def mbarrier_wait(lw: Lowering, op: ops.MbarrierWait) -> None:

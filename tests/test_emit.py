@@ -26,7 +26,7 @@ def test_two_sm_tma_masks_barrier_not_destination():
 def test_level1_has_plain_loads_and_relay():
     text = ptx("level1")
     assert "cta_group::2.shared::cluster.global" not in text
-    assert "mapa.shared::cluster.u32" in text and "mbarrier.arrive.release.cluster.shared::cluster.b64" in text
+    assert "mapa.shared::cluster.u32" in text and "mbarrier.arrive.shared::cluster.b64 _, [%x" in text
 
 
 def test_commit_multicasts_to_both_ctas():

@@ -69,6 +69,10 @@ class Cta:
         self.warps: list[Warp] = []
         self.live = 0
         self.exited = False
+        self._wgmma_queues: dict[int, WarpgroupQueue] = {}
+
+    def wgmma_queue(self, warpgroup: int) -> "WarpgroupQueue":
+        return self._wgmma_queues.setdefault(warpgroup, WarpgroupQueue())
 
 
 class Warp:
@@ -85,10 +89,9 @@ class Warp:
         self.after_wait = None  # run once the wait it is parked on passes
         self.waiters: list[Warp] = []  # warps parked on this warp's own async groups (itself)
         self.done = False
-        self.tc = AsyncQueue(self, "tcgen05")
-        self.wg = AsyncQueue(self, "wgmma")
-        self.wg_committed = 0
-        self.wg_uncovered: list[tuple[int, str]] = []
+        self.tc = AsyncQueue(self)
+        self.wg_issued = self.wg_committed = 0
+        self.wg_pending: list[tuple[int, WgmmaOp, str]] = []  # (group, op, accumulator) not yet waited for
         self.acc_written: set[str] = set()
         self.bulk_open: list[StoreUnit] = []
         self.bulk_groups: list[list[StoreUnit]] = []
@@ -113,7 +116,7 @@ class TmaLoadUnit:
         data = m.glob.load_box(tensor, col, row, cols, rows)
         _check_alive(self.bar, self.who)
         self.dst.smem.end_async_write(self.handle, self.idx, data.view(np.uint8).ravel())
-        if self.bar.complete_tx(rows * cols * 2, self.issue_phase, str(self.who)):
+        if self.bar.complete_tx(rows * cols * 2, self.issue_phase, self.who):
             m.wake(self.bar)
         return True
 
@@ -137,10 +140,10 @@ class StoreUnit:
 
 
 class AsyncQueue:
-    """A warp's in-order async ops (tcgen05 MMAs and commits, or wgmmas); fires its head."""
+    """A warp's in-order tcgen05 ops (MMAs and commits); fires its head."""
 
-    def __init__(self, warp: Warp, kind: str):
-        self.warp, self.kind = warp, kind
+    def __init__(self, warp: Warp):
+        self.warp = warp
         self.ops: deque = deque()
         self.listed = False
 
@@ -154,6 +157,55 @@ class AsyncQueue:
         self.ops.popleft()(m)
         m.wake(self.warp)
         self.listed = bool(self.ops)
+        return not self.listed
+
+
+class WgmmaOp:
+    """The j-th wgmma of a warpgroup: one tensor-core op made of its four warps' parts (``.sync.aligned``)."""
+
+    __slots__ = ("parts", "done")
+
+    def __init__(self):
+        self.parts: dict[Warp, object] = {}
+        self.done = False
+
+
+class WarpgroupQueue:
+    """A warpgroup's wgmmas in issue order; the head fires once all four warps issued it, completing all parts.
+
+    PTX ISA "wgmma.mma_async": the instruction is executed by all 128 threads of
+    the warpgroup; one warp's ``wgmma.wait_group`` thus also covers the
+    operand reads of the other three warps' parts (CUTLASS releases a stage
+    from one elected thread per warpgroup on this basis).
+    """
+
+    def __init__(self):
+        self.ops: deque[WgmmaOp] = deque()
+        self.base = 0  # sequence number of ops[0]
+        self.listed = False
+
+    def join(self, m: "Machine", seq: int, warp: Warp, part) -> WgmmaOp:
+        while self.base + len(self.ops) <= seq:
+            self.ops.append(WgmmaOp())
+        op = self.ops[seq - self.base]
+        op.parts[warp] = part
+        if not self.listed and self._head_ready():
+            self.listed = True
+            m.inflight.append(self)
+        return op
+
+    def _head_ready(self) -> bool:
+        return bool(self.ops) and len(self.ops[0].parts) == 4
+
+    def fire(self, m: "Machine") -> bool:
+        op = self.ops.popleft()
+        self.base += 1
+        for warp, part in op.parts.items():
+            part()
+        op.done = True
+        for warp in op.parts:
+            m.wake(warp)
+        self.listed = self._head_ready()
         return not self.listed
 
 
@@ -189,9 +241,10 @@ class Machine:
         self.rendezvous: dict[tuple, Rendezvous] = {}
         self.steps = self.ops = 0
         self.ctas = [Cta(plan, c, smem_base) for c in range(self.grid)]
+        program = W.Program(kernel)
         for cta in self.ctas:
             for w in range(plan.threads // W.LANES):
-                walker = W.WarpWalker(kernel, ctaid=cta.ctaid, nctaid=self.grid, cluster_size=plan.cluster_size,
+                walker = W.WarpWalker(program, ctaid=cta.ctaid, nctaid=self.grid, cluster_size=plan.cluster_size,
                                       warp=w, smem_base=smem_base, params=self.params)
                 warp = Warp(cta, walker)
                 cta.warps.append(warp)
@@ -317,7 +370,7 @@ class Machine:
     def _arrive(self, w: Warp, ev: W.ArriveEv) -> None:
         kind = "arrive.expect_tx" if ev.tx else "arrive"
         bar = self._bar(w, ev.bar, f"mbarrier.{kind}")
-        if bar.arrive(ev.lanes, ev.tx, str(w.who(kind))):
+        if bar.arrive(ev.lanes, ev.tx, f"{w.walker.where().who} {kind}"):
             self.wake(bar)
 
     def _wait(self, w: Warp, ev: W.WaitEv) -> None:
@@ -376,7 +429,7 @@ class Machine:
         for _ in range(ev.lanes):
             for rank, ref in zip(ev.dst_ranks, ev.bars):
                 dst = self._cta(w, rank)
-                bar = self._bar(w, ref, str(who))
+                bar = self._bar(w, ref, who)
                 handle = dst.smem.begin_async_write(ev.dst, ev.dst + rows * cols * 2, who)
                 self.inflight.append(TmaLoadUnit(dst, handle, idx, (ev.tensor, ev.col, ev.row, cols, rows), bar, who))
 
@@ -443,7 +496,7 @@ class Machine:
         w.cta.smem.internal_write(self.plan.tmem_slot, np.array([0], dtype=np.uint32).view(np.uint8))
 
     def _tmem_base(self, w: Warp, ev) -> None:
-        raw = w.cta.smem.generic_read(self.plan.tmem_slot, self.plan.tmem_slot + 4, str(w.who("TmemBase")))
+        raw = w.cta.smem.generic_read(self.plan.tmem_slot, self.plan.tmem_slot + 4, w.who("TmemBase"))
         w.reply = int(raw.view(np.uint32)[0])
 
     def _dealloc(self, w: Warp, ev: W.DeallocEv) -> None:
@@ -468,7 +521,7 @@ class Machine:
         if lane != quarter:
             raise SimError(f"TMEM lane access: {who} reads TMEM lanes [{lane}, {lane + 32}); warp {w.index} may "
                            f"access lanes [{quarter}, {quarter + 32}) only (PTX ISA tcgen05.ld: warp w%4 of a warpgroup)")
-        w.reply = w.cta.tmem.read(lane, col, ev.ncols, str(who))
+        w.reply = w.cta.tmem.read(lane, col, ev.ncols, who)
 
     # ---------------------------------------------------------------- tcgen05.mma
 
@@ -500,12 +553,12 @@ class Machine:
             b_vals.append(vb)
             handles += [(c, ha), (c, hb)]
         for c in ctas:
-            c.tmem.begin_write(lane, col, 128, n_total, str(who))
+            c.tmem.begin_write(lane, col, 128, n_total, who)
         b_t = np.ascontiguousarray(np.concatenate(b_vals).T)  # (a contiguous right operand keeps BLAS fast)
 
         def complete(m: Machine) -> None:
             for c, av in zip(ctas, a_vals):
-                c.tmem.end_write(lane, col, av @ b_t, ev.accumulate, str(who))
+                c.tmem.end_write(lane, col, av @ b_t, ev.accumulate, who)
             for c, h in handles:
                 c.smem.end_async_read(h)
 
@@ -513,12 +566,12 @@ class Machine:
 
     def _commit(self, w: Warp, ev: W.CommitEv) -> None:
         who = w.who("UmmaCommit")
-        bars = [self._bar(w, ref, str(who)) for ref in ev.bars]
+        bars = [self._bar(w, ref, who) for ref in ev.bars]
 
         def complete(m: Machine) -> None:
             for bar in bars:
                 _check_alive(bar, who)
-                if bar.arrive(1, 0, str(who)):
+                if bar.arrive(1, 0, f"{who.where.who} tcgen05.commit"):
                     m.wake(bar)
 
         for _ in range(ev.lanes):
@@ -530,8 +583,8 @@ class Machine:
         who = w.who(f"Wgmma m64n{ev.n}k16 {ev.acc}")
         a, b = wgmma_operand(ev.a_desc, f"{who} A"), wgmma_operand(ev.b_desc, f"{who} B")
         q = w.index % 4  # this warp's 16 rows of the m64 tile
-        idx_a = kmajor_sw128_index(a.start, 64, a.sbo, self.smem_base)[16 * q: 16 * q + 16]
         smem = w.cta.smem
+        idx_a = kmajor_sw128_index(a.start, 64, a.sbo, self.smem_base)[16 * q: 16 * q + 16]
         ha = smem.begin_async_read(idx_a, who)
         a_vals = smem.bf16(idx_a)
         b_vals, hb = self._operand_rows(w.cta, b.start, b.sbo, ev.n, who)
@@ -542,37 +595,40 @@ class Machine:
         w.acc_written.add(ev.acc)
         rows, cols = wgmma_fragment(ev.n)
         regs = w.walker.regs
-        group = w.wg_committed
 
-        def complete(m: Machine) -> None:
+        def piece() -> None:
             c = (a_vals @ b_t)[rows, cols]
             regs[ev.acc] = regs[ev.acc] + c if ev.accumulate else c
             smem.end_async_read(ha)
             smem.end_async_read(hb)
 
-        w.wg_uncovered.append((group, ev.acc))
+        queue = w.cta.wgmma_queue(w.index // 4)
+        op = queue.join(self, w.wg_issued, w, piece)
+        w.wg_issued += 1
+        w.wg_pending.append((w.wg_committed, op, ev.acc))
         w.walker.busy[ev.acc] = "a wgmma writing it is not covered by a wgmma.wait_group"
-        w.wg.push(self, _Tagged(complete, group))
 
     def _wgmma_commit(self, w: Warp, ev) -> None:
         w.wg_committed += 1
 
     def _wgmma_wait(self, w: Warp, ev: W.WgmmaWaitEv) -> None:
+        """``wgmma.wait_group N``: the warp's committed groups but the N most recent are complete."""
         oldest_allowed = w.wg_committed - ev.n
 
         def ready() -> bool:
-            return all(op.group >= oldest_allowed for op in w.wg.ops)
+            return all(op.done for g, op, _ in w.wg_pending if g < oldest_allowed)
 
         def cover() -> None:
-            w.wg_uncovered = [(g, acc) for g, acc in w.wg_uncovered if g >= oldest_allowed]
-            still = {acc for _, acc in w.wg_uncovered}
+            w.wg_pending = [(g, op, acc) for g, op, acc in w.wg_pending if g >= oldest_allowed]
+            still = {acc for _, _, acc in w.wg_pending}
             for acc in [a for a in w.walker.busy if a in w.acc_written and a not in still]:
                 del w.walker.busy[acc]
 
         if ready():
             cover()
             return
-        self.park(w, _Blocked(w, lambda: f"wgmma.wait_group {ev.n}: {len(w.wg.ops)} wgmmas in flight",
+        self.park(w, _Blocked(w, lambda: f"wgmma.wait_group {ev.n}: "
+                                         f"{sum(not op.done for _, op, _ in w.wg_pending)} wgmmas in flight",
                               w.walker.where()), ready)
         w.after_wait = cover
 
@@ -627,15 +683,3 @@ class _Blocked:
 
     def __init__(self, waitable, text, where: W.Where):
         self.waitable, self.text, self.where = waitable, text, where
-
-
-class _Tagged:
-    """An async completion callable tagged with its wgmma group."""
-
-    __slots__ = ("fn", "group")
-
-    def __init__(self, fn, group: int):
-        self.fn, self.group = fn, group
-
-    def __call__(self, m: Machine) -> None:
-        self.fn(m)

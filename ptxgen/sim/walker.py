@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import ops as O
-from ..ir.expr import Param, Sreg, Var, evaluate, lift
+from ..ir.expr import Bin, Const, Param, Select, Sreg, Var, apply_binop, lift
 from ..ir.printer import expr_str
 from .numerics import f32_to_bf16_bits
 
@@ -239,6 +239,56 @@ class SyncEv(Ev):
 # ------------------------------------------------------------------ the interpreter
 
 
+class Program:
+    """Per-kernel cache of compiled expressions, shared by every warp that runs the kernel.
+
+    An expression tree compiles once into nested closures ``f(walker) -> value``
+    with :func:`ptxgen.ir.expr.apply_binop` at each node (the same u32
+    semantics as :func:`ptxgen.ir.expr.evaluate`, without re-dispatching on
+    node types at every evaluation).
+    """
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self._fns: dict[int, tuple[object, object]] = {}  # id(expr) -> (expr, fn); keeps expr alive
+
+    def fn(self, e):
+        hit = self._fns.get(id(e))
+        if hit is None:
+            hit = self._fns[id(e)] = (e, _compile(e))
+        return hit[1]
+
+
+def _compile(e):
+    if isinstance(e, Const):
+        v = e.value
+        return lambda wk: v
+    if isinstance(e, Var):
+        name = e.name
+        return lambda wk: wk._read_var(name)
+    if isinstance(e, Sreg):
+        name = e.name
+        if name == "lane":
+            return lambda wk: LANE_IDS if wk.lane is None else wk.lane
+        if name == "tid":
+            return lambda wk: wk.warp * LANES + (LANE_IDS if wk.lane is None else wk.lane)
+        return lambda wk: wk.sregs[name]
+    if isinstance(e, Param):
+        name = e.name
+        return lambda wk: wk.params[name]
+    if isinstance(e, Bin):
+        op, fa, fb = e.op, _compile(e.a), _compile(e.b)
+        return lambda wk: apply_binop(op, fa(wk), fb(wk))
+    if isinstance(e, Select):
+        fc, fa, fb = _compile(e.cond), _compile(e.a), _compile(e.b)
+
+        def select(wk):
+            c, a, b = fc(wk), fa(wk), fb(wk)
+            return (a if c else b) if isinstance(c, int) else np.where(c != 0, a, b)
+        return select
+    raise IRFault(f"not an expression: {e!r}")
+
+
 class _OneLane:
     """A variable bound inside ``Elect``: defined on lane ``lane`` only."""
 
@@ -256,7 +306,7 @@ class WarpWalker:
     """Runs the kernel body for one warp; :meth:`run` is the event generator (see module docstring).
 
     Args:
-        kernel: the Kernel IR (its plan gives descriptor high words and idesc).
+        program: the kernel's :class:`Program` (its plan gives descriptor high words and idesc).
         ctaid, nctaid, cluster_size: the CTA's ``blockIdx.x``, ``gridDim.x`` and cluster size
             (rank = ctaid % cluster_size: clusters are consecutive CTAs along x).
         warp: warp index in the CTA.
@@ -265,10 +315,11 @@ class WarpWalker:
         values: False for a dry run (stores carry no data; the verifier).
     """
 
-    def __init__(self, kernel, *, ctaid: int, nctaid: int, cluster_size: int, warp: int, smem_base: int,
+    def __init__(self, program: Program, *, ctaid: int, nctaid: int, cluster_size: int, warp: int, smem_base: int,
                  params: dict[str, int], values: bool = True):
-        self.plan = kernel.plan
-        self.body = kernel.body
+        self.program = program
+        self.plan = program.kernel.plan
+        self.body = program.kernel.body
         self.cs = cluster_size
         self.rank = ctaid % cluster_size
         self.ctaid = ctaid
@@ -316,19 +367,6 @@ class WarpWalker:
 
     # ---------------------------------------------------------------- expressions and variables
 
-    def _leaf(self, e):
-        if isinstance(e, Var):
-            return self._read_var(e.name)
-        if isinstance(e, Sreg):
-            if e.name == "lane":
-                return LANE_IDS if self.lane is None else self.lane
-            if e.name == "tid":
-                return self.warp * LANES + (LANE_IDS if self.lane is None else self.lane)
-            return self.sregs[e.name]
-        if isinstance(e, Param):
-            return self.params[e.name]
-        raise IRFault(f"unknown leaf {e!r}")
-
     def _read_var(self, name: str):
         try:
             v = self.vars[name]
@@ -358,11 +396,12 @@ class WarpWalker:
             self.vars[name] = arr
 
     def eval(self, e):
-        return evaluate(e, self._leaf)
+        """Value of expression ``e``: an int, or a (32,) array where it differs across lanes."""
+        return self.program.fn(e)(self)
 
     def uniform(self, e, what: str) -> int:
         """``e`` as one int; IRFault when its value differs across the executing lanes."""
-        v = evaluate(e, self._leaf)
+        v = self.eval(e)
         if isinstance(v, np.ndarray):
             if (v != v[0]).any():
                 raise IRFault(f"{what} {expr_str(e)} is not uniform across the warp's lanes (values {sorted(set(v.tolist()))})")
@@ -382,7 +421,7 @@ class WarpWalker:
 
     def _per_lane(self, e) -> np.ndarray:
         """Value of ``e`` on each active lane (32 values, or 1 inside Elect) as int64."""
-        v = evaluate(e, self._leaf)
+        v = self.eval(e)
         if self.lane is None:
             return np.broadcast_to(np.asarray(v, dtype=np.int64), (LANES,))
         return np.array([int(v)], dtype=np.int64)
