@@ -240,6 +240,7 @@ class Machine:
         self.inflight: list = []
         self.rendezvous: dict[tuple, Rendezvous] = {}
         self.steps = self.ops = 0
+        self.fingerprint = 0  # hash of the scheduler's choices: equal fingerprints, same interleaving
         self.ctas = [Cta(plan, c, smem_base) for c in range(self.grid)]
         program = W.Program(kernel)
         for cta in self.ctas:
@@ -271,11 +272,14 @@ class Machine:
                 raise SimError(f"step limit: {max_steps} scheduler steps without finishing (livelock?)")
             if inflight and (not runnable or rng.random() < self.p_async):
                 i = rng.randrange(len(inflight))
+                self.fingerprint = (self.fingerprint * 1000003 + 2 * i + 1) & 0xFFFFFFFFFFFF
                 if inflight[i].fire(self):
                     inflight[i] = inflight[-1]
                     inflight.pop()
             else:
-                self._step(runnable[rng.randrange(len(runnable))])
+                i = rng.randrange(len(runnable))
+                self.fingerprint = (self.fingerprint * 1000003 + 2 * i) & 0xFFFFFFFFFFFF
+                self._step(runnable[i])
         if any(not w.done for c in self.ctas for w in c.warps):
             raise SimError(self._deadlock_report())
         self._check_final_barriers()
@@ -334,7 +338,7 @@ class Machine:
     def _cta(self, w: Warp, rank: int) -> Cta:
         return self.ctas[w.cta.cluster * self.plan.cluster_size + rank]
 
-    def _bar(self, w: Warp, ref: W.BarRef, what: str) -> Mbarrier:
+    def _bar(self, w: Warp, ref: W.BarRef, what: object) -> Mbarrier:
         """The barrier ``ref`` names, checked initialized and visible to ``w``.  Raises SimError."""
         cta = self._cta(w, ref.rank)
         bar = cta.bars.get((ref.name, ref.index))
@@ -538,11 +542,11 @@ class Machine:
         group = plan.cta_group
         if group == 2 and cta.rank % 2:
             raise SimError(f"tcgen05.mma.cta_group::2 issued by the odd CTA of the pair: {who}")
-        m_total, n_total = umma_shape(ev.idesc, str(who))
+        m_total, n_total = umma_shape(ev.idesc, who)
         if m_total != 128 * group:
             raise SimError(f"unsupported MMA shape: {who}: M={m_total} with cta_group::{group}; the simulator "
                            f"models M = 128 rows per CTA")
-        a, b = umma_operand(ev.a_desc, f"{who} A"), umma_operand(ev.b_desc, f"{who} B")
+        a, b = umma_operand(ev.a_desc, who, "A"), umma_operand(ev.b_desc, who, "B")
         ctas = [cta, self._cta(w, cta.rank ^ 1)] if group == 2 else [cta]
         lane, col = ev.d >> 16, ev.d & 0xFFFF
         a_vals, b_vals, handles = [], [], []
@@ -581,7 +585,7 @@ class Machine:
 
     def _wgmma(self, w: Warp, ev: W.WgmmaEv) -> None:
         who = w.who(f"Wgmma m64n{ev.n}k16 {ev.acc}")
-        a, b = wgmma_operand(ev.a_desc, f"{who} A"), wgmma_operand(ev.b_desc, f"{who} B")
+        a, b = wgmma_operand(ev.a_desc, who, "A"), wgmma_operand(ev.b_desc, who, "B")
         q = w.index % 4  # this warp's 16 rows of the m64 tile
         smem = w.cta.smem
         idx_a = kmajor_sw128_index(a.start, 64, a.sbo, self.smem_base)[16 * q: 16 * q + 16]

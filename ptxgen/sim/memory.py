@@ -97,7 +97,7 @@ class SharedMemory:
 
     # ---------------------------------------------------------------- checks
 
-    def check_range(self, lo: int, hi: int, who: str, *, write: bool) -> None:
+    def check_range(self, lo: int, hi: int, who: object, *, write: bool) -> None:
         """Bounds, and for writes the reserved ranges.  Raises SimError."""
         if lo < 0 or hi > self.size:
             raise SimError(f"out of bounds: {who} touches smem [{lo:#x}, {hi:#x}) of {self.cta}, "
@@ -108,7 +108,7 @@ class SharedMemory:
                     raise SimError(f"out of bounds: {who} writes smem [{lo:#x}, {hi:#x}) of {self.cta}, "
                                    f"overlapping the {name} at [{rlo:#x}, {rhi:#x})")
 
-    def _hazards(self, lo: int, hi: int, who: str) -> None:
+    def _hazards(self, lo: int, hi: int, who: object) -> None:
         for rlo, rhi, reader in self.readers.values():
             if lo < rhi and rlo < hi:
                 raise SimError(f"write after read: {who} writes smem [{lo:#x}, {hi:#x}) of {self.cta} while "
@@ -125,7 +125,7 @@ class SharedMemory:
 
     # ---------------------------------------------------------------- async writes (TMA loads)
 
-    def begin_async_write(self, lo: int, hi: int, who: str) -> int:
+    def begin_async_write(self, lo: int, hi: int, who: object) -> int:
         """An async write of [lo, hi) was issued: the bytes are INFLIGHT until :meth:`end_async_write`."""
         self.check_range(lo, hi, who, write=True)
         self._hazards(lo, hi, who)
@@ -141,7 +141,7 @@ class SharedMemory:
 
     # ---------------------------------------------------------------- generic writes (st.shared)
 
-    def generic_write(self, idx: np.ndarray, values: np.ndarray, who: str) -> None:
+    def generic_write(self, idx: np.ndarray, values: np.ndarray, who: object) -> None:
         """``st.shared`` of ``values`` at byte offsets ``idx`` (state GENERIC until the writer's fence)."""
         lo, hi = int(idx.min()), int(idx.max()) + 1
         self.check_range(lo, hi, who, write=True)
@@ -161,7 +161,7 @@ class SharedMemory:
 
     # ---------------------------------------------------------------- async reads (MMA, TMA store)
 
-    def begin_async_read(self, idx: np.ndarray, who: str) -> int:
+    def begin_async_read(self, idx: np.ndarray, who: object) -> int:
         """Check every byte at ``idx`` is VALID and hold the range until :meth:`end_async_read`.  Raises SimError."""
         lo, hi = int(idx.min()), int(idx.max()) + 1
         self.check_range(lo, hi, who, write=False)
@@ -178,7 +178,7 @@ class SharedMemory:
     def end_async_read(self, handle: int) -> None:
         del self.readers[handle]
 
-    def generic_read(self, lo: int, hi: int, who: str) -> np.ndarray:
+    def generic_read(self, lo: int, hi: int, who: object) -> np.ndarray:
         """``ld.shared`` of [lo, hi): the bytes must have been written.  Raises SimError."""
         self.check_range(lo, hi, who, write=False)
         if (self.state[lo:hi] == UNDEF).any():
@@ -195,8 +195,11 @@ class SharedMemory:
 class Tmem:
     """One CTA's tensor memory: 128 lanes x 512 columns of 32 bit (PTX ISA "Tensor Memory").
 
-    Per cell: the f32 value, whether a completed MMA wrote it, and how many
-    issued MMAs that write it have not completed.
+    Per cell: the f32 value, whether a completed MMA wrote it, how many
+    issued MMAs that write it have not completed, and whether ``tcgen05.ld``
+    read it since an MMA last overwrote it (accumulate flag off).  In these
+    kernels the epilogue reads each accumulator cell once per tile, so a
+    second read before the next tile's first MMA completes is a stale read.
     """
 
     LANES, COLS = 128, 512
@@ -206,10 +209,11 @@ class Tmem:
         self.value = np.zeros((self.LANES, self.COLS), dtype=np.float32)
         self.written = np.zeros((self.LANES, self.COLS), dtype=bool)
         self.pending = np.zeros((self.LANES, self.COLS), dtype=np.int32)
+        self.consumed = np.zeros((self.LANES, self.COLS), dtype=bool)
         self.cols = 0  # allocated columns (from address 0)
         self.freed = False
 
-    def _region(self, lane: int, col: int, rows: int, ncols: int, who: str) -> tuple[slice, slice]:
+    def _region(self, lane: int, col: int, rows: int, ncols: int, who: object) -> tuple[slice, slice]:
         if self.freed:
             raise SimError(f"TMEM use after dealloc: {who} touches TMEM of {self.cta} after tcgen05.dealloc")
         if not self.cols:
@@ -219,10 +223,10 @@ class Tmem:
                            f"[{col}, {col + ncols}) of {self.cta}; {self.cols} columns are allocated")
         return slice(lane, lane + rows), slice(col, col + ncols)
 
-    def begin_write(self, lane: int, col: int, rows: int, ncols: int, who: str) -> None:
+    def begin_write(self, lane: int, col: int, rows: int, ncols: int, who: object) -> None:
         self.pending[self._region(lane, col, rows, ncols, who)] += 1
 
-    def end_write(self, lane: int, col: int, result: np.ndarray, accumulate: bool, who: str) -> None:
+    def end_write(self, lane: int, col: int, result: np.ndarray, accumulate: bool, who: object) -> None:
         """An MMA completed: ``D = result (+ D)`` on its cells."""
         region = self._region(lane, col, *result.shape, who)
         self.pending[region] -= 1
@@ -234,9 +238,10 @@ class Tmem:
             self.value[region] += result
         else:
             self.value[region] = result
+            self.consumed[region] = False
         self.written[region] = True
 
-    def read(self, lane: int, col: int, ncols: int, who: str) -> np.ndarray:
+    def read(self, lane: int, col: int, ncols: int, who: object) -> np.ndarray:
         """``tcgen05.ld`` of 32 lanes x ncols: every cell written by a completed MMA.  Raises SimError."""
         region = self._region(lane, col, 32, ncols, who)
         if self.pending[region].any():
@@ -248,6 +253,12 @@ class Tmem:
             c = col + int(np.flatnonzero(~self.written[region].all(axis=0))[0])
             raise SimError(f"TMEM read before write: {who} reads TMEM of {self.cta} lanes [{lane}, {lane + 32}) "
                            f"columns [{col}, {col + ncols}); column {c} was never written by an MMA")
+        if self.consumed[region].any():
+            c = col + int(np.flatnonzero(self.consumed[region].any(axis=0))[0])
+            raise SimError(f"TMEM read before write: {who} reads TMEM of {self.cta} lanes [{lane}, {lane + 32}) "
+                           f"columns [{col}, {col + ncols}); column {c} was already read since an MMA last wrote it "
+                           "(stale accumulator: epilogue read before tmem_full?)")
+        self.consumed[region] = True
         return self.value[region].copy()
 
     def busy(self) -> bool:

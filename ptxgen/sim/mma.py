@@ -30,32 +30,32 @@ class Operand:
     sbo: int
 
 
-def _decode(spec, desc: int, who: str) -> dict[str, int]:
+def _decode(spec, desc: int, who: object) -> dict[str, int]:
     try:
         return spec.decode(desc)
     except ValueError as exc:
         raise SimError(f"bad descriptor: {who}: {exc}") from None
 
 
-def umma_operand(desc: int, who: str) -> Operand:
+def umma_operand(desc: int, who: object, operand: str) -> Operand:
     """Decode a tcgen05 shared-memory descriptor (K-major, 128B swizzle, version 1, base offset 0)."""
     f = _decode(UMMA_SMEM_DESC, desc, who)
     if f["layout"] != _UMMA_SW128 or f["version"] != _UMMA_VERSION or f["base_offset"] or f["lbo_mode"]:
-        raise SimError(f"bad descriptor: {who}: {desc:#018x} decodes to {f}; the simulator models K-major bf16 "
+        raise SimError(f"bad descriptor: {who}, operand {operand}: {desc:#018x} decodes to {f}; the simulator models K-major bf16 "
                        "with 128B swizzle (layout 2, version 1, base offset 0, relative LBO)")
     return Operand(f["start"] << 4, f["sbo"] << 4)
 
 
-def wgmma_operand(desc: int, who: str) -> Operand:
+def wgmma_operand(desc: int, who: object, operand: str) -> Operand:
     """Decode a wgmma matrix descriptor (K-major, 128B swizzle, base offset 0)."""
     f = _decode(WGMMA_SMEM_DESC, desc, who)
     if f["swizzle"] != _WGMMA_SW128 or f["base_offset"]:
-        raise SimError(f"bad descriptor: {who}: {desc:#018x} decodes to {f}; the simulator models K-major bf16 "
+        raise SimError(f"bad descriptor: {who}, operand {operand}: {desc:#018x} decodes to {f}; the simulator models K-major bf16 "
                        "with 128B swizzle (swizzle 1, base offset 0)")
     return Operand(f["start"] << 4, f["sbo"] << 4)
 
 
-def umma_shape(idesc: int, who: str) -> tuple[int, int]:
+def umma_shape(idesc: int, who: object) -> tuple[int, int]:
     """(M, N) of a ``.kind::f16`` instruction descriptor for bf16 x bf16 -> f32, both K-major."""
     f = _decode(UMMA_IDESC_F16, idesc, who)
     if (f["d_format"], f["a_format"], f["b_format"], f["a_major"], f["b_major"]) != (1, 1, 1, 0, 0) \

@@ -63,7 +63,7 @@ class Mbarrier:
         self.arrivals[who] += n
         return self._maybe_complete()
 
-    def complete_tx(self, nbytes: int, issue_phase: int, who: str) -> bool:
+    def complete_tx(self, nbytes: int, issue_phase: int, who: object) -> bool:
         """A TMA issued while the barrier was in phase ``issue_phase`` delivered ``nbytes``; True on completion."""
         if self.phase != issue_phase:
             raise SimError(f"transaction-byte mismatch: {who} delivers {nbytes} B to {self.name} for phase "

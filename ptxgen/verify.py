@@ -1,0 +1,555 @@
+"""Static verifier: the barrier protocol, shared-memory layout, TMEM bounds and teardown of a Kernel IR.
+
+The verifier *traces* the kernel: it walks every warp of every CTA of one
+small launch with :class:`ptxgen.sim.walker.WarpWalker` (the simulator's
+interpreter, without timing or data; in these kernels control flow never
+depends on barrier state, so each warp's event sequence is fixed), and then
+checks the traces.  The launch has ``accumulator.stages + 2`` tiles per
+cluster (persistent kernels: one cluster; otherwise one tile per cluster) and
+``2 * stages + 1`` k-blocks, so every ring wraps and every parity is used.
+
+Phases.  A warp *visits* a barrier once per iteration of its innermost
+enclosing loop in which it arrives on it or aims TMA bytes at it; its j-th
+visit belongs to phase j of that barrier (each role walks the same ring of
+iterations).  For each phase:
+
+* arrivals from all roles and CTAs (lanes counted: a whole-warp arrive is 32)
+  equal the barrier's init count;
+* the expect_tx bytes equal the bytes the TMA loads aimed at it deliver
+  (2-SM loads land on the even CTA's barrier, multicast loads on each
+  destination's: both CTAs' bytes count on one barrier);
+* each wait (``try_wait.parity``) needs a number of completed phases that the
+  arrivals provide; a consumer's first wait must not pass on a fresh barrier
+  (parity 1 passes at once: only a producer_acquire may rely on it), and
+  consecutive waits of one warp move one phase at a time.
+
+Data flow.  An MMA reads an A/B stage only after a consumer wait on that
+stage's ``full`` barrier in the same iteration; a TMA load fills a stage only
+after a producer_acquire on its ``empty`` barrier and signals that stage's
+``full``; MMAs write an accumulator stage after waiting ``tmem_empty``, the
+epilogue reads it after waiting ``tmem_full``.
+
+Layout and teardown.  Shared-memory regions lie inside the allocation,
+aligned (1024 B for 128B-swizzled operands), without overlap, and every
+access stays inside one region slot; TMEM accesses stay inside the
+allocation (and a warp's own 32-lane quarter); TMEM is allocated and freed
+by the same warp with a thread barrier between the alloc, every use and the
+dealloc (cluster-wide for ``cta_group::2``); a multi-CTA kernel ends with a
+cluster barrier.
+
+Violations raise :class:`ptxgen.errors.VerifyError` naming the barrier, the
+roles and the numbers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import SMEM_LIMIT_BYTES
+from .errors import VerifyError
+from .plan import SWIZZLE_ATOM_BYTES, Plan
+from .sim import walker as W
+from .sim.mma import umma_operand, umma_shape, wgmma_operand
+
+SMEM_BASE = 0x400  # shared-window address used for the trace (descriptor start fields are absolute)
+TMEM_COLS = 512
+_OPERANDS = ("A", "B")
+
+
+# ------------------------------------------------------------------ the trace
+
+
+@dataclass
+class _Rec:
+    ev: W.Ev
+    where: W.Where
+    key: tuple  # loop-variable values
+    syncs: int  # all-CTA / cluster barriers the warp passed before this event
+
+
+@dataclass
+class _Trace:
+    plan: Plan
+    m: int
+    n: int
+    k: int
+    grid: int
+    warps: dict[tuple[int, int], list[_Rec]]  # (ctaid, warp) -> events in program order
+
+    @property
+    def events(self) -> int:
+        return sum(len(r) for r in self.warps.values())
+
+
+def _launch(plan: Plan) -> tuple[int, int, int, int]:
+    """(m, n, k, num_sms) of the traced launch (see module docstring)."""
+    tiles = plan.acc_stages + 2 if plan.is_sm100 else 3
+    m, n = plan.cluster_tile_rows * tiles, plan.block_n
+    k = plan.block_k * (2 * plan.stages + 1)
+    return m, n, k, plan.cluster_size
+
+
+def _trace(kernel) -> _Trace:
+    plan: Plan = kernel.plan
+    m, n, k, num_sms = _launch(plan)
+    grid = plan.launch_spec().grid.grid_x(m, n, num_sms)
+    program = W.Program(kernel)
+    counted = ("cluster",) if plan.cta_group == 2 else ("cta", "cluster")  # barriers that order TMEM use
+    warps: dict[tuple[int, int], list[_Rec]] = {}
+    for ctaid in range(grid):
+        for warp in range(plan.threads // W.LANES):
+            wk = W.WarpWalker(program, ctaid=ctaid, nctaid=grid, cluster_size=plan.cluster_size, warp=warp,
+                              smem_base=SMEM_BASE, params={"m": m, "n": n, "k": k}, values=False)
+            recs, syncs, gen, reply = [], 0, wk.run(), None
+            try:
+                while True:
+                    ev = gen.send(reply)
+                    reply = None
+                    recs.append(_Rec(ev, wk.where(), wk.loop_key(), syncs))
+                    if isinstance(ev, W.TmemBaseEv):
+                        reply = 0
+                    elif isinstance(ev, W.TmemLoadEv):
+                        reply = np.zeros((W.LANES, ev.ncols), dtype=np.float32)
+                    elif isinstance(ev, W.SyncEv) and ev.kind in counted:
+                        syncs += 1
+            except StopIteration:
+                pass
+            except W.IRFault as exc:
+                raise VerifyError(f"{exc} ({wk.where()})") from None
+            warps[(ctaid, warp)] = recs
+    return _Trace(plan, m, n, k, grid, warps)
+
+
+# ------------------------------------------------------------------ barrier phases
+
+
+@dataclass
+class _Phase:
+    arrivals: Counter = field(default_factory=Counter)  # source -> arrivals
+    expected: Counter = field(default_factory=Counter)  # source -> expect_tx bytes
+    delivered: Counter = field(default_factory=Counter)  # source -> TMA bytes
+
+    @staticmethod
+    def sources(c: Counter, unit: str = "") -> str:
+        """``source xN`` (arrivals) or ``source N B`` (bytes) for each source of ``c``."""
+        return ", ".join(f"{s} {v} {unit}" if unit else f"{s} x{v}" for s, v in c.items()) or "none"
+
+
+@dataclass
+class _Wait:
+    parity: int
+    role: str
+    where: W.Where
+
+
+@dataclass
+class _Barrier:
+    """Everything the trace did to one barrier instance."""
+
+    ctaid: int
+    rank: int
+    name: str
+    index: int
+    count: int | None = None
+    phases: dict[int, _Phase] = field(default_factory=lambda: defaultdict(_Phase))
+    waits: dict[tuple[int, int], list[_Wait]] = field(default_factory=lambda: defaultdict(list))  # by waiting warp
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}[{self.index}] of CTA {self.ctaid} (rank {self.rank})"
+
+
+def _source(where: W.Where, kind: str) -> str:
+    return f"{where.role}@r{where.rank} {kind}"
+
+
+class _Barriers:
+    """Barrier instances of a trace, with arrivals, tx bytes and waits assigned to phases by visit."""
+
+    def __init__(self, trace: _Trace):
+        self.plan = trace.plan
+        self.cs = trace.plan.cluster_size
+        self.bars: dict[tuple[int, str, int], _Barrier] = {}
+        self.box_bytes = {name: t.box[0] * t.box[1] * 2 for name, t in trace.plan.launch_spec().tensor_maps.items()}
+        for (ctaid, warp), recs in trace.warps.items():
+            visits: dict[tuple, list] = {}  # instance -> [visit index, last loop key]
+            for rec in recs:
+                if isinstance(rec.ev, W.InitEv):
+                    self._init(self._get(self._key(ctaid, rec.ev.bar)), rec)
+                    continue
+                if isinstance(rec.ev, W.WaitEv):
+                    b = self._get(self._key(ctaid, rec.ev.bar))
+                    b.waits[(ctaid, warp)].append(_Wait(rec.ev.parity, rec.ev.role, rec.where))
+                    continue
+                for bar_key, fn in self._touches(ctaid, rec):
+                    v = visits.get(bar_key)
+                    if v is None:
+                        v = visits[bar_key] = [0, rec.key]
+                    elif v[1] != rec.key:
+                        v[0], v[1] = v[0] + 1, rec.key
+                    fn(self._get(bar_key), v[0])
+
+    def _get(self, key: tuple[int, str, int]) -> _Barrier:
+        b = self.bars.get(key)
+        if b is None:
+            ctaid, name, index = key
+            b = self.bars[key] = _Barrier(ctaid, ctaid % self.cs, name, index)
+        return b
+
+    def _key(self, ctaid: int, ref: W.BarRef) -> tuple[int, str, int]:
+        return (ctaid - ctaid % self.cs + ref.rank, ref.name, ref.index)
+
+    @staticmethod
+    def _init(b: _Barrier, rec: _Rec) -> None:
+        if b.count is not None:
+            raise VerifyError(f"double init: {b.label} initialized with {b.count}, then {rec.ev.count} by {rec.where}")
+        b.count = rec.ev.count
+
+    def _touches(self, ctaid: int, rec: _Rec):
+        """(instance, recorder(barrier, phase)) for each barrier the event arrives on or delivers bytes to."""
+        ev, where = rec.ev, rec.where
+        if isinstance(ev, W.ArriveEv):
+            remote = "remote " if ev.bar.rank != where.rank else ""
+            kind = f"{remote}arrive" + (".expect_tx" if ev.tx else "")
+
+            def arrive(b, j):
+                ph = b.phases[j]
+                ph.arrivals[_source(where, kind)] += ev.lanes
+                if ev.tx:
+                    ph.expected[_source(where, kind)] += ev.tx
+            return [(self._key(ctaid, ev.bar), arrive)]
+        if isinstance(ev, W.TmaLoadEv):
+            nbytes = self.box_bytes[ev.tensor] * ev.lanes
+            src = _source(where, f"TMA {ev.tensor}")
+
+            def deliver(b, j):
+                b.phases[j].delivered[src] += nbytes
+            return [(self._key(ctaid, ref), deliver) for ref in ev.bars]
+        if isinstance(ev, W.CommitEv):
+            src = _source(where, "commit" + (" multicast" if len(ev.bars) > 1 else ""))
+
+            def commit(b, j):
+                b.phases[j].arrivals[src] += ev.lanes
+            return [(self._key(ctaid, ref), commit) for ref in ev.bars]
+        return []
+
+
+def _need(waits: list[_Wait], bar: _Barrier) -> list[int]:
+    """Completed phases each wait needs: the smallest count c (not below the previous need) with parity(c) != P."""
+    needs, prev = [], 0
+    for i, w in enumerate(waits):
+        c = prev if (prev & 1) != w.parity else prev + 1
+        if i == 0 and c == 0 and not w.role.startswith("producer"):
+            raise VerifyError(f"wrong phase parity: {w.role} by {w.where} waits parity {w.parity} on a fresh "
+                              f"{bar.label}, which passes at once; only a producer_acquire may start on parity 1 "
+                              "(a consumer waits (iteration / stages) & 1)")
+        if i and c > prev + 1:
+            raise VerifyError(f"wrong phase parity: {w.role} by {w.where} waits parity {w.parity} on {bar.label} "
+                              f"twice in a row (previous wait {waits[i - 1].where.at}): it skips a phase")
+        needs.append(c)
+        prev = c
+    return needs
+
+
+def _check_barriers(bs: _Barriers) -> int:
+    """Counts, tx bytes and waits of every barrier instance; returns the number of phases checked."""
+    plan = bs.plan
+    specs = {s.name: s for s in plan.barrier_specs()}
+    checked = 0
+    for b in bs.bars.values():
+        spec = specs.get(b.name)
+        if spec is None or not 0 <= b.index < spec.num:
+            raise VerifyError(f"no such barrier: {b.label}; the plan has "
+                              f"{', '.join(f'{s.name}[{s.num}]' for s in plan.barrier_specs())}")
+        if b.count is None:
+            raise VerifyError(f"uninitialized barrier: {b.label} is used but no MbarrierInit initializes it")
+        complete = 0
+        for j in sorted(b.phases):
+            ph = b.phases[j]
+            got = sum(ph.arrivals.values())
+            if got != b.count:
+                raise VerifyError(
+                    f"arrival count mismatch: {b.label}, phase {j}: {got} arrival(s) ({ph.sources(ph.arrivals)}) but "
+                    f"its init count is {b.count} (plan {b.name}.init = {spec.init})")
+            exp, dlv = sum(ph.expected.values()), sum(ph.delivered.values())
+            if exp != dlv:
+                raise VerifyError(
+                    f"transaction-byte mismatch: {b.label}, phase {j}: expect_tx {exp} B ({ph.sources(ph.expected, 'B')}) "
+                    f"but the TMA loads aimed at it deliver {dlv} B ({ph.sources(ph.delivered, 'B')})")
+            if j == complete:
+                complete += 1
+            checked += 1
+        for waits in b.waits.values():
+            for w, need in zip(waits, _need(waits, b)):
+                if need > complete:
+                    raise VerifyError(
+                        f"wait can never complete: {w.role} by {w.where} on {b.label} needs {need} completed "
+                        f"phase(s); the arrivals complete {complete} (nobody "
+                        f"{'arrives on it' if not b.phases else 'arrives for phase ' + str(complete)})")
+    return checked
+
+
+# ------------------------------------------------------------------ data flow: wait before use
+
+
+class _Slots:
+    """Which region slot (A/B/CD stage) a shared-memory byte range lies in."""
+
+    def __init__(self, plan: Plan):
+        self.regions = [("A", plan.a.offset, plan.a.stride, plan.a.count, plan.a_stage_bytes),
+                        ("B", plan.b.offset, plan.b.stride, plan.b.count, plan.b_stage_bytes),
+                        ("CD", plan.cd.offset, plan.cd.stride, plan.cd.count, plan.cd_stage_bytes)]
+
+    def find(self, lo: int, hi: int) -> tuple[str, int] | None:
+        for name, off, stride, count, size in self.regions:
+            if stride and off <= lo:
+                i = (lo - off) // stride
+                if i < count and hi <= off + i * stride + size:
+                    return name, i
+        return None
+
+    def slot(self, lo: int, hi: int, what: str, where: W.Where, kinds: tuple[str, ...]) -> tuple[str, int]:
+        """The (region, slot) holding [lo, hi); VerifyError unless it is one slot of a region in ``kinds``."""
+        hit = self.find(lo, hi)
+        if hit is None or hit[0] not in kinds:
+            inside = f"{hit[0]} stage {hit[1]}" if hit else "no single A, B or CD slot"
+            raise VerifyError(f"smem access outside its region: {what} by {where} touches [{lo:#x}, {hi:#x}), which "
+                              f"lies in {inside}; it must stay inside one {' or '.join(kinds)} slot")
+        return hit
+
+
+def _operand_extent(start: int, rows: int, sbo: int) -> tuple[int, int]:
+    """Byte range [lo, hi) (from the smem base) of a k16 slice of a K-major SW128 operand of ``rows`` rows."""
+    lo = start - SMEM_BASE
+    return lo, lo + (rows // 8 - 1) * sbo + 7 * 128 + 32
+
+
+def _check_dataflow(trace: _Trace) -> None:
+    """Wait-before-use, TMA stage/barrier pairing, smem slots and TMEM bounds, warp by warp."""
+    plan = trace.plan
+    slots = _Slots(plan)
+    acc_cols = plan.acc_stage_cols or 1
+    for (ctaid, warp), recs in trace.warps.items():
+        last_wait: dict[tuple[str, int], tuple] = {}
+
+        def require(name: str, index: int, rec: _Rec, what: str) -> None:
+            got = last_wait.get((name, index))
+            if got is None or rec.key[: len(got)] != got:
+                raise VerifyError(f"missing wait: {what} by {rec.where} without a wait on {name}[{index}] in this "
+                                  f"iteration (last wait on it: {'never' if got is None else got})")
+
+        for rec in recs:
+            ev = rec.ev
+            if isinstance(ev, W.WaitEv):
+                last_wait[(ev.bar.name, ev.bar.index)] = rec.key
+            elif isinstance(ev, W.TmaLoadEv):
+                size = plan.launch_spec().tensor_maps[ev.tensor]
+                region, s = slots.slot(ev.dst, ev.dst + size.box[0] * size.box[1] * 2, f"TmaLoad {ev.tensor}", rec.where,
+                                       _OPERANDS)
+                _aligned(ev.dst, SWIZZLE_ATOM_BYTES, f"TmaLoad {ev.tensor}", rec.where)
+                if any(ref.index != s or ref.name != "full" for ref in ev.bars):
+                    raise VerifyError(f"TMA into the wrong stage: TmaLoad {ev.tensor} by {rec.where} writes {region} "
+                                      f"stage {s} but completes on {', '.join(map(str, ev.bars))}")
+                require("empty", s, rec, f"TmaLoad {ev.tensor} into {region} stage {s}")
+            elif isinstance(ev, W.UmmaEv):
+                _check_umma(plan, slots, ev, rec, require, acc_cols)
+            elif isinstance(ev, W.WgmmaEv):
+                for operand, desc, rows in (("A", ev.a_desc, 64), ("B", ev.b_desc, ev.n)):
+                    op = wgmma_operand(desc, rec.where, operand)
+                    region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo), f"Wgmma operand {operand}", rec.where,
+                                           _OPERANDS)
+                    require("full", s, rec, f"Wgmma reads {region} stage {s}")
+            elif isinstance(ev, W.TmemLoadEv):
+                lane, col = ev.taddr >> 16, ev.taddr & 0xFFFF
+                if lane != 32 * (warp % 4) or col + ev.ncols > plan.tmem_cols:
+                    raise VerifyError(f"TMEM access out of bounds: TmemLoad by {rec.where} reads lanes [{lane}, "
+                                      f"{lane + 32}) columns [{col}, {col + ev.ncols}); warp {warp} owns lanes "
+                                      f"[{32 * (warp % 4)}, {32 * (warp % 4) + 32}), {plan.tmem_cols} columns allocated")
+                require("tmem_full", col // acc_cols, rec, f"TmemLoad of accumulator stage {col // acc_cols}")
+            elif isinstance(ev, W.StSharedEv):
+                for addr in set(ev.addrs.tolist()):
+                    slots.slot(addr, addr + ev.nbytes, "StSharedBf16", rec.where, ("CD",))
+            elif isinstance(ev, W.TmaStoreEv):
+                box = plan.launch_spec().tensor_maps[ev.tensor].box
+                slots.slot(ev.src, ev.src + box[0] * box[1] * 2, f"TmaStore {ev.tensor}", rec.where, ("CD",))
+            _check_issuers(ev, rec)
+
+
+def _check_umma(plan: Plan, slots: _Slots, ev: W.UmmaEv, rec: _Rec, require, acc_cols: int) -> None:
+    m_total, n_total = umma_shape(ev.idesc, rec.where)
+    for operand, desc, rows in (("A", ev.a_desc, 128), ("B", ev.b_desc, n_total // plan.cta_group)):
+        op = umma_operand(desc, rec.where, operand)
+        region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo), f"Umma operand {operand}", rec.where, _OPERANDS)
+        require("full", s, rec, f"Umma reads {region} stage {s}")
+    lane, col = ev.d >> 16, ev.d & 0xFFFF
+    if lane or col + n_total > plan.tmem_cols:
+        raise VerifyError(f"TMEM access out of bounds: Umma by {rec.where} writes lanes [{lane}, {lane + 128}) columns "
+                          f"[{col}, {col + n_total}); {plan.tmem_cols} columns are allocated")
+    require("tmem_empty", col // acc_cols, rec, f"Umma into accumulator stage {col // acc_cols}")
+    if plan.cta_group == 2 and rec.where.rank % 2:
+        raise VerifyError(f"tcgen05.mma.cta_group::2 issued by the odd CTA of the pair: {rec.where}")
+
+
+def _check_issuers(ev: W.Ev, rec: _Rec) -> None:
+    if isinstance(ev, (W.UmmaEv, W.CommitEv, W.TmaLoadEv, W.TmaStoreEv)) and ev.lanes != 1:
+        raise VerifyError(f"issued by {ev.lanes} threads: {ev.op.describe()} by {rec.where}; one elected thread "
+                          "issues it (each thread would issue its own copy)")
+
+
+def _aligned(off: int, align: int, what: str, where: W.Where) -> None:
+    if off % align:
+        raise VerifyError(f"misaligned: {what} by {where} at smem+{off:#x}; needs {align}-byte alignment")
+
+
+# ------------------------------------------------------------------ layout, TMEM lifetime, teardown
+
+
+def _check_layout(plan: Plan) -> None:
+    """Regions inside the allocation, aligned and disjoint (slot by slot)."""
+    pieces = [(f"A[{i}]", plan.a.at(i), plan.a_stage_bytes, SWIZZLE_ATOM_BYTES) for i in range(plan.a.count)]
+    pieces += [(f"B[{i}]", plan.b.at(i), plan.b_stage_bytes, SWIZZLE_ATOM_BYTES) for i in range(plan.b.count)]
+    cd_align = SWIZZLE_ATOM_BYTES if plan.cfg.epilogue.swizzle == "128" else 128
+    pieces += [(f"CD[{i}]", plan.cd.at(i), plan.cd_stage_bytes, cd_align) for i in range(plan.cd.count)]
+    pieces += [(s.name, s.offset, 8 * s.num, 8) for s in plan.barrier_specs()]
+    pieces += [("tmem slot", plan.tmem_slot, 4, 4)]
+    if plan.smem_bytes > SMEM_LIMIT_BYTES:
+        raise VerifyError(f"shared memory budget: {plan.smem_bytes} B > {SMEM_LIMIT_BYTES} B")
+    for name, off, size, align in pieces:
+        if off % align:
+            raise VerifyError(f"misaligned region: {name} at {off:#x} needs {align}-byte alignment")
+        if off < 0 or off + size > plan.smem_bytes:
+            raise VerifyError(f"region out of bounds: {name} [{off:#x}, {off + size:#x}) outside {plan.smem_bytes} B")
+    spans = sorted((off, off + size, name) for name, off, size, _ in pieces if size)
+    for (lo1, hi1, n1), (lo2, hi2, n2) in zip(spans, spans[1:]):
+        if lo2 < hi1:
+            raise VerifyError(f"overlapping regions: {n1} [{lo1:#x}, {hi1:#x}) and {n2} [{lo2:#x}, {hi2:#x})")
+
+
+def _check_tmem_lifetime(trace: _Trace) -> None:
+    """Alloc and dealloc by one warp, a thread barrier between the alloc, every TMEM use and the dealloc."""
+    plan = trace.plan
+    if not plan.is_sm100:
+        return
+    cs = plan.cluster_size
+    life: dict[int, tuple[int, int]] = {}
+    for (ctaid, _), recs in trace.warps.items():
+        allocs = [r for r in recs if isinstance(r.ev, W.AllocEv)]
+        deallocs = [r for r in recs if isinstance(r.ev, W.DeallocEv)]
+        if not allocs and not deallocs:
+            continue
+        if len(allocs) != 1 or len(deallocs) != 1:
+            raise VerifyError(f"TMEM lifetime: {(allocs or deallocs)[0].where} allocates {len(allocs)}x and frees "
+                              f"{len(deallocs)}x; one warp allocates once and frees once")
+        a, d = allocs[0], deallocs[0]
+        cols = a.ev.cols
+        if cols < 32 or cols > TMEM_COLS or cols & (cols - 1) or cols != plan.tmem_cols or d.ev.cols != cols:
+            raise VerifyError(f"TMEM allocation: {a.where} allocates {cols} and frees {d.ev.cols} columns; needs the "
+                              f"plan's {plan.tmem_cols}, a power of two in [32, {TMEM_COLS}]")
+        if d.syncs <= a.syncs:
+            raise VerifyError(f"TMEM lifetime: {d.where} frees TMEM with no "
+                              f"{'cluster' if plan.cta_group == 2 else 'thread'} barrier after the alloc")
+        life[ctaid] = (a.syncs, d.syncs)
+    for (ctaid, _), recs in trace.warps.items():
+        for r in recs:
+            if isinstance(r.ev, W.UmmaEv):
+                owners = [ctaid, ctaid ^ 1] if plan.cta_group == 2 else [ctaid]
+            elif isinstance(r.ev, W.TmemLoadEv):
+                owners = [ctaid]
+            else:
+                continue
+            for owner in owners:
+                if owner not in life:
+                    raise VerifyError(f"TMEM not allocated: {r.ev.op.describe()} by {r.where} uses TMEM of CTA "
+                                      f"{owner}, which never allocates")
+                lo, hi = life[owner]
+                if not lo < r.syncs < hi:
+                    raise VerifyError(f"TMEM lifetime: {r.ev.op.describe()} by {r.where} is not separated by a "
+                                      f"{'cluster' if cs == 2 else 'thread'} barrier from the alloc and the dealloc "
+                                      f"of CTA {owner}'s TMEM")
+
+
+def _check_teardown(trace: _Trace) -> None:
+    if trace.plan.cluster_size < 2:
+        return
+    for (ctaid, warp), recs in trace.warps.items():
+        last = recs[-1] if recs else None
+        if last is None or not (isinstance(last.ev, W.SyncEv) and last.ev.kind == "cluster"):
+            raise VerifyError(f"no cluster barrier at exit: warp {warp} of CTA {ctaid} ends with "
+                              f"{last.ev.op.describe() if last else 'nothing'}; a multi-CTA kernel must end with a "
+                              "cluster barrier (a peer may still arrive on its barriers or use its TMEM)")
+
+
+# ------------------------------------------------------------------ API
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What :func:`verify` checked.
+
+    shape: (m, n, k) of the traced launch; grid: its CTAs; events: IR events traced;
+    phases: barrier phases checked; barriers: the barrier table rows.
+    """
+
+    kernel: str
+    shape: tuple[int, int, int]
+    grid: int
+    events: int
+    phases: int
+    barriers: list[dict]
+
+
+def verify(kernel) -> VerifyReport:
+    """Check the protocol of ``kernel`` (see module docstring).  Raises VerifyError on a violation."""
+    _check_layout(kernel.plan)
+    trace = _trace(kernel)
+    bars = _Barriers(trace)
+    phases = _check_barriers(bars)
+    _check_dataflow(trace)
+    _check_tmem_lifetime(trace)
+    _check_teardown(trace)
+    return VerifyReport(kernel.name, (trace.m, trace.n, trace.k), trace.grid, trace.events, phases, _table(bars))
+
+
+def barrier_table(kernel) -> list[dict]:
+    """One row per barrier array: name, count (array size), init per rank, arrivers, waiters, tx bytes per phase.
+
+    Arrivers and tx bytes are phase 0 of each rank's first barrier of the array,
+    as ``role@rank kind xN`` / bytes by source.  Does not check anything.
+    """
+    return _table(_Barriers(_trace(kernel)))
+
+
+def _table(bs: _Barriers) -> list[dict]:
+    rows = []
+    for spec in bs.plan.barrier_specs():
+        arrivers, waiters, tx = [], set(), []
+        for rank in range(bs.plan.cluster_size):
+            b = bs.bars.get((rank, spec.name, 0))
+            if b is None:
+                continue
+            ph = b.phases.get(0, _Phase())
+            arrivers.append(f"r{rank}: {ph.sources(ph.arrivals)}")
+            if ph.delivered:
+                tx.append(f"r{rank}: {sum(ph.delivered.values())} B ({ph.sources(ph.delivered, 'B')})")
+            waiters |= {f"{w[0].where.role}@r{rank} {w[0].role}" for w in b.waits.values()}
+        rows.append({"name": spec.name, "count": spec.num, "init": spec.init, "arrivers": "; ".join(arrivers),
+                     "waiters": ", ".join(sorted(waiters)) or "none", "tx_per_phase": "; ".join(tx) or "-"})
+    return rows
+
+
+def format_barrier_table(rows: list[dict]) -> str:
+    """Aligned text of :func:`barrier_table` rows."""
+    cols = [("name", "barrier"), ("count", "n"), ("init", "init/rank"), ("arrivers", "arrivals per phase"),
+            ("waiters", "waiters"), ("tx_per_phase", "tx bytes per phase")]
+    cells = [[head for _, head in cols]] + [[_cell(r[key]) for key, _ in cols] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _cell(v) -> str:
+    return "/".join(map(str, v)) if isinstance(v, tuple) else str(v)
