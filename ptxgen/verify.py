@@ -21,7 +21,9 @@ iterations).  For each phase:
 * each wait (``try_wait.parity``) needs a number of completed phases that the
   arrivals provide; a consumer's first wait must not pass on a fresh barrier
   (parity 1 passes at once: only a producer_acquire may rely on it), and
-  consecutive waits of one warp move one phase at a time.
+  consecutive waits of one warp move one phase at a time;
+* an eager replay of all warps (every async op completing at once) finishes:
+  no circular wait.
 
 Data flow.  An MMA reads an A/B stage only after a consumer wait on that
 stage's ``full`` barrier in the same iteration; a TMA load fills a stage only
@@ -292,6 +294,95 @@ def _check_barriers(bs: _Barriers) -> int:
     return checked
 
 
+# ------------------------------------------------------------------ causal replay
+
+
+class _Replay:
+    """Eager replay of the traced barrier protocol: finds circular waits the per-phase counts cannot see.
+
+    Every warp advances through its trace; async work completes at once (TMA
+    bytes land, a commit arrives, as soon as issued); a wait blocks until its
+    phase completed, a thread barrier until all its warps reached it.  If warps
+    remain and none can move, their waits form a cycle (e.g. a consumer that
+    releases a stage only after waiting for the stage's next fill).
+    """
+
+    def __init__(self, trace: _Trace, bs: _Barriers):
+        self.trace, self.bs = trace, bs
+        self.state: dict[tuple, list[int]] = {}  # instance -> [count, pending, tx, completed phases]
+        self.meet: dict[tuple, list] = {}  # rendezvous key -> warps arrived
+        self.pos = {w: 0 for w in trace.warps}
+
+    def run(self) -> None:
+        moved = True
+        while moved:
+            moved = False
+            for w, recs in self.trace.warps.items():
+                while self.pos[w] < len(recs) and self._step(w, recs[self.pos[w]]):
+                    self.pos[w] += 1
+                    moved = True
+        stuck = [(w, self.trace.warps[w][i]) for w, i in self.pos.items() if i < len(self.trace.warps[w])]
+        if stuck:
+            lines = [f"  {rec.where}: {self._blocked_on(w, rec)}" for w, rec in stuck[:12]]
+            more = f"\n  ... and {len(stuck) - 12} more" if len(stuck) > 12 else ""
+            raise VerifyError("circular wait: even with every async op completing at once, these warps block each "
+                              "other forever:\n" + "\n".join(lines) + more)
+
+    def _key(self, w, ref: W.BarRef) -> tuple:
+        return self.bs._key(w[0], ref)
+
+    def _arrive(self, key: tuple, n: int, tx: int) -> None:
+        st = self.state[key]
+        st[1] -= n
+        st[2] += tx
+        if st[1] <= 0 and st[2] == 0:
+            st[1], st[3] = st[0] + st[1], st[3] + 1
+
+    def _step(self, w, rec: _Rec) -> bool:
+        ev = rec.ev
+        if isinstance(ev, W.InitEv):
+            self.state[self._key(w, ev.bar)] = [ev.count, ev.count, 0, 0]
+        elif isinstance(ev, W.ArriveEv):
+            self._arrive(self._key(w, ev.bar), ev.lanes, ev.tx)
+        elif isinstance(ev, W.TmaLoadEv):
+            for ref in ev.bars:
+                self._arrive(self._key(w, ref), 0, -self.bs.box_bytes[ev.tensor] * ev.lanes)
+        elif isinstance(ev, W.CommitEv):
+            for ref in ev.bars:
+                self._arrive(self._key(w, ref), ev.lanes, 0)
+        elif isinstance(ev, W.WaitEv):
+            st = self.state.get(self._key(w, ev.bar))
+            return st is not None and (st[3] & 1) != ev.parity
+        elif isinstance(ev, W.SyncEv):
+            return self._sync(w, ev)
+        return True
+
+    def _sync(self, w, ev: W.SyncEv) -> bool:
+        key = (ev.kind, w[0] // self.trace.plan.cluster_size if ev.kind == "cluster" else w[0], ev.id)
+        here = self.meet.setdefault(key, [])
+        if w in here:
+            return False
+        here.append(w)
+        if len(here) < ev.threads // W.LANES:
+            return False
+        for other in here:  # release: the others pass their sync on their next visit
+            if other != w:
+                self.pos[other] += 1
+        self.meet[key] = []
+        return True
+
+    def _blocked_on(self, w, rec: _Rec) -> str:
+        ev = rec.ev
+        if isinstance(ev, W.SyncEv):
+            return f"{ev.op.describe()} (other warps never arrive)"
+        st = self.state.get(self._key(w, ev.bar))
+        b = self.bs.bars[self._key(w, ev.bar)]
+        if st is None:
+            return f"{ev.role} on {b.label} before its init"
+        return (f"{ev.role} on {b.label} for parity {ev.parity}: {st[3]} phase(s) completed, phase {st[3]} has "
+                f"{st[1]} of {st[0]} arrivals pending")
+
+
 # ------------------------------------------------------------------ data flow: wait before use
 
 
@@ -505,9 +596,10 @@ def verify(kernel) -> VerifyReport:
     """Check the protocol of ``kernel`` (see module docstring).  Raises VerifyError on a violation."""
     _check_layout(kernel.plan)
     trace = _trace(kernel)
+    _check_dataflow(trace)
     bars = _Barriers(trace)
     phases = _check_barriers(bars)
-    _check_dataflow(trace)
+    _Replay(trace, bars).run()
     _check_tmem_lifetime(trace)
     _check_teardown(trace)
     return VerifyReport(kernel.name, (trace.m, trace.n, trace.k), trace.grid, trace.events, phases, _table(bars))

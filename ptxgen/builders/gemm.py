@@ -272,10 +272,11 @@ class _GemmBuilder:
                         out += self.release_tmem()
                     for q in range(p.tmem_ld_cols // 8):
                         idx = tuple(range(q * 8, q * 8 + 8))
-                        col = c * p.store_block_n + j * p.tmem_ld_cols + q * 8
+                        col_in_chunk = j * p.tmem_ld_cols + q * 8  # staging rows hold one store chunk
                         if tma:
-                            out.append(StSharedBf16(self.cd_addr(self.cd_buffer(seq, None), erow, col // 8), "v", idx))
+                            out.append(StSharedBf16(self.cd_addr(self.cd_buffer(seq, None), erow, col_in_chunk // 8), "v", idx))
                         else:
+                            col = c * p.store_block_n + col_in_chunk
                             out.append(StGlobalBf16(Var("m_row") + (w * 128) + erow, Var("n_col") + col, "v", idx))
                 if tma:
                     out += self.cd_commit(Var("n_col") + c * p.store_block_n, Var("m_row") + w * 128, seq, group=None)

@@ -1,10 +1,13 @@
 """The simulated machine: a grid of CTAs whose warps run as coroutines under a random scheduler.
 
 Every warp of every CTA is a :class:`~ptxgen.sim.walker.WarpWalker`
-generator.  Each scheduler step either resumes one runnable warp up to its
-next event, or completes one in-flight asynchronous unit; both choices are
-drawn from a seeded ``random.Random``, so a schedule seed is an interleaving.
-Asynchronous work completes *later* than its issue, in drawn order:
+generator.  Time counts warp steps: each step resumes one runnable warp,
+drawn at random, up to its next event.  Asynchronous work completes *later*
+than its issue: each unit gets a random latency (exponential, with a mean
+drawn per run from 1 to 128 steps, and one unit in ten a 20x straggler)
+and fires once due, before the next warp step; with no runnable warp, time
+jumps to the next due unit.  All draws come from one seeded
+``random.Random``, so a schedule seed is an interleaving.  The units:
 
 * TMA loads (one unit per destination CTA): write the box into shared memory
   (128B swizzle, out-of-bounds zero fill), then ``complete_tx`` on the
@@ -26,6 +29,7 @@ warp has not exited is a deadlock.
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections import deque
 
@@ -107,18 +111,19 @@ class Warp:
 class TmaLoadUnit:
     """One destination CTA's share of a TMA load: lands the box, then complete_tx on its barrier."""
 
+    __slots__ = ("dst", "handle", "idx", "box", "bar", "who", "issue_phase")
+
     def __init__(self, dst: Cta, handle: int, idx: np.ndarray, box: tuple, bar: Mbarrier, who: Who):
         self.dst, self.handle, self.idx, self.box, self.bar, self.who = dst, handle, idx, box, bar, who
         self.issue_phase = bar.phase
 
-    def fire(self, m: "Machine") -> bool:
+    def fire(self, m: "Machine") -> None:
         tensor, col, row, cols, rows = self.box
         data = m.glob.load_box(tensor, col, row, cols, rows)
         _check_alive(self.bar, self.who)
         self.dst.smem.end_async_write(self.handle, self.idx, data.view(np.uint8).ravel())
         if self.bar.complete_tx(rows * cols * 2, self.issue_phase, self.who):
             m.wake(self.bar)
-        return True
 
 
 class StoreUnit:
@@ -128,15 +133,15 @@ class StoreUnit:
         self.warp, self.handle, self.box, self.col, self.row = warp, handle, box, col, row
         self.read_done = self.done = False
 
-    def fire(self, m: "Machine") -> bool:
+    def fire(self, m: "Machine") -> None:
         if not self.read_done:
             self.warp.cta.smem.end_async_read(self.handle)
             self.read_done = True
+            m.schedule(self)
         else:
             m.glob.store_box(self.col, self.row, self.box)
             self.done = True
         m.wake(self.warp)
-        return self.done
 
 
 class AsyncQueue:
@@ -145,19 +150,17 @@ class AsyncQueue:
     def __init__(self, warp: Warp):
         self.warp = warp
         self.ops: deque = deque()
-        self.listed = False
 
     def push(self, m: "Machine", op) -> None:
         self.ops.append(op)
-        if not self.listed:
-            self.listed = True
-            m.inflight.append(self)
+        if len(self.ops) == 1:
+            m.schedule(self)
 
-    def fire(self, m: "Machine") -> bool:
+    def fire(self, m: "Machine") -> None:
         self.ops.popleft()(m)
         m.wake(self.warp)
-        self.listed = bool(self.ops)
-        return not self.listed
+        if self.ops:
+            m.schedule(self)
 
 
 class WgmmaOp:
@@ -182,31 +185,29 @@ class WarpgroupQueue:
     def __init__(self):
         self.ops: deque[WgmmaOp] = deque()
         self.base = 0  # sequence number of ops[0]
-        self.listed = False
 
     def join(self, m: "Machine", seq: int, warp: Warp, part) -> WgmmaOp:
         while self.base + len(self.ops) <= seq:
             self.ops.append(WgmmaOp())
         op = self.ops[seq - self.base]
         op.parts[warp] = part
-        if not self.listed and self._head_ready():
-            self.listed = True
-            m.inflight.append(self)
+        if seq == self.base and self._head_ready():
+            m.schedule(self)
         return op
 
     def _head_ready(self) -> bool:
         return bool(self.ops) and len(self.ops[0].parts) == 4
 
-    def fire(self, m: "Machine") -> bool:
+    def fire(self, m: "Machine") -> None:
         op = self.ops.popleft()
         self.base += 1
-        for warp, part in op.parts.items():
+        for part in op.parts.values():
             part()
         op.done = True
         for warp in op.parts:
             m.wake(warp)
-        self.listed = self._head_ready()
-        return not self.listed
+        if self._head_ready():
+            m.schedule(self)
 
 
 # ------------------------------------------------------------------ the machine
@@ -235,9 +236,10 @@ class Machine:
         self.glob = GlobalTensors(a, b, poison)
         self.smem_base = smem_base
         self.rng = random.Random(schedule_seed)
-        self.p_async = self.rng.choice((0.05, 0.2, 0.5, 0.8))
+        self.mean_latency = self.rng.choice((1.0, 8.0, 32.0, 128.0))
+        self.now = 0
         self.runnable: list[Warp] = []
-        self.inflight: list = []
+        self.due: list[tuple[int, float, object]] = []  # heap of (due step, tie-break, async unit)
         self.rendezvous: dict[tuple, Rendezvous] = {}
         self.steps = self.ops = 0
         self.fingerprint = 0  # hash of the scheduler's choices: equal fingerprints, same interleaving
@@ -265,24 +267,31 @@ class Machine:
 
     def run(self, max_steps: int) -> None:
         """Run to completion; SimError on any fault, on deadlock, or after ``max_steps`` steps."""
-        rng, runnable, inflight = self.rng, self.runnable, self.inflight
-        while runnable or inflight:
+        rng, runnable, due = self.rng, self.runnable, self.due
+        while runnable or due:
             self.steps += 1
             if self.steps > max_steps:
                 raise SimError(f"step limit: {max_steps} scheduler steps without finishing (livelock?)")
-            if inflight and (not runnable or rng.random() < self.p_async):
-                i = rng.randrange(len(inflight))
-                self.fingerprint = (self.fingerprint * 1000003 + 2 * i + 1) & 0xFFFFFFFFFFFF
-                if inflight[i].fire(self):
-                    inflight[i] = inflight[-1]
-                    inflight.pop()
+            if due and (due[0][0] <= self.now or not runnable):
+                when, tie, unit = heapq.heappop(due)
+                self.now = max(self.now, when)
+                self.fingerprint = (self.fingerprint * 1000003 + 2 * int(tie * 65521) + 1) & 0xFFFFFFFFFFFF
+                unit.fire(self)
             else:
                 i = rng.randrange(len(runnable))
                 self.fingerprint = (self.fingerprint * 1000003 + 2 * i) & 0xFFFFFFFFFFFF
+                self.now += 1
                 self._step(runnable[i])
         if any(not w.done for c in self.ctas for w in c.warps):
             raise SimError(self._deadlock_report())
         self._check_final_barriers()
+
+    def schedule(self, unit) -> None:
+        """Make async ``unit`` fire after a random latency (see module docstring)."""
+        delay = self.rng.expovariate(1.0 / self.mean_latency)
+        if self.rng.random() < 0.1:
+            delay *= 20
+        heapq.heappush(self.due, (self.now + int(delay), self.rng.random(), unit))
 
     def _make_runnable(self, w: Warp) -> None:
         w.pos = len(self.runnable)
@@ -435,7 +444,7 @@ class Machine:
                 dst = self._cta(w, rank)
                 bar = self._bar(w, ref, who)
                 handle = dst.smem.begin_async_write(ev.dst, ev.dst + rows * cols * 2, who)
-                self.inflight.append(TmaLoadUnit(dst, handle, idx, (ev.tensor, ev.col, ev.row, cols, rows), bar, who))
+                self.schedule(TmaLoadUnit(dst, handle, idx, (ev.tensor, ev.col, ev.row, cols, rows), bar, who))
 
     def _tma_store(self, w: Warp, ev: W.TmaStoreEv) -> None:
         who = w.who(f"TmaStore {ev.tensor} (col {ev.col}, row {ev.row})")
@@ -446,7 +455,7 @@ class Machine:
             box = smem.data[idx].view(np.uint16).reshape(rows, cols)
             unit = StoreUnit(w, handle, box, ev.col, ev.row)
             w.bulk_open.append(unit)
-            self.inflight.append(unit)
+            self.schedule(unit)
 
     def _bulk_commit(self, w: Warp, ev) -> None:
         w.bulk_groups.append(w.bulk_open)
@@ -666,11 +675,11 @@ class Machine:
 
     def _deadlock_report(self) -> str:
         lines = [f"  {w.blocked_on.where}: {w.blocked_on.text()}" for cta in self.ctas for w in cta.warps if not w.done]
-        notes = [f"  {bar.describe()}" for cta in self.ctas for bar in cta.bars.values()
-                 if bar.initialized and bar.tx and not bar.waiters]
+        over = [f"  {bar.describe()}" for cta in self.ctas for bar in cta.bars.values() if bar.initialized and bar.tx < 0]
         text = f"deadlock: {len(lines)} warp(s) blocked, nothing in flight:\n" + "\n".join(lines)
-        if notes:
-            text += "\ntransaction-byte mismatch on barriers nobody waits for:\n" + "\n".join(notes)
+        if over:
+            text += ("\ntransaction-byte mismatch: TMA bytes landed on barriers whose expect_tx did not announce them:\n"
+                     + "\n".join(over[:8]) + (f"\n  ... and {len(over) - 8} more" if len(over) > 8 else ""))
         return text
 
 

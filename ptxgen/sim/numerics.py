@@ -21,7 +21,8 @@ ELEM_RTOL = 2e-2  # per element: |d - ref| <= ELEM_RTOL * (|ref| + rms(ref))
 
 def f32_to_bf16_bits(x) -> np.ndarray:
     """bf16 bit patterns (uint16) of ``x``, rounded to nearest even."""
-    f = np.ascontiguousarray(x, dtype=np.float32)
+    f = np.asarray(x, dtype=np.float32)
+    f = np.ascontiguousarray(f) if f.ndim else f  # C order, so callers can view the bits as bytes
     u = f.view(np.uint32).astype(np.uint64)
     out = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
     return np.where(np.isnan(f), np.uint16(BF16_QNAN), out)

@@ -15,10 +15,11 @@ from ..ir import ops as O
 
 def rewrite(kernel: O.Kernel, fn) -> O.Kernel:
     """A copy of ``kernel`` with ``fn`` applied to every op (see module docstring)."""
-    return replace(kernel, body=_body(kernel.body, fn))
+    return replace(kernel, body=rewrite_body(kernel.body, fn))
 
 
-def _body(body: tuple, fn) -> tuple:
+def rewrite_body(body: tuple, fn) -> tuple:
+    """``body`` with ``fn`` applied to every op, depth first."""
     out: list = []
     for op in body:
         rebuilt = _children(op, fn)
@@ -31,9 +32,9 @@ def _body(body: tuple, fn) -> tuple:
 
 def _children(op, fn):
     if isinstance(op, O.WarpSwitch):
-        return replace(op, roles=tuple(replace(r, body=_body(r.body, fn)) for r in op.roles))
+        return replace(op, roles=tuple(replace(r, body=rewrite_body(r.body, fn)) for r in op.roles))
     if isinstance(op, (O.For, O.Elect)):
-        return replace(op, body=_body(op.body, fn))
+        return replace(op, body=rewrite_body(op.body, fn))
     if isinstance(op, O.If):
-        return replace(op, then=_body(op.then, fn), orelse=_body(op.orelse, fn))
+        return replace(op, then=rewrite_body(op.then, fn), orelse=rewrite_body(op.orelse, fn))
     return op

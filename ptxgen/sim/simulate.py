@@ -23,7 +23,7 @@ class SimResult:
     rel_fro: relative Frobenius error ||D - ref||_F / ||ref||_F.
     max_rel_err: max-abs relative error max|D - ref| / max|ref|.
     steps: scheduler steps; ops_executed: IR events the warps executed.
-    grid: CTAs launched; schedule_seed: the interleaving; p_async: its drawn async-completion probability;
+    grid: CTAs launched; schedule_seed: the interleaving; mean_latency: its drawn mean async latency (steps);
     fingerprint: hash of the scheduler's choices (two runs with equal fingerprints interleaved identically).
     """
 
@@ -36,7 +36,7 @@ class SimResult:
     ops_executed: int
     grid: int
     schedule_seed: int
-    p_async: float
+    mean_latency: float
     fingerprint: int
 
 
@@ -82,4 +82,4 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
                        f"elements wrong; first wrong D[{i}, {j}] = {d[i, j]!r} (expected {ref[i, j]!r})")
     return SimResult(d=d, d_bits=machine.glob.d, ref=ref, rel_fro=cmp.rel_fro, max_rel_err=cmp.max_rel_err,
                      steps=machine.steps, ops_executed=machine.ops, grid=machine.grid, schedule_seed=sched,
-                     p_async=machine.p_async, fingerprint=machine.fingerprint)
+                     mean_latency=machine.mean_latency, fingerprint=machine.fingerprint)

@@ -54,7 +54,7 @@ class Mbarrier:
     def arrive(self, n: int, tx: int, who: str) -> bool:
         """``n`` arrivals after an expect-tx of ``tx`` bytes; True when the phase completed."""
         if n > self.pending:
-            raise SimError(f"over-arrival: {who} arrives {n}x on {self.name}, but phase {self.phase} has only "
+            raise SimError(f"over-arrival: {n} arrival(s) ({who}) on {self.name}, but phase {self.phase} has only "
                            f"{self.pending} of {self.count} arrivals pending{self._tx_note()}; "
                            f"arrived so far: {self._arrivals_text()}")
         self.tx += tx

@@ -1,0 +1,166 @@
+"""The static verifier: every shipped config passes; the barrier table; layout, TMEM and teardown rules.
+
+Planted protocol bugs (arrival counts, tx bytes, parities, missing waits...)
+are in tests/test_sim_planted.py, run against both tools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from ptxgen.config import load_config, shipped_configs
+from ptxgen.errors import ConfigError, SimError, VerifyError
+from ptxgen.ir import ops as O
+from ptxgen.ir.expr import Const
+from ptxgen.plan import make_plan
+from ptxgen.sim import simulate
+from ptxgen.sim.rewrite import rewrite
+from ptxgen.sim.sweep import default_shapes
+from ptxgen.verify import barrier_table, format_barrier_table, verify
+from test_sim_support import kernel_for
+
+pytestmark = pytest.mark.sim
+
+
+@pytest.mark.parametrize("config", shipped_configs())
+def test_shipped_config_verifies(config: str) -> None:
+    kernel = kernel_for(config)
+    report = verify(kernel)
+    assert report.kernel == kernel.name and report.phases > 0 and report.events > 0
+    assert [r["name"] for r in report.barriers] == [s.name for s in kernel.plan.barrier_specs()]
+
+
+def test_level9_barrier_table() -> None:
+    rows = {r["name"]: r for r in barrier_table(kernel_for("level9"))}
+    assert rows["full"]["init"] == (2, 2) and rows["full"]["count"] == 4
+    assert rows["full"]["arrivers"].startswith("r0: producer@r0 arrive.expect_tx x1, producer@r1 remote arrive.expect_tx x1")
+    assert rows["full"]["waiters"] == "mma@r0 consumer_wait"
+    assert rows["full"]["tx_per_phase"].startswith("r0: 98304 B (producer@r0 TMA a 32768 B")
+    assert rows["empty"]["arrivers"] == "r0: mma@r0 commit multicast x1; r1: mma@r0 commit multicast x1"
+    assert rows["tmem_empty"]["arrivers"].startswith("r0: epilogue@r0 arrive x128, epilogue@r1 remote arrive x128")
+    assert rows["tmem_empty"]["init"] == (256, 256)
+
+
+def test_sm90_multicast_barrier_table() -> None:
+    rows = {r["name"]: r for r in barrier_table(kernel_for("h100_128x256"))}
+    assert rows["full"]["tx_per_phase"] == ("r0: 49152 B (producer@r0 TMA a 16384 B, producer@r0 TMA b 16384 B, "
+                                            "producer@r1 TMA b 16384 B); r1: 49152 B (producer@r0 TMA b 16384 B, "
+                                            "producer@r1 TMA a 16384 B, producer@r1 TMA b 16384 B)")
+    assert rows["empty"]["init"] == (4, 4)
+
+
+def test_format_barrier_table() -> None:
+    text = format_barrier_table(barrier_table(kernel_for("level2")))
+    lines = text.splitlines()
+    assert lines[0].split() == ["barrier", "n", "init/rank", "arrivals", "per", "phase", "waiters", "tx", "bytes",
+                                "per", "phase"]
+    assert set(lines[1]) <= {"-", " "}
+    assert [ln.split()[0] for ln in lines[2:]] == ["full", "empty", "tmem_full", "tmem_empty"]
+    assert "2/2" in lines[2]
+
+
+# ------------------------------------------------------------------ layout, TMEM, teardown
+
+
+def _with_plan(config: str, change) -> O.Kernel:
+    return kernel_for(config, change(make_plan(load_config(config))))
+
+
+def test_overlapping_regions() -> None:
+    kernel = _with_plan("level3", lambda p: replace(p, b=replace(p.b, offset=p.a.offset + 8192)))
+    with pytest.raises(VerifyError, match=r"^overlapping regions: A\[0\] \[0x0, 0x4000\) and B\[0\] \[0x2000, 0x4000\)"):
+        verify(kernel)
+
+
+def test_misaligned_region() -> None:
+    kernel = _with_plan("level9", lambda p: replace(p, a=replace(p.a, offset=p.a.offset + 128)))
+    with pytest.raises(VerifyError, match=r"^misaligned region: A\[0\] at 0x8080 needs 1024-byte alignment"):
+        verify(kernel)
+
+
+def test_tmem_out_of_bounds() -> None:
+    kernel = _with_plan("level9", lambda p: replace(p, tmem_cols=256))
+    with pytest.raises(VerifyError, match=r"^TMEM access out of bounds: Umma by mma \(CTA 0, rank 0, warp 1\) at t=0 "
+                                          r"kb=0 writes lanes \[0, 128\) columns \[256, 512\); 256 columns"):
+        verify(kernel)
+
+
+def test_tmem_dealloc_without_barrier() -> None:
+    """Dealloc hoisted before the teardown cluster barrier: the MMAs of the pair may still write TMEM."""
+    base = kernel_for("level7")
+    body = list(base.body)
+    dealloc = next(i for i, op in enumerate(body) if isinstance(op, O.WarpSwitch) and op.roles[0].name == "tmem_dealloc")
+    sync = max(i for i in range(dealloc) if isinstance(body[i], O.ClusterSync))
+    body[sync], body[dealloc] = body[dealloc], body[sync]
+    with pytest.raises(VerifyError, match=r"^TMEM lifetime: Umma d=.* by mma \(CTA 0, rank 0, warp 1\) at t=0 kb=0 is "
+                                          r"not separated by a cluster barrier from the alloc and the dealloc"):
+        verify(replace(base, body=tuple(body)))
+
+
+def test_remote_arrive_on_missing_rank_is_an_ir_fault() -> None:
+    kernel = rewrite(kernel_for("level9"), lambda op: replace(op, cta=Const(2))
+                     if isinstance(op, O.MbarrierArrive) and op.cta is not None else op)
+    with pytest.raises(VerifyError, match=r"^barrier tmem_empty\[acc\] on cluster rank 2, but the cluster has 2 CTA\(s\) "
+                                          r"\(epilogue \(CTA 0, rank 0, warp 4\) at t=0\)"):
+        verify(kernel)
+
+
+def test_umma_from_every_lane() -> None:
+    """level9's MMA warp waits with all 32 lanes; without its Elect every lane would issue the MMAs."""
+    kernel = rewrite(kernel_for("level9"), lambda op: op.body if isinstance(op, O.Elect) and
+                     any(isinstance(o, O.Umma) for o in op.body) else op)
+    with pytest.raises(VerifyError, match=r"^issued by 32 threads: Umma .* by mma \(CTA 0, rank 0, warp 1\) at t=0 kb=0"):
+        verify(kernel)
+
+
+# ------------------------------------------------------------------ the config space
+
+
+_VARIANTS = st.fixed_dictionaries({
+    "config": st.sampled_from(["level3", "level6", "level7", "level9", "h100_128x256", "h100_256x128"]),
+    "pipeline.stages": st.integers(1, 6),
+    "schedule.group": st.integers(1, 4),
+    "epilogue.stages": st.integers(1, 2),
+})
+
+
+@settings(max_examples=12)
+@given(_VARIANTS)
+def test_config_variants_verify_and_simulate(variant: dict) -> None:
+    """Configs the validator accepts around the shipped ones pass the verifier and simulate correctly."""
+    base = load_config(variant["config"])
+    changes = {k: v for k, v in variant.items() if k != "config"}
+    if base.epilogue.store != "tma":
+        changes.pop("epilogue.stages")
+    assume(not (base.arch == "sm_90a" and changes["pipeline.stages"] == 1))  # see test_sm90_single_stage
+    try:
+        cfg = base.replace(**changes)
+    except ConfigError:
+        return
+    kernel = kernel_for(cfg.name, make_plan(cfg))
+    verify(kernel)
+    simulate(kernel, *default_shapes(kernel.plan)[1], seed=1)
+
+
+@pytest.mark.parametrize("config", ["h100_128x128", "h100_128x256"])
+def test_sm90_single_stage(config: str) -> None:
+    """sm_90a with pipeline.stages=1 (accepted by the config validator) deadlocks: the consumer releases stage
+    it-1 only after waiting for stage it's fill.  Both tools must agree on it, whichever way it gets fixed."""
+    try:
+        cfg = load_config(config).replace(**{"pipeline.stages": 1})
+    except ConfigError:
+        return  # fixed in validation
+    kernel = kernel_for(cfg.name, make_plan(cfg))
+    try:
+        simulate(kernel, *default_shapes(kernel.plan)[1])
+    except SimError as exc:
+        assert str(exc).startswith("deadlock: ")
+        with pytest.raises(VerifyError, match=r"^circular wait: .*\n  producer \(CTA 0, rank 0, warp 0\) at t=0 kb=1: "
+                                              r"producer_acquire on empty\[0\] of CTA 0 \(rank 0\) for parity 0"):
+            verify(kernel)
+    else:
+        verify(kernel)
