@@ -66,26 +66,21 @@ def cmd_build(args) -> int:
 
 def cmd_check(args) -> int:
     from .build import build
-    from .sim import simulate
+    from .sim import default_shapes, sweep
     from .verify import barrier_table, format_barrier_table, verify
 
-    shapes = args.shape or None
-    worst, runs = 0.0, 0
     for name in _configs(args):
         res = build(name)
         verify(res.kernel)
         print(f"{res.config.name}: verifier passed")
         print(format_barrier_table(barrier_table(res.kernel)))
-        p = res.plan
-        cases = shapes or [(p.cluster_tile_rows + 3, p.block_n + 5, 3 * p.block_k - 8), (p.cluster_tile_rows * 2, p.block_n * 2, p.block_k),
-                           (17, 9, 8)]
-        for m, n, k in cases:
-            for seed in range(args.interleavings):
-                r = simulate(res.kernel, m, n, k, seed=seed, num_sms=args.sms)
-                worst = max(worst, r.max_rel_err)
-                runs += 1
-        print(f"{res.config.name}: simulated {len(cases)} shapes x {args.interleavings} interleavings: "
-              f"0 faults, max rel error {worst:.1e}")
+        shapes = args.shape or default_shapes(res.plan)
+        result = sweep(res.kernel, shapes=shapes, interleavings=args.interleavings)
+        for shape, seed, message in result.faults:
+            print(f"{res.config.name}: fault at shape {shape}, schedule seed {seed}: {message}", file=sys.stderr)
+        print(f"{res.config.name}: {result.summary()}")
+        if result.faults:
+            return 1
     return 0
 
 
@@ -147,8 +142,7 @@ def parser() -> argparse.ArgumentParser:
     c = with_config(sub.add_parser("check", help="static verifier + CPU simulation"))
     c.add_argument("--all", action="store_true")
     c.add_argument("--shape", type=_shape, action="append", help="MxNxK to simulate (repeatable)")
-    c.add_argument("--interleavings", type=int, default=4, help="scheduler seeds per shape")
-    c.add_argument("--sms", type=int, default=4, help="SMs of the simulated persistent grid")
+    c.add_argument("--interleavings", type=int, default=20, help="scheduler seeds per shape")
     c.set_defaults(fn=cmd_check)
 
     r = with_config(sub.add_parser("run", help="one shape on the GPU, checked against torch"))

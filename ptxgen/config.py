@@ -376,6 +376,9 @@ def _validate_sm90(cfg: Config) -> None:
     _rule(cfg.accumulator.stages == 1, "accumulator.stages", cfg.accumulator.stages, "sm_90a: accumulators live in registers; must be 1")
     _rule(cfg.epilogue.warps == 0, "epilogue.warps", cfg.epilogue.warps, "sm_90a: the consumer warpgroups store D; must be 0")
     _rule(cfg.pipeline.roles == "specialized", "pipeline.roles", cfg.pipeline.roles, "sm_90a: must be specialized")
+    _rule(cfg.pipeline.stages >= 2, "pipeline.stages", cfg.pipeline.stages,
+          "sm_90a: must be >= 2 (consumers release a stage one k-block late, after wgmma.wait_group 1; "
+          "with one stage that release waits on its own refill: a deadlock the simulator reports)")
     _rule(not cfg.tma.two_sm, "tma.two_sm", True, "2-SM TMA loads are sm_100a only")
     _rule(cfg.mma.lanes == "one" and cfg.smem.layout == "interleaved" and cfg.mma.tc_util_percent == 100,
           "mma", dataclasses.asdict(cfg.mma), "sm_90a: lanes=one, tc_util_percent=100 and smem.layout=interleaved")

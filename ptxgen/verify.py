@@ -240,19 +240,31 @@ class _Barriers:
 
 
 def _need(waits: list[_Wait], bar: _Barrier) -> list[int]:
-    """Completed phases each wait needs: the smallest count c (not below the previous need) with parity(c) != P."""
-    needs, prev = [], 0
+    """Completed phases each wait of one warp needs.
+
+    A wait with parity P needs the smallest completed-phase count c with
+    parity(c) != P, at least 0 for the first wait and one more than the
+    previous wait's need when it is in a later loop iteration (a warp waits once
+    per phase); waits within one iteration wait for the same phase.
+    """
+    needs: list[int] = []
     for i, w in enumerate(waits):
-        c = prev if (prev & 1) != w.parity else prev + 1
+        if i and w.where.loops == waits[i - 1].where.loops:
+            if w.parity != waits[i - 1].parity:
+                raise VerifyError(f"wrong phase parity: {w.role} by {w.where} waits parity {w.parity} on {bar.label} "
+                                  f"right after waiting parity {waits[i - 1].parity} in the same iteration")
+            needs.append(needs[-1])
+            continue
+        floor = needs[-1] + 1 if i else 0
+        c = floor if (floor & 1) != w.parity else floor + 1
         if i == 0 and c == 0 and not w.role.startswith("producer"):
             raise VerifyError(f"wrong phase parity: {w.role} by {w.where} waits parity {w.parity} on a fresh "
                               f"{bar.label}, which passes at once; only a producer_acquire may start on parity 1 "
                               "(a consumer waits (iteration / stages) & 1)")
-        if i and c > prev + 1:
-            raise VerifyError(f"wrong phase parity: {w.role} by {w.where} waits parity {w.parity} on {bar.label} "
-                              f"twice in a row (previous wait {waits[i - 1].where.at}): it skips a phase")
+        if i and c > floor:
+            raise VerifyError(f"wrong phase parity: {w.role} by {w.where} waits parity {w.parity} on {bar.label}, the "
+                              f"same parity as its previous wait (at {waits[i - 1].where.at}): it skips a phase")
         needs.append(c)
-        prev = c
     return needs
 
 
@@ -268,7 +280,6 @@ def _check_barriers(bs: _Barriers) -> int:
                               f"{', '.join(f'{s.name}[{s.num}]' for s in plan.barrier_specs())}")
         if b.count is None:
             raise VerifyError(f"uninitialized barrier: {b.label} is used but no MbarrierInit initializes it")
-        complete = 0
         for j in sorted(b.phases):
             ph = b.phases[j]
             got = sum(ph.arrivals.values())
@@ -279,11 +290,11 @@ def _check_barriers(bs: _Barriers) -> int:
             exp, dlv = sum(ph.expected.values()), sum(ph.delivered.values())
             if exp != dlv:
                 raise VerifyError(
-                    f"transaction-byte mismatch: {b.label}, phase {j}: expect_tx {exp} B ({ph.sources(ph.expected, 'B')}) "
-                    f"but the TMA loads aimed at it deliver {dlv} B ({ph.sources(ph.delivered, 'B')})")
-            if j == complete:
-                complete += 1
+                    f"transaction-byte mismatch: {b.label}, phase {j}: expect_tx {exp} B "
+                    f"({ph.sources(ph.expected, 'B')}) but the TMA loads aimed at it deliver {dlv} B "
+                    f"({ph.sources(ph.delivered, 'B')})")
             checked += 1
+        complete = len(b.phases)  # visits number phases 0, 1, ...: all of them passed the checks above
         for waits in b.waits.values():
             for w, need in zip(waits, _need(waits, b)):
                 if need > complete:

@@ -87,13 +87,16 @@ def test_bad_values_name_field_value_and_rule(patch, message):
 
 
 def test_sm90_rules():
-    base = {"name": "h", "arch": "sm_90a", "tile": {"block_m": 128, "block_n": 256}, "mma": {"warpgroups": 2}}
+    base = {"name": "h", "arch": "sm_90a", "tile": {"block_m": 128, "block_n": 256}, "mma": {"warpgroups": 2},
+            "pipeline": {"stages": 4}}
     with pytest.raises(ConfigError, match="128 fp32 accumulator registers|> 128"):
         from_dict({**base, "tile": {"block_m": 256, "block_n": 256}})
     with pytest.raises(ConfigError, match="tma.two_sm=True: 2-SM TMA loads are sm_100a only"):
         from_dict({**base, "tma": {"two_sm": True}})
     with pytest.raises(ConfigError, match="must equal size == 2"):
         from_dict({**base, "cluster": {"size": 2}})
+    with pytest.raises(ConfigError, match=r"pipeline.stages=1: sm_90a: must be >= 2"):
+        from_dict({**base, "pipeline": {"stages": 1}})
 
 
 def test_files(tmp_path):

@@ -20,10 +20,9 @@ from ptxgen.errors import ShapeError, SimError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Const, Sreg, Var, eq
 from ptxgen.plan import make_plan
-from ptxgen.sim import bf16_bits_to_f32, f32_to_bf16_bits, round_bf16, simulate
+from ptxgen.sim import bf16_bits_to_f32, default_shapes, f32_to_bf16_bits, round_bf16, simulate, sweep
 from ptxgen.sim.memory import box_index, kmajor_sw128_index, swizzle128
 from ptxgen.sim.mma import Operand, umma_operand, umma_shape, wgmma_fragment, wgmma_operand
-from ptxgen.sim.sweep import default_shapes, sweep
 from ptxgen.sim.sync import Mbarrier
 from ptxgen.sim.walker import IRFault, Program, WarpWalker
 from test_sim_support import kernel_for
@@ -153,7 +152,7 @@ def test_warp_collective_op_inside_elect_is_a_fault() -> None:
 
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("shape_index", [0, 1, 2])
-@settings(max_examples=4)
+@settings(max_examples=6)
 @given(schedule=SEEDS)
 def test_shipped_config_simulates_correctly(config: str, shape_index: int, schedule: int) -> None:
     kernel = kernel_for(config)
@@ -199,7 +198,8 @@ def test_shape_rules() -> None:
 def test_non_uniform_kernel_is_a_sim_fault() -> None:
     plan = make_plan(load_config("level1"))
     kernel = O.Kernel(plan=plan, body=(O.If(eq(Sreg("lane"), 3), (O.CtaSync(),)),))
-    with pytest.raises(SimError, match=r"^If condition %lane == 3 is not uniform across the warp.s lanes \(values \[0, 1\]\) \(all warps \(CTA \d+"):
+    with pytest.raises(SimError, match=r"^If condition %lane == 3 is not uniform across the warp.s lanes "
+                                       r"\(values \[0, 1\]\) \(all warps \(CTA \d+"):
         simulate(kernel, 64, 64, 64)
 
 

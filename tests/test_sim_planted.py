@@ -15,17 +15,15 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from ptxgen.builders.gemm import build_gemm
 from ptxgen.config import load_config
 from ptxgen.errors import SimError, VerifyError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Const, Sreg, Var, eq
 from ptxgen.plan import make_plan
-from ptxgen.sim import simulate
+from ptxgen.sim import default_shapes, simulate
 from ptxgen.sim.rewrite import rewrite
-from ptxgen.sim.sweep import default_shapes
 from ptxgen.verify import verify
-from test_sim_support import drop, has_cd_chunk_bug, in_role, is_wait, kernel_for, where
+from test_sim_support import drop, in_role, is_wait, kernel_for, where
 
 pytestmark = pytest.mark.sim
 
@@ -73,8 +71,27 @@ def _stage_plus_one(plan):
     return change
 
 
+def _drop_first(body: tuple, kind: type) -> tuple:
+    i = next(i for i, op in enumerate(body) if isinstance(op, kind))
+    return body[:i] + body[i + 1:]
+
+
 def _wrap_peer_arrive(op):
     return O.If(eq(Sreg("rank"), 0), (op,))
+
+
+def _cd_row_per_store_block(plan):
+    """The level8/9 builder bug the simulator found: CD staging of store block c used the tile row's 16-byte
+    chunk index (8c + q) instead of q; through the swizzle XOR that is c staging rows (128c bytes) further on."""
+    per_block = plan.store_block_n // 8
+    chunks = plan.block_n // plan.store_block_n
+    seen = [0]
+
+    def change(op):
+        c = (seen[0] // per_block) % chunks
+        seen[0] += 1
+        return replace(op, addr=op.addr + c * plan.cd_row_bytes)
+    return change
 
 
 PLANTS = [
@@ -95,6 +112,12 @@ PLANTS = [
           verify=r"^wrong phase parity: consumer_wait by mma \(CTA 0, rank 0, warp 1\) at t=0 kb=0 waits parity 1 on "
                  r"a fresh full\[0\] of CTA 0 \(rank 0\), which passes at once",
           sim=RACE, sim_exact=r"^read before write: Umma by mma .* reads smem"),
+    Plant("phase parity that never flips",
+          lambda: _kernel("level3", in_role("mma", where(is_wait("full", "consumer_wait"),
+                                                           lambda op: replace(op, phase=Const(0))))),
+          verify=r"^wrong phase parity: consumer_wait by mma \(CTA 0, rank 0, warp 1\) at t=0 kb=8 waits parity 0 on "
+                 r"full\[0\] of CTA 0 \(rank 0\), the same parity as its previous wait \(at t=0 kb=0\): it skips a phase",
+          sim=r"^(deadlock|read before write|write after read|wrong result)"),
     Plant("2-SM TMA barrier without the peer-bit mask",
           lambda: _kernel("level9", where(lambda op: isinstance(op, O.TmaLoad), lambda op: replace(op, two_sm=False))),
           verify=r"^transaction-byte mismatch: full\[0\] of CTA 0 \(rank 0\), phase 0: expect_tx 98304 B .* but the "
@@ -102,6 +125,14 @@ PLANTS = [
           sim=r"^deadlock: .*full\[0\] of CTA 0 \(rank 0\): phase 0 .*expect_tx 98304 B, TMA delivered 49152 B"
               r".*transaction-byte mismatch: TMA bytes landed on barriers whose expect_tx did not announce them:\n"
               r"  full\[0\] of CTA 1 \(rank 1\): .*expect_tx 0 B, TMA delivered 49152 B \(tx-count -49152 B\)"),
+    Plant("expect_tx announces half the bytes",
+          lambda: _kernel("level3", where(lambda op: isinstance(op, O.MbarrierArriveExpectTx),
+                                          lambda op: replace(op, tx_bytes=op.tx_bytes // 2))),
+          verify=r"^transaction-byte mismatch: full\[0\] of CTA 0 \(rank 0\), phase 0: expect_tx 24576 B .* deliver "
+                 r"49152 B",
+          sim=r"^(transaction-byte mismatch: TmaLoad . .* delivers \d+ B to full\[\d\] of CTA \d+ \(rank 0\) for phase \d+, "
+              r"which already completed|read before write)",
+          sim_exact=r"^transaction-byte mismatch: TmaLoad"),
     Plant("TMA into the wrong stage",
           lambda: _kernel("level3", where(lambda op: isinstance(op, O.TmaLoad) and op.tensor == "a",
                                           _stage_plus_one(make_plan(load_config("level3"))))),
@@ -150,6 +181,23 @@ PLANTS = [
           verify=None,
           sim=r"^TMEM read before write: Umma by mma .* accumulates into TMEM of CTA \d+ \(rank 0\) .* that no MMA "
               r"wrote"),
+    Plant("CD staging row offset by the store block",
+          lambda: _kernel("level9", in_role("epilogue", where(lambda op: isinstance(op, O.StSharedBf16),
+                                                              _cd_row_per_store_block(make_plan(load_config("level9")))))),
+          verify=r"^smem access outside its region: StSharedBf16 by epilogue \(CTA 0, rank 0, warp 7\) at t=0 touches "
+                 r"\[0x8070, 0x8080\), which lies in A stage 0; it must stay inside one CD slot",
+          sim=r"^read before write: TmaStore d \(col 64, row \d+\) by epilogue .* reads smem 0x4000 .* never written"),
+    Plant("both CTAs load the same half of B",
+          lambda: _kernel("level2", where(lambda op: isinstance(op, O.TmaLoad) and op.tensor == "b",
+                                          lambda op: replace(op, row=Var("n_col")))),
+          verify=None,
+          sim=r"^wrong result: ptxgen_gemm_level2 m=\d+ n=\d+ k=\d+ schedule \d: relative Frobenius error \d\.\d+e[+-]\d+, "
+              r"max-abs relative error .*; first wrong D\[0, 64\] = "),
+    Plant("no cluster barrier after the barrier inits",
+          lambda: replace(kernel_for("level9"), body=_drop_first(kernel_for("level9").body, O.ClusterSync)),
+          verify=r"^TMEM lifetime: .* is not separated by a cluster barrier from the alloc and the dealloc",
+          sim=r"^(init not visible: .* before its init was made visible to the cluster|uninitialized barrier|"
+              r"read before write: TmemBase)"),
     Plant("no cluster barrier at exit",
           lambda: replace(kernel_for("level9"), body=kernel_for("level9").body[:-1]),
           verify=r"^no cluster barrier at exit: warp 2 of CTA 0 ends with TmemDealloc; a multi-CTA kernel must end "
@@ -177,13 +225,10 @@ def test_planted_bug_simulator(plant: Plant) -> None:
         assert any(re.search(plant.sim_exact, m, re.S) for m in messages), messages
 
 
-def test_builder_cd_staging_bug() -> None:
-    """The level9 builder's CD staging of store blocks c >= 1 (see test_sim_support) is caught by both tools."""
-    kernel = build_gemm(make_plan(load_config("level9")))
-    if not has_cd_chunk_bug(kernel):
-        pytest.skip("the builder no longer has the CD staging chunk bug")
-    with pytest.raises(VerifyError, match=r"^smem access outside its region: StSharedBf16 by epilogue .* lies in A "
-                                          r"stage 0; it must stay inside one CD slot"):
-        verify(kernel)
-    with pytest.raises(SimError, match=r"^read before write: TmaStore d \(col 64, row \d+\) by epilogue .* never written"):
-        simulate(kernel, *default_shapes(kernel.plan)[1])
+def test_missing_peer_arrive_with_one_tile_per_cluster() -> None:
+    """With one tile per cluster nobody waits for the short tmem_empty phase: the exit check reports it."""
+    plant = next(p for p in PLANTS if p.name == "missing peer tmem_empty arrive")
+    kernel = plant.kernel()
+    with pytest.raises(SimError, match=r"^arrival count mismatch at exit: tmem_empty\[0\] of CTA 0 \(rank 0\): phase 0 "
+                                       r"\(parity 0\) in progress, 128 of 256 arrivals pending"):
+        simulate(kernel, *default_shapes(kernel.plan)[0])

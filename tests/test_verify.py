@@ -6,6 +6,8 @@ are in tests/test_sim_planted.py, run against both tools.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import replace
 
 import pytest
@@ -17,9 +19,8 @@ from ptxgen.errors import ConfigError, SimError, VerifyError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Const
 from ptxgen.plan import make_plan
-from ptxgen.sim import simulate
+from ptxgen.sim import default_shapes, simulate
 from ptxgen.sim.rewrite import rewrite
-from ptxgen.sim.sweep import default_shapes
 from ptxgen.verify import barrier_table, format_barrier_table, verify
 from test_sim_support import kernel_for
 
@@ -148,19 +149,15 @@ def test_config_variants_verify_and_simulate(variant: dict) -> None:
 
 @pytest.mark.parametrize("config", ["h100_128x128", "h100_128x256"])
 def test_sm90_single_stage(config: str) -> None:
-    """sm_90a with pipeline.stages=1 (accepted by the config validator) deadlocks: the consumer releases stage
-    it-1 only after waiting for stage it's fill.  Both tools must agree on it, whichever way it gets fixed."""
-    try:
-        cfg = load_config(config).replace(**{"pipeline.stages": 1})
-    except ConfigError:
-        return  # fixed in validation
+    """sm_90a with pipeline.stages=1 deadlocks (the consumer releases stage it-1 only after waiting for stage
+    it's refill).  Validation rejects it; built anyway (bypassing validation), both tools must report it."""
+    base = load_config(config)
+    with pytest.raises(ConfigError, match=r"pipeline.stages=1: sm_90a: must be >= 2"):
+        base.replace(**{"pipeline.stages": 1})
+    cfg = dataclasses.replace(base, pipeline=dataclasses.replace(base.pipeline, stages=1))
     kernel = kernel_for(cfg.name, make_plan(cfg))
-    try:
+    with pytest.raises(SimError, match=r"^deadlock: "):
         simulate(kernel, *default_shapes(kernel.plan)[1])
-    except SimError as exc:
-        assert str(exc).startswith("deadlock: ")
-        with pytest.raises(VerifyError, match=r"^circular wait: .*\n  producer \(CTA 0, rank 0, warp 0\) at t=0 kb=1: "
-                                              r"producer_acquire on empty\[0\] of CTA 0 \(rank 0\) for parity 0"):
-            verify(kernel)
-    else:
+    with pytest.raises(VerifyError, match=r"^circular wait: .*\n  producer \(CTA 0, rank 0, warp 0\) at t=0 kb=1: "
+                                          r"producer_acquire on empty\[0\] of CTA 0 \(rank 0\) for parity 0"):
         verify(kernel)

@@ -332,7 +332,7 @@ class _GemmBuilder:
     def named_sync(self, group: Expr | None) -> NamedBarrier:
         p = self.p
         if group is None:
-            return NamedBarrier(EPI_BAR_ID, p.epi_threads)
+            return NamedBarrier(Const(EPI_BAR_ID), p.epi_threads)
         return NamedBarrier(fold(EPI_BAR_ID + group), 128)
 
     def store_drain(self) -> list:

@@ -16,8 +16,10 @@ jumps to the next due unit.  All draws come from one seeded
 * the tcgen05 queue of an issuing warp: MMAs complete in issue order and a
   ``tcgen05.commit`` arrives only when every MMA issued before it completed
   (PTX ISA "tcgen05.commit");
-* the wgmma queue of a warp, in issue order; ``wgmma.wait_group N``
-  returns when at most N committed groups are pending;
+* the wgmma queue of a warpgroup, in issue order: its j-th wgmma is one
+  tensor-core op that starts once all four warps issued it and completes for
+  all four; ``wgmma.wait_group N`` returns when at most N of the warp's
+  committed groups are pending (PTX ISA "wgmma.mma_async", "wgmma.wait_group");
 * TMA stores: first their shared-memory read completes
   (``cp.async.bulk.wait_group.read``), then their global write (clipped at M, N).
 
@@ -65,7 +67,8 @@ class Cta:
         self.rank = ctaid % plan.cluster_size
         self.cluster = ctaid // plan.cluster_size
         self.name = f"CTA {ctaid} (rank {self.rank})"
-        reserved = [(plan.barriers.offset, plan.barriers.end, "mbarriers"), (plan.tmem_slot, plan.tmem_slot + 4, "TMEM address slot")]
+        reserved = [(plan.barriers.offset, plan.barriers.end, "mbarriers"),
+                    (plan.tmem_slot, plan.tmem_slot + 4, "TMEM address slot")]
         self.smem = SharedMemory(plan.smem_bytes, smem_base, reserved, self.name)
         self.tmem = Tmem(self.name) if plan.is_sm100 else None
         self.bars = {(s.name, i): Mbarrier(f"{s.name}[{i}] of {self.name}", self)

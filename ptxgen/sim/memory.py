@@ -274,7 +274,7 @@ class GlobalTensors:
 
     def load_box(self, tensor: str, col: int, row: int, cols: int, rows: int) -> np.ndarray:
         """The ``[rows, cols]`` box at (col, row); out-of-bounds elements read as zero (TMA zero fill)."""
-        src = {"a": self.a, "b": self.b, "d": self.d}[tensor]
+        src = {"a": self.a, "b": self.b}[tensor]
         box = np.zeros((rows, cols), dtype=np.uint16)
         r1, c1 = min(row + rows, src.shape[0]), min(col + cols, src.shape[1])
         if r1 > row and c1 > col:

@@ -41,8 +41,8 @@ def umma_operand(desc: int, who: object, operand: str) -> Operand:
     """Decode a tcgen05 shared-memory descriptor (K-major, 128B swizzle, version 1, base offset 0)."""
     f = _decode(UMMA_SMEM_DESC, desc, who)
     if f["layout"] != _UMMA_SW128 or f["version"] != _UMMA_VERSION or f["base_offset"] or f["lbo_mode"]:
-        raise SimError(f"bad descriptor: {who}, operand {operand}: {desc:#018x} decodes to {f}; the simulator models K-major bf16 "
-                       "with 128B swizzle (layout 2, version 1, base offset 0, relative LBO)")
+        raise SimError(f"bad descriptor: {who}, operand {operand}: {desc:#018x} decodes to {f}; the simulator "
+                       "models K-major bf16 with 128B swizzle (layout 2, version 1, base offset 0, relative LBO)")
     return Operand(f["start"] << 4, f["sbo"] << 4)
 
 
@@ -50,8 +50,8 @@ def wgmma_operand(desc: int, who: object, operand: str) -> Operand:
     """Decode a wgmma matrix descriptor (K-major, 128B swizzle, base offset 0)."""
     f = _decode(WGMMA_SMEM_DESC, desc, who)
     if f["swizzle"] != _WGMMA_SW128 or f["base_offset"]:
-        raise SimError(f"bad descriptor: {who}, operand {operand}: {desc:#018x} decodes to {f}; the simulator models K-major bf16 "
-                       "with 128B swizzle (swizzle 1, base offset 0)")
+        raise SimError(f"bad descriptor: {who}, operand {operand}: {desc:#018x} decodes to {f}; the simulator "
+                       "models K-major bf16 with 128B swizzle (swizzle 1, base offset 0)")
     return Operand(f["start"] << 4, f["sbo"] << 4)
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..errors import SimError
 from ..plan import Plan
-from .simulate import simulate
+from .run import simulate
 
 
 def default_shapes(plan: Plan) -> list[tuple[int, int, int]]:

@@ -265,7 +265,7 @@ def _compile(e):
         return lambda wk: v
     if isinstance(e, Var):
         name = e.name
-        return lambda wk: wk._read_var(name)
+        return lambda wk: wk.read_var(name)
     if isinstance(e, Sreg):
         name = e.name
         if name == "lane":
@@ -367,7 +367,7 @@ class WarpWalker:
 
     # ---------------------------------------------------------------- expressions and variables
 
-    def _read_var(self, name: str):
+    def read_var(self, name: str):
         try:
             v = self.vars[name]
         except KeyError:
@@ -404,7 +404,8 @@ class WarpWalker:
         v = self.eval(e)
         if isinstance(v, np.ndarray):
             if (v != v[0]).any():
-                raise IRFault(f"{what} {expr_str(e)} is not uniform across the warp's lanes (values {sorted(set(v.tolist()))})")
+                values = sorted(set(v.tolist()))
+                raise IRFault(f"{what} {expr_str(e)} is not uniform across the warp's lanes (values {values})")
             return int(v[0])
         return int(v)
 
@@ -498,7 +499,7 @@ class WarpWalker:
 
     def _shfl(self, op):
         self._whole_warp(op)
-        src = np.broadcast_to(np.asarray(self._read_var(op.src), dtype=np.int64), (LANES,))
+        src = np.broadcast_to(np.asarray(self.read_var(op.src), dtype=np.int64), (LANES,))
         lane = np.broadcast_to(np.asarray(self.eval(op.lane), dtype=np.int64), (LANES,))
         self._write_var(op.var, src[lane & (LANES - 1)])
 
