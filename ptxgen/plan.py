@@ -88,6 +88,7 @@ class Plan:
     block_k: int
     m_waves: int  # sm_100a: 128-row UMMA waves per CTA; sm_90a: 64-row wgmma waves per consumer warpgroup
     wave_rows: int
+    consumer_rows: int  # sm_90a: rows of the tile each consumer warpgroup computes (m_waves x wave_rows)
     umma_m: int
     k_steps: int
     a_box_rows: int
@@ -119,7 +120,8 @@ class Plan:
     b_desc_hi: int
     desc_lbo_field: int  # bits 16-29 of the low word (LBO >> 4)
     k_step_desc: int  # low-word increment per UMMA_K step (32 B >> 4)
-    wave_desc: int  # low-word increment per M-wave of A rows
+    a_wave_bytes: int  # bytes of one M-wave of A rows in a stage (wave_rows x block_k x 2)
+    wave_desc: int  # low-word increment per M-wave of A rows (a_wave_bytes >> 4)
     # epilogue
     epi_threads: int
     epi_groups: int  # sm_90a: one per consumer warpgroup; 1 on sm_100a
@@ -305,7 +307,8 @@ def make_plan(cfg: Config) -> Plan:
         desc_hi = descriptors.wgmma_smem_desc_hi(sbo_bytes=SWIZZLE_ATOM_BYTES)
         lbo_field = 1
     k_step_desc = UMMA_K * BF16_BYTES >> 4
-    wave_desc = wave_rows * t.block_k * BF16_BYTES >> 4
+    a_wave_bytes = wave_rows * t.block_k * BF16_BYTES
+    wave_desc = a_wave_bytes >> 4
 
     # ---- schedule
     m_ctas = 2 if cfg.cluster.dual_tile else 1
@@ -329,7 +332,7 @@ def make_plan(cfg: Config) -> Plan:
         producer_warp=producer_warp, mma_warp=mma_warp, alloc_warp=alloc_warp,
         epilogue_warp0=epi_warp0, epilogue_warps=epi_warps, consumer_warpgroups=wgs,
         block_m=t.block_m, block_n=t.block_n, block_k=t.block_k,
-        m_waves=m_waves, wave_rows=wave_rows, umma_m=umma_m, k_steps=t.block_k // UMMA_K,
+        m_waves=m_waves, wave_rows=wave_rows, consumer_rows=m_waves * wave_rows, umma_m=umma_m, k_steps=t.block_k // UMMA_K,
         a_box_rows=t.block_m, b_box_rows=b_box_rows, b_smem_rows=b_smem_rows,
         a_stage_bytes=a_stage, b_stage_bytes=b_stage, b_load_bytes=b_load, load_bytes=load_bytes,
         full_tx_bytes=full_tx,
@@ -337,7 +340,7 @@ def make_plan(cfg: Config) -> Plan:
         full=full, empty=empty, tmem_full=tmem_full, tmem_empty=tmem_empty,
         tmem_cols=tmem_cols, acc_stage_cols=acc_stage_cols,
         idesc=idesc, a_desc_hi=desc_hi, b_desc_hi=desc_hi, desc_lbo_field=lbo_field,
-        k_step_desc=k_step_desc, wave_desc=wave_desc,
+        k_step_desc=k_step_desc, a_wave_bytes=a_wave_bytes, wave_desc=wave_desc,
         epi_threads=epi_threads, epi_groups=epi_groups, epi_writers=writers,
         store_block_n=sbn, cd_box_rows=cd_box_rows, cd_row_bytes=cd_row_bytes, cd_stage_bytes=cd_stage,
         tmem_ld_cols=tmem_ld_cols, release_per_thread=per_thread, tmem_empty_arrivals_per_cta=arrivals_per_cta,

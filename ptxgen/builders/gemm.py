@@ -263,7 +263,7 @@ class _GemmBuilder:
                 last_read = w == p.m_waves - 1 and c == chunks - 1
                 seq = w * chunks + c
                 if tma:
-                    out += self.cd_acquire(seq, group=None)
+                    out += self.cd_acquire(group=None)
                 for j in range(pieces):
                     col0 = w * p.block_n + c * p.store_block_n + j * p.tmem_ld_cols
                     out += [TmemLoad("v", fold(TMEM + lane_field + Var("acc") * p.acc_stage_cols + col0), p.tmem_ld_cols),
@@ -277,9 +277,9 @@ class _GemmBuilder:
                             out.append(StSharedBf16(self.cd_addr(self.cd_buffer(seq, None), erow, col_in_chunk // 8), "v", idx))
                         else:
                             col = c * p.store_block_n + col_in_chunk
-                            out.append(StGlobalBf16(Var("m_row") + (w * 128) + erow, Var("n_col") + col, "v", idx))
+                            out.append(StGlobalBf16(Var("m_row") + (w * p.wave_rows) + erow, Var("n_col") + col, "v", idx))
                 if tma:
-                    out += self.cd_commit(Var("n_col") + c * p.store_block_n, Var("m_row") + w * 128, seq, group=None)
+                    out += self.cd_commit(Var("n_col") + c * p.store_block_n, Var("m_row") + w * p.wave_rows, seq, group=None)
         return out
 
     def release_tmem(self) -> list:
@@ -317,7 +317,7 @@ class _GemmBuilder:
         p = self.p
         return eq(WARP, p.epilogue_warp0) if group is None else eq(WARP, p.epilogue_warp0 + group * 4)
 
-    def cd_acquire(self, seq: int, group: Expr | None) -> list:
+    def cd_acquire(self, group: Expr | None) -> list:
         """Before writing a staging buffer: the storing thread waits until at most stages-1 stores still read smem."""
         p = self.p
         return [If(self.epi_leader(group), (Elect((BulkWaitGroup(p.cfg.epilogue.stages - 1, read=True),)),)),
@@ -357,11 +357,10 @@ class _GemmBuilder:
     def sm90_consumer_tile(self) -> list:
         p = self.p
         wg = Var("wg")
-        rows_wg = p.block_m // p.consumer_warpgroups
         stage = Var("stage")
         k_body = [*self.ring(), MbarrierWait(Bar("full", stage), Var("phase"), "consumer_wait"), WgmmaFence()]
         for v in range(p.m_waves):
-            a_base = self.desc_lo(fold(self.a_off(stage) + wg * (rows_wg * p.block_k * 2) + v * 64 * p.block_k * 2))
+            a_base = self.desc_lo(fold(self.a_off(stage) + wg * (p.m_waves * p.a_wave_bytes) + v * p.a_wave_bytes))
             for ks in range(p.k_steps):
                 accumulate = Const(1) if ks else ne(KB, 0)
                 k_body.append(Wgmma(f"acc{v}", p.block_n, fold(a_base + ks * p.k_step_desc),
@@ -373,9 +372,8 @@ class _GemmBuilder:
         out = [For("kb", Const(0), Var("num_k"), Const(1), tuple(k_body)), WgmmaWait(0),
                *self.consumer_release(last % p.stages)]
         if p.cfg.epilogue.store == "tma":
-            return out + [If(self.n_aligned(), tuple(self.sm90_store(wg, rows_wg, tma=True)),
-                             tuple(self.sm90_store(wg, rows_wg, tma=False)))]
-        return out + self.sm90_store(wg, rows_wg, tma=False)
+            return out + [If(self.n_aligned(), tuple(self.sm90_store(wg, tma=True)), tuple(self.sm90_store(wg, tma=False)))]
+        return out + self.sm90_store(wg, tma=False)
 
     def consumer_release(self, stage: Expr) -> list:
         """One thread per consumer warpgroup arrives on ``empty`` (both CTAs' when B is multicast)."""
@@ -384,29 +382,29 @@ class _GemmBuilder:
                    if self.p.cfg.tma.multicast else (MbarrierArrive(bar),))
         return [If(eq(WARP % 4, 0), (Elect(arrives),))]
 
-    def sm90_store(self, wg: Expr, rows_wg: int, tma: bool) -> list:
+    def sm90_store(self, wg: Expr, tma: bool) -> list:
         """Fragments -> bf16 -> D: direct st.global, or 128B-swizzled staging + one TMA store per 64x64 box."""
         p = self.p
         out = []
         # wgmma m64nN fragment of lane l, warp w, value i: row 16*(w%4) + l/4 + 8*((i/2)&1), col 8*(i/4) + 2*(l%4) + (i&1)
         frag_row = (WARP % 4) * 16 + LANE // 4
         frag_col = (LANE % 4) * 2
-        row0 = Var("m_row") + wg * rows_wg
+        row0 = Var("m_row") + wg * p.consumer_rows
         sbn = p.store_block_n
         for v in range(p.m_waves):
             if not tma:
                 for i in range(0, p.block_n // 2, 2):
-                    out.append(StGlobalBf16(fold(row0 + v * 64 + frag_row + 8 * ((i // 2) & 1)),
+                    out.append(StGlobalBf16(fold(row0 + v * p.wave_rows + frag_row + 8 * ((i // 2) & 1)),
                                             fold(Var("n_col") + 8 * (i // 4) + frag_col), f"acc{v}", (i, i + 1)))
                 continue
             for c in range(p.block_n // sbn):
                 seq = v * (p.block_n // sbn) + c
-                out += self.cd_acquire(seq, wg)
+                out += self.cd_acquire(wg)
                 buf = self.cd_buffer(seq, wg)
                 for i in range(c * sbn // 2, (c + 1) * sbn // 2, 2):
                     row = fold(frag_row + 8 * ((i // 2) & 1))
                     chunk = i // 4 - c * sbn // 8
                     addr = fold(self.cd_addr(buf, row, chunk) + (LANE % 4) * 4)
                     out.append(StSharedBf16(addr, f"acc{v}", (i, i + 1)))
-                out += self.cd_commit(fold(Var("n_col") + c * sbn), fold(row0 + v * 64), seq, wg)
+                out += self.cd_commit(fold(Var("n_col") + c * sbn), fold(row0 + v * p.wave_rows), seq, wg)
         return out

@@ -149,31 +149,6 @@ def lor(a, b) -> Expr:
     return lift(a) | lift(b)
 
 
-def children(e: Expr) -> tuple[Expr, ...]:
-    if isinstance(e, Bin):
-        return (e.a, e.b)
-    if isinstance(e, Select):
-        return (e.cond, e.a, e.b)
-    return ()
-
-
-def free_vars(e: Expr) -> set[str]:
-    """Names of the ``Var`` leaves of ``e``."""
-    if isinstance(e, Var):
-        return {e.name}
-    out: set[str] = set()
-    for c in children(e):
-        out |= free_vars(c)
-    return out
-
-
-def uses_lane(e: Expr) -> bool:
-    """True when ``e`` reads ``lane`` or ``tid`` (its value may differ across a warp's lanes)."""
-    if isinstance(e, Sreg):
-        return e.name in ("lane", "tid")
-    return any(uses_lane(c) for c in children(e))
-
-
 def fold(e: Expr) -> Expr:
     """Constant-fold and simplify trivial identities (x+0, x*1, x*0, x//1, x%1, x<<0)."""
     if isinstance(e, Bin):

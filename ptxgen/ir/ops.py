@@ -499,4 +499,4 @@ def walk(body):
             yield from walk(op.orelse)
 
 
-__all__ = [n for n in dir() if not n.startswith("_")] + ["lift"]
+__all__ = [n for n, v in list(globals().items()) if getattr(v, "__module__", None) == __name__ and not n.startswith("_")]
