@@ -5,6 +5,10 @@ shared mbarrier/TMA/sync families plus ``tcgen05`` on sm_100a or ``wgmma`` on
 sm_90a) and fills the Jinja2 skeleton (header, ``.entry`` with its
 parameters, register declarations).  Every IR op leaves a ``//`` line naming
 it, so the PTX reads against the IR top to bottom.
+
+The emitters read only the :class:`ptxgen.ir.Kernel` (its resources and ops):
+never the plan or the config.  ``.version`` and ``.target`` are filled from the
+kernel's target here (:data:`PTX_ISA_VERSION`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from .tcgen05 import TCGEN05
 from .wgmma import WGMMA
 
 TABLES = {"sm_100a": {**COMMON, **TCGEN05}, "sm_90a": {**COMMON, **WGMMA}}
-PTX_VERSION = "8.8"
+#: PTX ISA version per target: tcgen05 and the sm_100a target need ISA 8.6+, 8.8 is what the CUDA 12.9+/13
+#: assemblers accept for both (PTX ISA "Release notes"); sm_90a kernels use the same version for one toolchain story.
+PTX_ISA_VERSION = {"sm_100a": "8.8", "sm_90a": "8.8"}
 
 
 @lru_cache(maxsize=1)
@@ -30,23 +36,27 @@ def _template() -> jinja2.Template:
 
 
 def emit(kernel) -> str:
-    """PTX text of ``kernel`` (a :class:`ptxgen.ir.Kernel`) for its plan's arch."""
-    from ptxgen import __version__
+    """PTX text of ``kernel`` (a :class:`ptxgen.ir.Kernel`) for its target.
 
-    plan = kernel.plan
-    lw = Lowering(plan=plan, table=TABLES[plan.arch])
+    Raises NotImplementedError when an op has no lowering on the kernel's target.
+    """
+    lw = Lowering(kernel=kernel, table=TABLES[kernel.arch])
     lw.body(kernel.body)
     return _template().render(
-        kernel=plan.kernel, name=plan.cfg.name, target=plan.arch, version=__version__, plan=plan,
-        maxnreg=plan.maxnreg if plan.arch == "sm_90a" else 0,
-        layout=_layout_lines(plan), decls=_decls(lw), body="\n".join(lw.lines),
+        k=kernel, ptx_version=PTX_ISA_VERSION[kernel.arch],
+        tensor_maps=[n for n, kind in kernel.params if kind == "tensor_map"],
+        scalars=sorted(((n, kind) for n, kind in kernel.params if kind != "tensor_map"), key=lambda p: p[1] != "u32"),
+        layout=_layout_lines(kernel), decls=_decls(lw), body="\n".join(lw.lines),
     )
 
 
 def _decls(lw: Lowering) -> list[str]:
-    named = sorted({*(r[1:] for r in SREG_REGS.values()), "m", "n", "k", *lw.vars})
+    params = lw.kernel.params
+    u32 = [n for n, kind in params if kind == "u32"]
+    b64 = [n for n, kind in params if kind == "u64"] + [f"tmap_{n[len('tmap_'):]}" for n, kind in params if kind == "tensor_map"]
+    named = sorted({*(r[1:] for r in SREG_REGS.values()), *u32, *lw.vars})
     out = [f".reg .b32 %{name};" for name in named]
-    out += [".reg .b64 %d_ptr, %tmap_a, %tmap_b, %tmap_d;"]
+    out += [".reg .b64 " + ", ".join(f"%{n}" for n in b64) + ";"]
     if lw.n_tmp:
         out.append(f".reg .b32 %x<{lw.n_tmp + 1}>;")
     if lw.n_tmp64:
@@ -60,14 +70,14 @@ def _decls(lw: Lowering) -> list[str]:
     return out
 
 
-def _layout_lines(plan) -> list[str]:
+def _layout_lines(kernel) -> list[str]:
     lines = []
-    for region in (plan.cd, plan.a, plan.b):
+    for region in sorted(kernel.regions, key=lambda r: r.offset):
         if region.count:
-            lines.append(f"{region.name:<10} [{region.offset:>6}, {region.offset + region.stride * region.count:>6})  "
+            lines.append(f"{region.name:<10} [{region.offset:>6}, {region.end:>6})  "
                          f"{region.count} x {region.stride} B stride")
-    for spec in plan.barrier_specs():
-        lines.append(f"{spec.name + '[]':<10} [{spec.offset:>6}, {spec.offset + 8 * spec.num:>6})  "
+    for spec in kernel.barriers:
+        lines.append(f"{spec.name + '[]':<10} [{spec.offset:>6}, {spec.end:>6})  "
                      f"{spec.num} mbarriers, init {'/'.join(map(str, spec.init))}, tx {spec.tx_bytes} B/phase")
-    lines.append(f"{'tmem slot':<10} [{plan.tmem_slot:>6}, {plan.tmem_slot + 4:>6})")
+    lines.append(f"{'tmem slot':<10} [{kernel.tmem_slot:>6}, {kernel.tmem_slot + 4:>6})")
     return lines

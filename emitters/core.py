@@ -35,7 +35,7 @@ def _is_pow2(v: int) -> bool:
 class Lowering:
     """State of one kernel's lowering.  ``lines`` is the body text; ``decls`` is filled at the end."""
 
-    plan: object
+    kernel: object  # ptxgen.ir.Kernel: resources (barrier offsets, TMEM slot, cta_group) and params
     table: dict
     lines: list[str] = field(default_factory=list)
     vars: set[str] = field(default_factory=set)
@@ -159,8 +159,8 @@ class Lowering:
         return self.value(ex.Sreg("smem") + offset)
 
     def bar(self, b: ops.Bar) -> str:
-        """Shared-window address of barrier ``b`` (plan offset + 8 * index)."""
-        spec = getattr(self.plan, b.name)
+        """Shared-window address of barrier ``b`` (its array's offset + 8 * index)."""
+        spec = self.kernel.barrier(b.name)
         return self.value(ex.Sreg("smem") + spec.offset + b.index * 8)
 
     # -------------------------------------------------------------- control flow
@@ -176,7 +176,7 @@ class Lowering:
             return
         fn = self.table.get(type(op))
         if fn is None:
-            raise NotImplementedError(f"no {self.plan.arch} lowering for IR op {type(op).__name__}")
+            raise NotImplementedError(f"no {self.kernel.arch} lowering for IR op {type(op).__name__}")
         self.comment(op.describe())
         fn(self, op)
 

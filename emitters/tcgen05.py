@@ -2,7 +2,7 @@
 
 Sources: PTX ISA 8.8 "Tensor Memory", "tcgen05.alloc", "tcgen05.mma", "tcgen05.commit", "tcgen05.ld",
 "tcgen05.fence"; ../shared/PTX_FACTS.md.  One kernel uses one cta_group for all of these (ptxas
-refuses a mix), taken from the plan.
+refuses a mix), taken from the kernel.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from .core import Lowering
 
 
 def _group(lw: Lowering) -> str:
-    return f".cta_group::{lw.plan.cta_group}"
+    return f".cta_group::{lw.kernel.cta_group}"
 
 
 def tmem_alloc(lw: Lowering, op: ops.TmemAlloc) -> None:
-    slot = lw.smem(lw.plan.tmem_slot)
+    slot = lw.smem(lw.kernel.tmem_slot)
     lw.emit(f"tcgen05.alloc{_group(lw)}.sync.aligned.shared::cta.b32 [{slot}], {op.cols};")
 
 
@@ -26,7 +26,7 @@ def tmem_relinquish(lw: Lowering, op: ops.TmemRelinquish) -> None:
 
 
 def tmem_base(lw: Lowering, op: ops.TmemBase) -> None:
-    lw.emit(f"ld.shared.b32 {lw.var(op.var)}, [{lw.smem(lw.plan.tmem_slot)}];")
+    lw.emit(f"ld.shared.b32 {lw.var(op.var)}, [{lw.smem(lw.kernel.tmem_slot)}];")
 
 
 def tmem_dealloc(lw: Lowering, op: ops.TmemDealloc) -> None:
@@ -45,8 +45,8 @@ def _desc(lw: Lowering, lo, hi: int) -> str:
 
 def umma(lw: Lowering, op: ops.Umma) -> None:
     p = lw.predicate(op.accumulate)
-    adesc, bdesc = _desc(lw, op.a_lo, lw.plan.a_desc_hi), _desc(lw, op.b_lo, lw.plan.b_desc_hi)
-    idesc = lw.reg_const(lw.plan.idesc)
+    adesc, bdesc = _desc(lw, op.a_lo, op.a_hi), _desc(lw, op.b_lo, op.b_hi)
+    idesc = lw.reg_const(op.idesc)
     lw.emit(f"tcgen05.mma{_group(lw)}.kind::f16 [{lw.reg(op.d)}], {adesc}, {bdesc}, {idesc}, {p};")
 
 

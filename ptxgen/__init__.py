@@ -4,7 +4,7 @@
 ``ptxgen.build.build(config)`` gives the PTX and its launch metadata without a GPU.
 """
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401
 
 
 def gemm(a, b, out=None, config=None):

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .builders.gemm import build_gemm
+from .builders.kernel import build_kernel
 from .config import Config, load_config
 from .ir import Kernel
 from .launch import LaunchSpec
@@ -32,7 +32,7 @@ def build(config: Config | str) -> BuildResult:
     cfg = load_config(config)
     t0 = time.perf_counter()
     plan = make_plan(cfg)
-    kernel = build_gemm(plan)
+    kernel = build_kernel(plan)
     ptx = emit(kernel)
     return BuildResult(cfg, plan, kernel, ptx, plan.launch_spec(), time.perf_counter() - t0)
 

@@ -74,7 +74,7 @@ def cmd_check(args) -> int:
         verify(res.kernel)
         print(f"{res.config.name}: verifier passed")
         print(format_barrier_table(barrier_table(res.kernel)))
-        shapes = args.shape or default_shapes(res.plan)
+        shapes = args.shape or default_shapes(res.kernel)
         result = sweep(res.kernel, shapes=shapes, interleavings=args.interleavings)
         for shape, seed, message in result.faults:
             print(f"{res.config.name}: fault at shape {shape}, schedule seed {seed}: {message}", file=sys.stderr)

@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from . import descriptors
 from .config import SMEM_LIMIT_BYTES, Config
 from .errors import ConfigError
-from .launch import GridPolicy, LaunchSpec, TensorMapSpec
+from .ir.kernel import BarrierArray, Kernel, SmemRegion
+from .ir.pipeline import ARRIVE, EXPECT_TX, UMMA_COMMIT, BulkStoreRing, Pipeline
+from .launch import PARAMS, GridPolicy, LaunchSpec, TensorMapSpec
+from .version import __version__
 
 BF16_BYTES = 2
 SWIZZLE_ATOM_BYTES = 1024  # 8 rows x 128 B: a 128B-swizzle atom (PTX ISA "Tensor copy: swizzle modes")
@@ -26,51 +29,59 @@ SM100_FLOPS_PER_CYCLE = 8192  # dense bf16 per SM per cycle, B200 (for the level
 SM100_CLOCK_GHZ = 1.9
 
 
-@dataclass(frozen=True)
-class Region:
-    """A shared-memory region: ``count`` slots of ``stride`` bytes from ``offset`` (bytes from the dynamic base)."""
-
-    name: str
-    offset: int
-    stride: int
-    count: int
-
-    @property
-    def bytes(self) -> int:
-        return self.stride * self.count
-
-    @property
-    def end(self) -> int:
-        return self.offset + self.bytes
-
-    def at(self, slot: int) -> int:
-        """Byte offset of slot ``slot`` (static slots only; stage-indexed slots are IR expressions)."""
-        return self.offset + slot * self.stride
+Region = SmemRegion  # a shared-memory region of the plan (the IR's type: the kernel carries it)
+BarrierSpec = BarrierArray  # an mbarrier array of the plan (the IR's type)
+STORE_N_MULTIPLE = 16 // BF16_BYTES  # a D tensor map needs 16-byte row strides: N % 8 == 0 (PTX ISA "Tensor maps")
 
 
 @dataclass(frozen=True)
-class BarrierSpec:
-    """An array of ``num`` mbarriers, 8 B each, at ``offset``.
+class OperandPlan:
+    """One TMA-loaded mainloop operand (A, B): where its stages live and how one CTA loads them.
 
-    init: arrival count per cluster rank (index = ``%cluster_ctarank``).
-    tx_bytes: transaction bytes expected per phase on the barrier that is waited on (0: none).
-    doc: who arrives and who waits, for the barrier table.
+    name: tensor-map and operand name (``a``, ``b``).
+    region: its shared-memory stages.
+    rows_along: ``m`` or ``n``: which output dimension the box rows follow.
+    box_rows: rows one CTA's TMA load moves (a cta_group::2 or multicast half of B is half the tile).
+    load_bytes: bytes one CTA's load moves per stage.
+    desc_hi: the constant high word of its MMA smem descriptor.
     """
 
     name: str
-    num: int
-    offset: int
-    init: tuple[int, ...]
-    tx_bytes: int
-    doc: str
+    region: SmemRegion
+    rows_along: str
+    box_rows: int
+    load_bytes: int
+    desc_hi: int
+    split: str = "none"
+
+    # split: how a CTA pair shares the operand: ``none`` (each CTA loads its own tile),
+    # ``cta_group`` (sm_100a cta_group::2: each CTA loads its half of the rows into its own stage),
+    # ``multicast`` (sm_90a: each CTA loads one half of the rows and multicasts it to both CTAs'
+    # stage, at ``rank x load_bytes`` into the slot).
+
+
+@dataclass(frozen=True)
+class MmaPlan:
+    """One MMA stream of the mainloop: accumulator ``acc`` += ``a`` x ``b``^T.
+
+    acc: accumulator index: TMEM column block (sm_100a) or register fragment array ``acc{acc}_{wave}`` (sm_90a).
+    a, b: operand names (``a``, ``b``).
+    """
+
+    acc: int
+    a: str
+    b: str
 
 
 @dataclass(frozen=True)
 class Plan:
-    """All derived numbers of one config (see module docstring).  Build with :func:`make_plan`."""
+    """All derived numbers of one config (see module docstring).  Build with :func:`make_plan`.
+
+    Builders read only the plan (never ``cfg``); the kernel's resources come from :meth:`kernel`.
+    """
 
     cfg: Config
-    kernel: str
+    kernel_name: str
     arch: str
     cluster_size: int
     cta_group: int  # sm_100a tcgen05 cta_group (1|2); 1 on sm_90a
@@ -82,6 +93,15 @@ class Plan:
     epilogue_warp0: int
     epilogue_warps: int
     consumer_warpgroups: int  # sm_90a
+    # knobs the roles branch on (decided here, from the config)
+    lockstep: bool  # one warp issues a k-block's loads and MMAs in program order (levels 1-2)
+    mma_all_lanes: bool  # the whole MMA warp waits; descriptors shared by shfl (level 9)
+    dedicated_epilogue: bool  # a separate epilogue warpgroup with its own tile loop
+    two_sm: bool  # sm_100a cta_group::2 TMA loads, completing on the leader's barrier
+    multicast: bool  # sm_90a: B halves multicast across the CTA pair
+    tma_store: bool  # D through smem staging + TMA stores (else st.global)
+    early_release: bool  # release tmem_empty right after the last TMEM read
+    cd_swizzle128: bool  # CD staging rows 128B-swizzled
     # shapes
     block_m: int
     block_n: int
@@ -97,23 +117,23 @@ class Plan:
     a_stage_bytes: int
     b_stage_bytes: int
     b_load_bytes: int  # bytes of B one CTA's TMA load moves
-    load_bytes: int  # bytes one CTA's TMA loads move per stage (A + its B load)
+    load_bytes: int  # bytes one CTA's TMA loads move per stage (all operands)
     full_tx_bytes: int  # bytes the waited-on full barrier receives per phase
-    # shared memory
-    cd: Region
-    a: Region
-    b: Region
-    barriers: Region
+    operands: tuple[OperandPlan, ...]
+    mmas: tuple[MmaPlan, ...]
+    # shared memory (operand regions live in ``operands``: see the ``a`` and ``b`` properties)
+    cd: SmemRegion
+    barriers: SmemRegion
     tmem_slot: int
     smem_bytes: int
-    # barriers
-    full: BarrierSpec
-    empty: BarrierSpec
-    tmem_full: BarrierSpec | None
-    tmem_empty: BarrierSpec | None
+    # pipelines and their barriers
+    ab: Pipeline  # the smem operand ring
+    acc: Pipeline | None  # the TMEM accumulator ring (sm_100a)
+    cd_ring: BulkStoreRing | None  # the epilogue staging ring (TMA stores)
     # TMEM
     tmem_cols: int
     acc_stage_cols: int
+    acc_cols: int  # TMEM columns of one accumulator (block_n x m_waves)
     # descriptors (constant parts)
     idesc: int
     a_desc_hi: int
@@ -127,9 +147,11 @@ class Plan:
     epi_groups: int  # sm_90a: one per consumer warpgroup; 1 on sm_100a
     epi_writers: int  # CTAs of a cluster whose epilogue writes D
     store_block_n: int
+    store_n_multiple: int  # N must be a multiple of this for the D tensor map (16-byte rows)
     cd_box_rows: int
     cd_row_bytes: int
     cd_stage_bytes: int
+    cd_stages: int
     tmem_ld_cols: int
     release_per_thread: bool
     tmem_empty_arrivals_per_cta: int
@@ -144,30 +166,64 @@ class Plan:
     consumer_regs: int
 
     @property
+    def kernel(self) -> str:
+        """The ``.entry`` name."""
+        return self.kernel_name
+
+    @property
     def is_sm100(self) -> bool:
         return self.arch == "sm_100a"
 
     @property
     def stages(self) -> int:
-        return self.cfg.pipeline.stages
+        return self.ab.stages
 
     @property
     def acc_stages(self) -> int:
-        return self.cfg.accumulator.stages
+        return self.acc.stages if self.acc is not None else 1
 
-    def barrier_specs(self) -> list[BarrierSpec]:
+    def operand(self, name: str) -> OperandPlan:
+        return next(o for o in self.operands if o.name == name)
+
+    @property
+    def a(self) -> SmemRegion:
+        return self.operand("a").region
+
+    @property
+    def b(self) -> SmemRegion:
+        return self.operand("b").region
+
+    @property
+    def full(self) -> BarrierArray:
+        return self.ab.full
+
+    @property
+    def empty(self) -> BarrierArray:
+        return self.ab.empty
+
+    @property
+    def tmem_full(self) -> BarrierArray | None:
+        return self.acc.full if self.acc is not None else None
+
+    @property
+    def tmem_empty(self) -> BarrierArray | None:
+        return self.acc.empty if self.acc is not None else None
+
+    def barrier_specs(self) -> list[BarrierArray]:
         """Every barrier array, in shared-memory order."""
         return [b for b in (self.full, self.empty, self.tmem_full, self.tmem_empty) if b is not None]
 
     def launch_spec(self) -> LaunchSpec:
         """Launch metadata for the runtime (``generated/<name>.json``)."""
         cfg = self.cfg
-        swz = "128B" if cfg.epilogue.swizzle == "128" else "none"
+        swz = "128B" if self.cd_swizzle128 else "none"
         l2 = "none" if cfg.tma.l2_promotion == "none" else f"{cfg.tma.l2_promotion}B"
+        maps = {o.name: TensorMapSpec(o.name, (self.block_k, o.box_rows), "128B", l2) for o in self.operands}
+        maps["d"] = TensorMapSpec("d", (self.store_block_n, self.cd_box_rows), swz, "none")
         return LaunchSpec(
             name=cfg.name,
             arch=self.arch,
-            kernel=self.kernel,
+            kernel=self.kernel_name,
             block=(self.threads, 1, 1),
             cluster=(self.cluster_size, 1, 1),
             dynamic_smem_bytes=self.smem_bytes,
@@ -177,12 +233,29 @@ class Plan:
                 tile_cols=self.block_n,
                 cluster_size=self.cluster_size,
             ),
-            tensor_maps={
-                "a": TensorMapSpec("a", (self.block_k, self.a_box_rows), "128B", l2),
-                "b": TensorMapSpec("b", (self.block_k, self.b_box_rows), "128B", l2),
-                "d": TensorMapSpec("d", (self.store_block_n, self.cd_box_rows), swz, "none"),
-            },
-            n_multiple=8 if self.is_sm100 and cfg.epilogue.store == "tma" else 1,
+            tensor_maps=maps,
+            params=PARAMS,
+            n_multiple=self.store_n_multiple if self.is_sm100 and self.tma_store else 1,
+        )
+
+    def kernel_resources(self, body) -> Kernel:
+        """The self-contained :class:`Kernel` with ``body``: every resource number the emitters and simulator read."""
+        cd_align = SWIZZLE_ATOM_BYTES if self.cd_swizzle128 else 128
+        regions = tuple(SmemRegion(o.region.name, o.region.offset, o.region.stride, o.region.count,
+                                   o.region.slot_bytes, SWIZZLE_ATOM_BYTES) for o in self.operands)
+        if self.cd.count:
+            regions += (SmemRegion("cd", self.cd.offset, self.cd.stride, self.cd.count, self.cd_stage_bytes, cd_align),)
+        title = ("D[M,N] = A[M,K] @ B[N,K]^T, bf16 in and out, fp32 accumulate.",
+                 f"tile {self.block_m}x{self.block_n}x{self.block_k}, {self.stages} stages, cluster {self.cluster_size}, "
+                 f"{self.threads} threads, {self.smem_bytes} B dynamic shared memory")
+        return Kernel(
+            name=self.kernel_name, config_name=self.cfg.name, arch=self.arch, title=title,
+            threads=self.threads, cluster_size=self.cluster_size, cta_group=self.cta_group,
+            smem_bytes=self.smem_bytes, regions=regions, barriers=tuple(self.barrier_specs()),
+            tmem_slot=self.tmem_slot, tmem_cols=self.tmem_cols, tmem_acc_stage_cols=self.acc_stage_cols,
+            maxnreg=self.maxnreg if not self.is_sm100 else 0, minnctapersm=0,
+            params=PARAMS, launch=self.launch_spec(), block_k=self.block_k, generator=f"ptxgen {__version__}",
+            body=tuple(body),
         )
 
 
@@ -198,6 +271,7 @@ def make_plan(cfg: Config) -> Plan:
     cta_group = cs if sm100 else 1
     wgs = 1 if sm100 else cfg.mma.warpgroups
     S = cfg.pipeline.stages
+    tma_store = e.store == "tma"
 
     # ---- roles and threads
     if sm100:
@@ -235,20 +309,20 @@ def make_plan(cfg: Config) -> Plan:
     cd_box_rows = wave_rows
     cd_row_bytes = sbn * BF16_BYTES
     epi_groups = wgs
-    cd_stage = cd_box_rows * cd_row_bytes if e.store == "tma" else 0
-    cd_count = e.stages * epi_groups if e.store == "tma" else 0
+    cd_stage = cd_box_rows * cd_row_bytes if tma_store else 0
+    cd_count = e.stages * epi_groups if tma_store else 0
     tmem_ld_cols = 32 if sbn % 32 == 0 else (16 if sbn % 16 == 0 else 8)
 
     # ---- shared memory layout: [CD][A/B stages][barriers][tmem slot]
-    cd = Region("cd", 0, cd_stage, cd_count)
+    cd = SmemRegion("cd", 0, cd_stage, cd_count, cd_stage)
     base = _align(cd.end, SWIZZLE_ATOM_BYTES)
     if cfg.smem.layout == "separated":
-        a = Region("a", base, a_stage, S)
-        b = Region("b", a.end, b_stage, S)
+        a = SmemRegion("a", base, a_stage, S, a_stage)
+        b = SmemRegion("b", a.end, b_stage, S, b_stage)
         ab_end = b.end
     else:
-        a = Region("a", base, a_stage + b_stage, S)
-        b = Region("b", base + a_stage, a_stage + b_stage, S)
+        a = SmemRegion("a", base, a_stage + b_stage, S, a_stage)
+        b = SmemRegion("b", base + a_stage, a_stage + b_stage, S, b_stage)
         ab_end = base + S * (a_stage + b_stage)
 
     # ---- barriers
@@ -268,22 +342,23 @@ def make_plan(cfg: Config) -> Plan:
         n_empty = wgs * (cs if cfg.tma.multicast else 1)
         empty_init, empty_doc = (n_empty,) * cs, "one elected thread per consumer warpgroup" + (" of both CTAs (remote arrive)" if cfg.tma.multicast else "") + "; producer waits"
     bar_off = _align(ab_end, 8)
-    full = BarrierSpec("full", S, bar_off, full_init, full_tx, full_doc)
-    empty = BarrierSpec("empty", S, full.offset + 8 * S, empty_init, 0, empty_doc)
+    full = BarrierArray("full", S, bar_off, full_init, full_tx, full_doc)
+    empty = BarrierArray("empty", S, full.offset + 8 * S, empty_init, 0, empty_doc)
     tmem_full = tmem_empty = None
     nxt = empty.offset + 8 * S
     A = cfg.accumulator.stages
     arrivals_per_cta = epi_threads if per_thread else 1
+    mc = 0b11 if cs == 2 else 0
     if sm100:
-        tmem_full = BarrierSpec("tmem_full", A, nxt, (1,) * cs, 0,
-                                "tcgen05.commit after a tile's last k-block" + (" (multicast)" if cs == 2 else "") + "; epilogue waits")
+        tmem_full = BarrierArray("tmem_full", A, nxt, (1,) * cs, 0,
+                                 "tcgen05.commit after a tile's last k-block" + (" (multicast)" if cs == 2 else "") + "; epilogue waits")
         te_init = writers * arrivals_per_cta
-        tmem_empty = BarrierSpec("tmem_empty", A, nxt + 8 * A, (te_init,) * cs, 0,
-                                 f"{'every epilogue thread' if per_thread else 'one epilogue thread'} of "
-                                 f"{'both CTAs (peer via mapa)' if writers == 2 else 'the writing CTA'}; MMA waits (leader)")
+        tmem_empty = BarrierArray("tmem_empty", A, nxt + 8 * A, (te_init,) * cs, 0,
+                                  f"{'every epilogue thread' if per_thread else 'one epilogue thread'} of "
+                                  f"{'both CTAs (peer via mapa)' if writers == 2 else 'the writing CTA'}; MMA waits (leader)")
         nxt = tmem_empty.offset + 8 * A
     tmem_slot = nxt
-    bar_region = Region("barriers", bar_off, 8, (tmem_slot - bar_off) // 8)
+    bar_region = SmemRegion("barriers", bar_off, 8, (tmem_slot - bar_off) // 8, 8)
     smem_bytes = _align(tmem_slot + 4, 16)
     if smem_bytes > SMEM_LIMIT_BYTES:
         raise ConfigError(
@@ -291,8 +366,14 @@ def make_plan(cfg: Config) -> Plan:
             f"{smem_bytes - ab_end} B = {smem_bytes} B > {SMEM_LIMIT_BYTES} B of shared memory"
         )
 
+    # ---- pipelines: the operand ring (TMA producer -> MMA), the accumulator ring (MMA -> epilogue), CD staging
+    ab = Pipeline("ab", S, full, empty, EXPECT_TX, UMMA_COMMIT if sm100 else ARRIVE, multicast=mc if sm100 else 0)
+    acc = Pipeline("acc", A, tmem_full, tmem_empty, UMMA_COMMIT, ARRIVE, multicast=mc, label="accumulator") if sm100 else None
+    cd_ring = BulkStoreRing(e.stages) if tma_store else None
+
     # ---- TMEM
-    acc_stage_cols = t.block_n * m_waves if sm100 else 0
+    acc_cols = t.block_n * m_waves if sm100 else 0
+    acc_stage_cols = acc_cols
     tmem_cols = acc_stage_cols * A if sm100 else 0
 
     # ---- descriptors
@@ -309,6 +390,10 @@ def make_plan(cfg: Config) -> Plan:
     k_step_desc = UMMA_K * BF16_BYTES >> 4
     a_wave_bytes = wave_rows * t.block_k * BF16_BYTES
     wave_desc = a_wave_bytes >> 4
+    b_split = "cta_group" if sm100 and cs == 2 else ("multicast" if cfg.tma.multicast else "none")
+    operands = (OperandPlan("a", a, "m", t.block_m, a_stage, desc_hi),
+                OperandPlan("b", b, "n", b_box_rows, b_load, desc_hi, b_split))
+    mmas = (MmaPlan(0, "a", "b"),)
 
     # ---- schedule
     m_ctas = 2 if cfg.cluster.dual_tile else 1
@@ -327,22 +412,26 @@ def make_plan(cfg: Config) -> Plan:
         consumer_regs = min(240, ((65536 - 128 * producer_regs) // (128 * wgs)) // 8 * 8)
 
     return Plan(
-        cfg=cfg, kernel=f"ptxgen_gemm_{cfg.name.replace('-', '_')}", arch=cfg.arch,
+        cfg=cfg, kernel_name=f"ptxgen_gemm_{cfg.name.replace('-', '_')}", arch=cfg.arch,
         cluster_size=cs, cta_group=cta_group, threads=threads,
         producer_warp=producer_warp, mma_warp=mma_warp, alloc_warp=alloc_warp,
         epilogue_warp0=epi_warp0, epilogue_warps=epi_warps, consumer_warpgroups=wgs,
+        lockstep=cfg.pipeline.roles == "lockstep", mma_all_lanes=cfg.mma.lanes == "all",
+        dedicated_epilogue=e.warps == 4, two_sm=cfg.tma.two_sm, multicast=cfg.tma.multicast,
+        tma_store=tma_store, early_release=e.early_release, cd_swizzle128=e.swizzle == "128",
         block_m=t.block_m, block_n=t.block_n, block_k=t.block_k,
         m_waves=m_waves, wave_rows=wave_rows, consumer_rows=m_waves * wave_rows, umma_m=umma_m, k_steps=t.block_k // UMMA_K,
         a_box_rows=t.block_m, b_box_rows=b_box_rows, b_smem_rows=b_smem_rows,
         a_stage_bytes=a_stage, b_stage_bytes=b_stage, b_load_bytes=b_load, load_bytes=load_bytes,
-        full_tx_bytes=full_tx,
-        cd=cd, a=a, b=b, barriers=bar_region, tmem_slot=tmem_slot, smem_bytes=smem_bytes,
-        full=full, empty=empty, tmem_full=tmem_full, tmem_empty=tmem_empty,
-        tmem_cols=tmem_cols, acc_stage_cols=acc_stage_cols,
+        full_tx_bytes=full_tx, operands=operands, mmas=mmas,
+        cd=cd, barriers=bar_region, tmem_slot=tmem_slot, smem_bytes=smem_bytes,
+        ab=ab, acc=acc, cd_ring=cd_ring,
+        tmem_cols=tmem_cols, acc_stage_cols=acc_stage_cols, acc_cols=acc_cols,
         idesc=idesc, a_desc_hi=desc_hi, b_desc_hi=desc_hi, desc_lbo_field=lbo_field,
         k_step_desc=k_step_desc, a_wave_bytes=a_wave_bytes, wave_desc=wave_desc,
         epi_threads=epi_threads, epi_groups=epi_groups, epi_writers=writers,
-        store_block_n=sbn, cd_box_rows=cd_box_rows, cd_row_bytes=cd_row_bytes, cd_stage_bytes=cd_stage,
+        store_block_n=sbn, store_n_multiple=STORE_N_MULTIPLE,
+        cd_box_rows=cd_box_rows, cd_row_bytes=cd_row_bytes, cd_stage_bytes=cd_stage, cd_stages=e.stages,
         tmem_ld_cols=tmem_ld_cols, release_per_thread=per_thread, tmem_empty_arrivals_per_cta=arrivals_per_cta,
         cluster_tile_rows=t.block_m * m_ctas, m_ctas=m_ctas, group_clusters=group_clusters,
         throttle_ns=throttle_ns,

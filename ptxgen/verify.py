@@ -52,13 +52,12 @@ import numpy as np
 
 from .config import SMEM_LIMIT_BYTES
 from .errors import VerifyError
-from .plan import SWIZZLE_ATOM_BYTES, Plan
+from .ir import Kernel
 from .sim import walker as W
 from .sim.mma import umma_operand, umma_shape, wgmma_operand
 
 SMEM_BASE = 0x400  # shared-window address used for the trace (descriptor start fields are absolute)
 TMEM_COLS = 512
-_OPERANDS = ("A", "B")
 
 
 # ------------------------------------------------------------------ the trace
@@ -74,7 +73,7 @@ class _Rec:
 
 @dataclass
 class _Trace:
-    plan: Plan
+    kernel: Kernel
     m: int
     n: int
     k: int
@@ -86,24 +85,23 @@ class _Trace:
         return sum(len(r) for r in self.warps.values())
 
 
-def _launch(plan: Plan) -> tuple[int, int, int, int]:
+def _launch(kernel: Kernel) -> tuple[int, int, int, int]:
     """(m, n, k, num_sms) of the traced launch (see module docstring)."""
-    tiles = plan.acc_stages + 2 if plan.is_sm100 else 3
-    m, n = plan.cluster_tile_rows * tiles, plan.block_n
-    k = plan.block_k * (2 * plan.stages + 1)
-    return m, n, k, plan.cluster_size
+    tiles = kernel.acc_stages + 2 if kernel.is_sm100 else 3
+    m, n = kernel.launch.grid.tile_rows * tiles, kernel.launch.grid.tile_cols
+    k = kernel.block_k * (2 * kernel.stages + 1)
+    return m, n, k, kernel.cluster_size
 
 
 def _trace(kernel) -> _Trace:
-    plan: Plan = kernel.plan
-    m, n, k, num_sms = _launch(plan)
-    grid = plan.launch_spec().grid.grid_x(m, n, num_sms)
+    m, n, k, num_sms = _launch(kernel)
+    grid = kernel.launch.grid.grid_x(m, n, num_sms)
     program = W.Program(kernel)
-    counted = ("cluster",) if plan.cta_group == 2 else ("cta", "cluster")  # barriers that order TMEM use
+    counted = ("cluster",) if kernel.cta_group == 2 else ("cta", "cluster")  # barriers that order TMEM use
     warps: dict[tuple[int, int], list[_Rec]] = {}
     for ctaid in range(grid):
-        for warp in range(plan.threads // W.LANES):
-            wk = W.WarpWalker(program, ctaid=ctaid, nctaid=grid, cluster_size=plan.cluster_size, warp=warp,
+        for warp in range(kernel.threads // W.LANES):
+            wk = W.WarpWalker(program, ctaid=ctaid, nctaid=grid, cluster_size=kernel.cluster_size, warp=warp,
                               smem_base=SMEM_BASE, params={"m": m, "n": n, "k": k}, values=False)
             recs, syncs, gen, reply = [], 0, wk.run(), None
             try:
@@ -122,7 +120,7 @@ def _trace(kernel) -> _Trace:
             except W.IRFault as exc:
                 raise VerifyError(f"{exc} ({wk.where()})") from None
             warps[(ctaid, warp)] = recs
-    return _Trace(plan, m, n, k, grid, warps)
+    return _Trace(kernel, m, n, k, grid, warps)
 
 
 # ------------------------------------------------------------------ barrier phases
@@ -172,10 +170,10 @@ class _Barriers:
     """Barrier instances of a trace, with arrivals, tx bytes and waits assigned to phases by visit."""
 
     def __init__(self, trace: _Trace):
-        self.plan = trace.plan
-        self.cs = trace.plan.cluster_size
+        self.kernel = trace.kernel
+        self.cs = trace.kernel.cluster_size
         self.bars: dict[tuple[int, str, int], _Barrier] = {}
-        self.box_bytes = {name: t.box[0] * t.box[1] * 2 for name, t in trace.plan.launch_spec().tensor_maps.items()}
+        self.box_bytes = {name: t.box[0] * t.box[1] * 2 for name, t in trace.kernel.launch.tensor_maps.items()}
         for (ctaid, warp), recs in trace.warps.items():
             visits: dict[tuple, list] = {}  # instance -> [visit index, last loop key]
             for rec in recs:
@@ -270,14 +268,14 @@ def _need(waits: list[_Wait], bar: _Barrier) -> list[int]:
 
 def _check_barriers(bs: _Barriers) -> int:
     """Counts, tx bytes and waits of every barrier instance; returns the number of phases checked."""
-    plan = bs.plan
-    specs = {s.name: s for s in plan.barrier_specs()}
+    kernel = bs.kernel
+    specs = {s.name: s for s in kernel.barriers}
     checked = 0
     for b in bs.bars.values():
         spec = specs.get(b.name)
         if spec is None or not 0 <= b.index < spec.num:
-            raise VerifyError(f"no such barrier: {b.label}; the plan has "
-                              f"{', '.join(f'{s.name}[{s.num}]' for s in plan.barrier_specs())}")
+            raise VerifyError(f"no such barrier: {b.label}; the kernel has "
+                              f"{', '.join(f'{s.name}[{s.num}]' for s in kernel.barriers)}")
         if b.count is None:
             raise VerifyError(f"uninitialized barrier: {b.label} is used but no MbarrierInit initializes it")
         for j in sorted(b.phases):
@@ -286,7 +284,7 @@ def _check_barriers(bs: _Barriers) -> int:
             if got != b.count:
                 raise VerifyError(
                     f"arrival count mismatch: {b.label}, phase {j}: {got} arrival(s) ({ph.sources(ph.arrivals)}) but "
-                    f"its init count is {b.count} (plan {b.name}.init = {spec.init})")
+                    f"its init count is {b.count} (kernel {b.name}.init = {spec.init})")
             exp, dlv = sum(ph.expected.values()), sum(ph.delivered.values())
             if exp != dlv:
                 raise VerifyError(
@@ -369,7 +367,7 @@ class _Replay:
         return True
 
     def _sync(self, w, ev: W.SyncEv) -> bool:
-        key = (ev.kind, w[0] // self.trace.plan.cluster_size if ev.kind == "cluster" else w[0], ev.id)
+        key = (ev.kind, w[0] // self.trace.kernel.cluster_size if ev.kind == "cluster" else w[0], ev.id)
         here = self.meet.setdefault(key, [])
         if w in here:
             return False
@@ -400,10 +398,14 @@ class _Replay:
 class _Slots:
     """Which region slot (A/B/CD stage) a shared-memory byte range lies in."""
 
-    def __init__(self, plan: Plan):
-        self.regions = [("A", plan.a.offset, plan.a.stride, plan.a.count, plan.a_stage_bytes),
-                        ("B", plan.b.offset, plan.b.stride, plan.b.count, plan.b_stage_bytes),
-                        ("CD", plan.cd.offset, plan.cd.stride, plan.cd.count, plan.cd_stage_bytes)]
+    def __init__(self, kernel: Kernel):
+        self.regions = [(r.name.upper(), r.offset, r.stride, r.count, r.slot_bytes) for r in kernel.regions]
+        self.operands = tuple(name for name, *_ in self.regions if name != "CD")
+        self._kernel = kernel
+
+    def align(self, off: int) -> int:
+        """Required alignment of the slot at ``off`` (1 outside every region)."""
+        return next((r.align for r in self._kernel.regions if r.offset <= off < r.end), 1)
 
     def find(self, lo: int, hi: int) -> tuple[str, int] | None:
         for name, off, stride, count, size in self.regions:
@@ -431,9 +433,9 @@ def _operand_extent(start: int, rows: int, sbo: int) -> tuple[int, int]:
 
 def _check_dataflow(trace: _Trace) -> None:
     """Wait-before-use, TMA stage/barrier pairing, smem slots and TMEM bounds, warp by warp."""
-    plan = trace.plan
-    slots = _Slots(plan)
-    acc_cols = plan.acc_stage_cols or 1
+    kernel = trace.kernel
+    slots = _Slots(kernel)
+    acc_cols = kernel.tmem_acc_stage_cols or 1
     for (ctaid, warp), recs in trace.warps.items():
         last_wait: dict[tuple[str, int], tuple] = {}
 
@@ -448,50 +450,51 @@ def _check_dataflow(trace: _Trace) -> None:
             if isinstance(ev, W.WaitEv):
                 last_wait[(ev.bar.name, ev.bar.index)] = rec.key
             elif isinstance(ev, W.TmaLoadEv):
-                size = plan.launch_spec().tensor_maps[ev.tensor]
+                size = kernel.launch.tensor_maps[ev.tensor]
                 region, s = slots.slot(ev.dst, ev.dst + size.box[0] * size.box[1] * 2, f"TmaLoad {ev.tensor}", rec.where,
-                                       _OPERANDS)
-                _aligned(ev.dst, SWIZZLE_ATOM_BYTES, f"TmaLoad {ev.tensor}", rec.where)
+                                       slots.operands)
+                _aligned(ev.dst, slots.align(ev.dst), f"TmaLoad {ev.tensor}", rec.where)
                 if any(ref.index != s or ref.name != "full" for ref in ev.bars):
                     raise VerifyError(f"TMA into the wrong stage: TmaLoad {ev.tensor} by {rec.where} writes {region} "
                                       f"stage {s} but completes on {', '.join(map(str, ev.bars))}")
                 require("empty", s, rec, f"TmaLoad {ev.tensor} into {region} stage {s}")
             elif isinstance(ev, W.UmmaEv):
-                _check_umma(plan, slots, ev, rec, require, acc_cols)
+                _check_umma(kernel, slots, ev, rec, require, acc_cols)
             elif isinstance(ev, W.WgmmaEv):
                 for operand, desc, rows in (("A", ev.a_desc, 64), ("B", ev.b_desc, ev.n)):
                     op = wgmma_operand(desc, rec.where, operand)
                     region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo), f"Wgmma operand {operand}", rec.where,
-                                           _OPERANDS)
+                                           slots.operands)
                     require("full", s, rec, f"Wgmma reads {region} stage {s}")
             elif isinstance(ev, W.TmemLoadEv):
                 lane, col = ev.taddr >> 16, ev.taddr & 0xFFFF
-                if lane != 32 * (warp % 4) or col + ev.ncols > plan.tmem_cols:
+                if lane != 32 * (warp % 4) or col + ev.ncols > kernel.tmem_cols:
                     raise VerifyError(f"TMEM access out of bounds: TmemLoad by {rec.where} reads lanes [{lane}, "
                                       f"{lane + 32}) columns [{col}, {col + ev.ncols}); warp {warp} owns lanes "
-                                      f"[{32 * (warp % 4)}, {32 * (warp % 4) + 32}), {plan.tmem_cols} columns allocated")
+                                      f"[{32 * (warp % 4)}, {32 * (warp % 4) + 32}), {kernel.tmem_cols} columns allocated")
                 require("tmem_full", col // acc_cols, rec, f"TmemLoad of accumulator stage {col // acc_cols}")
             elif isinstance(ev, W.StSharedEv):
                 for addr in set(ev.addrs.tolist()):
                     slots.slot(addr, addr + ev.nbytes, "StSharedBf16", rec.where, ("CD",))
             elif isinstance(ev, W.TmaStoreEv):
-                box = plan.launch_spec().tensor_maps[ev.tensor].box
+                box = kernel.launch.tensor_maps[ev.tensor].box
                 slots.slot(ev.src, ev.src + box[0] * box[1] * 2, f"TmaStore {ev.tensor}", rec.where, ("CD",))
             _check_issuers(ev, rec)
 
 
-def _check_umma(plan: Plan, slots: _Slots, ev: W.UmmaEv, rec: _Rec, require, acc_cols: int) -> None:
+def _check_umma(kernel: Kernel, slots: _Slots, ev: W.UmmaEv, rec: _Rec, require, acc_cols: int) -> None:
     m_total, n_total = umma_shape(ev.idesc, rec.where)
-    for operand, desc, rows in (("A", ev.a_desc, 128), ("B", ev.b_desc, n_total // plan.cta_group)):
+    for operand, desc, rows in (("A", ev.a_desc, 128), ("B", ev.b_desc, n_total // kernel.cta_group)):
         op = umma_operand(desc, rec.where, operand)
-        region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo), f"Umma operand {operand}", rec.where, _OPERANDS)
+        region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo), f"Umma operand {operand}", rec.where,
+                               slots.operands)
         require("full", s, rec, f"Umma reads {region} stage {s}")
     lane, col = ev.d >> 16, ev.d & 0xFFFF
-    if lane or col + n_total > plan.tmem_cols:
+    if lane or col + n_total > kernel.tmem_cols:
         raise VerifyError(f"TMEM access out of bounds: Umma by {rec.where} writes lanes [{lane}, {lane + 128}) columns "
-                          f"[{col}, {col + n_total}); {plan.tmem_cols} columns are allocated")
+                          f"[{col}, {col + n_total}); {kernel.tmem_cols} columns are allocated")
     require("tmem_empty", col // acc_cols, rec, f"Umma into accumulator stage {col // acc_cols}")
-    if plan.cta_group == 2 and rec.where.rank % 2:
+    if kernel.cta_group == 2 and rec.where.rank % 2:
         raise VerifyError(f"tcgen05.mma.cta_group::2 issued by the odd CTA of the pair: {rec.where}")
 
 
@@ -509,21 +512,18 @@ def _aligned(off: int, align: int, what: str, where: W.Where) -> None:
 # ------------------------------------------------------------------ layout, TMEM lifetime, teardown
 
 
-def _check_layout(plan: Plan) -> None:
+def _check_layout(kernel: Kernel) -> None:
     """Regions inside the allocation, aligned and disjoint (slot by slot)."""
-    pieces = [(f"A[{i}]", plan.a.at(i), plan.a_stage_bytes, SWIZZLE_ATOM_BYTES) for i in range(plan.a.count)]
-    pieces += [(f"B[{i}]", plan.b.at(i), plan.b_stage_bytes, SWIZZLE_ATOM_BYTES) for i in range(plan.b.count)]
-    cd_align = SWIZZLE_ATOM_BYTES if plan.cfg.epilogue.swizzle == "128" else 128
-    pieces += [(f"CD[{i}]", plan.cd.at(i), plan.cd_stage_bytes, cd_align) for i in range(plan.cd.count)]
-    pieces += [(s.name, s.offset, 8 * s.num, 8) for s in plan.barrier_specs()]
-    pieces += [("tmem slot", plan.tmem_slot, 4, 4)]
-    if plan.smem_bytes > SMEM_LIMIT_BYTES:
-        raise VerifyError(f"shared memory budget: {plan.smem_bytes} B > {SMEM_LIMIT_BYTES} B")
+    pieces = [(f"{r.name.upper()}[{i}]", r.at(i), r.slot_bytes, r.align) for r in kernel.regions for i in range(r.count)]
+    pieces += [(s.name, s.offset, 8 * s.num, 8) for s in kernel.barriers]
+    pieces += [("tmem slot", kernel.tmem_slot, 4, 4)]
+    if kernel.smem_bytes > SMEM_LIMIT_BYTES:
+        raise VerifyError(f"shared memory budget: {kernel.smem_bytes} B > {SMEM_LIMIT_BYTES} B")
     for name, off, size, align in pieces:
         if off % align:
             raise VerifyError(f"misaligned region: {name} at {off:#x} needs {align}-byte alignment")
-        if off < 0 or off + size > plan.smem_bytes:
-            raise VerifyError(f"region out of bounds: {name} [{off:#x}, {off + size:#x}) outside {plan.smem_bytes} B")
+        if off < 0 or off + size > kernel.smem_bytes:
+            raise VerifyError(f"region out of bounds: {name} [{off:#x}, {off + size:#x}) outside {kernel.smem_bytes} B")
     spans = sorted((off, off + size, name) for name, off, size, _ in pieces if size)
     for (lo1, hi1, n1), (lo2, hi2, n2) in zip(spans, spans[1:]):
         if lo2 < hi1:
@@ -532,10 +532,10 @@ def _check_layout(plan: Plan) -> None:
 
 def _check_tmem_lifetime(trace: _Trace) -> None:
     """Alloc and dealloc by one warp, a thread barrier between the alloc, every TMEM use and the dealloc."""
-    plan = trace.plan
-    if not plan.is_sm100:
+    kernel = trace.kernel
+    if not kernel.is_sm100:
         return
-    cs = plan.cluster_size
+    cs = kernel.cluster_size
     life: dict[int, tuple[int, int]] = {}
     for (ctaid, _), recs in trace.warps.items():
         allocs = [r for r in recs if isinstance(r.ev, W.AllocEv)]
@@ -547,17 +547,17 @@ def _check_tmem_lifetime(trace: _Trace) -> None:
                               f"{len(deallocs)}x; one warp allocates once and frees once")
         a, d = allocs[0], deallocs[0]
         cols = a.ev.cols
-        if cols < 32 or cols > TMEM_COLS or cols & (cols - 1) or cols != plan.tmem_cols or d.ev.cols != cols:
+        if cols < 32 or cols > TMEM_COLS or cols & (cols - 1) or cols != kernel.tmem_cols or d.ev.cols != cols:
             raise VerifyError(f"TMEM allocation: {a.where} allocates {cols} and frees {d.ev.cols} columns; needs the "
-                              f"plan's {plan.tmem_cols}, a power of two in [32, {TMEM_COLS}]")
+                              f"kernel's {kernel.tmem_cols}, a power of two in [32, {TMEM_COLS}]")
         if d.syncs <= a.syncs:
             raise VerifyError(f"TMEM lifetime: {d.where} frees TMEM with no "
-                              f"{'cluster' if plan.cta_group == 2 else 'thread'} barrier after the alloc")
+                              f"{'cluster' if kernel.cta_group == 2 else 'thread'} barrier after the alloc")
         life[ctaid] = (a.syncs, d.syncs)
     for (ctaid, _), recs in trace.warps.items():
         for r in recs:
             if isinstance(r.ev, W.UmmaEv):
-                owners = [ctaid, ctaid ^ 1] if plan.cta_group == 2 else [ctaid]
+                owners = [ctaid, ctaid ^ 1] if kernel.cta_group == 2 else [ctaid]
             elif isinstance(r.ev, W.TmemLoadEv):
                 owners = [ctaid]
             else:
@@ -574,7 +574,7 @@ def _check_tmem_lifetime(trace: _Trace) -> None:
 
 
 def _check_teardown(trace: _Trace) -> None:
-    if trace.plan.cluster_size < 2:
+    if trace.kernel.cluster_size < 2:
         return
     for (ctaid, warp), recs in trace.warps.items():
         last = recs[-1] if recs else None
@@ -605,7 +605,7 @@ class VerifyReport:
 
 def verify(kernel) -> VerifyReport:
     """Check the protocol of ``kernel`` (see module docstring).  Raises VerifyError on a violation."""
-    _check_layout(kernel.plan)
+    _check_layout(kernel)
     trace = _trace(kernel)
     _check_dataflow(trace)
     bars = _Barriers(trace)
@@ -627,9 +627,9 @@ def barrier_table(kernel) -> list[dict]:
 
 def _table(bs: _Barriers) -> list[dict]:
     rows = []
-    for spec in bs.plan.barrier_specs():
+    for spec in bs.kernel.barriers:
         arrivers, waiters, tx = [], set(), []
-        for rank in range(bs.plan.cluster_size):
+        for rank in range(bs.kernel.cluster_size):
             b = bs.bars.get((rank, spec.name, 0))
             if b is None:
                 continue

@@ -125,7 +125,7 @@ def test_mbarrier_faults() -> None:
 
 def _walk(body: tuple, warp: int = 0) -> list:
     plan = make_plan(load_config("level3"))
-    wk = WarpWalker(Program(O.Kernel(plan=plan, body=body)), ctaid=0, nctaid=2, cluster_size=2, warp=warp,
+    wk = WarpWalker(Program(plan.kernel_resources(body)), ctaid=0, nctaid=2, cluster_size=2, warp=warp,
                     smem_base=BASE, params={"m": 1, "n": 1, "k": 8})
     return list(wk.run())
 
@@ -156,7 +156,7 @@ def test_warp_collective_op_inside_elect_is_a_fault() -> None:
 @given(schedule=SEEDS)
 def test_shipped_config_simulates_correctly(config: str, shape_index: int, schedule: int) -> None:
     kernel = kernel_for(config)
-    shape = default_shapes(kernel.plan)[shape_index]
+    shape = default_shapes(kernel)[shape_index]
     r = simulate(kernel, *shape, seed=schedule % 1000, schedule_seed=schedule)
     assert r.rel_fro < 5e-3 and r.max_rel_err < 1e-2
 
@@ -164,7 +164,7 @@ def test_shipped_config_simulates_correctly(config: str, shape_index: int, sched
 @pytest.mark.parametrize("config", ["level9", "h100_128x256", "level1"])
 def test_interleavings_differ_but_results_do_not(config: str) -> None:
     kernel = kernel_for(config)
-    shape = default_shapes(kernel.plan)[2]
+    shape = default_shapes(kernel)[2]
     runs = [simulate(kernel, *shape, seed=7, schedule_seed=s) for s in range(4)]
     assert len({r.fingerprint for r in runs}) == 4
     for r in runs[1:]:
@@ -175,7 +175,7 @@ def test_interleavings_differ_but_results_do_not(config: str) -> None:
 def test_exact_integer_product(config: str) -> None:
     """Inputs in {-1, 0, 1} make every product exact in bf16: D must equal A @ B.T bit for bit."""
     kernel = kernel_for(config)
-    m, n, _ = default_shapes(kernel.plan)[2]
+    m, n, _ = default_shapes(kernel)[2]
     k = 136
     rng = np.random.default_rng(1)
     a, b = rng.integers(-1, 2, (m, k)).astype(np.float32), rng.integers(-1, 2, (n, k)).astype(np.float32)
@@ -185,7 +185,7 @@ def test_exact_integer_product(config: str) -> None:
 
 def test_sweep_summary_line() -> None:
     kernel = kernel_for("level2")
-    s = sweep(kernel, shapes=default_shapes(kernel.plan)[:2], interleavings=3)
+    s = sweep(kernel, shapes=default_shapes(kernel)[:2], interleavings=3)
     assert s.runs == 6 and not s.faults and s.distinct == 6
     assert s.summary().startswith("simulated 2 shapes x 3 interleavings: 0 faults, max rel error ")
 
@@ -197,7 +197,7 @@ def test_shape_rules() -> None:
 
 def test_non_uniform_kernel_is_a_sim_fault() -> None:
     plan = make_plan(load_config("level1"))
-    kernel = O.Kernel(plan=plan, body=(O.If(eq(Sreg("lane"), 3), (O.CtaSync(),)),))
+    kernel = plan.kernel_resources((O.If(eq(Sreg("lane"), 3), (O.CtaSync(),)),))
     with pytest.raises(SimError, match=r"^If condition %lane == 3 is not uniform across the warp.s lanes "
                                        r"\(values \[0, 1\]\) \(all warps \(CTA \d+"):
         simulate(kernel, 64, 64, 64)
@@ -212,10 +212,10 @@ def test_non_uniform_kernel_is_a_sim_fault() -> None:
 @given(data=st.data())
 def test_random_shapes_and_grids(config: str, data) -> None:
     kernel = kernel_for(config)
-    p = kernel.plan
-    m = data.draw(st.integers(1, 3 * p.cluster_tile_rows), label="m")
-    n = data.draw(st.integers(1, 3 * p.block_n), label="n")
-    k = 8 * data.draw(st.integers(1, (p.stages + 2) * p.block_k // 8), label="k/8")
+    grid = kernel.launch.grid
+    m = data.draw(st.integers(1, 3 * grid.tile_rows), label="m")
+    n = data.draw(st.integers(1, 3 * grid.tile_cols), label="n")
+    k = 8 * data.draw(st.integers(1, (kernel.stages + 2) * kernel.block_k // 8), label="k/8")
     num_sms = data.draw(st.sampled_from([2, 4, 6, 8]), label="num_sms")
     simulate(kernel, m, n, k, seed=data.draw(SEEDS, label="seed") % 1000, num_sms=num_sms,
              schedule_seed=data.draw(SEEDS, label="schedule"))

@@ -17,6 +17,7 @@ import pytest
 
 from ptxgen.config import load_config
 from ptxgen.errors import SimError, VerifyError
+from ptxgen.ir import Kernel
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Const, Sreg, Var, eq
 from ptxgen.plan import make_plan
@@ -31,7 +32,7 @@ SCHEDULES = (0, 1, 2)
 RACE = r"^(read before write|write after read|wrong result)"
 
 
-def _kernel(config: str, fn=None, plan_change=None) -> O.Kernel:
+def _kernel(config: str, fn=None, plan_change=None) -> Kernel:
     plan = make_plan(load_config(config))
     if plan_change is not None:
         plan = plan_change(plan)
@@ -41,7 +42,7 @@ def _kernel(config: str, fn=None, plan_change=None) -> O.Kernel:
 
 def _sim_messages(kernel, always: bool) -> list[str]:
     """SimError messages of the planted kernel under SCHEDULES (each schedule must fault when ``always``)."""
-    shape = default_shapes(kernel.plan)[1]
+    shape = default_shapes(kernel)[1]
     out = []
     for s in SCHEDULES:
         try:
@@ -96,7 +97,7 @@ def _cd_row_per_store_block(plan):
 
 PLANTS = [
     Plant("wrong init count",
-          lambda: _kernel("level9", plan_change=lambda p: replace(p, full=replace(p.full, init=(3, 3)))),
+          lambda: _kernel("level9", plan_change=lambda p: replace(p, ab=replace(p.ab, full=replace(p.full, init=(3, 3))))),
           verify=r"^arrival count mismatch: full\[0\] of CTA 0 \(rank 0\), phase 0: 2 arrival\(s\) \(producer@r0 "
                  r"arrive\.expect_tx x1, producer@r1 remote arrive\.expect_tx x1\) but its init count is 3",
           sim=r"^deadlock: .*MbarrierWait \(consumer_wait\) for the phase of parity 0 of full\[0\] of CTA 0 \(rank 0\): "
@@ -231,4 +232,4 @@ def test_missing_peer_arrive_with_one_tile_per_cluster() -> None:
     kernel = plant.kernel()
     with pytest.raises(SimError, match=r"^arrival count mismatch at exit: tmem_empty\[0\] of CTA 0 \(rank 0\): phase 0 "
                                        r"\(parity 0\) in progress, 128 of 256 arrivals pending"):
-        simulate(kernel, *default_shapes(kernel.plan)[0])
+        simulate(kernel, *default_shapes(kernel)[0])

@@ -6,12 +6,13 @@ from dataclasses import replace
 
 from ptxgen.builders.gemm import build_gemm
 from ptxgen.config import load_config
+from ptxgen.ir import Kernel
 from ptxgen.ir import ops as O
 from ptxgen.plan import make_plan
 from ptxgen.sim.rewrite import rewrite_body
 
 
-def kernel_for(config: str, plan=None) -> O.Kernel:
+def kernel_for(config: str, plan=None) -> Kernel:
     """The builder's kernel of a shipped config, or of ``plan``."""
     return build_gemm(plan or make_plan(load_config(config)))
 

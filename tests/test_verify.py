@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from ptxgen.config import load_config, shipped_configs
 from ptxgen.errors import ConfigError, SimError, VerifyError
 from ptxgen.ir import ops as O
+from ptxgen.ir import Kernel
 from ptxgen.ir.expr import Const
 from ptxgen.plan import make_plan
 from ptxgen.sim import default_shapes, simulate
@@ -32,7 +33,7 @@ def test_shipped_config_verifies(config: str) -> None:
     kernel = kernel_for(config)
     report = verify(kernel)
     assert report.kernel == kernel.name and report.phases > 0 and report.events > 0
-    assert [r["name"] for r in report.barriers] == [s.name for s in kernel.plan.barrier_specs()]
+    assert [r["name"] for r in report.barriers] == [s.name for s in kernel.barriers]
 
 
 def test_level9_barrier_table() -> None:
@@ -67,18 +68,23 @@ def test_format_barrier_table() -> None:
 # ------------------------------------------------------------------ layout, TMEM, teardown
 
 
-def _with_plan(config: str, change) -> O.Kernel:
+def _with_plan(config: str, change) -> Kernel:
     return kernel_for(config, change(make_plan(load_config(config))))
 
 
+def _with_region(kernel: Kernel, name: str, change) -> Kernel:
+    """The kernel with shared-memory region ``name`` changed (the verifier reads only the kernel)."""
+    return replace(kernel, regions=tuple(change(r) if r.name == name else r for r in kernel.regions))
+
+
 def test_overlapping_regions() -> None:
-    kernel = _with_plan("level3", lambda p: replace(p, b=replace(p.b, offset=p.a.offset + 8192)))
+    kernel = _with_region(kernel_for("level3"), "b", lambda r: replace(r, offset=kernel_for("level3").region("a").offset + 8192))
     with pytest.raises(VerifyError, match=r"^overlapping regions: A\[0\] \[0x0, 0x4000\) and B\[0\] \[0x2000, 0x4000\)"):
         verify(kernel)
 
 
 def test_misaligned_region() -> None:
-    kernel = _with_plan("level9", lambda p: replace(p, a=replace(p.a, offset=p.a.offset + 128)))
+    kernel = _with_region(kernel_for("level9"), "a", lambda r: replace(r, offset=r.offset + 128))
     with pytest.raises(VerifyError, match=r"^misaligned region: A\[0\] at 0x8080 needs 1024-byte alignment"):
         verify(kernel)
 
@@ -144,7 +150,7 @@ def test_config_variants_verify_and_simulate(variant: dict) -> None:
         return
     kernel = kernel_for(cfg.name, make_plan(cfg))
     verify(kernel)
-    simulate(kernel, *default_shapes(kernel.plan)[1], seed=1)
+    simulate(kernel, *default_shapes(kernel)[1], seed=1)
 
 
 @pytest.mark.parametrize("config", ["h100_128x128", "h100_128x256"])
@@ -157,7 +163,7 @@ def test_sm90_single_stage(config: str) -> None:
     cfg = dataclasses.replace(base, pipeline=dataclasses.replace(base.pipeline, stages=1))
     kernel = kernel_for(cfg.name, make_plan(cfg))
     with pytest.raises(SimError, match=r"^deadlock: "):
-        simulate(kernel, *default_shapes(kernel.plan)[1])
+        simulate(kernel, *default_shapes(kernel)[1])
     with pytest.raises(VerifyError, match=r"^circular wait: .*\n  producer \(CTA 0, rank 0, warp 0\) at t=0 kb=1: "
                                           r"producer_acquire on empty\[0\] of CTA 0 \(rank 0\) for parity 0"):
         verify(kernel)

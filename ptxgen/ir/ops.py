@@ -24,14 +24,14 @@ Execution model (what the simulator implements and the emitters lower):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .expr import Expr, lift
+from .expr import Expr, expr_str, lift
 
 
 @dataclass(frozen=True)
 class Bar:
-    """mbarrier ``name[index]`` of the plan (``full``, ``empty``, ``tmem_full``, ``tmem_empty``)."""
+    """mbarrier ``name[index]`` of one of the kernel's barrier arrays (``full``, ``empty``, ``tmem_full``, ``tmem_empty``)."""
 
     name: str
     index: Expr
@@ -41,8 +41,6 @@ class Bar:
 
 
 def _s(e) -> str:
-    from .printer import expr_str
-
     return expr_str(e)
 
 
@@ -232,7 +230,7 @@ class MbarrierWait(Op):
 
 @dataclass(frozen=True)
 class TmaLoad(Op):
-    """``cp.async.bulk.tensor.2d`` global -> shared of the plan's box of ``tensor`` at (col, row).
+    """``cp.async.bulk.tensor.2d`` global -> shared of the kernel's box of ``tensor`` at (col, row).
 
     dst: byte offset in shared memory.  bar: barrier receiving complete_tx.
     two_sm: ``.cta_group::2``; the barrier address is masked with the peer bit
@@ -294,7 +292,7 @@ class FenceProxyAsync(Op):
 
 @dataclass(frozen=True)
 class TmemAlloc(Op):
-    """``tcgen05.alloc`` of ``cols`` columns (whole warp); the address lands in the plan's tmem slot."""
+    """``tcgen05.alloc`` of ``cols`` columns (whole warp); the address lands in the kernel's tmem slot."""
 
     cols: int
 
@@ -337,14 +335,19 @@ class Umma(Op):
     """``tcgen05.mma.cta_group::G.kind::f16 [d], adesc, bdesc, idesc, accumulate`` (one thread).
 
     d: TMEM address of the accumulator (lane 0, first column).
-    a_lo / b_lo: descriptor low words (start >> 4 | LBO field << 16); the high
-        words and idesc are the plan's constants.  accumulate: 0 overwrites.
+    a_lo / b_lo: descriptor low words (start >> 4 | LBO field << 16).
+    a_hi / b_hi: the descriptors' constant high words (PTX ISA "Shared memory descriptor").
+    idesc: the 32-bit instruction descriptor (PTX ISA "Instruction descriptor", ``.kind::f16``).
+    accumulate: 0 overwrites.
     """
 
     d: Expr
     a_lo: Expr
     b_lo: Expr
     accumulate: Expr
+    idesc: int = 0
+    a_hi: int = 0
+    b_hi: int = 0
 
     def describe(self) -> str:
         return f"Umma d={_s(self.d)} a_lo={_s(self.a_lo)} b_lo={_s(self.b_lo)} acc={_s(self.accumulate)}"
@@ -414,7 +417,8 @@ class WgmmaFence(Op):
 class Wgmma(Op):
     """``wgmma.mma_async.m64n{n}k16.f32.bf16.bf16`` into the warpgroup's fragment array ``acc`` (n/2 f32 per thread).
 
-    a_lo / b_lo: descriptor low words; high words are the plan's.  accumulate: 0 overwrites (scale-d false).
+    a_lo / b_lo: descriptor low words; a_hi / b_hi: their constant high words (PTX ISA
+    "Matrix Descriptor Format").  accumulate: 0 overwrites (scale-d false).
     """
 
     acc: str
@@ -422,6 +426,8 @@ class Wgmma(Op):
     a_lo: Expr
     b_lo: Expr
     accumulate: Expr
+    a_hi: int = 0
+    b_hi: int = 0
 
     def describe(self) -> str:
         return f"Wgmma m64n{self.n}k16 {self.acc} a_lo={_s(self.a_lo)} b_lo={_s(self.b_lo)} acc={_s(self.accumulate)}"
@@ -471,18 +477,6 @@ class StGlobalBf16(Op):
 
     def describe(self) -> str:
         return f"StGlobalBf16 D[{_s(self.row)}, {_s(self.col)}:+{len(self.idx)}] <- bf16({self.src}[{self.idx[0]}..{self.idx[-1]}])"
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """A whole kernel: the plan it was built from and its body (run by every thread of every CTA)."""
-
-    plan: object
-    body: tuple = field(default_factory=tuple)
-
-    @property
-    def name(self) -> str:
-        return self.plan.kernel
 
 
 def walk(body):

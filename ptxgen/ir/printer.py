@@ -2,41 +2,12 @@
 
 from __future__ import annotations
 
-from .expr import Bin, Const, Expr, Param, Select, Sreg, Var
-
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&", "or": "|", "xor": "^",
-          "shl": "<<", "shr": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<="}
-
-
-def expr_str(e: Expr | None) -> str:
-    """``(it / 4) & 1``-style text of an expression (fully parenthesised below the top)."""
-    if e is None:
-        return "-"
-    if isinstance(e, Const):
-        return str(e.value) if e.value < 4096 else hex(e.value)
-    if isinstance(e, (Var, Param)):
-        return e.name
-    if isinstance(e, Sreg):
-        return f"%{e.name}"
-    if isinstance(e, Bin):
-        if e.op in _INFIX:
-            return f"{_wrap(e.a)} {_INFIX[e.op]} {_wrap(e.b)}"
-        return f"{e.op}({expr_str(e.a)}, {expr_str(e.b)})"
-    if isinstance(e, Select):
-        return f"{_wrap(e.cond)} ? {_wrap(e.a)} : {_wrap(e.b)}"
-    return repr(e)
-
-
-def _wrap(e: Expr) -> str:
-    s = expr_str(e)
-    infix = isinstance(e, Select) or (isinstance(e, Bin) and e.op in _INFIX)
-    return f"({s})" if infix else s
+from .expr import expr_str  # noqa: F401 - re-exported
+from .ops import Elect, For, If, WarpSwitch
 
 
 def kernel_str(kernel) -> str:
     """Indented listing of a kernel's ops (one per line)."""
-    from .ops import Elect, For, If, WarpSwitch
-
     lines: list[str] = []
 
     def rec(body, depth):

@@ -38,7 +38,6 @@ from collections import deque
 import numpy as np
 
 from ..errors import SimError
-from ..plan import Plan
 from . import walker as W
 from .memory import GlobalTensors, SharedMemory, Tmem, box_index, kmajor_sw128_index
 from .mma import umma_operand, umma_shape, wgmma_fragment, wgmma_operand
@@ -62,17 +61,17 @@ class Who:
 class Cta:
     """One CTA: its shared memory, TMEM, mbarriers and warps."""
 
-    def __init__(self, plan: Plan, ctaid: int, smem_base: int):
+    def __init__(self, kernel, ctaid: int, smem_base: int):
         self.ctaid = ctaid
-        self.rank = ctaid % plan.cluster_size
-        self.cluster = ctaid // plan.cluster_size
+        self.rank = ctaid % kernel.cluster_size
+        self.cluster = ctaid // kernel.cluster_size
         self.name = f"CTA {ctaid} (rank {self.rank})"
-        reserved = [(plan.barriers.offset, plan.barriers.end, "mbarriers"),
-                    (plan.tmem_slot, plan.tmem_slot + 4, "TMEM address slot")]
-        self.smem = SharedMemory(plan.smem_bytes, smem_base, reserved, self.name)
-        self.tmem = Tmem(self.name) if plan.is_sm100 else None
+        reserved = [(*kernel.barrier_span, "mbarriers"),
+                    (kernel.tmem_slot, kernel.tmem_slot + 4, "TMEM address slot")]
+        self.smem = SharedMemory(kernel.smem_bytes, smem_base, reserved, self.name)
+        self.tmem = Tmem(self.name) if kernel.is_sm100 else None
         self.bars = {(s.name, i): Mbarrier(f"{s.name}[{i}] of {self.name}", self)
-                     for s in plan.barrier_specs() for i in range(s.num)}
+                     for s in kernel.barriers for i in range(s.num)}
         self.warps: list[Warp] = []
         self.live = 0
         self.exited = False
@@ -231,9 +230,8 @@ class Machine:
 
     def __init__(self, kernel, m: int, n: int, k: int, a: np.ndarray, b: np.ndarray, *, num_sms: int,
                  schedule_seed: int, smem_base: int, poison: int):
-        plan: Plan = kernel.plan
-        self.plan, self.params = plan, {"m": m, "n": n, "k": k}
-        spec = plan.launch_spec()
+        self.kernel, self.params = kernel, {"m": m, "n": n, "k": k}
+        spec = kernel.launch
         self.maps = {name: (t.box[0], t.box[1], t.swizzle == "128B") for name, t in spec.tensor_maps.items()}
         self.grid = spec.grid.grid_x(m, n, num_sms)
         self.glob = GlobalTensors(a, b, poison)
@@ -246,11 +244,11 @@ class Machine:
         self.rendezvous: dict[tuple, Rendezvous] = {}
         self.steps = self.ops = 0
         self.fingerprint = 0  # hash of the scheduler's choices: equal fingerprints, same interleaving
-        self.ctas = [Cta(plan, c, smem_base) for c in range(self.grid)]
+        self.ctas = [Cta(kernel, c, smem_base) for c in range(self.grid)]
         program = W.Program(kernel)
         for cta in self.ctas:
-            for w in range(plan.threads // W.LANES):
-                walker = W.WarpWalker(program, ctaid=cta.ctaid, nctaid=self.grid, cluster_size=plan.cluster_size,
+            for w in range(kernel.threads // W.LANES):
+                walker = W.WarpWalker(program, ctaid=cta.ctaid, nctaid=self.grid, cluster_size=kernel.cluster_size,
                                       warp=w, smem_base=smem_base, params=self.params)
                 warp = Warp(cta, walker)
                 cta.warps.append(warp)
@@ -348,15 +346,15 @@ class Machine:
     # ---------------------------------------------------------------- barriers
 
     def _cta(self, w: Warp, rank: int) -> Cta:
-        return self.ctas[w.cta.cluster * self.plan.cluster_size + rank]
+        return self.ctas[w.cta.cluster * self.kernel.cluster_size + rank]
 
     def _bar(self, w: Warp, ref: W.BarRef, what: object) -> Mbarrier:
         """The barrier ``ref`` names, checked initialized and visible to ``w``.  Raises SimError."""
         cta = self._cta(w, ref.rank)
         bar = cta.bars.get((ref.name, ref.index))
         if bar is None:
-            raise SimError(f"no such barrier: {what} by {w.walker.where()} names {ref.name}[{ref.index}]; the plan "
-                           f"has {', '.join(f'{s.name}[{s.num}]' for s in self.plan.barrier_specs())}")
+            raise SimError(f"no such barrier: {what} by {w.walker.where()} names {ref.name}[{ref.index}]; the kernel "
+                           f"has {', '.join(f'{s.name}[{s.num}]' for s in self.kernel.barriers)}")
         if cta.exited:
             raise SimError(f"use after exit: {what} by {w.walker.where()} touches {bar.name}, whose CTA has exited "
                            "(a multi-CTA kernel must end with a cluster barrier)")
@@ -509,10 +507,10 @@ class Machine:
         if tmem.cols:
             raise SimError(f"double TMEM allocation: {w.walker.where()} allocates again in {w.cta.name}")
         tmem.cols = ev.cols
-        w.cta.smem.internal_write(self.plan.tmem_slot, np.array([0], dtype=np.uint32).view(np.uint8))
+        w.cta.smem.internal_write(self.kernel.tmem_slot, np.array([0], dtype=np.uint32).view(np.uint8))
 
     def _tmem_base(self, w: Warp, ev) -> None:
-        raw = w.cta.smem.generic_read(self.plan.tmem_slot, self.plan.tmem_slot + 4, w.who("TmemBase"))
+        raw = w.cta.smem.generic_read(self.kernel.tmem_slot, self.kernel.tmem_slot + 4, w.who("TmemBase"))
         w.reply = int(raw.view(np.uint32)[0])
 
     def _dealloc(self, w: Warp, ev: W.DeallocEv) -> None:
@@ -523,7 +521,7 @@ class Machine:
                            f"{tmem.cols} columns at 0x0")
         if tmem.busy():
             raise SimError(f"TMEM dealloc while busy: {where} frees TMEM of {cta.name} while MMAs writing it are in flight")
-        if self.plan.cta_group == 2:
+        if self.kernel.cta_group == 2:
             peer = self._cta(w, cta.rank ^ 1)
             if not peer.tmem.cols:
                 raise SimError(f"TMEM dealloc before peer alloc: {where} frees TMEM of {cta.name} before {peer.name} "
@@ -547,11 +545,11 @@ class Machine:
         return cta.smem.bf16(idx), handle
 
     def _umma(self, w: Warp, ev: W.UmmaEv) -> None:
-        plan, cta = self.plan, w.cta
+        kernel, cta = self.kernel, w.cta
         who = w.who("Umma")
         if ev.lanes != 1:
             raise SimError(f"tcgen05.mma issued by {ev.lanes} threads: {who}; one thread issues it (Elect)")
-        group = plan.cta_group
+        group = kernel.cta_group
         if group == 2 and cta.rank % 2:
             raise SimError(f"tcgen05.mma.cta_group::2 issued by the odd CTA of the pair: {who}")
         m_total, n_total = umma_shape(ev.idesc, who)

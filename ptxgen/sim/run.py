@@ -45,7 +45,7 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
     """Execute ``kernel`` for D[m, n] = A[m, k] @ B[n, k]^T and compare D with an fp32 reference.
 
     Args:
-        kernel: Kernel IR (``build_gemm(plan)``).
+        kernel: Kernel IR (``build_kernel(plan)``).
         m, n, k: problem shape (k a multiple of 8: TMA global strides are 16-byte multiples).
         seed: seeds the random bf16 inputs (ignored for an operand passed explicitly).
         num_sms: SM count the persistent grid policy sees (small: CTAs loop over several tiles).
@@ -60,7 +60,7 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
             2e-2 * (|ref| + rms(ref))), with the first wrong element.
         ShapeError: a shape the kernel's tensor maps cannot describe.
     """
-    spec = kernel.plan.launch_spec()
+    spec = kernel.launch
     if min(m, n, k) < 1 or k % spec.k_multiple:
         raise ShapeError(f"m={m}, n={n}, k={k}: all must be >= 1 and k a multiple of {spec.k_multiple}")
     a_bits, b_bits = random_operands(m, n, k, seed)

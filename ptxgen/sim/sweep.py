@@ -5,20 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import SimError
-from ..plan import Plan
 from .run import simulate
 
 
-def default_shapes(plan: Plan) -> list[tuple[int, int, int]]:
-    """Three (m, n, k) in units of the plan's cluster tile, none a multiple of the tile.
+def default_shapes(kernel) -> list[tuple[int, int, int]]:
+    """Three (m, n, k) in units of the kernel's cluster tile, none a multiple of the tile.
 
     One partial tile; 2 x 1 tiles (+ a partial column) with ``stages + 1``
     k-blocks, the last one partial (every smem ring wraps); 3 x 2 tiles with
     3 k-blocks (persistent CTAs loop over several tiles, TMEM stages wrap).
     """
-    tr, tc, s = plan.cluster_tile_rows, plan.block_n, plan.stages
+    tr, tc, s = kernel.launch.grid.tile_rows, kernel.launch.grid.tile_cols, kernel.stages
     return [(tr // 2 + 8, tc // 2 + 8, 64),
-            (2 * tr - 24, tc + 40, plan.block_k * s + 24),
+            (2 * tr - 24, tc + 40, kernel.block_k * s + 24),
             (2 * tr + 8, 2 * tc - 8, 144)]
 
 
@@ -44,7 +43,7 @@ def sweep(kernel, shapes: list[tuple[int, int, int]] | None = None, interleaving
 
     max_rel_err is the max-abs relative error (max|D - ref| / max|ref|) over the runs without a fault.
     """
-    shapes = shapes or default_shapes(kernel.plan)
+    shapes = shapes or default_shapes(kernel)
     out = Sweep(shapes, interleavings)
     prints = set()
     for shape in shapes:

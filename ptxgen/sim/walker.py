@@ -306,7 +306,7 @@ class WarpWalker:
     """Runs the kernel body for one warp; :meth:`run` is the event generator (see module docstring).
 
     Args:
-        program: the kernel's :class:`Program` (its plan gives descriptor high words and idesc).
+        program: the kernel's :class:`Program`.
         ctaid, nctaid, cluster_size: the CTA's ``blockIdx.x``, ``gridDim.x`` and cluster size
             (rank = ctaid % cluster_size: clusters are consecutive CTAs along x).
         warp: warp index in the CTA.
@@ -318,7 +318,7 @@ class WarpWalker:
     def __init__(self, program: Program, *, ctaid: int, nctaid: int, cluster_size: int, warp: int, smem_base: int,
                  params: dict[str, int], values: bool = True):
         self.program = program
-        self.plan = program.kernel.plan
+        self.kernel = program.kernel
         self.body = program.kernel.body
         self.cs = cluster_size
         self.rank = ctaid % cluster_size
@@ -349,9 +349,9 @@ class WarpWalker:
             O.Wgmma: self._wgmma, O.WgmmaCommit: lambda op: WgmmaCommitEv(op, self._whole_warp(op)),
             O.WgmmaWait: lambda op: WgmmaWaitEv(op, self._whole_warp(op), op.n),
             O.StSharedBf16: self._st_shared, O.StGlobalBf16: self._st_global,
-            O.CtaSync: lambda op: SyncEv(op, self._whole_warp(op), "cta", 0, self.plan.threads),
+            O.CtaSync: lambda op: SyncEv(op, self._whole_warp(op), "cta", 0, self.kernel.threads),
             O.NamedBarrier: self._named_barrier,
-            O.ClusterSync: lambda op: SyncEv(op, self._whole_warp(op), "cluster", 0, self.plan.threads * self.cs),
+            O.ClusterSync: lambda op: SyncEv(op, self._whole_warp(op), "cluster", 0, self.kernel.threads * self.cs),
         }
 
     # ---------------------------------------------------------------- position
@@ -568,10 +568,9 @@ class WarpWalker:
         return DeallocEv(op, self._whole_warp(op), self.uniform(op.taddr, "TmemDealloc address"), op.cols)
 
     def _umma(self, op):
-        p = self.plan
-        a = p.a_desc_hi << 32 | self.uniform(op.a_lo, "Umma a_lo")
-        b = p.b_desc_hi << 32 | self.uniform(op.b_lo, "Umma b_lo")
-        return UmmaEv(op, self._n(), self.uniform(op.d, "Umma d"), a, b, p.idesc,
+        a = op.a_hi << 32 | self.uniform(op.a_lo, "Umma a_lo")
+        b = op.b_hi << 32 | self.uniform(op.b_lo, "Umma b_lo")
+        return UmmaEv(op, self._n(), self.uniform(op.d, "Umma d"), a, b, op.idesc,
                       bool(self.uniform(op.accumulate, "Umma accumulate")))
 
     def _commit(self, op):
@@ -580,9 +579,8 @@ class WarpWalker:
         return CommitEv(op, self._n(), tuple(BarRef(r, op.bar.name, index) for r in ranks))
 
     def _wgmma(self, op):
-        p = self.plan
-        a = p.a_desc_hi << 32 | self.uniform(op.a_lo, "Wgmma a_lo")
-        b = p.b_desc_hi << 32 | self.uniform(op.b_lo, "Wgmma b_lo")
+        a = op.a_hi << 32 | self.uniform(op.a_lo, "Wgmma a_lo")
+        b = op.b_hi << 32 | self.uniform(op.b_lo, "Wgmma b_lo")
         acc = bool(self.uniform(op.accumulate, "Wgmma accumulate"))
         if op.acc not in self.regs:
             self.regs[op.acc] = np.full((LANES, op.n // 2), np.nan, dtype=np.float32)

@@ -1,0 +1,118 @@
+"""Pieces every kernel shares: the cluster view, the tile scheduler, setup and teardown.
+
+Roles (:mod:`.roles`) are built over these.  Everything reads the plan, never
+the config; pipeline indices come from the plan's :class:`~ptxgen.ir.Pipeline`
+objects: ``it = tc * num_k + kb`` is the k-block's iteration of the operand
+ring, ``tc`` the CTA's tile count (its iteration of the accumulator ring).
+"""
+
+from __future__ import annotations
+
+from ..ir import (Bar, ClusterSync, Const, CtaSync, Elect, Expr, FenceMbarrierInit, For, Let, MbarrierInit, Param,
+                  Role, Sreg, TcgenFence, TmemAlloc, TmemBase, TmemDealloc, TmemRelinquish, Var, WarpSwitch, ceil_div,
+                  emin, eq, fold, lift, select)
+from ..ir.pipeline import PipelineState
+from ..plan import Plan
+
+WARP, LANE, RANK = Sreg("warp"), Sreg("lane"), Sreg("rank")
+T, KB, TMEM = Var("t"), Var("kb"), Var("tmem")
+
+
+class Cluster:
+    """This CTA's place in its cluster: ``rank`` (0 without a cluster) and ``is_leader``."""
+
+    def __init__(self, plan: Plan):
+        self.size = plan.cluster_size
+        self.rank = RANK if self.size == 2 else Const(0)
+        self.is_leader = eq(self.rank, 0)
+
+
+class TileScheduler:
+    """Persistent, swizzled walk over cluster tiles (group of ``plan.group_clusters`` m-blocks).
+
+    ``setup()`` binds ``num_m``, ``num_n``, ``num_tiles``, ``cluster_id``, ``num_clusters``;
+    ``loop(body)`` binds ``tc`` (the CTA's tile count), ``m_row`` and ``n_col`` for each tile.
+    """
+
+    def __init__(self, plan: Plan, cluster: Cluster):
+        self.p, self.c = plan, cluster
+
+    def setup(self) -> list:
+        cs = self.c.size
+        return [
+            Let("num_m", ceil_div(Param("m"), self.p.cluster_tile_rows)),
+            Let("num_n", ceil_div(Param("n"), self.p.block_n)),
+            Let("num_tiles", Var("num_m") * Var("num_n")),
+            Let("cluster_id", Sreg("ctaid") // cs),
+            Let("num_clusters", Sreg("nctaid") // cs),
+        ]
+
+    def loop(self, body: list) -> For:
+        p, g = self.p, self.p.group_clusters
+        m_cta = (Var("cm") * p.m_ctas + self.c.rank) if p.m_ctas == 2 else Var("cm")
+        sched = [
+            Let("tc", (T - Var("cluster_id")) // Var("num_clusters")),
+            Let("grp", T // (Var("num_n") * g)),
+            Let("gm", emin(Var("num_m") - Var("grp") * g, g)),
+            Let("r", T % (Var("num_n") * g)),
+            Let("cm", Var("grp") * g + Var("r") % Var("gm")),
+            Let("m_row", m_cta * p.block_m),
+            Let("n_col", (Var("r") // Var("gm")) * p.block_n),
+        ]
+        return For("t", Var("cluster_id"), Var("num_tiles"), Var("num_clusters"), tuple(sched + body))
+
+
+def k_loop(body: list) -> For:
+    """``for kb in [0, num_k)``: the k-blocks of one tile."""
+    return For("kb", Const(0), Var("num_k"), Const(1), tuple(body))
+
+
+def ring_state(plan: Plan) -> tuple[list, PipelineState]:
+    """``it``, ``stage`` and ``phase`` of the current k-block in the operand ring."""
+    lets, st = plan.ab.state(Var("it"))
+    return [Let("it", Var("tc") * Var("num_k") + KB), *lets], st
+
+
+def acc_state(plan: Plan) -> tuple[list, PipelineState]:
+    """``acc`` and ``acc_phase`` of the current tile in the accumulator ring (sm_100a)."""
+    return plan.acc.state(Var("tc"), ("acc", "acc_phase"))
+
+
+def desc_lo(plan: Plan, offset: Expr) -> Expr:
+    """Descriptor low word for smem+offset: start >> 4 | LBO field << 16 (the plan's LBO)."""
+    return fold(((Sreg("smem") + offset) >> 4) | (plan.desc_lbo_field << 16))
+
+
+def stage_offset(plan: Plan, operand: str, stage: Expr) -> Expr:
+    """Byte offset of operand ``operand``'s slot ``stage``."""
+    region = plan.operand(operand).region
+    return fold(region.offset + stage * region.stride)
+
+
+def setup(plan: Plan, cluster: Cluster, scheduler: TileScheduler) -> list:
+    """Barrier init (one elected thread), TMEM allocation (sm_100a), then a CTA/cluster sync."""
+    inits = []
+    for spec in plan.barrier_specs():
+        count = lift(spec.init[0]) if len(set(spec.init)) == 1 else select(cluster.is_leader, spec.init[0], spec.init[1])
+        inits.append(For("i", Const(0), Const(spec.num), Const(1), (MbarrierInit(Bar(spec.name, Var("i")), count),)))
+    roles = [Role("init", 0, 1, (Elect((*inits, FenceMbarrierInit())),))]
+    if plan.is_sm100:
+        roles.append(Role("tmem_alloc", plan.alloc_warp, plan.alloc_warp + 1, (TmemAlloc(plan.tmem_cols), TmemRelinquish())))
+    out = [Let("num_k", ceil_div(Param("k"), plan.block_k)), *scheduler.setup(), WarpSwitch(tuple(roles))]
+    if plan.is_sm100:
+        out.append(TcgenFence("before"))
+    out.append(ClusterSync() if cluster.size == 2 else CtaSync())
+    if plan.is_sm100:
+        out += [TcgenFence("after"), TmemBase("tmem")]
+    return out
+
+
+def teardown(plan: Plan, cluster: Cluster) -> list:
+    """Every CTA of the cluster done before TMEM is freed and before any CTA exits."""
+    if not plan.is_sm100:
+        return [ClusterSync()] if cluster.size == 2 else []
+    out = [TcgenFence("before"), ClusterSync() if cluster.size == 2 else CtaSync(), TcgenFence("after"),
+           WarpSwitch((Role("tmem_dealloc", plan.alloc_warp, plan.alloc_warp + 1, (TmemDealloc(TMEM, plan.tmem_cols),)),))]
+    if cluster.size == 2:
+        out.append(ClusterSync())  # no CTA exits while its peer may still touch its barriers or TMEM
+    return out

@@ -1,0 +1,291 @@
+"""Warp roles over the plan: TMA producer, UMMA issuer, TMEM epilogue (sm_100a), wgmma consumer (sm_90a).
+
+Each role reads its numbers from the plan and speaks to the others only
+through the plan's pipelines (``plan.ab``: operand stages, ``plan.acc``: TMEM
+accumulator stages, ``plan.cd_ring``: epilogue staging buffers).  An extra
+operand is one more entry in ``plan.operands`` (one more TMA load per stage),
+an extra accumulator one more entry in ``plan.mmas`` (one more MMA stream), an
+epilogue op one more step in :class:`Epilogue` — no role is copied.
+"""
+
+from __future__ import annotations
+
+from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, If, Let, MbarrierArrive, NamedBarrier, Nanosleep, Param,
+                  SetMaxNReg, Shfl, StGlobalBf16, StSharedBf16, TcgenFence, TmaLoad, TmaStore, TmemLoad, TmemWaitLd,
+                  Umma, Var, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait, eq, fold, lift, ne)
+from ..ir.pipeline import PipelineState
+from ..plan import Plan
+from .common import KB, LANE, TMEM, WARP, Cluster, acc_state, desc_lo, k_loop, ring_state, stage_offset
+
+EPI_BAR_ID = 1  # named barrier of the epilogue threads (sm_90a: 1 + consumer warpgroup)
+
+
+class TmaProducer:
+    """One k-block of the TMA producer: producer_acquire, producer_commit (expect_tx), one load per operand."""
+
+    def __init__(self, plan: Plan, cluster: Cluster):
+        self.p, self.c = plan, cluster
+
+    def kblock(self) -> list:
+        p, c = self.p, self.c
+        lets, st = ring_state(p)
+        out = [*lets, *p.ab.producer_acquire(st)]
+        if p.is_sm100 and p.two_sm:  # both CTAs' loads complete on the leader's barrier
+            out.append(If(c.is_leader, tuple(p.ab.producer_commit(st, tx_bytes=p.load_bytes)),
+                          tuple(p.ab.producer_commit(st, tx_bytes=p.load_bytes, cta=Const(0)))))
+        else:
+            out += p.ab.producer_commit(st, tx_bytes=p.load_bytes if p.is_sm100 else None)
+        out += [self.load(o, st) for o in p.operands]
+        if p.is_sm100 and c.size == 2 and not p.two_sm:  # level 1: the peer relays its landed stage to the leader
+            out.append(If(ne(c.rank, 0), (*p.ab.consumer_wait(st, role="relay_wait"),
+                                          MbarrierArrive(Bar(p.ab.full.name, st.index), cta=Const(0)))))
+        return out
+
+    def load(self, o, st: PipelineState) -> TmaLoad:
+        p, c = self.p, self.c
+        col = KB * p.block_k
+        dst = stage_offset(p, o.name, st.index)
+        full = Bar(p.ab.full.name, st.index)
+        if o.rows_along == "m":
+            row = Var("m_row")
+        elif o.split == "none":
+            row = Var("n_col")
+        else:
+            row = Var("n_col") + c.rank * o.box_rows
+        if o.split == "multicast":
+            return TmaLoad(o.name, fold(dst + c.rank * o.load_bytes), col, row, full, multicast=0b11)
+        return TmaLoad(o.name, dst, col, row, full, two_sm=p.is_sm100 and p.two_sm)
+
+
+class UmmaIssuer:
+    """sm_100a MMA issuer: per tile acquire an accumulator stage; per k-block wait ``full``, issue, release by commit."""
+
+    def __init__(self, plan: Plan, cluster: Cluster):
+        self.p, self.c = plan, cluster
+
+    def lockstep_guard(self, body: list) -> list:
+        """In a lockstep mainloop warp, MMA work runs on the leader CTA only (cta_group::2)."""
+        if self.p.lockstep and self.c.size == 2:
+            return [If(self.c.is_leader, tuple(body))]
+        return body
+
+    def tile_head(self) -> list:
+        """Before a tile's first k-block: producer_acquire of the accumulator stage (from the epilogue)."""
+        lets, st = acc_state(self.p)
+        return self.lockstep_guard([*lets, *self.p.acc.producer_acquire(st), TcgenFence("after")])
+
+    def lane_descriptors(self) -> list:
+        """mma.lanes=all: lane i holds stage i's descriptor low word of every operand (shared by shfl)."""
+        p = self.p
+        return [Let(f"{o.name}_desc_lane", desc_lo(p, stage_offset(p, o.name, LANE % p.stages))) for o in p.operands]
+
+    def kblock(self) -> list:
+        """consumer_wait on ``full``, the UMMAs of every stream, M-wave and k-step, consumer_release by commit."""
+        p = self.p
+        lets, st = ring_state(p)
+        if p.mma_all_lanes:
+            lo = {o.name: Var(f"{o.name}_lo") for o in p.operands}
+            descs = [Shfl(f"{o.name}_lo", f"{o.name}_desc_lane", st.index) for o in p.operands]
+        else:
+            lo = {o.name: desc_lo(p, stage_offset(p, o.name, st.index)) for o in p.operands}
+            descs = []
+        issue = []
+        for w in range(p.m_waves):
+            for ks in range(p.k_steps):
+                accumulate = Const(1) if ks else ne(KB, 0)
+                for mma in p.mmas:
+                    a, b = p.operand(mma.a), p.operand(mma.b)
+                    d = fold(TMEM + Var("acc") * p.acc_stage_cols + (mma.acc * p.acc_cols + w * p.block_n))
+                    issue.append(Umma(d, fold(lo[mma.a] + (w * p.wave_desc + ks * p.k_step_desc)),
+                                      fold(lo[mma.b] + ks * p.k_step_desc), accumulate,
+                                      idesc=p.idesc, a_hi=a.desc_hi, b_hi=b.desc_hi))
+        acc = PipelineState(Var("acc"), Var("acc_phase"))
+        issue += [*p.ab.consumer_release(st), If(eq(KB, Var("num_k") - 1), tuple(p.acc.producer_commit(acc)))]
+        if p.throttle_ns:
+            issue.append(Nanosleep(p.throttle_ns))
+        body = [*p.ab.consumer_wait(st), TcgenFence("after"), *descs]
+        body += [Elect(tuple(issue))] if p.mma_all_lanes else issue
+        if p.lockstep:
+            return self.lockstep_guard(body)  # the producer half of the k-block already bound it/stage/phase
+        return lets + body
+
+
+class Epilogue:
+    """Accumulators -> D: the TMEM epilogue (sm_100a) and the fragment stores (sm_90a), with their staging ring."""
+
+    def __init__(self, plan: Plan, cluster: Cluster):
+        self.p, self.c = plan, cluster
+
+    # -------------------------------------------------------------- sm_100a
+
+    def tmem_tile(self) -> list:
+        """consumer_wait ``tmem_full``, read TMEM in 32x32b pieces, store D, consumer_release ``tmem_empty``.
+
+        TMA-store configs need ``n % plan.store_n_multiple == 0`` here (launch ``n_multiple``); the sm_90a
+        epilogue instead falls back to direct stores in-kernel (duplicating this epilogue made ptxas spill).
+        """
+        p = self.p
+        lets, st = acc_state(p)
+        head = [*lets, *p.acc.consumer_wait(st), TcgenFence("after"), Let("erow", (WARP % 4) * 32 + LANE)]
+        body = self.tmem_store(tma=p.tma_store)
+        return head + body + ([] if p.early_release else self.release_tmem(st))
+
+    def tmem_store(self, tma: bool) -> list:
+        p = self.p
+        erow = Var("erow")
+        out = []
+        chunks = p.block_n // p.store_block_n
+        lane_field = ((WARP % 4) * 32) << 16
+        pieces = p.store_block_n // p.tmem_ld_cols
+        st = PipelineState(Var("acc"), Var("acc_phase"))
+        for w in range(p.m_waves):
+            for c in range(chunks):
+                last_read = w == p.m_waves - 1 and c == chunks - 1
+                seq = w * chunks + c
+                if tma:
+                    out += self.cd_acquire(group=None)
+                for j in range(pieces):
+                    col0 = w * p.block_n + c * p.store_block_n + j * p.tmem_ld_cols
+                    out += [TmemLoad("v", fold(TMEM + lane_field + Var("acc") * p.acc_stage_cols + col0), p.tmem_ld_cols),
+                            TmemWaitLd()]
+                    if last_read and j == pieces - 1 and p.early_release:
+                        out += self.release_tmem(st)
+                    for q in range(p.tmem_ld_cols // 8):
+                        idx = tuple(range(q * 8, q * 8 + 8))
+                        col_in_chunk = j * p.tmem_ld_cols + q * 8  # staging rows hold one store chunk
+                        if tma:
+                            out.append(StSharedBf16(self.cd_addr(self.cd_buffer(seq, None), erow, col_in_chunk // 8), "v", idx))
+                        else:
+                            col = c * p.store_block_n + col_in_chunk
+                            out.append(StGlobalBf16(Var("m_row") + (w * p.wave_rows) + erow, Var("n_col") + col, "v", idx))
+                if tma:
+                    out += self.cd_commit(Var("n_col") + c * p.store_block_n, Var("m_row") + w * p.wave_rows, seq, group=None)
+        return out
+
+    def release_tmem(self, st: PipelineState) -> list:
+        """consumer_release of the accumulator stage: fence, then per-thread or one elected arrive (leader's barrier)."""
+        p = self.p
+        ctas = (Const(0),) if self.c.size == 2 else (None,)
+        if p.release_per_thread:
+            return [TcgenFence("before"), *p.acc.consumer_release(st, ctas=ctas)]
+        return [TcgenFence("before"), NamedBarrier(Const(EPI_BAR_ID + 1), p.epi_threads),
+                If(eq(WARP, p.epilogue_warp0), (Elect(tuple(p.acc.consumer_release(st, ctas=ctas))),))]
+
+    # -------------------------------------------------------------- sm_90a
+
+    def fragment_store(self, wg: Expr, tma: bool) -> list:
+        """Fragments -> bf16 -> D: direct st.global, or 128B-swizzled staging + one TMA store per box."""
+        p = self.p
+        out = []
+        # wgmma m64nN fragment of lane l, warp w, value i: row 16*(w%4) + l/4 + 8*((i/2)&1), col 8*(i/4) + 2*(l%4) + (i&1)
+        frag_row = (WARP % 4) * 16 + LANE // 4
+        frag_col = (LANE % 4) * 2
+        row0 = Var("m_row") + wg * p.consumer_rows
+        sbn = p.store_block_n
+        for v in range(p.m_waves):
+            if not tma:
+                for i in range(0, p.block_n // 2, 2):
+                    out.append(StGlobalBf16(fold(row0 + v * p.wave_rows + frag_row + 8 * ((i // 2) & 1)),
+                                            fold(Var("n_col") + 8 * (i // 4) + frag_col), f"acc{v}", (i, i + 1)))
+                continue
+            for c in range(p.block_n // sbn):
+                seq = v * (p.block_n // sbn) + c
+                out += self.cd_acquire(wg)
+                buf = self.cd_buffer(seq, wg)
+                for i in range(c * sbn // 2, (c + 1) * sbn // 2, 2):
+                    row = fold(frag_row + 8 * ((i // 2) & 1))
+                    chunk = i // 4 - c * sbn // 8
+                    addr = fold(self.cd_addr(buf, row, chunk) + (LANE % 4) * 4)
+                    out.append(StSharedBf16(addr, f"acc{v}", (i, i + 1)))
+                out += self.cd_commit(fold(Var("n_col") + c * sbn), fold(row0 + v * p.wave_rows), seq, wg)
+        return out
+
+    # -------------------------------------------------------------- the CD staging ring (both arches)
+
+    def stores_per_tile(self) -> int:
+        p = self.p
+        return p.m_waves * (p.block_n // p.store_block_n)
+
+    def cd_buffer(self, seq: int, group: Expr | None) -> Expr:
+        """CD staging buffer of store ``seq`` of the tile (rotating through the ring's stages)."""
+        ring = self.p.cd_ring
+        buf = ring.buffer(Var("tc") * self.stores_per_tile() + seq)
+        return fold(buf if group is None else group * ring.stages + buf)
+
+    def cd_addr(self, buf: Expr, row: Expr, chunk16) -> Expr:
+        """Byte offset of 16-byte chunk ``chunk16`` of staging row ``row`` (128B swizzle: chunk ^ row % 8)."""
+        p = self.p
+        base = p.cd.offset + buf * p.cd.stride + row * p.cd_row_bytes
+        if p.cd_swizzle128:
+            return fold(base + ((lift(chunk16) ^ (row % 8)) << 4))
+        return fold(base + lift(chunk16) * 16)
+
+    def epi_leader(self, group: Expr | None) -> Expr:
+        p = self.p
+        return eq(WARP, p.epilogue_warp0) if group is None else eq(WARP, p.epilogue_warp0 + group * 4)
+
+    def cd_acquire(self, group: Expr | None) -> list:
+        """producer_acquire of a staging buffer: at most stages-1 stores of the storing thread still read smem."""
+        return [If(self.epi_leader(group), (Elect(tuple(self.p.cd_ring.producer_acquire())),)), self.named_sync(group)]
+
+    def cd_commit(self, col: Expr, row: Expr, seq: int, group: Expr | None) -> list:
+        """Make the staged tile visible to the async proxy, then one thread stores it and commits the bulk group."""
+        p = self.p
+        store = TmaStore("d", fold(p.cd.offset + self.cd_buffer(seq, group) * p.cd.stride), col, row)
+        return [FenceProxyAsync(), self.named_sync(group),
+                If(self.epi_leader(group), (Elect((store, *p.cd_ring.producer_commit())),))]
+
+    def named_sync(self, group: Expr | None) -> NamedBarrier:
+        p = self.p
+        if group is None:
+            return NamedBarrier(Const(EPI_BAR_ID), p.epi_threads)
+        return NamedBarrier(fold(EPI_BAR_ID + group), 128)
+
+    def drain(self) -> list:
+        """After the last tile: stores complete before the CTA exits."""
+        p = self.p
+        if not p.tma_store:
+            return []
+        return [If(self.epi_leader(None) if p.is_sm100 else eq(WARP % 4, 0), (Elect(tuple(p.cd_ring.drain())),))]
+
+
+class WgmmaConsumer:
+    """sm_90a consumer warpgroup: per k-block wait ``full``, issue wgmma, release the previous stage late."""
+
+    def __init__(self, plan: Plan, cluster: Cluster, epilogue: Epilogue):
+        self.p, self.c, self.epi = plan, cluster, epilogue
+
+    def prologue(self) -> list:
+        return [SetMaxNReg("inc", self.p.consumer_regs), Let("wg", WARP // 4 - 1)]
+
+    def tile(self) -> list:
+        p = self.p
+        wg = Var("wg")
+        lets, st = ring_state(p)
+        k_body = [*lets, *p.ab.consumer_wait(st), WgmmaFence()]
+        a = p.operand("a")
+        for v in range(p.m_waves):
+            a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + wg * (p.m_waves * p.a_wave_bytes) + v * p.a_wave_bytes))
+            for ks in range(p.k_steps):
+                accumulate = Const(1) if ks else ne(KB, 0)
+                for mma in p.mmas:
+                    bo = p.operand(mma.b)
+                    k_body.append(Wgmma(f"acc{v}" if mma.acc == 0 else f"acc{mma.acc}_{v}", p.block_n,
+                                        fold(a_base + ks * p.k_step_desc),
+                                        fold(desc_lo(p, stage_offset(p, mma.b, st.index)) + ks * p.k_step_desc),
+                                        accumulate, a_hi=a.desc_hi, b_hi=bo.desc_hi))
+        prev = Var("it") - 1
+        k_body += [WgmmaCommit(), WgmmaWait(1), If(ne(KB, 0), tuple(self.release(PipelineState(prev % p.stages, None))))]
+        last = Var("tc") * Var("num_k") + Var("num_k") - 1
+        out = [k_loop(k_body), WgmmaWait(0), *self.release(PipelineState(last % p.stages, None))]
+        if p.tma_store:  # the D tensor map needs 16-byte rows; other N store directly
+            n_ok = eq(Param("n") % p.store_n_multiple, 0)
+            return out + [If(n_ok, tuple(self.epi.fragment_store(wg, tma=True)), tuple(self.epi.fragment_store(wg, tma=False)))]
+        return out + self.epi.fragment_store(wg, tma=False)
+
+    def release(self, st: PipelineState) -> list:
+        """consumer_release: one thread per consumer warpgroup arrives on ``empty`` (both CTAs' when B is multicast)."""
+        p = self.p
+        st = PipelineState(fold(st.index), st.phase)
+        ctas = (Const(0), Const(1)) if p.multicast else (None,)
+        return [If(eq(WARP % 4, 0), (Elect(tuple(p.ab.consumer_release(st, ctas=ctas))),))]
