@@ -123,6 +123,7 @@ def test_cli_user_errors_exit_nonzero_without_traceback(tmp_path, args, message)
     args = [str(tmp_path / "bad.yaml") if a == "BAD" else a for a in args]
     proc = subprocess.run([sys.executable, "-m", "ptxgen.cli", *args, "-o", str(tmp_path / "out")],
                           capture_output=True, text=True)
-    assert proc.returncode == 2
-    assert message in proc.stderr
+    assert proc.returncode == 1  # a user error; 2 is argparse's usage error
+    assert message in proc.stderr and proc.stderr.startswith("ptxgen: error: ")
+    assert len(proc.stderr.splitlines()) == 1
     assert "Traceback" not in proc.stderr
