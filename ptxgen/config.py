@@ -322,9 +322,9 @@ def _safe_repr(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _rule_text(err: dict) -> str:
-    """The rule a pydantic error stands for, in ptxgen's words."""
-    kind, loc, ctx = err["type"], tuple(err["loc"]), err.get("ctx") or {}
+def _rule_text(err: dict, loc: tuple) -> str:
+    """The rule a pydantic error at field path ``loc`` stands for, in ptxgen's words."""
+    kind = err["type"]
     ann = _annotation(loc)
     meta = typing.get_args(ann)[1:] if typing.get_origin(ann) is Annotated else ()
     base = typing.get_args(ann)[0] if meta else ann
@@ -374,7 +374,7 @@ def _config_error(exc: ValidationError, cls: type | None = None) -> ConfigError:
         return ConfigError(f"{parent}: key {_safe_repr(loc[-1])} is not a string")
     if kind == "missing":
         return ConfigError(f"{path}: required key is missing")
-    return ConfigError(f"{path}={_safe_repr(err['input'])}: {_rule_text(err)}")
+    return ConfigError(f"{path}={_safe_repr(err['input'])}: {_rule_text(err, loc)}")
 
 
 # --------------------------------------------------------------------------- loading
@@ -486,8 +486,9 @@ def validate(cfg: Config) -> None:
           f"must divide tile.block_n={t.block_n}, be a multiple of 8 and <= 256 (TMA box)")
     if e.swizzle == "128":
         _rule(e.store == "tma", "epilogue.swizzle", e.swizzle, "128B CD staging needs epilogue.store=tma")
-        _rule(sbn * 2 <= 128, "epilogue.store_block_n", sbn,
-              "128B swizzle limits the TMA box's inner extent to 128 B (64 bf16)")
+        _rule(sbn * 2 == 128, "epilogue.store_block_n", sbn,
+              "128B-swizzled CD staging rows are one swizzle atom row, 128 B = 64 bf16 (chunk i of row r at "
+              "i ^ (r % 8) needs 8 16-byte chunks; PTX ISA 'Tensor copy: swizzle modes'); must be 64")
     if e.store == "direct":
         _rule(e.stages == 1 and e.store_block_n in (0, t.block_n), "epilogue.store", "direct",
               "epilogue.stages and epilogue.store_block_n apply to TMA stores only")
