@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .builders.kernel import build_kernel
 from .config import Config, load_config
+from .errors import OutputError
 from .ir import Kernel
 from .launch import LaunchSpec
 from .plan import Plan, make_plan
@@ -38,10 +39,18 @@ def build(config: Config | str) -> BuildResult:
 
 
 def write(result: BuildResult, out_dir: str | Path) -> tuple[Path, Path]:
-    """Write ``<name>.ptx`` and ``<name>.json`` into ``out_dir`` (created); returns both paths."""
+    """Write ``<name>.ptx`` and ``<name>.json`` into ``out_dir`` (created); returns both paths.
+
+    Raises:
+        OutputError: the folder cannot be created or a file cannot be written (one line, the OS reason).
+    """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     ptx_path, json_path = out / f"{result.config.name}.ptx", out / f"{result.config.name}.json"
-    ptx_path.write_text(result.ptx)
-    json_path.write_text(result.launch.to_json())
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        ptx_path.write_text(result.ptx)
+        json_path.write_text(result.launch.to_json())
+    except OSError as exc:
+        where = exc.filename or out
+        raise OutputError(f"cannot write {where} ({exc.strerror or exc}); pass -o DIR with a writable directory") from None
     return ptx_path, json_path

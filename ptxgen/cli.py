@@ -1,23 +1,42 @@
-"""``ptxgen`` command line: build, check, run, bench, inspect.
+"""``ptxgen`` command line: build, check, run, bench, inspect (also ``python -m ptxgen``).
 
-User errors (bad config, assembler rejection, bad shapes, driver failures)
-print one paragraph ``ErrorType: message`` on stderr and exit with status 2;
-no traceback.
+Exit status: 0 success; 1 a user or environment error (missing, unreadable or
+illegal config, bad YAML, verifier or assembler rejection, output-directory
+problem, no torch, no GPU, no driver), printed as ONE line
+``ptxgen: error: <ErrorType>: <what, and what to do>`` on stderr without a
+traceback (``--debug`` shows the full message and the traceback); 2 a usage
+error (argparse).  Output piped into ``head`` ends quietly.  ``build --all``
+and ``check --all`` draw a tqdm progress bar on stderr when it is a terminal,
+nothing otherwise (CI logs).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import traceback
 from pathlib import Path
 
-from .errors import PtxgenError
+from . import __version__
+from .errors import ConfigError, OutputError, PtxgenError, SetupError
 
 DEFAULT_CONFIG = "level9"
 SASS_KEYS = {"sm_100a": ("UTCHMMA", "UTCBAR", "UTMALDG", "UTMASTG", "LDTM"),
              "sm_90a": ("HGMMA", "UTMALDG", "UTMASTG", "WARPGROUP")}
 DEFAULT_SHAPES = ("4096x4096x4096", "8192x8192x8192")
+DEFAULT_OUTPUT = "generated"
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be >= 1 (0 interleavings would check nothing)")
+    return value
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -38,26 +57,93 @@ def _configs(args) -> list[str]:
     return args.config or [DEFAULT_CONFIG]
 
 
+def _progress(items: list, what: str):
+    """``items`` wrapped in a tqdm bar on stderr when it is a terminal and there is more than one item."""
+    from tqdm import tqdm
+
+    return tqdm(items, desc=what, unit="config", file=sys.stderr, leave=False,
+                disable=len(items) < 2 or not sys.stderr.isatty())
+
+
+def _say(text: str = "", err: bool = False) -> None:
+    """Print a line without breaking a progress bar."""
+    from tqdm import tqdm
+
+    tqdm.write(text, file=sys.stderr if err else sys.stdout)
+
+
+def _with_name(name: str, exc: PtxgenError) -> PtxgenError:
+    """``exc`` with its message prefixed by the config ``name`` (verifier and assembler errors)."""
+    exc.args = (f"{name}: {exc}", *exc.args[1:])
+    return exc
+
+
+def _output_dir(text: str) -> Path:
+    """``-o DIR``, checked before any build (created only when writing).  Raises OutputError."""
+    out = Path(text)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"output directory {text!r}: exists and is not a directory; pass -o DIR with a directory")
+    if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
+        raise OutputError(f"output directory {text!r}: not writable; pass -o DIR with a writable directory")
+    return out
+
+
+def _check_names(results: list, sources: list[str], out_dir: Path) -> None:
+    """Refuse two builds with one name, and a user config that would overwrite a shipped kernel's files.
+
+    A config named like a shipped one (``level9``) but differing from it may not write into the default
+    output directory (``generated``, where ``ptxgen build --all`` keeps the shipped kernels); with
+    ``-o`` pointing at any other directory it may.  Raises ConfigError.
+    """
+    from .config import load_config, shipped_configs
+
+    seen: dict[str, str] = {}
+    for res, src in zip(results, sources):
+        name = res.config.name
+        if name in seen:
+            raise ConfigError(f"two configs named {name!r} in one build ({seen[name]} and {src}) would both write "
+                              f"{out_dir / name}.ptx; give them different names")
+        seen[name] = src
+    default_dir = Path(DEFAULT_OUTPUT).resolve()
+    if out_dir.resolve() != default_dir:
+        return
+    shipped = set(shipped_configs())
+    for res, src in zip(results, sources):
+        name = res.config.name
+        if name in shipped and res.config != load_config(name):
+            raise ConfigError(f"{src}: name {name!r} is a shipped config's; building it into {DEFAULT_OUTPUT}/ would "
+                              f"overwrite the shipped kernel's files: rename it or pass -o DIR")
+
+
 def cmd_build(args) -> int:
     from .assemble import assemble
     from .build import build, write
+    from .verify import verify
 
-    out_dir = Path(args.output)
-    rows = []
-    for name in _configs(args):
-        res = build(name)
+    out_dir = _output_dir(args.output)
+    names = _configs(args)
+    # everything is built, verified and assembled in memory before anything is written
+    results = [build(name) for name in names]  # config -> PTX: milliseconds each
+    _check_names(results, names, out_dir)
+    built = []
+    for res in _progress(results, "build"):
+        try:
+            verify(res.kernel)
+            asm = assemble(res.ptx, res.plan.arch, sass=True)
+        except PtxgenError as exc:
+            raise _with_name(res.config.name, exc) from None
+        built.append((res, asm))
+    for res, asm in built:
         ptx_path, json_path = write(res, out_dir)
-        asm = assemble(res.ptx, res.plan.arch, sass=True)
         counts = {k: asm.count(k) for k in SASS_KEYS[res.plan.arch]}
-        rows.append((res, asm, counts))
-        print(f"{res.config.name} ({res.plan.arch}): wrote {ptx_path} and {json_path.name}")
+        print(f"{res.config.name} ({res.plan.arch}): verified; wrote {ptx_path} and {json_path.name}")
         print(f"  registers {asm.registers}/thread, dynamic smem {res.plan.smem_bytes} B, "
               f"TMEM {res.plan.tmem_cols} columns, spills {asm.spill_store_bytes}+{asm.spill_load_bytes} B, "
               f"emit {res.emit_seconds * 1000:.0f} ms, assemble {asm.assemble_seconds * 1000:.0f} ms")
         print("  SASS: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
         for w in asm.warnings:
             print(f"  warning: {w}")
-    spilled = [r[0].config.name for r in rows if r[1].spill_store_bytes or r[1].spill_load_bytes]
+    spilled = [r.config.name for r, a in built if a.spill_store_bytes or a.spill_load_bytes]
     if spilled:
         print(f"spills in: {', '.join(spilled)}", file=sys.stderr)
         return 1
@@ -69,16 +155,19 @@ def cmd_check(args) -> int:
     from .sim import default_shapes, sweep
     from .verify import barrier_table, format_barrier_table, verify
 
-    for name in _configs(args):
+    for name in _progress(_configs(args), "check"):
         res = build(name)
-        verify(res.kernel)
-        print(f"{res.config.name}: verifier passed")
-        print(format_barrier_table(barrier_table(res.kernel)))
+        try:
+            verify(res.kernel)
+        except PtxgenError as exc:
+            raise _with_name(res.config.name, exc) from None
+        _say(f"{res.config.name}: verifier passed")
+        _say(format_barrier_table(barrier_table(res.kernel)))
         shapes = args.shape or default_shapes(res.kernel)
         result = sweep(res.kernel, shapes=shapes, interleavings=args.interleavings)
         for shape, seed, message in result.faults:
-            print(f"{res.config.name}: fault at shape {shape}, schedule seed {seed}: {message}", file=sys.stderr)
-        print(f"{res.config.name}: {result.summary()}")
+            _say(f"{res.config.name}: fault at shape {shape}, schedule seed {seed}: {message}", err=True)
+        _say(f"{res.config.name}: {result.summary()}")
         if result.faults:
             return 1
     return 0
@@ -126,6 +215,8 @@ def cmd_inspect(args) -> int:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ptxgen", description="Tensor-core GEMM pipelines from YAML to PTX.")
+    ap.add_argument("--version", action="version", version=f"ptxgen {__version__}")
+    ap.add_argument("--debug", action="store_true", help="on error, print the full message and the traceback")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     def with_config(p, many=True):
@@ -136,26 +227,28 @@ def parser() -> argparse.ArgumentParser:
 
     b = with_config(sub.add_parser("build", help="config -> generated/<name>.ptx + .json, assembled, with a resource report"))
     b.add_argument("--all", action="store_true", help="every shipped config")
-    b.add_argument("-o", "--output", default="generated", help="output folder (default: generated)")
+    b.add_argument("-o", "--output", default=DEFAULT_OUTPUT,
+                   help="output folder (default: generated); a config named like a shipped one (level9) "
+                        "but differing from it is refused there, allowed with -o elsewhere")
     b.set_defaults(fn=cmd_build)
 
     c = with_config(sub.add_parser("check", help="static verifier + CPU simulation"))
     c.add_argument("--all", action="store_true")
     c.add_argument("--shape", type=_shape, action="append", help="MxNxK to simulate (repeatable)")
-    c.add_argument("--interleavings", type=int, default=20, help="scheduler seeds per shape")
+    c.add_argument("--interleavings", type=_at_least_one, default=20, help="scheduler seeds per shape (>= 1)")
     c.set_defaults(fn=cmd_check)
 
     r = with_config(sub.add_parser("run", help="one shape on the GPU, checked against torch"))
     r.add_argument("--shape", type=_shape, required=True)
     r.add_argument("--json", action="store_true")
-    r.set_defaults(fn=cmd_run)
+    r.set_defaults(fn=cmd_run, needs_gpu=True)
 
     be = with_config(sub.add_parser("bench", help="configs x shapes vs torch.matmul (same process)"))
     be.add_argument("--shape", type=_shape, action="append")
     be.add_argument("--warmup", type=int, default=10)
     be.add_argument("--iters", type=int, default=50)
     be.add_argument("--json", help="write the rows as JSON here")
-    be.set_defaults(fn=cmd_bench)
+    be.set_defaults(fn=cmd_bench, needs_gpu=True)
 
     i = with_config(sub.add_parser("inspect", help="PTX (or IR with --ir), resources, SASS opcode counts"), many=False)
     i.add_argument("--ir", action="store_true")
@@ -163,13 +256,67 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _require_gpu() -> None:
+    """Before ``run``/``bench``: torch with CUDA and a visible GPU, or an SetupError saying what to install."""
+    try:
+        import torch
+    except ModuleNotFoundError:
+        raise SetupError("torch is not installed; `ptxgen run` and `ptxgen bench` need it: "
+                                 "pip install \"ptxgen[torch]\" (a CUDA build of torch on the GPU machine)") from None
+    if torch.version.cuda is None:
+        raise SetupError(f"torch {torch.__version__} is a CPU-only build; `ptxgen run` and `ptxgen bench` "
+                                 "need a CUDA build of torch and an NVIDIA GPU (build and check work without one)")
+    if not torch.cuda.is_available():
+        raise SetupError("no CUDA GPU visible (torch.cuda.is_available() is False): run on a machine with an "
+                                 "sm_90a (Hopper) or sm_100a (Blackwell) GPU and its NVIDIA driver")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    lines = text.splitlines()
+    more = f" ({len(lines) - 1} more lines: rerun with --debug)" if len(lines) > 1 else ""
+    return lines[0] + more
+
+
+def _error(exc: BaseException, kind: str, debug: bool) -> int:
+    if debug:
+        traceback.print_exception(exc)
+        print(f"ptxgen: error: {kind}: {exc}", file=sys.stderr)
+    else:
+        print(f"ptxgen: error: {kind}: {_one_line(exc)}", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status (see the module docstring)."""
     args = parser().parse_args(argv)
     try:
-        return args.fn(args)
-    except PtxgenError as exc:
-        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+        try:
+            if getattr(args, "needs_gpu", False):
+                _require_gpu()
+            rc = args.fn(args)
+            sys.stdout.flush()
+            return rc
+        except PtxgenError as exc:
+            return _error(exc, type(exc).__name__, args.debug)
+        except ModuleNotFoundError as exc:
+            top = (exc.name or "").split(".")[0]
+            if top == "torch":
+                return _error(SetupError(f"torch is not installed: pip install \"ptxgen[torch]\" ({exc})"),
+                              "SetupError", args.debug)
+            if top in ("cuda", "nvidia"):
+                return _error(SetupError(f"the CUDA Python packages are not installed: "
+                                                 f"pip install \"ptxgen[cuda]\" ({exc})"), "SetupError", args.debug)
+            raise
+    except KeyboardInterrupt:
+        print("ptxgen: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader (head, less) went away: stop quietly; point stdout at devnull so the interpreter's
+        # final flush does not raise again (Python docs, "Note on SIGPIPE")
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

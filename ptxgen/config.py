@@ -1,53 +1,121 @@
-"""Pipeline configs: YAML -> frozen dataclasses, validated.
+"""Pipeline configs: YAML or Python -> frozen, validated dataclasses.
 
 A config holds only what a user tunes.  Every derived number (offsets, bytes,
-counts) lives in :mod:`ptxgen.plan`.  Validation raises :class:`ConfigError`
-naming the field path, the value and the rule, e.g.
-``tile.block_n=200: UMMA N must be a multiple of 16 in [16, 256]``.
+counts) lives in :mod:`ptxgen.plan`.
 
-Budget rules that need the real shared-memory layout (stages x bytes + CD +
-barriers <= 232448 B) are checked by building the plan, so the number the
-error quotes is the number the kernel would use.
+Validation has two layers, and every way of making a :class:`Config` runs both
+(YAML through :func:`load_config` / :func:`from_dict`, the constructor,
+``dataclasses.replace`` and :meth:`Config.replace`):
+
+1. the schema: the sections are pydantic v2 dataclasses (``extra='forbid'``,
+   strict types, ``Literal`` choices, ``Range`` bounds).  Types, ranges and
+   unknown keys are pydantic's job; its first error is rendered as one
+   :class:`ConfigError` naming the field path and the value, e.g.
+   ``tile.block_n='x': expected int, got str`` or
+   ``tile.blockn: unknown key (did you mean 'block_n'?)``.
+2. the hardware rules (:func:`validate`, hand-written below), run from
+   ``Config.__post_init__``: divisibility, per-arch limits, cross-field rules,
+   then the plan's budgets (stages x bytes + CD + barriers <= 232448 B), so the
+   number an error quotes is the number the kernel would use.
+
+Adding a field is one line in its section (``op: Literal["none", "silu_mul"] = "none"``);
+adding a section is its class plus one line in :class:`Config`.
 
 Sources of the hardware rules: PTX ISA "tcgen05 Matrix shapes" (UMMA M/N per
 cta_group), "Tensor Memory" (512 columns, power-of-two allocation >= 32),
 "wgmma shapes" (m64nNk16, N % 8 == 0, N <= 256), "Tensor copy: swizzle"
-(128B swizzle inner box <= 128 bytes).  See ../shared/PTX_FACTS.md.
+(128B swizzle inner box <= 128 bytes); the project's PTX facts notes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import field
 from importlib import resources
 from pathlib import Path
+from typing import Annotated, Literal
 
+import annotated_types
 import yaml
+from pydantic import AfterValidator, ConfigDict, Strict, StringConstraints, ValidationError
+from pydantic_core import PydanticCustomError
+from pydantic.dataclasses import dataclass as _pydantic_dataclass
 
 from .errors import ConfigError
+from .plan import make_plan
 
 ARCHS = ("sm_100a", "sm_90a")
-SMEM_LIMIT_BYTES = 232448  # max dynamic shared memory per block, sm_90 and sm_100 (227 KB)
+from .hw import SMEM_LIMIT_BYTES  # noqa: E402,F401 - re-exported (older imports)
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$"  # a safe file stem: generated/<name>.ptx
+
+# --------------------------------------------------------------------------- schema vocabulary
+
+Bool = Annotated[bool, Strict()]
+Str = Annotated[str, Strict()]
 
 
-@dataclass(frozen=True)
+def Range(lo: int, hi: int):  # noqa: N802 (a type alias factory)
+    """A strict int in ``[lo, hi]`` (bools rejected)."""
+    return Annotated[int, Strict(), annotated_types.Ge(lo), annotated_types.Le(hi)]
+
+
+def OneOf(*values):  # noqa: N802
+    """A choice among ``values``: strings as a ``Literal``; ints strict (``OneOf(0, 4)`` rejects ``4.0`` and ``True``)."""
+    if all(isinstance(v, str) for v in values):
+        return Literal[values]
+
+    def check(v: int) -> int:
+        if v not in values:
+            raise PydanticCustomError("one_of", "must be one of {values}", {"values": list(values)})
+        return v
+
+    return Annotated[int, Strict(), AfterValidator(check)]
+
+
+Name = Annotated[str, Strict(), StringConstraints(pattern=NAME_PATTERN)]
+NAME_RULE = "must be a file stem of 1-64 ASCII letters, digits, '_' and '-', not starting with '-' (generated/<name>.ptx)"
+
+_SCHEMA = ConfigDict(extra="forbid")
+
+
+def section(cls):
+    """Decorator of a config section: a frozen pydantic dataclass whose constructor raises ConfigError."""
+    cls = _pydantic_dataclass(frozen=True, config=_SCHEMA)(cls)
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):  # noqa: N807
+        try:
+            init(self, *args, **kwargs)
+        except ValidationError as exc:
+            raise _config_error(exc, type(self)) from None
+
+    cls.__init__ = __init__
+    return cls
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@section
 class Tile:
     """Output tile of one CTA, in elements.
 
-    block_m: rows of D per CTA (sm_100a: a multiple of 128, one M-wave per 128 rows;
+    block_m: rows of D per CTA (sm_100a: 128 or 256, one M-wave per 128 rows;
         sm_90a: a multiple of 64 per consumer warpgroup).
     block_n: columns of D per CTA.
     block_k: K elements per pipeline stage; 64 (= 128 B of bf16, one 128B-swizzle atom).
     """
 
-    block_m: int = 128
-    block_n: int = 128
-    block_k: int = 64
+    block_m: Range(1, 256) = 128
+    block_n: Range(1, 256) = 128
+    block_k: Range(1, 256) = 64
 
 
-@dataclass(frozen=True)
+@section
 class Pipeline:
     """Shared-memory operand ring.
 
@@ -57,11 +125,11 @@ class Pipeline:
         ``specialized`` — a producer warp and an MMA warp loop independently.
     """
 
-    stages: int = 1
-    roles: str = "specialized"
+    stages: Range(1, 32) = 1
+    roles: OneOf("lockstep", "specialized") = "specialized"
 
 
-@dataclass(frozen=True)
+@section
 class Cluster:
     """CTA cluster.
 
@@ -71,18 +139,18 @@ class Cluster:
         without it both CTAs compute the same tile.  sm_90a: must equal size == 2.
     """
 
-    size: int = 1
-    dual_tile: bool = False
+    size: OneOf(1, 2) = 1
+    dual_tile: Bool = False
 
 
-@dataclass(frozen=True)
+@section
 class Accumulator:
     """Accumulator buffering. stages: TMEM accumulator stages (sm_100a); 1 on sm_90a."""
 
-    stages: int = 1
+    stages: Range(1, 16) = 1
 
 
-@dataclass(frozen=True)
+@section
 class Mma:
     """MMA issue.
 
@@ -93,19 +161,19 @@ class Mma:
     warpgroups: sm_90a consumer warpgroups (1 or 2); sm_100a ignores it (must be 1).
     """
 
-    lanes: str = "one"
-    tc_util_percent: int = 100
-    warpgroups: int = 1
+    lanes: OneOf("one", "all") = "one"
+    tc_util_percent: Range(1, 100) = 100
+    warpgroups: OneOf(1, 2) = 1
 
 
-@dataclass(frozen=True)
+@section
 class Smem:
     """Shared-memory layout: ``interleaved`` (A,B per stage) or ``separated`` (all A stages, then all B)."""
 
-    layout: str = "interleaved"
+    layout: OneOf("interleaved", "separated") = "interleaved"
 
 
-@dataclass(frozen=True)
+@section
 class Epilogue:
     """Accumulator -> D.
 
@@ -120,24 +188,24 @@ class Epilogue:
         ``per_thread`` — every epilogue thread arrives after its own fence (level 9).
     """
 
-    warps: int = 0
-    store: str = "direct"
-    swizzle: str = "none"
-    store_block_n: int = 0
-    stages: int = 1
-    early_release: bool = False
-    release: str = "elected"
+    warps: OneOf(0, 4) = 0
+    store: OneOf("direct", "tma") = "direct"
+    swizzle: OneOf("none", "128") = "none"
+    store_block_n: Range(0, 256) = 0
+    stages: Range(1, 4) = 1
+    early_release: Bool = False
+    release: OneOf("elected", "per_thread") = "elected"
 
 
-@dataclass(frozen=True)
+@section
 class Schedule:
     """Tile order. persistent: grid = SM count, CTAs loop over tiles. group: swizzle group (m-blocks)."""
 
-    persistent: bool = False
-    group: int = 1
+    persistent: Bool = False
+    group: Range(1, 1024) = 1
 
 
-@dataclass(frozen=True)
+@section
 class Tma:
     """TMA loads.
 
@@ -146,17 +214,22 @@ class Tma:
     l2_promotion: ``none``, ``64``, ``128`` or ``256`` (bytes).
     """
 
-    two_sm: bool = False
-    multicast: bool = False
-    l2_promotion: str = "none"
+    two_sm: Bool = False
+    multicast: Bool = False
+    l2_promotion: OneOf("none", "64", "128", "256") = "none"
 
 
-@dataclass(frozen=True)
+@section
 class Config:
-    """One GEMM pipeline: D[M,N] = A[M,K] @ B[N,K]^T, bf16 in/out, fp32 accumulate."""
+    """One GEMM pipeline: D[M,N] = A[M,K] @ B[N,K]^T, bf16 in/out, fp32 accumulate.
 
-    name: str
-    arch: str = "sm_100a"
+    Every construction is validated (schema, then :func:`validate`); raises ConfigError.
+    ``name`` is a file stem (``generated/<name>.ptx``): ASCII letters, digits, ``_`` and ``-``,
+    not starting with ``-``, at most 64 characters.
+    """
+
+    name: Name
+    arch: OneOf(*ARCHS) = "sm_100a"
     tile: Tile = field(default_factory=Tile)
     pipeline: Pipeline = field(default_factory=Pipeline)
     cluster: Cluster = field(default_factory=Cluster)
@@ -167,6 +240,9 @@ class Config:
     schedule: Schedule = field(default_factory=Schedule)
     tma: Tma = field(default_factory=Tma)
 
+    def __post_init__(self) -> None:
+        validate(self)
+
     def replace(self, **sections) -> "Config":
         """A copy with whole sections or dotted fields replaced, validated: ``cfg.replace(**{"tile.block_n": 256})``."""
         raw = to_dict(self)
@@ -174,40 +250,101 @@ class Config:
             node = raw
             *head, last = key.split(".")
             for part in head:
+                if not isinstance(node.get(part), dict):
+                    raise ConfigError(f"{key}: unknown key (sections: {sorted(k for k, v in raw.items() if isinstance(v, dict))})")
                 node = node[part]
-            node[last] = value
+            node[last] = to_dict(value) if dataclasses.is_dataclass(value) else value
         return from_dict(raw)
 
 
-# --------------------------------------------------------------------------- loading
+def unchecked(cfg: Config, **changes) -> Config:
+    """A copy of ``cfg`` with dotted fields changed and NO validation, for planted-bug tests only.
+
+    The builder, verifier and simulator must still catch what such a config breaks; never use it on user input.
+    """
+    raw = to_dict(cfg)
+    for key, value in changes.items():
+        node = raw
+        *head, last = key.split(".")
+        for part in head:
+            node = node[part]
+        node[last] = value
+
+    def make(cls, values):
+        obj = object.__new__(cls)
+        for f in dataclasses.fields(cls):
+            v = values[f.name]
+            sub = _section_types().get(f.name) if cls is Config else None
+            object.__setattr__(obj, f.name, make(sub, v) if sub else v)
+        return obj
+
+    return make(Config, raw)
 
 
-def _coerce(path: str, tp, value):
-    """Check ``value`` against the annotation ``tp``; return it (bools are not ints here)."""
-    if dataclasses.is_dataclass(tp):
-        return _build(path, tp, value)
-    ok = {
-        int: isinstance(value, int) and not isinstance(value, bool),
-        bool: isinstance(value, bool),
-        str: isinstance(value, str),
-    }[tp]
-    if not ok:
-        raise ConfigError(f"{path}={value!r}: expected {tp.__name__}, got {type(value).__name__}")
-    return value
+# --------------------------------------------------------------------------- error rendering
 
 
-def _build(path: str, cls, raw):
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path or 'config'}={raw!r}: expected a mapping of {[f.name for f in fields(cls)]}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
-    for key in raw:
-        if key not in known:
-            near = [k for k in known if _close(str(key), k)]
-            hint = f" (did you mean {near[0]!r}?)" if near else f"; known keys: {sorted(known)}"
-            raise ConfigError(f"{path + '.' if path else ''}{key}: unknown key{hint}")
-    kwargs = {k: _coerce(f"{path + '.' if path else ''}{k}", hints[k], v) for k, v in raw.items()}
-    return cls(**kwargs)
+@functools.cache
+def _section_types() -> dict[str, type]:
+    """Config field name -> section class (``tile`` -> Tile)."""
+    hints = typing.get_type_hints(Config, include_extras=True)
+    return {k: v for k, v in hints.items() if dataclasses.is_dataclass(v)}
+
+
+def _prefix_of(cls: type) -> tuple[str, ...]:
+    return next(((k,) for k, v in _section_types().items() if v is cls), ())
+
+
+def _owner(loc: tuple) -> type | None:
+    """The section class holding the last key of ``loc`` (Config for top-level keys)."""
+    cls = Config
+    for part in loc[:-1]:
+        cls = _section_types().get(part) if cls is Config else None
+        if cls is None:
+            return None
+    return cls
+
+
+def _annotation(loc: tuple):
+    cls = _owner(loc)
+    if cls is None or not loc:
+        return None
+    return typing.get_type_hints(cls, include_extras=True).get(loc[-1])
+
+
+def _safe_repr(value, limit: int = 60) -> str:
+    """``repr`` that survives 5000-digit ints and huge nested inputs, cut to ``limit`` characters."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"<{'-' if value < 0 else ''}{int(value.bit_length() * 0.30103) + 1}-digit int>"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _rule_text(err: dict, loc: tuple) -> str:
+    """The rule a pydantic error at field path ``loc`` stands for, in ptxgen's words."""
+    kind = err["type"]
+    ann = _annotation(loc)
+    meta = typing.get_args(ann)[1:] if typing.get_origin(ann) is Annotated else ()
+    base = typing.get_args(ann)[0] if meta else ann
+    got = type(err["input"]).__name__
+    if kind in ("int_type", "bool_type", "string_type"):
+        return f"expected {kind.split('_')[0].replace('string', 'str')}, got {got}"
+    if kind == "literal_error" and typing.get_origin(base) is Literal:
+        return f"must be one of {list(typing.get_args(base))}"
+    if kind in ("greater_than_equal", "less_than_equal"):
+        lo = next((m.ge for m in meta if isinstance(m, annotated_types.Ge)), None)
+        hi = next((m.le for m in meta if isinstance(m, annotated_types.Le)), None)
+        return f"must be in [{lo}, {hi}]" if lo is not None and hi is not None else err["msg"]
+    if kind == "string_pattern_mismatch" and loc == ("name",):
+        return NAME_RULE
+    if kind in ("dataclass_type", "dataclass_exact_type"):
+        cls = _section_types().get(loc[-1]) if loc else Config
+        keys = [f.name for f in dataclasses.fields(cls)] if cls else []
+        return f"expected a mapping of {keys}"
+    return err["msg"]
 
 
 def _close(a: str, b: str) -> bool:
@@ -221,13 +358,39 @@ def _close(a: str, b: str) -> bool:
     return any(long_[:i] + long_[i + 1 :] == short for i in range(len(long_)))
 
 
+def _config_error(exc: ValidationError, cls: type | None = None) -> ConfigError:
+    """Render pydantic's first error as ``ConfigError: <field path>=<value>: <rule>``."""
+    err = exc.errors(include_url=False)[0]
+    loc = (_prefix_of(cls) if cls not in (None, Config) else ()) + tuple(err["loc"])
+    path = ".".join(str(p) for p in loc) or "config"
+    kind = err["type"]
+    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
+        owner = _owner(loc)
+        known = [f.name for f in dataclasses.fields(owner)] if owner else []
+        near = [k for k in known if _close(str(loc[-1]), k)]
+        hint = f" (did you mean {near[0]!r}?)" if near else f"; known keys: {sorted(known)}"
+        return ConfigError(f"{path}: unknown key{hint}")
+    if kind == "invalid_key":
+        parent = ".".join(str(p) for p in loc[:-1]) or "config"
+        return ConfigError(f"{parent}: key {_safe_repr(loc[-1])} is not a string")
+    if kind == "missing":
+        return ConfigError(f"{path}: required key is missing")
+    return ConfigError(f"{path}={_safe_repr(err['input'])}: {_rule_text(err, loc)}")
+
+
+# --------------------------------------------------------------------------- loading
+
+
 def from_dict(raw: dict) -> Config:
     """Build and validate a :class:`Config` from a parsed YAML mapping.  Raises ConfigError."""
     if not isinstance(raw, dict) or "name" not in raw:
         raise ConfigError("config: expected a mapping with at least a 'name' key")
-    cfg = _build("", Config, raw)
-    validate(cfg)
-    return cfg
+    try:
+        return Config.__pydantic_validator__.validate_python(raw)
+    except ValidationError as exc:
+        raise _config_error(exc) from None
+    except RecursionError:
+        raise ConfigError("config: nested too deeply") from None
 
 
 def to_dict(cfg: Config) -> dict:
@@ -246,30 +409,51 @@ def shipped_configs() -> list[str]:
 
 
 def resolve_config_path(name_or_path: str | os.PathLike) -> Path:
-    """A shipped config by bare name (``level9`` or ``level9.yaml``) or a path.  Raises ConfigError."""
+    """A shipped config by bare name (``level9`` or ``level9.yaml``) or a path.  Raises ConfigError.
+
+    Errors: no such file and not a shipped name; the path is a directory.
+    """
     p = Path(name_or_path)
     if p.is_file():
         return p
+    if p.is_dir():
+        raise ConfigError(f"config {str(name_or_path)!r}: is a directory; give a YAML file or a shipped config name")
     stem = p.name[:-5] if p.name.endswith(".yaml") else p.name
     shipped = configs_dir() / f"{stem}.yaml"
     if p.parent == Path(".") and shipped.is_file():
         return shipped
     raise ConfigError(
-        f"config {str(name_or_path)!r}: no such file, and not a shipped config (shipped: {', '.join(shipped_configs())})"
+        f"config {str(name_or_path)!r}: no such file, and not a shipped config; give a YAML path or a shipped "
+        f"name ({', '.join(shipped_configs())})"
     )
 
 
 def load_config(name_or_path: str | os.PathLike | Config) -> Config:
-    """Load, parse and validate a config; a :class:`Config` passes through.  Raises ConfigError."""
+    """Load, parse and validate a config; a :class:`Config` passes through.  Raises ConfigError.
+
+    Errors name the file: unreadable, not UTF-8, malformed or too deeply nested YAML, ints
+    beyond Python's digit limit, then any schema or hardware rule.
+    """
     if isinstance(name_or_path, Config):
         return name_or_path
     path = resolve_config_path(name_or_path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); a config is a YAML file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where} malformed YAML: {getattr(exc, 'problem', exc)}") from None
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: malformed YAML{where}: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: malformed YAML: nested too deeply") from None
+    except ValueError as exc:  # e.g. an int literal over sys.get_int_max_str_digits() digits
+        raise ConfigError(f"{path}: unreadable YAML value: {str(exc).splitlines()[0]}") from None
     if isinstance(raw, dict) and "name" not in raw:
         raw = {"name": path.stem, **raw}
     try:
@@ -278,7 +462,7 @@ def load_config(name_or_path: str | os.PathLike | Config) -> Config:
         raise ConfigError(f"{path.name}: {exc}") from None
 
 
-# --------------------------------------------------------------------------- validation
+# --------------------------------------------------------------------------- hardware rules
 
 
 def _rule(ok: bool, path: str, value, rule: str) -> None:
@@ -286,30 +470,13 @@ def _rule(ok: bool, path: str, value, rule: str) -> None:
         raise ConfigError(f"{path}={value!r}: {rule}")
 
 
-def _choice(path: str, value, allowed) -> None:
-    _rule(value in allowed, path, value, f"must be one of {list(allowed)}")
-
-
 def validate(cfg: Config) -> None:
-    """Check every per-field and cross-field rule, then the plan's budgets.  Raises ConfigError."""
-    t, p, c, e = cfg.tile, cfg.pipeline, cfg.cluster, cfg.epilogue
-    _rule(bool(cfg.name) and cfg.name.replace("_", "").replace("-", "").isalnum(), "name", cfg.name,
-          "must be a non-empty identifier of letters, digits, '_' and '-'")
-    _choice("arch", cfg.arch, ARCHS)
+    """Check the hardware and cross-field rules, then the plan's budgets.  Raises ConfigError.
+
+    Types, ranges and choices are already checked by the schema (every Config construction).
+    """
+    t, p, e = cfg.tile, cfg.pipeline, cfg.epilogue
     _rule(t.block_k == 64, "tile.block_k", t.block_k, "must be 64 (128 B of bf16: one 128B-swizzle atom)")
-    _rule(1 <= p.stages <= 32, "pipeline.stages", p.stages, "must be in [1, 32]")
-    _choice("pipeline.roles", p.roles, ("lockstep", "specialized"))
-    _choice("cluster.size", c.size, (1, 2))
-    _rule(cfg.accumulator.stages >= 1, "accumulator.stages", cfg.accumulator.stages, "must be >= 1")
-    _choice("mma.lanes", cfg.mma.lanes, ("one", "all"))
-    _rule(1 <= cfg.mma.tc_util_percent <= 100, "mma.tc_util_percent", cfg.mma.tc_util_percent, "must be in [1, 100]")
-    _choice("smem.layout", cfg.smem.layout, ("interleaved", "separated"))
-    _choice("epilogue.store", e.store, ("direct", "tma"))
-    _choice("epilogue.swizzle", e.swizzle, ("none", "128"))
-    _choice("epilogue.release", e.release, ("elected", "per_thread"))
-    _rule(e.stages in (1, 2, 3, 4), "epilogue.stages", e.stages, "must be in [1, 4]")
-    _rule(cfg.schedule.group >= 1, "schedule.group", cfg.schedule.group, "must be >= 1")
-    _choice("tma.l2_promotion", cfg.tma.l2_promotion, ("none", "64", "128", "256"))
     if cfg.mma.lanes == "all":
         _rule(p.roles == "specialized", "mma.lanes", "all", "needs pipeline.roles=specialized (a whole MMA warp)")
         _rule(cfg.smem.layout == "separated", "mma.lanes", "all",
@@ -320,8 +487,9 @@ def validate(cfg: Config) -> None:
           f"must divide tile.block_n={t.block_n}, be a multiple of 8 and <= 256 (TMA box)")
     if e.swizzle == "128":
         _rule(e.store == "tma", "epilogue.swizzle", e.swizzle, "128B CD staging needs epilogue.store=tma")
-        _rule(sbn * 2 <= 128, "epilogue.store_block_n", sbn,
-              "128B swizzle limits the TMA box's inner extent to 128 B (64 bf16)")
+        _rule(sbn * 2 == 128, "epilogue.store_block_n", sbn,
+              "128B-swizzled CD staging rows are one swizzle atom row, 128 B = 64 bf16 (chunk i of row r at "
+              "i ^ (r % 8) needs 8 16-byte chunks; PTX ISA 'Tensor copy: swizzle modes'); must be 64")
     if e.store == "direct":
         _rule(e.stages == 1 and e.store_block_n in (0, t.block_n), "epilogue.store", "direct",
               "epilogue.stages and epilogue.store_block_n apply to TMA stores only")
@@ -331,9 +499,7 @@ def validate(cfg: Config) -> None:
     else:
         _validate_sm90(cfg)
 
-    from .plan import make_plan  # budgets are the plan's real numbers
-
-    make_plan(cfg)
+    make_plan(cfg)  # budgets are the plan's real numbers (plan.py never imports config at run time)
 
 
 def _validate_sm100(cfg: Config) -> None:
@@ -353,7 +519,6 @@ def _validate_sm100(cfg: Config) -> None:
     _rule(cols <= 512 and cols >= 32 and cols & (cols - 1) == 0, "accumulator.stages", cfg.accumulator.stages,
           f"TMEM columns block_n x m-waves x stages = {t.block_n} x {t.block_m // 128} x "
           f"{cfg.accumulator.stages} = {cols} must be a power of two in [32, 512]")
-    _choice("epilogue.warps", cfg.epilogue.warps, (0, 4))
     if cfg.epilogue.warps == 0:
         _rule(cfg.pipeline.roles == "lockstep" or cfg.accumulator.stages == 1, "accumulator.stages",
               cfg.accumulator.stages, "more than one accumulator stage needs a dedicated epilogue (epilogue.warps=4)")
@@ -364,7 +529,6 @@ def _validate_sm100(cfg: Config) -> None:
 def _validate_sm90(cfg: Config) -> None:
     t, c = cfg.tile, cfg.cluster
     wg = cfg.mma.warpgroups
-    _choice("mma.warpgroups", wg, (1, 2))
     _rule(t.block_m % (64 * wg) == 0 and 64 <= t.block_m <= 256, "tile.block_m", t.block_m,
           f"sm_90a: a multiple of 64 x mma.warpgroups={wg} in [64, 256] (wgmma m64 per wave)")
     _rule(t.block_n % 16 == 0 and 16 <= t.block_n <= 256, "tile.block_n", t.block_n,

@@ -57,3 +57,11 @@ class VerifyError(PtxgenError):
 
 class SimError(PtxgenError):
     """The simulator found a fault: deadlock, read before write, over-arrival, tx mismatch, wrong result."""
+
+
+class OutputError(PtxgenError):
+    """An output directory or file cannot be written (exists as a file, not writable, disk full)."""
+
+
+class SetupError(PtxgenError):
+    """Something to install or a machine to use: no torch, a CPU-only torch, no GPU, no CUDA bindings or driver."""

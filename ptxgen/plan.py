@@ -11,14 +11,18 @@ Units: bytes for shared memory, columns (32-bit) for TMEM, elements for tiles.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from . import descriptors
-from .config import SMEM_LIMIT_BYTES, Config
+from .hw import SMEM_LIMIT_BYTES
 from .errors import ConfigError
 from .ir.kernel import BarrierArray, Kernel, SmemRegion
 from .ir.pipeline import ARRIVE, EXPECT_TX, UMMA_COMMIT, BulkStoreRing, Pipeline
 from .launch import PARAMS, GridPolicy, LaunchSpec, TensorMapSpec
 from .version import __version__
+
+if TYPE_CHECKING:  # the plan reads a validated Config; config.validate() calls make_plan (one-way import)
+    from .config import Config
 
 BF16_BYTES = 2
 SWIZZLE_ATOM_BYTES = 1024  # 8 rows x 128 B: a 128B-swizzle atom (PTX ISA "Tensor copy: swizzle modes")

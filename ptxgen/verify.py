@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import SMEM_LIMIT_BYTES
+from .hw import SMEM_LIMIT_BYTES
 from .errors import VerifyError
 from .ir import Kernel
 from .sim import walker as W

@@ -76,6 +76,13 @@ BASE = {"name": "t", "arch": "sm_100a", "tile": {"block_m": 128, "block_n": 128}
     ({"cluster": {"dual_tile": True}}, "cluster.dual_tile=True: needs cluster.size=2"),
     ({"epilogue": {"warps": 2}}, "epilogue.warps=2: must be one of [0, 4]"),
     ({"epilogue": {"swizzle": "128"}}, "128B CD staging needs epilogue.store=tma"),
+    ({"epilogue": {"store": "tma", "swizzle": "128", "store_block_n": 32}},  # found by test_config_fuzz: CD writes hit A
+     "epilogue.store_block_n=32: 128B-swizzled CD staging rows are one swizzle atom row, 128 B = 64 bf16"),
+    ({"tile": {"block_n": "x"}}, "tile.block_n='x': expected int, got str"),
+    ({"tile": {"block_n": 10**5000}}, "tile.block_n=<5001-digit int>: must be in [1, 256]"),
+    ({"schedule": {"group": 2**32}}, "schedule.group=4294967296: must be in [1, 1024]"),
+    ({"name": "../x"}, "name='../x': must be a file stem"),
+    ({"tile": 5}, "tile=5: expected a mapping of ['block_m', 'block_n', 'block_k']"),
     ({"mma": {"lanes": "all"}}, "shfl-shared descriptors need smem.layout=separated"),
     ({"cluster": {"size": 2}, "tile": {"block_m": 128, "block_n": 48}}, "UMMA N must be a multiple of 32 in [32, 256]"),
 ])
@@ -123,6 +130,7 @@ def test_cli_user_errors_exit_nonzero_without_traceback(tmp_path, args, message)
     args = [str(tmp_path / "bad.yaml") if a == "BAD" else a for a in args]
     proc = subprocess.run([sys.executable, "-m", "ptxgen.cli", *args, "-o", str(tmp_path / "out")],
                           capture_output=True, text=True)
-    assert proc.returncode == 2
-    assert message in proc.stderr
+    assert proc.returncode == 1  # a user error; 2 is argparse's usage error
+    assert message in proc.stderr and proc.stderr.startswith("ptxgen: error: ")
+    assert len(proc.stderr.splitlines()) == 1
     assert "Traceback" not in proc.stderr

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ptxgen.config import load_config, shipped_configs
+from ptxgen.config import load_config, shipped_configs, unchecked
 from ptxgen.errors import ConfigError, SimError, VerifyError
 from ptxgen.ir import ops as O
 from ptxgen.ir import Kernel
@@ -160,7 +160,9 @@ def test_sm90_single_stage(config: str) -> None:
     base = load_config(config)
     with pytest.raises(ConfigError, match=r"pipeline.stages=1: sm_90a: must be >= 2"):
         base.replace(**{"pipeline.stages": 1})
-    cfg = dataclasses.replace(base, pipeline=dataclasses.replace(base.pipeline, stages=1))
+    with pytest.raises(ConfigError, match=r"pipeline.stages=1: sm_90a: must be >= 2"):
+        dataclasses.replace(base, pipeline=dataclasses.replace(base.pipeline, stages=1))
+    cfg = unchecked(base, **{"pipeline.stages": 1})
     kernel = kernel_for(cfg.name, make_plan(cfg))
     with pytest.raises(SimError, match=r"^deadlock: "):
         simulate(kernel, *default_shapes(kernel)[1])
