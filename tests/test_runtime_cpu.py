@@ -245,7 +245,8 @@ class Counter:
 
 
 def entry_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file())
+    """Every file under the cache root except the build locks (``<entry>.lock``, kept by design)."""
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix != ".lock")
 
 
 def test_cache_dir_env_var_honoured(cache_root):
@@ -256,9 +257,18 @@ def test_cache_dir_env_var_honoured(cache_root):
 
 
 def test_cache_dir_default(monkeypatch, tmp_path):
+    """Without PTXGEN_CACHE_DIR: the platform convention (XDG on Linux)."""
     monkeypatch.delenv(cache.ENV_VAR, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert cache.cache_dir() == tmp_path / ".cache" / "ptxgen"
+    pytest.importorskip("platformdirs")
+    import platformdirs
+
+    assert cache.cache_dir() == Path(platformdirs.user_cache_dir("ptxgen", appauthor=False))
+    if os.name == "posix" and os.uname().sysname == "Linux":
+        assert cache.cache_dir() == tmp_path / ".cache" / "ptxgen"
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+        assert cache.cache_dir() == tmp_path / "xdg" / "ptxgen"
 
 
 def test_cache_miss_then_hit(cache_root):
