@@ -10,7 +10,7 @@ Order of consultation (:func:`choose`, memoized per (M, N, K, device)):
    without code changes).
 
 A table maps exact ``(M, N, K)`` to a config name; an entry whose config is not
-a shipped candidate for the device is ignored.  Devices with no candidate fall
+shipped is ignored (tables are per arch, by file name).  Devices with no candidate fall
 back to :func:`ptxgen.runtime.api.default_config_name`.
 
 Cost model (:func:`predict`; used to rank, not to promise times).  One CTA per
@@ -197,15 +197,17 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     """
     from ptxgen.runtime.api import default_config_name
 
+    from ptxgen.config import shipped_configs
+
     default = default_config_name(capability)
     arch = ARCH_OF_CAPABILITY.get(tuple(capability))
-    cands = candidates(arch) if arch else ()
-    names = {c.name for c in cands}
+    shipped = set(shipped_configs())  # a glob; the YAMLs are parsed only when the cost model runs
     for why, path in (("user table", user_table_path(arch) if arch else None),
                       ("shipped table", shipped_table_path(arch) if arch else None)):
         hit = read_table(path).get((m, n, k))
-        if hit in names:
+        if hit in shipped:
             return hit, why
+    cands = candidates(arch) if arch else ()
     if not cands:
         return default, "default"
     return rank(cands, m, n, k, sm_count, default)[0][1], "cost model"

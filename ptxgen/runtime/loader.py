@@ -5,8 +5,9 @@ Key of a kernel image (:func:`image_key`)::
     IMAGE_FORMAT              bumped when the stored payload's layout changes
     config content            json of ptxgen.config.to_dict(cfg), sorted keys (the name included)
     ptxgen version            ptxgen.__version__
-    source fingerprint        sha256 of the ptxgen and emitters sources (.py, .j2, .yaml), so a
-                              development edit of a builder or emitter is a miss, not a stale hit
+    source fingerprint        path, size and mtime of the ptxgen and emitters sources (.py, .j2,
+                              .yaml), so a development edit of a builder or emitter is a miss,
+                              not a stale hit
     driver version            cuDriverGetVersion (the driver's JIT compiles the PTX)
     compute capability        of the device
 
@@ -81,17 +82,26 @@ def unpack_image(blob: bytes) -> KernelImage | None:
 
 @functools.cache
 def source_fingerprint() -> str:
-    """sha256 (hex, 16 chars) over the ptxgen and emitters package sources; computed once per process."""
-    import emitters
+    """sha256 (hex, 16 chars) over path, size and mtime of every ptxgen and emitters source file.
+
+    Computed once per process from ``stat`` alone (no file is read, the emitters are not
+    imported): any edit of a builder, emitter, template or shipped config changes it, so the
+    disk cache misses instead of serving a kernel built from older sources.
+    """
+    import importlib.util
 
     import ptxgen
 
+    roots = [Path(ptxgen.__file__).parent]
+    spec = importlib.util.find_spec("emitters")  # located, not imported (importing compiles templates)
+    if spec is not None and spec.origin:
+        roots.append(Path(spec.origin).parent)
     digest = hashlib.sha256()
-    for root in (Path(ptxgen.__file__).parent, Path(emitters.__file__).parent):
+    for root in roots:
         for path in sorted(root.rglob("*")):
-            if path.suffix in (".py", ".j2", ".yaml") and "__pycache__" not in path.parts and path.is_file():
-                digest.update(str(path.relative_to(root.parent)).encode() + b"\0")
-                digest.update(path.read_bytes())
+            if path.suffix in (".py", ".j2", ".yaml") and "__pycache__" not in path.parts:
+                st = path.stat()
+                digest.update(f"{path.relative_to(root.parent)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
 
 
