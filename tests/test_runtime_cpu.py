@@ -1160,3 +1160,19 @@ def test_cli_run_and_bench_default_to_chosen_config(monkeypatch):
     assert seen[0] is None
     configs, shapes, kw = seen[1]
     assert configs == [None] and shapes == bench.DEFAULT_SHAPES and kw["plot_path"] == "p.png" and kw["host"]
+
+
+def test_launcher_for_a_generated_kernel(built_h100):
+    """Built from a real launch spec (no GPU): slots in signature order, launch config pre-filled."""
+    pytest.importorskip("cuda.bindings.driver")
+    from types import SimpleNamespace
+
+    from ptxgen.runtime.fastpath import Launcher
+
+    spec = built_h100.launch
+    launcher = Launcher.for_kernel(SimpleNamespace(function="f", spec=spec))
+    assert launcher.maps.specs == (spec.tensor_maps["a"], spec.tensor_maps["b"], spec.tensor_maps["d"])
+    assert launcher.layout.offsets == (0, 128, 256, 384, 392, 396, 400)
+    cfg = launcher._config
+    assert (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ) == tuple(spec.block)
+    assert cfg.sharedMemBytes == spec.dynamic_smem_bytes and cfg.numAttrs == 1

@@ -21,6 +21,7 @@ one ``cuLaunchKernelEx`` on torch's current stream.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from dataclasses import dataclass
@@ -347,7 +348,7 @@ class _GemmCall:
     """Everything about a call signature that does not depend on the pointers (see module docstring)."""
 
     __slots__ = ("config", "by_id", "launcher", "spec", "ordinal", "device", "m", "n", "k", "grid_x", "d_map",
-                 "a_bytes", "b_bytes", "d_bytes", "out_shape")
+                 "a_bytes", "b_bytes", "d_bytes", "new_out")
 
     def __init__(self, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
                  m: int, n: int, k: int, grid_x: int):
@@ -357,15 +358,15 @@ class _GemmCall:
         self.m, self.n, self.k, self.grid_x = m, n, k, grid_x
         self.d_map = "d" in loaded.spec.tensor_maps and n % ELEMS_PER_16B == 0
         self.a_bytes, self.b_bytes, self.d_bytes = 2 * m * k, 2 * n * k, 2 * m * n
-        self.out_shape = (m, n)
+        import torch
+
+        self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
 
     def __call__(self, a: Any, b: Any, out: Any) -> Any:
         pa, pb = a.data_ptr(), b.data_ptr()
         m, n, k = self.m, self.n, self.k
         if out is None:
-            import torch
-
-            out = torch.empty(self.out_shape, dtype=torch.bfloat16, device=self.device)
+            out = self.new_out()
             pd = out.data_ptr()
         else:
             pd = out.data_ptr()

@@ -71,7 +71,7 @@ class TensorMapCache:
         encoder: ``(address, rows, cols, row_stride, spec) -> 128 bytes`` (default: the driver).
     """
 
-    def __init__(self, specs: Sequence[TensorMapSpec], capacity: int = 1024,
+    def __init__(self, specs: Sequence[TensorMapSpec | None], capacity: int = 1024,
                  encoder: Callable[..., bytes] = encode_map_bytes):
         if capacity < 1:
             raise ValueError(f"capacity={capacity}: must be >= 1")
@@ -169,7 +169,8 @@ class Launcher:
         capacity: tensor-map cache entries.
     """
 
-    def __init__(self, function: Any, launch_config: Any, kinds: Sequence[str], map_specs: Sequence[TensorMapSpec],
+    def __init__(self, function: Any, launch_config: Any, kinds: Sequence[str],
+                 map_specs: Sequence[TensorMapSpec | None],
                  *, launch_fn: Callable[..., Any] | None = None, encoder: Callable[..., bytes] = encode_map_bytes,
                  check: Callable[..., Any] | None = None, capacity: int = 1024, name: str = "kernel"):
         self.layout = layout = ParamLayout(kinds)
@@ -197,12 +198,13 @@ class Launcher:
     @classmethod
     def for_kernel(cls, kernel: Any, **kw: Any) -> "Launcher":
         """A launcher for a :class:`~ptxgen.runtime.module.Kernel`: tensor-map param ``tmap_x`` uses
-        ``spec.tensor_maps["x"]``."""
+        ``spec.tensor_maps["x"]`` (a map the spec lacks has no spec: pass None for it, 128 zero bytes)."""
         from ptxgen.runtime.module import _launch_config
 
         spec = kernel.spec
         kinds = [kind for _, kind in spec.params]
-        map_specs = [spec.tensor_maps[name.removeprefix("tmap_")] for name, kind in spec.params if kind == TENSOR_MAP]
+        map_specs = [spec.tensor_maps.get(name.removeprefix("tmap_")) for name, kind in spec.params
+                     if kind == TENSOR_MAP]
         return cls(kernel.function, _launch_config(spec), kinds, map_specs, name=spec.name, **kw)
 
     def pack(self, maps: Sequence[MapArgs], scalars: Sequence[int | float]) -> None:
@@ -243,7 +245,7 @@ class Launcher:
             config.gridDimX = grid_x
             config.hStream = stream
             result = self._launch_fn(config, self.function, self.params_address, 0)
-        if result[0]:  # CUDA_SUCCESS is 0
+        if (result[0] if result.__class__ is tuple else result):  # CUresult is an int enum; CUDA_SUCCESS is 0
             self._check(result, "cuLaunchKernelEx", f"{self.name}: grid {grid_x}")
 
     def param_bytes(self, index: int) -> bytes:
