@@ -1,16 +1,27 @@
 """Benchmarks and one-shot runs of generated GEMMs against torch, in one process, on the same inputs.
 
 Method (:func:`bench`): for each shape, allocate enough ``(A, B, D)`` input
-sets that together they exceed twice the GPU's L2 and rotate through them,
-so neither side is timed on L2-resident operands.  Ours (a prepared launch:
-checks and tensor maps done beforehand) and ``torch.matmul(a, b.T)`` run on
-the same sets.  Each implementation gets ``warmup`` untimed calls, then
-``iters`` calls each bracketed by its own pair of CUDA events; the reported
-time is the median.  Before the timed calls a short device-side sleep (when
-torch provides ``torch.cuda._sleep``) lets the host queue the launches ahead
-of the GPU, so launch overhead is not counted as kernel time.
+sets that together they exceed twice the GPU's L2 and rotate through them, so
+neither side is timed on L2-resident operands.  Four timings per shape and
+config, all medians of ``iters`` calls after ``warmup`` untimed ones, each
+call bracketed by its own pair of CUDA events:
 
-TFLOP/s = ``2*M*N*K / t``; ``ratio`` = ours / torch (TFLOP/s; > 1 is faster).
+* ``api_ms``: the public call ``ptxgen.gemm(a, b, out=d, config=...)``, host
+  overhead included (no queueing ahead: a call whose host work outlasts the
+  previous kernel shows up in the event pair, as it does for a user);
+* ``torch_ms``: ``torch.matmul(a, b.T, out=d)`` timed the same way;
+* ``prepared_ms``: a prepared launch (checks and tensor maps done beforehand),
+  the kernel alone: a short device-side sleep (``torch.cuda._sleep``) first
+  lets the host queue the launches ahead of the GPU;
+* ``torch_kernel_ms``: torch.matmul timed like the prepared launch.
+
+``ratio`` = ``torch_ms / api_ms`` (as users see it, > 1 is faster than
+torch); ``kernel_ratio`` = ``torch_kernel_ms / prepared_ms``.  ``config=None``
+(``auto``) lets :func:`ptxgen.runtime.choose.choose` pick per shape.
+
+:func:`host_overhead`: host microseconds per call of back-to-back calls on a
+tiny GEMM (default 2000 calls of 256x256x256), ``time.perf_counter`` around
+the loop, reported with and without the final synchronize.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ import json
 import math
 import statistics
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -29,11 +41,26 @@ MAX_SETS = 1024
 #: GPU cycles of pre-sleep per timed iteration (about 20 us at ~2 GHz)
 SLEEP_CYCLES_PER_ITER = 40_000
 TOLERANCE = 1e-2
+#: squares, then the DeepGEMM M=4096 shapes (N x K) of issue 12
+DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = (
+    (4096, 4096, 4096), (6144, 6144, 6144), (8192, 8192, 8192), (10240, 10240, 10240), (12288, 12288, 12288),
+    (4096, 2112, 7168), (4096, 7168, 16384), (4096, 24576, 1536), (4096, 7168, 2048), (4096, 576, 7168),
+    (4096, 4096, 7168),
+)
+AUTO = "auto"
 
 
 def tflops(m: int, n: int, k: int, ms: float) -> float:
     """``2*m*n*k`` flops in ``ms`` milliseconds, in TFLOP/s."""
     return 2.0 * m * n * k / (ms * 1e-3) / 1e12
+
+
+def geomean(values: Iterable[float]) -> float:
+    """Geometric mean of positive numbers (nan for none)."""
+    vals = [v for v in values]
+    if not vals:
+        return math.nan
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
 def relative_error(out: Any, ref: Any) -> float:
@@ -56,7 +83,7 @@ def input_sets_needed(set_bytes: int, l2_bytes: int, free_bytes: int) -> int:
     return max(1, min(wanted, MAX_SETS, budget // set_bytes))
 
 
-def time_ms(fn: Callable[[int], Any], n_sets: int, *, warmup: int, iters: int) -> float:
+def time_ms(fn: Callable[[int], Any], n_sets: int, *, warmup: int, iters: int, queue_ahead: bool = True) -> float:
     """Median time of ``fn(set_index)`` over ``iters`` calls (after ``warmup``), in ms, by CUDA events.
 
     Args:
@@ -64,6 +91,8 @@ def time_ms(fn: Callable[[int], Any], n_sets: int, *, warmup: int, iters: int) -
         n_sets: set indices rotate through ``range(n_sets)``.
         warmup: untimed calls first.
         iters: timed calls (>= 1).
+        queue_ahead: sleep on the GPU first so the host queues the calls ahead (kernel time only);
+            False times the calls as a user's loop sees them (host overhead included when it dominates).
     """
     import torch
 
@@ -75,7 +104,7 @@ def time_ms(fn: Callable[[int], Any], n_sets: int, *, warmup: int, iters: int) -
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     sleep = getattr(torch.cuda, "_sleep", None)
-    if sleep is not None:
+    if queue_ahead and sleep is not None:
         sleep(SLEEP_CYCLES_PER_ITER * iters)
     for i in range(iters):
         starts[i].record()
@@ -92,10 +121,16 @@ def _random_bf16(rows: int, cols: int, device: Any, generator: Any = None) -> An
     return torch.randn((rows, cols), device=device, dtype=torch.float32, generator=generator).to(torch.bfloat16)
 
 
+def config_label(config: Any) -> str:
+    """How a config is shown in tables: its name/path, or ``auto`` for None."""
+    return AUTO if config is None else str(getattr(config, "name", config))
+
+
 def bench_shape(configs: Sequence[Any], m: int, n: int, k: int, *, warmup: int, iters: int) -> list[dict]:
-    """Time every config and torch on one shape; one result dict per config (see :func:`bench`)."""
+    """Time every config (None = auto) and torch on one shape; one result dict per config (see :func:`bench`)."""
     import torch
 
+    import ptxgen
     from ptxgen.runtime import driver, prepare
 
     device = torch.device("cuda", torch.cuda.current_device())
@@ -108,84 +143,228 @@ def bench_shape(configs: Sequence[Any], m: int, n: int, k: int, *, warmup: int, 
     d_torch = [torch.empty((m, n), device=device, dtype=torch.bfloat16) for _ in range(n_sets)]
     d_ours = [torch.empty((m, n), device=device, dtype=torch.bfloat16) for _ in range(n_sets)]
 
-    torch_ms = time_ms(lambda i: torch.matmul(a_sets[i], b_sets[i].T, out=d_torch[i]), n_sets,
-                       warmup=warmup, iters=iters)
+    def torch_call(i: int) -> Any:
+        return torch.matmul(a_sets[i], b_sets[i].T, out=d_torch[i])
+
+    torch_ms = time_ms(torch_call, n_sets, warmup=warmup, iters=iters, queue_ahead=False)
+    torch_kernel_ms = time_ms(torch_call, n_sets, warmup=warmup, iters=iters)
     rows = []
     for config in configs:
         launches = [prepare(a_sets[i], b_sets[i], d_ours[i], config) for i in range(n_sets)]
-        ours_ms = time_ms(lambda i: launches[i].launch(), n_sets, warmup=warmup, iters=iters)
+        prepared_ms = time_ms(lambda i: launches[i].launch(), n_sets, warmup=warmup, iters=iters)
+        api_ms = time_ms(lambda i: ptxgen.gemm(a_sets[i], b_sets[i], out=d_ours[i], config=config), n_sets,
+                         warmup=warmup, iters=iters, queue_ahead=False)
         torch.cuda.synchronize()
-        ours_tf, torch_tf = tflops(m, n, k, ours_ms), tflops(m, n, k, torch_ms)
         rows.append({
-            "config": launches[0].kernel.spec.name,
+            "config": config_label(config),
+            "kernel": launches[0].kernel.spec.name,
             "m": m, "n": n, "k": k,
-            "ours_ms": ours_ms, "torch_ms": torch_ms,
-            "ours_tflops": ours_tf, "torch_tflops": torch_tf,
-            "ratio": ours_tf / torch_tf,
+            "api_ms": api_ms, "prepared_ms": prepared_ms, "torch_ms": torch_ms, "torch_kernel_ms": torch_kernel_ms,
+            "api_tflops": tflops(m, n, k, api_ms), "prepared_tflops": tflops(m, n, k, prepared_ms),
+            "torch_tflops": tflops(m, n, k, torch_ms),
+            "ratio": torch_ms / api_ms, "kernel_ratio": torch_kernel_ms / prepared_ms,
+            # set 0 is always among the calls (index 0 of the warm-up, or of the timed calls)
             "rel_err_vs_torch": relative_error(d_ours[0], d_torch[0]),
             "input_sets": n_sets, "warmup": warmup, "iters": iters,
         })
+    del a_sets, b_sets, d_torch, d_ours
+    torch.cuda.empty_cache()
     return rows
 
 
 def format_table(rows: Iterable[dict]) -> str:
     """A plain-text table of :func:`bench` results (one line per row, header first)."""
-    header = f"{'config':<24} {'M':>6} {'N':>6} {'K':>6} {'ours ms':>9} {'ours TF/s':>9} " \
-             f"{'torch ms':>9} {'torch TF/s':>10} {'ratio':>6} {'rel err':>8}"
+    header = (f"{'config':<14} {'kernel':<14} {'M':>6} {'N':>6} {'K':>6} {'api ms':>8} {'torch ms':>8} "
+              f"{'ratio':>6} {'kern ms':>8} {'tkern ms':>8} {'kratio':>6} {'api TF/s':>8} {'rel err':>8}")
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(
-            f"{r['config']:<24} {r['m']:>6} {r['n']:>6} {r['k']:>6} {r['ours_ms']:>9.4f} {r['ours_tflops']:>9.1f} "
-            f"{r['torch_ms']:>9.4f} {r['torch_tflops']:>10.1f} {r['ratio']:>6.3f} {r['rel_err_vs_torch']:>8.1e}"
+            f"{r['config']:<14} {r['kernel']:<14} {r['m']:>6} {r['n']:>6} {r['k']:>6} {r['api_ms']:>8.4f} "
+            f"{r['torch_ms']:>8.4f} {r['ratio']:>6.3f} {r['prepared_ms']:>8.4f} {r['torch_kernel_ms']:>8.4f} "
+            f"{r['kernel_ratio']:>6.3f} {r['api_tflops']:>8.1f} {r['rel_err_vs_torch']:>8.1e}"
         )
     return "\n".join(lines)
 
 
+def summary(rows: Sequence[dict]) -> dict:
+    """Per config label: geomean and minimum of ``ratio`` and ``kernel_ratio`` over the shapes."""
+    out: dict[str, dict] = {}
+    for label in dict.fromkeys(r["config"] for r in rows):
+        mine = [r for r in rows if r["config"] == label]
+        out[label] = {
+            "shapes": len(mine),
+            "geomean_ratio": geomean(r["ratio"] for r in mine),
+            "min_ratio": min(r["ratio"] for r in mine),
+            "geomean_kernel_ratio": geomean(r["kernel_ratio"] for r in mine),
+            "min_kernel_ratio": min(r["kernel_ratio"] for r in mine),
+        }
+    return out
+
+
+def host_overhead(*, n_calls: int = 2000, size: int = 256, config: Any = None, warmup: int = 100) -> dict:
+    """Host microseconds per call of ``n_calls`` back-to-back ``size``-cubed GEMMs, ours vs torch.
+
+    For each variant: warm-up calls, synchronize, then ``t0 = perf_counter()``, the loop,
+    ``t1`` (``us_per_call_no_sync`` = host time of the loop alone), synchronize, ``t2``
+    (``us_per_call`` includes draining the GPU queue).
+
+    Variants: ``ptxgen.gemm(out=)``, ``ptxgen.gemm`` (allocating D), the prepared launch,
+    ``torch.matmul(out=)``, ``torch.matmul`` (allocating).
+
+    Returns:
+        ``{"m", "n", "k", "calls", "config", "kernel", "variants": {name: {"us_per_call", "us_per_call_no_sync"}}}``.
+    """
+    import torch
+
+    import ptxgen
+    from ptxgen.runtime import prepare
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    a = _random_bf16(size, size, device)
+    b = _random_bf16(size, size, device)
+    out = torch.empty((size, size), device=device, dtype=torch.bfloat16)
+    launch = prepare(a, b, out, config)
+    bt = b.T
+    variants: dict[str, Callable[[], Any]] = {
+        "ptxgen.gemm(out=)": lambda: ptxgen.gemm(a, b, out=out, config=config),
+        "ptxgen.gemm": lambda: ptxgen.gemm(a, b, config=config),
+        "prepared launch": launch.launch,
+        "torch.matmul(out=)": lambda: torch.matmul(a, bt, out=out),
+        "torch.matmul": lambda: torch.matmul(a, bt),
+    }
+    results = {}
+    for name, fn in variants.items():
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n_calls):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        results[name] = {"us_per_call_no_sync": (t1 - t0) / n_calls * 1e6, "us_per_call": (t2 - t0) / n_calls * 1e6}
+    return {"m": size, "n": size, "k": size, "calls": n_calls, "config": config_label(config),
+            "kernel": launch.kernel.spec.name, "variants": results}
+
+
+def format_host_overhead(doc: dict) -> str:
+    """Plain-text table of :func:`host_overhead`."""
+    lines = [f"host overhead: {doc['calls']} back-to-back calls of {doc['m']}x{doc['n']}x{doc['k']} "
+             f"(config {doc['config']}, kernel {doc['kernel']})",
+             f"{'variant':<22} {'us/call (loop only)':>20} {'us/call (incl. sync)':>21}"]
+    for name, v in doc["variants"].items():
+        lines.append(f"{name:<22} {v['us_per_call_no_sync']:>20.2f} {v['us_per_call']:>21.2f}")
+    return "\n".join(lines)
+
+
+def plot(rows: Sequence[dict], path: str | Path, title: str = "") -> bool:
+    """Bar chart of ``ratio`` (and ``kernel_ratio``) per shape into a PNG; False when matplotlib is missing.
+
+    Needs the optional ``plot`` extra (matplotlib); the Agg backend, no display.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    labels = list(dict.fromkeys(r["config"] for r in rows))
+    shapes = list(dict.fromkeys((r["m"], r["n"], r["k"]) for r in rows))
+    width = 0.8 / (2 * len(labels))
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.1 * len(shapes)), 4.8))
+    for j, label in enumerate(labels):
+        by_shape = {(r["m"], r["n"], r["k"]): r for r in rows if r["config"] == label}
+        for h, (key, hatch) in enumerate((("ratio", None), ("kernel_ratio", "//"))):
+            xs = [i + (2 * j + h) * width - 0.4 + width / 2 for i in range(len(shapes))]
+            ys = [by_shape[s][key] if s in by_shape else 0.0 for s in shapes]
+            name = f"{label}: {'public API' if key == 'ratio' else 'prepared launch'}"
+            ax.bar(xs, ys, width, label=name, hatch=hatch, alpha=0.9 if h == 0 else 0.6)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(shapes)))
+    ax.set_xticklabels([f"{m}x{n}x{k}" for m, n, k in shapes], rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("speed vs torch.matmul (>1 faster)")
+    ax.set_title(title or "ptxgen vs torch.matmul")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def bench(
     configs: Sequence[Any],
-    shapes: Sequence[tuple[int, int, int]],
+    shapes: Sequence[tuple[int, int, int]] = DEFAULT_SHAPES,
     *,
     warmup: int = 10,
     iters: int = 50,
     json_path: str | Path | None = None,
+    plot_path: str | Path | None = None,
+    host: bool = True,
     stream: TextIO | None = sys.stdout,
-) -> list[dict]:
-    """Benchmark configs against ``torch.matmul(a, b.T)`` on the current CUDA device.
+) -> dict:
+    """Benchmark configs (None = auto per shape) against ``torch.matmul(a, b.T)`` on the current CUDA device.
 
     Args:
-        configs: config names, YAML paths or ``Config`` objects.
+        configs: config names, YAML paths, ``Config`` objects or None (auto).
         shapes: ``(M, N, K)`` triples.
         warmup: untimed calls per implementation and shape.
         iters: timed calls; the median is reported.
-        json_path: where to write ``{"device", "torch", "results"}`` JSON; None writes nothing.
-        stream: where to print the table; None prints nothing.
+        json_path: where to write the JSON document; None writes nothing.
+        plot_path: where to write a PNG (needs matplotlib; skipped with a message without it).
+        host: also run :func:`host_overhead` (with the first config).
+        stream: where to print tables; None prints nothing.
 
     Returns:
-        One dict per (shape, config): ``config, m, n, k, ours_ms, torch_ms, ours_tflops,
-        torch_tflops, ratio, rel_err_vs_torch, input_sets, warmup, iters``.
+        ``{"device", "torch", "ptxgen", "results": [row...], "summary", "host_overhead"}``; rows as
+        :func:`bench_shape`: ``config, kernel, m, n, k, api_ms, prepared_ms, torch_ms, torch_kernel_ms,
+        api_tflops, prepared_tflops, torch_tflops, ratio, kernel_ratio, rel_err_vs_torch, input_sets,
+        warmup, iters``.
     """
     import torch
 
+    import ptxgen
+
+    def say(text: str) -> None:
+        if stream is not None:
+            print(text, file=stream, flush=True)
+
     results: list[dict] = []
     for m, n, k in shapes:
-        results.extend(bench_shape(configs, m, n, k, warmup=warmup, iters=iters))
-    if stream is not None:
-        print(format_table(results), file=stream)
+        rows = bench_shape(configs, m, n, k, warmup=warmup, iters=iters)
+        results.extend(rows)
+        for r in rows:
+            say(f"  {r['config']} ({r['kernel']}) {m}x{n}x{k}: ratio {r['ratio']:.3f}, kernel ratio {r['kernel_ratio']:.3f}")
+    doc = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "ptxgen": ptxgen.__version__,
+        "results": results,
+        "summary": summary(results),
+        "host_overhead": host_overhead(config=configs[0]) if host else None,
+    }
+    say(format_table(results))
+    for label, s in doc["summary"].items():
+        say(f"{label}: geomean ratio {s['geomean_ratio']:.3f} (min {s['min_ratio']:.3f}), "
+            f"kernel geomean {s['geomean_kernel_ratio']:.3f} (min {s['min_kernel_ratio']:.3f}) over {s['shapes']} shapes")
+    if doc["host_overhead"] is not None:
+        say(format_host_overhead(doc["host_overhead"]))
     if json_path is not None:
-        doc = {
-            "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "results": results,
-        }
         Path(json_path).write_text(json.dumps(doc, indent=2) + "\n")
-    return results
+    if plot_path is not None:
+        if plot(results, plot_path, title=f"ptxgen vs torch.matmul on {doc['device']}"):
+            say(f"wrote {plot_path}")
+        else:
+            say("matplotlib is not installed (pip install 'ptxgen[plot]'): no PNG written")
+    return doc
 
 
 def run_one(config: Any, m: int, n: int, k: int, *, seed: int = 0, warmup: int = 3, iters: int = 20) -> dict:
     """Run one shape on the GPU, check it against an fp32 reference, and time it.
 
     Args:
-        config: config name, YAML path, ``Config`` object, or None for the device default.
+        config: config name, YAML path, ``Config`` object, or None to choose for the shape and device.
         m, n, k: problem shape.
         seed: seed of the random inputs (normal(0, 1), rounded to bf16).
 
@@ -218,3 +397,87 @@ def run_one(config: Any, m: int, n: int, k: int, *, seed: int = 0, warmup: int =
         "rel_err": err, "has_nan": has_nan, "ok": (err < TOLERANCE) and not has_nan,
         "ms": ms, "tflops": tflops(m, n, k, ms),
     }
+
+
+def tune(
+    shapes: Sequence[tuple[int, int, int]] = DEFAULT_SHAPES,
+    *,
+    configs: Sequence[str] | None = None,
+    warmup: int = 5,
+    iters: int = 20,
+    output: str | Path | None = None,
+    progress: bool | None = None,
+    stream: TextIO | None = sys.stdout,
+) -> dict:
+    """Time every candidate config on every shape (prepared launch, kernel time) and write the tuned table.
+
+    Args:
+        shapes: ``(M, N, K)`` triples to tune.
+        configs: config names to try (default: every shipped config for the device's arch).
+        warmup, iters: as :func:`time_ms`.
+        output: table path (default: :func:`ptxgen.runtime.choose.user_table_path`, which the
+            chooser prefers over the shipped table).
+        progress: tqdm progress bar on stderr (default: when stderr is a terminal; needs tqdm).
+        stream: where to print the summary; None prints nothing.
+
+    Returns:
+        The table document (``ptxgen.runtime.choose.table_doc``), entries with ``m, n, k, config, ms``
+        and ``all_ms`` (every candidate's time).
+
+    Raises:
+        ConfigError: the device has no shipped config for its arch.
+    """
+    import torch
+
+    from ptxgen.errors import ConfigError
+    from ptxgen.runtime import choose, driver, prepare
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    driver.ensure_context(device.index)
+    info = driver.device_info(device.index)
+    arch = choose.ARCH_OF_CAPABILITY.get(tuple(info.capability))
+    names = list(configs) if configs else [c.name for c in choose.candidates(arch)] if arch else []
+    if not names:
+        raise ConfigError(f"device {info.name} (compute capability {info.capability[0]}.{info.capability[1]}): "
+                          "no shipped config to tune")
+    if progress is None:
+        progress = sys.stderr.isatty()
+    bar = None
+    if progress:
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(shapes) * len(names), desc="ptxgen tune", unit="run", file=sys.stderr)
+        except ImportError:
+            bar = None
+    entries = []
+    for m, n, k in shapes:
+        set_bytes = 2 * (m * k + n * k + m * n)
+        free_bytes, _ = torch.cuda.mem_get_info(device)
+        n_sets = input_sets_needed(set_bytes, info.l2_bytes, free_bytes)
+        a_sets = [_random_bf16(m, k, device) for _ in range(n_sets)]
+        b_sets = [_random_bf16(n, k, device) for _ in range(n_sets)]
+        d_sets = [torch.empty((m, n), device=device, dtype=torch.bfloat16) for _ in range(n_sets)]
+        timings = {}
+        for name in names:
+            if bar is not None:
+                bar.set_postfix_str(f"{m}x{n}x{k} {name}")
+            launches = [prepare(a_sets[i], b_sets[i], d_sets[i], name) for i in range(n_sets)]
+            timings[name] = time_ms(lambda i: launches[i].launch(), n_sets, warmup=warmup, iters=iters)
+            if bar is not None:
+                bar.update(1)
+        best = min(timings, key=timings.get)
+        entries.append({"m": m, "n": n, "k": k, "config": best, "ms": timings[best], "all_ms": timings})
+        del a_sets, b_sets, d_sets
+        torch.cuda.empty_cache()
+    if bar is not None:
+        bar.close()
+    doc = choose.table_doc(arch, info.name, entries, f"ptxgen tune (prepared launch, median of {iters})")
+    path = Path(output) if output is not None else choose.user_table_path(arch)
+    choose.write_table(path, doc)
+    if stream is not None:
+        for e in entries:
+            others = ", ".join(f"{c} {t:.4f}" for c, t in sorted(e["all_ms"].items(), key=lambda kv: kv[1]))
+            print(f"{e['m']}x{e['n']}x{e['k']}: {e['config']} ({others} ms)", file=stream)
+        print(f"wrote {path}", file=stream)
+    return doc

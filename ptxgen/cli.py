@@ -25,7 +25,6 @@ from .errors import ConfigError, OutputError, PtxgenError, SetupError
 DEFAULT_CONFIG = "level9"
 SASS_KEYS = {"sm_100a": ("UTCHMMA", "UTCBAR", "UTMALDG", "UTMASTG", "LDTM"),
              "sm_90a": ("HGMMA", "UTMALDG", "UTMASTG", "WARPGROUP")}
-DEFAULT_SHAPES = ("4096x4096x4096", "8192x8192x8192")
 DEFAULT_OUTPUT = "generated"
 
 
@@ -177,21 +176,36 @@ def cmd_run(args) -> int:
     from .bench import run_one
 
     m, n, k = args.shape
-    for name in _configs(args):
+    for name in args.config or [None]:  # None: the config the runtime chooses for this shape and device
         r = run_one(name, m, n, k)
+        label = name if name is not None else f"auto:{r['config']}"
         print(json.dumps(r) if args.json else
-              f"{name} {m}x{n}x{k}: rel error {r['rel_err']:.2e}, {r['ms']:.3f} ms, {r['tflops']:.1f} TFLOP/s")
+              f"{label} {m}x{n}x{k}: rel error {r['rel_err']:.2e}, {r['ms']:.3f} ms, {r['tflops']:.1f} TFLOP/s")
         if not r["rel_err"] < 1e-2:
-            print(f"{name}: relative error {r['rel_err']} >= 1e-2", file=sys.stderr)
+            print(f"{label}: relative error {r['rel_err']} >= 1e-2", file=sys.stderr)
             return 1
     return 0
 
 
 def cmd_bench(args) -> int:
-    from .bench import bench
+    from .bench import DEFAULT_SHAPES, bench, format_host_overhead, host_overhead
 
-    bench(_configs(args), args.shape or [_shape(s) for s in DEFAULT_SHAPES], warmup=args.warmup, iters=args.iters,
-          json_path=args.json)
+    configs = args.config or [None]  # None: chosen per shape for the device
+    if args.host_overhead:
+        doc = host_overhead(n_calls=args.calls, config=configs[0])
+        print(format_host_overhead(doc))
+        if args.json:
+            Path(args.json).write_text(json.dumps({"host_overhead": doc}, indent=2) + "\n")
+        return 0
+    bench(configs, args.shape or DEFAULT_SHAPES, warmup=args.warmup, iters=args.iters, json_path=args.json,
+          plot_path=args.plot, host=not args.no_host_overhead)
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from .bench import DEFAULT_SHAPES, tune
+
+    tune(args.shape or DEFAULT_SHAPES, configs=args.config, warmup=args.warmup, iters=args.iters, output=args.output)
     return 0
 
 
@@ -238,17 +252,32 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--interleavings", type=_at_least_one, default=20, help="scheduler seeds per shape (>= 1)")
     c.set_defaults(fn=cmd_check)
 
-    r = with_config(sub.add_parser("run", help="one shape on the GPU, checked against torch"))
+    r = with_config(sub.add_parser("run", help="one shape on the GPU, checked against torch "
+                                               "(no --config: the config chosen for the shape)"))
     r.add_argument("--shape", type=_shape, required=True)
     r.add_argument("--json", action="store_true")
     r.set_defaults(fn=cmd_run, needs_gpu=True)
 
-    be = with_config(sub.add_parser("bench", help="configs x shapes vs torch.matmul (same process)"))
+    be = with_config(sub.add_parser("bench", help="public API and prepared launch vs torch.matmul, same process "
+                                                  "(no --config: chosen per shape; no --shape: the 11 issue-12 shapes)"))
     be.add_argument("--shape", type=_shape, action="append")
     be.add_argument("--warmup", type=int, default=10)
     be.add_argument("--iters", type=int, default=50)
-    be.add_argument("--json", help="write the rows as JSON here")
+    be.add_argument("--json", help="write the results as JSON here")
+    be.add_argument("--plot", help="write a PNG of the ratio per shape here (needs matplotlib: ptxgen[plot])")
+    be.add_argument("--host-overhead", action="store_true",
+                    help="only the host-overhead benchmark (back-to-back 256x256x256 calls, us per call)")
+    be.add_argument("--no-host-overhead", action="store_true", help="skip the host-overhead benchmark")
+    be.add_argument("--calls", type=int, default=2000, help="calls of the host-overhead benchmark")
     be.set_defaults(fn=cmd_bench, needs_gpu=True)
+
+    t = with_config(sub.add_parser("tune", help="time the device's configs per shape and write the tuned table "
+                                                "into the user cache (the runtime's choice prefers it)"))
+    t.add_argument("--shape", type=_shape, action="append", help="MxNxK (repeatable; default: the bench shapes)")
+    t.add_argument("--warmup", type=int, default=5)
+    t.add_argument("--iters", type=int, default=20)
+    t.add_argument("-o", "--output", help="table path (default: <cache dir>/tuned/<arch>.json)")
+    t.set_defaults(fn=cmd_tune, needs_gpu=True)
 
     i = with_config(sub.add_parser("inspect", help="PTX (or IR with --ir), resources, SASS opcode counts"), many=False)
     i.add_argument("--ir", action="store_true")

@@ -7,8 +7,12 @@ Public API::
     check_gemm_inputs(a, b, out=None, k_multiple=8, *, n_multiple=1, require_cuda=True) -> (M, N, K)
 
 Submodules: ``driver`` (checked cuda.bindings calls, context, device info),
-``cache`` (content-addressed on-disk cache), ``tensormap``
-(cuTensorMapEncodeTiled), ``module`` (driver JIT, load, launch).  Importing
+``cache`` (content-addressed, atomic, locked on-disk cache), ``loader``
+(config -> cached kernel image; PTXGEN_OVERRIDE_PTX, PTXGEN_DUMP),
+``fastpath`` (generic per-call launcher: tensor-map LRU, packed parameter
+buffer, one cuLaunchKernelEx), ``choose`` (config per shape for
+``config=None``), ``tensormap`` (cuTensorMapEncodeTiled), ``module`` (driver
+JIT, load, launch).  Importing
 this package needs neither torch nor cuda-bindings; calling into it does.
 """
 

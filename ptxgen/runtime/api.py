@@ -5,13 +5,23 @@ D ``[M, N]``; all bf16, on one CUDA device, accumulation in fp32.
 
 Every input rule is checked by :func:`check_gemm_inputs` and raised as
 :class:`~ptxgen.errors.ShapeError` before any driver call: a bad input never
-reaches the GPU and ``out`` is never written.  Kernels are built and loaded
-once per process per (device, config name, PTX hash).
+reaches the GPU and ``out`` is never written.
+
+Per-call path (:func:`gemm`): the first call with a given (config, dtypes,
+shapes, strides, devices) signature runs every check, resolves the config
+(``config=None``: :func:`ptxgen.runtime.choose.choose` for the shape and
+device), loads the kernel (:func:`loaded_kernel`: from the disk cache by
+config content, see :mod:`ptxgen.runtime.loader`) and stores a
+:class:`_GemmCall`.  Later calls with the same signature do only the
+per-pointer checks (16-byte alignment, ``out`` not overlapping A or B) and
+one :meth:`ptxgen.runtime.fastpath.Launcher.launch`: tensor maps come from
+an LRU keyed by (address, shape, stride), parameters go into a reused buffer,
+one ``cuLaunchKernelEx`` on torch's current stream.
 """
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import os
 import threading
 from dataclasses import dataclass
@@ -31,7 +41,12 @@ _ALIGN = 16
 
 _lock = threading.Lock()
 _builds: dict[tuple[str, str], Any] = {}
-_kernels: dict[tuple[int, str, str], Any] = {}
+#: (ordinal, config identity) -> LoadedKernel
+_loaded: dict[tuple[int, Any], "LoadedKernel"] = {}
+#: call signature -> _GemmCall (cleared when it grows past _MAX_CALLS)
+_calls: dict[tuple, "_GemmCall"] = {}
+_MAX_CALLS = 4096
+_tls = threading.local()
 
 
 # --------------------------------------------------------------------------- input checks
@@ -129,7 +144,7 @@ def check_gemm_inputs(
 
 
 def default_config_name(capability: tuple[int, int]) -> str:
-    """The shipped config for a compute capability.
+    """The shipped config for a compute capability when no shape is known (see :func:`resolve_config`).
 
     Raises:
         ConfigError: no shipped default for this capability.
@@ -152,6 +167,10 @@ def check_arch(name: str, arch: str, capability: tuple[int, int]) -> None:
                           f"the device has {capability[0]}.{capability[1]}")
 
 
+def _config_identity(config: Any) -> tuple[str, str]:
+    return ("path", os.fspath(config)) if isinstance(config, (str, os.PathLike)) else ("config", repr(config))
+
+
 def built_config(config: Any) -> Any:
     """``ptxgen.build.build`` of a config name, path or ``Config`` object, once per process.
 
@@ -161,7 +180,7 @@ def built_config(config: Any) -> Any:
     Returns:
         The ``BuildResult`` (``.ptx``, ``.launch``).
     """
-    key = ("path", os.fspath(config)) if isinstance(config, (str, os.PathLike)) else ("config", repr(config))
+    key = _config_identity(config)
     with _lock:
         result = _builds.get(key)
     if result is None:
@@ -174,18 +193,71 @@ def built_config(config: Any) -> Any:
     return result
 
 
-def kernel_for(built: Any, ordinal: int) -> Any:
-    """The loaded :class:`~ptxgen.runtime.module.Kernel` of a build on device ``ordinal`` (JIT + load once)."""
-    from ptxgen.runtime.module import Kernel
+def resolve_config(config: Any, m: int, n: int, k: int, ordinal: int) -> Any:
+    """``config`` itself, or for None the choice for this shape on this device.
 
-    key = (ordinal, built.launch.name, hashlib.sha256(built.ptx.encode()).hexdigest())
+    Raises:
+        ConfigError: no shipped config for the device's compute capability.
+    """
+    if config is not None:
+        return config
+    from ptxgen.runtime import driver
+    from ptxgen.runtime.choose import choose
+
+    return choose(m, n, k, driver.device_info(ordinal))
+
+
+@dataclass
+class LoadedKernel:
+    """A kernel loaded on one device plus its fast-path launcher.
+
+    Attributes:
+        kernel: the :class:`~ptxgen.runtime.module.Kernel`.
+        launcher: its :class:`~ptxgen.runtime.fastpath.Launcher`.
+        spec: the launch spec.
+    """
+
+    kernel: Any
+    launcher: Any
+    spec: Any
+
+
+def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
+    """The kernel of ``config`` on device ``ordinal``, loaded once per process.
+
+    On the first request: ``load_config`` (cheap), then :func:`ptxgen.runtime.loader.load_image`
+    (a cache hit loads the stored cubin without building; a miss builds and JITs), then
+    ``cuModuleLoadData``.  Knobs are read here.
+
+    Raises:
+        ConfigError: bad config or override.
+        CudaError: JIT, load or attribute call failed.
+    """
+    ident = _config_identity(config)
     with _lock:
-        kernel = _kernels.get(key)
-    if kernel is None:
-        kernel = Kernel.from_ptx(built.ptx, built.launch, ordinal)
-        with _lock:
-            kernel = _kernels.setdefault(key, kernel)
-    return kernel
+        found = _loaded.get((ordinal, ident))
+    if found is not None:
+        return found
+    from ptxgen.config import load_config
+    from ptxgen.runtime import driver, loader
+    from ptxgen.runtime.fastpath import Launcher
+    from ptxgen.runtime.module import Kernel, jit_ptx
+
+    cfg = load_config(config)
+    driver.ensure_context(ordinal)
+    info = driver.device_info(ordinal)
+    check_arch(cfg.name, cfg.arch, info.capability)
+    image = loader.load_image(cfg, driver.driver_version(), info.capability, jit_ptx)
+    kernel = Kernel.from_cubin(image.cubin, image.spec, ordinal)
+    found = LoadedKernel(kernel=kernel, launcher=Launcher.for_kernel(kernel), spec=image.spec)
+    with _lock:
+        return _loaded.setdefault((ordinal, ident), found)
+
+
+def _ordinal(a: Any) -> int:
+    import torch
+
+    return a.device.index if a.device.index is not None else torch.cuda.current_device()
 
 
 # --------------------------------------------------------------------------- launch
@@ -215,16 +287,39 @@ class PreparedGemm:
 
     def launch(self, stream: int | None = None) -> Any:
         """Enqueue the kernel on ``stream`` (default: torch's current stream); returns ``out``."""
-        import torch
-
         if stream is None:
-            stream = torch.cuda.current_stream(self.ordinal).cuda_stream
+            stream = current_stream(self.ordinal)
         self.kernel.launch(self.grid_x, self.params, stream)
         return self.out
 
 
+def current_stream(ordinal: int) -> int:
+    """torch's current ``cudaStream_t`` of device ``ordinal``, as an int (cheap C call when torch has it)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(ordinal)
+    return torch.cuda.current_stream(ordinal).cuda_stream
+
+
+def _checked_setup(a: Any, b: Any, out: Any, config: Any) -> tuple[LoadedKernel, int, int, int, int, int]:
+    """Every input check, the config resolved, the kernel loaded: ``(loaded, ordinal, m, n, k, grid_x)``."""
+    from ptxgen.runtime import driver
+
+    m, n, k = check_gemm_inputs(a, b, out)
+    ordinal = _ordinal(a)
+    driver.ensure_context(ordinal)
+    info = driver.device_info(ordinal)
+    loaded = loaded_kernel(resolve_config(config, m, n, k, ordinal), ordinal)
+    spec = loaded.spec
+    check_arch(spec.name, spec.arch, info.capability)
+    check_gemm_inputs(a, b, out, spec.k_multiple, n_multiple=spec.n_multiple)
+    return loaded, ordinal, m, n, k, spec.grid.grid_x(m, n, info.sm_count)
+
+
 def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm:
-    """Check inputs, build/load the kernel, encode tensor maps and pack parameters; no launch.
+    """Check inputs, load the kernel, encode tensor maps and pack parameters; no launch.
 
     Args: see :func:`gemm`.
 
@@ -235,28 +330,77 @@ def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm
     """
     import torch
 
-    from ptxgen.runtime import driver
     from ptxgen.runtime.module import KernelParams
     from ptxgen.runtime.tensormap import encode_tiled
 
-    check_gemm_inputs(a, b, out)
-    ordinal = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    capability = tuple(torch.cuda.get_device_capability(ordinal))
-    built = built_config(default_config_name(capability) if config is None else config)
-    spec = built.launch
-    check_arch(spec.name, spec.arch, capability)
-    m, n, k = check_gemm_inputs(a, b, out, spec.k_multiple, n_multiple=spec.n_multiple)
+    loaded, ordinal, m, n, k, grid_x = _checked_setup(a, b, out, config)
     if out is None:
         out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
-    driver.ensure_context(ordinal)
-    kernel = kernel_for(built, ordinal)
-    maps = spec.tensor_maps
+    maps = loaded.spec.tensor_maps
     # D's tensor map needs 16-byte rows; for other N the sm_90a kernels store D directly (tmap_d unused)
     d_map = "d" in maps and n % ELEMS_PER_16B == 0
     tmaps = (encode_tiled(a, maps["a"]), encode_tiled(b, maps["b"]), encode_tiled(out, maps["d"]) if d_map else None)
     params = KernelParams(tmaps, out.data_ptr(), m, n, k)
-    grid_x = spec.grid.grid_x(m, n, driver.device_info(ordinal).sm_count)
-    return PreparedGemm(a=a, b=b, out=out, kernel=kernel, params=params, grid_x=grid_x, ordinal=ordinal)
+    return PreparedGemm(a=a, b=b, out=out, kernel=loaded.kernel, params=params, grid_x=grid_x, ordinal=ordinal)
+
+
+class _GemmCall:
+    """Everything about a call signature that does not depend on the pointers (see module docstring)."""
+
+    __slots__ = ("config", "by_id", "launcher", "spec", "ordinal", "device", "m", "n", "k", "grid_x", "d_map",
+                 "a_bytes", "b_bytes", "d_bytes", "new_out")
+
+    def __init__(self, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
+                 m: int, n: int, k: int, grid_x: int):
+        self.config, self.by_id = config, by_id
+        self.launcher, self.spec = loaded.launcher, loaded.spec
+        self.ordinal, self.device = ordinal, device
+        self.m, self.n, self.k, self.grid_x = m, n, k, grid_x
+        self.d_map = "d" in loaded.spec.tensor_maps and n % ELEMS_PER_16B == 0
+        self.a_bytes, self.b_bytes, self.d_bytes = 2 * m * k, 2 * n * k, 2 * m * n
+        import torch
+
+        self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
+
+    def __call__(self, a: Any, b: Any, out: Any) -> Any:
+        pa, pb = a.data_ptr(), b.data_ptr()
+        m, n, k = self.m, self.n, self.k
+        if out is None:
+            out = self.new_out()
+            pd = out.data_ptr()
+        else:
+            pd = out.data_ptr()
+            if (pd < pa + self.a_bytes and pa < pd + self.d_bytes) or (pd < pb + self.b_bytes and pb < pd + self.d_bytes):
+                check_gemm_inputs(a, b, out)  # raises the overlap ShapeError
+        if (pa | pb | pd) & (_ALIGN - 1):
+            check_gemm_inputs(a, b, out)  # raises the alignment ShapeError
+        ordinal = self.ordinal
+        if getattr(_tls, "ordinal", None) != ordinal or _current_device() != ordinal:
+            from ptxgen.runtime import driver
+
+            driver.ensure_context(ordinal)
+            _tls.ordinal = ordinal
+        self.launcher.launch(
+            self.grid_x,
+            ((pa, m, k, k), (pb, n, k, k), (pd, m, n, n) if self.d_map else None),
+            (pd, m, n, k),
+            current_stream(ordinal),
+        )
+        return out
+
+
+def _current_device() -> int:
+    import torch
+
+    get = getattr(torch._C, "_cuda_getDevice", None)
+    return get() if get is not None else torch.cuda.current_device()
+
+
+def _signature(a: Any, b: Any, out: Any, config: Any) -> tuple:
+    """The cache key of a call: config identity and each operand's dtype, shape, stride and device."""
+    ckey = config if config is None or config.__class__ is str else ("id", id(config))
+    okey = None if out is None else (out.dtype, out.shape, out.stride(), out.device)
+    return (ckey, a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device, okey)
 
 
 def gemm(a: Any, b: Any, out: Any = None, config: Any = None) -> Any:
@@ -266,15 +410,30 @@ def gemm(a: Any, b: Any, out: Any = None, config: Any = None) -> Any:
         a: A ``[M, K]`` bf16 CUDA tensor, row-major contiguous.
         b: B ``[N, K]`` bf16 CUDA tensor on the same device, row-major contiguous.
         out: optional D ``[M, N]`` bf16 on the same device, row-major contiguous; written in place.
-        config: shipped config name (``"h100_128x256"``), YAML path, ``Config`` object, or None for
-            the device default (:data:`DEFAULT_SM90` on 9.0, :data:`DEFAULT_SM100` on 10.x).
+        config: shipped config name (``"h100_128x256"``), YAML path, ``Config`` object, or None to
+            choose per shape for the device (:func:`ptxgen.runtime.choose.choose`).
 
     Returns:
-        D (``out`` if given). The launch is asynchronous, like any torch op.
+        D (``out`` if given). The launch is asynchronous, like any torch op; it can be captured
+        in a CUDA graph.
 
     Raises:
         ShapeError: a bad input; raised before any driver call, ``out`` untouched.
         ConfigError: no config fits the device.
         CudaError: a driver call failed (JIT log included for a PTX the driver rejects).
     """
-    return prepare(a, b, out, config).launch()
+    try:
+        key = _signature(a, b, out, config)
+        call = _calls.get(key)
+    except (AttributeError, TypeError):  # not tensors: the full check below names the problem
+        key, call = None, None
+    if call is None or (call.by_id and call.config is not config):
+        loaded, ordinal, m, n, k, grid_x = _checked_setup(a, b, out, config)
+        call = _GemmCall(config, key is not None and key[0].__class__ is tuple, loaded, ordinal, a.device,
+                         m, n, k, grid_x)
+        if key is not None:
+            with _lock:
+                if len(_calls) >= _MAX_CALLS:
+                    _calls.clear()
+                _calls[key] = call
+    return call(a, b, out)

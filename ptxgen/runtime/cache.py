@@ -2,8 +2,10 @@
 
 Layout: ``<cache_dir>/<key[:2]>/<key>.bin`` where ``key`` is the sha256 of
 the key parts (each length-prefixed, so ``("ab", "c")`` and ``("a", "bc")``
-differ).  ``cache_dir`` is ``$PTXGEN_CACHE_DIR`` if set, else
-``~/.cache/ptxgen``.
+differ).  ``cache_dir`` is ``$PTXGEN_CACHE_DIR`` if set, else the
+platform's user cache directory (``platformdirs.user_cache_dir("ptxgen")``:
+``$XDG_CACHE_HOME/ptxgen`` or ``~/.cache/ptxgen`` on Linux,
+``~/Library/Caches/ptxgen`` on macOS).  ``PTXGEN_NO_CACHE=1`` bypasses it.
 
 Entry format: a 48-byte header, then the payload::
 
@@ -17,6 +19,14 @@ the entry rewritten.  Writes are atomic: a temporary file in the entry's
 directory, ``fsync``, then ``os.replace``; readers never see a partial
 entry.  The cache is an optimisation: failure to write it (read-only disk)
 warns and returns the freshly built bytes.
+
+Concurrency: a miss takes an exclusive ``filelock.FileLock`` on
+``<entry>.lock`` around build-and-store, and reads the entry again once it
+holds the lock, so N processes that miss together build once and the others
+load the winner's entry.  Readers of an existing entry take no lock (the
+entry is replaced atomically).  Without the ``filelock`` package, or when the
+lock cannot be taken (read-only directory, timeout), the build runs unlocked:
+still correct, possibly duplicated work.
 """
 
 from __future__ import annotations
@@ -30,17 +40,38 @@ import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from ptxgen import knobs
+
 log = logging.getLogger(__name__)
 
 MAGIC = b"PTXGENC1"
 _HEADER = struct.Struct("<8sQ32s")
-ENV_VAR = "PTXGEN_CACHE_DIR"
+ENV_VAR = knobs.CACHE_DIR
+#: seconds a process waits for another one building the same entry before building it itself
+LOCK_TIMEOUT_S = 600.0
+
+
+def default_cache_dir() -> Path:
+    """The platform's user cache directory for ptxgen (``~/.cache/ptxgen`` if platformdirs is missing)."""
+    try:
+        import platformdirs
+    except ImportError:
+        return Path.home() / ".cache" / "ptxgen"
+    return Path(platformdirs.user_cache_dir("ptxgen", appauthor=False))
 
 
 def cache_dir() -> Path:
-    """The cache root: ``$PTXGEN_CACHE_DIR`` if set and non-empty, else ``~/.cache/ptxgen``."""
-    env = os.environ.get(ENV_VAR)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "ptxgen"
+    """The cache root: ``$PTXGEN_CACHE_DIR`` if set and non-empty, else :func:`default_cache_dir`."""
+    return knobs.read().cache_dir or default_cache_dir()
+
+
+def enabled() -> bool:
+    """False when ``PTXGEN_NO_CACHE`` is set to a true word.
+
+    Raises:
+        ConfigError: ``PTXGEN_NO_CACHE`` is not a boolean word.
+    """
+    return not knobs.read().no_cache
 
 
 def cache_key(key_parts: Iterable[str | bytes]) -> str:
@@ -115,12 +146,47 @@ def write_entry(path: Path, payload: bytes) -> None:
         raise
 
 
-def get_or_build(key_parts: Iterable[str | bytes], build_fn: Callable[[], bytes]) -> bytes:
+class _NoLock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _lock_for(path: Path):
+    """An exclusive inter-process lock on ``<path>.lock``; a no-op lock when that is impossible."""
+    try:
+        import filelock
+    except ImportError:
+        return _NoLock()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = filelock.FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S)
+        lock.acquire()
+    except (OSError, filelock.Timeout) as exc:
+        log.warning("ptxgen cache: cannot lock %s (%s); building without the lock", path, exc)
+        return _NoLock()
+
+    class _Held:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            lock.release()
+            return False
+
+    return _Held()
+
+
+def get_or_build(key_parts: Iterable[str | bytes], build_fn: Callable[[], bytes], *,
+                 use_cache: bool | None = None) -> bytes:
     """The cached bytes for ``key_parts``, building and storing them on a miss.
 
     Args:
         key_parts: everything the payload depends on (e.g. PTX text, target, driver version).
         build_fn: called with no arguments on a miss (or a corrupt entry); returns the payload.
+        use_cache: False builds without touching the disk; None (default) follows ``PTXGEN_NO_CACHE``.
 
     Returns:
         The payload bytes.
@@ -129,16 +195,27 @@ def get_or_build(key_parts: Iterable[str | bytes], build_fn: Callable[[], bytes]
         TypeError: ``build_fn`` returned something other than bytes.
         Whatever ``build_fn`` raises.
     """
+    if use_cache is None:
+        use_cache = enabled()
+    if not use_cache:
+        return _checked(build_fn())
     path = entry_path(cache_key(key_parts))
     payload = read_entry(path)
     if payload is not None:
         return payload
-    payload = build_fn()
+    with _lock_for(path):
+        payload = read_entry(path)  # another process may have built it while we waited
+        if payload is not None:
+            return payload
+        payload = _checked(build_fn())
+        try:
+            write_entry(path, payload)
+        except OSError as exc:
+            warnings.warn(f"ptxgen cache: could not write {path}: {exc}", RuntimeWarning, stacklevel=2)
+    return payload
+
+
+def _checked(payload: object) -> bytes:
     if not isinstance(payload, (bytes, bytearray)):
         raise TypeError(f"cache build_fn must return bytes, got {type(payload).__name__}")
-    payload = bytes(payload)
-    try:
-        write_entry(path, payload)
-    except OSError as exc:
-        warnings.warn(f"ptxgen cache: could not write {path}: {exc}", RuntimeWarning, stacklevel=2)
-    return payload
+    return bytes(payload)

@@ -239,7 +239,7 @@ class Kernel:
         with self._config_lock:
             config = self._config
             config.gridDimX = grid_x
-            config.hStream = drv.CUstream(stream)
+            config.hStream = stream  # cuda-bindings accepts the handle as an int
             result = drv.cuLaunchKernelEx(config, self.function, params.address, 0)
         check(result, "cuLaunchKernelEx",
               detail=f"{self.spec.name}: grid {grid_x}, block {self.spec.block}, cluster {self.spec.cluster}, "

@@ -1,0 +1,94 @@
+"""First ``ptxgen.gemm`` call in a fresh process, with an empty and with a warm kernel cache.
+
+Usage (repository root, on a GPU machine)::
+
+    PYTHONPATH=$PWD python3 bench/first_call.py [--config NAME] [--shape 4096x4096x4096] [--warm-runs 3]
+                                                [--json OUT.json]
+
+Each measurement is a new Python process (``subprocess``) that imports and
+initialises torch, allocates A, B on the GPU and synchronizes (not timed), then
+times ``import ptxgen`` + the first ``ptxgen.gemm(a, b)`` + synchronize (and,
+for comparison, a second call).  The cache directory is a fresh temporary
+``PTXGEN_CACHE_DIR``:
+
+* ``cold``: empty cache (plan, IR, emit, driver JIT, store);
+* ``warm``: the same cache again, ``--warm-runs`` times (load the stored cubin);
+* ``no_cache``: ``PTXGEN_NO_CACHE=1`` (build and JIT, nothing stored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+CHILD = r"""
+import json, sys, time
+import torch
+m, n, k = map(int, sys.argv[1].split("x"))
+config = sys.argv[2] if sys.argv[2] != "auto" else None
+torch.cuda.init()
+a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+b = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+import ptxgen
+t1 = time.perf_counter()
+out = ptxgen.gemm(a, b, config=config)
+t2 = time.perf_counter()
+torch.cuda.synchronize()
+t3 = time.perf_counter()
+ptxgen.gemm(a, b, out=out, config=config)
+torch.cuda.synchronize()
+t4 = time.perf_counter()
+ref = a.float() @ b.float().T
+err = ((out.float() - ref).norm() / ref.norm()).item()
+print(json.dumps({"import_ms": (t1 - t0) * 1e3, "first_call_ms": (t2 - t1) * 1e3, "first_call_synced_ms": (t3 - t1) * 1e3,
+                  "total_ms": (t3 - t0) * 1e3, "second_call_synced_ms": (t4 - t3) * 1e3, "rel_err": err}))
+"""
+
+
+def run_child(shape: str, config: str, env: dict[str, str]) -> dict:
+    """One fresh process; its JSON line."""
+    proc = subprocess.run([sys.executable, "-c", CHILD, shape, config], env=env, capture_output=True, text=True,
+                          timeout=300)
+    if proc.returncode:
+        raise SystemExit(f"child failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default="auto", help="config name, or auto (config=None; default)")
+    ap.add_argument("--shape", default="4096x4096x4096")
+    ap.add_argument("--warm-runs", type=int, default=3)
+    ap.add_argument("--json", help="write the measurements here")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="ptxgen-first-call-") as cache:
+        env = {**os.environ, "PTXGEN_CACHE_DIR": cache}
+        env.pop("PTXGEN_NO_CACHE", None)
+        cold = run_child(args.shape, args.config, env)
+        warm = [run_child(args.shape, args.config, env) for _ in range(args.warm_runs)]
+        no_cache = run_child(args.shape, args.config, {**env, "PTXGEN_NO_CACHE": "1"})
+    doc = {"shape": args.shape, "config": args.config, "cold": cold, "warm": warm, "no_cache": no_cache,
+           "warm_median_total_ms": statistics.median(w["total_ms"] for w in warm)}
+    print(f"first call, {args.shape}, config {args.config} (import ptxgen + gemm + synchronize; torch already up)")
+    for label, r in [("cold (empty cache)", cold), *((f"warm #{i + 1}", w) for i, w in enumerate(warm)),
+                     ("PTXGEN_NO_CACHE=1", no_cache)]:
+        print(f"  {label:<20} total {r['total_ms']:8.1f} ms  (import {r['import_ms']:6.1f}, first call "
+              f"{r['first_call_synced_ms']:8.1f}; second call {r['second_call_synced_ms']:6.2f} ms; "
+              f"rel err {r['rel_err']:.1e})")
+    print(f"  warm median total {doc['warm_median_total_ms']:.1f} ms")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

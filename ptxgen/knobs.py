@@ -1,0 +1,105 @@
+"""Environment knobs: every ``PTXGEN_*`` variable ptxgen reads, in one place.
+
+=========================  =================================================================
+variable                   meaning
+=========================  =================================================================
+``PTXGEN_CACHE_DIR``       Kernel cache directory.  Default: the platform's user cache
+                           directory (``platformdirs.user_cache_dir("ptxgen")``, e.g.
+                           ``~/.cache/ptxgen`` on Linux).  The tuned-config table written by
+                           ``ptxgen tune`` lives there too (``tuned/``).
+``PTXGEN_NO_CACHE``        ``1``/``true``/``yes``/``on``: never read or write the on-disk
+                           kernel cache (every process builds and JIT-compiles its kernels).
+                           ``0``/``false``/``no``/``off``/empty: use it (default).
+``PTXGEN_DUMP``            A directory: every kernel the runtime loads is written there as
+                           ``<name>.ptx``, ``<name>.cubin`` (what was loaded), ``<name>.sass``
+                           (``nvdisasm`` of that cubin) and ``<name>.json`` (launch spec).
+``PTXGEN_OVERRIDE_PTX``    A PTX file, or a directory holding ``<name>.ptx`` files: load this
+                           hand-edited PTX in place of the config's generated one (a file
+                           replaces every kernel loaded; a directory only the names it has).
+                           Refused with :class:`~ptxgen.errors.ConfigError` when its launch
+                           metadata (``.target``, ``.entry`` name, parameter list,
+                           ``.reqntid``, ``.reqnctapercluster``, shared memory) disagrees with
+                           the config's launch spec.  A ``PTXGEN_DUMP`` of the same kernel is
+                           a valid starting point.
+``PTXGEN_WATCHDOG``        Reserved (coming, issue 13): bounded mbarrier waits that raise
+                           ``DeadlockError`` instead of hanging.  Not read yet.
+=========================  =================================================================
+
+When they are read: at kernel-load time (the first call that needs a given
+kernel in a process) and when the cache directory is resolved, never in the
+per-call launch path.  Changing a variable after a kernel was loaded affects
+only kernels loaded later.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptxgen.errors import ConfigError
+
+CACHE_DIR = "PTXGEN_CACHE_DIR"
+NO_CACHE = "PTXGEN_NO_CACHE"
+DUMP = "PTXGEN_DUMP"
+OVERRIDE_PTX = "PTXGEN_OVERRIDE_PTX"
+WATCHDOG = "PTXGEN_WATCHDOG"
+
+#: every knob and its one-line meaning (the README's "Environment knobs" table mirrors this; a test checks it)
+KNOBS: dict[str, str] = {
+    CACHE_DIR: "kernel cache directory (default: platformdirs.user_cache_dir('ptxgen'), e.g. ~/.cache/ptxgen)",
+    NO_CACHE: "1/true/yes/on: never read or write the on-disk kernel cache",
+    DUMP: "directory: write <name>.ptx, .cubin, .sass and .json of every kernel loaded",
+    OVERRIDE_PTX: "PTX file or directory of <name>.ptx: load it in place of the generated PTX "
+                  "(refused when its launch metadata differs)",
+    WATCHDOG: "reserved (coming): bounded mbarrier waits raising DeadlockError",
+}
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The knobs' values at one moment.
+
+    Attributes:
+        cache_dir: ``PTXGEN_CACHE_DIR`` (``~`` expanded), or None for the platform default.
+        no_cache: ``PTXGEN_NO_CACHE`` is true.
+        dump_dir: ``PTXGEN_DUMP``, or None.
+        override_ptx: ``PTXGEN_OVERRIDE_PTX``, or None.
+    """
+
+    cache_dir: Path | None = None
+    no_cache: bool = False
+    dump_dir: Path | None = None
+    override_ptx: Path | None = None
+
+
+def _flag(name: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise ConfigError(f"{name}={value!r}: must be one of 1, true, yes, on (enable) or 0, false, no, off (disable)")
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value).expanduser() if value else None
+
+
+def read(environ: Mapping[str, str] | None = None) -> Knobs:
+    """Parse the knobs from ``environ`` (default ``os.environ``).
+
+    Raises:
+        ConfigError: ``PTXGEN_NO_CACHE`` is not a recognised boolean word.
+    """
+    env = os.environ if environ is None else environ
+    return Knobs(
+        cache_dir=_path(env.get(CACHE_DIR)),
+        no_cache=_flag(NO_CACHE, env.get(NO_CACHE, "")),
+        dump_dir=_path(env.get(DUMP)),
+        override_ptx=_path(env.get(OVERRIDE_PTX)),
+    )

@@ -1,0 +1,218 @@
+"""Which config runs a shape when the caller passes ``config=None``.
+
+Order of consultation (:func:`choose`, memoized per (M, N, K, device)):
+
+1. the user's tuned table, written by ``ptxgen tune`` on this machine:
+   ``<cache dir>/tuned/<arch>.json`` (see :func:`user_table_path`);
+2. the table shipped in the package, ``ptxgen/configs/tuned_<sm90|sm100>.json``;
+3. the cost model (:func:`predict`) over every shipped config whose ``arch`` is
+   the device's (data-driven: a new ``ptxgen/configs/*.yaml`` is a candidate
+   without code changes).
+
+A table maps exact ``(M, N, K)`` to a config name; an entry whose config is not
+shipped is ignored (tables are per arch, by file name).  Devices with no candidate fall
+back to :func:`ptxgen.runtime.api.default_config_name`.
+
+Cost model (:func:`predict`; used to rank, not to promise times).  One CTA per
+SM (the configs use ~225 KB of shared memory), clusters of ``c`` CTAs occupy
+``floor(SMs / c) * c`` SMs.  For a ``bm x bn`` tile:
+
+* ``tiles = ceil(M / bm) * ceil(N / bn)``; ``waves = ceil(tiles / slots)``;
+  ``tail`` efficiency = ``tiles / (waves * slots)`` (wave quantization);
+* per tile, math time ``2 * bm * bn * K / (peak / SMs)`` and operand time
+  ``(bm + bn) * K * 2 B / (L2 bandwidth / SMs)`` (bytes per FLOP falls as the
+  tile grows: ``(bm + bn) / (bm * bn)``); a tile costs the larger of the two
+  plus a fixed prologue/epilogue cost (pipeline fill of ``stages`` k-blocks
+  and the ``bm * bn * 2 B`` store);
+* the kernel takes ``waves * tile_time``, but never less than the DRAM floor
+  ``2 B * (M*K + N*K + M*N) / HBM bandwidth``.
+
+Device constants (:data:`SM90_MODEL`) are for an H100 SXM and only their ratios
+matter for the ranking.  Ties go to the arch's default config.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ARCH_OF_CAPABILITY = {(9, 0): "sm_90a", (10, 0): "sm_100a"}
+#: shipped tuned table per arch (inside ptxgen/configs)
+SHIPPED_TABLES = {"sm_90a": "tuned_sm90.json", "sm_100a": "tuned_sm100.json"}
+TABLE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """Throughputs of the cost model.
+
+    Attributes:
+        peak_tflops: dense bf16 tensor-core peak, TFLOP/s (H100 SXM: 989, Hopper whitepaper).
+        l2_tbps: effective operand bandwidth into the SMs (L2 hits and multicast included), TB/s;
+            calibrated so that a 256x128 tile at 8192^3 is math-bound, as measured on an H200 (bench/results).
+        hbm_tbps: DRAM bandwidth, TB/s (H100 SXM HBM3: 3.35).
+        store_tbps: bandwidth of the epilogue store, TB/s.
+    """
+
+    peak_tflops: float = 989.0
+    l2_tbps: float = 12.0
+    hbm_tbps: float = 3.35
+    store_tbps: float = 3.0
+
+
+SM90_MODEL = DeviceModel()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What the cost model needs of a config (read from its YAML, no build)."""
+
+    name: str
+    arch: str
+    block_m: int
+    block_n: int
+    block_k: int
+    stages: int
+    cluster: int
+
+
+@functools.cache
+def candidates(arch: str) -> tuple[Candidate, ...]:
+    """Every shipped config for ``arch``, as :class:`Candidate` (sorted by name)."""
+    from ptxgen.config import load_config, shipped_configs
+
+    out = []
+    for name in shipped_configs():
+        cfg = load_config(name)
+        if cfg.arch == arch:
+            out.append(Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
+                                 cfg.pipeline.stages, cfg.cluster.size))
+    return tuple(out)
+
+
+def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceModel = SM90_MODEL) -> dict:
+    """Predicted time of one candidate on one shape (see module docstring).
+
+    Returns:
+        ``{"us", "tiles", "waves", "tail", "bytes_per_flop"}``: microseconds, tile count, waves,
+        tail efficiency in (0, 1], operand bytes per FLOP of one tile.
+    """
+    slots = max(c.cluster, sm_count // c.cluster * c.cluster)
+    tiles = math.ceil(m / c.block_m) * math.ceil(n / c.block_n)
+    waves = math.ceil(tiles / slots)
+    per_sm_flops = model.peak_tflops * 1e12 / sm_count
+    per_sm_l2 = model.l2_tbps * 1e12 / sm_count
+    per_sm_store = model.store_tbps * 1e12 / sm_count
+    math_s = 2.0 * c.block_m * c.block_n * k / per_sm_flops
+    load_s = (c.block_m + c.block_n) * k * 2.0 / per_sm_l2
+    fixed_s = (c.stages * (c.block_m + c.block_n) * c.block_k * 2.0) / per_sm_l2 + c.block_m * c.block_n * 2.0 / per_sm_store
+    tile_s = max(math_s, load_s) + fixed_s
+    dram_s = 2.0 * (m * k + n * k + m * n) / (model.hbm_tbps * 1e12)
+    return {
+        "us": max(waves * tile_s, dram_s) * 1e6,
+        "tiles": tiles,
+        "waves": waves,
+        "tail": tiles / (waves * slots),
+        "bytes_per_flop": (c.block_m + c.block_n) * 2.0 / (2.0 * c.block_m * c.block_n),
+    }
+
+
+def rank(cands: tuple[Candidate, ...], m: int, n: int, k: int, sm_count: int, default: str | None = None,
+         model: DeviceModel = SM90_MODEL) -> list[tuple[float, str]]:
+    """Candidates by predicted time, fastest first: ``[(us, name), ...]`` (the default wins ties)."""
+    scored = [(round(predict(c, m, n, k, sm_count, model)["us"], 3), c.name != default, c.name) for c in cands]
+    return [(us, name) for us, _, name in sorted(scored)]
+
+
+# --------------------------------------------------------------------------- tuned tables
+
+
+def user_table_path(arch: str) -> Path:
+    """Where ``ptxgen tune`` writes the table for ``arch``: ``<cache dir>/tuned/<arch>.json``."""
+    from ptxgen.runtime.cache import cache_dir
+
+    return cache_dir() / "tuned" / f"{arch}.json"
+
+
+def shipped_table_path(arch: str) -> Path | None:
+    """The package's tuned table for ``arch`` (None when the arch has none)."""
+    from ptxgen.config import configs_dir
+
+    name = SHIPPED_TABLES.get(arch)
+    return configs_dir() / name if name else None
+
+
+def read_table(path: Path | None) -> dict[tuple[int, int, int], str]:
+    """``{(M, N, K): config}`` from a table file; empty when absent or unreadable (logged, never raised)."""
+    if path is None or not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+        return {(int(e["m"]), int(e["n"]), int(e["k"])): str(e["config"]) for e in doc["entries"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        import logging
+
+        logging.getLogger(__name__).warning("ptxgen: ignoring tuned table %s (%s)", path, exc)
+        return {}
+
+
+def table_doc(arch: str, device: str, entries: list[dict], source: str) -> dict:
+    """The JSON document of a tuned table (``entries``: ``{"m", "n", "k", "config", ...}``)."""
+    return {"version": TABLE_VERSION, "arch": arch, "device": device, "source": source,
+            "entries": sorted(entries, key=lambda e: (e["m"], e["n"], e["k"]))}
+
+
+def write_table(path: Path, doc: dict) -> None:
+    """Write a table atomically (temp file + ``os.replace``)."""
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(doc, indent=2) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    choose_cached.cache_clear()
+
+
+# --------------------------------------------------------------------------- the choice
+
+
+@functools.lru_cache(maxsize=4096)
+def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count: int) -> tuple[str, str]:
+    """``(config name, why)`` for a shape on a device of ``capability`` with ``sm_count`` SMs.
+
+    ``why`` is ``"user table"``, ``"shipped table"``, ``"cost model"`` or ``"default"``.
+
+    Raises:
+        ConfigError: the capability has no shipped config at all.
+    """
+    from ptxgen.runtime.api import default_config_name
+
+    from ptxgen.config import shipped_configs
+
+    default = default_config_name(capability)
+    arch = ARCH_OF_CAPABILITY.get(tuple(capability))
+    shipped = set(shipped_configs())  # a glob; the YAMLs are parsed only when the cost model runs
+    for why, path in (("user table", user_table_path(arch) if arch else None),
+                      ("shipped table", shipped_table_path(arch) if arch else None)):
+        hit = read_table(path).get((m, n, k))
+        if hit in shipped:
+            return hit, why
+    cands = candidates(arch) if arch else ()
+    if not cands:
+        return default, "default"
+    return rank(cands, m, n, k, sm_count, default)[0][1], "cost model"
+
+
+def choose(m: int, n: int, k: int, info: Any) -> str:
+    """The config name for ``(m, n, k)`` on a device (:class:`~ptxgen.runtime.driver.DeviceInfo`)."""
+    return choose_cached(m, n, k, tuple(info.capability), info.sm_count)[0]

@@ -1,0 +1,344 @@
+"""Config -> loaded kernel, with a disk cache keyed by what the kernel depends on (no rebuild on a hit).
+
+Key of a kernel image (:func:`image_key`)::
+
+    IMAGE_FORMAT              bumped when the stored payload's layout changes
+    config content            json of ptxgen.config.to_dict(cfg), sorted keys (the name included)
+    ptxgen version            ptxgen.__version__
+    source fingerprint        path, size and mtime of the ptxgen and emitters sources (.py, .j2,
+                              .yaml), so a development edit of a builder or emitter is a miss,
+                              not a stale hit
+    driver version            cuDriverGetVersion (the driver's JIT compiles the PTX)
+    compute capability        of the device
+
+The payload (:func:`pack_image` / :func:`unpack_image`) holds the launch spec
+(JSON), the PTX and the cubin the driver's JIT produced, so a hit loads the
+cubin and launches without running plan/IR/emitter.  A miss builds the config
+(``ptxgen.build.build``), JIT-compiles the PTX with the driver
+(:func:`ptxgen.runtime.module.jit_ptx`) and stores the three; the store is
+atomic and locked (:mod:`ptxgen.runtime.cache`).  A payload that does not
+unpack is rebuilt like a corrupt entry.
+
+Knobs (:mod:`ptxgen.knobs`) are read here, once per kernel load:
+``PTXGEN_NO_CACHE``, ``PTXGEN_OVERRIDE_PTX`` (checked by
+:func:`check_override`), ``PTXGEN_DUMP`` (:func:`dump`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ptxgen import knobs
+from ptxgen.config import SMEM_LIMIT_BYTES
+from ptxgen.errors import ConfigError
+from ptxgen.launch import LaunchSpec
+
+log = logging.getLogger(__name__)
+
+IMAGE_FORMAT = "ptxgen-kernel-image-v1"
+_IMAGE_MAGIC = b"PTXGIMG1"
+_LENGTHS = struct.Struct("<8sQQQ")
+
+
+@dataclass(frozen=True)
+class KernelImage:
+    """A kernel ready to load: launch spec, PTX text and the cubin compiled from it (for one device)."""
+
+    spec: LaunchSpec
+    ptx: str
+    cubin: bytes
+
+
+def pack_image(image: KernelImage) -> bytes:
+    """Bytes of an image: magic, three u64 lengths, spec JSON, PTX, cubin."""
+    spec = image.spec.to_json().encode()
+    ptx = image.ptx.encode()
+    return _LENGTHS.pack(_IMAGE_MAGIC, len(spec), len(ptx), len(image.cubin)) + spec + ptx + image.cubin
+
+
+def unpack_image(blob: bytes) -> KernelImage | None:
+    """Inverse of :func:`pack_image`; None for anything that is not a well-formed image."""
+    if len(blob) < _LENGTHS.size:
+        return None
+    magic, n_spec, n_ptx, n_cubin = _LENGTHS.unpack_from(blob)
+    if magic != _IMAGE_MAGIC or _LENGTHS.size + n_spec + n_ptx + n_cubin != len(blob):
+        return None
+    o = _LENGTHS.size
+    try:
+        spec = LaunchSpec.from_json(blob[o:o + n_spec].decode())
+        ptx = blob[o + n_spec:o + n_spec + n_ptx].decode()
+    except (ValueError, KeyError, TypeError):
+        return None
+    return KernelImage(spec, ptx, bytes(blob[o + n_spec + n_ptx:]))
+
+
+@functools.cache
+def source_fingerprint() -> str:
+    """sha256 (hex, 16 chars) over path, size and mtime of every ptxgen and emitters source file.
+
+    Computed once per process from ``stat`` alone (no file is read, the emitters are not
+    imported): any edit of a builder, emitter, template or shipped config changes it, so the
+    disk cache misses instead of serving a kernel built from older sources.
+    """
+    import importlib.util
+
+    import ptxgen
+
+    roots = [Path(ptxgen.__file__).parent]
+    spec = importlib.util.find_spec("emitters")  # located, not imported (importing compiles templates)
+    if spec is not None and spec.origin:
+        roots.append(Path(spec.origin).parent)
+    digest = hashlib.sha256()
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".py", ".j2", ".yaml") and "__pycache__" not in path.parts:
+                st = path.stat()
+                digest.update(f"{path.relative_to(root.parent)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def config_content(cfg: Any) -> str:
+    """Canonical JSON of a validated ``Config`` (sorted keys): equal configs give equal text."""
+    from ptxgen.config import to_dict
+
+    return json.dumps(to_dict(cfg), sort_keys=True, separators=(",", ":"))
+
+
+def image_key(cfg: Any, driver_version: int, capability: tuple[int, int]) -> tuple[str, ...]:
+    """The cache key parts of a config's kernel image (see module docstring)."""
+    import ptxgen
+
+    return (IMAGE_FORMAT, config_content(cfg), f"ptxgen={ptxgen.__version__}", f"src={source_fingerprint()}",
+            f"driver={driver_version}", f"sm={capability[0]}{capability[1]}")
+
+
+def build_image(cfg: Any, jit: Any) -> KernelImage:
+    """Build a config (plan, IR, PTX) and compile its PTX with ``jit(ptx) -> cubin``."""
+    from ptxgen.build import build
+
+    built = build(cfg)
+    return KernelImage(built.launch, built.ptx, jit(built.ptx))
+
+
+def cached_image(cfg: Any, key: tuple[str, ...], jit: Any, *, use_cache: bool | None = None) -> KernelImage:
+    """The image of ``cfg`` from the disk cache, built with ``jit`` on a miss or a bad entry.
+
+    Args:
+        cfg: a validated ``Config``.
+        key: :func:`image_key` of it.
+        jit: ``ptx -> cubin`` (the driver's JIT on a GPU; any function in tests).
+        use_cache: as :func:`ptxgen.runtime.cache.get_or_build`.
+    """
+    from ptxgen.runtime import cache
+
+    image: list[KernelImage] = []
+
+    def make() -> bytes:
+        image.append(build_image(cfg, jit))
+        return pack_image(image[0])
+
+    blob = cache.get_or_build(key, make, use_cache=use_cache)
+    if image:
+        return image[0]
+    unpacked = unpack_image(blob)
+    if unpacked is not None:
+        return unpacked
+    log.warning("ptxgen cache: kernel image of %s does not unpack; rebuilding", cfg.name)
+    fresh = build_image(cfg, jit)
+    try:
+        cache.write_entry(cache.entry_path(cache.cache_key(key)), pack_image(fresh))
+    except OSError as exc:
+        log.warning("ptxgen cache: could not rewrite the image of %s: %s", cfg.name, exc)
+    return fresh
+
+
+# --------------------------------------------------------------------------- PTXGEN_OVERRIDE_PTX
+
+_ENTRY_RE = re.compile(r"\.entry\s+([A-Za-z_$%][\w$]*)\s*\((.*?)\)", re.DOTALL)
+_PARAM_RE = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+([A-Za-z_$%][\w$]*)\s*(?:\[(\d+)\])?")
+_TARGET_RE = re.compile(r"^\s*\.target\s+([\w,\s]+?)\s*$", re.MULTILINE)
+_DIRECTIVE_RE = {d: re.compile(rf"\.{d}\s+(\d+)\s*(?:,\s*(\d+))?\s*(?:,\s*(\d+))?") for d in
+                 ("reqntid", "maxntid", "reqnctapercluster")}
+_STATIC_SHARED_RE = re.compile(r"^\s*\.shared\s+(?:\.align\s+\d+\s+)?\.(?:b8|u8|s8)\s+\w+\s*\[(\d+)\]", re.MULTILINE)
+_LINE_COMMENT_RE = re.compile(r"//[^\n]*")
+
+
+@dataclass(frozen=True)
+class PtxHeader:
+    """Launch metadata read from a PTX module's text (first ``.entry`` only)."""
+
+    target: str
+    entry: str
+    params: tuple[tuple[str, str], ...]
+    reqntid: tuple[int, int, int] | None
+    maxntid: tuple[int, int, int] | None
+    cluster: tuple[int, int, int] | None
+    static_smem_bytes: int
+
+
+def _dims(match: re.Match | None) -> tuple[int, int, int] | None:
+    if match is None:
+        return None
+    return tuple(int(g) if g else 1 for g in match.groups())  # type: ignore[return-value]
+
+
+def parse_ptx_header(ptx: str) -> PtxHeader:
+    """Read the launch metadata of the first kernel of a PTX module.
+
+    Parameters: ``.param .align 128 .b8 NAME[128]`` is ``(NAME, "tensor_map")``;
+    ``.param .u64 NAME`` is ``(NAME, "u64")`` (likewise ``u32``, ``b64``...).
+
+    Raises:
+        ConfigError: no ``.entry`` in the text.
+    """
+    text = _LINE_COMMENT_RE.sub("", ptx)
+    entry = _ENTRY_RE.search(text)
+    if entry is None:
+        raise ConfigError("PTX has no .entry: not a kernel module")
+    params = []
+    for p in _PARAM_RE.finditer(entry.group(2)):
+        kind, name, count = p.groups()
+        params.append((name, "tensor_map") if kind == "b8" and count == "128" else (name, kind if not count
+                                                                                    else f"{kind}[{count}]"))
+    body = text[entry.end():]
+    head = body.split("{", 1)[0]
+    target = _TARGET_RE.search(text)
+    return PtxHeader(
+        target=target.group(1) if target else "",
+        entry=entry.group(1),
+        params=tuple(params),
+        reqntid=_dims(_DIRECTIVE_RE["reqntid"].search(head)),
+        maxntid=_dims(_DIRECTIVE_RE["maxntid"].search(head)),
+        cluster=_dims(_DIRECTIVE_RE["reqnctapercluster"].search(head)),
+        static_smem_bytes=sum(int(n) for n in _STATIC_SHARED_RE.findall(text)),
+    )
+
+
+def check_override(ptx: str, spec: LaunchSpec, source: str) -> None:
+    """Refuse an override PTX whose launch metadata disagrees with ``spec``.
+
+    Checked: ``.target`` == ``spec.arch``; ``.entry`` name == ``spec.kernel``; the parameter
+    list == ``spec.params``; ``.reqntid`` present and == ``spec.block``; ``.reqnctapercluster``
+    == ``spec.cluster`` (absent allowed only for a 1-CTA cluster); static ``.shared`` bytes +
+    ``spec.dynamic_smem_bytes`` <= :data:`SMEM_LIMIT_BYTES`.
+
+    Raises:
+        ConfigError: one line per mismatch, naming the knob, the file and the launch spec's value.
+    """
+    h = parse_ptx_header(ptx)
+    problems = []
+    if h.target != spec.arch:
+        problems.append(f".target {h.target or '(none)'} != config arch {spec.arch}")
+    if h.entry != spec.kernel:
+        problems.append(f".entry {h.entry} != launch spec kernel {spec.kernel}")
+    want_params = tuple(tuple(p) for p in spec.params)
+    if h.params != want_params:
+        problems.append(f"params {list(h.params)} != launch spec params {list(want_params)}")
+    if h.reqntid != tuple(spec.block):
+        problems.append(f".reqntid {h.reqntid or '(none)'} != launch block {tuple(spec.block)}")
+    cluster = h.cluster or (1, 1, 1)
+    if cluster != tuple(spec.cluster):
+        problems.append(f".reqnctapercluster {h.cluster or '(none)'} != launch cluster {tuple(spec.cluster)}")
+    total = h.static_smem_bytes + spec.dynamic_smem_bytes
+    if total > SMEM_LIMIT_BYTES:
+        problems.append(f"static .shared {h.static_smem_bytes} B + dynamic {spec.dynamic_smem_bytes} B = {total} B "
+                        f"> {SMEM_LIMIT_BYTES} B per CTA")
+    if problems:
+        raise ConfigError(f"{knobs.OVERRIDE_PTX}={source}: launch metadata does not match config "
+                          f"{spec.name!r}: " + "; ".join(problems))
+
+
+def override_for(spec: LaunchSpec, override: Path | None) -> tuple[str, Path] | None:
+    """``(ptx, path)`` of the override that applies to ``spec``, checked; None when none applies.
+
+    A file applies to every kernel; a directory applies ``<dir>/<spec.name>.ptx`` when it exists.
+
+    Raises:
+        ConfigError: the override path does not exist or cannot be read, or its metadata mismatches.
+    """
+    if override is None:
+        return None
+    if override.is_dir():
+        path = override / f"{spec.name}.ptx"
+        if not path.is_file():
+            return None
+    elif override.is_file():
+        path = override
+    else:
+        raise ConfigError(f"{knobs.OVERRIDE_PTX}={override}: no such file or directory")
+    try:
+        ptx = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{knobs.OVERRIDE_PTX}={path}: cannot read: {exc}") from None
+    check_override(ptx, spec, str(path))
+    return ptx, path
+
+
+# --------------------------------------------------------------------------- PTXGEN_DUMP
+
+
+def dump(image: KernelImage, dump_dir: Path) -> list[Path]:
+    """Write ``<name>.ptx``, ``.cubin``, ``.json`` and ``.sass`` (nvdisasm via ``ptxgen.assemble``) into ``dump_dir``.
+
+    The SASS is skipped, with a warning in the log, when the disassembler is unavailable.
+    Returns the paths written.
+    """
+    dump_dir.mkdir(parents=True, exist_ok=True)
+    name = image.spec.name
+    written = []
+    for suffix, data in ((".ptx", image.ptx.encode()), (".cubin", image.cubin), (".json", image.spec.to_json().encode())):
+        path = dump_dir / f"{name}{suffix}"
+        path.write_bytes(data)
+        written.append(path)
+    try:
+        from ptxgen.assemble import disassemble
+
+        sass = disassemble(image.cubin)
+    except Exception as exc:  # noqa: BLE001 - a debugging aid must not break the launch
+        log.warning("%s: SASS not dumped (%s)", knobs.DUMP, exc)
+    else:
+        path = dump_dir / f"{name}.sass"
+        path.write_text(sass)
+        written.append(path)
+    return written
+
+
+# --------------------------------------------------------------------------- the process-level loader
+
+
+def load_image(cfg: Any, driver_version: int, capability: tuple[int, int], jit: Any,
+               settings: knobs.Knobs | None = None) -> KernelImage:
+    """The image to load for ``cfg``: from the cache (or built), then the override applied, then dumped.
+
+    Args:
+        cfg: a validated ``Config``.
+        driver_version, capability: of the device (part of the cache key).
+        jit: ``ptx -> cubin``.
+        settings: knob values (default: read now).
+
+    Raises:
+        ConfigError: bad override; whatever building the config raises.
+        CudaError: the JIT rejected the PTX.
+    """
+    settings = knobs.read() if settings is None else settings
+    use_cache = not settings.no_cache
+    image = cached_image(cfg, image_key(cfg, driver_version, capability), jit, use_cache=use_cache)
+    found = override_for(image.spec, settings.override_ptx)
+    if found is not None:
+        ptx, path = found
+        log.warning("%s: kernel %s loaded from %s", knobs.OVERRIDE_PTX, image.spec.name, path)
+        from ptxgen.runtime import cache
+
+        key = ("ptxgen-override-cubin-v1", ptx, f"driver={driver_version}", f"sm={capability[0]}{capability[1]}")
+        image = KernelImage(image.spec, ptx, cache.get_or_build(key, lambda: jit(ptx), use_cache=use_cache))
+    if settings.dump_dir is not None:
+        dump(image, settings.dump_dir)
+    return image
