@@ -179,13 +179,18 @@ def ir_effects(kernel, launch: Launch) -> list[P.Effect]:
     return out
 
 
+MAX_STEPS = 200_000  # instructions one thread may run (the test shapes need < 15k; an endless loop stops here)
+
+
 def ptx_effects(prog: P.Program | str, kernel, launch: Launch) -> list[P.Effect]:
-    """Effects of the same thread per the emitted PTX (``prog``: text or :func:`ptxgen.ptxinterp.parse` result)."""
+    """Effects of the same thread per the emitted PTX (``prog``: text or :func:`ptxgen.ptxinterp.parse` result).
+
+    Raises PtxInterpError (see :func:`ptxgen.ptxinterp.run_thread`), also after MAX_STEPS instructions."""
     f = kernel_facts(kernel)
     rank = launch.ctaid % f["cluster_size"]
     return P.run_thread(prog, tid=launch.tid, ctaid=launch.ctaid, nctaid=launch.grid, ntid=f["threads"], rank=rank,
                         cluster_size=f["cluster_size"], params=launch.params, smem_base=smem_base(rank),
-                        tmem_base=TMEM_BASE)
+                        tmem_base=TMEM_BASE, max_steps=MAX_STEPS)
 
 
 def _fmt(e) -> str:
