@@ -66,9 +66,9 @@ def test_every_op_leaves_a_comment(name):
     assert f".visible .entry {res.plan.kernel}(" in res.ptx and ".version 8.8" in res.ptx
 
 
-# ------------------------------------------------------------------ FileCheck-style golden sequences (tests/filecheck.py)
+# ------------------------------------------------------------------ FileCheck-style golden sequences (tests/ptx_filecheck.py)
 
-from filecheck import GOLDEN, CheckError, check_golden, filecheck  # noqa: E402
+from ptx_filecheck import GOLDEN, CheckError, check_golden, filecheck  # noqa: E402
 
 
 @pytest.mark.parametrize("golden", GOLDEN, ids=lambda g: g.name)

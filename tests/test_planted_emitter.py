@@ -1,6 +1,6 @@
 """Planted emitter bugs: each one, patched into the emitter with pytest's monkeypatch, must fail a CPU check
 that compares freshly emitted PTX against the IR (the differential sweep of test_ptx_vs_ir) or a golden
-sequence (tests/filecheck.py).  Nothing here reads generated/, so the checks hold after generated/ is
+sequence (tests/ptx_filecheck.py).  Nothing here reads generated/, so the checks hold after generated/ is
 regenerated with the bug.  The unpatched emitter passes both.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from filecheck import GOLDEN, CheckError, check_golden
+from ptx_filecheck import GOLDEN, CheckError, check_golden
 from test_ptx_vs_ir import sweep
 
 import emitters
