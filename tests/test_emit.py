@@ -64,3 +64,25 @@ def test_every_op_leaves_a_comment(name):
     comments = [line for line in res.ptx.splitlines() if line.strip().startswith("// ")]
     assert len(comments) >= len(leaves) - sum(isinstance(o, ops.If) for o in leaves)
     assert f".visible .entry {res.plan.kernel}(" in res.ptx and ".version 8.8" in res.ptx
+
+
+# ------------------------------------------------------------------ FileCheck-style golden sequences (tests/ptx_filecheck.py)
+
+from ptx_filecheck import GOLDEN, CheckError, check_golden, filecheck  # noqa: E402
+
+
+@pytest.mark.parametrize("golden", GOLDEN, ids=lambda g: g.name)
+def test_golden_sequence(golden):
+    check_golden(golden, ptx(golden.config))
+
+
+def test_filecheck_fails_where_it_should():
+    text = "alpha %x1, 3;\n// note\n\nbeta %x1;\ngamma %x2;\ndelta;"
+    assert filecheck(text, r"CHECK: alpha [[R:%x\d+]], 3;" "\n" "CHECK-NEXT: beta [[R]];") == 4
+    with pytest.raises(CheckError, match="CHECK-NEXT"):
+        filecheck(text, "CHECK: alpha\nCHECK-NEXT: gamma")
+    with pytest.raises(CheckError, match="no match"):
+        filecheck(text, r"CHECK: alpha [[R:%x\d+]], 3;" "\n" "CHECK: gamma [[R]];")
+    with pytest.raises(CheckError, match="CHECK-NOT"):
+        filecheck(text, "CHECK: alpha\nCHECK-NOT: beta\nCHECK: gamma")
+    filecheck(text, "CHECK: beta\nCHECK-NOT: alpha\nCHECK: delta")

@@ -1,0 +1,214 @@
+"""Emitted PTX against the Kernel IR, one thread at a time, on the CPU.
+
+:func:`ir_effects` walks the IR for one thread with the simulator's
+:class:`~ptxgen.sim.walker.WarpWalker` and writes what it does in the
+normal form of :mod:`ptxgen.ptxinterp` (``(kind, operands...)`` tuples);
+:func:`ptx_effects` runs the emitted PTX for the same thread with the PTX
+interpreter; :func:`diff_thread` compares the two and names the first
+difference.  Used by tests/test_ptx_vs_ir.py and tests/test_planted_emitter.py.
+
+The address model is the interpreter's: CTA rank ``r`` of a cluster sees its
+dynamic shared memory at ``SMEM_BASE | r << 24`` (ptxgen.ptxinterp module
+docstring); the IR side places barrier ``name[i]`` of rank ``r`` at
+``SMEM_BASE | r << 24`` + the barrier array's offset + 8 i.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import ptxinterp as P
+from ..ir import ops as O
+from . import walker as W
+
+SMEM_BASE = 0x400  # shared-window address of the dynamic base of rank 0 (1024-aligned, as in the verifier)
+TMEM_BASE = 0x20  # what the TMEM slot holds after tcgen05.alloc (nonzero, so a dropped base shows)
+D_PTR = 0x7F00_0000_0000  # global address of D
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One thread of one launch: problem shape, grid, and the thread's CTA and index."""
+
+    m: int
+    n: int
+    k: int
+    grid: int  # gridDim.x
+    ctaid: int
+    tid: int
+
+    @property
+    def params(self) -> dict[str, int]:
+        return {"m": self.m, "n": self.n, "k": self.k, "d_ptr": D_PTR}
+
+
+def smem_base(rank: int) -> int:
+    """Shared-window address of the dynamic shared memory of cluster rank ``rank`` (interpreter model)."""
+    return SMEM_BASE | rank << P.RANK_SHIFT
+
+
+def kernel_facts(kernel) -> dict:
+    """The kernel-level numbers the IR side needs besides the op tree (today read from ``kernel.plan``).
+
+    Keys: arch, threads, cluster_size, cta_group, tmem_slot (byte offset of the TMEM-address slot),
+    barriers (name -> byte offset of the array).  Adapt here when the Kernel carries its own header.
+    """
+    p = kernel.plan
+    return {"arch": p.arch, "threads": p.threads, "cluster_size": p.cluster_size, "cta_group": p.cta_group,
+            "tmem_slot": p.tmem_slot, "barriers": {b.name: b.offset for b in p.barrier_specs()}}
+
+
+def ir_effects(kernel, launch: Launch) -> list[P.Effect]:
+    """Effects of thread ``launch.tid`` of CTA ``launch.ctaid`` per the IR, in the interpreter's normal form.
+
+    The one adapter between the simulator's walker events and the PTX side: it runs the thread's warp with
+    :class:`WarpWalker` (dry run: no data), keeps the events the thread takes part in (whole-warp events, and
+    ``Elect`` bodies when the thread is the elected lane 0), and writes each as a ``(kind, operands...)``
+    tuple.  Raises :class:`ptxgen.sim.walker.IRFault` where the IR breaks its execution model.
+    """
+    f = kernel_facts(kernel)
+    cs, g = f["cluster_size"], f["cta_group"]
+    rank = launch.ctaid % cs
+    base = smem_base(rank)
+    lane = launch.tid % W.LANES
+
+    def bar_addr(ref: W.BarRef) -> int:
+        return smem_base(ref.rank) + f["barriers"][ref.name] + 8 * ref.index
+
+    wk = W.WarpWalker(W.Program(kernel), ctaid=launch.ctaid, nctaid=launch.grid, cluster_size=cs,
+                      warp=launch.tid // W.LANES, smem_base=base, params={"m": launch.m, "n": launch.n, "k": launch.k},
+                      values=False)
+    # ops the walker treats as silent or thread-local have effects in PTX: make them events too
+    for t in (O.Nanosleep, O.SetMaxNReg, O.WgmmaFence, O.TcgenFence, O.TmemRelinquish):
+        wk._events[t] = lambda op: W.Ev(op, wk._n())
+
+    def wait_ld(op):
+        wk._wait_ld(op)
+        return W.Ev(op, wk._n())
+    wk._events[O.TmemWaitLd] = wait_ld
+
+    def at_lane(values) -> int:
+        arr = np.asarray(values)
+        return int(arr[lane] if arr.shape[0] == W.LANES else arr[0])
+
+    out: list[P.Effect] = []
+    gen, reply = wk.run(), None
+    while True:
+        try:
+            ev = gen.send(reply)
+        except StopIteration:
+            break
+        reply = None
+        if isinstance(ev, W.TmemBaseEv):
+            reply = TMEM_BASE
+        elif isinstance(ev, W.TmemLoadEv):
+            reply = np.zeros((W.LANES, ev.ncols), dtype=np.float32)
+        if wk.lane is not None and wk.lane != lane:
+            continue  # an Elect body: only the elected lane
+        op = ev.op
+        if isinstance(ev, W.InitEv):
+            out.append(("mbarrier.init", bar_addr(ev.bar), ev.count))
+        elif isinstance(ev, W.ArriveEv):
+            out.append(("mbarrier.arrive", "cta" if op.cta is None else "cluster", bar_addr(ev.bar),
+                        ev.tx // ev.lanes))
+        elif isinstance(ev, W.WaitEv):
+            out.append(("mbarrier.try_wait", bar_addr(ev.bar), ev.parity))
+        elif isinstance(ev, W.FenceInitEv):
+            out.append(("fence.mbarrier_init",))
+        elif isinstance(ev, W.TmaLoadEv):
+            # the instruction names this CTA's barrier (masked to the even rank for 2-SM) and the CTA mask
+            bar = W.BarRef(rank & ~1 if op.two_sm else rank, ev.bars[0].name, ev.bars[0].index)
+            mask = sum(1 << r for r in ev.dst_ranks) if op.multicast else 0
+            out.append(("tma.load", op.tensor, base + ev.dst, ev.col, ev.row, bar_addr(bar), 2 if op.two_sm else 1,
+                        mask))
+        elif isinstance(ev, W.TmaStoreEv):
+            out.append(("tma.store", ev.tensor, base + ev.src, ev.col, ev.row))
+        elif isinstance(ev, W.BulkCommitEv):
+            out.append(("bulk.commit",))
+        elif isinstance(ev, W.BulkWaitEv):
+            out.append(("bulk.wait", ev.n, ev.read))
+        elif isinstance(ev, W.FenceProxyEv):
+            out.append(("fence.proxy.async",))
+        elif isinstance(ev, W.SyncEv):
+            if ev.kind == "cluster":
+                out += [("barrier.cluster.arrive",), ("barrier.cluster.wait",)]
+            else:
+                out.append(("bar.sync", ev.id, ev.threads if ev.kind == "named" else None))
+        elif isinstance(ev, W.AllocEv):
+            out.append(("tcgen05.alloc", g, base + f["tmem_slot"], ev.cols))
+        elif isinstance(ev, W.DeallocEv):
+            out.append(("tcgen05.dealloc", g, ev.taddr, ev.cols))
+        elif isinstance(ev, W.TmemBaseEv):
+            out.append(("ld.shared", base + f["tmem_slot"]))
+        elif isinstance(ev, W.UmmaEv):
+            out.append(("tcgen05.mma", g, ev.d, ev.a_desc, ev.b_desc, ev.idesc, ev.accumulate))
+        elif isinstance(ev, W.CommitEv):
+            mask = sum(1 << b.rank for b in ev.bars) if op.multicast else 0
+            out.append(("tcgen05.commit", g, bar_addr(W.BarRef(rank, ev.bars[0].name, ev.bars[0].index)), mask))
+        elif isinstance(ev, W.TmemLoadEv):
+            out.append(("tcgen05.ld", ev.taddr, ev.ncols, op.dst))
+        elif isinstance(ev, W.WgmmaEv):
+            out.append(("wgmma", ev.acc, ev.n, ev.a_desc, ev.b_desc, ev.accumulate))
+        elif isinstance(ev, W.WgmmaCommitEv):
+            out.append(("wgmma.commit",))
+        elif isinstance(ev, W.WgmmaWaitEv):
+            out.append(("wgmma.wait", ev.n))
+        elif isinstance(ev, W.StSharedEv):
+            out.append(("st.shared", base + at_lane(ev.addrs), tuple((op.src, i) for i in op.idx)))
+        elif isinstance(ev, W.StGlobalEv):
+            row, col = at_lane(ev.rows), at_lane(ev.cols)
+            for j, i in enumerate(op.idx):
+                if row < launch.m and col + j < launch.n:
+                    out.append(("st.global", D_PTR + 2 * (row * launch.n + col + j), (op.src, i)))
+        elif isinstance(op, O.Nanosleep):
+            out.append(("nanosleep", op.ns))
+        elif isinstance(op, O.SetMaxNReg):
+            out.append(("setmaxnreg", op.action, op.regs))
+        elif isinstance(op, O.WgmmaFence):
+            out.append(("wgmma.fence",))
+        elif isinstance(op, O.TcgenFence):
+            out.append(("tcgen05.fence", op.kind))
+        elif isinstance(op, O.TmemRelinquish):
+            out.append(("tcgen05.relinquish", g))
+        elif isinstance(op, O.TmemWaitLd):
+            out.append(("tcgen05.wait_ld",))
+        else:
+            raise W.IRFault(f"ir_effects has no normal form for {op.describe()}")
+    return out
+
+
+MAX_STEPS = 200_000  # instructions one thread may run (the test shapes need < 15k; an endless loop stops here)
+
+
+def ptx_effects(prog: P.Program | str, kernel, launch: Launch) -> list[P.Effect]:
+    """Effects of the same thread per the emitted PTX (``prog``: text or :func:`ptxgen.ptxinterp.parse` result).
+
+    Raises PtxInterpError (see :func:`ptxgen.ptxinterp.run_thread`), also after MAX_STEPS instructions."""
+    f = kernel_facts(kernel)
+    rank = launch.ctaid % f["cluster_size"]
+    return P.run_thread(prog, tid=launch.tid, ctaid=launch.ctaid, nctaid=launch.grid, ntid=f["threads"], rank=rank,
+                        cluster_size=f["cluster_size"], params=launch.params, smem_base=smem_base(rank),
+                        tmem_base=TMEM_BASE, max_steps=MAX_STEPS)
+
+
+def _fmt(e) -> str:
+    if e is None:
+        return "(nothing)"
+    return "(" + ", ".join(hex(x) if isinstance(x, int) and not isinstance(x, bool) and x > 4096 else repr(x)
+                           for x in e) + ")"
+
+
+def diff_thread(kernel, prog: P.Program | str, launch: Launch) -> str | None:
+    """None when PTX and IR give the same effects for the thread; else a message naming the first difference."""
+    try:
+        ptx = ptx_effects(prog, kernel, launch)
+    except P.PtxInterpError as exc:
+        return f"PTX cannot be interpreted for {launch}: {exc}"
+    ir = ir_effects(kernel, launch)
+    if ptx == ir:
+        return None
+    i = next((j for j, (a, b) in enumerate(zip(ptx, ir)) if a != b), min(len(ptx), len(ir)))
+    return (f"PTX != IR at effect #{i} of {launch} ({len(ptx)} vs {len(ir)} effects): "
+            f"PTX {_fmt(ptx[i] if i < len(ptx) else None)} vs IR {_fmt(ir[i] if i < len(ir) else None)}")

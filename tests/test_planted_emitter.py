@@ -1,0 +1,195 @@
+"""Planted emitter bugs: each one, patched into the emitter with pytest's monkeypatch, must fail a CPU check
+that compares freshly emitted PTX against the IR (the differential sweep of test_ptx_vs_ir) or a golden
+sequence (tests/ptx_filecheck.py).  Nothing here reads generated/, so the checks hold after generated/ is
+regenerated with the bug.  The unpatched emitter passes both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from ptx_filecheck import GOLDEN, CheckError, check_golden
+from test_ptx_vs_ir import sweep
+
+import emitters
+import emitters.common as common
+import emitters.core as core
+import emitters.tcgen05 as tcgen05
+from ptxgen import ptxinterp
+from ptxgen.build import build
+from ptxgen.config import shipped_configs
+from ptxgen.ir import expr as ex
+from ptxgen.ir import ops
+
+
+def differential_failure() -> str | None:
+    """First PTX-vs-IR difference over every shipped config, emitted now; None when all agree."""
+    for name in sorted(shipped_configs(), key=lambda c: c.startswith("h100")):  # the cheap sweeps first
+        res = build(name)
+        msg = sweep(res.kernel, ptxinterp.parse(res.ptx))
+        if msg is not None:
+            return f"{name}: {msg}"
+    return None
+
+
+def golden_failures() -> dict[str, str]:
+    """Golden sequence name -> first line of its failure, over PTX emitted now."""
+    out, cache = {}, {}
+    for g in GOLDEN:
+        text = cache.get(g.config) or cache.setdefault(g.config, build(g.config).ptx)
+        try:
+            check_golden(g, text)
+        except CheckError as exc:
+            out[g.name] = str(exc).splitlines()[0]
+    return out
+
+
+# ------------------------------------------------------------------ the bugs
+
+
+def _patch_op(mp, op_type, make):
+    """Replace the lowering of ``op_type`` in every arch table by ``make(original)``."""
+    for table in emitters.TABLES.values():
+        if op_type in table:
+            mp.setitem(table, op_type, make(table[op_type]))
+
+
+def pow2_mod_and(mp):
+    """``x % 2^s`` lowered as ``and x, 2^s`` (the mask without the -1): issue 8's example."""
+    value = core.Lowering.value
+
+    def bad(self, e):
+        f = ex.fold(ex.lift(e))
+        if isinstance(f, ex.Bin) and f.op == "mod" and isinstance(f.b, ex.Const) and core._is_pow2(f.b.value):
+            a, d = self.reg(f.a), self.tmp()
+            self.emit(f"and.b32 {d}, {a}, {f.b.value};")
+            return d
+        return value(self, e)
+    mp.setattr(core.Lowering, "value", bad)
+
+
+def pow2_div_shl(mp):
+    """Strength reduction of ``x / 2^s`` shifts the wrong way (``shl`` instead of ``shr``)."""
+    mp.setitem(core._POW2, "div", "shl")
+
+
+def peer_bit_mask(mp):
+    """The 2-SM TMA barrier mask clears the wrong bit (0xFFFEFFFF instead of 0xFEFFFFFF)."""
+    mp.setattr(common, "PEER_BIT_MASK", 0xFFFEFFFF)
+
+
+def tma_coords_swapped(mp):
+    """TMA load box coordinates passed as {row, col} instead of {col, row}."""
+    _patch_op(mp, ops.TmaLoad, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, col=op.row, row=op.col)))
+
+
+def loop_bound_gt(mp):
+    """Loop exit test ``setp.gt`` instead of ``setp.ge``: one iteration too many."""
+    def bad_for(lw, op):
+        lw.comment(op.describe())
+        top, done = lw.label(f"{op.var}_loop"), lw.label(f"{op.var}_done")
+        v = lw.var(op.var)
+        lw.emit(f"mov.u32 {v}, {lw.value(op.start)};")
+        lw.place(top)
+        p = lw.pred()
+        lw.emit(f"setp.gt.u32 {p}, {v}, {lw.value(op.stop)};")
+        lw.emit(f"@{p} bra {done};")
+        lw.depth += 1
+        lw.body(op.body)
+        lw.depth -= 1
+        lw.emit(f"add.u32 {v}, {v}, {lw.value(op.step)};")
+        lw.emit(f"bra {top};")
+        lw.place(done)
+    mp.setitem(core._CONTROL, ops.For, bad_for)
+
+
+def desc_hi_wrong(mp):
+    """UMMA descriptor high word off by one bit (bit 46 of the descriptor: SBO's top bit)."""
+    desc = tcgen05._desc
+    mp.setattr(tcgen05, "_desc", lambda lw, lo, hi: desc(lw, lo, hi ^ (1 << 14)))
+
+
+def commit_multicast_dropped(mp):
+    """``tcgen05.commit`` without ``.multicast::cluster``: only the issuing CTA's barrier is arrived on."""
+    _patch_op(mp, ops.UmmaCommit, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, multicast=0)))
+
+
+def selp_swapped(mp):
+    """``selp d, a, b, p`` with a and b swapped (a Select lowered inverted)."""
+    value = core.Lowering.value
+
+    def bad(self, e):
+        f = ex.fold(ex.lift(e))
+        if isinstance(f, ex.Select):
+            return value(self, ex.Select(f.cond, f.b, f.a))
+        return value(self, e)
+    mp.setattr(core.Lowering, "value", bad)
+
+
+def barrier_stride(mp):
+    """mbarrier ``name[i]`` addressed at offset + 16 i instead of + 8 i."""
+    def bar(self, b):
+        return self.value(ex.Sreg("smem") + getattr(self.plan, b.name).offset + b.index * 16)
+    mp.setattr(core.Lowering, "bar", bar)
+
+
+def mapa_own_rank(mp):
+    """Remote arrive maps the barrier into the thread's own rank instead of the target CTA."""
+    def remote(lw, addr, cta):
+        r = lw.tmp()
+        lw.emit(f"mapa.shared::cluster.u32 {r}, {addr}, %rank;")
+        return r
+    mp.setattr(common, "_remote", remote)
+
+
+def bf16_pair_swapped(mp):
+    """``cvt.rn.bf16x2.f32`` with its sources swapped: element pairs land reversed in memory."""
+    def pack(lw, src, idx):
+        regs = lw.array(src, max(idx) + 1, common._array_type(lw, src))
+        words = []
+        for lo, hi in zip(idx[0::2], idx[1::2]):
+            w = lw.tmp()
+            lw.emit(f"cvt.rn.bf16x2.f32 {w}, {regs[lo]}, {regs[hi]};")
+            words.append(w)
+        return words
+    mp.setattr(common, "_pack_bf16", pack)
+
+
+# bug -> the check that must catch it ("differential", or "golden:<name>")
+BUGS = {
+    pow2_mod_and: "differential",
+    pow2_div_shl: "differential",
+    peer_bit_mask: "differential",
+    tma_coords_swapped: "differential",
+    loop_bound_gt: "differential",
+    desc_hi_wrong: "differential",
+    commit_multicast_dropped: "differential",
+    selp_swapped: "differential",
+    barrier_stride: "differential",
+    mapa_own_rank: "differential",
+    bf16_pair_swapped: "differential",
+}
+GOLDEN_CATCHES = {  # bugs a golden sequence catches as well
+    peer_bit_mask: "two_sm_tma_load",
+    commit_multicast_dropped: "multicast_commit",
+}
+
+
+def test_unpatched_emitter_passes():
+    assert differential_failure() is None
+    assert golden_failures() == {}
+
+
+@pytest.mark.parametrize("bug", list(BUGS), ids=lambda f: f.__name__)
+def test_planted_bug_is_caught(bug, monkeypatch):
+    before = {name: build(name).ptx for name in ("level9", "h100_128x256", "level1")}
+    bug(monkeypatch)
+    after = {name: build(name).ptx for name in before}
+    assert before != after, f"{bug.__name__} does not change the emitted PTX: the planted bug is not planted"
+    catcher = BUGS[bug]
+    if catcher == "differential":
+        msg = differential_failure()
+        assert msg is not None, f"{bug.__name__}: the PTX-vs-IR differential check passed"
+    if bug in GOLDEN_CATCHES:
+        assert GOLDEN_CATCHES[bug] in golden_failures(), f"{bug.__name__}: golden {GOLDEN_CATCHES[bug]} passed"
