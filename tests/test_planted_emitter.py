@@ -130,7 +130,7 @@ def selp_swapped(mp):
 def barrier_stride(mp):
     """mbarrier ``name[i]`` addressed at offset + 16 i instead of + 8 i."""
     def bar(self, b):
-        return self.value(ex.Sreg("smem") + getattr(self.plan, b.name).offset + b.index * 16)
+        return self.value(ex.Sreg("smem") + self.kernel.barrier(b.name).offset + b.index * 16)
     mp.setattr(core.Lowering, "bar", bar)
 
 

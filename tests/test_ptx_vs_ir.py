@@ -50,9 +50,8 @@ def draw_case(draw, kernel, *, kblocks=None, tiles=None):
 
     kblocks / tiles: fix the number of k-blocks / of (m, n) tiles along (m, n) instead of drawing them.
     """
-    plan = kernel.plan  # the shapes a launch may take (tile sizes, stages) live in the plan
-    rows, cols, bk, stages, cs = plan.cluster_tile_rows, plan.block_n, plan.block_k, plan.stages, plan.cluster_size
-    spec = plan.launch_spec()
+    spec = kernel.launch  # the shapes a launch may take (tile sizes, stages) are the kernel's
+    rows, cols, bk, stages, cs = spec.grid.tile_rows, spec.grid.tile_cols, kernel.block_k, kernel.stages, kernel.cluster_size
     tm, tn = tiles or (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
     kb = kblocks or draw(st.integers(stages + 1, stages + 2))
     m = rows * (tm - 1) + draw(st.integers(1, rows - 1))
@@ -62,7 +61,7 @@ def draw_case(draw, kernel, *, kblocks=None, tiles=None):
     grid = spec.grid.grid_x(m, n, cs)  # persistent: one cluster walks every tile
     ctaid = draw(st.integers(0, grid // cs - 1)) * cs + draw(st.integers(0, cs - 1))
     tids = [draw(st.integers(lo, hi - 1)) * 32 for _, lo, hi in role_ranges(kernel)]
-    tids += [draw(st.integers(0, plan.threads - 1)) for _ in range(2)]
+    tids += [draw(st.integers(0, kernel.threads - 1)) for _ in range(2)]
     return m, n, k, grid, ctaid, sorted(set(tids))
 
 
@@ -70,10 +69,10 @@ def sweep(kernel, prog) -> str | None:
     """Deterministic sweep (the planted-bug tests): 2 x 2 tiles with ragged edges, stages + 2 k-blocks, every
     rank of the first and the last cluster, lane 0 of the first and lane 5 of the last warp of every role range.
     Returns the first difference, or None."""
-    plan = kernel.plan
-    rows, cols, cs = plan.cluster_tile_rows, plan.block_n, plan.cluster_size
-    m, n, k = 2 * rows - 3, 2 * cols - 8, plan.block_k * (plan.stages + 2) - 8
-    grid = plan.launch_spec().grid.grid_x(m, n, cs)
+    grid_policy = kernel.launch.grid
+    rows, cols, cs = grid_policy.tile_rows, grid_policy.tile_cols, kernel.cluster_size
+    m, n, k = 2 * rows - 3, 2 * cols - 8, kernel.block_k * (kernel.stages + 2) - 8
+    grid = grid_policy.grid_x(m, n, cs)
     ctaids = sorted({*range(cs), *range(grid - cs, grid)})
     tids = sorted({t for _, lo, hi in role_ranges(kernel) for t in (lo * 32, (hi - 1) * 32 + 5)})
     for ctaid in ctaids:
@@ -106,9 +105,9 @@ def test_ptx_effects_equal_ir_effects(name):
 def test_traces_are_not_trivial(name):
     """The comparison sees the work: TMA loads, MMAs, barrier waits with both parities, stores, for each role."""
     kernel, prog = built(name)
-    plan = kernel.plan
-    m, n, k = plan.cluster_tile_rows * 2 - 3, plan.block_n * 2 - 8, plan.block_k * (plan.stages + 2) - 8
-    grid = plan.launch_spec().grid.grid_x(m, n, plan.cluster_size)
+    g = kernel.launch.grid
+    m, n, k = g.tile_rows * 2 - 3, g.tile_cols * 2 - 8, kernel.block_k * (kernel.stages + 2) - 8
+    grid = g.grid_x(m, n, kernel.cluster_size)
     kinds, parities = set(), set()
     for _, lo, _ in role_ranges(kernel):
         launch = Launch(m, n, k, grid, 0, lo * 32)
@@ -116,7 +115,7 @@ def test_traces_are_not_trivial(name):
         assert effects == ir_effects(kernel, launch)
         kinds |= {e[0] for e in effects}
         parities |= {e[2] for e in effects if e[0] == "mbarrier.try_wait"}
-    mma = "tcgen05.mma" if plan.is_sm100 else "wgmma"
+    mma = "tcgen05.mma" if kernel.is_sm100 else "wgmma"
     assert {"tma.load", mma, "mbarrier.arrive", "mbarrier.try_wait", "st.shared", "tma.store"} <= kinds
     assert parities == {0, 1}
 

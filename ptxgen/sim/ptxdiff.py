@@ -50,14 +50,14 @@ def smem_base(rank: int) -> int:
 
 
 def kernel_facts(kernel) -> dict:
-    """The kernel-level numbers the IR side needs besides the op tree (today read from ``kernel.plan``).
+    """The kernel-level numbers the IR side needs besides the op tree (the Kernel's own resources).
 
     Keys: arch, threads, cluster_size, cta_group, tmem_slot (byte offset of the TMEM-address slot),
-    barriers (name -> byte offset of the array).  Adapt here when the Kernel carries its own header.
+    barriers (name -> byte offset of the array).
     """
-    p = kernel.plan
-    return {"arch": p.arch, "threads": p.threads, "cluster_size": p.cluster_size, "cta_group": p.cta_group,
-            "tmem_slot": p.tmem_slot, "barriers": {b.name: b.offset for b in p.barrier_specs()}}
+    k = kernel
+    return {"arch": k.arch, "threads": k.threads, "cluster_size": k.cluster_size, "cta_group": k.cta_group,
+            "tmem_slot": k.tmem_slot, "barriers": {b.name: b.offset for b in k.barriers}}
 
 
 def ir_effects(kernel, launch: Launch) -> list[P.Effect]:
