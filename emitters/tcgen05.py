@@ -70,6 +70,22 @@ def tmem_wait_ld(lw: Lowering, op: ops.TmemWaitLd) -> None:
     lw.emit("tcgen05.wait::ld.sync.aligned;")
 
 
+def tmem_copy(lw: Lowering, op: ops.TmemCopy) -> None:
+    """``tcgen05.cp``: all constants from the op (PTX ISA "tcgen05.cp")."""
+    desc = _desc(lw, op.src_lo, op.desc_hi)
+    lw.emit(f"tcgen05.cp.cta_group::{op.cta_group}.{op.shape} [{lw.reg(op.taddr)}], {desc};")
+
+
+def umma_block_scaled(lw: Lowering, op: ops.UmmaBlockScaled) -> None:
+    """Block-scaled ``tcgen05.mma``; idesc and descriptor high words come from the op, not the plan."""
+    p = lw.predicate(op.accumulate)
+    adesc, bdesc = _desc(lw, op.a_lo, op.a_desc_hi), _desc(lw, op.b_lo, op.b_desc_hi)
+    idesc = lw.reg_const(op.idesc)
+    sfa, sfb = lw.reg(op.sfa), lw.reg(op.sfb)
+    lw.emit(f"tcgen05.mma.cta_group::{op.cta_group}.kind::{op.kind}.block_scale.{op.scale_vec} "
+            f"[{lw.reg(op.d)}], {adesc}, {bdesc}, {idesc}, [{sfa}], [{sfb}], {p};")
+
+
 TCGEN05 = {
     ops.TmemAlloc: tmem_alloc,
     ops.TmemRelinquish: tmem_relinquish,
@@ -80,4 +96,6 @@ TCGEN05 = {
     ops.UmmaCommit: umma_commit,
     ops.TmemLoad: tmem_load,
     ops.TmemWaitLd: tmem_wait_ld,
+    ops.TmemCopy: tmem_copy,
+    ops.UmmaBlockScaled: umma_block_scaled,
 }

@@ -343,3 +343,156 @@ def m_wave_advance(rows: int = 128, block_k: int = 64, elem_bytes: int = 2) -> i
         ValueError: when the slab size is not a multiple of 16 bytes.
     """
     return desc_advance(rows * block_k * elem_bytes)
+
+
+# --- block-scaled MMA (.kind::mxf4nvf4, NVFP4) ---------------------------------------
+#
+# PTX ISA 8.8/9.x, "Tensor Core 5th Generation Family Instructions" > "Instruction
+# descriptor", table "Instruction descriptor format for .kind::mxf4 and .kind::mxf4nvf4";
+# "tcgen05.mma" > "Block Scaling" (scale_A is M x SFA_N, scale_B is SFB_M x N, both in TMEM).
+# ptxas 13.5 needs ``.version 8.7`` for ``.kind::mxf4nvf4`` / ``.scale_vec::4X`` and
+# ``.version 8.8`` for the ``.block16`` / ``.block32`` spellings (measured).
+
+UMMA_IDESC_MXF4 = BitfieldSpec("UMMA_IDESC_MXF4", 32, (
+    Field("sparse", 2, 1),        # 0 dense, 1 sparse
+    Field("b_sf_id", 4, 2),       # Matrix B scale factor data ID: byte of the TMEM column (0 or 2)
+    Field("a_format", 7, 3),      # E2M1 = 1
+    Field("b_format", 10, 2),     # E2M1 = 1 (2 bits here, unlike kind::f16)
+    Field("negate_a", 13, 1),
+    Field("negate_b", 14, 1),
+    Field("a_major", 15, 1),      # "Transpose A": 0 only (K-major)
+    Field("b_major", 16, 1),      # "Transpose B": 0 only (K-major)
+    Field("n_dim", 17, 6),        # N >> 3
+    Field("scale_format", 23, 1),  # UE4M3 = 0 (mxf4nvf4 only), UE8M0 = 1
+    Field("m_dim", 27, 2),        # M >> 7 (bits 24-26 reserved)
+    Field("a_sf_id", 29, 2),      # Matrix A scale factor data ID (0 or 2)
+    Field("k_dim", 31, 1),        # 0: dense K=64 (sparse K=128); 1: dense K=96
+))
+"""tcgen05.mma ``.kind::mxf4`` / ``.kind::mxf4nvf4`` instruction descriptor (32 bit).
+
+Bits 0-1, 3, 6, 12 and 24-26 are reserved.  Same numbers as the PTX ISA table
+named in the section comment; M is encoded ``M >> 7`` at bits 27-28, which for
+M in {128, 256} sets the same bits as the kind::f16 ``M >> 4`` at bits 24-28.
+"""
+
+_E2M1 = 1
+_SCALE_UE4M3 = 0
+_SCALE_UE8M0 = 1
+MXF4_MMA_K = 64
+"""K elements of one dense ``.kind::mxf4nvf4`` MMA (idesc ``k_dim`` 0): 32 bytes of packed e2m1 per row."""
+
+SCALE_VEC = {"block16": 16, "block32": 32}
+"""K elements sharing one scale factor, by the ``tcgen05.mma`` qualifier (``.block16`` = ``.scale_vec::4X``:
+4 scale factors per K=64 MMA, one whole 32-bit TMEM column; ``.block32`` = ``.scale_vec::2X``: 2 per MMA)."""
+
+
+def umma_idesc_mxf4nvf4(m: int, n: int, *, sf_id_a: int = 0, sf_id_b: int = 0,
+                        scale_vec: str = "block16") -> int:
+    """Instruction descriptor of ``tcgen05.mma .kind::mxf4nvf4.block_scale``: e2m1 x e2m1 -> f32, K-major.
+
+    Args:
+        m: UMMA_M: 128 (``cta_group::1``) or 256 (``cta_group::2``, 128 rows per CTA).
+        n: UMMA_N: a multiple of 16 in [16, 256] (8-aligned values below 16 are not NVFP4 shapes
+            ptxgen uses).
+        sf_id_a, sf_id_b: scale-factor data IDs, the byte of each 32-bit TMEM column where the
+            scale factors of this MMA start.  With ``block16`` an MMA reads all 4 bytes, so the ID
+            must be 0; with ``block32`` (2 per MMA) it is 0 or 2 (PTX ISA table: "0 or 2").
+        scale_vec: ``"block16"`` (NVFP4: ue4m3 scales, one per 16 K) or ``"block32"`` (ue8m0 scales,
+            one per 32 K, the MXFP4 flavour of the same kind).
+
+    Returns:
+        The 32-bit ``idesc`` operand, e.g. 128x128 NVFP4 -> ``0x08200480``, 256x256 -> ``0x10400480``.
+
+    Raises:
+        ValueError: naming the argument, for an illegal shape, scale vector or scale-factor ID.
+    """
+    if m not in (128, 256):
+        raise ValueError(f"UMMA M={m}: block-scaled .kind::mxf4nvf4 needs M 128 (cta_group::1) or 256 (cta_group::2)")
+    if not (16 <= n <= 256 and n % 16 == 0):
+        raise ValueError(f"UMMA N={n} with M={m}: must be a multiple of 16 in [16, 256]")
+    if scale_vec not in SCALE_VEC:
+        raise ValueError(f"scale_vec={scale_vec!r}: must be one of {list(SCALE_VEC)}")
+    legal_ids = (0,) if scale_vec == "block16" else (0, 2)
+    for name, v in (("sf_id_a", sf_id_a), ("sf_id_b", sf_id_b)):
+        if v not in legal_ids:
+            raise ValueError(f"{name}={v}: with {scale_vec} the scale-factor ID must be one of {legal_ids} "
+                             "(PTX ISA: Matrix A/B Scale Factor Data ID)")
+    return UMMA_IDESC_MXF4.encode(
+        b_sf_id=sf_id_b, a_format=_E2M1, b_format=_E2M1, n_dim=n >> 3,
+        scale_format=_SCALE_UE4M3 if scale_vec == "block16" else _SCALE_UE8M0,
+        m_dim=m >> 7, a_sf_id=sf_id_a,
+    )
+
+
+# --- NVFP4 operand tiles in shared memory ------------------------------------------------
+#
+# Packed e2m1: 2 values per byte, so one 128-byte swizzle-atom row holds 256 K elements.
+# A K-major 128B-swizzled stage of BLOCK_K = 256 elements is laid out exactly like the bf16
+# stage of BLOCK_K = 64: rows of 128 B, 8-row groups of 1024 B (SBO), LBO unused.  One MMA
+# (K=64) covers 32 B of each row, so the K step inside the atom is +32 B (+2 in the low word),
+# four MMAs per stage.
+
+NVFP4_BLOCK_K = 256
+"""K elements of one NVFP4 pipeline stage: one 128-byte swizzle row of packed e2m1 (= 4 MMAs of K=64)."""
+NVFP4_ROW_BYTES = NVFP4_BLOCK_K // 2
+NVFP4_SBO = 8 * NVFP4_ROW_BYTES
+
+
+def nvfp4_operand_desc_hi() -> int:
+    """High word of the smem descriptor of a K-major packed-e2m1 operand, 128B swizzle.
+
+    SBO = 8 rows x 128 B = 1024 B, version 1, layout 2 (128B): ``0x40004040``, the same word as
+    bf16 with BLOCK_K 64 (PTX ISA "Matrix Descriptors" > "Shared memory descriptor"; the
+    swizzle is defined on bytes, so the element width does not enter).
+    """
+    return umma_smem_desc_hi(NVFP4_SBO, "128B")
+
+
+def nvfp4_k_step_advance() -> int:
+    """Low-word increment of one K=64 MMA step of packed e2m1: 32 bytes -> +2."""
+    return desc_advance(MXF4_MMA_K // 2)
+
+
+# --- scale factors: smem tile of tcgen05.cp ------------------------------------------------
+#
+# The scale-factor atom (cuBLAS "1D Block Scaling Factors Layout"): 128 rows x 4 K-blocks of
+# one byte = 512 B, stored as 32 lines of 16 B; line r holds rows r, r+32, r+64, r+96 (4 B each,
+# the 4 K-blocks).  ``tcgen05.cp.cta_group::G.32x128b.warpx4`` copies those 32 x 128-bit lines
+# into TMEM lanes 0-31 (4 columns) and replicates them to the other three 32-lane partitions
+# (PTX ISA "tcgen05.cp"; "Block Scaling": scale factors are duplicated to all 32 lane partitions).
+# The source is described by an unswizzled ("interleaved") smem descriptor: 8-row core matrices
+# of 8 x 16 B = 128 B, SBO 128 B between 8-row groups; LBO (the K-direction core-matrix stride)
+# has no second core matrix to reach in 128 bits and is set to 128 B as public kernels do.
+
+SF_ATOM_ROWS = 128
+SF_ATOM_K = 4
+SF_ATOM_BYTES = SF_ATOM_ROWS * SF_ATOM_K
+SF_COPY_SBO = 128
+SF_COPY_LBO = 128
+SF_TMEM_COLS_PER_ATOM = 4
+"""TMEM columns one 32x128b.warpx4 copy fills: 128 bits per lane = 4 x 32-bit columns."""
+
+
+def sf_copy_desc(start_addr: int) -> int:
+    """Shared-memory descriptor of one 512-byte scale-factor atom, the source of ``tcgen05.cp ... 32x128b.warpx4``.
+
+    Args:
+        start_addr: shared-window byte address of the atom (16-B aligned; TMA lands atoms 128-B aligned).
+
+    Returns:
+        64-bit descriptor: no swizzle, LBO 128, SBO 128, version 1; the high word is ``0x4008``.
+
+    Raises:
+        ValueError: as :func:`umma_smem_desc`.
+    """
+    return umma_smem_desc(start_addr, SF_COPY_LBO, SF_COPY_SBO, "none")
+
+
+def sf_copy_desc_hi() -> int:
+    """Constant high word of :func:`sf_copy_desc` (SBO 128 B, version 1, no swizzle): ``0x4008``."""
+    return sf_copy_desc(0) >> 32
+
+
+def sf_copy_desc_lo(start_addr: int) -> int:
+    """Low word of :func:`sf_copy_desc`: ``(start >> 4) | (128 >> 4) << 16``."""
+    return smem_desc_lo(start_addr, SF_COPY_LBO)

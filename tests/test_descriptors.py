@@ -177,3 +177,86 @@ def test_smem_desc_argument_errors(kwargs: dict, match: str) -> None:
 def test_advance_rejects_misaligned() -> None:
     with pytest.raises(ValueError, match="byte_offset=8"):
         desc_advance(8)
+
+
+# --- NVFP4 (.kind::mxf4nvf4 block-scaled) --------------------------------------------
+
+from ptxgen.descriptors import (  # noqa: E402
+    SF_ATOM_BYTES,
+    UMMA_IDESC_MXF4,
+    nvfp4_k_step_advance,
+    nvfp4_operand_desc_hi,
+    sf_copy_desc,
+    sf_copy_desc_hi,
+    sf_copy_desc_lo,
+    umma_idesc_mxf4nvf4,
+)
+
+
+@pytest.mark.parametrize(("m", "n", "expected"), [(128, 128, 0x08200480), (256, 256, 0x10400480)])
+def test_mxf4nvf4_idesc_published(m: int, n: int, expected: int) -> None:
+    # the values the issue states ptxas accepts (and tests/test_nvfp4_ops.py assembles)
+    assert umma_idesc_mxf4nvf4(m, n) == expected
+
+
+def test_mxf4nvf4_idesc_fields() -> None:
+    assert UMMA_IDESC_MXF4.decode(umma_idesc_mxf4nvf4(128, 256)) == {
+        "sparse": 0, "b_sf_id": 0, "a_format": 1, "b_format": 1, "negate_a": 0, "negate_b": 0,
+        "a_major": 0, "b_major": 0, "n_dim": 32, "scale_format": 0, "m_dim": 1, "a_sf_id": 0, "k_dim": 0,
+    }
+    # block32 (MXFP4 flavour): ue8m0 scale format bit 23, and SF ids 0 or 2 at bits 29-30 / 4-5
+    word = umma_idesc_mxf4nvf4(128, 128, sf_id_a=2, sf_id_b=2, scale_vec="block32")
+    assert word == 0x08200480 | (1 << 23) | (2 << 29) | (2 << 4)
+
+
+def test_mxf4nvf4_idesc_planted_bugs() -> None:
+    good = umma_idesc_mxf4nvf4(128, 128)
+    # the kind::f16 spec with its d_format bit would not give the block-scaled word
+    assert umma_idesc_f16(128, 128) != good
+    # a wrong SF id or block32 scale format changes the word
+    assert umma_idesc_mxf4nvf4(128, 128, scale_vec="block32") != good
+    assert umma_idesc_mxf4nvf4(128, 128, sf_id_a=2, scale_vec="block32") != umma_idesc_mxf4nvf4(
+        128, 128, scale_vec="block32")
+    # M at bits 27-28 as M>>7: M=256 and M=128 differ by exactly bit 27 -> 28
+    assert umma_idesc_mxf4nvf4(256, 128) ^ good == (1 << 27) | (1 << 28)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"m": 64, "n": 128}, "M=64"),
+    ({"m": 128, "n": 8}, "N=8"),
+    ({"m": 128, "n": 264}, "N=264"),
+    ({"m": 128, "n": 128, "sf_id_a": 2}, "sf_id_a=2: with block16"),
+    ({"m": 128, "n": 128, "sf_id_b": 1, "scale_vec": "block32"}, "sf_id_b=1"),
+    ({"m": 128, "n": 128, "scale_vec": "block64"}, "scale_vec='block64'"),
+])
+def test_mxf4nvf4_idesc_errors(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        umma_idesc_mxf4nvf4(**kwargs)
+
+
+def test_mxf4_spec_reserved_bits() -> None:
+    assert UMMA_IDESC_MXF4.reserved_mask == 0b11 | (1 << 3) | (1 << 6) | (1 << 12) | (0b111 << 24)
+    with pytest.raises(ValueError, match="reserved"):
+        UMMA_IDESC_MXF4.decode(umma_idesc_mxf4nvf4(128, 128) | (1 << 24))
+
+
+def test_nvfp4_operand_and_sf_descriptors() -> None:
+    # packed e2m1 K-major, 128B swizzle: 128-B rows (256 elements), SBO 1024 -> same hi word as bf16 BLOCK_K 64
+    assert nvfp4_operand_desc_hi() == 0x40004040
+    assert nvfp4_k_step_advance() == 2  # K=64 e2m1 = 32 B
+    # scale-factor atom for tcgen05.cp: no swizzle, LBO 128, SBO 128, version 1
+    assert sf_copy_desc_hi() == 0x4008
+    assert SF_ATOM_BYTES == 512
+    d = sf_copy_desc(0x1200)
+    assert d == (0x4008 << 32) | sf_copy_desc_lo(0x1200)
+    assert UMMA_SMEM_DESC.decode(d) == {"start": 0x120, "lbo": 8, "sbo": 8, "version": 1, "base_offset": 0,
+                                        "lbo_mode": 0, "layout": 0}
+    # the next atom of a stage is 512 B further: +32 in the low word
+    assert sf_copy_desc(0x1200 + SF_ATOM_BYTES) - d == desc_advance(SF_ATOM_BYTES) == 32
+
+
+@given(data=st.data())
+def test_mxf4_encode_decode_round_trip(data: st.DataObject) -> None:
+    values = data.draw(field_values(UMMA_IDESC_MXF4))
+    word = UMMA_IDESC_MXF4.encode(**values)
+    assert UMMA_IDESC_MXF4.decode(word) == values

@@ -493,4 +493,68 @@ def walk(body):
             yield from walk(op.orelse)
 
 
+
+# ------------------------------------------------------------------ block-scaled tcgen05 (NVFP4, sm_100a)
+# Self-contained ops: they carry their descriptor constants and cta_group, so emitters and the
+# simulator read them from the op, never from the plan.
+
+
+@dataclass(frozen=True)
+class TmemCopy(Op):
+    """``tcgen05.cp.cta_group::G.32x128b.warpx4 [taddr], sdesc`` (one thread): smem -> TMEM, asynchronous.
+
+    Copies 32 rows x 128 bits (one 512-B scale-factor atom) into TMEM lanes 0-31, columns
+    ``col(taddr) .. col(taddr) + 3``, and replicates them to the other three 32-lane
+    partitions (``warpx4``).  Ordered before a later ``tcgen05.mma`` of the same thread (PTX ISA
+    "tcgen05 memory consistency": tcgen05.cp then tcgen05.mma issued by one thread execute in
+    order); its completion is tracked by ``tcgen05.commit`` like an MMA's.
+
+    taddr: TMEM address (lane field 0, first column).
+    src_lo: low word of the source smem descriptor, ``(start >> 4) | (LBO >> 4) << 16``.
+    desc_hi: constant high word (``ptxgen.descriptors.sf_copy_desc_hi()`` = 0x4008).
+    cta_group: 1 or 2 (must match every other tcgen05 op of the kernel).
+    """
+
+    taddr: Expr
+    src_lo: Expr
+    desc_hi: int
+    cta_group: int = 1
+    shape: str = "32x128b.warpx4"
+
+    def describe(self) -> str:
+        return f"TmemCopy {self.shape} tmem {_s(self.taddr)} <- smem desc lo={_s(self.src_lo)} hi={self.desc_hi:#x}"
+
+
+@dataclass(frozen=True)
+class UmmaBlockScaled(Op):
+    """``tcgen05.mma.cta_group::G.kind::{kind}.block_scale.{scale_vec} [d], adesc, bdesc, idesc, [sfa], [sfb], p``.
+
+    One thread issues it.  D[M, N] (+)= (A * scale_A) @ (B * scale_B)^T over K = 64 (dense
+    ``.kind::mxf4nvf4``), A and B packed e2m1 in smem (K-major, 128B swizzle), scale_A / scale_B
+    ue4m3 (``block16``) in TMEM at columns ``sfa`` / ``sfb`` (PTX ISA "tcgen05.mma", "Block Scaling").
+
+    d, sfa, sfb: TMEM addresses.  a_lo / b_lo: smem descriptor low words.
+    accumulate: 0 overwrites D.  idesc, a_desc_hi, b_desc_hi: the constants this op needs
+    (``ptxgen.descriptors.umma_idesc_mxf4nvf4``, ``nvfp4_operand_desc_hi``), carried here.
+    """
+
+    d: Expr
+    a_lo: Expr
+    b_lo: Expr
+    sfa: Expr
+    sfb: Expr
+    accumulate: Expr
+    idesc: int
+    a_desc_hi: int
+    b_desc_hi: int
+    cta_group: int = 1
+    kind: str = "mxf4nvf4"
+    scale_vec: str = "block16"
+
+    def describe(self) -> str:
+        return (f"UmmaBlockScaled {self.kind}.{self.scale_vec} d={_s(self.d)} a_lo={_s(self.a_lo)} "
+                f"b_lo={_s(self.b_lo)} sfa={_s(self.sfa)} sfb={_s(self.sfb)} acc={_s(self.accumulate)} "
+                f"idesc={self.idesc:#010x}")
+
+
 __all__ = [n for n, v in list(globals().items()) if getattr(v, "__module__", None) == __name__ and not n.startswith("_")]

@@ -1,0 +1,378 @@
+"""NVFP4 numerics: e2m1 values, e4m3 scales, the 128x4 scale-factor atom layout, the dual-GEMM reference,
+and the block-scaled MMA semantics the simulator calls.
+
+Formats (PTX ISA "Alternate Floating Point Data Formats"; OCP MX spec; cuBLAS "1D Block Scaling"):
+
+* **e2m1** (``.e2m1``, torch ``float4_e2m1fn_x2`` packs two): sign bit 3, exponent bits 2-1 (bias 1),
+  mantissa bit 0; codes 0-7 are ``0, 0.5, 1, 1.5, 2, 3, 4, 6`` (0.5 is the subnormal), 8-15 their
+  negatives (8 is -0).  No inf or NaN.  Packing: element ``2j`` in the **low** nibble of byte ``j``,
+  element ``2j+1`` in the high nibble (torch ``pack_uint4``: ``data[1::2] << 4 | data[::2]``; the same
+  little-endian order the tensor cores read).
+* **e4m3** (torch ``float8_e4m3fn``): sign bit 7, exponent bits 6-3 (bias 7), mantissa bits 2-0;
+  exponent 0 is subnormal (``m/8 * 2^-6``); ``0x7F``/``0xFF`` are NaN; no inf; max 448.  The MMA's
+  ``ue4m3`` scale is the unsigned reading of the same byte; a scale byte with bit 7 set is outside
+  the format and the simulator reports it instead of guessing.
+* **NVFP4 block scaling**: one scale per 16 consecutive K elements of a row of A (or of B):
+  ``A[m, k] = e2m1(a[m, k]) * e4m3(sfa[m, k // 16])``.
+* **scale-factor atom** (cuBLAS "1D Block Scaling Factors Layout", torch ``to_blocked``): the
+  scale matrix ``[R, K/16]`` is cut into atoms of 128 rows x 4 scale columns (512 bytes); atoms are
+  stored row-block-major (``rb * (K/64) + kb``); inside an atom, scale ``(r, c)`` is at byte
+  ``(r % 32) * 16 + (r // 32) * 4 + c``, i.e. 32 lines of 16 B: the ``32 x 4 x rest_mn x 4 x rest_k``
+  view of the problem statement.  A line is exactly what ``tcgen05.cp ... 32x128b.warpx4`` moves to
+  one TMEM lane (4 columns): column ``j`` of lane ``l`` holds the 4 scales of row ``l + 32 j``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..descriptors import MXF4_MMA_K, SCALE_VEC, UMMA_IDESC_MXF4, UMMA_SMEM_DESC
+from ..errors import SimError
+from .memory import swizzle128
+
+SF_VEC = 16
+"""K elements per NVFP4 scale factor (``.block16``)."""
+ATOM_ROWS, ATOM_COLS = 128, 4
+ATOM_BYTES = ATOM_ROWS * ATOM_COLS
+
+E2M1_VALUES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                        -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float32)
+"""float32 value of each e2m1 code 0-15."""
+
+MASKED_BYTE = 0xBB
+"""Byte mask keeping sign and the two low bits of each nibble: e2m1 magnitudes {0, 0.5, 1, 1.5}."""
+
+
+def _e4m3_table() -> np.ndarray:
+    codes = np.arange(256)
+    sign = np.where(codes & 0x80, -1.0, 1.0)
+    exp, man = (codes >> 3) & 0xF, codes & 0x7
+    mag = np.where(exp == 0, man / 8.0 * 2.0 ** -6, (1 + man / 8.0) * 2.0 ** (exp - 7.0))
+    out = (sign * mag).astype(np.float32)
+    out[[0x7F, 0xFF]] = np.nan
+    out.setflags(write=False)
+    return out
+
+
+E4M3_VALUES = _e4m3_table()
+"""float32 value of each e4m3fn byte 0-255 (``0x7F``, ``0xFF`` NaN)."""
+
+
+# --------------------------------------------------------------------------- decode / pack
+
+
+def e2m1_decode(codes) -> np.ndarray:
+    """float32 values of e2m1 codes (any integer array with values 0-15)."""
+    return E2M1_VALUES[np.asarray(codes, dtype=np.uint8)]
+
+
+def unpack_e2m1(packed) -> np.ndarray:
+    """Codes ``[..., 2C]`` (uint8, 0-15) of packed bytes ``[..., C]``: low nibble = even element."""
+    p = np.asarray(packed, dtype=np.uint8)
+    out = np.empty(p.shape[:-1] + (2 * p.shape[-1],), dtype=np.uint8)
+    out[..., 0::2] = p & 0xF
+    out[..., 1::2] = p >> 4
+    return out
+
+
+def pack_e2m1(codes) -> np.ndarray:
+    """Packed bytes ``[..., C/2]`` of codes ``[..., C]`` (inverse of :func:`unpack_e2m1`).
+
+    Raises:
+        ValueError: odd last dimension or a code above 15.
+    """
+    c = np.asarray(codes, dtype=np.uint8)
+    if c.shape[-1] % 2:
+        raise ValueError(f"pack_e2m1: last dimension {c.shape[-1]} must be even")
+    if (c > 15).any():
+        raise ValueError("pack_e2m1: codes must be 0-15")
+    return (c[..., 0::2] | (c[..., 1::2] << 4)).astype(np.uint8)
+
+
+def e4m3_decode(bits) -> np.ndarray:
+    """float32 values of e4m3fn bytes (torch ``float8_e4m3fn``)."""
+    return E4M3_VALUES[np.asarray(bits, dtype=np.uint8)]
+
+
+def ue4m3_decode(bits, who: object = "scale") -> np.ndarray:
+    """float32 values of ``ue4m3`` scale bytes as the block-scaled MMA reads them.
+
+    Raises:
+        SimError: a byte with the sign bit set (not a ue4m3 value) or a NaN byte (``0x7F``).
+    """
+    b = np.asarray(bits, dtype=np.uint8)
+    if (b & 0x80).any() or (b == 0x7F).any():
+        bad = int(b[(b & 0x80).astype(bool) | (b == 0x7F)].flat[0])
+        raise SimError(f"bad scale factor: {who}: byte {bad:#04x} is not a finite ue4m3 value "
+                       "(sign bit set or NaN); NVFP4 scales are positive e4m3")
+    return E4M3_VALUES[b]
+
+
+def dequantize(packed, sf) -> np.ndarray:
+    """float32 ``[R, K]`` of packed e2m1 ``[R, K/2]`` times its scales ``sf [R, K/16]`` (row-major, not blocked).
+
+    Every product is exact in float32 (2-bit x 4-bit significands).
+
+    Raises:
+        ValueError: ``sf`` is not ``[R, K/16]``.
+    """
+    vals = e2m1_decode(unpack_e2m1(packed))
+    r, k = vals.shape
+    sf = np.asarray(sf, dtype=np.uint8)
+    if sf.shape != (r, k // SF_VEC):
+        raise ValueError(f"dequantize: scales shape {sf.shape} must be {(r, k // SF_VEC)} for values {(r, k)}")
+    return vals * np.repeat(e4m3_decode(sf), SF_VEC, axis=1)
+
+
+# --------------------------------------------------------------------------- scale-factor atom layout
+
+
+def _check_sf_shape(rows: int, cols: int) -> None:
+    if rows % ATOM_ROWS or cols % ATOM_COLS:
+        raise ValueError(f"scale matrix [{rows}, {cols}]: rows must be a multiple of {ATOM_ROWS} and columns "
+                         f"(K/16) of {ATOM_COLS} (K a multiple of 64) for the 128x4 atom layout")
+
+
+def sf_to_blocked(sf) -> np.ndarray:
+    """Flat blocked bytes (``R * C``) of a row-major scale matrix ``[R, C]`` (numpy; torch ``to_blocked``).
+
+    Raises:
+        ValueError: R not a multiple of 128 or C not a multiple of 4.
+    """
+    s = np.asarray(sf)
+    rows, cols = s.shape
+    _check_sf_shape(rows, cols)
+    # [rb, 4(i), 32(r), cb, 4(c)] -> [rb, cb, r, i, c]; row = 128 rb + 32 i + r
+    return np.ascontiguousarray(
+        s.reshape(rows // 128, 4, 32, cols // 4, 4).transpose(0, 3, 2, 1, 4)).reshape(-1)
+
+
+def sf_from_blocked(blocked, rows: int, cols: int) -> np.ndarray:
+    """Row-major ``[rows, cols]`` scale matrix of blocked bytes (inverse of :func:`sf_to_blocked`).
+
+    Raises:
+        ValueError: bad shape, or ``blocked`` does not hold ``rows * cols`` elements.
+    """
+    _check_sf_shape(rows, cols)
+    b = np.asarray(blocked).reshape(-1)
+    if b.size != rows * cols:
+        raise ValueError(f"blocked scales hold {b.size} elements; [{rows}, {cols}] needs {rows * cols}")
+    return np.ascontiguousarray(
+        b.reshape(rows // 128, cols // 4, 32, 4, 4).transpose(0, 3, 2, 1, 4)).reshape(rows, cols)
+
+
+def sf_to_blocked_torch(sf: Any) -> Any:
+    """torch version of :func:`sf_to_blocked` (any dtype/device): flat blocked tensor of ``[R, C]``.
+
+    Raises:
+        ValueError: R not a multiple of 128 or C not a multiple of 4.
+    """
+    rows, cols = sf.shape
+    _check_sf_shape(rows, cols)
+    return sf.reshape(rows // 128, 4, 32, cols // 4, 4).permute(0, 3, 2, 1, 4).contiguous().reshape(-1)
+
+
+def sf_from_blocked_torch(blocked: Any, rows: int, cols: int) -> Any:
+    """torch version of :func:`sf_from_blocked`.
+
+    Raises:
+        ValueError: bad shape or element count.
+    """
+    _check_sf_shape(rows, cols)
+    b = blocked.reshape(-1)
+    if b.numel() != rows * cols:
+        raise ValueError(f"blocked scales hold {b.numel()} elements; [{rows}, {cols}] needs {rows * cols}")
+    return b.reshape(rows // 128, cols // 4, 32, 4, 4).permute(0, 3, 2, 1, 4).contiguous().reshape(rows, cols)
+
+
+# --------------------------------------------------------------------------- inputs and reference
+
+
+def random_nvfp4(rows: int, k: int, rng: np.random.Generator, *, masked: bool = True,
+                 scale_exp: tuple[int, int] = (-5, -2)) -> tuple[np.ndarray, np.ndarray]:
+    """Random NVFP4 operand: packed e2m1 ``[rows, k/2]`` (uint8) and row-major e4m3 scales ``[rows, k/16]``.
+
+    Args:
+        masked: each byte ``& 0xBB`` (:data:`MASKED_BYTE`): magnitudes in {0, 0.5, 1, 1.5}, as the
+            problem generates them; False: any of the 16 codes (magnitudes up to 6).
+        scale_exp: scales are positive normal e4m3 values ``(1 + m/8) * 2^e`` with e in this
+            inclusive range.  The default, scales in [1/32, 0.47], keeps ``silu(x1) * x2`` inside fp16
+            for K up to 7168 even with unrestricted values; wider ranges overflow fp16 to inf (as
+            the GPU would) and are the caller's choice.
+    """
+    packed = rng.integers(0, 256, size=(rows, k // 2), dtype=np.uint8)
+    if masked:
+        packed &= MASKED_BYTE
+    e = rng.integers(scale_exp[0], scale_exp[1] + 1, size=(rows, k // SF_VEC))
+    m = rng.integers(0, 8, size=(rows, k // SF_VEC))
+    sf = (((e + 7) << 3) | m).astype(np.uint8)
+    return packed, sf
+
+
+def _np_bytes(x: Any) -> np.ndarray:
+    """uint8 numpy bytes of a numpy array or a (CPU or CUDA) torch tensor of 1-byte elements."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu()
+        if x.element_size() != 1:
+            raise ValueError(f"expected a 1-byte dtype, got {x.dtype}")
+        import torch
+
+        return x.contiguous().view(torch.uint8).numpy()
+    return np.asarray(x).view(np.uint8)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """``x / (1 + exp(-x))`` in the dtype of ``x`` (the problem's definition; overflow of exp gives -0/0)."""
+    with np.errstate(over="ignore"):
+        return x / (1 + np.exp(-x))
+
+
+def nvfp4_dual_gemm_reference(a, b1, b2, sfa, sfb1, sfb2) -> np.ndarray:
+    """``C = silu(A @ B1.T) * (A @ B2.T)`` as the problem computes it; float16 ``[M, N]``.
+
+    Args:
+        a: packed e2m1 ``[M, K/2]``; b1, b2: ``[N, K/2]`` (numpy uint8 or torch uint8 /
+            ``float4_e2m1fn_x2``).
+        sfa: ``[M, K/16]`` e4m3 scale bytes in the 128x4 atom layout (the bytes of
+            :func:`sf_to_blocked`; any shape holding ``M*K/16`` elements in that order);
+            sfb1, sfb2: ``[N, K/16]`` likewise (numpy uint8 or torch ``float8_e4m3fn``/uint8).
+
+    Returns:
+        float16 ``[M, N]``: fp32 dot products of the dequantized operands (``torch._scaled_mm``
+        semantics), silu and the product in fp32, one rounding to fp16.
+
+    Raises:
+        ValueError: inconsistent shapes or a layout rule of :func:`sf_from_blocked`.
+    """
+    a, b1, b2 = _np_bytes(a), _np_bytes(b1), _np_bytes(b2)
+    m, kh = a.shape
+    n = b1.shape[0]
+    if b1.shape != (n, kh) or b2.shape != (n, kh):
+        raise ValueError(f"b1 {b1.shape} and b2 {b2.shape} must both be [N, K/2] = [{n}, {kh}]")
+    k = 2 * kh
+    sa = sf_from_blocked(_np_bytes(sfa), m, k // SF_VEC)
+    s1 = sf_from_blocked(_np_bytes(sfb1), n, k // SF_VEC)
+    s2 = sf_from_blocked(_np_bytes(sfb2), n, k // SF_VEC)
+    ad = dequantize(a, sa)
+    acc1 = ad @ np.ascontiguousarray(dequantize(b1, s1).T)
+    acc2 = ad @ np.ascontiguousarray(dequantize(b2, s2).T)
+    return (silu(acc1) * acc2).astype(np.float16)
+
+
+# --------------------------------------------------------------------------- simulator semantics
+
+
+def _smem_desc(desc: int, who: object, what: str, layout: int) -> tuple[int, int]:
+    try:
+        f = UMMA_SMEM_DESC.decode(desc)
+    except ValueError as exc:
+        raise SimError(f"bad descriptor: {who}, {what}: {exc}") from None
+    if f["layout"] != layout or f["version"] != 1 or f["base_offset"] or f["lbo_mode"]:
+        raise SimError(f"bad descriptor: {who}, {what}: {desc:#018x} decodes to {f}; expected layout {layout}, "
+                       "version 1, base offset 0, relative LBO")
+    return f["start"] << 4, f["sbo"] << 4
+
+
+def tmem_copy_32x128b_warpx4(smem: np.ndarray, base: int, desc: int, tmem_words: np.ndarray, col: int,
+                             who: object = "tcgen05.cp") -> None:
+    """``tcgen05.cp.32x128b.warpx4``: 32 lines of 16 B from smem into TMEM columns ``col..col+3`` of all 128 lanes.
+
+    Args:
+        smem: the CTA's shared memory bytes (uint8), byte 0 at shared-window address ``base``.
+        desc: the unswizzled smem descriptor (layout 0): line ``r`` at
+            ``start + (r // 8) * SBO + (r % 8) * 16`` (8 x 16-B core matrices).
+        tmem_words: ``[128, cols]`` uint32 view of TMEM, written in place: lane ``32 p + r``,
+            column ``col + j`` = little-endian word ``j`` of line ``r`` for each partition p.
+
+    Raises:
+        SimError: a descriptor that is not the unswizzled version-1 layout, or a read outside smem.
+    """
+    start, sbo = _smem_desc(desc, who, "source", 0)
+    r = np.arange(32)[:, None]
+    idx = start + (r // 8) * sbo + (r % 8) * 16 + np.arange(16)[None, :] - base
+    if idx.min() < 0 or idx.max() >= smem.size:
+        raise SimError(f"out of bounds: {who} reads smem [{start:#x}, {start + 32 * 16:#x}) outside the CTA's window")
+    words = np.ascontiguousarray(smem[idx]).view("<u4")  # [32, 4]
+    tmem_words[:, col:col + 4] = np.tile(words, (4, 1))
+
+
+def _operand(smem: np.ndarray, base: int, desc: int, rows: int, who: object, what: str) -> np.ndarray:
+    """e2m1 codes ``[rows, 64]`` of one K=64 MMA slice of a K-major 128B-swizzled packed operand."""
+    start, sbo = _smem_desc(desc, who, what, 2)
+    r = np.arange(rows)[:, None]
+    idx = swizzle128(start + (r // 8) * sbo + (r % 8) * 128 + np.arange(MXF4_MMA_K // 2)[None, :]) - base
+    if idx.min() < 0 or idx.max() >= smem.size:
+        raise SimError(f"out of bounds: {who} operand {what} reads outside the CTA's shared memory")
+    return unpack_e2m1(smem[idx])
+
+
+def _scales(tmem_words: np.ndarray, col: int, rows: int, per_mma: int, sf_id: int, who: object,
+            what: str) -> np.ndarray:
+    """Scale bytes ``[rows, per_mma]`` of one MMA: row ``x`` at lane ``x % 32``, column ``col + x // 32``, bytes sf_id.."""
+    ncols = rows // 32
+    if col + ncols > tmem_words.shape[1]:
+        raise SimError(f"out of bounds: {who} reads {what} scale columns [{col}, {col + ncols}) of "
+                       f"{tmem_words.shape[1]} allocated")
+    x = np.arange(rows)
+    cell = tmem_words[x % 32, col + x // 32]  # [rows] uint32
+    by = np.ascontiguousarray(cell).view(np.uint8).reshape(rows, 4)  # little-endian bytes
+    return by[:, sf_id:sf_id + per_mma]
+
+
+def block_scaled_mma(smem: np.ndarray, base: int, adesc: int, bdesc: int, idesc: int, tmem_words: np.ndarray,
+                     sfa_col: int, sfb_col: int, scale_vec: str = "block16",
+                     who: object = "tcgen05.mma") -> np.ndarray:
+    """One ``tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale`` (K = 64): the fp32 product tile ``[M, N]``.
+
+    The caller adds it to (or stores it as) the accumulator per the enable-input-d predicate.
+
+    Args:
+        smem, base: the CTA's shared memory bytes and the shared-window address of byte 0.
+        adesc, bdesc: smem descriptors of A (``M`` rows) and B (``N`` rows): K-major, 128B swizzle,
+            packed e2m1, the start address at this MMA's 32-byte K slice.
+        idesc: ``.kind::mxf4nvf4`` instruction descriptor (:data:`UMMA_IDESC_MXF4`).
+        tmem_words: ``[128, cols]`` uint32 view of TMEM holding the scale factors.
+        sfa_col, sfb_col: the column fields of the ``[sfa]``/``[sfb]`` TMEM addresses.
+        scale_vec: the instruction's ``.block16`` / ``.block32`` qualifier.
+
+    Returns:
+        float32 ``[M, N]``: ``sum_k A[m,k] sa[m,k//v] B[n,k] sb[n,k//v]`` (float64 sum, one rounding).
+
+    Raises:
+        SimError: a descriptor or idesc outside the modelled case (dense e2m1 x e2m1, K-major, M=128,
+            K=64), the scale format disagreeing with ``scale_vec``, an illegal SF id, a scale byte
+            that is not ue4m3, or an out-of-bounds read.
+    """
+    try:
+        f = UMMA_IDESC_MXF4.decode(idesc)
+    except ValueError as exc:
+        raise SimError(f"bad instruction descriptor: {who}: {exc}") from None
+    if (f["a_format"], f["b_format"], f["sparse"], f["a_major"], f["b_major"], f["k_dim"],
+            f["negate_a"], f["negate_b"]) != (1, 1, 0, 0, 0, 0, 0, 0):
+        raise SimError(f"bad instruction descriptor: {who}: {idesc:#010x} decodes to {f}; the simulator models "
+                       "dense e2m1 x e2m1, K-major, K=64, no negation")
+    if scale_vec not in SCALE_VEC:
+        raise SimError(f"{who}: scale_vec={scale_vec!r} is not one of {list(SCALE_VEC)}")
+    want_format = 0 if scale_vec == "block16" else 1
+    if f["scale_format"] != want_format:
+        raise SimError(f"bad instruction descriptor: {who}: scale format bit {f['scale_format']} with .{scale_vec} "
+                       f"(block16 needs ue4m3 = 0, block32 ue8m0 = 1)")
+    if scale_vec == "block32":
+        raise SimError(f"{who}: .block32 (ue8m0 scales) is not modelled; NVFP4 uses .block16")
+    if f["a_sf_id"] or f["b_sf_id"]:
+        raise SimError(f"bad instruction descriptor: {who}: scale-factor ids A={f['a_sf_id']} B={f['b_sf_id']}; "
+                       ".block16 reads all 4 bytes of a column, so both must be 0")
+    m, n = f["m_dim"] << 7, f["n_dim"] << 3
+    if m != 128:
+        raise SimError(f"unsupported MMA shape: {who}: M={m}; the block-scaled model covers cta_group::1, M=128")
+    per = MXF4_MMA_K // SCALE_VEC[scale_vec]
+    a = e2m1_decode(_operand(smem, base, adesc, m, who, "A")).astype(np.float64)
+    b = e2m1_decode(_operand(smem, base, bdesc, n, who, "B")).astype(np.float64)
+    sa = ue4m3_decode(_scales(tmem_words, sfa_col, m, per, f["a_sf_id"], who, "A"), f"{who} scale_A")
+    sb = ue4m3_decode(_scales(tmem_words, sfb_col, n, per, f["b_sf_id"], who, "B"), f"{who} scale_B")
+    v = SCALE_VEC[scale_vec]
+    a *= np.repeat(sa.astype(np.float64), v, axis=1)
+    b *= np.repeat(sb.astype(np.float64), v, axis=1)
+    return (a @ b.T).astype(np.float32)
