@@ -168,7 +168,27 @@ def st_global_bf16(lw: Lowering, op: ops.StGlobalBf16) -> None:
     lw.place(done)
 
 
+NEG_LOG2E_F32 = 0xBFB8AA3B  # -log2(e) as f32 bits: exp(-x) = ex2(x * -log2(e))
+ONE_F32 = 0x3F800000
+
+
+def silu_mul(lw: Lowering, op: ops.SiluMul) -> None:
+    """Per element: t = ex2(-x log2 e); s = x * rcp(1 + t); dst = s * up (f32; written back into ``dst``)."""
+    gate = lw.array(op.gate, op.n, _array_type(lw, op.gate))
+    up = lw.array(op.up, op.n, _array_type(lw, op.up))
+    dst = lw.array(op.dst, op.n, _array_type(lw, op.dst))
+    t, d = lw.tmp(), lw.tmp()
+    for i in range(op.n):
+        lw.emit(f"mul.f32 {t}, {gate[i]}, 0f{NEG_LOG2E_F32:08X};")
+        lw.emit(f"ex2.approx.ftz.f32 {t}, {t};")
+        lw.emit(f"add.f32 {t}, {t}, 0f{ONE_F32:08X};")
+        lw.emit(f"rcp.approx.ftz.f32 {t}, {t};")
+        lw.emit(f"mul.f32 {d}, {gate[i]}, {t};")
+        lw.emit(f"mul.f32 {dst[i]}, {d}, {up[i]};")
+
+
 COMMON = {
+    ops.SiluMul: silu_mul,
     ops.MbarrierInit: mbarrier_init,
     ops.FenceMbarrierInit: fence_mbarrier_init,
     ops.MbarrierArrive: mbarrier_arrive,

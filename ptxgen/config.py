@@ -184,6 +184,7 @@ class Epilogue:
     store_block_n: D columns per TMA store (0 = block_n).
     stages: CD staging buffers (TMA store pipelining).
     early_release: arrive on ``tmem_empty`` right after the TMEM reads, before the stores.
+    op: ``none`` (D = accumulator) or ``silu_mul`` (D = silu(acc0) * acc1: the SwiGLU of a dual GEMM).
     release: ``elected`` — one thread per CTA arrives on ``tmem_empty``;
         ``per_thread`` — every epilogue thread arrives after its own fence (level 9).
     """
@@ -195,6 +196,7 @@ class Epilogue:
     stages: Range(1, 4) = 1
     early_release: Bool = False
     release: OneOf("elected", "per_thread") = "elected"
+    op: OneOf("none", "silu_mul") = "none"
 
 
 @section
@@ -230,6 +232,7 @@ class Config:
 
     name: Name
     arch: OneOf(*ARCHS) = "sm_100a"
+    kernel: OneOf("gemm", "dual_gemm") = "gemm"
     tile: Tile = field(default_factory=Tile)
     pipeline: Pipeline = field(default_factory=Pipeline)
     cluster: Cluster = field(default_factory=Cluster)
@@ -470,12 +473,22 @@ def _rule(ok: bool, path: str, value, rule: str) -> None:
         raise ConfigError(f"{path}={value!r}: {rule}")
 
 
+def accumulators(cfg: Config) -> int:
+    """Accumulators per tile: 1 for a GEMM, 2 for a dual GEMM (A @ B1^T and A @ B2^T)."""
+    return 2 if cfg.kernel == "dual_gemm" else 1
+
+
 def validate(cfg: Config) -> None:
     """Check the hardware and cross-field rules, then the plan's budgets.  Raises ConfigError.
 
     Types, ranges and choices are already checked by the schema (every Config construction).
     """
     t, p, e = cfg.tile, cfg.pipeline, cfg.epilogue
+    if cfg.kernel == "dual_gemm":
+        _rule(e.op == "silu_mul", "epilogue.op", e.op,
+              "kernel=dual_gemm fuses its two accumulators: must be silu_mul (silu(A@B1^T) * (A@B2^T))")
+    else:
+        _rule(e.op == "none", "epilogue.op", e.op, "silu_mul needs kernel=dual_gemm (two accumulators)")
     _rule(t.block_k == 64, "tile.block_k", t.block_k, "must be 64 (128 B of bf16: one 128B-swizzle atom)")
     if cfg.mma.lanes == "all":
         _rule(p.roles == "specialized", "mma.lanes", "all", "needs pipeline.roles=specialized (a whole MMA warp)")
@@ -515,10 +528,11 @@ def _validate_sm100(cfg: Config) -> None:
     if c.size == 1:
         _rule(not c.dual_tile, "cluster.dual_tile", True, "needs cluster.size=2 (a CTA pair)")
         _rule(not cfg.tma.two_sm, "tma.two_sm", True, "2-SM TMA loads need cluster.size=2")
-    cols = t.block_n * (t.block_m // 128) * cfg.accumulator.stages
+    accs = accumulators(cfg)
+    cols = t.block_n * (t.block_m // 128) * cfg.accumulator.stages * accs
     _rule(cols <= 512 and cols >= 32 and cols & (cols - 1) == 0, "accumulator.stages", cfg.accumulator.stages,
-          f"TMEM columns block_n x m-waves x stages = {t.block_n} x {t.block_m // 128} x "
-          f"{cfg.accumulator.stages} = {cols} must be a power of two in [32, 512]")
+          f"TMEM columns block_n x m-waves x stages x accumulators = {t.block_n} x {t.block_m // 128} x "
+          f"{cfg.accumulator.stages} x {accs} = {cols} must be a power of two in [32, 512]")
     if cfg.epilogue.warps == 0:
         _rule(cfg.pipeline.roles == "lockstep" or cfg.accumulator.stages == 1, "accumulator.stages",
               cfg.accumulator.stages, "more than one accumulator stage needs a dedicated epilogue (epilogue.warps=4)")
@@ -533,10 +547,10 @@ def _validate_sm90(cfg: Config) -> None:
           f"sm_90a: a multiple of 64 x mma.warpgroups={wg} in [64, 256] (wgmma m64 per wave)")
     _rule(t.block_n % 16 == 0 and 16 <= t.block_n <= 256, "tile.block_n", t.block_n,
           "wgmma N: a multiple of 16 in [16, 256] here")
-    acc_regs = (t.block_m // wg // 64) * t.block_n // 2
+    acc_regs = (t.block_m // wg // 64) * t.block_n // 2 * accumulators(cfg)
     _rule(acc_regs <= 128, "tile.block_m", t.block_m,
           f"sm_90a: {acc_regs} fp32 accumulator registers per thread > 128 (tile {t.block_m}x{t.block_n}, "
-          f"{wg} consumer warpgroups) would spill")
+          f"{wg} consumer warpgroups, {accumulators(cfg)} accumulator(s)) would spill")
     _rule(cfg.accumulator.stages == 1, "accumulator.stages", cfg.accumulator.stages, "sm_90a: accumulators live in registers; must be 1")
     _rule(cfg.epilogue.warps == 0, "epilogue.warps", cfg.epilogue.warps, "sm_90a: the consumer warpgroups store D; must be 0")
     _rule(cfg.pipeline.roles == "specialized", "pipeline.roles", cfg.pipeline.roles, "sm_90a: must be specialized")

@@ -125,6 +125,8 @@ class Plan:
     full_tx_bytes: int  # bytes the waited-on full barrier receives per phase
     operands: tuple[OperandPlan, ...]
     mmas: tuple[MmaPlan, ...]
+    mma_order: str  # "interleaved": per k-step, one MMA of every stream (B1 then B2) reading the same A slice
+    epilogue_op: str  # "none" or "silu_mul" (D = silu(acc0) * acc1)
     # shared memory (operand regions live in ``operands``: see the ``a`` and ``b`` properties)
     cd: SmemRegion
     barriers: SmemRegion
@@ -217,6 +219,12 @@ class Plan:
         """Every barrier array, in shared-memory order."""
         return [b for b in (self.full, self.empty, self.tmem_full, self.tmem_empty) if b is not None]
 
+    @property
+    def params(self) -> tuple[tuple[str, str], ...]:
+        """Kernel parameters in order: one tensor map per operand, D's, then ``d_ptr``, ``m``, ``n``, ``k``."""
+        maps = tuple((f"tmap_{o.name}", "tensor_map") for o in self.operands) + (("tmap_d", "tensor_map"),)
+        return maps + tuple(p for p in PARAMS if p[1] != "tensor_map")
+
     def launch_spec(self) -> LaunchSpec:
         """Launch metadata for the runtime (``generated/<name>.json``)."""
         cfg = self.cfg
@@ -238,7 +246,7 @@ class Plan:
                 cluster_size=self.cluster_size,
             ),
             tensor_maps=maps,
-            params=PARAMS,
+            params=self.params,
             n_multiple=self.store_n_multiple if self.is_sm100 and self.tma_store else 1,
         )
 
@@ -249,7 +257,10 @@ class Plan:
                                    o.region.slot_bytes, SWIZZLE_ATOM_BYTES) for o in self.operands)
         if self.cd.count:
             regions += (SmemRegion("cd", self.cd.offset, self.cd.stride, self.cd.count, self.cd_stage_bytes, cd_align),)
-        title = ("D[M,N] = A[M,K] @ B[N,K]^T, bf16 in and out, fp32 accumulate.",
+        what = ("D[M,N] = A[M,K] @ B[N,K]^T, bf16 in and out, fp32 accumulate." if self.epilogue_op == "none" else
+                "D[M,N] = silu(A @ B1^T) * (A @ B2^T), A[M,K], B1/B2[N,K], bf16 in and out, fp32 accumulate; "
+                f"{len(self.mmas)} accumulators, MMAs {self.mma_order} per k-step (one A slice feeds B1 then B2).")
+        title = (what,
                  f"tile {self.block_m}x{self.block_n}x{self.block_k}, {self.stages} stages, cluster {self.cluster_size}, "
                  f"{self.threads} threads, {self.smem_bytes} B dynamic shared memory")
         return Kernel(
@@ -258,7 +269,7 @@ class Plan:
             smem_bytes=self.smem_bytes, regions=regions, barriers=tuple(self.barrier_specs()),
             tmem_slot=self.tmem_slot, tmem_cols=self.tmem_cols, tmem_acc_stage_cols=self.acc_stage_cols,
             maxnreg=self.maxnreg if not self.is_sm100 else 0, minnctapersm=0,
-            params=PARAMS, launch=self.launch_spec(), block_k=self.block_k, generator=f"ptxgen {__version__}",
+            params=self.params, launch=self.launch_spec(), block_k=self.block_k, generator=f"ptxgen {__version__}",
             body=tuple(body),
         )
 
@@ -276,6 +287,8 @@ def make_plan(cfg: Config) -> Plan:
     wgs = 1 if sm100 else cfg.mma.warpgroups
     S = cfg.pipeline.stages
     tma_store = e.store == "tma"
+    b_names = ("b", "b2") if cfg.kernel == "dual_gemm" else ("b",)  # the B operands (one per accumulator)
+    nb = len(b_names)
 
     # ---- roles and threads
     if sm100:
@@ -300,11 +313,11 @@ def make_plan(cfg: Config) -> Plan:
         b_box_rows = t.block_n // 2 if cfg.tma.multicast else t.block_n
     b_stage = b_smem_rows * t.block_k * BF16_BYTES
     b_load = b_box_rows * t.block_k * BF16_BYTES
-    load_bytes = a_stage + b_load
+    load_bytes = a_stage + nb * b_load
     if sm100:
         full_tx = load_bytes * (2 if cfg.tma.two_sm else 1)
     else:
-        full_tx = a_stage + b_stage  # own A + both halves of B (multicast) or own B
+        full_tx = a_stage + nb * b_stage  # own A + both halves of each B (multicast) or own Bs
     if a_stage % SWIZZLE_ATOM_BYTES or b_stage % SWIZZLE_ATOM_BYTES:
         raise ConfigError(f"tile: A stage {a_stage} B / B stage {b_stage} B must be multiples of 1024 B (128B swizzle atoms)")
 
@@ -320,14 +333,14 @@ def make_plan(cfg: Config) -> Plan:
     # ---- shared memory layout: [CD][A/B stages][barriers][tmem slot]
     cd = SmemRegion("cd", 0, cd_stage, cd_count, cd_stage)
     base = _align(cd.end, SWIZZLE_ATOM_BYTES)
-    if cfg.smem.layout == "separated":
+    stage_bytes = a_stage + nb * b_stage
+    if cfg.smem.layout == "separated":  # [A0..A(S-1)][B0..][B2_0..]
         a = SmemRegion("a", base, a_stage, S, a_stage)
-        b = SmemRegion("b", a.end, b_stage, S, b_stage)
-        ab_end = b.end
-    else:
-        a = SmemRegion("a", base, a_stage + b_stage, S, a_stage)
-        b = SmemRegion("b", base + a_stage, a_stage + b_stage, S, b_stage)
-        ab_end = base + S * (a_stage + b_stage)
+        bs = [SmemRegion(nm, a.end + i * S * b_stage, b_stage, S, b_stage) for i, nm in enumerate(b_names)]
+    else:  # [A0 B0 (B2_0)][A1 B1 (B2_1)]...
+        a = SmemRegion("a", base, stage_bytes, S, a_stage)
+        bs = [SmemRegion(nm, base + a_stage + i * b_stage, stage_bytes, S, b_stage) for i, nm in enumerate(b_names)]
+    ab_end = base + S * stage_bytes
 
     # ---- barriers
     writers = (2 if cfg.cluster.dual_tile else 1) if sm100 else 1
@@ -366,7 +379,7 @@ def make_plan(cfg: Config) -> Plan:
     smem_bytes = _align(tmem_slot + 4, 16)
     if smem_bytes > SMEM_LIMIT_BYTES:
         raise ConfigError(
-            f"pipeline.stages={S}: A+B stages need {S * (a_stage + b_stage)} B + CD {cd.bytes} B + barriers "
+            f"pipeline.stages={S}: operand stages need {S * stage_bytes} B + CD {cd.bytes} B + barriers "
             f"{smem_bytes - ab_end} B = {smem_bytes} B > {SMEM_LIMIT_BYTES} B of shared memory"
         )
 
@@ -377,7 +390,7 @@ def make_plan(cfg: Config) -> Plan:
 
     # ---- TMEM
     acc_cols = t.block_n * m_waves if sm100 else 0
-    acc_stage_cols = acc_cols
+    acc_stage_cols = acc_cols * nb  # one accumulator per B operand, side by side in TMEM
     tmem_cols = acc_stage_cols * A if sm100 else 0
 
     # ---- descriptors
@@ -396,8 +409,8 @@ def make_plan(cfg: Config) -> Plan:
     wave_desc = a_wave_bytes >> 4
     b_split = "cta_group" if sm100 and cs == 2 else ("multicast" if cfg.tma.multicast else "none")
     operands = (OperandPlan("a", a, "m", t.block_m, a_stage, desc_hi),
-                OperandPlan("b", b, "n", b_box_rows, b_load, desc_hi, b_split))
-    mmas = (MmaPlan(0, "a", "b"),)
+                *(OperandPlan(r.name, r, "n", b_box_rows, b_load, desc_hi, b_split) for r in bs))
+    mmas = tuple(MmaPlan(i, "a", nm) for i, nm in enumerate(b_names))
 
     # ---- schedule
     m_ctas = 2 if cfg.cluster.dual_tile else 1
@@ -416,7 +429,7 @@ def make_plan(cfg: Config) -> Plan:
         consumer_regs = min(240, ((65536 - 128 * producer_regs) // (128 * wgs)) // 8 * 8)
 
     return Plan(
-        cfg=cfg, kernel_name=f"ptxgen_gemm_{cfg.name.replace('-', '_')}", arch=cfg.arch,
+        cfg=cfg, kernel_name=f"ptxgen_{cfg.kernel}_{cfg.name.replace('-', '_')}", arch=cfg.arch,
         cluster_size=cs, cta_group=cta_group, threads=threads,
         producer_warp=producer_warp, mma_warp=mma_warp, alloc_warp=alloc_warp,
         epilogue_warp0=epi_warp0, epilogue_warps=epi_warps, consumer_warpgroups=wgs,
@@ -427,7 +440,7 @@ def make_plan(cfg: Config) -> Plan:
         m_waves=m_waves, wave_rows=wave_rows, consumer_rows=m_waves * wave_rows, umma_m=umma_m, k_steps=t.block_k // UMMA_K,
         a_box_rows=t.block_m, b_box_rows=b_box_rows, b_smem_rows=b_smem_rows,
         a_stage_bytes=a_stage, b_stage_bytes=b_stage, b_load_bytes=b_load, load_bytes=load_bytes,
-        full_tx_bytes=full_tx, operands=operands, mmas=mmas,
+        full_tx_bytes=full_tx, operands=operands, mmas=mmas, mma_order="interleaved", epilogue_op=e.op,
         cd=cd, barriers=bar_region, tmem_slot=tmem_slot, smem_bytes=smem_bytes,
         ab=ab, acc=acc, cd_ring=cd_ring,
         tmem_cols=tmem_cols, acc_stage_cols=acc_stage_cols, acc_cols=acc_cols,

@@ -11,7 +11,7 @@ epilogue op one more step in :class:`Epilogue` — no role is copied.
 from __future__ import annotations
 
 from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, If, Let, MbarrierArrive, NamedBarrier, Nanosleep, Param,
-                  SetMaxNReg, Shfl, StGlobalBf16, StSharedBf16, TcgenFence, TmaLoad, TmaStore, TmemLoad, TmemWaitLd,
+                  SetMaxNReg, Shfl, SiluMul, StGlobalBf16, StSharedBf16, TcgenFence, TmaLoad, TmaStore, TmemLoad, TmemWaitLd,
                   Umma, Var, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait, eq, fold, lift, ne)
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
@@ -146,10 +146,14 @@ class Epilogue:
                     out += self.cd_acquire(group=None)
                 for j in range(pieces):
                     col0 = w * p.block_n + c * p.store_block_n + j * p.tmem_ld_cols
-                    out += [TmemLoad("v", fold(TMEM + lane_field + Var("acc") * p.acc_stage_cols + col0), p.tmem_ld_cols),
-                            TmemWaitLd()]
+                    base = fold(TMEM + lane_field + Var("acc") * p.acc_stage_cols + col0)
+                    out.append(TmemLoad("v", base, p.tmem_ld_cols))
+                    if p.epilogue_op == "silu_mul":  # the second accumulator, acc_cols further on
+                        out.append(TmemLoad("u", fold(base + p.acc_cols), p.tmem_ld_cols))
+                    out.append(TmemWaitLd())
                     if last_read and j == pieces - 1 and p.early_release:
                         out += self.release_tmem(st)
+                    out += self.fuse("v", "u", p.tmem_ld_cols)
                     for q in range(p.tmem_ld_cols // 8):
                         idx = tuple(range(q * 8, q * 8 + 8))
                         col_in_chunk = j * p.tmem_ld_cols + q * 8  # staging rows hold one store chunk
@@ -161,6 +165,12 @@ class Epilogue:
                 if tma:
                     out += self.cd_commit(Var("n_col") + c * p.store_block_n, Var("m_row") + w * p.wave_rows, seq, group=None)
         return out
+
+    def fuse(self, acc: str, other: str, n: int) -> list:
+        """The epilogue op on ``n`` values of the per-thread accumulator ``acc`` (``other``: the second one)."""
+        if self.p.epilogue_op == "silu_mul":
+            return [SiluMul(acc, acc, other, n)]
+        return []
 
     def release_tmem(self, st: PipelineState) -> list:
         """consumer_release of the accumulator stage: fence, then per-thread or one elected arrive (leader's barrier)."""
@@ -278,6 +288,8 @@ class WgmmaConsumer:
         k_body += [WgmmaCommit(), WgmmaWait(1), If(ne(KB, 0), tuple(self.release(PipelineState(prev % p.stages, None))))]
         last = Var("tc") * Var("num_k") + Var("num_k") - 1
         out = [k_loop(k_body), WgmmaWait(0), *self.release(PipelineState(last % p.stages, None))]
+        for v in range(p.m_waves):
+            out += self.epi.fuse(f"acc{v}", f"acc1_{v}", p.block_n // 2)
         if p.tma_store:  # the D tensor map needs 16-byte rows; other N store directly
             n_ok = eq(Param("n") % p.store_n_multiple, 0)
             return out + [If(n_ok, tuple(self.epi.fragment_store(wg, tma=True)), tuple(self.epi.fragment_store(wg, tma=False)))]

@@ -452,6 +452,24 @@ class WgmmaWait(Op):
 
 
 @dataclass(frozen=True)
+class SiluMul(Op):
+    """``dst[i] = silu(gate[i]) * up[i]`` for ``i < n``, f32 per thread (the SwiGLU epilogue; whole warp).
+
+    silu(x) = x / (1 + exp(-x)), computed as ``x * rcp(1 + ex2(-x * log2(e)))`` with ``ex2.approx.ftz.f32``
+    and ``rcp.approx.ftz.f32`` (PTX ISA "ex2", "rcp": max relative error 2^-22 and 1 ulp; both far below
+    bf16's 2^-8 rounding of the stored result).
+    """
+
+    dst: str
+    gate: str
+    up: str
+    n: int
+
+    def describe(self) -> str:
+        return f"SiluMul {self.dst}[0:{self.n}] = silu({self.gate}) * {self.up}"
+
+
+@dataclass(frozen=True)
 class StSharedBf16(Op):
     """Convert ``src[idx]`` (f32) to bf16 (round to nearest even) and store them contiguously at smem+``addr``.
 

@@ -229,12 +229,12 @@ class Machine:
     """
 
     def __init__(self, kernel, m: int, n: int, k: int, a: np.ndarray, b: np.ndarray, *, num_sms: int,
-                 schedule_seed: int, smem_base: int, poison: int):
+                 schedule_seed: int, smem_base: int, poison: int, b2: np.ndarray | None = None):
         self.kernel, self.params = kernel, {"m": m, "n": n, "k": k}
         spec = kernel.launch
         self.maps = {name: (t.box[0], t.box[1], t.swizzle == "128B") for name, t in spec.tensor_maps.items()}
         self.grid = spec.grid.grid_x(m, n, num_sms)
-        self.glob = GlobalTensors(a, b, poison)
+        self.glob = GlobalTensors(a, b, poison, b2)
         self.smem_base = smem_base
         self.rng = random.Random(schedule_seed)
         self.mean_latency = self.rng.choice((1.0, 8.0, 32.0, 128.0))

@@ -266,15 +266,18 @@ class Tmem:
 
 
 class GlobalTensors:
-    """A ``[m, k]``, B ``[n, k]`` (bf16 bits, K innermost) and D ``[m, n]`` (bf16 bits, poisoned at start)."""
+    """A ``[m, k]``, B (and a dual GEMM's B2) ``[n, k]`` (bf16 bits, K innermost) and D ``[m, n]`` (bf16 bits,
+    poisoned at start)."""
 
-    def __init__(self, a: np.ndarray, b: np.ndarray, poison: int):
-        self.a, self.b = a, b
+    def __init__(self, a: np.ndarray, b: np.ndarray, poison: int, b2: np.ndarray | None = None):
+        self.a, self.b, self.b2 = a, b, b2
         self.d = np.full((a.shape[0], b.shape[0]), poison, dtype=np.uint16)
 
     def load_box(self, tensor: str, col: int, row: int, cols: int, rows: int) -> np.ndarray:
         """The ``[rows, cols]`` box at (col, row); out-of-bounds elements read as zero (TMA zero fill)."""
-        src = {"a": self.a, "b": self.b}[tensor]
+        src = {"a": self.a, "b": self.b, "b2": self.b2}[tensor]
+        if src is None:
+            raise KeyError(f"no global tensor {tensor!r} in this launch")
         box = np.zeros((rows, cols), dtype=np.uint16)
         r1, c1 = min(row + rows, src.shape[0]), min(col + cols, src.shape[1])
         if r1 > row and c1 > col:

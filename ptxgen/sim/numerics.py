@@ -45,6 +45,14 @@ def random_operands(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.n
             f32_to_bf16_bits(rng.standard_normal((n, k), dtype=np.float32)))
 
 
+def silu_mul_reference(a_bits: np.ndarray, b1_bits: np.ndarray, b2_bits: np.ndarray) -> np.ndarray:
+    """``silu(A @ B1.T) * (A @ B2.T)`` in float64 from the bf16 inputs (silu(x) = x / (1 + exp(-x)))."""
+    a = bf16_bits_to_f32(a_bits).astype(np.float64)
+    g = a @ bf16_bits_to_f32(b1_bits).astype(np.float64).T
+    u = a @ bf16_bits_to_f32(b2_bits).astype(np.float64).T
+    return (g / (1.0 + np.exp(-g)) * u).astype(np.float32)
+
+
 def reference(a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
     """``A @ B.T`` in float32 from the bf16 inputs."""
     return bf16_bits_to_f32(a_bits) @ np.ascontiguousarray(bf16_bits_to_f32(b_bits).T)

@@ -8,7 +8,8 @@ import numpy as np
 
 from ..errors import ShapeError, SimError
 from .machine import Machine
-from .numerics import POISON, bf16_bits_to_f32, compare, f32_to_bf16_bits, random_operands, reference
+from .numerics import (POISON, bf16_bits_to_f32, compare, f32_to_bf16_bits, random_operands, reference,
+                       silu_mul_reference)
 
 SMEM_BASE = 0x400  # shared-window address of the dynamic shared memory (1024-aligned; 1 KB reserved below it)
 MAX_STEPS = 20_000_000
@@ -68,12 +69,14 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
         a_bits = f32_to_bf16_bits(np.asarray(a, dtype=np.float32).reshape(m, k))
     if b is not None:
         b_bits = f32_to_bf16_bits(np.asarray(b, dtype=np.float32).reshape(n, k))
+    dual = "b2" in spec.tensor_maps  # a dual GEMM: D = silu(A @ B^T) * (A @ B2^T)
+    b2_bits = random_operands(m, n, k, seed + 7919)[1] if dual else None
     sched = seed if schedule_seed is None else schedule_seed
     machine = Machine(kernel, m, n, k, a_bits, b_bits, num_sms=num_sms, schedule_seed=sched,
-                      smem_base=SMEM_BASE, poison=POISON)
+                      smem_base=SMEM_BASE, poison=POISON, b2=b2_bits)
     machine.run(MAX_STEPS)
     d = bf16_bits_to_f32(machine.glob.d)
-    ref = reference(a_bits, b_bits)
+    ref = silu_mul_reference(a_bits, b_bits, b2_bits) if dual else reference(a_bits, b_bits)
     cmp = compare(d, ref)
     if check and not cmp.ok:
         i, j = cmp.first_wrong if cmp.first_wrong else (0, 0)

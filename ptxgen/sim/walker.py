@@ -337,7 +337,7 @@ class WarpWalker:
             O.WarpSwitch: self._warp_switch, O.For: self._for, O.If: self._if, O.Elect: self._elect,
             O.TmemLoad: self._tmem_load, O.TmemBase: self._tmem_base,
         }
-        self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld}
+        self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.SiluMul: self._silu_mul}
         self._events = {
             O.MbarrierInit: self._init, O.MbarrierArrive: self._arrive, O.MbarrierArriveExpectTx: self._arrive,
             O.MbarrierWait: self._wait, O.FenceMbarrierInit: lambda op: FenceInitEv(op, self._n()),
@@ -516,6 +516,21 @@ class WarpWalker:
             self.regs[op.dst] = old
         old[:, : op.ncols] = values
         self.busy[op.dst] = _LD_BUSY
+
+    def _silu_mul(self, op):
+        """silu(gate) * up in f32, as the emitted PTX computes it (ex2 of -x log2 e, reciprocal, two products)."""
+        self._whole_warp(op)
+        idx = tuple(range(op.n))
+        x, u = self._reg(op.gate, idx), self._reg(op.up, idx)
+        with np.errstate(over="ignore", invalid="ignore"):
+            t = np.exp2(x * np.float32(-1.4426950408889634)).astype(np.float32)
+            s = (x * (np.float32(1) / (np.float32(1) + t))).astype(np.float32)
+            out = (s * u).astype(np.float32)
+        arr = self.regs.get(op.dst)
+        if arr is None or arr.shape[1] < op.n:
+            arr = np.full((LANES, op.n), np.nan, dtype=np.float32)
+            self.regs[op.dst] = arr
+        arr[:, : op.n] = out
 
     def _wait_ld(self, op):
         for name in [n for n, why in self.busy.items() if why is _LD_BUSY]:
