@@ -9,7 +9,7 @@ from .version import __version__  # noqa: F401
 
 # the runtime's function itself (no wrapper frame on the per-call path); importing it needs neither
 # torch nor cuda-bindings
-from .runtime.api import gemm  # noqa: E402
+from .runtime.api import dual_gemm, gemm  # noqa: E402,F401
 
 
 def dual_gemm_nvfp4(a, b1, b2, sfa, sfb1, sfb2, out=None, config=None):

@@ -430,9 +430,21 @@ def _binop(op: str, signed: bool, bits: int):
     raise PtxInterpError(f"no binary op {op}")
 
 
+def _float(insn: Insn):
+    """f32 arithmetic (``mul.f32``, ``add.f32``, ``ex2.approx``, ``rcp.approx``): the destination holds a value the
+    interpreter does not model, so it reads as its own name afterwards (a store of it names that register)."""
+    d = insn.ops[0]
+
+    def run(t):
+        t.regs.pop(d, None)
+    return run
+
+
 def _arith(insn: Insn):
     parts, ops = insn.parts, insn.ops
     op = parts[0]
+    if "f32" in parts:
+        return _float(insn)
     bits, signed = _width(parts), _signed(parts)
     d = ops[0]
     if op == "mad":  # mad.lo
@@ -807,6 +819,7 @@ def _fence(insn: Insn):
 _ARITH_OPS = ("add", "sub", "mul", "mad", "div", "rem", "min", "max", "and", "or", "xor", "not", "shl", "shr")
 _FAMILIES = {
     **{op: _arith for op in _ARITH_OPS},
+    "ex2": _float, "rcp": _float,
     "setp": _setp, "selp": _selp, "mov": _mov, "cvt": _cvt, "cvta": _cvt, "ld": _ld, "bra": _bra,
     "ret": lambda insn: (lambda t: "ret"), "exit": lambda insn: (lambda t: "ret"),
     "elect": _elect, "shfl": _shfl, "mapa": _mapa, "mbarrier": _mbarrier, "cp": _cp, "tcgen05": _tcgen05,

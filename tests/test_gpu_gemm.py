@@ -25,7 +25,8 @@ pytest.importorskip("ptxgen.build")
 
 pytestmark = pytest.mark.gpu
 
-SM90_CONFIGS = [c for c in config_mod.shipped_configs() if config_mod.load_config(c).arch == "sm_90a"]
+SM90_CONFIGS = [c for c in config_mod.shipped_configs()
+                if config_mod.load_config(c).arch == "sm_90a" and config_mod.load_config(c).kernel == "gemm"]
 EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "100"))
 MAX_DIM = 4096
 TOLERANCE = 1e-2

@@ -1072,8 +1072,10 @@ def test_candidates_are_every_shipped_config_of_the_arch():
     from ptxgen.runtime import choose
 
     names = [c.name for c in choose.candidates("sm_90a")]
-    assert names == [n for n in shipped_configs() if load_config(n).arch == "sm_90a"]
+    assert names == [n for n in shipped_configs() if load_config(n).arch == "sm_90a" and load_config(n).kernel == "gemm"]
     assert names and all(n.startswith("h100_") for n in names)
+    duals = [c.name for c in choose.candidates("sm_90a", "dual_gemm")]
+    assert duals and all(n.startswith("dual_h100_") for n in duals)
 
 
 def test_cost_model_waves_and_tail():

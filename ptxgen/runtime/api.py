@@ -33,6 +33,8 @@ from ptxgen.errors import ConfigError, ShapeError
 DEFAULT_SM90 = "h100_256x128"
 #: shipped config used on compute capability 10.x (Blackwell) when ``config`` is None
 DEFAULT_SM100 = "level9"
+DEFAULT_DUAL_SM90 = "dual_h100_128x128"
+DEFAULT_DUAL_SM100 = "dual_sm100_256x128"
 #: the compute capability each target runs on (``a`` targets are not forward compatible)
 ARCH_CAPABILITY: dict[str, tuple[int, int]] = {"sm_90a": (9, 0), "sm_100a": (10, 0)}
 #: bf16 elements per 16 bytes: TMA row strides must be 16-byte multiples
@@ -95,6 +97,7 @@ def check_gemm_inputs(
     *,
     n_multiple: int = 1,
     require_cuda: bool = True,
+    b_name: str = "b",
 ) -> tuple[int, int, int]:
     """Validate ``gemm`` operands; pure (no GPU, no driver call).
 
@@ -105,6 +108,7 @@ def check_gemm_inputs(
         k_multiple: K must be a multiple of this (elements); the kernel's ``LaunchSpec.k_multiple``.
         n_multiple: N must be a multiple of this (8 when the kernel stores D through a tensor map).
         require_cuda: check that the tensors are CUDA tensors (False lets CPU tests reach the later rules).
+        b_name: the name B has in messages (``b1`` for a dual GEMM).
 
     Returns:
         ``(M, N, K)``.
@@ -113,15 +117,16 @@ def check_gemm_inputs(
         ShapeError: the first rule broken, naming the argument, its value and the rule.
     """
     _check_tensor("a", a, "[M, K]", require_cuda)
-    _check_tensor("b", b, "[N, K]", require_cuda)
+    _check_tensor(b_name, b, "[N, K]", require_cuda)
     if b.device != a.device:
-        raise ShapeError(f"b: device={b.device}: must be on a's device {a.device}")
+        raise ShapeError(f"{b_name}: device={b.device}: must be on a's device {a.device}")
     (m, k), (n, kb) = a.shape, b.shape
     if kb != k:
-        raise ShapeError(f"b: shape={tuple(b.shape)}: K={kb} must equal a's K={k} (b is [N, K]; pass B, not B.T)")
+        raise ShapeError(f"{b_name}: shape={tuple(b.shape)}: K={kb} must equal a's K={k} ({b_name} is [N, K]; "
+                         f"pass B, not B.T)")
     for label, value in (("M", m), ("N", n), ("K", k)):
         if value < 1:
-            raise ShapeError(f"{label}={value}: must be >= 1 (a: {tuple(a.shape)}, b: {tuple(b.shape)})")
+            raise ShapeError(f"{label}={value}: must be >= 1 (a: {tuple(a.shape)}, {b_name}: {tuple(b.shape)})")
     if k % k_multiple:
         raise ShapeError(
             f"K={k}: must be a multiple of {k_multiple} (K*2={2 * k} bytes; TMA needs 16-byte row strides)"
@@ -134,7 +139,7 @@ def check_gemm_inputs(
             raise ShapeError(f"out: shape={tuple(out.shape)}: must be [M, N] = ({m}, {n})")
         if out.device != a.device:
             raise ShapeError(f"out: device={out.device}: must be on a's device {a.device}")
-        for name, operand in (("a", a), ("b", b)):
+        for name, operand in (("a", a), (b_name, b)):
             if _overlaps(out, operand):
                 raise ShapeError(f"out: memory overlaps {name}: D must not alias an input")
     return m, n, k
@@ -143,16 +148,17 @@ def check_gemm_inputs(
 # --------------------------------------------------------------------------- configs and kernels
 
 
-def default_config_name(capability: tuple[int, int]) -> str:
-    """The shipped config for a compute capability when no shape is known (see :func:`resolve_config`).
+def default_config_name(capability: tuple[int, int], kernel: str = "gemm") -> str:
+    """The shipped config for a compute capability and kernel kind when no shape is known (see :func:`resolve_config`).
 
     Raises:
         ConfigError: no shipped default for this capability.
     """
+    dual = kernel == "dual_gemm"
     if capability == (9, 0):
-        return DEFAULT_SM90
+        return DEFAULT_DUAL_SM90 if dual else DEFAULT_SM90
     if capability[0] == 10:
-        return DEFAULT_SM100
+        return DEFAULT_DUAL_SM100 if dual else DEFAULT_SM100
     raise ConfigError(f"device compute capability {capability[0]}.{capability[1]}: no default config "
                       "(ptxgen targets sm_90a and sm_100a); pass config=")
 
@@ -193,7 +199,7 @@ def built_config(config: Any) -> Any:
     return result
 
 
-def resolve_config(config: Any, m: int, n: int, k: int, ordinal: int) -> Any:
+def resolve_config(config: Any, m: int, n: int, k: int, ordinal: int, kernel: str = "gemm") -> Any:
     """``config`` itself, or for None the choice for this shape on this device.
 
     Raises:
@@ -204,7 +210,7 @@ def resolve_config(config: Any, m: int, n: int, k: int, ordinal: int) -> Any:
     from ptxgen.runtime import driver
     from ptxgen.runtime.choose import choose
 
-    return choose(m, n, k, driver.device_info(ordinal))
+    return choose(m, n, k, driver.device_info(ordinal), kernel)
 
 
 @dataclass
@@ -313,6 +319,8 @@ def _checked_setup(a: Any, b: Any, out: Any, config: Any) -> tuple[LoadedKernel,
     info = driver.device_info(ordinal)
     loaded = loaded_kernel(resolve_config(config, m, n, k, ordinal), ordinal)
     spec = loaded.spec
+    if "b2" in spec.tensor_maps:
+        raise ConfigError(f"config {spec.name}: a dual GEMM config; use ptxgen.dual_gemm(a, b1, b2)")
     check_arch(spec.name, spec.arch, info.capability)
     check_gemm_inputs(a, b, out, spec.k_multiple, n_multiple=spec.n_multiple)
     return loaded, ordinal, m, n, k, spec.grid.grid_x(m, n, info.sm_count)
@@ -437,3 +445,111 @@ def gemm(a: Any, b: Any, out: Any = None, config: Any = None) -> Any:
                     _calls.clear()
                 _calls[key] = call
     return call(a, b, out)
+
+
+# --------------------------------------------------------------------------- the dual GEMM (SwiGLU)
+
+
+def check_dual_gemm_inputs(a: Any, b1: Any, b2: Any, out: Any = None, k_multiple: int = ELEMS_PER_16B, *,
+                           n_multiple: int = 1, require_cuda: bool = True) -> tuple[int, int, int]:
+    """Validate ``dual_gemm`` operands (the rules of :func:`check_gemm_inputs`, B2 like B1); pure.
+
+    Raises:
+        ShapeError: the first rule broken, naming the argument (``a``, ``b1``, ``b2``, ``out``).
+    """
+    m, n, k = check_gemm_inputs(a, b1, out, k_multiple, n_multiple=n_multiple, require_cuda=require_cuda,
+                                b_name="b1")
+    _check_tensor("b2", b2, "[N, K]", require_cuda)
+    if b2.device != a.device:
+        raise ShapeError(f"b2: device={b2.device}: must be on a's device {a.device}")
+    if tuple(b2.shape) != tuple(b1.shape):
+        raise ShapeError(f"b2: shape={tuple(b2.shape)}: must equal b1's shape {tuple(b1.shape)} ([N, K])")
+    if out is not None and _overlaps(out, b2):
+        raise ShapeError("out: memory overlaps b2: D must not alias an input")
+    return m, n, k
+
+
+class _DualCall:
+    """A dual-GEMM call signature's fixed part (as :class:`_GemmCall`): four tensor maps, one launch."""
+
+    __slots__ = ("config", "by_id", "launcher", "ordinal", "m", "n", "k", "grid_x", "d_map", "new_out", "check")
+
+    def __init__(self, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
+                 m: int, n: int, k: int, grid_x: int):
+        import torch
+
+        self.config, self.by_id, self.launcher, self.ordinal = config, by_id, loaded.launcher, ordinal
+        self.m, self.n, self.k, self.grid_x = m, n, k, grid_x
+        self.d_map = "d" in loaded.spec.tensor_maps and n % ELEMS_PER_16B == 0
+        self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
+        self.check = functools.partial(check_dual_gemm_inputs, k_multiple=loaded.spec.k_multiple,
+                                       n_multiple=loaded.spec.n_multiple)
+
+    def __call__(self, a: Any, b1: Any, b2: Any, out: Any) -> Any:
+        m, n, k = self.m, self.n, self.k
+        if out is None:
+            out = self.new_out()
+        else:
+            self.check(a, b1, b2, out)  # overlap rules; the cheap checks of gemm's fast path are not worth a copy
+        pa, p1, p2, pd = a.data_ptr(), b1.data_ptr(), b2.data_ptr(), out.data_ptr()
+        if (pa | p1 | p2 | pd) & (_ALIGN - 1):
+            self.check(a, b1, b2, out)  # raises the alignment ShapeError
+        ordinal = self.ordinal
+        if getattr(_tls, "ordinal", None) != ordinal or _current_device() != ordinal:
+            from ptxgen.runtime import driver
+
+            driver.ensure_context(ordinal)
+            _tls.ordinal = ordinal
+        self.launcher.launch(self.grid_x,
+                             ((pa, m, k, k), (p1, n, k, k), (p2, n, k, k), (pd, m, n, n) if self.d_map else None),
+                             (pd, m, n, k), current_stream(ordinal))
+        return out
+
+
+_dual_calls: dict[tuple, _DualCall] = {}
+
+
+def dual_gemm(a: Any, b1: Any, b2: Any, out: Any = None, config: Any = None) -> Any:
+    """``D = silu(A @ B1.T) * (A @ B2.T)`` (the SwiGLU of a gated MLP) in one fused kernel, on torch's current stream.
+
+    Args:
+        a: A ``[M, K]`` bf16 CUDA tensor, row-major contiguous.
+        b1, b2: B1 (gate) and B2 (up) ``[N, K]`` bf16 on the same device, row-major contiguous.
+        out: optional D ``[M, N]`` bf16, written in place.
+        config: a ``dual_*`` config (name, path or ``Config``), or None to choose among the shipped ``dual_*``
+            configs of the device's arch by shape.
+
+    Returns:
+        D (``out`` if given); fp32 accumulation, silu(x) = x / (1 + exp(-x)) in fp32, rounded to bf16 once.
+
+    Raises:
+        ShapeError: a bad input, before any driver call (``out`` untouched).
+        ConfigError: no dual config for the device, a GEMM config passed, or the arch does not match.
+        CudaError: a driver call failed.
+    """
+    from ptxgen.runtime import driver
+
+    try:
+        key = _signature(a, b1, out, config) + (b2.dtype, b2.shape, b2.stride(), b2.device)
+        call = _dual_calls.get(key)
+    except (AttributeError, TypeError):
+        key, call = None, None
+    if call is None or (call.by_id and call.config is not config):
+        m, n, k = check_dual_gemm_inputs(a, b1, b2, out)
+        ordinal = _ordinal(a)
+        driver.ensure_context(ordinal)
+        info = driver.device_info(ordinal)
+        loaded = loaded_kernel(resolve_config(config, m, n, k, ordinal, "dual_gemm"), ordinal)
+        spec = loaded.spec
+        if "b2" not in spec.tensor_maps:
+            raise ConfigError(f"config {spec.name}: a GEMM config; dual_gemm needs a dual_* config (kernel: dual_gemm)")
+        check_arch(spec.name, spec.arch, info.capability)
+        check_dual_gemm_inputs(a, b1, b2, out, spec.k_multiple, n_multiple=spec.n_multiple)
+        call = _DualCall(config, key is not None and key[0].__class__ is tuple, loaded, ordinal, a.device,
+                         m, n, k, spec.grid.grid_x(m, n, info.sm_count))
+        if key is not None:
+            with _lock:
+                if len(_dual_calls) >= _MAX_CALLS:
+                    _dual_calls.clear()
+                _dual_calls[key] = call
+    return call(a, b1, b2, out)

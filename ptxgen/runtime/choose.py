@@ -81,14 +81,14 @@ class Candidate:
 
 
 @functools.cache
-def candidates(arch: str) -> tuple[Candidate, ...]:
-    """Every shipped config for ``arch``, as :class:`Candidate` (sorted by name)."""
+def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
+    """Every shipped config for ``arch`` of kernel kind ``kernel`` (``gemm``, ``dual_gemm``), as :class:`Candidate`."""
     from ptxgen.config import load_config, shipped_configs
 
     out = []
     for name in shipped_configs():
         cfg = load_config(name)
-        if cfg.arch == arch:
+        if cfg.arch == arch and cfg.kernel == kernel:
             out.append(Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
                                  cfg.pipeline.stages, cfg.cluster.size))
     return tuple(out)
@@ -187,10 +187,12 @@ def write_table(path: Path, doc: dict) -> None:
 
 
 @functools.lru_cache(maxsize=4096)
-def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count: int) -> tuple[str, str]:
+def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count: int,
+                  kernel: str = "gemm") -> tuple[str, str]:
     """``(config name, why)`` for a shape on a device of ``capability`` with ``sm_count`` SMs.
 
-    ``why`` is ``"user table"``, ``"shipped table"``, ``"cost model"`` or ``"default"``.
+    ``why`` is ``"user table"``, ``"shipped table"``, ``"cost model"`` or ``"default"``.  The tuned tables hold
+    GEMM configs; a dual GEMM (``kernel="dual_gemm"``) is chosen by the cost model among the ``dual_*`` configs.
 
     Raises:
         ConfigError: the capability has no shipped config at all.
@@ -199,8 +201,11 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
 
     from ptxgen.config import shipped_configs
 
-    default = default_config_name(capability)
+    default = default_config_name(capability, kernel)
     arch = ARCH_OF_CAPABILITY.get(tuple(capability))
+    if kernel != "gemm":
+        cands = candidates(arch, kernel) if arch else ()
+        return (rank(cands, m, n, k, sm_count, default)[0][1], "cost model") if cands else (default, "default")
     shipped = set(shipped_configs())  # a glob; the YAMLs are parsed only when the cost model runs
     for why, path in (("user table", user_table_path(arch) if arch else None),
                       ("shipped table", shipped_table_path(arch) if arch else None)):
@@ -213,6 +218,6 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     return rank(cands, m, n, k, sm_count, default)[0][1], "cost model"
 
 
-def choose(m: int, n: int, k: int, info: Any) -> str:
-    """The config name for ``(m, n, k)`` on a device (:class:`~ptxgen.runtime.driver.DeviceInfo`)."""
-    return choose_cached(m, n, k, tuple(info.capability), info.sm_count)[0]
+def choose(m: int, n: int, k: int, info: Any, kernel: str = "gemm") -> str:
+    """The config name for ``(m, n, k)`` on a device (:class:`~ptxgen.runtime.driver.DeviceInfo`) and kernel kind."""
+    return choose_cached(m, n, k, tuple(info.capability), info.sm_count, kernel)[0]
