@@ -3,7 +3,7 @@
 # the 11-shape bench through the public API (JSON + PNG) and the host-overhead benchmark.
 # Usage (repo root, on the device): bash bench/device_fastpath.sh     (results under $OUT)
 set -o pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
+export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import importlib.util as u; print({m: bool(u.find_spec(m)) for m in ('platformdirs','filelock','tqdm','matplotlib')})"

@@ -12,13 +12,12 @@ import pytest
 import yaml
 
 from ptxgen import __version__, cli
-from ptxgen.config import load_config, to_dict
+from ptxgen.config import load_config, shipped_configs, to_dict
 from ptxgen.errors import AssembleError, CudaError, VerifyError
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-SHIPPED = ("h100_128x128, h100_128x256, h100_256x128, level1, level2, level3, level4, level5, level6, level7, "
-           "level8, level9")
+SHIPPED = ", ".join(shipped_configs())
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
