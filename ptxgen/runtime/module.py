@@ -204,12 +204,12 @@ class Kernel:
     def from_cubin(cls, cubin: bytes, spec: LaunchSpec, ordinal: int | None = None) -> "Kernel":
         """Load a cubin, find ``spec.kernel``, and set its shared-memory and cluster attributes.
 
+        Any parameter list loads (the fast path's :class:`~ptxgen.runtime.fastpath.Launcher` packs it from
+        ``spec.params``); :meth:`launch` with :class:`KernelParams` packs only the GEMM signature.
+
         Raises:
-            ValueError: ``spec.params`` is not the fixed GEMM signature.
             CudaError: a driver call failed.
         """
-        if tuple(tuple(p) for p in spec.params) != PARAMS:
-            raise ValueError(f"{spec.name}: params={spec.params}: runtime packs only {PARAMS}")
         ordinal = driver.ensure_context(ordinal)
         info = driver.device_info(ordinal)
         drv = driver.cu()
@@ -229,9 +229,12 @@ class Kernel:
             stream: ``CUstream`` handle as an int (torch: ``torch.cuda.current_stream().cuda_stream``).
 
         Raises:
-            ValueError: ``grid_x`` not a positive multiple of the cluster size.
+            ValueError: ``grid_x`` not a positive multiple of the cluster size, or a kernel whose parameters are
+                not the GEMM signature (use the fast path's Launcher).
             CudaError: ``cuLaunchKernelEx`` failed.
         """
+        if tuple(tuple(p) for p in self.spec.params) != PARAMS:
+            raise ValueError(f"{self.spec.name}: params={self.spec.params}: KernelParams packs only {PARAMS}")
         cluster_x = self.spec.cluster[0]
         if grid_x < 1 or grid_x % cluster_x:
             raise ValueError(f"{self.spec.name}: grid_x={grid_x}: must be a positive multiple of cluster {cluster_x}")
