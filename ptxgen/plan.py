@@ -140,6 +140,7 @@ class Plan:
     throttle_ns: int
     # registers (sm_90a setmaxnreg)
     maxnreg: int
+    min_ctas_per_sm: int  # sm_100a: ``.minnctapersm`` (0: none); see make_plan
     producer_regs: int
     consumer_regs: int
 
@@ -326,6 +327,11 @@ def make_plan(cfg: Config) -> Plan:
     if not sm100:
         consumer_regs = min(240, ((65536 - 128 * producer_regs) // (128 * wgs)) // 8 * 8)
 
+    # sm_100a: ``.minnctapersm 1`` is the seed's ``__launch_bounds__(256, 1)``; without it ptxas
+    # (CUDA 13.0) picks 64 registers for an occupancy it never gets (TMEM and shared memory allow 1-4
+    # CTAs) and level 9 spills 16 B (issue 9, finding 6).  PTX ISA "Performance-tuning directives".
+    min_ctas_per_sm = 1 if sm100 else 0
+
     return Plan(
         cfg=cfg, kernel=f"ptxgen_gemm_{cfg.name.replace('-', '_')}", arch=cfg.arch,
         cluster_size=cs, cta_group=cta_group, threads=threads,
@@ -346,5 +352,5 @@ def make_plan(cfg: Config) -> Plan:
         tmem_ld_cols=tmem_ld_cols, release_per_thread=per_thread, tmem_empty_arrivals_per_cta=arrivals_per_cta,
         cluster_tile_rows=t.block_m * m_ctas, m_ctas=m_ctas, group_clusters=group_clusters,
         throttle_ns=throttle_ns,
-        maxnreg=maxnreg, producer_regs=producer_regs, consumer_regs=consumer_regs,
+        maxnreg=maxnreg, min_ctas_per_sm=min_ctas_per_sm, producer_regs=producer_regs, consumer_regs=consumer_regs,
     )
