@@ -546,6 +546,11 @@ def _check_tmem_lifetime(trace: _Trace) -> None:
             raise VerifyError(f"TMEM lifetime: {(allocs or deallocs)[0].where} allocates {len(allocs)}x and frees "
                               f"{len(deallocs)}x; one warp allocates once and frees once")
         a, d = allocs[0], deallocs[0]
+        if plan.cta_group == 2 and a.syncs == 0:
+            raise VerifyError(f"paired TMEM allocation before the cluster is known running: {a.where} issues "
+                              "tcgen05.alloc.cta_group::2 before any cluster barrier; the peer CTA must be running "
+                              "(PTX ISA tcgen05.alloc): init barriers, fence.mbarrier_init, cluster arrive/wait, then "
+                              "alloc (issue 9 finding 1)")
         cols = a.ev.cols
         if cols < 32 or cols > TMEM_COLS or cols & (cols - 1) or cols != plan.tmem_cols or d.ev.cols != cols:
             raise VerifyError(f"TMEM allocation: {a.where} allocates {cols} and frees {d.ev.cols} columns; needs the "

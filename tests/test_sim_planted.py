@@ -76,6 +76,11 @@ def _drop_first(body: tuple, kind: type) -> tuple:
     return body[:i] + body[i + 1:]
 
 
+def _drop_nth(body: tuple, kind: type, n: int) -> tuple:
+    i = [i for i, op in enumerate(body) if isinstance(op, kind)][n]
+    return body[:i] + body[i + 1:]
+
+
 def _wrap_peer_arrive(op):
     return O.If(eq(Sreg("rank"), 0), (op,))
 
@@ -193,11 +198,15 @@ PLANTS = [
           verify=None,
           sim=r"^wrong result: ptxgen_gemm_level2 m=\d+ n=\d+ k=\d+ schedule \d: relative Frobenius error \d\.\d+e[+-]\d+, "
               r"max-abs relative error .*; first wrong D\[0, 64\] = "),
-    Plant("no cluster barrier after the barrier inits",
+    Plant("paired TMEM alloc before the cluster barrier (issue 9 finding 1, the unfixed setup)",
           lambda: replace(kernel_for("level9"), body=_drop_first(kernel_for("level9").body, O.ClusterSync)),
+          verify=r"^paired TMEM allocation before the cluster is known running: tmem_alloc \(CTA 0, rank 0, warp 2\) "
+                 r"at outside loops issues tcgen05\.alloc\.cta_group::2 before any cluster barrier",
+          sim=r"^paired TMEM allocation before the cluster is known running: tmem_alloc \(CTA \d, rank \d, warp 2\)"),
+    Plant("no cluster barrier after the TMEM alloc",
+          lambda: replace(kernel_for("level9"), body=_drop_nth(kernel_for("level9").body, O.ClusterSync, 1)),
           verify=r"^TMEM lifetime: .* is not separated by a cluster barrier from the alloc and the dealloc",
-          sim=r"^(init not visible: .* before its init was made visible to the cluster|uninitialized barrier|"
-              r"read before write: TmemBase)"),
+          sim=r"^(read before write: TmemBase|TMEM not allocated|TMEM dealloc before peer alloc)"),
     Plant("no cluster barrier at exit",
           lambda: replace(kernel_for("level9"), body=kernel_for("level9").body[:-1]),
           verify=r"^no cluster barrier at exit: warp 2 of CTA 0 ends with TmemDealloc; a multi-CTA kernel must end "

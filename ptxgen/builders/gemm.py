@@ -62,9 +62,16 @@ class _GemmBuilder:
             count = lift(spec.init[0]) if len(set(spec.init)) == 1 else select(self.is_leader, spec.init[0], spec.init[1])
             inits.append(For("i", Const(0), Const(spec.num), Const(1), (MbarrierInit(Bar(spec.name, Var("i")), count),)))
         roles = [Role("init", 0, 1, (Elect((*inits, FenceMbarrierInit())),))]
-        if p.is_sm100:
-            roles.append(Role("tmem_alloc", p.alloc_warp, p.alloc_warp + 1, (TmemAlloc(p.tmem_cols), TmemRelinquish())))
-        out = [Let("num_k", ceil_div(Param("k"), p.block_k)), *self.schedule_setup(), WarpSwitch(tuple(roles))]
+        alloc = Role("tmem_alloc", p.alloc_warp, p.alloc_warp + 1, (TmemAlloc(p.tmem_cols), TmemRelinquish()))
+        out = [Let("num_k", ceil_div(Param("k"), p.block_k)), *self.schedule_setup()]
+        if p.is_sm100 and p.cta_group == 2:
+            # Issue 9 finding 1: tcgen05.alloc.cta_group::2 needs the peer CTA running (PTX ISA tcgen05.alloc;
+            # CUTLASS PR #3316, Triton PR #10735).  Order: barrier init + fence.mbarrier_init -> cluster
+            # arrive.release/wait.acquire -> alloc + relinquish -> fence::before -> cluster sync (peer's alloc
+            # done, address slot written) -> fence::after -> read the address slot.
+            out += [WarpSwitch(tuple(roles)), ClusterSync(), WarpSwitch((alloc,))]
+        else:
+            out.append(WarpSwitch(tuple(roles + ([alloc] if p.is_sm100 else []))))
         if p.is_sm100:
             out.append(TcgenFence("before"))
         out.append(ClusterSync() if self.cs == 2 else CtaSync())

@@ -244,6 +244,7 @@ class Machine:
         self.runnable: list[Warp] = []
         self.due: list[tuple[int, float, object]] = []  # heap of (due step, tie-break, async unit)
         self.rendezvous: dict[tuple, Rendezvous] = {}
+        self.cluster_syncs: dict[int, int] = {}  # cluster -> completed cluster barriers
         self.steps = self.ops = 0
         self.fingerprint = 0  # hash of the scheduler's choices: equal fingerprints, same interleaving
         self.ctas = [Cta(plan, c, smem_base) for c in range(self.grid)]
@@ -414,6 +415,8 @@ class Machine:
                                   w.walker.where()), lambda: w not in rv.arrived)
             return
         self._publish_inits(ev.kind, cta)
+        if ev.kind == "cluster":
+            self.cluster_syncs[cta.cluster] = self.cluster_syncs.get(cta.cluster, 0) + 1
         self.wake(rv)
 
     def _publish_inits(self, kind: str, cta: Cta) -> None:
@@ -506,6 +509,10 @@ class Machine:
         if ev.cols < 32 or ev.cols > Tmem.COLS or ev.cols & (ev.cols - 1):
             raise SimError(f"bad TMEM allocation: {w.walker.where()} allocates {ev.cols} columns; tcgen05.alloc "
                            "takes a power of two in [32, 512]")
+        if self.plan.cta_group == 2 and not self.cluster_syncs.get(w.cta.cluster):
+            raise SimError(f"paired TMEM allocation before the cluster is known running: {w.walker.where()} issues "
+                           "tcgen05.alloc.cta_group::2 before any cluster barrier completed (PTX ISA tcgen05.alloc: "
+                           "the peer CTA must be running)")
         if tmem.cols:
             raise SimError(f"double TMEM allocation: {w.walker.where()} allocates again in {w.cta.name}")
         tmem.cols = ev.cols
