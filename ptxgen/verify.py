@@ -436,6 +436,7 @@ def _check_dataflow(trace: _Trace) -> None:
     acc_cols = plan.acc_stage_cols or 1
     for (ctaid, warp), recs in trace.warps.items():
         last_wait: dict[tuple[str, int], tuple] = {}
+        committed: dict[object, _Rec] = {}  # bulk async groups: issuing thread -> its last commit
 
         def require(name: str, index: int, rec: _Rec, what: str) -> None:
             got = last_wait.get((name, index))
@@ -477,6 +478,16 @@ def _check_dataflow(trace: _Trace) -> None:
             elif isinstance(ev, W.TmaStoreEv):
                 box = plan.launch_spec().tensor_maps[ev.tensor].box
                 slots.slot(ev.src, ev.src + box[0] * box[1] * 2, f"TmaStore {ev.tensor}", rec.where, ("CD",))
+            elif isinstance(ev, W.BulkCommitEv):
+                committed[ev.thread] = rec
+            elif isinstance(ev, W.BulkWaitEv) and ev.thread is not None:
+                other = next((r for t, r in committed.items() if t != ev.thread), None)
+                if other is not None:
+                    raise VerifyError(
+                        f"bulk async-group ownership: {ev.op.describe()} by one elect.sync lane of {rec.where} waits "
+                        f"for groups that another elect.sync committed (at {other.where.at}); bulk async-groups "
+                        "belong to the committing thread and elect.sync does not promise the same lane twice: "
+                        "commit and wait from one fixed thread, or wait in every lane (issue 9 finding 2)")
             _check_issuers(ev, rec)
 
 

@@ -181,6 +181,13 @@ PLANTS = [
                                                               drop))),
           verify=None, sim=r"^(write after read: StSharedBf16 by epilogue .* while TmaStore d|wrong result)",
           sim_exact=r"^write after read: StSharedBf16 by epilogue .* while TmaStore d .* still reads", always=False),
+    Plant("bulk wait_group under a second elect.sync (issue 9 finding 2, the unfixed epilogue)",
+          lambda: _kernel("level9", in_role("epilogue", where(lambda op: isinstance(op, O.BulkWaitGroup),
+                                                              lambda op: O.Elect((op,))))),
+          verify=r"^bulk async-group ownership: BulkWaitGroupRead 1 by one elect\.sync lane of epilogue \(CTA 0, "
+                 r"rank 0, warp 4\) at t=0 waits for groups that another elect\.sync committed",
+          sim=r"^(write after read: StSharedBf16 by epilogue .* while TmaStore d|exit with async work: CTA \d+ "
+              r"\(rank \d\) exited while TmaStore d .* still reads its shared memory|wrong result)", always=False),
     Plant("accumulate flag on a tile's first k-block",
           lambda: _kernel("level7", where(lambda op: isinstance(op, O.Umma), lambda op: replace(op, accumulate=Const(1)))),
           verify=None,
@@ -191,7 +198,8 @@ PLANTS = [
                                                               _cd_row_per_store_block(make_plan(load_config("level9")))))),
           verify=r"^smem access outside its region: StSharedBf16 by epilogue \(CTA 0, rank 0, warp 7\) at t=0 touches "
                  r"\[0x8070, 0x8080\), which lies in A stage 0; it must stay inside one CD slot",
-          sim=r"^read before write: TmaStore d \(col 64, row \d+\) by epilogue .* reads smem 0x4000 .* never written"),
+          sim=r"^(read before write: TmaStore d \(col 64, row \d+\) by epilogue .* reads smem 0x4000 .* never written|"
+              r"write after (write|read): StSharedBf16 by epilogue .* writes smem \[0x7080, 0x8080\) .* while TmaLoad a)"),
     Plant("both CTAs load the same half of B",
           lambda: _kernel("level2", where(lambda op: isinstance(op, O.TmaLoad) and op.tensor == "b",
                                           lambda op: replace(op, row=Var("n_col")))),

@@ -325,9 +325,14 @@ class _GemmBuilder:
         return eq(WARP, p.epilogue_warp0) if group is None else eq(WARP, p.epilogue_warp0 + group * 4)
 
     def cd_acquire(self, group: Expr | None) -> list:
-        """Before writing a staging buffer: the storing thread waits until at most stages-1 stores still read smem."""
+        """Before writing a staging buffer: the storing warp waits until at most stages-1 stores still read smem.
+
+        Issue 9 finding 2: bulk async-groups belong to the thread that committed them, and the store and
+        commit are issued under ``elect.sync``, which need not pick the same lane again; so every lane of
+        the storing warp waits (a lane without groups passes at once) instead of a second ``Elect``.
+        """
         p = self.p
-        return [If(self.epi_leader(group), (Elect((BulkWaitGroup(p.cfg.epilogue.stages - 1, read=True),)),)),
+        return [If(self.epi_leader(group), (BulkWaitGroup(p.cfg.epilogue.stages - 1, read=True),)),
                 self.named_sync(group)]
 
     def cd_commit(self, col: Expr, row: Expr, seq: int, group: Expr | None) -> list:
@@ -347,7 +352,8 @@ class _GemmBuilder:
         p = self.p
         if p.cfg.epilogue.store != "tma":
             return []
-        return [If(self.epi_leader(None) if p.is_sm100 else eq(WARP % 4, 0), (Elect((BulkWaitGroup(0, read=False),)),))]
+        # every lane of the storing warp waits: see cd_acquire (issue 9 finding 2)
+        return [If(self.epi_leader(None) if p.is_sm100 else eq(WARP % 4, 0), (BulkWaitGroup(0, read=False),))]
 
     # ------------------------------------------------------------------ sm_90a
 

@@ -100,8 +100,9 @@ class Warp:
         self.wg_issued = self.wg_committed = 0
         self.wg_pending: list[tuple[int, WgmmaOp, str]] = []  # (group, op, accumulator) not yet waited for
         self.acc_written: set[str] = set()
-        self.bulk_open: list[StoreUnit] = []
-        self.bulk_groups: list[list[StoreUnit]] = []
+        # bulk async groups per issuing thread (walker.thread(): None = every lane, else an Elect block)
+        self.bulk_open: dict[object, list[StoreUnit]] = {}
+        self.bulk_groups: dict[object, list[list[StoreUnit]]] = {}
         self.unfenced: list[np.ndarray] = []
 
     def who(self, what: str) -> Who:
@@ -245,6 +246,7 @@ class Machine:
         self.due: list[tuple[int, float, object]] = []  # heap of (due step, tie-break, async unit)
         self.rendezvous: dict[tuple, Rendezvous] = {}
         self.cluster_syncs: dict[int, int] = {}  # cluster -> completed cluster barriers
+        self.bulk_seq = 0  # bulk async-group commits so far (orders groups across threads)
         self.steps = self.ops = 0
         self.fingerprint = 0  # hash of the scheduler's choices: equal fingerprints, same interleaving
         self.ctas = [Cta(plan, c, smem_base) for c in range(self.grid)]
@@ -460,23 +462,33 @@ class Machine:
             handle = smem.begin_async_read(idx, who)
             box = smem.data[idx].view(np.uint16).reshape(rows, cols)
             unit = StoreUnit(w, handle, box, ev.col, ev.row)
-            w.bulk_open.append(unit)
+            w.bulk_open.setdefault(ev.thread, []).append(unit)
             self.schedule(unit)
 
     def _bulk_commit(self, w: Warp, ev) -> None:
-        w.bulk_groups.append(w.bulk_open)
-        w.bulk_open = []
+        self.bulk_seq += 1
+        w.bulk_groups.setdefault(ev.thread, []).append((self.bulk_seq, w.bulk_open.pop(ev.thread, [])))
 
     def _bulk_wait(self, w: Warp, ev: W.BulkWaitEv) -> None:
+        """Each waiting thread waits for its own groups (PTX ISA "cp.async.bulk.wait_group": the executing
+        thread's bulk async-groups).  A whole-warp wait covers every thread's groups, counted as if one lane
+        committed them all (elect.sync may have picked the same lane each time); an elected wait covers only
+        the groups committed under the same Elect (another Elect may have picked another lane)."""
+        for groups in w.bulk_groups.values():
+            while groups and all(u.done for u in groups[0][1]):
+                groups.pop(0)
+        if ev.thread is None:
+            groups = sorted(g for gs in w.bulk_groups.values() for g in gs)
+        else:
+            groups = list(w.bulk_groups.get(ev.thread, []))
+        older = [units for _, units in groups[: max(0, len(groups) - ev.n)]]
+
         def ready() -> bool:
-            older = w.bulk_groups[: max(0, len(w.bulk_groups) - ev.n)]
             return all((u.read_done if ev.read else u.done) for g in older for u in g)
 
-        while w.bulk_groups and all(u.done for u in w.bulk_groups[0]):
-            w.bulk_groups.pop(0)
         if not ready():
             what = "cp.async.bulk.wait_group" + (".read" if ev.read else "")
-            self.park(w, _Blocked(w, lambda: f"{what} {ev.n}: {len(w.bulk_groups)} bulk groups pending",
+            self.park(w, _Blocked(w, lambda: f"{what} {ev.n}: {len(groups)} bulk groups pending",
                                   w.walker.where()), ready)
 
     # ---------------------------------------------------------------- shared / global stores
