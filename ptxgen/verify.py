@@ -589,6 +589,44 @@ def _check_tmem_lifetime(trace: _Trace) -> None:
                                       f"of CTA {owner}'s TMEM")
 
 
+def _check_scopes(trace: _Trace) -> None:
+    """A cross-CTA data hand-off synchronizes at cluster scope (issue 9 finding 3).
+
+    A plain remote arrive (no tx bytes) on a barrier that a ``consumer_wait`` waits on hands that
+    consumer the arriving CTA's data (level 1's relay: the leader's MMA then reads the peer's shared
+    memory): the arrive needs ``.release.cluster`` and the consumer's wait ``.acquire.cluster``; the
+    default ``.cta`` forms order nothing across CTAs (PTX ISA "Memory Consistency Model: scope").
+    Remote arrives that only release a resource (``empty``, ``tmem_empty``: waited by producers) keep
+    the default form (bench/NOTES.md: a cluster-scope release there serializes the pair).
+    """
+    cs = trace.plan.cluster_size
+    remote: dict[tuple, _Rec] = {}
+    waits: dict[tuple, list[_Rec]] = defaultdict(list)
+    for (ctaid, _), recs in trace.warps.items():
+        base = ctaid - ctaid % cs
+        for rec in recs:
+            ev = rec.ev
+            if isinstance(ev, W.ArriveEv) and not ev.tx and ev.bar.rank != rec.where.rank:
+                remote.setdefault((base + ev.bar.rank, ev.bar.name, ev.bar.index), rec)
+            elif isinstance(ev, W.WaitEv) and ev.role.startswith("consumer_wait"):
+                waits[(base + ev.bar.rank, ev.bar.name, ev.bar.index)].append(rec)
+    for key, arrive in remote.items():
+        consumers = waits.get(key, [])
+        if not consumers:
+            continue
+        bar = f"{key[1]}[{key[2]}] of CTA {key[0]}"
+        if arrive.ev.op.scope != "cluster":
+            raise VerifyError(f"cross-CTA hand-off at CTA scope: {arrive.ev.op.describe()} by {arrive.where} hands "
+                              f"{bar} to {consumers[0].where.who}'s consumer_wait with the default .release.cta; a "
+                              "cross-CTA data hand-off needs mbarrier.arrive.release.cluster (issue 9 finding 3)")
+        narrow = next((w for w in consumers if w.ev.op.scope != "cluster"), None)
+        if narrow is not None:
+            raise VerifyError(f"cross-CTA hand-off at CTA scope: {narrow.ev.op.describe()} by {narrow.where} "
+                              f"completes on {arrive.where.who}'s remote arrive on {bar} with the default "
+                              ".acquire.cta; a cross-CTA data hand-off needs try_wait .acquire.cluster "
+                              "(issue 9 finding 3)")
+
+
 def _check_teardown(trace: _Trace) -> None:
     if trace.plan.cluster_size < 2:
         return
@@ -628,6 +666,7 @@ def verify(kernel) -> VerifyReport:
     phases = _check_barriers(bars)
     _Replay(trace, bars).run()
     _check_tmem_lifetime(trace)
+    _check_scopes(trace)
     _check_teardown(trace)
     return VerifyReport(kernel.name, (trace.m, trace.n, trace.k), trace.grid, trace.events, phases, _table(bars))
 

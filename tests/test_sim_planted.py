@@ -188,6 +188,18 @@ PLANTS = [
                  r"rank 0, warp 4\) at t=0 waits for groups that another elect\.sync committed",
           sim=r"^(write after read: StSharedBf16 by epilogue .* while TmaStore d|exit with async work: CTA \d+ "
               r"\(rank \d\) exited while TmaStore d .* still reads its shared memory|wrong result)", always=False),
+    Plant("relay arrive at CTA scope (issue 9 finding 3, the unfixed level 1)",
+          lambda: _kernel("level1", where(lambda op: isinstance(op, O.MbarrierArrive) and op.scope == "cluster",
+                                          lambda op: replace(op, scope="cta"))),
+          verify=r"^cross-CTA hand-off at CTA scope: MbarrierArrive full\[stage\] on cta 0 by mainloop \(CTA 1, rank 1, "
+                 r"warp 0\) at t=0 kb=0 hands full\[0\] of CTA 0 to mainloop \(CTA 0, rank 0, warp 0\)'s "
+                 r"consumer_wait with the default \.release\.cta", sim=None),
+    Plant("relay consumer_wait at CTA scope (issue 9 finding 3)",
+          lambda: _kernel("level1", where(lambda op: isinstance(op, O.MbarrierWait) and op.scope == "cluster",
+                                          lambda op: replace(op, scope="cta"))),
+          verify=r"^cross-CTA hand-off at CTA scope: MbarrierWait full\[stage\] phase=phase \(consumer_wait\) by "
+                 r"mainloop \(CTA 0, rank 0, warp 0\) at t=0 kb=0 completes on .* with the default \.acquire\.cta",
+          sim=None),
     Plant("accumulate flag on a tile's first k-block",
           lambda: _kernel("level7", where(lambda op: isinstance(op, O.Umma), lambda op: replace(op, accumulate=Const(1)))),
           verify=None,

@@ -45,6 +45,7 @@ class _GemmBuilder:
         self.cs = plan.cluster_size
         self.rank = RANK if self.cs == 2 else Const(0)
         self.is_leader = eq(self.rank, 0)
+        self.relay = plan.is_sm100 and self.cs == 2 and not plan.cfg.tma.two_sm  # level 1's full-barrier relay
 
     # ------------------------------------------------------------------ shared pieces
 
@@ -147,8 +148,11 @@ class _GemmBuilder:
                 out.append(MbarrierArriveExpectTx(full, p.load_bytes))
             out += [TmaLoad("a", self.a_off(stage), col, Var("m_row"), full, two_sm=two_sm),
                     TmaLoad("b", self.b_off(stage), col, b_row, full, two_sm=two_sm)]
-            if self.cs == 2 and not two_sm:  # level 1: the peer relays its landed stage to the leader's barrier
-                out.append(If(ne(self.rank, 0), (MbarrierWait(full, phase, "relay_wait"), MbarrierArrive(full, cta=Const(0)))))
+            if self.relay:  # level 1: the peer relays its landed stage to the leader's barrier
+                # issue 9 finding 3: the leader's MMA then reads this CTA's shared memory, a cross-CTA data
+                # hand-off: the relay arrive releases at cluster scope (the leader acquires at cluster scope)
+                out.append(If(ne(self.rank, 0), (MbarrierWait(full, phase, "relay_wait"),
+                                                 MbarrierArrive(full, cta=Const(0), scope="cluster"))))
         else:
             out += [MbarrierArriveExpectTx(full, p.full_tx_bytes),
                     TmaLoad("a", self.a_off(stage), col, Var("m_row"), full)]
@@ -234,7 +238,9 @@ class _GemmBuilder:
                   If(eq(KB, Var("num_k") - 1), (UmmaCommit(Bar("tmem_full", Var("acc")), mc),))]
         if p.throttle_ns:
             issue.append(Nanosleep(p.throttle_ns))
-        body = [MbarrierWait(Bar("full", stage), Var("phase"), "consumer_wait"), TcgenFence("after"), *descs]
+        # issue 9 finding 3: with the level-1 relay, full[] completes on the peer's release.cluster arrive
+        scope = "cluster" if self.relay else "cta"
+        body = [MbarrierWait(Bar("full", stage), Var("phase"), "consumer_wait", scope), TcgenFence("after"), *descs]
         body += [Elect(tuple(issue))] if p.cfg.mma.lanes == "all" else issue
         if p.cfg.pipeline.roles == "lockstep":
             return self.lockstep_guard(body)  # the producer half of the k-block already set it/stage/phase
