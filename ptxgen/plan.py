@@ -24,6 +24,13 @@ TMEM_LANES = 128
 UMMA_K = 16  # bf16 tcgen05.mma / wgmma K per instruction
 SM100_FLOPS_PER_CYCLE = 8192  # dense bf16 per SM per cycle, B200 (for the level-8 throttle only)
 SM100_CLOCK_GHZ = 1.9
+# Residency (CUDA C++ Programming Guide, "Compute Capabilities", cc 9.0 and 10.0): 228 KB of shared memory
+# per SM, of which the driver reserves 1 KB per resident CTA; at most 2048 threads and 32 CTAs per SM.
+SM_SMEM_BYTES = 233472
+SMEM_RESERVED_PER_CTA = 1024
+SM_MAX_THREADS = 2048
+SM_MAX_CTAS = 32
+TMEM_COLS_PER_SM = 512  # PTX ISA "Tensor Memory": 128 lanes x 512 columns per SM
 
 
 @dataclass(frozen=True)
@@ -138,6 +145,8 @@ class Plan:
     m_ctas: int  # CTAs of a cluster along M that compute different m-blocks
     group_clusters: int  # swizzle group, in cluster m-blocks
     throttle_ns: int
+    # residency
+    ctas_per_sm: int  # CTAs one SM can hold (shared memory, threads); sm_100a: TMEM-bounded, see make_plan
     # registers (sm_90a setmaxnreg)
     maxnreg: int
     min_ctas_per_sm: int  # sm_100a: ``.minnctapersm`` (0: none); see make_plan
@@ -189,6 +198,12 @@ class Plan:
 
 def _align(x: int, a: int) -> int:
     return -(-x // a) * a
+
+
+def resident_ctas(smem_bytes: int, threads: int) -> int:
+    """CTAs of ``threads`` threads and ``smem_bytes`` dynamic shared memory that one SM holds at once
+    (shared memory, thread and CTA limits; registers aside).  Source: see SM_SMEM_BYTES."""
+    return min(SM_SMEM_BYTES // (smem_bytes + SMEM_RESERVED_PER_CTA), SM_MAX_THREADS // threads, SM_MAX_CTAS)
 
 
 def make_plan(cfg: Config) -> Plan:
@@ -296,6 +311,16 @@ def make_plan(cfg: Config) -> Plan:
     acc_stage_cols = t.block_n * m_waves if sm100 else 0
     tmem_cols = acc_stage_cols * A if sm100 else 0
 
+    # ---- residency.  Issue 9 finding 4: CTAs sharing an SM must fit their TMEM columns in 512, or a
+    # tcgen05.alloc blocks (two CTA pairs can then wait on each other).  Shared memory is the bound we
+    # control: pad the dynamic allocation so that at most 512 // tmem_cols CTAs are resident.
+    ctas_per_sm = resident_ctas(smem_bytes, threads)
+    if sm100 and ctas_per_sm * tmem_cols > TMEM_COLS_PER_SM:
+        fit = TMEM_COLS_PER_SM // tmem_cols
+        smem_bytes = _align(SM_SMEM_BYTES // (fit + 1) - SMEM_RESERVED_PER_CTA + 1, 16)
+        ctas_per_sm = resident_ctas(smem_bytes, threads)
+        assert ctas_per_sm * tmem_cols <= TMEM_COLS_PER_SM and smem_bytes <= SMEM_LIMIT_BYTES
+
     # ---- descriptors
     if sm100:
         umma_m = 128 * cta_group
@@ -351,6 +376,6 @@ def make_plan(cfg: Config) -> Plan:
         store_block_n=sbn, cd_box_rows=cd_box_rows, cd_row_bytes=cd_row_bytes, cd_stage_bytes=cd_stage,
         tmem_ld_cols=tmem_ld_cols, release_per_thread=per_thread, tmem_empty_arrivals_per_cta=arrivals_per_cta,
         cluster_tile_rows=t.block_m * m_ctas, m_ctas=m_ctas, group_clusters=group_clusters,
-        throttle_ns=throttle_ns,
+        throttle_ns=throttle_ns, ctas_per_sm=ctas_per_sm,
         maxnreg=maxnreg, min_ctas_per_sm=min_ctas_per_sm, producer_regs=producer_regs, consumer_regs=consumer_regs,
     )

@@ -52,7 +52,7 @@ import numpy as np
 
 from .config import SMEM_LIMIT_BYTES
 from .errors import VerifyError
-from .plan import SWIZZLE_ATOM_BYTES, Plan
+from .plan import SWIZZLE_ATOM_BYTES, Plan, resident_ctas
 from .sim import walker as W
 from .sim.mma import umma_operand, umma_shape, wgmma_operand
 
@@ -530,6 +530,7 @@ def _check_layout(plan: Plan) -> None:
     pieces += [("tmem slot", plan.tmem_slot, 4, 4)]
     if plan.smem_bytes > SMEM_LIMIT_BYTES:
         raise VerifyError(f"shared memory budget: {plan.smem_bytes} B > {SMEM_LIMIT_BYTES} B")
+    _check_residency(plan)
     for name, off, size, align in pieces:
         if off % align:
             raise VerifyError(f"misaligned region: {name} at {off:#x} needs {align}-byte alignment")
@@ -539,6 +540,24 @@ def _check_layout(plan: Plan) -> None:
     for (lo1, hi1, n1), (lo2, hi2, n2) in zip(spans, spans[1:]):
         if lo2 < hi1:
             raise VerifyError(f"overlapping regions: {n1} [{lo1:#x}, {hi1:#x}) and {n2} [{lo2:#x}, {hi2:#x})")
+
+
+def _check_residency(plan: Plan) -> None:
+    """sm_100a: the CTAs an SM can hold fit their TMEM in 512 columns (issue 9 finding 4), and the kernel
+    bounds CTAs per SM for ptxas (``.minnctapersm``; issue 9 finding 6: without it ptxas 13.0 budgets
+    64 registers and level 9 spills)."""
+    if not plan.is_sm100:
+        return
+    ctas = resident_ctas(plan.smem_bytes, plan.threads)
+    if ctas * plan.tmem_cols > TMEM_COLS:
+        raise VerifyError(f"TMEM oversubscription: {plan.smem_bytes} B of shared memory lets {ctas} CTAs share an SM, "
+                          f"each allocating {plan.tmem_cols} TMEM columns ({ctas * plan.tmem_cols} > {TMEM_COLS}); "
+                          "tcgen05.alloc blocks and CTA pairs can wait on each other: size shared memory so at most "
+                          f"{TMEM_COLS // plan.tmem_cols} fit")
+    if not 1 <= plan.min_ctas_per_sm <= ctas:
+        raise VerifyError(f"register budget: .minnctapersm {plan.min_ctas_per_sm or 'missing'}; an sm_100a kernel "
+                          f"declares the CTAs per SM it runs with (1..{ctas}) so ptxas budgets registers for them "
+                          "(the seed's __launch_bounds__(256, 1))")
 
 
 def _check_tmem_lifetime(trace: _Trace) -> None:
