@@ -133,6 +133,7 @@ class _Phase:
     arrivals: Counter = field(default_factory=Counter)  # source -> arrivals
     expected: Counter = field(default_factory=Counter)  # source -> expect_tx bytes
     delivered: Counter = field(default_factory=Counter)  # source -> TMA bytes
+    commits: int = 0  # asynchronous (tcgen05.commit) arrivals
 
     @staticmethod
     def sources(c: Counter, unit: str = "") -> str:
@@ -235,6 +236,7 @@ class _Barriers:
 
             def commit(b, j):
                 b.phases[j].arrivals[src] += ev.lanes
+                b.phases[j].commits += ev.lanes
             return [(self._key(ctaid, ref), commit) for ref in ev.bars]
         return []
 
@@ -295,13 +297,23 @@ def _check_barriers(bs: _Barriers) -> int:
                     f"({ph.sources(ph.delivered, 'B')})")
             checked += 1
         complete = len(b.phases)  # visits number phases 0, 1, ...: all of them passed the checks above
+        waited = 0
         for waits in b.waits.values():
             for w, need in zip(waits, _need(waits, b)):
+                waited = max(waited, need)
                 if need > complete:
                     raise VerifyError(
                         f"wait can never complete: {w.role} by {w.where} on {b.label} needs {need} completed "
                         f"phase(s); the arrivals complete {complete} (nobody "
                         f"{'arrives on it' if not b.phases else 'arrives for phase ' + str(complete)})")
+        late = [j for j, ph in b.phases.items() if ph.commits and j >= waited]
+        if late:
+            ph = b.phases[late[0]]
+            raise VerifyError(
+                f"unwaited asynchronous arrive: {b.label}, phase {late[0]}: tcgen05.commit arrivals "
+                f"({ph.sources(ph.arrivals)}) that no warp of CTA {b.ctaid} waits for; the CTA may exit (and the "
+                "pair pass its last cluster barrier) with the arrive pending: the producer waits each empty "
+                "stage's final phase before exit (CUTLASS producer_tail; issue 9 finding 5)")
     return checked
 
 

@@ -200,6 +200,11 @@ PLANTS = [
           verify=r"^cross-CTA hand-off at CTA scope: MbarrierWait full\[stage\] phase=phase \(consumer_wait\) by "
                  r"mainloop \(CTA 0, rank 0, warp 0\) at t=0 kb=0 completes on .* with the default \.acquire\.cta",
           sim=None),
+    Plant("no producer tail (issue 9 finding 5, the unfixed levels 2-9)",
+          lambda: _kernel("level9", where(is_wait("empty", "producer_tail"), drop)),
+          verify=r"^unwaited asynchronous arrive: empty\[\d\] of CTA \d \(rank \d\), phase \d+: tcgen05\.commit arrivals "
+                 r"\(mma@r0 commit multicast x1\) that no warp of CTA \d waits for",
+          sim=None),  # the simulator's exit check exists, but random schedules rarely open the window
     Plant("accumulate flag on a tile's first k-block",
           lambda: _kernel("level7", where(lambda op: isinstance(op, O.Umma), lambda op: replace(op, accumulate=Const(1)))),
           verify=None,

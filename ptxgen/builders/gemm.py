@@ -179,7 +179,8 @@ class _GemmBuilder:
         k_loop = lambda body: For("kb", Const(0), Var("num_k"), Const(1), tuple(body))  # noqa: E731
         if p.cfg.pipeline.roles == "lockstep":
             tile = [*self.mma_tile_head(), k_loop(self.producer_kblock() + self.mma_kblock())]
-            roles = [Role("mainloop", p.producer_warp, p.producer_warp + 1, (Elect(tuple(loop(tile))),))]
+            roles = [Role("mainloop", p.producer_warp, p.producer_warp + 1,
+                          (Elect((*loop(tile), *(self.producer_tail() if dedicated else []))),))]
         else:
             mma = loop(self.mma_tile_head() + [k_loop(self.mma_kblock())])
             if p.cfg.mma.lanes == "one":
@@ -189,7 +190,8 @@ class _GemmBuilder:
                        Let("b_desc_lane", self.desc_lo(self.b_off(LANE % p.stages))), *mma]
             if self.cs == 2:
                 mma = [If(self.is_leader, tuple(mma))]
-            roles = [Role("producer", p.producer_warp, p.producer_warp + 1, (Elect(tuple(loop([k_loop(self.producer_kblock())]))),)),
+            roles = [Role("producer", p.producer_warp, p.producer_warp + 1,
+                          (Elect((*loop([k_loop(self.producer_kblock())]), *(self.producer_tail() if dedicated else []))),)),
                      Role("mma", p.mma_warp, p.mma_warp + 1, tuple(mma))]
         epi = self.sm100_epilogue_tile()
         if p.epi_writers == 1 and self.cs == 2:
@@ -197,7 +199,25 @@ class _GemmBuilder:
         if dedicated:
             roles.append(Role("epilogue", p.epilogue_warp0, p.epilogue_warp0 + 4, (self.tile_loop(epi), *self.store_drain())))
             return [WarpSwitch(tuple(roles))]
-        return [self.tile_loop([WarpSwitch(tuple(roles)), *epi]), *self.store_drain()]
+        tail = WarpSwitch((Role("producer", p.producer_warp, p.producer_warp + 1, (Elect(tuple(self.producer_tail())),)),))
+        return [self.tile_loop([WarpSwitch(tuple(roles)), *epi]), tail, *self.store_drain()]
+
+    def producer_tail(self) -> list:
+        """CUTLASS's producer_tail: after its last tile the producer waits each ``empty`` stage's final phase.
+
+        Issue 9 finding 5: the last ``tcgen05.commit`` of each stage arrives on ``empty`` asynchronously (on
+        both CTAs' barriers with cta_group::2); without these waits a CTA may exit, and the pair pass the
+        final cluster barrier, with that arrive still pending.  The ring continues for ``stages`` more
+        iterations past ``it_end`` (this CTA's tiles x num_k) with producer_acquire waits only: at most
+        ``stages`` waits; a stage never filled passes at once (parity 1 on a fresh barrier).
+        """
+        S = self.p.stages
+        it = Var("it_end") + Var("i")
+        return [Let("tiles_done", (Var("num_tiles") + Var("num_clusters") - 1 - Var("cluster_id")) // Var("num_clusters")),
+                Let("it_end", Var("tiles_done") * Var("num_k")),
+                For("i", Const(0), Const(S), Const(1),
+                    (Let("it", it), Let("stage", Var("it") % S), Let("phase", (Var("it") // S) & 1),
+                     MbarrierWait(Bar("empty", Var("stage")), Var("phase") ^ 1, "producer_tail")))]
 
     def acc_indices(self) -> list:
         A = self.p.acc_stages
@@ -234,8 +254,11 @@ class _GemmBuilder:
                 accumulate = Const(1) if ks else ne(KB, 0)
                 issue.append(Umma(d, fold(a_lo + (w * p.wave_desc + ks * p.k_step_desc)),
                                   fold(b_lo + ks * p.k_step_desc), accumulate))
+        # issue 9 finding 5: tmem_full goes only to CTAs whose epilogue waits it (an arrive nobody waits for
+        # may still be pending when its CTA exits); with one writing CTA that is the leader alone
+        full_mc = mc if p.epi_writers == 2 else 0
         issue += [UmmaCommit(Bar("empty", stage), mc),
-                  If(eq(KB, Var("num_k") - 1), (UmmaCommit(Bar("tmem_full", Var("acc")), mc),))]
+                  If(eq(KB, Var("num_k") - 1), (UmmaCommit(Bar("tmem_full", Var("acc")), full_mc),))]
         if p.throttle_ns:
             issue.append(Nanosleep(p.throttle_ns))
         # issue 9 finding 3: with the level-1 relay, full[] completes on the peer's release.cluster arrive

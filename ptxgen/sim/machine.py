@@ -148,6 +148,26 @@ class StoreUnit:
         m.wake(self.warp)
 
 
+class CommitArriveUnit:
+    """The mbarrier arrive-on of a ``tcgen05.commit``, once the MMAs before it completed.
+
+    PTX ISA "tcgen05.commit": the arrive is triggered after those MMAs complete; nothing orders it
+    against later commits, so it is its own async unit with its own latency (issue 9 finding 5).
+    """
+
+    __slots__ = ("bars", "who", "issuer")
+
+    def __init__(self, bars: list, who: Who, issuer: Cta):
+        self.bars, self.who, self.issuer = bars, who, issuer
+
+    def fire(self, m: "Machine") -> None:
+        m.pending_arrives.discard(self)
+        for bar in self.bars:
+            _check_alive(bar, self.who)
+            if bar.arrive(1, 0, f"{self.who.where.who} tcgen05.commit"):
+                m.wake(bar)
+
+
 class AsyncQueue:
     """A warp's in-order tcgen05 ops (MMAs and commits); fires its head."""
 
@@ -247,6 +267,7 @@ class Machine:
         self.rendezvous: dict[tuple, Rendezvous] = {}
         self.cluster_syncs: dict[int, int] = {}  # cluster -> completed cluster barriers
         self.bulk_seq = 0  # bulk async-group commits so far (orders groups across threads)
+        self.pending_arrives: set[CommitArriveUnit] = set()
         self.steps = self.ops = 0
         self.fingerprint = 0  # hash of the scheduler's choices: equal fingerprints, same interleaving
         self.ctas = [Cta(plan, c, smem_base) for c in range(self.grid)]
@@ -604,10 +625,9 @@ class Machine:
         bars = [self._bar(w, ref, who) for ref in ev.bars]
 
         def complete(m: Machine) -> None:
-            for bar in bars:
-                _check_alive(bar, who)
-                if bar.arrive(1, 0, f"{who.where.who} tcgen05.commit"):
-                    m.wake(bar)
+            unit = CommitArriveUnit(bars, who, w.cta)
+            m.pending_arrives.add(unit)
+            m.schedule(unit)
 
         for _ in range(ev.lanes):
             w.tc.push(self, complete)
@@ -685,6 +705,12 @@ class Machine:
             if warp.tc.ops:
                 raise SimError(f"exit with async work: {cta.name} exited with {len(warp.tc.ops)} tcgen05 ops of warp "
                                f"{warp.index} in flight")
+        for unit in self.pending_arrives:
+            if unit.issuer is cta or any(bar.owner is cta for bar in unit.bars):
+                raise SimError(f"exit with an outstanding arrive: {cta.name} exited while the arrive of {unit.who} on "
+                               f"{', '.join(bar.name for bar in unit.bars)} is still pending; a CTA waits for every "
+                               "asynchronous arrive aimed at its barriers before exit (the producer waits each empty "
+                               "stage's final phase: CUTLASS producer_tail; issue 9 finding 5)")
         if cta.tmem is not None and cta.tmem.cols and not cta.tmem.freed:
             raise SimError(f"TMEM leak: {cta.name} exited without tcgen05.dealloc of its {cta.tmem.cols} columns")
 
