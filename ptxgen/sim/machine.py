@@ -495,9 +495,12 @@ class Machine:
         thread's bulk async-groups).  A whole-warp wait covers every thread's groups, counted as if one lane
         committed them all (elect.sync may have picked the same lane each time); an elected wait covers only
         the groups committed under the same Elect (another Elect may have picked another lane)."""
-        for groups in w.bulk_groups.values():
-            while groups and all(u.done for u in groups[0][1]):
-                groups.pop(0)
+        # forget completed groups older than every pending one (a newer group completing first must still
+        # count towards "at most n pending" until the older ones complete)
+        pending = [seq for gs in w.bulk_groups.values() for seq, units in gs if not all(u.done for u in units)]
+        oldest = min(pending, default=self.bulk_seq + 1)
+        for key, gs in w.bulk_groups.items():
+            w.bulk_groups[key] = [g for g in gs if g[0] >= oldest]
         if ev.thread is None:
             groups = sorted(g for gs in w.bulk_groups.values() for g in gs)
         else:
