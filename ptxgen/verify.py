@@ -449,6 +449,7 @@ def _check_dataflow(trace: _Trace) -> None:
     for (ctaid, warp), recs in trace.warps.items():
         last_wait: dict[tuple[str, int], tuple] = {}
         committed: dict[object, _Rec] = {}  # bulk async groups: issuing thread -> its last commit
+        released: dict[tuple[str, int], _Rec] = {}  # consumer_release of (barrier, index) -> where
 
         def require(name: str, index: int, rec: _Rec, what: str) -> None:
             got = last_wait.get((name, index))
@@ -460,6 +461,16 @@ def _check_dataflow(trace: _Trace) -> None:
             ev = rec.ev
             if isinstance(ev, W.WaitEv):
                 last_wait[(ev.bar.name, ev.bar.index)] = rec.key
+            elif isinstance(ev, W.ArriveEv) and ev.bar.name == "tmem_empty" and not ev.tx:
+                released[("tmem_empty", ev.bar.index)] = rec
+            if isinstance(ev, W.TmemLoadEv):
+                stage = (ev.taddr & 0xFFFF) // acc_cols
+                rel = released.get(("tmem_empty", stage))
+                if rel is not None and rel.key == rec.key:
+                    raise VerifyError(f"consumer release before the last read: {rel.ev.op.describe()} by {rel.where} "
+                                      f"releases accumulator stage {stage}, then {ev.op.describe()} reads it in the "
+                                      "same iteration; the MMA may already overwrite it (release after the last "
+                                      "tcgen05.ld + wait::ld)")
             elif isinstance(ev, W.TmaLoadEv):
                 size = plan.launch_spec().tensor_maps[ev.tensor]
                 region, s = slots.slot(ev.dst, ev.dst + size.box[0] * size.box[1] * 2, f"TmaLoad {ev.tensor}", rec.where,

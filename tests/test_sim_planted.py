@@ -81,6 +81,20 @@ def _drop_nth(body: tuple, kind: type, n: int) -> tuple:
     return body[:i] + body[i + 1:]
 
 
+def _release_before_last_load(op):
+    """In the loop body holding the tmem_empty arrive: move the arrive before the last TmemLoad."""
+    if not isinstance(op, O.For):
+        return op
+    body = list(op.body)
+    arr = [i for i, o in enumerate(body) if isinstance(o, O.MbarrierArrive) and o.bar.name == "tmem_empty"]
+    loads = [i for i, o in enumerate(body) if isinstance(o, O.TmemLoad)]
+    if not arr or not loads:
+        return op
+    moved = body.pop(arr[0])
+    body.insert(loads[-1], moved)
+    return replace(op, body=tuple(body))
+
+
 def _wrap_peer_arrive(op):
     return O.If(eq(Sreg("rank"), 0), (op,))
 
@@ -205,6 +219,10 @@ PLANTS = [
           verify=r"^unwaited asynchronous arrive: empty\[\d\] of CTA \d \(rank \d\), phase \d+: tcgen05\.commit arrivals "
                  r"\(mma@r0 commit multicast x1\) that no warp of CTA \d waits for",
           sim=None),  # the simulator's exit check exists, but random schedules rarely open the window
+    Plant("tmem_empty release moved before the last TmemLoad",
+          lambda: _kernel("level9", in_role("epilogue", _release_before_last_load)),
+          verify=r"^consumer release before the last read: MbarrierArrive tmem_empty\[acc\] on cta 0 by epilogue "
+                 r"\(CTA 0, rank 0, warp 4\) at t=0 releases accumulator stage 0, then TmemLoad", sim=None),
     Plant("accumulate flag on a tile's first k-block",
           lambda: _kernel("level7", where(lambda op: isinstance(op, O.Umma), lambda op: replace(op, accumulate=Const(1)))),
           verify=None,
