@@ -459,10 +459,6 @@ def _check_dataflow(trace: _Trace) -> None:
 
         for rec in recs:
             ev = rec.ev
-            if isinstance(ev, W.WaitEv):
-                last_wait[(ev.bar.name, ev.bar.index)] = rec.key
-            elif isinstance(ev, W.ArriveEv) and ev.bar.name == "tmem_empty" and not ev.tx:
-                released[("tmem_empty", ev.bar.index)] = rec
             if isinstance(ev, W.TmemLoadEv):
                 stage = (ev.taddr & 0xFFFF) // acc_cols
                 rel = released.get(("tmem_empty", stage))
@@ -471,6 +467,10 @@ def _check_dataflow(trace: _Trace) -> None:
                                       f"releases accumulator stage {stage}, then {ev.op.describe()} reads it in the "
                                       "same iteration; the MMA may already overwrite it (release after the last "
                                       "tcgen05.ld + wait::ld)")
+            if isinstance(ev, W.WaitEv):
+                last_wait[(ev.bar.name, ev.bar.index)] = rec.key
+            elif isinstance(ev, W.ArriveEv) and ev.bar.name == "tmem_empty" and not ev.tx:
+                released[("tmem_empty", ev.bar.index)] = rec
             elif isinstance(ev, W.TmaLoadEv):
                 size = plan.launch_spec().tensor_maps[ev.tensor]
                 region, s = slots.slot(ev.dst, ev.dst + size.box[0] * size.box[1] * 2, f"TmaLoad {ev.tensor}", rec.where,
