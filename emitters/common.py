@@ -31,11 +31,14 @@ def fence_mbarrier_init(lw: Lowering, op: ops.FenceMbarrierInit) -> None:
 
 def mbarrier_arrive(lw: Lowering, op: ops.MbarrierArrive) -> None:
     addr = lw.bar(op.bar)
+    # scope "cta": the default (.release.cta) form, printed without qualifiers as before;
+    # "cluster": .release.cluster (a cross-CTA data hand-off; PTX ISA "mbarrier.arrive")
+    sem = ".release.cluster" if op.scope == "cluster" else ""
     if op.cta is None:
-        lw.emit(f"mbarrier.arrive.shared::cta.b64 _, [{addr}];")
+        lw.emit(f"mbarrier.arrive{sem}.shared::cta.b64 _, [{addr}];")
     else:
         # the seeds' (DeepGEMM's) form: default .release semantics on the mapa'd shared::cluster address
-        lw.emit(f"mbarrier.arrive.shared::cluster.b64 _, [{_remote(lw, addr, op.cta)}];")
+        lw.emit(f"mbarrier.arrive{sem}.shared::cluster.b64 _, [{_remote(lw, addr, op.cta)}];")
 
 
 def mbarrier_arrive_expect_tx(lw: Lowering, op: ops.MbarrierArriveExpectTx) -> None:
@@ -51,7 +54,8 @@ def mbarrier_wait(lw: Lowering, op: ops.MbarrierWait) -> None:
     top = lw.label("wait")
     p = lw.pred()
     lw.place(top)
-    lw.emit(f"mbarrier.try_wait.parity.shared::cta.b64 {p}, [{addr}], {phase};")
+    sem = ".acquire.cluster" if op.scope == "cluster" else ""  # default: .acquire.cta
+    lw.emit(f"mbarrier.try_wait.parity{sem}.shared::cta.b64 {p}, [{addr}], {phase};")
     lw.emit(f"@!{p} bra {top};")
 
 

@@ -6,3 +6,18 @@ Sources: CUDA C Programming Guide "Compute capabilities" (shared memory per bloc
 
 SMEM_LIMIT_BYTES = 232448  # max dynamic shared memory per block, sm_90 and sm_100 (227 KB)
 TMEM_COLUMNS = 512  # TMEM columns per SM (sm_100a)
+
+# Residency (CUDA C++ Programming Guide, "Compute Capabilities", cc 9.0 and 10.0): 228 KB of shared memory
+# per SM, of which the driver reserves 1 KB per resident CTA; at most 2048 threads and 32 CTAs per SM.
+SM_SMEM_BYTES = 233472
+SMEM_RESERVED_PER_CTA = 1024
+SM_MAX_THREADS = 2048
+SM_MAX_CTAS = 32
+
+
+def resident_ctas(smem_bytes: int, threads: int) -> int:
+    """CTAs of ``threads`` threads and ``smem_bytes`` dynamic shared memory (bytes) that one SM holds at once.
+
+    Shared-memory, thread and CTA limits only (registers aside).  Source: see ``SM_SMEM_BYTES``.
+    """
+    return min(SM_SMEM_BYTES // (smem_bytes + SMEM_RESERVED_PER_CTA), SM_MAX_THREADS // threads, SM_MAX_CTAS)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import descriptors
-from .hw import SMEM_LIMIT_BYTES
+from .hw import SM_SMEM_BYTES, SMEM_LIMIT_BYTES, SMEM_RESERVED_PER_CTA, TMEM_COLUMNS, resident_ctas
 from .errors import ConfigError
 from .ir.kernel import BarrierArray, Kernel, SmemRegion
 from .ir.pipeline import ARRIVE, EXPECT_TX, UMMA_COMMIT, BulkStoreRing, Pipeline
@@ -166,8 +166,11 @@ class Plan:
     m_ctas: int  # CTAs of a cluster along M that compute different m-blocks
     group_clusters: int  # swizzle group, in cluster m-blocks
     throttle_ns: int
+    # residency
+    ctas_per_sm: int  # CTAs one SM can hold (shared memory, threads); sm_100a: TMEM-bounded, see make_plan
     # registers (sm_90a setmaxnreg)
     maxnreg: int
+    min_ctas_per_sm: int  # sm_100a: ``.minnctapersm`` (0: none); see make_plan
     producer_regs: int
     consumer_regs: int
 
@@ -268,7 +271,7 @@ class Plan:
             threads=self.threads, cluster_size=self.cluster_size, cta_group=self.cta_group,
             smem_bytes=self.smem_bytes, regions=regions, barriers=tuple(self.barrier_specs()),
             tmem_slot=self.tmem_slot, tmem_cols=self.tmem_cols, tmem_acc_stage_cols=self.acc_stage_cols,
-            maxnreg=self.maxnreg if not self.is_sm100 else 0, minnctapersm=0,
+            maxnreg=self.maxnreg if not self.is_sm100 else 0, minnctapersm=self.min_ctas_per_sm,
             params=self.params, launch=self.launch_spec(), block_k=self.block_k, generator=f"ptxgen {__version__}",
             body=tuple(body),
         )
@@ -385,13 +388,26 @@ def make_plan(cfg: Config) -> Plan:
 
     # ---- pipelines: the operand ring (TMA producer -> MMA), the accumulator ring (MMA -> epilogue), CD staging
     ab = Pipeline("ab", S, full, empty, EXPECT_TX, UMMA_COMMIT if sm100 else ARRIVE, multicast=mc if sm100 else 0)
-    acc = Pipeline("acc", A, tmem_full, tmem_empty, UMMA_COMMIT, ARRIVE, multicast=mc, label="accumulator") if sm100 else None
+    # issue 9 finding 5: tmem_full commits go only to CTAs whose epilogue waits (an arrive nobody waits for may
+    # still be pending when its CTA exits); with one writing CTA that is the leader alone
+    acc = Pipeline("acc", A, tmem_full, tmem_empty, UMMA_COMMIT, ARRIVE, multicast=mc if writers == 2 else 0,
+                   label="accumulator") if sm100 else None
     cd_ring = BulkStoreRing(e.stages) if tma_store else None
 
     # ---- TMEM
     acc_cols = t.block_n * m_waves if sm100 else 0
     acc_stage_cols = acc_cols * nb  # one accumulator per B operand, side by side in TMEM
     tmem_cols = acc_stage_cols * A if sm100 else 0
+
+    # ---- residency.  Issue 9 finding 4: CTAs sharing an SM must fit their TMEM columns in 512, or a
+    # tcgen05.alloc blocks (two CTA pairs can then wait on each other).  Shared memory is the bound we
+    # control: pad the dynamic allocation so that at most 512 // tmem_cols CTAs are resident.
+    ctas_per_sm = resident_ctas(smem_bytes, threads)
+    if sm100 and ctas_per_sm * tmem_cols > TMEM_COLUMNS:
+        fit = TMEM_COLUMNS // tmem_cols
+        smem_bytes = _align(SM_SMEM_BYTES // (fit + 1) - SMEM_RESERVED_PER_CTA + 1, 16)
+        ctas_per_sm = resident_ctas(smem_bytes, threads)
+        assert ctas_per_sm * tmem_cols <= TMEM_COLUMNS and smem_bytes <= SMEM_LIMIT_BYTES
 
     # ---- descriptors
     if sm100:
@@ -428,6 +444,11 @@ def make_plan(cfg: Config) -> Plan:
     if not sm100:
         consumer_regs = min(240, ((65536 - 128 * producer_regs) // (128 * wgs)) // 8 * 8)
 
+    # sm_100a: ``.minnctapersm 1`` is the seed's ``__launch_bounds__(256, 1)``; without it ptxas
+    # (CUDA 13.0) picks 64 registers for an occupancy it never gets (TMEM and shared memory allow 1-4
+    # CTAs) and level 9 spills 16 B (issue 9, finding 6).  PTX ISA "Performance-tuning directives".
+    min_ctas_per_sm = 1 if sm100 else 0
+
     return Plan(
         cfg=cfg, kernel_name=f"ptxgen_{cfg.kernel}_{cfg.name.replace('-', '_')}", arch=cfg.arch,
         cluster_size=cs, cta_group=cta_group, threads=threads,
@@ -451,6 +472,6 @@ def make_plan(cfg: Config) -> Plan:
         cd_box_rows=cd_box_rows, cd_row_bytes=cd_row_bytes, cd_stage_bytes=cd_stage, cd_stages=e.stages,
         tmem_ld_cols=tmem_ld_cols, release_per_thread=per_thread, tmem_empty_arrivals_per_cta=arrivals_per_cta,
         cluster_tile_rows=t.block_m * m_ctas, m_ctas=m_ctas, group_clusters=group_clusters,
-        throttle_ns=throttle_ns,
-        maxnreg=maxnreg, producer_regs=producer_regs, consumer_regs=consumer_regs,
+        throttle_ns=throttle_ns, ctas_per_sm=ctas_per_sm,
+        maxnreg=maxnreg, min_ctas_per_sm=min_ctas_per_sm, producer_regs=producer_regs, consumer_regs=consumer_regs,
     )

@@ -41,9 +41,9 @@ Model (what the effects' numbers mean):
   the same shfls in the same order, as ``.sync`` with a full mask requires).
 
 Effect kinds (``E`` is one tuple; addresses are ints, ``G`` the cta_group):
-``("mbarrier.init", addr, count)``, ``("mbarrier.arrive", space, addr, tx)``
-(space ``cta``/``cluster``, tx 0 for a plain arrive),
-``("mbarrier.try_wait", addr, parity)``, ``("fence.mbarrier_init",)``,
+``("mbarrier.init", addr, count)``, ``("mbarrier.arrive", space, addr, tx, scope)``
+(space ``cta``/``cluster``, tx 0 for a plain arrive, scope of ``.release``: ``cta`` (default) or ``cluster``),
+``("mbarrier.try_wait", addr, parity, scope)`` (scope of ``.acquire``), ``("fence.mbarrier_init",)``,
 ``("tma.load", tensor, dst, col, row, bar, G, mask)`` (mask 0: no multicast),
 ``("tma.store", tensor, src, col, row)``, ``("bulk.commit",)``,
 ``("bulk.wait", n, read)``, ``("fence.proxy.async",)``, ``("bar.sync", id, threads|None)``,
@@ -672,6 +672,18 @@ def _tensor(text: str):
     return name, cs
 
 
+def _sem_scope(insn: Insn, sem: str) -> str:
+    """Scope of the ``.release``/``.acquire`` qualifier (``cta`` when absent: the PTX default), e.g.
+    ``mbarrier.arrive.release.cluster`` -> ``cluster``.  PTX ISA "mbarrier.arrive", "mbarrier.test_wait/try_wait"."""
+    parts = insn.parts
+    if sem not in parts:
+        return "cta"
+    i = parts.index(sem)
+    if i + 1 >= len(parts) or parts[i + 1] not in ("cta", "cluster"):
+        raise PtxInterpError(f"line {insn.line}: .{sem} without a .cta/.cluster scope not interpreted: {insn.text}")
+    return parts[i + 1]
+
+
 def _mbarrier(insn: Insn):
     parts, ops = insn.parts, insn.ops
     space = "cluster" if "shared::cluster" in parts else "cta"
@@ -681,12 +693,13 @@ def _mbarrier(insn: Insn):
         if ops[0] != "_":
             raise PtxInterpError(f"line {insn.line}: arrive state register not interpreted")
         tx = _src(ops[2]) if parts[2] == "expect_tx" else _const(0)
-        return _effect(insn, "mbarrier.arrive", _const(space), _addr(ops[1]), tx)
+        return _effect(insn, "mbarrier.arrive", _const(space), _addr(ops[1]), tx, _const(_sem_scope(insn, "release")))
     if parts[1] == "try_wait" and parts[2] == "parity":
         p, a, ph = ops[0], _addr(ops[1]), _src(ops[2])
+        scope = _sem_scope(insn, "acquire")
 
         def try_wait(t):
-            t.effects.append(("mbarrier.try_wait", a(t), ph(t)))
+            t.effects.append(("mbarrier.try_wait", a(t), ph(t), scope))
             t.regs[p] = True
         return try_wait
     raise PtxInterpError(f"line {insn.line}: mbarrier form not interpreted: {insn.text}")

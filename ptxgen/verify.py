@@ -52,6 +52,7 @@ import numpy as np
 
 from .hw import SMEM_LIMIT_BYTES
 from .errors import VerifyError
+from .hw import resident_ctas
 from .ir import Kernel
 from .sim import walker as W
 from .sim.mma import umma_operand, umma_shape, wgmma_operand
@@ -131,6 +132,7 @@ class _Phase:
     arrivals: Counter = field(default_factory=Counter)  # source -> arrivals
     expected: Counter = field(default_factory=Counter)  # source -> expect_tx bytes
     delivered: Counter = field(default_factory=Counter)  # source -> TMA bytes
+    commits: int = 0  # asynchronous (tcgen05.commit) arrivals
 
     @staticmethod
     def sources(c: Counter, unit: str = "") -> str:
@@ -233,6 +235,7 @@ class _Barriers:
 
             def commit(b, j):
                 b.phases[j].arrivals[src] += ev.lanes
+                b.phases[j].commits += ev.lanes
             return [(self._key(ctaid, ref), commit) for ref in ev.bars]
         return []
 
@@ -293,13 +296,23 @@ def _check_barriers(bs: _Barriers) -> int:
                     f"({ph.sources(ph.delivered, 'B')})")
             checked += 1
         complete = len(b.phases)  # visits number phases 0, 1, ...: all of them passed the checks above
+        waited = 0
         for waits in b.waits.values():
             for w, need in zip(waits, _need(waits, b)):
+                waited = max(waited, need)
                 if need > complete:
                     raise VerifyError(
                         f"wait can never complete: {w.role} by {w.where} on {b.label} needs {need} completed "
                         f"phase(s); the arrivals complete {complete} (nobody "
                         f"{'arrives on it' if not b.phases else 'arrives for phase ' + str(complete)})")
+        late = [j for j, ph in b.phases.items() if ph.commits and j >= waited]
+        if late:
+            ph = b.phases[late[0]]
+            raise VerifyError(
+                f"unwaited asynchronous arrive: {b.label}, phase {late[0]}: tcgen05.commit arrivals "
+                f"({ph.sources(ph.arrivals)}) that no warp of CTA {b.ctaid} waits for; the CTA may exit (and the "
+                "pair pass its last cluster barrier) with the arrive pending: the producer waits each empty "
+                "stage's final phase before exit (CUTLASS producer_tail; issue 9 finding 5)")
     return checked
 
 
@@ -438,6 +451,8 @@ def _check_dataflow(trace: _Trace) -> None:
     acc_cols = kernel.tmem_acc_stage_cols or 1
     for (ctaid, warp), recs in trace.warps.items():
         last_wait: dict[tuple[str, int], tuple] = {}
+        committed: dict[object, _Rec] = {}  # bulk async groups: issuing thread -> its last commit
+        released: dict[tuple[str, int], _Rec] = {}  # consumer_release of (barrier, index) -> where
 
         def require(name: str, index: int, rec: _Rec, what: str) -> None:
             got = last_wait.get((name, index))
@@ -447,8 +462,18 @@ def _check_dataflow(trace: _Trace) -> None:
 
         for rec in recs:
             ev = rec.ev
+            if isinstance(ev, W.TmemLoadEv):
+                stage = (ev.taddr & 0xFFFF) // acc_cols
+                rel = released.get(("tmem_empty", stage))
+                if rel is not None and rel.key == rec.key:
+                    raise VerifyError(f"consumer release before the last read: {rel.ev.op.describe()} by {rel.where} "
+                                      f"releases accumulator stage {stage}, then {ev.op.describe()} reads it in the "
+                                      "same iteration; the MMA may already overwrite it (release after the last "
+                                      "tcgen05.ld + wait::ld)")
             if isinstance(ev, W.WaitEv):
                 last_wait[(ev.bar.name, ev.bar.index)] = rec.key
+            elif isinstance(ev, W.ArriveEv) and ev.bar.name == "tmem_empty" and not ev.tx:
+                released[("tmem_empty", ev.bar.index)] = rec
             elif isinstance(ev, W.TmaLoadEv):
                 size = kernel.launch.tensor_maps[ev.tensor]
                 region, s = slots.slot(ev.dst, ev.dst + size.box[0] * size.box[1] * 2, f"TmaLoad {ev.tensor}", rec.where,
@@ -479,6 +504,16 @@ def _check_dataflow(trace: _Trace) -> None:
             elif isinstance(ev, W.TmaStoreEv):
                 box = kernel.launch.tensor_maps[ev.tensor].box
                 slots.slot(ev.src, ev.src + box[0] * box[1] * 2, f"TmaStore {ev.tensor}", rec.where, ("CD",))
+            elif isinstance(ev, W.BulkCommitEv):
+                committed[ev.thread] = rec
+            elif isinstance(ev, W.BulkWaitEv) and ev.thread is not None:
+                other = next((r for t, r in committed.items() if t != ev.thread), None)
+                if other is not None:
+                    raise VerifyError(
+                        f"bulk async-group ownership: {ev.op.describe()} by one elect.sync lane of {rec.where} waits "
+                        f"for groups that another elect.sync committed (at {other.where.at}); bulk async-groups "
+                        "belong to the committing thread and elect.sync does not promise the same lane twice: "
+                        "commit and wait from one fixed thread, or wait in every lane (issue 9 finding 2)")
             _check_issuers(ev, rec)
 
 
@@ -519,6 +554,7 @@ def _check_layout(kernel: Kernel) -> None:
     pieces += [("tmem slot", kernel.tmem_slot, 4, 4)]
     if kernel.smem_bytes > SMEM_LIMIT_BYTES:
         raise VerifyError(f"shared memory budget: {kernel.smem_bytes} B > {SMEM_LIMIT_BYTES} B")
+    _check_residency(kernel)
     for name, off, size, align in pieces:
         if off % align:
             raise VerifyError(f"misaligned region: {name} at {off:#x} needs {align}-byte alignment")
@@ -528,6 +564,24 @@ def _check_layout(kernel: Kernel) -> None:
     for (lo1, hi1, n1), (lo2, hi2, n2) in zip(spans, spans[1:]):
         if lo2 < hi1:
             raise VerifyError(f"overlapping regions: {n1} [{lo1:#x}, {hi1:#x}) and {n2} [{lo2:#x}, {hi2:#x})")
+
+
+def _check_residency(kernel: Kernel) -> None:
+    """sm_100a: the CTAs an SM can hold (:func:`ptxgen.hw.resident_ctas` of the kernel's shared memory and
+    threads) fit their TMEM in 512 columns (issue 9 finding 4), and the kernel bounds CTAs per SM for ptxas
+    (``.minnctapersm``; issue 9 finding 6: without it ptxas 13.0 budgets 64 registers and level 9 spills)."""
+    if not kernel.is_sm100:
+        return
+    ctas = resident_ctas(kernel.smem_bytes, kernel.threads)
+    if ctas * kernel.tmem_cols > TMEM_COLS:
+        raise VerifyError(f"TMEM oversubscription: {kernel.smem_bytes} B of shared memory lets {ctas} CTAs share an SM, "
+                          f"each allocating {kernel.tmem_cols} TMEM columns ({ctas * kernel.tmem_cols} > {TMEM_COLS}); "
+                          "tcgen05.alloc blocks and CTA pairs can wait on each other: size shared memory so at most "
+                          f"{TMEM_COLS // kernel.tmem_cols} fit")
+    if not 1 <= kernel.minnctapersm <= ctas:
+        raise VerifyError(f"register budget: .minnctapersm {kernel.minnctapersm or 'missing'}; an sm_100a kernel "
+                          f"declares the CTAs per SM it runs with (1..{ctas}) so ptxas budgets registers for them "
+                          "(the seed's __launch_bounds__(256, 1))")
 
 
 def _check_tmem_lifetime(trace: _Trace) -> None:
@@ -546,6 +600,11 @@ def _check_tmem_lifetime(trace: _Trace) -> None:
             raise VerifyError(f"TMEM lifetime: {(allocs or deallocs)[0].where} allocates {len(allocs)}x and frees "
                               f"{len(deallocs)}x; one warp allocates once and frees once")
         a, d = allocs[0], deallocs[0]
+        if kernel.cta_group == 2 and a.syncs == 0:
+            raise VerifyError(f"paired TMEM allocation before the cluster is known running: {a.where} issues "
+                              "tcgen05.alloc.cta_group::2 before any cluster barrier; the peer CTA must be running "
+                              "(PTX ISA tcgen05.alloc): init barriers, fence.mbarrier_init, cluster arrive/wait, then "
+                              "alloc (issue 9 finding 1)")
         cols = a.ev.cols
         if cols < 32 or cols > TMEM_COLS or cols & (cols - 1) or cols != kernel.tmem_cols or d.ev.cols != cols:
             raise VerifyError(f"TMEM allocation: {a.where} allocates {cols} and frees {d.ev.cols} columns; needs the "
@@ -571,6 +630,44 @@ def _check_tmem_lifetime(trace: _Trace) -> None:
                     raise VerifyError(f"TMEM lifetime: {r.ev.op.describe()} by {r.where} is not separated by a "
                                       f"{'cluster' if cs == 2 else 'thread'} barrier from the alloc and the dealloc "
                                       f"of CTA {owner}'s TMEM")
+
+
+def _check_scopes(trace: _Trace) -> None:
+    """A cross-CTA data hand-off synchronizes at cluster scope (issue 9 finding 3).
+
+    A plain remote arrive (no tx bytes) on a barrier that a ``consumer_wait`` waits on hands that
+    consumer the arriving CTA's data (level 1's relay: the leader's MMA then reads the peer's shared
+    memory): the arrive needs ``.release.cluster`` and the consumer's wait ``.acquire.cluster``; the
+    default ``.cta`` forms order nothing across CTAs (PTX ISA "Memory Consistency Model: scope").
+    Remote arrives that only release a resource (``empty``, ``tmem_empty``: waited by producers) keep
+    the default form (bench/NOTES.md: a cluster-scope release there serializes the pair).
+    """
+    cs = trace.kernel.cluster_size
+    remote: dict[tuple, _Rec] = {}
+    waits: dict[tuple, list[_Rec]] = defaultdict(list)
+    for (ctaid, _), recs in trace.warps.items():
+        base = ctaid - ctaid % cs
+        for rec in recs:
+            ev = rec.ev
+            if isinstance(ev, W.ArriveEv) and not ev.tx and ev.bar.rank != rec.where.rank:
+                remote.setdefault((base + ev.bar.rank, ev.bar.name, ev.bar.index), rec)
+            elif isinstance(ev, W.WaitEv) and ev.role.startswith("consumer_wait"):
+                waits[(base + ev.bar.rank, ev.bar.name, ev.bar.index)].append(rec)
+    for key, arrive in remote.items():
+        consumers = waits.get(key, [])
+        if not consumers:
+            continue
+        bar = f"{key[1]}[{key[2]}] of CTA {key[0]}"
+        if arrive.ev.op.scope != "cluster":
+            raise VerifyError(f"cross-CTA hand-off at CTA scope: {arrive.ev.op.describe()} by {arrive.where} hands "
+                              f"{bar} to {consumers[0].where.who}'s consumer_wait with the default .release.cta; a "
+                              "cross-CTA data hand-off needs mbarrier.arrive.release.cluster (issue 9 finding 3)")
+        narrow = next((w for w in consumers if w.ev.op.scope != "cluster"), None)
+        if narrow is not None:
+            raise VerifyError(f"cross-CTA hand-off at CTA scope: {narrow.ev.op.describe()} by {narrow.where} "
+                              f"completes on {arrive.where.who}'s remote arrive on {bar} with the default "
+                              ".acquire.cta; a cross-CTA data hand-off needs try_wait .acquire.cluster "
+                              "(issue 9 finding 3)")
 
 
 def _check_teardown(trace: _Trace) -> None:
@@ -612,6 +709,7 @@ def verify(kernel) -> VerifyReport:
     phases = _check_barriers(bars)
     _Replay(trace, bars).run()
     _check_tmem_lifetime(trace)
+    _check_scopes(trace)
     _check_teardown(trace)
     return VerifyReport(kernel.name, (trace.m, trace.n, trace.k), trace.grid, trace.events, phases, _table(bars))
 

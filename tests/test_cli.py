@@ -258,7 +258,7 @@ def test_build_verifies_every_kernel(capsys, monkeypatch, tmp_path, fast_assembl
 
     seen = []
     real = ptxgen.verify.verify
-    monkeypatch.setattr(ptxgen.verify, "verify", lambda kernel: (seen.append(kernel.plan.cfg.name), real(kernel)))
+    monkeypatch.setattr(ptxgen.verify, "verify", lambda kernel: (seen.append(kernel.config_name), real(kernel)))
     rc, _, _ = _run(capsys, "build", "-c", "level1", "-c", "h100_128x128", "-o", str(tmp_path))
     assert rc == 0 and seen == ["level1", "h100_128x128"]
 
@@ -274,7 +274,7 @@ def test_build_writes_nothing_when_one_kernel_fails(capsys, monkeypatch, tmp_pat
 
     def fail_on_level2(*args, **kwargs):
         kernel_or_ptx = args[0]
-        if "level2" in str(getattr(getattr(kernel_or_ptx, "plan", None), "cfg", "")) or (
+        if getattr(kernel_or_ptx, "config_name", None) == "level2" or (
                 isinstance(kernel_or_ptx, str) and "level2" in kernel_or_ptx[:2000]):
             raise error
         return real(*args, **kwargs)

@@ -62,13 +62,15 @@ def _body(cta_group: int, m: int, n: int, scale_vec: str = "block16") -> tuple:
 
 
 def _plan(cta_group: int) -> SimpleNamespace:
+    """The kernel fields the lowering reads (a stand-in for :class:`ptxgen.ir.Kernel`)."""
+    full = SimpleNamespace(name="full", offset=0x7010)
     return SimpleNamespace(arch="sm_100a", cta_group=cta_group, tmem_slot=0x7000,
-                           full=SimpleNamespace(offset=0x7010))
+                           barrier=lambda name: {"full": full}[name])
 
 
 def lower(cta_group: int = 1, m: int = 128, n: int = 128, scale_vec: str = "block16") -> str:
     """A whole PTX module: the lowered body inside a minimal entry (``k`` is an accumulate flag source)."""
-    lw = Lowering(plan=_plan(cta_group), table=TABLES["sm_100a"])
+    lw = Lowering(kernel=_plan(cta_group), table=TABLES["sm_100a"])
     lw.body(_body(cta_group, m, n, scale_vec))
     decls = [f".reg .b32 %{v};" for v in sorted(lw.vars)] + [
         ".reg .b32 %smem_base, %k;",
@@ -100,7 +102,7 @@ def test_ops_describe_and_carry_constants() -> None:
     cp = ops.TmemCopy(taddr=ex.Var("t"), src_lo=5, desc_hi=0x4008)
     assert "32x128b.warpx4" in cp.describe() and "hi=0x4008" in cp.describe()
     # self-contained: lowering needs no plan field besides arch (sm_100a table) for these two ops
-    lw = Lowering(plan=SimpleNamespace(arch="sm_100a"), table=TABLES["sm_100a"])
+    lw = Lowering(kernel=SimpleNamespace(arch="sm_100a"), table=TABLES["sm_100a"])
     lw.body((cp, op))
     text = "\n".join(lw.lines)
     assert "tcgen05.cp.cta_group::1" in text and "tcgen05.mma.cta_group::1.kind::mxf4nvf4" in text
@@ -127,10 +129,10 @@ def test_assembles_to_block_scaled_sass(cta_group: int, m: int, n: int, scale_ve
 @compile_test
 def test_ptx_version_requirement() -> None:
     """ptxas refuses .block16 below PTX 8.8: the emitter's header version must stay >= 8.8."""
-    from emitters import PTX_VERSION
+    from emitters import PTX_ISA_VERSION
     from ptxgen.assemble import assemble
     from ptxgen.errors import AssembleError
 
-    assert tuple(map(int, PTX_VERSION.split("."))) >= (8, 8)
+    assert tuple(map(int, PTX_ISA_VERSION["sm_100a"].split("."))) >= (8, 8)
     with pytest.raises(AssembleError, match="8.8"):
         assemble(lower().replace(".version 8.8", ".version 8.7"), "sm_100a")

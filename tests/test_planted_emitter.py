@@ -156,6 +156,12 @@ def bf16_pair_swapped(mp):
     mp.setattr(common, "_pack_bf16", pack)
 
 
+def cluster_scope_dropped(mp):
+    """Level 1's relay: ``mbarrier.arrive`` / ``try_wait`` emitted at the default .cta scope (issue 9 finding 3)."""
+    for op_type in (ops.MbarrierArrive, ops.MbarrierWait):
+        _patch_op(mp, op_type, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, scope="cta")))
+
+
 # bug -> the check that must catch it ("differential", or "golden:<name>")
 BUGS = {
     pow2_mod_and: "differential",
@@ -169,6 +175,7 @@ BUGS = {
     barrier_stride: "differential",
     mapa_own_rank: "differential",
     bf16_pair_swapped: "differential",
+    cluster_scope_dropped: "differential",
 }
 GOLDEN_CATCHES = {  # bugs a golden sequence catches as well
     peer_bit_mask: "two_sm_tma_load",

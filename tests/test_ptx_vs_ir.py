@@ -157,9 +157,30 @@ def test_interpreter_basics():
     prog = ptxinterp.parse(text)
     eff = ptxinterp.run_thread(prog, tid=32 + 7, ctaid=0, nctaid=1, ntid=64, params={"n": 5}, smem_base=0x400)
     # tid 39: r4 = 4, r5 = -3, r6 = -2 (arithmetic shift), p2 false (r4 != 2) -> r7 = 22; not elected
-    waits = [("mbarrier.try_wait", 0x408, i) for i in range(3)]
+    waits = [("mbarrier.try_wait", 0x408, i, "cta") for i in range(3)]
     assert eff == [*waits, ("tcgen05.mma", 1, 32 + 3, 5 << 32 | 22, 5 << 32 | 22, 0xFFFFFFFE, False)]
     eff = ptxinterp.run_thread(prog, tid=32, ctaid=0, nctaid=1, ntid=64, params={"n": 5}, smem_base=0x400)
-    assert eff[3] == ("mbarrier.arrive", "cluster", 0x01000400, 64)
+    assert eff[3] == ("mbarrier.arrive", "cluster", 0x01000400, 64, "cta")
     with pytest.raises(ptxinterp.PtxInterpError, match="not interpreted"):
         ptxinterp.parse(".visible .entry t() {\n ld.global.u32 %r1, [%r2];\n}")
+
+
+def test_interpreter_memory_scopes():
+    """``.release.cluster`` / ``.acquire.cluster`` (issue 9 finding 3) appear in the effects; the default is cta."""
+    text = """
+    .extern .shared .align 1024 .b8 smem[];
+    .visible .entry t() {
+        .reg .b32 %r<4>; .reg .pred %p<2>;
+        mov.u32 %r1, smem;
+        mapa.shared::cluster.u32 %r2, %r1, 0;
+        mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r2];
+        mbarrier.arrive.shared::cta.b64 _, [%r1];
+        mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %p1, [%r1], 1;
+        mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], 0;
+        ret;
+    }
+    """
+    eff = ptxinterp.run_thread(ptxinterp.parse(text), tid=0, ctaid=1, nctaid=2, ntid=32, params={}, smem_base=0x400,
+                               rank=1)
+    assert [e[-1] for e in eff] == ["cluster", "cta", "cluster", "cta"]
+    assert eff[0][:2] == ("mbarrier.arrive", "cluster") and eff[2][:3] == ("mbarrier.try_wait", 0x400, 1)

@@ -169,3 +169,26 @@ def test_sm90_single_stage(config: str) -> None:
     with pytest.raises(VerifyError, match=r"^circular wait: .*\n  producer \(CTA 0, rank 0, warp 0\) at t=0 kb=1: "
                                           r"producer_acquire on empty\[0\] of CTA 0 \(rank 0\) for parity 0"):
         verify(kernel)
+
+
+# ------------------------------------------------------------------ issue 9: residency and register budget
+
+
+def test_tmem_oversubscription() -> None:
+    """Level 1's unpadded shared memory (24624 B) lets 9 CTAs share an SM: 9 x 128 TMEM columns > 512."""
+    kernel = _with_plan("level1", lambda p: replace(p, smem_bytes=24624))
+    with pytest.raises(VerifyError, match=r"^TMEM oversubscription: 24624 B of shared memory lets 9 CTAs share an "
+                                          r"SM, each allocating 128 TMEM columns \(1152 > 512\)"):
+        verify(kernel)
+
+
+def test_level1_shared_memory_bounds_ctas_per_sm() -> None:
+    plan = make_plan(load_config("level1"))
+    assert plan.ctas_per_sm == 4 and plan.ctas_per_sm * plan.tmem_cols == 512
+    assert plan.launch_spec().dynamic_smem_bytes == plan.smem_bytes == 45680
+
+
+def test_sm100_without_minnctapersm() -> None:
+    kernel = _with_plan("level9", lambda p: replace(p, min_ctas_per_sm=0))
+    with pytest.raises(VerifyError, match=r"^register budget: \.minnctapersm missing; an sm_100a kernel declares"):
+        verify(kernel)

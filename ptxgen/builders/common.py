@@ -47,6 +47,10 @@ class TileScheduler:
             Let("num_clusters", Sreg("nctaid") // cs),
         ]
 
+    def tiles_done(self) -> Expr:
+        """Tiles this CTA's cluster walks: ``ceil((num_tiles - cluster_id) / num_clusters)`` (``tc`` after the loop)."""
+        return (Var("num_tiles") + Var("num_clusters") - 1 - Var("cluster_id")) // Var("num_clusters")
+
     def loop(self, body: list) -> For:
         p, g = self.p, self.p.group_clusters
         m_cta = (Var("cm") * p.m_ctas + self.c.rank) if p.m_ctas == 2 else Var("cm")
@@ -90,15 +94,25 @@ def stage_offset(plan: Plan, operand: str, stage: Expr) -> Expr:
 
 
 def setup(plan: Plan, cluster: Cluster, scheduler: TileScheduler) -> list:
-    """Barrier init (one elected thread), TMEM allocation (sm_100a), then a CTA/cluster sync."""
+    """Barrier init (one elected thread), TMEM allocation (sm_100a), then a CTA/cluster sync.
+
+    With ``cta_group::2`` the paired allocation waits for a cluster barrier after the inits (issue 9 finding 1).
+    """
     inits = []
     for spec in plan.barrier_specs():
         count = lift(spec.init[0]) if len(set(spec.init)) == 1 else select(cluster.is_leader, spec.init[0], spec.init[1])
         inits.append(For("i", Const(0), Const(spec.num), Const(1), (MbarrierInit(Bar(spec.name, Var("i")), count),)))
     roles = [Role("init", 0, 1, (Elect((*inits, FenceMbarrierInit())),))]
-    if plan.is_sm100:
-        roles.append(Role("tmem_alloc", plan.alloc_warp, plan.alloc_warp + 1, (TmemAlloc(plan.tmem_cols), TmemRelinquish())))
-    out = [Let("num_k", ceil_div(Param("k"), plan.block_k)), *scheduler.setup(), WarpSwitch(tuple(roles))]
+    alloc = Role("tmem_alloc", plan.alloc_warp, plan.alloc_warp + 1, (TmemAlloc(plan.tmem_cols), TmemRelinquish()))
+    out = [Let("num_k", ceil_div(Param("k"), plan.block_k)), *scheduler.setup()]
+    if plan.is_sm100 and plan.cta_group == 2:
+        # Issue 9 finding 1: tcgen05.alloc.cta_group::2 needs the peer CTA running (PTX ISA tcgen05.alloc;
+        # CUTLASS PR #3316, Triton PR #10735).  Order: barrier init + fence.mbarrier_init -> cluster
+        # arrive.release/wait.acquire -> alloc + relinquish -> fence::before -> cluster sync (peer's alloc
+        # done, address slot written) -> fence::after -> read the address slot.
+        out += [WarpSwitch(tuple(roles)), ClusterSync(), WarpSwitch((alloc,))]
+    else:
+        out.append(WarpSwitch(tuple(roles + ([alloc] if plan.is_sm100 else []))))
     if plan.is_sm100:
         out.append(TcgenFence("before"))
     out.append(ClusterSync() if cluster.size == 2 else CtaSync())

@@ -39,16 +39,20 @@ def _sm100_roles(plan: Plan, cluster: Cluster, sched: TileScheduler) -> list:
     """
     producer, mma, epi = TmaProducer(plan, cluster), UmmaIssuer(plan, cluster), Epilogue(plan, cluster)
     loop = (lambda body: [sched.loop(body)]) if plan.dedicated_epilogue else (lambda body: body)  # noqa: E731
+    # issue 9 finding 5: the producer waits each empty stage's final phase before exit (producer_tail); with a
+    # dedicated epilogue inside its role, otherwise after the shared tile loop
+    tail = producer.tail(sched)
     if plan.lockstep:
         tile = [*mma.tile_head(), k_loop(producer.kblock() + mma.kblock())]
-        roles = [Role("mainloop", plan.producer_warp, plan.producer_warp + 1, (Elect(tuple(loop(tile))),))]
+        roles = [Role("mainloop", plan.producer_warp, plan.producer_warp + 1,
+                      (Elect((*loop(tile), *(tail if plan.dedicated_epilogue else []))),))]
     else:
         issuer = loop(mma.tile_head() + [k_loop(mma.kblock())])
         issuer = [*mma.lane_descriptors(), *issuer] if plan.mma_all_lanes else [Elect(tuple(issuer))]
         if cluster.size == 2:
             issuer = [If(cluster.is_leader, tuple(issuer))]
         roles = [Role("producer", plan.producer_warp, plan.producer_warp + 1,
-                      (Elect(tuple(loop([k_loop(producer.kblock())]))),)),
+                      (Elect((*loop([k_loop(producer.kblock())]), *(tail if plan.dedicated_epilogue else []))),)),
                  Role("mma", plan.mma_warp, plan.mma_warp + 1, tuple(issuer))]
     tile = epi.tmem_tile()
     if plan.epi_writers == 1 and cluster.size == 2:
@@ -56,7 +60,8 @@ def _sm100_roles(plan: Plan, cluster: Cluster, sched: TileScheduler) -> list:
     if plan.dedicated_epilogue:
         roles.append(Role("epilogue", plan.epilogue_warp0, plan.epilogue_warp0 + 4, (sched.loop(tile), *epi.drain())))
         return [WarpSwitch(tuple(roles))]
-    return [sched.loop([WarpSwitch(tuple(roles)), *tile]), *epi.drain()]
+    tail_role = WarpSwitch((Role("producer", plan.producer_warp, plan.producer_warp + 1, (Elect(tuple(tail)),)),))
+    return [sched.loop([WarpSwitch(tuple(roles)), *tile]), tail_role, *epi.drain()]
 
 
 def _sm90_roles(plan: Plan, cluster: Cluster, sched: TileScheduler) -> list:

@@ -10,14 +10,19 @@ epilogue op one more step in :class:`Epilogue` — no role is copied.
 
 from __future__ import annotations
 
-from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, If, Let, MbarrierArrive, NamedBarrier, Nanosleep, Param,
+from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, For, If, Let, NamedBarrier, Nanosleep, Param,
                   SetMaxNReg, Shfl, SiluMul, StGlobalBf16, StSharedBf16, TcgenFence, TmaLoad, TmaStore, TmemLoad, TmemWaitLd,
                   Umma, Var, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait, eq, fold, lift, ne)
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
-from .common import KB, LANE, TMEM, WARP, Cluster, acc_state, desc_lo, k_loop, ring_state, stage_offset
+from .common import KB, LANE, TMEM, WARP, Cluster, TileScheduler, acc_state, desc_lo, k_loop, ring_state, stage_offset
 
 EPI_BAR_ID = 1  # named barrier of the epilogue threads (sm_90a: 1 + consumer warpgroup)
+
+
+def relay(plan: Plan, cluster: Cluster) -> bool:
+    """Level 1's ``full`` relay: a CTA pair without 2-SM TMA; the peer forwards its landed stage to the leader."""
+    return plan.is_sm100 and cluster.size == 2 and not plan.two_sm
 
 
 class TmaProducer:
@@ -36,10 +41,28 @@ class TmaProducer:
         else:
             out += p.ab.producer_commit(st, tx_bytes=p.load_bytes if p.is_sm100 else None)
         out += [self.load(o, st) for o in p.operands]
-        if p.is_sm100 and c.size == 2 and not p.two_sm:  # level 1: the peer relays its landed stage to the leader
+        if relay(p, c):  # level 1: the peer relays its landed stage to the leader
+            # issue 9 finding 3: the leader's MMA then reads this CTA's shared memory, a cross-CTA data
+            # hand-off: the relay arrive releases at cluster scope (the leader acquires at cluster scope)
             out.append(If(ne(c.rank, 0), (*p.ab.consumer_wait(st, role="relay_wait"),
-                                          MbarrierArrive(Bar(p.ab.full.name, st.index), cta=Const(0)))))
+                                          *p.ab.relay(st, cta=Const(0), scope="cluster"))))
         return out
+
+    def tail(self, sched: TileScheduler) -> list:
+        """CUTLASS's producer_tail: after its last tile the producer waits each ``empty`` stage's final phase.
+
+        Issue 9 finding 5: the last ``tcgen05.commit`` of each stage arrives on ``empty`` asynchronously (on
+        both CTAs' barriers with cta_group::2); without these waits a CTA may exit, and the pair pass the
+        final cluster barrier, with that arrive still pending.  The ring continues for ``stages`` more
+        iterations past ``it_end`` (this CTA's tiles x num_k) with producer_acquire waits only: at most
+        ``stages`` waits; a stage never filled passes at once (parity 1 on a fresh barrier).
+        """
+        p = self.p
+        lets, st = p.ab.state(Var("it"))
+        return [Let("tiles_done", sched.tiles_done()),
+                Let("it_end", Var("tiles_done") * Var("num_k")),
+                For("i", Const(0), Const(p.stages), Const(1),
+                    (Let("it", Var("it_end") + Var("i")), *lets, *p.ab.producer_acquire(st, role="producer_tail")))]
 
     def load(self, o, st: PipelineState) -> TmaLoad:
         p, c = self.p, self.c
@@ -103,7 +126,8 @@ class UmmaIssuer:
         issue += [*p.ab.consumer_release(st), If(eq(KB, Var("num_k") - 1), tuple(p.acc.producer_commit(acc)))]
         if p.throttle_ns:
             issue.append(Nanosleep(p.throttle_ns))
-        body = [*p.ab.consumer_wait(st), TcgenFence("after"), *descs]
+        # issue 9 finding 3: with the level-1 relay, full[] completes on the peer's release.cluster arrive
+        body = [*p.ab.consumer_wait(st, scope="cluster" if relay(p, self.c) else "cta"), TcgenFence("after"), *descs]
         body += [Elect(tuple(issue))] if p.mma_all_lanes else issue
         if p.lockstep:
             return self.lockstep_guard(body)  # the producer half of the k-block already bound it/stage/phase
@@ -235,8 +259,13 @@ class Epilogue:
         return eq(WARP, p.epilogue_warp0) if group is None else eq(WARP, p.epilogue_warp0 + group * 4)
 
     def cd_acquire(self, group: Expr | None) -> list:
-        """producer_acquire of a staging buffer: at most stages-1 stores of the storing thread still read smem."""
-        return [If(self.epi_leader(group), (Elect(tuple(self.p.cd_ring.producer_acquire())),)), self.named_sync(group)]
+        """producer_acquire of a staging buffer: at most stages-1 stores of the storing warp still read smem.
+
+        Issue 9 finding 2: bulk async-groups belong to the thread that committed them, and the store and
+        commit are issued under ``elect.sync``, which need not pick the same lane again; so every lane of
+        the storing warp waits (a lane without groups passes at once) instead of a second ``Elect``.
+        """
+        return [If(self.epi_leader(group), tuple(self.p.cd_ring.producer_acquire())), self.named_sync(group)]
 
     def cd_commit(self, col: Expr, row: Expr, seq: int, group: Expr | None) -> list:
         """Make the staged tile visible to the async proxy, then one thread stores it and commits the bulk group."""
@@ -256,7 +285,8 @@ class Epilogue:
         p = self.p
         if not p.tma_store:
             return []
-        return [If(self.epi_leader(None) if p.is_sm100 else eq(WARP % 4, 0), (Elect(tuple(p.cd_ring.drain())),))]
+        # every lane of the storing warp waits: see cd_acquire (issue 9 finding 2)
+        return [If(self.epi_leader(None) if p.is_sm100 else eq(WARP % 4, 0), tuple(p.cd_ring.drain()))]
 
 
 class WgmmaConsumer:

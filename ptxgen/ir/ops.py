@@ -188,13 +188,20 @@ class FenceMbarrierInit(Op):
 
 @dataclass(frozen=True)
 class MbarrierArrive(Op):
-    """Arrive once on ``bar`` (local, or on cluster rank ``cta``'s barrier at the same offset)."""
+    """Arrive once on ``bar`` (local, or on cluster rank ``cta``'s barrier at the same offset).
+
+    scope: memory-ordering scope of the arrive's release, ``"cta"`` (the default ``.release.cta``; the
+    seeds' form, also for remote arrives that only release a resource) or ``"cluster"``
+    (``.release.cluster``: a cross-CTA data hand-off, issue 9 finding 3).
+    """
 
     bar: Bar
     cta: Expr | None = None
+    scope: str = "cta"
 
     def describe(self) -> str:
-        return f"MbarrierArrive {self.bar}" + (f" on cta {_s(self.cta)}" if self.cta is not None else "")
+        return (f"MbarrierArrive {self.bar}" + (f" on cta {_s(self.cta)}" if self.cta is not None else "")
+                + (f" release.{self.scope}" if self.scope != "cta" else ""))
 
 
 @dataclass(frozen=True)
@@ -215,14 +222,18 @@ class MbarrierWait(Op):
     """Spin on ``mbarrier.try_wait.parity`` until the phase of parity ``phase`` of ``bar`` completed.
 
     ``role`` is the CuTe pipeline word for the wait (producer_acquire, consumer_wait, ...).
+    ``scope``: ``"cta"`` (default ``.acquire.cta``) or ``"cluster"`` (``.acquire.cluster``: the wait
+    completes a cross-CTA data hand-off, issue 9 finding 3).
     """
 
     bar: Bar
     phase: Expr
     role: str = "wait"
+    scope: str = "cta"
 
     def describe(self) -> str:
-        return f"MbarrierWait {self.bar} phase={_s(self.phase)} ({self.role})"
+        return (f"MbarrierWait {self.bar} phase={_s(self.phase)} ({self.role})"
+                + (f" acquire.{self.scope}" if self.scope != "cta" else ""))
 
 
 # ------------------------------------------------------------------ TMA

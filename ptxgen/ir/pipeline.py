@@ -15,9 +15,12 @@ The verbs return IR ops (lists, since a remote release can be two arrives):
 ``producer_acquire``   wait ``empty[index]`` with parity ``phase ^ 1``
 ``producer_commit``    arrive on ``full[index]``: ``arrive.expect_tx`` (TMA producer),
                        ``tcgen05.commit`` (MMA producer of an accumulator)
-``consumer_wait``      wait ``full[index]`` with parity ``phase``
+``consumer_wait``      wait ``full[index]`` with parity ``phase`` (``scope="cluster"``:
+                       ``.acquire.cluster``, the phase completes on another CTA's arrive)
 ``consumer_release``   arrive on ``empty[index]``: ``mbarrier.arrive`` (threads) or
                        ``tcgen05.commit`` (the MMA issuer releasing an operand stage)
+``relay``              forward a landed ``full`` phase to another CTA's ``full``
+                       (``mbarrier.arrive.release.cluster``; level 1's peer -> leader)
 =====================  ===========================================================
 
 :class:`BulkStoreRing` is the epilogue's staging ring: its consumer is the TMA
@@ -90,9 +93,12 @@ class Pipeline:
     def _role(self, verb: str) -> str:
         return f"{verb} ({self.label})" if self.label else verb
 
-    def producer_acquire(self, st: PipelineState) -> list:
-        """Wait until the consumers released slot ``st.index`` (parity ``phase ^ 1``)."""
-        return [MbarrierWait(Bar(self.empty.name, st.index), st.phase ^ 1, self._role("producer_acquire"))]
+    def producer_acquire(self, st: PipelineState, role: str = "producer_acquire") -> list:
+        """Wait until the consumers released slot ``st.index`` (parity ``phase ^ 1``).
+
+        role: the wait's name (``producer_tail``: the same wait after the producer's last iteration).
+        """
+        return [MbarrierWait(Bar(self.empty.name, st.index), st.phase ^ 1, self._role(role))]
 
     def producer_commit(self, st: PipelineState, *, tx_bytes: int | None = None, cta: Expr | None = None) -> list:
         """Arrive on ``full[st.index]``: ``arrive.expect_tx`` of ``tx_bytes`` (default: the ring's), or a commit.
@@ -106,9 +112,22 @@ class Pipeline:
             return [MbarrierArriveExpectTx(bar, self.tx_bytes if tx_bytes is None else tx_bytes, cta=cta)]
         return [MbarrierArrive(bar, cta)]
 
-    def consumer_wait(self, st: PipelineState, role: str = "consumer_wait") -> list:
-        """Wait until slot ``st.index`` is full (parity ``phase``)."""
-        return [MbarrierWait(Bar(self.full.name, st.index), st.phase, self._role(role))]
+    def relay(self, st: PipelineState, cta: Expr, scope: str = "cluster") -> list:
+        """Forward a completed ``full[st.index]`` phase to cluster rank ``cta``'s barrier: one plain arrive.
+
+        Level 1 (two CTAs, no 2-SM TMA): the peer waits its own ``full`` (``relay_wait``), then arrives on the
+        leader's, whose MMA then reads the peer's shared memory: a cross-CTA data hand-off, hence
+        ``.release.cluster`` by default (issue 9 finding 3; PTX ISA "Memory Consistency Model: scope").
+        """
+        return [MbarrierArrive(Bar(self.full.name, st.index), cta, scope=scope)]
+
+    def consumer_wait(self, st: PipelineState, role: str = "consumer_wait", scope: str = "cta") -> list:
+        """Wait until slot ``st.index`` is full (parity ``phase``).
+
+        scope: acquire scope of the wait, ``"cta"`` (default ``.acquire.cta``) or ``"cluster"``
+        (``.acquire.cluster``: the phase completes on another CTA's release.cluster arrive).
+        """
+        return [MbarrierWait(Bar(self.full.name, st.index), st.phase, self._role(role), scope)]
 
     def consumer_release(self, st: PipelineState, *, ctas: tuple[Expr | None, ...] = (None,)) -> list:
         """Arrive on ``empty[st.index]``: a ``tcgen05.commit`` (multicast per the ring), or one arrive per rank in ``ctas``."""
@@ -122,10 +141,12 @@ class Pipeline:
 class BulkStoreRing:
     """The epilogue's staging ring: ``stages`` buffers drained by TMA stores (bulk async groups).
 
-    producer_acquire: the storing thread waits until at most ``stages - 1`` of its bulk
+    producer_acquire: the storing warp waits until at most ``stages - 1`` of its bulk
     groups still read shared memory (``cp.async.bulk.wait_group.read``); producer_commit:
     ``cp.async.bulk.commit_group`` after the store.  Bulk groups belong to the issuing
-    thread (PTX ISA "cp.async.bulk.commit_group"), so one fixed thread does both.
+    thread (PTX ISA "cp.async.bulk.commit_group") and the store + commit run under
+    ``elect.sync``, which need not pick the same lane twice, so the builders issue the
+    waits (``producer_acquire``, ``drain``) in every lane of the storing warp (issue 9 finding 2).
     """
 
     stages: int

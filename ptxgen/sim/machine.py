@@ -99,8 +99,9 @@ class Warp:
         self.wg_issued = self.wg_committed = 0
         self.wg_pending: list[tuple[int, WgmmaOp, str]] = []  # (group, op, accumulator) not yet waited for
         self.acc_written: set[str] = set()
-        self.bulk_open: list[StoreUnit] = []
-        self.bulk_groups: list[list[StoreUnit]] = []
+        # bulk async groups per issuing thread (walker.thread(): None = every lane, else an Elect block)
+        self.bulk_open: dict[object, list[StoreUnit]] = {}
+        self.bulk_groups: dict[object, list[list[StoreUnit]]] = {}
         self.unfenced: list[np.ndarray] = []
 
     def who(self, what: str) -> Who:
@@ -144,6 +145,26 @@ class StoreUnit:
             m.glob.store_box(self.col, self.row, self.box)
             self.done = True
         m.wake(self.warp)
+
+
+class CommitArriveUnit:
+    """The mbarrier arrive-on of a ``tcgen05.commit``, once the MMAs before it completed.
+
+    PTX ISA "tcgen05.commit": the arrive is triggered after those MMAs complete; nothing orders it
+    against later commits, so it is its own async unit with its own latency (issue 9 finding 5).
+    """
+
+    __slots__ = ("bars", "who", "issuer")
+
+    def __init__(self, bars: list, who: Who, issuer: Cta):
+        self.bars, self.who, self.issuer = bars, who, issuer
+
+    def fire(self, m: "Machine") -> None:
+        m.pending_arrives.discard(self)
+        for bar in self.bars:
+            _check_alive(bar, self.who)
+            if bar.arrive(1, 0, f"{self.who.where.who} tcgen05.commit"):
+                m.wake(bar)
 
 
 class AsyncQueue:
@@ -242,6 +263,9 @@ class Machine:
         self.runnable: list[Warp] = []
         self.due: list[tuple[int, float, object]] = []  # heap of (due step, tie-break, async unit)
         self.rendezvous: dict[tuple, Rendezvous] = {}
+        self.cluster_syncs: dict[int, int] = {}  # cluster -> completed cluster barriers
+        self.bulk_seq = 0  # bulk async-group commits so far (orders groups across threads)
+        self.pending_arrives: set[CommitArriveUnit] = set()
         self.steps = self.ops = 0
         self.fingerprint = 0  # hash of the scheduler's choices: equal fingerprints, same interleaving
         self.ctas = [Cta(kernel, c, smem_base) for c in range(self.grid)]
@@ -412,6 +436,8 @@ class Machine:
                                   w.walker.where()), lambda: w not in rv.arrived)
             return
         self._publish_inits(ev.kind, cta)
+        if ev.kind == "cluster":
+            self.cluster_syncs[cta.cluster] = self.cluster_syncs.get(cta.cluster, 0) + 1
         self.wake(rv)
 
     def _publish_inits(self, kind: str, cta: Cta) -> None:
@@ -455,23 +481,36 @@ class Machine:
             handle = smem.begin_async_read(idx, who)
             box = smem.data[idx].view(np.uint16).reshape(rows, cols)
             unit = StoreUnit(w, handle, box, ev.col, ev.row)
-            w.bulk_open.append(unit)
+            w.bulk_open.setdefault(ev.thread, []).append(unit)
             self.schedule(unit)
 
     def _bulk_commit(self, w: Warp, ev) -> None:
-        w.bulk_groups.append(w.bulk_open)
-        w.bulk_open = []
+        self.bulk_seq += 1
+        w.bulk_groups.setdefault(ev.thread, []).append((self.bulk_seq, w.bulk_open.pop(ev.thread, [])))
 
     def _bulk_wait(self, w: Warp, ev: W.BulkWaitEv) -> None:
+        """Each waiting thread waits for its own groups (PTX ISA "cp.async.bulk.wait_group": the executing
+        thread's bulk async-groups).  A whole-warp wait covers every thread's groups, counted as if one lane
+        committed them all (elect.sync may have picked the same lane each time); an elected wait covers only
+        the groups committed under the same Elect (another Elect may have picked another lane)."""
+        # forget completed groups older than every pending one (a newer group completing first must still
+        # count towards "at most n pending" until the older ones complete)
+        pending = [seq for gs in w.bulk_groups.values() for seq, units in gs if not all(u.done for u in units)]
+        oldest = min(pending, default=self.bulk_seq + 1)
+        for key, gs in w.bulk_groups.items():
+            w.bulk_groups[key] = [g for g in gs if g[0] >= oldest]
+        if ev.thread is None:
+            groups = sorted(g for gs in w.bulk_groups.values() for g in gs)
+        else:
+            groups = list(w.bulk_groups.get(ev.thread, []))
+        older = [units for _, units in groups[: max(0, len(groups) - ev.n)]]
+
         def ready() -> bool:
-            older = w.bulk_groups[: max(0, len(w.bulk_groups) - ev.n)]
             return all((u.read_done if ev.read else u.done) for g in older for u in g)
 
-        while w.bulk_groups and all(u.done for u in w.bulk_groups[0]):
-            w.bulk_groups.pop(0)
         if not ready():
             what = "cp.async.bulk.wait_group" + (".read" if ev.read else "")
-            self.park(w, _Blocked(w, lambda: f"{what} {ev.n}: {len(w.bulk_groups)} bulk groups pending",
+            self.park(w, _Blocked(w, lambda: f"{what} {ev.n}: {len(groups)} bulk groups pending",
                                   w.walker.where()), ready)
 
     # ---------------------------------------------------------------- shared / global stores
@@ -504,6 +543,10 @@ class Machine:
         if ev.cols < 32 or ev.cols > Tmem.COLS or ev.cols & (ev.cols - 1):
             raise SimError(f"bad TMEM allocation: {w.walker.where()} allocates {ev.cols} columns; tcgen05.alloc "
                            "takes a power of two in [32, 512]")
+        if self.kernel.cta_group == 2 and not self.cluster_syncs.get(w.cta.cluster):
+            raise SimError(f"paired TMEM allocation before the cluster is known running: {w.walker.where()} issues "
+                           "tcgen05.alloc.cta_group::2 before any cluster barrier completed (PTX ISA tcgen05.alloc: "
+                           "the peer CTA must be running)")
         if tmem.cols:
             raise SimError(f"double TMEM allocation: {w.walker.where()} allocates again in {w.cta.name}")
         tmem.cols = ev.cols
@@ -583,10 +626,9 @@ class Machine:
         bars = [self._bar(w, ref, who) for ref in ev.bars]
 
         def complete(m: Machine) -> None:
-            for bar in bars:
-                _check_alive(bar, who)
-                if bar.arrive(1, 0, f"{who.where.who} tcgen05.commit"):
-                    m.wake(bar)
+            unit = CommitArriveUnit(bars, who, w.cta)
+            m.pending_arrives.add(unit)
+            m.schedule(unit)
 
         for _ in range(ev.lanes):
             w.tc.push(self, complete)
@@ -664,6 +706,12 @@ class Machine:
             if warp.tc.ops:
                 raise SimError(f"exit with async work: {cta.name} exited with {len(warp.tc.ops)} tcgen05 ops of warp "
                                f"{warp.index} in flight")
+        for unit in self.pending_arrives:
+            if unit.issuer is cta or any(bar.owner is cta for bar in unit.bars):
+                raise SimError(f"exit with an outstanding arrive: {cta.name} exited while the arrive of {unit.who} on "
+                               f"{', '.join(bar.name for bar in unit.bars)} is still pending; a CTA waits for every "
+                               "asynchronous arrive aimed at its barriers before exit (the producer waits each empty "
+                               "stage's final phase: CUTLASS producer_tail; issue 9 finding 5)")
         if cta.tmem is not None and cta.tmem.cols and not cta.tmem.freed:
             raise SimError(f"TMEM leak: {cta.name} exited without tcgen05.dealloc of its {cta.tmem.cols} columns")
 

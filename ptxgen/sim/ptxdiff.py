@@ -112,9 +112,9 @@ def ir_effects(kernel, launch: Launch) -> list[P.Effect]:
             out.append(("mbarrier.init", bar_addr(ev.bar), ev.count))
         elif isinstance(ev, W.ArriveEv):
             out.append(("mbarrier.arrive", "cta" if op.cta is None else "cluster", bar_addr(ev.bar),
-                        ev.tx // ev.lanes))
+                        ev.tx // ev.lanes, getattr(op, "scope", "cta")))
         elif isinstance(ev, W.WaitEv):
-            out.append(("mbarrier.try_wait", bar_addr(ev.bar), ev.parity))
+            out.append(("mbarrier.try_wait", bar_addr(ev.bar), ev.parity, op.scope))
         elif isinstance(ev, W.FenceInitEv):
             out.append(("fence.mbarrier_init",))
         elif isinstance(ev, W.TmaLoadEv):

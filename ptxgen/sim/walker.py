@@ -130,21 +130,25 @@ class TmaLoadEv(Ev):
 
 @dataclass(slots=True)
 class TmaStoreEv(Ev):
+    """``thread``: the issuing thread (see :meth:`WarpWalker.thread`); bulk async groups belong to it."""
+
     tensor: str
     src: int
     col: int
     row: int
+    thread: object = None
 
 
 @dataclass(slots=True)
 class BulkCommitEv(Ev):
-    pass
+    thread: object = None
 
 
 @dataclass(slots=True)
 class BulkWaitEv(Ev):
     n: int
     read: bool
+    thread: object = None
 
 
 @dataclass(slots=True)
@@ -331,6 +335,7 @@ class WarpWalker:
         self.regs: dict[str, np.ndarray] = {}
         self.busy: dict[str, str] = {}
         self.lane: int | None = None  # None: all 32 lanes; else the one elected lane
+        self.elects: list = []  # enclosing Elect ops, innermost last
         self.roles: list[str] = []
         self.loops: list[list] = []
         self._handlers = {
@@ -342,8 +347,8 @@ class WarpWalker:
             O.MbarrierInit: self._init, O.MbarrierArrive: self._arrive, O.MbarrierArriveExpectTx: self._arrive,
             O.MbarrierWait: self._wait, O.FenceMbarrierInit: lambda op: FenceInitEv(op, self._n()),
             O.TmaLoad: self._tma_load, O.TmaStore: self._tma_store,
-            O.BulkCommitGroup: lambda op: BulkCommitEv(op, self._n()),
-            O.BulkWaitGroup: lambda op: BulkWaitEv(op, self._n(), op.n, op.read),
+            O.BulkCommitGroup: lambda op: BulkCommitEv(op, self._n(), self.thread()),
+            O.BulkWaitGroup: lambda op: BulkWaitEv(op, self._n(), op.n, op.read, self.thread()),
             O.FenceProxyAsync: lambda op: FenceProxyEv(op, self._n()),
             O.TmemAlloc: self._alloc, O.TmemDealloc: self._dealloc, O.Umma: self._umma, O.UmmaCommit: self._commit,
             O.Wgmma: self._wgmma, O.WgmmaCommit: lambda op: WgmmaCommitEv(op, self._whole_warp(op)),
@@ -491,8 +496,19 @@ class WarpWalker:
     def _elect(self, op):
         prev = self.lane
         self.lane = 0 if prev is None else prev
+        self.elects.append(op)
         yield from self._body(op.body)
+        self.elects.pop()
         self.lane = prev
+
+    def thread(self):
+        """Which thread of the warp runs the current op, for per-thread state (bulk async groups).
+
+        None: every lane.  Inside ``Elect``: the Elect op, not a lane number: ``elect.sync`` may pick a
+        different lane each time it runs (PTX ISA "elect.sync" promises one active lane, not which), so
+        two different Elect blocks are two different, unknown threads (issue 9 finding 2).
+        """
+        return None if self.lane is None else ("elect", id(self.elects[-1]) if self.elects else self.lane)
 
     def _let(self, op):
         self._write_var(op.var, self.eval(op.expr))
@@ -574,7 +590,7 @@ class WarpWalker:
 
     def _tma_store(self, op):
         return TmaStoreEv(op, self._n(), op.tensor, self.uniform(op.src, "TmaStore src"),
-                          self.uniform(op.col, "TmaStore col"), self.uniform(op.row, "TmaStore row"))
+                          self.uniform(op.col, "TmaStore col"), self.uniform(op.row, "TmaStore row"), self.thread())
 
     def _alloc(self, op):
         return AllocEv(op, self._whole_warp(op), op.cols)
