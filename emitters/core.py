@@ -55,6 +55,8 @@ class Lowering:
     n_label: int = 0
     depth: int = 1
     hoisted: dict[str, str] = field(default_factory=dict)  # register name -> the PTX line that fills it (kernel top)
+    cse: dict = field(default_factory=dict)  # expression -> the temporary holding it, in this straight-line stretch
+    cse_on: bool = False  # reuse temporaries (only inside K loops: elsewhere longer live ranges cost registers)
     hoist_bases: bool = True  # barrier-array and smem-region bases in hoisted registers (see emitters.hoist_bases)
     hoisted_pred: set[str] = field(default_factory=set)  # the hoisted registers that are predicates
     _hoist_key: dict[tuple, str] = field(default_factory=dict)  # (stem, what) -> register name
@@ -73,6 +75,11 @@ class Lowering:
 
     def place(self, label: str) -> None:
         self.lines.append(f"{label}:")
+        self.cse.clear()  # a join point: temporaries computed before it need not hold on every path
+
+    def assigned(self) -> None:
+        """An IR variable was (re)written: no remembered expression may be reused past this point."""
+        self.cse.clear()
 
     # -------------------------------------------------------------- registers
 
@@ -116,6 +123,16 @@ class Lowering:
             return SREG_REGS[e.name]
         if isinstance(e, ex.Param):
             return f"%{e.name}"
+        if not self.cse_on:
+            return self._compute(e)
+        hit = self.cse.get(e)
+        if hit is not None:  # computed earlier in this stretch (no label, no variable write since)
+            return hit
+        d = self._compute(e)
+        self.cse[e] = d
+        return d
+
+    def _compute(self, e: ex.Expr) -> str:
         if isinstance(e, ex.Select):
             p = self.predicate(e.cond)
             d = self.tmp()
@@ -206,9 +223,11 @@ class Lowering:
         r = self.value(rest)
         if r == "0":
             return base
-        d = self.tmp()
-        self.emit(f"add.u32 {d}, {base}, {r};")
-        return d
+        hit = self.cse.get((base, r)) if self.cse_on else None
+        if hit is None:
+            hit = self.cse[(base, r)] = self.tmp()
+            self.emit(f"add.u32 {hit}, {base}, {r};")
+        return hit
 
     def smem_base(self, offset: int) -> str:
         """Register holding the shared-window address of dynamic smem + ``offset`` (a constant): ``%smem_base``
@@ -251,6 +270,8 @@ class Lowering:
             raise NotImplementedError(f"no {self.kernel.arch} lowering for IR op {type(op).__name__}")
         self.comment(op.describe())
         fn(self, op)
+        if hasattr(op, "var"):  # Shfl, TmemBase, ...: wrote an IR variable
+            self.assigned()
 
 
 def _split_const(e: ex.Expr) -> tuple[int, ex.Expr | None]:
@@ -287,7 +308,24 @@ def _warp_switch(lw: Lowering, op: ops.WarpSwitch) -> None:
     lw.place(end)
 
 
+_K_LOOP_OPS = (ops.Umma, ops.UmmaBlockScaled, ops.Wgmma, ops.TmaLoad)
+
+
+def _is_k_loop(op: ops.For) -> bool:
+    """A loop that issues MMAs or TMA loads itself (not only through a nested loop): a K loop."""
+    def issues(body):
+        return any(isinstance(o, _K_LOOP_OPS) for o in ops.walk(body))
+    return issues(op.body) and not any(isinstance(o, ops.For) and issues(o.body) for o in ops.walk(op.body))
+
+
 def _for(lw: Lowering, op: ops.For) -> None:
+    outer = lw.cse_on
+    lw.cse_on = outer or _is_k_loop(op)
+    _lower_for(lw, op)
+    lw.cse_on = outer
+
+
+def _lower_for(lw: Lowering, op: ops.For) -> None:
     lw.comment(op.describe())
     top, done = lw.label(f"{op.var}_loop"), lw.label(f"{op.var}_done")
     v = lw.var(op.var)
@@ -300,6 +338,7 @@ def _for(lw: Lowering, op: ops.For) -> None:
     lw.body(op.body)
     lw.depth -= 1
     lw.emit(f"add.u32 {v}, {v}, {lw.value(op.step)};")
+    lw.assigned()
     lw.emit(f"bra {top};")
     lw.place(done)
 
@@ -344,6 +383,7 @@ def _let(lw: Lowering, op: ops.Let) -> None:
     lw.comment(op.describe())
     v = lw.value(op.expr)
     lw.emit(f"mov.u32 {lw.var(op.var)}, {v};")
+    lw.assigned()
 
 
 def _comment(lw: Lowering, op: ops.Comment) -> None:
