@@ -55,14 +55,15 @@ def emit(kernel) -> str:
 def hoist_bases(kernel) -> bool:
     """Whether the barrier-array and smem-region bases go into hoisted registers (``%bar_full``, ``%smem_a``).
 
-    Constants (``%idesc``, ``%desc_hi``, ``%true``) are always hoisted.  The bases are not in kernels that
-    store D straight from registers (no ``TmaStore``: level1-3, h100_128x128): there ptxas keeps the
-    hoisted bases live across the per-element store epilogue and allocates 1-2 more registers per thread
-    (level1/2: 52 -> 54, level3: 52 -> 53, measured with bench/ptx_stats.py; bench/NOTES.md "Lean PTX"),
-    while it rematerializes ``%smem_base + constant`` written in place.  Where the epilogue goes through a
-    TMA store, hoisting them costs no register and saves SASS instructions.
+    Constants (``%idesc``, ``%desc_hi``, ``%true``) are always hoisted.  The bases only on sm_100a kernels
+    whose epilogue goes through a TMA store (level4-9), where it costs no register and saves SASS
+    instructions.  Measured with ptxas (bench/ptx_stats.py; bench/NOTES.md "Lean PTX"), the bases stay in
+    place (``%smem_base + offset`` at each use, which ptxas rematerializes) where hoisting them hurt:
+    kernels that store D straight from registers (level1-3: 52 -> 54/54/53 registers per thread, ptxas
+    keeps the hoisted bases live across the per-element store epilogue) and sm_90a (h100_256x128: ptxas
+    moved ~50 uniform-datapath instructions to the vector datapath).
     """
-    return any(isinstance(op, ops.TmaStore) for op in ops.walk(kernel.body))
+    return kernel.arch == "sm_100a" and any(isinstance(op, ops.TmaStore) for op in ops.walk(kernel.body))
 
 
 def _decls(lw: Lowering) -> list[str]:
