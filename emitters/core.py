@@ -12,8 +12,11 @@ Loop-invariant values are computed once, in a block right after the template's
 prologue (:meth:`Lowering.hoist`), and read by name everywhere else: constant
 operand registers (``%idesc``, ``%desc_hi``), the base address of each
 mbarrier array (``%bar_full = %smem_base + offset``) and of each shared-memory
-region (``%smem_a``), and constant predicates (``%true``).  A K-loop body then
-holds only the work that changes per iteration.
+region (``%smem_a``; bases only where :func:`emitters.hoist_bases` says so), and
+constant predicates (``%true``).  Inside K loops a straight-line stretch reuses
+the temporary of an expression computed earlier in it (the memo is dropped at
+every label and every IR-variable write).  A K-loop body then holds only the
+work that changes per iteration.
 """
 
 from __future__ import annotations
@@ -194,7 +197,7 @@ class Lowering:
         """The loop-invariant block: one line per hoisted register, in first-use order."""
         if not self.hoisted:
             return []
-        out = ["", "    // ==== loop invariants: barrier and region bases, constant operands (computed once)"]
+        out = ["", "    // ==== loop invariants (computed once, read by name)"]
         return out + [f"    {line}" for line in self.hoisted.values()]
 
     def reg(self, e: ex.Expr) -> str:
@@ -282,7 +285,7 @@ def _split_const(e: ex.Expr) -> tuple[int, ex.Expr | None]:
         ca, ra = _split_const(e.a)
         cb, rb = _split_const(e.b)
         rest = ra if rb is None else rb if ra is None else ex.Bin("add", ra, rb)
-        return ca + cb, rest
+        return (ca + cb) & 0xFFFFFFFF, rest
     return 0, e
 
 
