@@ -232,21 +232,30 @@ class Lowering:
             self.emit(f"add.u32 {hit}, {base}, {r};")
         return hit
 
-    def smem_base(self, offset: int) -> str:
-        """Register holding the shared-window address of dynamic smem + ``offset`` (a constant): ``%smem_base``
-        itself, or ``%smem_<region>`` (``%smem_<hex>`` off a region start) hoisted before the body."""
-        if offset == 0:
-            return SREG_REGS["smem"]
+    def smem_start(self, offset: int) -> tuple[str, int]:
+        """``(register, rest)`` with register + rest = the shared-window address of dynamic smem + ``offset``.
+
+        The register is ``%smem_base`` or a base hoisted before the body, named after where it points: the
+        start of the region holding ``offset`` (``%smem_a``, with ``rest`` the offset into it) or the TMEM
+        slot (``%smem_tmem_slot``).
+        """
         if not self.hoist_bases:
-            return self.into_reg(self.value(ex.Sreg("smem") + offset))
-        names = [r.name for r in self.kernel.regions if r.offset == offset and r.count]
-        stem = f"smem_{names[0]}" if names else f"smem_{offset:x}"
-        return self.hoist(stem, offset, f"add.u32 {{d}}, %smem_base, {offset};")
+            return SREG_REGS["smem"], offset
+        if offset == self.kernel.tmem_slot:
+            return self.hoist("smem_tmem_slot", offset, f"add.u32 {{d}}, %smem_base, {offset};"), 0
+        inside = [r for r in self.kernel.regions if r.count and r.offset <= offset < r.end and r.offset]
+        if not inside:
+            return SREG_REGS["smem"], offset
+        r = max(inside, key=lambda r: r.offset)  # the nearest start (stage-interleaved regions overlap)
+        return self.hoist(f"smem_{r.name}", r.offset, f"add.u32 {{d}}, %smem_base, {r.offset};"), offset - r.offset
 
     def smem(self, offset: ex.Expr) -> str:
-        """Shared-window address (u32) of dynamic smem + ``offset`` bytes (its constant part from a hoisted base)."""
+        """Shared-window address (u32) of dynamic smem + ``offset`` bytes (from a hoisted base where there is one)."""
         const, rest = _split_const(ex.fold(ex.lift(offset)))
-        return self._based(self.smem_base(const), rest)
+        base, rel = self.smem_start(const)
+        if rel:
+            rest = ex.Const(rel) if rest is None else ex.fold(rest + rel)
+        return self._based(base, rest)
 
     def bar(self, b: ops.Bar) -> str:
         """Shared-window address of barrier ``b``: ``%bar_<name>`` (its array's base, hoisted) + 8 * index."""
