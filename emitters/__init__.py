@@ -17,6 +17,8 @@ from functools import lru_cache
 
 import jinja2
 
+from ptxgen.ir import ops
+
 from .common import COMMON
 from .core import SREG_REGS, Lowering
 from .tcgen05 import TCGEN05
@@ -40,22 +42,41 @@ def emit(kernel) -> str:
 
     Raises NotImplementedError when an op has no lowering on the kernel's target.
     """
-    lw = Lowering(kernel=kernel, table=TABLES[kernel.arch])
+    lw = Lowering(kernel=kernel, table=TABLES[kernel.arch], hoist_bases=hoist_bases(kernel))
     lw.body(kernel.body)
     return _template().render(
         k=kernel, ptx_version=PTX_ISA_VERSION[kernel.arch],
         tensor_maps=[n for n, kind in kernel.params if kind == "tensor_map"],
         scalars=sorted(((n, kind) for n, kind in kernel.params if kind != "tensor_map"), key=lambda p: p[1] != "u32"),
-        layout=_layout_lines(kernel), decls=_decls(lw), body="\n".join(lw.lines),
+        layout=_layout_lines(kernel), decls=_decls(lw), body="\n".join(lw.hoisted_lines() + lw.lines),
     )
+
+
+def hoist_bases(kernel) -> bool:
+    """Whether the barrier-array and smem-region bases go into hoisted registers (``%bar_full``, ``%smem_a``).
+
+    Constants (``%idesc``, ``%desc_hi``, ``%true``) are always hoisted.  The bases only on sm_100a kernels
+    whose epilogue goes through a TMA store (level4-9), where it costs no register and saves SASS
+    instructions.  Measured with ptxas (bench/ptx_stats.py; bench/NOTES.md "Lean PTX"), the bases stay in
+    place (``%smem_base + offset`` at each use, which ptxas rematerializes) where hoisting them hurt:
+    kernels that store D straight from registers (level1-3: 52 -> 54/54/53 registers per thread, ptxas
+    keeps the hoisted bases live across the per-element store epilogue) and sm_90a (h100_256x128: ptxas
+    moved ~50 uniform-datapath instructions to the vector datapath).
+    """
+    return kernel.arch == "sm_100a" and any(isinstance(op, ops.TmaStore) for op in ops.walk(kernel.body))
 
 
 def _decls(lw: Lowering) -> list[str]:
     params = lw.kernel.params
     u32 = [n for n, kind in params if kind == "u32"]
     b64 = [n for n, kind in params if kind == "u64"] + [f"tmap_{n[len('tmap_'):]}" for n, kind in params if kind == "tensor_map"]
-    named = sorted({*(r[1:] for r in SREG_REGS.values()), *u32, *lw.vars})
+    hoisted = lw.hoisted_names - lw.hoisted_pred
+    clash = (hoisted | lw.hoisted_pred) & ({r[1:] for r in SREG_REGS.values()} | set(u32) | lw.vars)
+    if clash:
+        raise NotImplementedError(f"hoisted register name(s) {sorted(clash)} clash with IR variables or parameters")
+    named = sorted({*(r[1:] for r in SREG_REGS.values()), *u32, *lw.vars, *hoisted})
     out = [f".reg .b32 %{name};" for name in named]
+    out += [f".reg .pred %{name};" for name in sorted(lw.hoisted_pred)]
     out += [".reg .b64 " + ", ".join(f"%{n}" for n in b64) + ";"]
     if lw.n_tmp:
         out.append(f".reg .b32 %x<{lw.n_tmp + 1}>;")

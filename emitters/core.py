@@ -7,6 +7,16 @@ fresh temporaries and predicates, named registers for IR variables
 (``%stage``, ``%phase``, ``%m_row``), register arrays for per-thread values
 (``%v<32>``, ``%acc0_<64>``), shared-memory addresses and the ``//`` comment
 every op leaves.
+
+Loop-invariant values are computed once, in a block right after the template's
+prologue (:meth:`Lowering.hoist`), and read by name everywhere else: constant
+operand registers (``%idesc``, ``%desc_hi``), the base address of each
+mbarrier array (``%bar_full = %smem_base + offset``) and of each shared-memory
+region (``%smem_a``; bases only where :func:`emitters.hoist_bases` says so), and
+constant predicates (``%true``).  Inside K loops a straight-line stretch reuses
+the temporary of an expression computed earlier in it (the memo is dropped at
+every label and every IR-variable write).  A K-loop body then holds only the
+work that changes per iteration.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ _ARITH = {"add": "add.u32", "sub": "sub.u32", "mul": "mul.lo.u32", "div": "div.u
           "min": "min.u32", "max": "max.u32"}
 _CMP = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le"}
 _POW2 = {"div": "shr", "mod": "and", "mul": "shl"}
+_COMMUTATIVE = {"add", "mul", "and", "or", "xor", "min", "max"}
 
 
 def _is_pow2(v: int) -> bool:
@@ -46,6 +57,12 @@ class Lowering:
     n_pred: int = 0
     n_label: int = 0
     depth: int = 1
+    hoisted: dict[str, str] = field(default_factory=dict)  # register name -> the PTX line that fills it (kernel top)
+    cse: dict = field(default_factory=dict)  # expression -> the temporary holding it, in this straight-line stretch
+    cse_on: bool = False  # reuse temporaries (only inside K loops: elsewhere longer live ranges cost registers)
+    hoist_bases: bool = True  # barrier-array and smem-region bases in hoisted registers (see emitters.hoist_bases)
+    hoisted_pred: set[str] = field(default_factory=set)  # the hoisted registers that are predicates
+    _hoist_key: dict[tuple, str] = field(default_factory=dict)  # (stem, what) -> register name
 
     # -------------------------------------------------------------- text
 
@@ -61,6 +78,11 @@ class Lowering:
 
     def place(self, label: str) -> None:
         self.lines.append(f"{label}:")
+        self.cse.clear()  # a join point: temporaries computed before it need not hold on every path
+
+    def assigned(self) -> None:
+        """An IR variable was (re)written: no remembered expression may be reused past this point."""
+        self.cse.clear()
 
     # -------------------------------------------------------------- registers
 
@@ -104,6 +126,16 @@ class Lowering:
             return SREG_REGS[e.name]
         if isinstance(e, ex.Param):
             return f"%{e.name}"
+        if not self.cse_on:
+            return self._compute(e)
+        hit = self.cse.get(e)
+        if hit is not None:  # computed earlier in this stretch (no label, no variable write since)
+            return hit
+        d = self._compute(e)
+        self.cse[e] = d
+        return d
+
+    def _compute(self, e: ex.Expr) -> str:
         if isinstance(e, ex.Select):
             p = self.predicate(e.cond)
             d = self.tmp()
@@ -120,6 +152,8 @@ class Lowering:
             op, shift = _POW2[op], b_expr.value.bit_length() - 1
             b_expr = ex.Const(b_expr.value - 1 if op == "and" else shift)
         a, b = self.value(e.a), self.value(b_expr)
+        if a.isdigit() and not b.isdigit() and op in _COMMUTATIVE:
+            a, b = b, a  # the immediate goes last without a mov
         if a.isdigit():  # PTX takes an immediate only as the last source operand
             a = self.into_reg(a)
         d = self.tmp()
@@ -133,11 +167,38 @@ class Lowering:
         self.emit(f"mov.u32 {d}, {operand};")
         return d
 
-    def reg_const(self, value: int) -> str:
-        """A fresh register holding the constant ``value`` (descriptor words, idesc)."""
-        d = self.tmp()
-        self.emit(f"mov.u32 {d}, {value:#x};")
-        return d
+    def hoist(self, stem: str, key, make: str, pred: bool = False) -> str:
+        """Register ``%stem`` (``%stem_1``, ... when the stem is taken by another value), filled once before the body.
+
+        ``key`` identifies the value (equal keys share the register); ``make`` is the PTX line that fills
+        it, with ``{d}`` for the register.  Only for loop-invariant values: ``make`` may read only the
+        template prologue's registers (``%smem_base``, parameters) and other hoisted registers.
+        """
+        name = self._hoist_key.get((stem, key))
+        if name is None:
+            n = sum(1 for k in self._hoist_key if k[0] == stem)
+            name = f"%{stem}" if n == 0 else f"%{stem}_{n}"
+            self._hoist_key[(stem, key)] = name
+            if pred:
+                self.hoisted_pred.add(name[1:])
+        self.hoisted.setdefault(name, make.format(d=name))
+        return name
+
+    @property
+    def hoisted_names(self) -> set[str]:
+        """Names (without ``%``) of every hoisted register."""
+        return {name[1:] for name in self._hoist_key.values()}
+
+    def reg_const(self, value: int, stem: str = "k") -> str:
+        """A register holding the constant ``value`` (``%idesc``, ``%desc_hi``), filled once, before the body."""
+        return self.hoist(stem, value, f"mov.u32 {{d}}, {value:#x};")
+
+    def hoisted_lines(self) -> list[str]:
+        """The loop-invariant block: one line per hoisted register, in first-use order."""
+        if not self.hoisted:
+            return []
+        out = ["", "    // ==== loop invariants (computed once, read by name)"]
+        return out + [f"    {line}" for line in self.hoisted.values()]
 
     def reg(self, e: ex.Expr) -> str:
         """``e`` in a register (some instructions take no immediates)."""
@@ -145,7 +206,11 @@ class Lowering:
 
     def predicate(self, cond: ex.Expr) -> str:
         """A predicate register true where ``cond`` is nonzero (comparisons lower to one setp)."""
-        cond = ex.fold(cond)
+        cond = ex.fold(ex.lift(cond))
+        if isinstance(cond, ex.Const):  # e.g. the accumulate flag of every MMA but a k-block's first
+            if cond.value:
+                return self.hoist("true", True, "setp.eq.u32 {d}, %smem_base, %smem_base;  // always true", pred=True)
+            return self.hoist("false", False, "setp.ne.u32 {d}, %smem_base, %smem_base;  // always false", pred=True)
         p = self.pred()
         if isinstance(cond, ex.Bin) and cond.op in _CMP:
             a, b = self.reg(cond.a), self.value(cond.b)
@@ -154,14 +219,52 @@ class Lowering:
             self.emit(f"setp.ne.u32 {p}, {self.reg(cond)}, 0;")
         return p
 
+    def _based(self, base: str, rest: ex.Expr | None) -> str:
+        """``base + rest`` (``base`` a register): no instruction when ``rest`` is absent or 0."""
+        if rest is None:
+            return base
+        r = self.value(rest)
+        if r == "0":
+            return base
+        hit = self.cse.get((base, r)) if self.cse_on else None
+        if hit is None:
+            hit = self.cse[(base, r)] = self.tmp()
+            self.emit(f"add.u32 {hit}, {base}, {r};")
+        return hit
+
+    def smem_start(self, offset: int) -> tuple[str, int]:
+        """``(register, rest)`` with register + rest = the shared-window address of dynamic smem + ``offset``.
+
+        The register is ``%smem_base`` or a base hoisted before the body, named after where it points: the
+        start of the region holding ``offset`` (``%smem_a``, with ``rest`` the offset into it) or the TMEM
+        slot (``%smem_tmem_slot``).
+        """
+        if not self.hoist_bases:
+            return SREG_REGS["smem"], offset
+        if offset == self.kernel.tmem_slot:
+            return self.hoist("smem_tmem_slot", offset, f"add.u32 {{d}}, %smem_base, {offset};"), 0
+        inside = [r for r in self.kernel.regions if r.count and r.offset <= offset < r.end and r.offset]
+        if not inside:
+            return SREG_REGS["smem"], offset
+        r = max(inside, key=lambda r: r.offset)  # the nearest start (stage-interleaved regions overlap)
+        return self.hoist(f"smem_{r.name}", r.offset, f"add.u32 {{d}}, %smem_base, {r.offset};"), offset - r.offset
+
     def smem(self, offset: ex.Expr) -> str:
-        """Shared-window address (u32) of dynamic smem + ``offset`` bytes."""
-        return self.value(ex.Sreg("smem") + offset)
+        """Shared-window address (u32) of dynamic smem + ``offset`` bytes (from a hoisted base where there is one)."""
+        const, rest = _split_const(ex.fold(ex.lift(offset)))
+        base, rel = self.smem_start(const)
+        if rel:
+            rest = ex.Const(rel) if rest is None else ex.fold(rest + rel)
+        return self._based(base, rest)
 
     def bar(self, b: ops.Bar) -> str:
-        """Shared-window address of barrier ``b`` (its array's offset + 8 * index)."""
+        """Shared-window address of barrier ``b``: ``%bar_<name>`` (its array's base, hoisted) + 8 * index."""
         spec = self.kernel.barrier(b.name)
-        return self.value(ex.Sreg("smem") + spec.offset + b.index * 8)
+        if not self.hoist_bases:
+            return self.value(ex.Sreg("smem") + spec.offset + b.index * 8)
+        base = self.hoist(f"bar_{b.name}", spec.offset, f"add.u32 {{d}}, %smem_base, {spec.offset};")
+        idx = ex.fold(ex.lift(b.index) * 8)
+        return self._based(base, None if isinstance(idx, ex.Const) and idx.value == 0 else idx)
 
     # -------------------------------------------------------------- control flow
 
@@ -179,6 +282,20 @@ class Lowering:
             raise NotImplementedError(f"no {self.kernel.arch} lowering for IR op {type(op).__name__}")
         self.comment(op.describe())
         fn(self, op)
+        if hasattr(op, "var"):  # Shfl, TmemBase, ...: wrote an IR variable
+            self.assigned()
+
+
+def _split_const(e: ex.Expr) -> tuple[int, ex.Expr | None]:
+    """``e`` as ``const + rest`` (rest None when ``e`` is a constant), looking through nested ``add``s."""
+    if isinstance(e, ex.Const):
+        return e.value, None
+    if isinstance(e, ex.Bin) and e.op == "add":
+        ca, ra = _split_const(e.a)
+        cb, rb = _split_const(e.b)
+        rest = ra if rb is None else rb if ra is None else ex.Bin("add", ra, rb)
+        return (ca + cb) & 0xFFFFFFFF, rest
+    return 0, e
 
 
 def _warp_switch(lw: Lowering, op: ops.WarpSwitch) -> None:
@@ -203,7 +320,24 @@ def _warp_switch(lw: Lowering, op: ops.WarpSwitch) -> None:
     lw.place(end)
 
 
+_K_LOOP_OPS = (ops.Umma, ops.UmmaBlockScaled, ops.Wgmma, ops.TmaLoad)
+
+
+def _is_k_loop(op: ops.For) -> bool:
+    """A loop that issues MMAs or TMA loads itself (not only through a nested loop): a K loop."""
+    def issues(body):
+        return any(isinstance(o, _K_LOOP_OPS) for o in ops.walk(body))
+    return issues(op.body) and not any(isinstance(o, ops.For) and issues(o.body) for o in ops.walk(op.body))
+
+
 def _for(lw: Lowering, op: ops.For) -> None:
+    outer = lw.cse_on
+    lw.cse_on = outer or _is_k_loop(op)
+    _lower_for(lw, op)
+    lw.cse_on = outer
+
+
+def _lower_for(lw: Lowering, op: ops.For) -> None:
     lw.comment(op.describe())
     top, done = lw.label(f"{op.var}_loop"), lw.label(f"{op.var}_done")
     v = lw.var(op.var)
@@ -216,6 +350,7 @@ def _for(lw: Lowering, op: ops.For) -> None:
     lw.body(op.body)
     lw.depth -= 1
     lw.emit(f"add.u32 {v}, {v}, {lw.value(op.step)};")
+    lw.assigned()
     lw.emit(f"bra {top};")
     lw.place(done)
 
@@ -260,6 +395,7 @@ def _let(lw: Lowering, op: ops.Let) -> None:
     lw.comment(op.describe())
     v = lw.value(op.expr)
     lw.emit(f"mov.u32 {lw.var(op.var)}, {v};")
+    lw.assigned()
 
 
 def _comment(lw: Lowering, op: ops.Comment) -> None:

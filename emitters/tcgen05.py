@@ -39,14 +39,14 @@ def tcgen_fence(lw: Lowering, op: ops.TcgenFence) -> None:
 
 def _desc(lw: Lowering, lo, hi: int) -> str:
     d = lw.tmp64()
-    lw.emit(f"mov.b64 {d}, {{{lw.reg(lo)}, {lw.reg_const(hi)}}};")
+    lw.emit(f"mov.b64 {d}, {{{lw.reg(lo)}, {lw.reg_const(hi, 'desc_hi')}}};")
     return d
 
 
 def umma(lw: Lowering, op: ops.Umma) -> None:
     p = lw.predicate(op.accumulate)
     adesc, bdesc = _desc(lw, op.a_lo, op.a_hi), _desc(lw, op.b_lo, op.b_hi)
-    idesc = lw.reg_const(op.idesc)
+    idesc = lw.reg_const(op.idesc, "idesc")
     lw.emit(f"tcgen05.mma{_group(lw)}.kind::f16 [{lw.reg(op.d)}], {adesc}, {bdesc}, {idesc}, {p};")
 
 
@@ -80,7 +80,7 @@ def umma_block_scaled(lw: Lowering, op: ops.UmmaBlockScaled) -> None:
     """Block-scaled ``tcgen05.mma``; idesc and descriptor high words come from the op, not the plan."""
     p = lw.predicate(op.accumulate)
     adesc, bdesc = _desc(lw, op.a_lo, op.a_desc_hi), _desc(lw, op.b_lo, op.b_desc_hi)
-    idesc = lw.reg_const(op.idesc)
+    idesc = lw.reg_const(op.idesc, "idesc")
     sfa, sfb = lw.reg(op.sfa), lw.reg(op.sfb)
     lw.emit(f"tcgen05.mma.cta_group::{op.cta_group}.kind::{op.kind}.block_scale.{op.scale_vec} "
             f"[{lw.reg(op.d)}], {adesc}, {bdesc}, {idesc}, [{sfa}], [{sfb}], {p};")

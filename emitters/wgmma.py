@@ -23,8 +23,8 @@ def wgmma(lw: Lowering, op: ops.Wgmma) -> None:
     acc = lw.array(op.acc, op.n // 2, ".f32")
     p = lw.predicate(op.accumulate)
     adesc, bdesc = lw.tmp64(), lw.tmp64()
-    lw.emit(f"mov.b64 {adesc}, {{{lw.reg(op.a_lo)}, {lw.reg_const(op.a_hi)}}};")
-    lw.emit(f"mov.b64 {bdesc}, {{{lw.reg(op.b_lo)}, {lw.reg_const(op.b_hi)}}};")
+    lw.emit(f"mov.b64 {adesc}, {{{lw.reg(op.a_lo)}, {lw.reg_const(op.a_hi, 'desc_hi')}}};")
+    lw.emit(f"mov.b64 {bdesc}, {{{lw.reg(op.b_lo)}, {lw.reg_const(op.b_hi, 'desc_hi')}}};")
     lw.emit(f"wgmma.mma_async.sync.aligned.m64n{op.n}k16.f32.bf16.bf16 {{{', '.join(acc)}}}, "
             f"{adesc}, {bdesc}, {p}, 1, 1, 0, 0;")
 

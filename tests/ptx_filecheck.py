@@ -100,23 +100,23 @@ GOLDEN = [
     # destination, is ANDed with the peer-bit mask, right before the load
     Golden("two_sm_tma_load", "level9", r"""
         CHECK: // TmaLoad a box
-        CHECK: add.u32 [[DST:%x\d+]], %smem_base, {{%\w+|\d+}};
-        CHECK: and.b32 [[BAR:%x\d+]], {{%x\d+}}, 0xfeffffff;
+        CHECK: add.u32 [[DST:%x\d+]], {{%smem_\w+}}, {{%\w+|\d+}};
+        CHECK: and.b32 [[BAR:%x\d+]], {{%\w+}}, 0xfeffffff;
         CHECK-NEXT: cp.async.bulk.tensor.2d.cta_group::2.shared::cluster.global.mbarrier::complete_tx::bytes [[[DST]]], [%tmap_a, {{{%\w+}}, {{%\w+}}}], [[[BAR]]];
         CHECK: // TmaLoad b box
-        CHECK: add.u32 [[DSTB:%x\d+]], %smem_base, {{%\w+|\d+}};
-        CHECK: and.b32 [[BARB:%x\d+]], {{%x\d+}}, 0xfeffffff;
+        CHECK: add.u32 [[DSTB:%x\d+]], {{%smem_\w+}}, {{%\w+|\d+}};
+        CHECK: and.b32 [[BARB:%x\d+]], {{%\w+}}, 0xfeffffff;
         CHECK-NEXT: cp.async.bulk.tensor.2d.cta_group::2.shared::cluster.global.mbarrier::complete_tx::bytes [[[DSTB]]], [%tmap_b, {{{%\w+}}, {{%\w+}}}], [[[BARB]]];
     """),
     # the UMMA commit arrives on the same barrier of both CTAs of the pair (mask 0b11)
     Golden("multicast_commit", "level9", r"""
         CHECK: mov.b16 [[MASK:%xh\d+]], 0x3;
-        CHECK-NEXT: tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [{{%x\d+}}], [[MASK]];
+        CHECK-NEXT: tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [{{%\w+}}], [[MASK]];
     """, count=2),
     # consumer_wait / producer_acquire: spin on try_wait.parity until it passes
     Golden("try_wait_loop", "level9", r"""
         CHECK: [[TOP:\$WAIT_\d+]]:
-        CHECK-NEXT: mbarrier.try_wait.parity.shared::cta.b64 [[P:%p\d+]], [{{%x\d+}}], {{%\w+}};
+        CHECK-NEXT: mbarrier.try_wait.parity.shared::cta.b64 [[P:%p\d+]], [{{%\w+}}], {{%\w+}};
         CHECK-NEXT: @![[P]] bra [[TOP]];
     """, count=4),
     # epilogue: generic-proxy smem writes fenced for the async proxy, a CTA-subset barrier, then one elected
@@ -127,14 +127,14 @@ GOLDEN = [
         CHECK: elect.sync _|[[E:%p\d+]], 0xffffffff;
         CHECK-NEXT: @![[E]] bra [[SKIP:\$NOT_ELECTED_\d+]];
         CHECK-NOT: bar.sync
-        CHECK: cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%tmap_d, {{{%\w+}}, {{%\w+}}}], [{{%x\d+}}];
+        CHECK: cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%tmap_d, {{{%\w+}}, {{%\w+}}}], [{{%\w+}}];
         CHECK-NEXT: cp.async.bulk.commit_group;
         CHECK-NEXT: [[SKIP]]:
     """, count=3),
     # sm_90a: the multicast TMA load (A shared by the pair) names its CTA mask
     Golden("sm90_multicast_load", "h100_128x256", r"""
         CHECK: mov.b16 [[MASK:%xh\d+]], 0x3;
-        CHECK-NEXT: cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [{{%x\d+}}], [%tmap_{{a|b}}, {{{%\w+}}, {{%\w+}}}], [{{%x\d+}}], [[MASK]];
+        CHECK-NEXT: cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [{{%\w+}}], [%tmap_{{a|b}}, {{{%\w+}}, {{%\w+}}}], [{{%\w+}}], [[MASK]];
     """),
 ]
 

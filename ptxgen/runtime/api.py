@@ -28,13 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ptxgen.errors import ConfigError, ShapeError
+# the defaults live with the chooser, which falls back to them (no api <-> choose circle); re-exported here
+from ptxgen.runtime.choose import (DEFAULT_DUAL_SM90, DEFAULT_DUAL_SM100, DEFAULT_SM90, DEFAULT_SM100,  # noqa: F401
+                                   default_config_name)
 
-#: shipped config used on compute capability 9.0 (Hopper) when ``config`` is None
-DEFAULT_SM90 = "h100_256x128"
-#: shipped config used on compute capability 10.x (Blackwell) when ``config`` is None
-DEFAULT_SM100 = "level9"
-DEFAULT_DUAL_SM90 = "dual_h100_128x128"
-DEFAULT_DUAL_SM100 = "dual_sm100_256x128"
 #: the compute capability each target runs on (``a`` targets are not forward compatible)
 ARCH_CAPABILITY: dict[str, tuple[int, int]] = {"sm_90a": (9, 0), "sm_100a": (10, 0)}
 #: bf16 elements per 16 bytes: TMA row strides must be 16-byte multiples
@@ -146,21 +143,6 @@ def check_gemm_inputs(
 
 
 # --------------------------------------------------------------------------- configs and kernels
-
-
-def default_config_name(capability: tuple[int, int], kernel: str = "gemm") -> str:
-    """The shipped config for a compute capability and kernel kind when no shape is known (see :func:`resolve_config`).
-
-    Raises:
-        ConfigError: no shipped default for this capability.
-    """
-    dual = kernel == "dual_gemm"
-    if capability == (9, 0):
-        return DEFAULT_DUAL_SM90 if dual else DEFAULT_SM90
-    if capability[0] == 10:
-        return DEFAULT_DUAL_SM100 if dual else DEFAULT_SM100
-    raise ConfigError(f"device compute capability {capability[0]}.{capability[1]}: no default config "
-                      "(ptxgen targets sm_90a and sm_100a); pass config=")
 
 
 def check_arch(name: str, arch: str, capability: tuple[int, int]) -> None:

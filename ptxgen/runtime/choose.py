@@ -11,7 +11,7 @@ Order of consultation (:func:`choose`, memoized per (M, N, K, device)):
 
 A table maps exact ``(M, N, K)`` to a config name; an entry whose config is not
 shipped is ignored (tables are per arch, by file name).  Devices with no candidate fall
-back to :func:`ptxgen.runtime.api.default_config_name`.
+back to :func:`default_config_name`.
 
 Cost model (:func:`predict`; used to rank, not to promise times).  One CTA per
 SM (the configs use ~225 KB of shared memory), clusters of ``c`` CTAs occupy
@@ -40,7 +40,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ptxgen.errors import ConfigError
+
 ARCH_OF_CAPABILITY = {(9, 0): "sm_90a", (10, 0): "sm_100a"}
+#: shipped config used on compute capability 9.0 (Hopper) when ``config`` is None
+DEFAULT_SM90 = "h100_256x128"
+#: shipped config used on compute capability 10.x (Blackwell) when ``config`` is None
+DEFAULT_SM100 = "level9"
+#: the dual-GEMM (SwiGLU) defaults per capability
+DEFAULT_DUAL_SM90 = "dual_h100_128x128"
+DEFAULT_DUAL_SM100 = "dual_sm100_256x128"
 #: shipped tuned table per arch (inside ptxgen/configs)
 SHIPPED_TABLES = {"sm_90a": "tuned_sm90.json", "sm_100a": "tuned_sm100.json"}
 TABLE_VERSION = 1
@@ -186,6 +195,22 @@ def write_table(path: Path, doc: dict) -> None:
 # --------------------------------------------------------------------------- the choice
 
 
+def default_config_name(capability: tuple[int, int], kernel: str = "gemm") -> str:
+    """The shipped config for a compute capability and kernel kind (``gemm``, ``dual_gemm``) when no shape is known
+    (see :func:`ptxgen.runtime.api.resolve_config`).
+
+    Raises:
+        ConfigError: no shipped default for this capability.
+    """
+    dual = kernel == "dual_gemm"
+    if capability == (9, 0):
+        return DEFAULT_DUAL_SM90 if dual else DEFAULT_SM90
+    if capability[0] == 10:
+        return DEFAULT_DUAL_SM100 if dual else DEFAULT_SM100
+    raise ConfigError(f"device compute capability {capability[0]}.{capability[1]}: no default config "
+                      "(ptxgen targets sm_90a and sm_100a); pass config=")
+
+
 @functools.lru_cache(maxsize=4096)
 def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count: int,
                   kernel: str = "gemm") -> tuple[str, str]:
@@ -197,8 +222,6 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     Raises:
         ConfigError: the capability has no shipped config at all.
     """
-    from ptxgen.runtime.api import default_config_name
-
     from ptxgen.config import shipped_configs
 
     default = default_config_name(capability, kernel)

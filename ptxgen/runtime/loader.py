@@ -90,9 +90,7 @@ def source_fingerprint() -> str:
     """
     import importlib.util
 
-    import ptxgen
-
-    roots = [Path(ptxgen.__file__).parent]
+    roots = [Path(__file__).parent.parent]  # the ptxgen package (not `import ptxgen`: no circle with its __init__)
     spec = importlib.util.find_spec("emitters")  # located, not imported (importing compiles templates)
     if spec is not None and spec.origin:
         roots.append(Path(spec.origin).parent)
@@ -114,9 +112,9 @@ def config_content(cfg: Any) -> str:
 
 def image_key(cfg: Any, driver_version: int, capability: tuple[int, int]) -> tuple[str, ...]:
     """The cache key parts of a config's kernel image (see module docstring)."""
-    import ptxgen
+    from ptxgen.version import __version__
 
-    return (IMAGE_FORMAT, config_content(cfg), f"ptxgen={ptxgen.__version__}", f"src={source_fingerprint()}",
+    return (IMAGE_FORMAT, config_content(cfg), f"ptxgen={__version__}", f"src={source_fingerprint()}",
             f"driver={driver_version}", f"sm={capability[0]}{capability[1]}")
 
 
