@@ -208,8 +208,10 @@ class Kernel:
             ValueError: ``spec.params`` is not the fixed GEMM signature.
             CudaError: a driver call failed.
         """
-        if tuple(tuple(p) for p in spec.params) != PARAMS:
-            raise ValueError(f"{spec.name}: params={spec.params}: runtime packs only {PARAMS}")
+        from ptxgen.ir.watchdog import PARAM as WATCHDOG_PARAM
+
+        if tuple(tuple(p) for p in spec.params) not in (PARAMS, PARAMS + (WATCHDOG_PARAM,)):
+            raise ValueError(f"{spec.name}: params={spec.params}: runtime packs only {PARAMS} (+ watchdog_ptr)")
         ordinal = driver.ensure_context(ordinal)
         info = driver.device_info(ordinal)
         drv = driver.cu()
