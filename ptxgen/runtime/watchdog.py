@@ -89,6 +89,15 @@ def gemm_with_kernel(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
     Raises:
         ShapeError / CudaError / DeadlockError: as :func:`ptxgen.runtime.api.gemm`.
     """
+    return kernel_call(kernel, a, b, out)(a, b, out)
+
+
+def kernel_call(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
+    """Load ``kernel`` (emit, JIT, load) for operands shaped like ``a``, ``b``, ``out``; returns ``call(a, b, out)``.
+
+    Raises:
+        ShapeError / CudaError: as :func:`ptxgen.runtime.api.gemm`.
+    """
     import torch
 
     from emitters import emit
@@ -107,7 +116,7 @@ def gemm_with_kernel(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
         launcher = WatchedLauncher(launcher, spec, ordinal)
     loaded = api.LoadedKernel(kernel=loaded_k, launcher=launcher, spec=spec)
     grid_x = spec.grid.grid_x(m, n, driver.device_info(ordinal).sm_count)
-    return api._GemmCall(None, False, loaded, ordinal, a.device, m, n, k, grid_x)(a, b, out)
+    return api._GemmCall(None, False, loaded, ordinal, a.device, m, n, k, grid_x)
 
 
-__all__ = ["WatchedLauncher", "raise_if_expired", "gemm_with_kernel"]
+__all__ = ["WatchedLauncher", "raise_if_expired", "gemm_with_kernel", "kernel_call"]
