@@ -122,3 +122,12 @@ def test_knob(value, ns):
 def test_knob_rejects(value):
     with pytest.raises(ConfigError, match="PTXGEN_WATCHDOG"):
         knobs.read({knobs.WATCHDOG: value})
+
+
+def test_watched_kernel_still_verifies_and_simulates():
+    """The rewrite only annotates waits: the static verifier and the simulator accept the watched kernel as before."""
+    from ptxgen.verify import verify
+
+    k = build("h100_128x128", watchdog_ns=BUDGET).kernel
+    verify(k)
+    simulate(k, 128, 128, 64, num_sms=1)
