@@ -51,12 +51,59 @@ def mbarrier_arrive_expect_tx(lw: Lowering, op: ops.MbarrierArriveExpectTx) -> N
 
 def mbarrier_wait(lw: Lowering, op: ops.MbarrierWait) -> None:
     addr, phase = lw.bar(op.bar), lw.reg(op.phase)
+    sem = ".acquire.cluster" if op.scope == "cluster" else ""  # default: .acquire.cta
+    if op.watch is not None and lw.kernel.watchdog_ns:
+        _watched_wait(lw, op, addr, phase, sem)
+        return
     top = lw.label("wait")
     p = lw.pred()
     lw.place(top)
-    sem = ".acquire.cluster" if op.scope == "cluster" else ""  # default: .acquire.cta
     lw.emit(f"mbarrier.try_wait.parity{sem}.shared::cta.b64 {p}, [{addr}], {phase};")
     lw.emit(f"@!{p} bra {top};")
+
+
+def _watched_wait(lw: Lowering, op: ops.MbarrierWait, addr: str, phase: str, sem: str) -> None:
+    """The wait loop bounded by the kernel's watchdog budget (:mod:`ptxgen.ir.watchdog`).
+
+    ``%globaltimer``: 64-bit ns timer (PTX ISA "Special registers"); ``atom.global.cas.b32`` claims the
+    record so exactly one thread writes it; every waiter also leaves on the abort flag.
+    """
+    from ptxgen.ir.watchdog import UNBOUND, WORD
+
+    ptr = "%" + "watchdog_ptr"
+    top, done, abort = lw.label("wait"), lw.label("wait_done"), lw.label("wait_abort")
+    t0, now = lw.tmp64(), lw.tmp64()
+    p, q, flag = lw.pred(), lw.pred(), lw.tmp()
+    lw.emit(f"mov.u64 {t0}, %globaltimer;  // watchdog: wait site {op.watch.site}")
+    lw.place(top)
+    lw.emit(f"mbarrier.try_wait.parity{sem}.shared::cta.b64 {p}, [{addr}], {phase};")
+    lw.emit(f"@{p} bra {done};")
+    lw.emit(f"ld.volatile.global.u32 {flag}, [{ptr}];")
+    lw.emit(f"setp.ne.u32 {q}, {flag}, 0;")
+    lw.emit(f"@{q} bra {done};  // another wait expired: fall through")
+    lw.emit(f"mov.u64 {now}, %globaltimer;")
+    lw.emit(f"sub.u64 {now}, {now}, {t0};")
+    lw.emit(f"setp.lt.u64 {q}, {now}, {lw.kernel.watchdog_ns};")
+    lw.emit(f"@{q} bra {top};")
+    old = lw.tmp()
+    lw.emit(f"atom.global.cas.b32 {old}, [{ptr}+{4 * WORD['claim']}], 0, 1;")
+    lw.emit(f"setp.ne.u32 {q}, {old}, 0;")
+    lw.emit(f"@{q} bra {abort};")
+    w = op.watch
+    lo, hi = lw.tmp(), lw.tmp()
+    lw.emit(f"mov.b64 {{{lo}, {hi}}}, {now};")
+    fields = {"site": lw.reg_const(w.site), "cta": "%cta",
+              "rank": "%rank" if lw.kernel.cluster_size > 1 else lw.reg_const(0),
+              "warp": "%warp", "lane": "%lane", "index": lw.reg(op.bar.index), "parity": phase,
+              "tile": lw.reg(w.tile) if w.tile is not None else lw.reg_const(UNBOUND),
+              "kblock": lw.reg(w.kblock) if w.kblock is not None else lw.reg_const(UNBOUND),
+              "elapsed_lo": lo, "elapsed_hi": hi}
+    for name, reg in fields.items():
+        lw.emit(f"st.global.u32 [{ptr}+{4 * WORD[name]}], {reg};")
+    lw.place(abort)
+    one = lw.reg_const(1)
+    lw.emit(f"st.volatile.global.u32 [{ptr}], {one};")
+    lw.place(done)
 
 
 def tma_load(lw: Lowering, op: ops.TmaLoad) -> None:

@@ -26,16 +26,26 @@ class BuildResult:
     emit_seconds: float
 
 
-def build(config: Config | str) -> BuildResult:
-    """Build a config (object, shipped name or path).  Raises ConfigError on bad input."""
+def build(config: Config | str, *, watchdog_ns: int = 0) -> BuildResult:
+    """Build a config (object, shipped name or path).  Raises ConfigError on bad input.
+
+    watchdog_ns: 0 (default) builds the shipped kernel; a positive budget (ns) builds the hang-watchdog
+        variant (:func:`ptxgen.ir.watchdog.instrument`: one more ``.u64`` parameter, bounded waits).
+    """
     from emitters import emit
 
     cfg = load_config(config)
     t0 = time.perf_counter()
     plan = make_plan(cfg)
     kernel = build_kernel(plan)
+    launch = plan.launch_spec()
+    if watchdog_ns:
+        from .ir.watchdog import instrument
+
+        kernel = instrument(kernel, watchdog_ns)
+        launch = kernel.launch
     ptx = emit(kernel)
-    return BuildResult(cfg, plan, kernel, ptx, plan.launch_spec(), time.perf_counter() - t0)
+    return BuildResult(cfg, plan, kernel, ptx, launch, time.perf_counter() - t0)
 
 
 def write(result: BuildResult, out_dir: str | Path) -> tuple[Path, Path]:

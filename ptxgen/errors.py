@@ -65,3 +65,18 @@ class OutputError(PtxgenError):
 
 class SetupError(PtxgenError):
     """Something to install or a machine to use: no torch, a CPU-only torch, no GPU, no CUDA bindings or driver."""
+
+
+class DeadlockError(PtxgenError):
+    """The hang watchdog (``PTXGEN_WATCHDOG``) saw an mbarrier wait make no progress within its budget.
+
+    The launch was abandoned (every wait fell through; D holds garbage) and the CUDA context stays usable.
+
+    Attributes:
+        record: the decoded :class:`ptxgen.ir.watchdog.WatchdogRecord` (barrier, index, role, CTA, rank,
+            warp, lane, parity, tile, k-block, elapsed ns).
+    """
+
+    def __init__(self, message: str, record=None):
+        super().__init__(message)
+        self.record = record

@@ -21,8 +21,16 @@ variable                   meaning
                            ``.reqntid``, ``.reqnctapercluster``, shared memory) disagrees with
                            the config's launch spec.  A ``PTXGEN_DUMP`` of the same kernel is
                            a valid starting point.
-``PTXGEN_WATCHDOG``        Reserved (coming, issue 13): bounded mbarrier waits that raise
-                           ``DeadlockError`` instead of hanging.  Not read yet.
+``PTXGEN_WATCHDOG``        Hang watchdog (debugging, off by default): a budget per mbarrier wait,
+                           in ns of ``%globaltimer`` (``200000000``, or with a unit: ``200ms``,
+                           ``50us``, ``1s``; ``1``/``on``/``true``/``yes``: 1 s).  Kernels loaded
+                           with it are built with bounded wait loops (one more ``.u64``
+                           parameter); a wait that makes no progress within the budget
+                           abandons the launch and ``gemm`` raises
+                           :class:`~ptxgen.errors.DeadlockError` naming the barrier, its index,
+                           parity, role, CTA, warp, tile and k-block.  Each call then
+                           synchronizes (slow).  ``0``/``off``/empty: off (default; the
+                           shipped PTX is unchanged).
 =========================  =================================================================
 
 When they are read: at kernel-load time (the first call that needs a given
@@ -53,7 +61,7 @@ KNOBS: dict[str, str] = {
     DUMP: "directory: write <name>.ptx, .cubin, .sass and .json of every kernel loaded",
     OVERRIDE_PTX: "PTX file or directory of <name>.ptx: load it in place of the generated PTX "
                   "(refused when its launch metadata differs)",
-    WATCHDOG: "reserved (coming): bounded mbarrier waits raising DeadlockError",
+    WATCHDOG: "ns per mbarrier wait (or 200ms, 50us, 1s; on = 1s): bounded waits, a hang raises DeadlockError",
 }
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -69,12 +77,14 @@ class Knobs:
         no_cache: ``PTXGEN_NO_CACHE`` is true.
         dump_dir: ``PTXGEN_DUMP``, or None.
         override_ptx: ``PTXGEN_OVERRIDE_PTX``, or None.
+        watchdog_ns: ``PTXGEN_WATCHDOG`` budget in ns, 0 when off.
     """
 
     cache_dir: Path | None = None
     no_cache: bool = False
     dump_dir: Path | None = None
     override_ptx: Path | None = None
+    watchdog_ns: int = 0
 
 
 def _flag(name: str, value: str) -> bool:
@@ -86,6 +96,28 @@ def _flag(name: str, value: str) -> bool:
     raise ConfigError(f"{name}={value!r}: must be one of 1, true, yes, on (enable) or 0, false, no, off (disable)")
 
 
+_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+DEFAULT_WATCHDOG_NS = 1_000_000_000  # ``PTXGEN_WATCHDOG=on``: 1 s per wait
+
+
+def _budget(name: str, value: str) -> int:
+    """``PTXGEN_WATCHDOG``'s value in ns (0: off)."""
+    v = value.strip().lower().replace("_", "")
+    if v in _FALSE:
+        return 0
+    if v in _TRUE:
+        return DEFAULT_WATCHDOG_NS
+    num, unit = v, "ns"
+    for u in ("ns", "us", "ms", "s"):
+        if v.endswith(u):
+            num, unit = v[: -len(u)].strip(), u
+            break
+    if num.isdigit() and len(num) <= 20 and 0 < int(num) * _UNITS[unit] < 2 ** 63:
+        return int(num) * _UNITS[unit]
+    raise ConfigError(f"{name}={value!r}: must be a positive wait budget in ns (e.g. 200000000) or with a unit "
+                      "(200ms, 50us, 1s), on (1 s), or 0/off")
+
+
 def _path(value: str | None) -> Path | None:
     return Path(value).expanduser() if value else None
 
@@ -94,7 +126,7 @@ def read(environ: Mapping[str, str] | None = None) -> Knobs:
     """Parse the knobs from ``environ`` (default ``os.environ``).
 
     Raises:
-        ConfigError: ``PTXGEN_NO_CACHE`` is not a recognised boolean word.
+        ConfigError: ``PTXGEN_NO_CACHE`` is not a recognised boolean word, or ``PTXGEN_WATCHDOG`` not a budget.
     """
     env = os.environ if environ is None else environ
     return Knobs(
@@ -102,4 +134,5 @@ def read(environ: Mapping[str, str] | None = None) -> Knobs:
         no_cache=_flag(NO_CACHE, env.get(NO_CACHE, "")),
         dump_dir=_path(env.get(DUMP)),
         override_ptx=_path(env.get(OVERRIDE_PTX)),
+        watchdog_ns=_budget(WATCHDOG, env.get(WATCHDOG, "")),
     )

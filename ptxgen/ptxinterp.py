@@ -54,7 +54,9 @@ Effect kinds (``E`` is one tuple; addresses are ints, ``G`` the cta_group):
 ``("tcgen05.mma", G, d, adesc, bdesc, idesc, accumulate)``, ``("tcgen05.commit", G, bar, mask)``,
 ``("tcgen05.ld", taddr, ncols, array)``, ``("tcgen05.wait_ld",)``, ``("setmaxnreg", action, regs)``,
 ``("wgmma.fence",)``, ``("wgmma", array, n, adesc, bdesc, accumulate)``, ``("wgmma.commit",)``,
-``("wgmma.wait", n)``.
+``("wgmma.wait", n)``; the hang watchdog's (never reached here: ``try_wait`` succeeds at once)
+``("ld.global", addr)`` (reads 0), ``("atom.cas", addr, cmp, new)`` (old value 0),
+``("st.global.u32", addr, value)``; ``%globaltimer`` reads 0.
 
 Sources: PTX ISA 8.8 (the instruction sections named above); ../shared/PTX_FACTS.md.
 """
@@ -195,6 +197,7 @@ class Thread:
             "%nctaid.x": nctaid, "%cluster_ctarank": rank, "%cluster_nctarank": cluster_size,
             "%laneid": tid % 32, "%warpid": tid // 32, "%clusterid.x": ctaid // cluster_size,
             "%cluster_ctaid.x": rank, "%nclusterid.x": nctaid // cluster_size,
+            "%globaltimer": 0,  # a stopped clock: nothing blocks here, so no watchdog budget expires
         }
         self.effects: list[Effect] = []
         self.pc = 0
@@ -601,7 +604,27 @@ def _ld(insn: Insn):
             t.effects.append(("ld.shared", addr))
             t.regs[d] = t.tmem_base
         return ld_shared
+    if tuple(parts[1:]) == ("volatile", "global", "u32"):  # only the watchdog flag read; other global loads stay loud
+        a = _addr(ops[1])
+
+        def ld_global(t):  # the watchdog's abort flag: no wait expires in this model, so it reads 0
+            t.effects.append(("ld.global", a(t)))
+            t.regs[d] = 0
+        return ld_global
     raise PtxInterpError(f"line {insn.line}: load not interpreted: {insn.text}")
+
+
+def _atom(insn: Insn):
+    """``atom.global.cas.b32 d, [a], cmp, new`` (the watchdog's claim): effect, and the old word reads 0."""
+    parts, ops = insn.parts, insn.ops
+    if tuple(parts[1:]) != ("global", "cas", "b32"):
+        raise PtxInterpError(f"line {insn.line}: atom form not interpreted: {insn.text}")
+    d, a, cmp_, new = ops[0], _addr(ops[1]), _src(ops[2]), _src(ops[3])
+
+    def atom(t):
+        t.effects.append(("atom.cas", a(t), cmp_(t), new(t)))
+        t.regs[d] = 0
+    return atom
 
 
 def _bra(insn: Insn):
@@ -790,9 +813,13 @@ def _wgmma(insn: Insn):
 
 def _st(insn: Insn):
     parts, ops = insn.parts, insn.ops
-    space = parts[1]
+    space = parts[2] if parts[1] == "volatile" else parts[1]
     a = _addr(ops[0])
     vals = [_src(x) for x in _vec(ops[1])]
+    if space == "global" and parts[-1] == "u32":  # a 32-bit word (the watchdog record)
+        def st_global_word(t):
+            t.effects.append(("st.global.u32", a(t), vals[0](t)))
+        return st_global_word
     if space == "shared":
         def st_shared(t):
             els = tuple(e for v in vals for e in _elements(v(t)))
@@ -836,7 +863,7 @@ _FAMILIES = {
     "setp": _setp, "selp": _selp, "mov": _mov, "cvt": _cvt, "cvta": _cvt, "ld": _ld, "bra": _bra,
     "ret": lambda insn: (lambda t: "ret"), "exit": lambda insn: (lambda t: "ret"),
     "elect": _elect, "shfl": _shfl, "mapa": _mapa, "mbarrier": _mbarrier, "cp": _cp, "tcgen05": _tcgen05,
-    "wgmma": _wgmma, "st": _st, "bar": _bar, "barrier": _bar, "fence": _fence,
+    "wgmma": _wgmma, "st": _st, "atom": _atom, "bar": _bar, "barrier": _bar, "fence": _fence,
     "nanosleep": lambda insn: _effect(insn, "nanosleep", _src(insn.ops[0])),
     "setmaxnreg": lambda insn: _effect(insn, "setmaxnreg", _const(insn.parts[1]), _src(insn.ops[0])),
 }

@@ -93,6 +93,9 @@ class Kernel:
         block_k: K elements per pipeline stage (the simulator's shape choice).
         generator: what generated it (``ptxgen 0.1.0``), for the PTX header.
         body: the ops.
+        watchdog_ns: hang-watchdog budget of every mbarrier wait, ns of ``%globaltimer`` (0: off, the
+            default; see :mod:`ptxgen.ir.watchdog`).
+        wait_sites: (barrier array, role) of each watched wait, indexed by ``WaitSite.site`` (empty when off).
     """
 
     name: str
@@ -115,6 +118,8 @@ class Kernel:
     block_k: int
     generator: str = "ptxgen"
     body: tuple = field(default_factory=tuple)
+    watchdog_ns: int = 0
+    wait_sites: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_sm100(self) -> bool:

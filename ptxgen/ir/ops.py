@@ -230,10 +230,24 @@ class MbarrierWait(Op):
     phase: Expr
     role: str = "wait"
     scope: str = "cta"
+    watch: "WaitSite | None" = None  # set only by :func:`ptxgen.ir.watchdog.instrument` (bounded wait)
 
     def describe(self) -> str:
         return (f"MbarrierWait {self.bar} phase={_s(self.phase)} ({self.role})"
                 + (f" acquire.{self.scope}" if self.scope != "cta" else ""))
+
+
+@dataclass(frozen=True)
+class WaitSite:
+    """A watched ``MbarrierWait``: its id in the kernel's wait table and what the record captures.
+
+    site: index into ``Kernel.wait_sites`` (written to the watchdog record).
+    tile, kblock: the tile loop variable ``t`` and the k-block ``kb`` when bound at the wait (None: not bound).
+    """
+
+    site: int
+    tile: Expr | None = None
+    kblock: Expr | None = None
 
 
 # ------------------------------------------------------------------ TMA

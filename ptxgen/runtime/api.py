@@ -221,7 +221,10 @@ def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
         ConfigError: bad config or override.
         CudaError: JIT, load or attribute call failed.
     """
-    ident = _config_identity(config)
+    from ptxgen import knobs
+
+    settings = knobs.read()
+    ident = (_config_identity(config), settings.watchdog_ns)
     with _lock:
         found = _loaded.get((ordinal, ident))
     if found is not None:
@@ -235,9 +238,14 @@ def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
     driver.ensure_context(ordinal)
     info = driver.device_info(ordinal)
     check_arch(cfg.name, cfg.arch, info.capability)
-    image = loader.load_image(cfg, driver.driver_version(), info.capability, jit_ptx)
+    image = loader.load_image(cfg, driver.driver_version(), info.capability, jit_ptx, settings)
     kernel = Kernel.from_cubin(image.cubin, image.spec, ordinal)
-    found = LoadedKernel(kernel=kernel, launcher=Launcher.for_kernel(kernel), spec=image.spec)
+    launcher = Launcher.for_kernel(kernel)
+    if "watchdog" in image.spec.extra:  # PTXGEN_WATCHDOG: every launch synchronizes and checks the record
+        from ptxgen.runtime.watchdog import WatchedLauncher
+
+        launcher = WatchedLauncher(launcher, image.spec, ordinal)
+    found = LoadedKernel(kernel=kernel, launcher=launcher, spec=image.spec)
     with _lock:
         return _loaded.setdefault((ordinal, ident), found)
 
@@ -324,6 +332,11 @@ def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm
     from ptxgen.runtime.tensormap import encode_tiled
 
     loaded, ordinal, m, n, k, grid_x = _checked_setup(a, b, out, config)
+    if "watchdog" in loaded.spec.extra:
+        from ptxgen import knobs
+
+        raise ConfigError(f"{knobs.WATCHDOG} is set: prepare() launches without the watchdog's record buffer; "
+                          f"use gemm() (which checks the record after each launch) or unset {knobs.WATCHDOG}")
     if out is None:
         out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
     maps = loaded.spec.tensor_maps

@@ -118,15 +118,19 @@ def image_key(cfg: Any, driver_version: int, capability: tuple[int, int]) -> tup
             f"driver={driver_version}", f"sm={capability[0]}{capability[1]}")
 
 
-def build_image(cfg: Any, jit: Any) -> KernelImage:
-    """Build a config (plan, IR, PTX) and compile its PTX with ``jit(ptx) -> cubin``."""
+def build_image(cfg: Any, jit: Any, watchdog_ns: int = 0) -> KernelImage:
+    """Build a config (plan, IR, PTX) and compile its PTX with ``jit(ptx) -> cubin``.
+
+    watchdog_ns: a positive ``PTXGEN_WATCHDOG`` budget builds the hang-watchdog variant.
+    """
     from ptxgen.build import build
 
-    built = build(cfg)
+    built = build(cfg, watchdog_ns=watchdog_ns)
     return KernelImage(built.launch, built.ptx, jit(built.ptx))
 
 
-def cached_image(cfg: Any, key: tuple[str, ...], jit: Any, *, use_cache: bool | None = None) -> KernelImage:
+def cached_image(cfg: Any, key: tuple[str, ...], jit: Any, *, use_cache: bool | None = None,
+                 watchdog_ns: int = 0) -> KernelImage:
     """The image of ``cfg`` from the disk cache, built with ``jit`` on a miss or a bad entry.
 
     Args:
@@ -134,13 +138,14 @@ def cached_image(cfg: Any, key: tuple[str, ...], jit: Any, *, use_cache: bool | 
         key: :func:`image_key` of it.
         jit: ``ptx -> cubin`` (the driver's JIT on a GPU; any function in tests).
         use_cache: as :func:`ptxgen.runtime.cache.get_or_build`.
+        watchdog_ns: as :func:`build_image` (``key`` must name it).
     """
     from ptxgen.runtime import cache
 
     image: list[KernelImage] = []
 
     def make() -> bytes:
-        image.append(build_image(cfg, jit))
+        image.append(build_image(cfg, jit, watchdog_ns))
         return pack_image(image[0])
 
     blob = cache.get_or_build(key, make, use_cache=use_cache)
@@ -150,7 +155,7 @@ def cached_image(cfg: Any, key: tuple[str, ...], jit: Any, *, use_cache: bool | 
     if unpacked is not None:
         return unpacked
     log.warning("ptxgen cache: kernel image of %s does not unpack; rebuilding", cfg.name)
-    fresh = build_image(cfg, jit)
+    fresh = build_image(cfg, jit, watchdog_ns)
     try:
         cache.write_entry(cache.entry_path(cache.cache_key(key)), pack_image(fresh))
     except OSError as exc:
@@ -328,7 +333,10 @@ def load_image(cfg: Any, driver_version: int, capability: tuple[int, int], jit: 
     """
     settings = knobs.read() if settings is None else settings
     use_cache = not settings.no_cache
-    image = cached_image(cfg, image_key(cfg, driver_version, capability), jit, use_cache=use_cache)
+    key = image_key(cfg, driver_version, capability)
+    if settings.watchdog_ns:
+        key += (f"watchdog={settings.watchdog_ns}",)
+    image = cached_image(cfg, key, jit, use_cache=use_cache, watchdog_ns=settings.watchdog_ns)
     found = override_for(image.spec, settings.override_ptx)
     if found is not None:
         ptx, path = found

@@ -26,6 +26,7 @@ from . import walker as W
 SMEM_BASE = 0x400  # shared-window address of the dynamic base of rank 0 (1024-aligned, as in the verifier)
 TMEM_BASE = 0x20  # what the TMEM slot holds after tcgen05.alloc (nonzero, so a dropped base shows)
 D_PTR = 0x7F00_0000_0000  # global address of D
+WATCHDOG_PTR = 0x7E00_0000_0000  # global address of the hang watchdog's record (watched kernels only)
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class Launch:
 
     @property
     def params(self) -> dict[str, int]:
-        return {"m": self.m, "n": self.n, "k": self.k, "d_ptr": D_PTR}
+        return {"m": self.m, "n": self.n, "k": self.k, "d_ptr": D_PTR, "watchdog_ptr": WATCHDOG_PTR}
 
 
 def smem_base(rank: int) -> int:

@@ -1,0 +1,122 @@
+"""Runtime side of the hang watchdog (``PTXGEN_WATCHDOG``): record buffer, synchronize, decode, raise.
+
+A kernel built with :func:`ptxgen.ir.watchdog.instrument` takes one more
+``.u64`` parameter ``watchdog_ptr``.  :class:`WatchedLauncher` wraps the
+kernel's :class:`~ptxgen.runtime.fastpath.Launcher`: for every launch it
+allocates a zeroed :data:`~ptxgen.ir.watchdog.RECORD_BYTES` buffer (torch, on
+the kernel's device, on the launch's stream order), appends its address to the
+scalar parameters, synchronizes the stream and reads the record; a set record
+becomes :class:`~ptxgen.errors.DeadlockError`.  Kernels loaded without the
+knob never see this module (no per-call cost).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ptxgen.errors import DeadlockError
+from ptxgen.ir.watchdog import RECORD_WORDS, decode
+
+
+class WatchedLauncher:
+    """A launcher that turns an expired watchdog record into :class:`DeadlockError`.
+
+    Args:
+        inner: the kernel's :class:`~ptxgen.runtime.fastpath.Launcher` (its signature ends in ``watchdog_ptr``).
+        spec: the launch spec (``spec.extra["watchdog"]``: budget, wait-site table).
+        ordinal: CUDA device index.
+    """
+
+    def __init__(self, inner: Any, spec: Any, ordinal: int):
+        self.inner, self.spec, self.ordinal = inner, spec, ordinal
+        self.table = spec.extra["watchdog"]
+        self.name = spec.name
+
+    def __getattr__(self, name: str) -> Any:  # layout, maps, ...: the inner launcher's
+        return getattr(self.inner, name)
+
+    def launch(self, grid_x: int, maps: Sequence[Any], scalars: Sequence[int | float], stream: int) -> None:
+        """Launch, wait for the kernel, and check the record.
+
+        Raises:
+            DeadlockError: a wait expired (the launch was abandoned; the context stays usable).
+            CudaError: the launch or the synchronization failed.
+        """
+        import torch
+
+        from ptxgen.runtime import driver
+
+        buf = torch.zeros(RECORD_WORDS, dtype=torch.int32, device=f"cuda:{self.ordinal}")
+        # torch.zeros ran on torch's current stream; the launch below is ordered after it when it is the same
+        # stream (gemm's default), and after a device-wide sync otherwise
+        if stream != _current_stream(self.ordinal):
+            torch.cuda.synchronize(self.ordinal)
+        self.inner.launch(grid_x, maps, (*scalars, buf.data_ptr()), stream)
+        driver.check(driver.cu().cuStreamSynchronize(stream), "cuStreamSynchronize",
+                     detail=f"{self.name}: after a watched launch")
+        raise_if_expired(buf.cpu().tolist(), self.table, self.name)
+
+
+def _current_stream(ordinal: int) -> int:
+    from ptxgen.runtime.api import current_stream
+
+    return current_stream(ordinal)
+
+
+def raise_if_expired(words: Sequence[int], table: dict, name: str) -> None:
+    """Raise :class:`DeadlockError` when the record ``words`` (u32 values) is set; else return.
+
+    Raises:
+        DeadlockError: with the decoded :class:`~ptxgen.ir.watchdog.WatchdogRecord` as ``.record``.
+    """
+    record = decode(words, table)
+    if record is None:
+        return
+    raise DeadlockError(
+        f"{name}: hang watchdog (PTXGEN_WATCHDOG={table['budget_ns']} ns): {record.describe()}. "
+        "The launch was abandoned (every mbarrier wait fell through, so the output is garbage); "
+        "the CUDA context is still usable. Check that barrier's init count, arrivals and tx bytes "
+        "(`ptxgen check` runs the simulator on the same IR).", record)
+
+
+def gemm_with_kernel(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
+    """``D = A @ B.T`` with a Kernel IR built outside a config (a planted or hand-changed kernel), for debugging.
+
+    The kernel is emitted, JIT-compiled and loaded on every call (slow); its ``launch`` spec
+    gives the grid and tensor maps.  A watched kernel (:func:`ptxgen.ir.watchdog.instrument`)
+    runs through :class:`WatchedLauncher`.
+
+    Raises:
+        ShapeError / CudaError / DeadlockError: as :func:`ptxgen.runtime.api.gemm`.
+    """
+    return kernel_call(kernel, a, b, out)(a, b, out)
+
+
+def kernel_call(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
+    """Load ``kernel`` (emit, JIT, load) for operands shaped like ``a``, ``b``, ``out``; returns ``call(a, b, out)``.
+
+    Raises:
+        ShapeError / CudaError: as :func:`ptxgen.runtime.api.gemm`.
+    """
+    import torch
+
+    from emitters import emit
+    from ptxgen.runtime import api, driver
+    from ptxgen.runtime.fastpath import Launcher
+    from ptxgen.runtime.module import Kernel, jit_ptx
+
+    m, n, k = api.check_gemm_inputs(a, b, out)
+    ordinal = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    driver.ensure_context(ordinal)
+    spec = kernel.launch
+    api.check_gemm_inputs(a, b, out, spec.k_multiple, n_multiple=spec.n_multiple)
+    loaded_k = Kernel.from_cubin(jit_ptx(emit(kernel)), spec, ordinal)
+    launcher = Launcher.for_kernel(loaded_k)
+    if "watchdog" in spec.extra:
+        launcher = WatchedLauncher(launcher, spec, ordinal)
+    loaded = api.LoadedKernel(kernel=loaded_k, launcher=launcher, spec=spec)
+    grid_x = spec.grid.grid_x(m, n, driver.device_info(ordinal).sm_count)
+    return api._GemmCall(None, False, loaded, ordinal, a.device, m, n, k, grid_x)
+
+
+__all__ = ["WatchedLauncher", "raise_if_expired", "gemm_with_kernel", "kernel_call"]
