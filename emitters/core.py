@@ -189,7 +189,7 @@ class Lowering:
         """Names (without ``%``) of every hoisted register."""
         return {name[1:] for name in self._hoist_key.values()}
 
-    def reg_const(self, value: int, stem: str = "k") -> str:
+    def reg_const(self, value: int, stem: str = "const") -> str:
         """A register holding the constant ``value`` (``%idesc``, ``%desc_hi``), filled once, before the body."""
         return self.hoist(stem, value, f"mov.u32 {{d}}, {value:#x};")
 

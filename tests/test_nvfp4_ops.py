@@ -72,7 +72,9 @@ def lower(cta_group: int = 1, m: int = 128, n: int = 128, scale_vec: str = "bloc
     """A whole PTX module: the lowered body inside a minimal entry (``k`` is an accumulate flag source)."""
     lw = Lowering(kernel=_plan(cta_group), table=TABLES["sm_100a"])
     lw.body(_body(cta_group, m, n, scale_vec))
-    decls = [f".reg .b32 %{v};" for v in sorted(lw.vars)] + [
+    hoisted = sorted(lw.hoisted_names - lw.hoisted_pred)
+    decls = [f".reg .b32 %{v};" for v in sorted(lw.vars) + hoisted] + [
+        *(f".reg .pred %{v};" for v in sorted(lw.hoisted_pred)),
         ".reg .b32 %smem_base, %k;",
         f".reg .b32 %x<{lw.n_tmp + 1}>;", f".reg .b64 %xd<{lw.n_tmp64 + 1}>;", f".reg .pred %p<{lw.n_pred + 1}>;"]
     cluster = ".explicitcluster\n.reqnctapercluster 2, 1, 1\n" if cta_group == 2 else ""
@@ -82,14 +84,14 @@ def lower(cta_group: int = 1, m: int = 128, n: int = 128, scale_vec: str = "bloc
         ".visible .entry nvfp4_leaf(.param .u32 k)", ".reqntid 128, 1, 1", cluster + "{",
         *("    " + d for d in decls),
         "    mov.u32 %smem_base, smem;", "    ld.param.u32 %k, [k];",
-        *lw.lines, "    ret;", "}", ""])
+        *lw.hoisted_lines(), *lw.lines, "    ret;", "}", ""])
 
 
 def test_lowering_text() -> None:
     ptx = lower()
     assert ptx.count("tcgen05.cp.cta_group::1.32x128b.warpx4 [") == 12
     assert ptx.count("tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.block16 [") == 8
-    assert "mov.u32 %x" in ptx and "0x8200480;" in ptx  # idesc comes from the op
+    assert "mov.u32 %idesc, 0x8200480;" in ptx  # idesc comes from the op (hoisted once)
     assert "0x4008;" in ptx and "0x40004040;" in ptx  # descriptor high words from the op
     ptx2 = lower(cta_group=2, m=256, n=256)
     assert "tcgen05.cp.cta_group::2.32x128b.warpx4" in ptx2 and "0x10400480;" in ptx2
