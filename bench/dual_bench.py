@@ -45,7 +45,8 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--shapes", default="all")
+    ap.add_argument("--shapes", default="all", help="indices into the shape list, e.g. 0,2,3 (default all)")
+    ap.add_argument("--config", action="append", help="time these configs instead of the chosen one (repeatable)")
     args = ap.parse_args()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     info = driver.device_info(0)
@@ -54,7 +55,8 @@ def main() -> None:
     print(f"device: {name}, {info.sm_count} SMs, L2 {l2 >> 20} MiB")
     print(f"{'M':>6} {'N':>6} {'K':>6} {'config':>22} {'unfused ms':>10} {'concat ms':>10} {'ptxgen ms':>10} "
           f"{'vs unfused':>10} {'vs concat':>10} {'rel err':>8} {'TFLOP/s':>8}")
-    for m, n, k in SHAPES:
+    shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
+    for m, n, k in shapes:
         set_bytes = 2 * (m * k + 2 * n * k + m * n)
         nsets = max(1, min(8, math.ceil(2 * l2 / set_bytes)))
         gen = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
@@ -73,20 +75,23 @@ def main() -> None:
             return F.silu(h[:, :n]) * h[:, n:]
 
         concat_ms = timed(concat, sets, args.warmup, args.iters)
-        ours = timed(lambda a, b1, b2, out: ptxgen.dual_gemm(a, b1, b2, out=out), sets, args.warmup, args.iters)
         a, b1, b2, out = sets[0]
-        ptxgen.dual_gemm(a, b1, b2, out=out)
         ref = F.silu(a.float() @ b1.float().T) * (a.float() @ b2.float().T)
-        err = ((out.float() - ref).norm() / ref.norm()).item()
-        cfg = choose(m, n, k, info, "dual_gemm")
-        tflops = 4 * m * n * k / (ours * 1e-3) / 1e12
-        rows.append(dict(m=m, n=n, k=k, config=cfg, unfused_ms=unfused, concat_ms=concat_ms, ptxgen_ms=ours,
-                         speedup_vs_unfused=unfused / ours, speedup_vs_concat=concat_ms / ours, rel_err=err,
-                         tflops=tflops))
-        print(f"{m:>6} {n:>6} {k:>6} {cfg:>22} {unfused:>10.3f} {concat_ms:>10.3f} {ours:>10.3f} "
-              f"{unfused / ours:>10.3f} {concat_ms / ours:>10.3f} {err:>8.1e} {tflops:>8.0f}")
+        for cfg in args.config or [choose(m, n, k, info, "dual_gemm")]:
+            ours = timed(lambda a, b1, b2, out: ptxgen.dual_gemm(a, b1, b2, out=out, config=cfg), sets, args.warmup,
+                         args.iters)
+            ptxgen.dual_gemm(a, b1, b2, out=out, config=cfg)
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            tflops = 4 * m * n * k / (ours * 1e-3) / 1e12
+            rows.append(dict(m=m, n=n, k=k, config=cfg, unfused_ms=unfused, concat_ms=concat_ms, ptxgen_ms=ours,
+                             speedup_vs_unfused=unfused / ours, speedup_vs_concat=concat_ms / ours, rel_err=err,
+                             tflops=tflops))
+            print(f"{m:>6} {n:>6} {k:>6} {cfg[-22:]:>22} {unfused:>10.3f} {concat_ms:>10.3f} {ours:>10.3f} "
+                  f"{unfused / ours:>10.3f} {concat_ms / ours:>10.3f} {err:>8.1e} {tflops:>8.0f}")
         del sets, cat
         torch.cuda.empty_cache()
+    if args.config:
+        rows = [r for r in rows if r["config"] == args.config[0]]
     geo = math.exp(sum(math.log(r["speedup_vs_unfused"]) for r in rows) / len(rows))
     geo_c = math.exp(sum(math.log(r["speedup_vs_concat"]) for r in rows) / len(rows))
     print(f"geomean speedup vs unfused {geo:.3f}x, vs concat {geo_c:.3f}x, "

@@ -78,7 +78,7 @@ def test_hoist_bases_only_where_ptxas_gains():
     from emitters import hoist_bases
 
     assert [n for n in sorted(shipped_configs()) if hoist_bases(build(n).kernel)] == [
-        "level4", "level5", "level6", "level7", "level8", "level9"]
+        "dual_sm100_256x128", "level4", "level5", "level6", "level7", "level8", "level9"]
 
 
 def test_teardown_cluster_sync_around_dealloc():

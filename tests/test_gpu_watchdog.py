@@ -45,7 +45,7 @@ def test_planted_deadlock_raises_fast_and_context_survives(torch):
     import ptxgen
     from test_watchdog import planted_full
 
-    from ptxgen.runtime.watchdog import kernel_call
+    from ptxgen.runtime.api import kernel_call
 
     m, n, k = 512, 512, 1024
     a, b = operands(torch, m, n, k)

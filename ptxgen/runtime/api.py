@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ptxgen.errors import ConfigError, ShapeError
+from ptxgen.runtime.driver import current_stream  # noqa: F401 - part of this module's API
 # the defaults live with the chooser, which falls back to them (no api <-> choose circle); re-exported here
 from ptxgen.runtime.choose import (DEFAULT_DUAL_SM90, DEFAULT_DUAL_SM100, DEFAULT_SM90, DEFAULT_SM100,  # noqa: F401
                                    default_config_name)
@@ -289,16 +290,6 @@ class PreparedGemm:
         return self.out
 
 
-def current_stream(ordinal: int) -> int:
-    """torch's current ``cudaStream_t`` of device ``ordinal``, as an int (cheap C call when torch has it)."""
-    import torch
-
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(ordinal)
-    return torch.cuda.current_stream(ordinal).cuda_stream
-
-
 def _checked_setup(a: Any, b: Any, out: Any, config: Any) -> tuple[LoadedKernel, int, int, int, int, int]:
     """Every input check, the config resolved, the kernel loaded: ``(loaded, ordinal, m, n, k, grid_x)``."""
     from ptxgen.runtime import driver
@@ -548,3 +539,48 @@ def dual_gemm(a: Any, b1: Any, b2: Any, out: Any = None, config: Any = None) -> 
                     _dual_calls.clear()
                 _dual_calls[key] = call
     return call(a, b1, b2, out)
+
+
+# --------------------------------------------------------------------------- planted kernels (watchdog tests)
+
+
+def gemm_with_kernel(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
+    """``D = A @ B.T`` with a Kernel IR built outside a config (a planted or hand-changed kernel), for debugging.
+
+    The kernel is emitted, JIT-compiled and loaded on every call (slow); its ``launch`` spec
+    gives the grid and tensor maps.  A watched kernel (:func:`ptxgen.ir.watchdog.instrument`)
+    runs through :class:`WatchedLauncher`.
+
+    Raises:
+        ShapeError / CudaError / DeadlockError: as :func:`ptxgen.runtime.api.gemm`.
+    """
+    return kernel_call(kernel, a, b, out)(a, b, out)
+
+
+def kernel_call(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
+    """Load ``kernel`` (emit, JIT, load) for operands shaped like ``a``, ``b``, ``out``; returns ``call(a, b, out)``.
+
+    Raises:
+        ShapeError / CudaError: as :func:`ptxgen.runtime.api.gemm`.
+    """
+    import torch
+
+    from emitters import emit
+    from ptxgen.runtime import driver
+    from ptxgen.runtime.watchdog import WatchedLauncher
+    from ptxgen.runtime.fastpath import Launcher
+    from ptxgen.runtime.module import Kernel, jit_ptx
+
+    m, n, k = check_gemm_inputs(a, b, out)
+    ordinal = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    driver.ensure_context(ordinal)
+    spec = kernel.launch
+    check_gemm_inputs(a, b, out, spec.k_multiple, n_multiple=spec.n_multiple)
+    loaded_k = Kernel.from_cubin(jit_ptx(emit(kernel)), spec, ordinal)
+    launcher = Launcher.for_kernel(loaded_k)
+    if "watchdog" in spec.extra:
+        launcher = WatchedLauncher(launcher, spec, ordinal)
+    loaded = LoadedKernel(kernel=loaded_k, launcher=launcher, spec=spec)
+    grid_x = spec.grid.grid_x(m, n, driver.device_info(ordinal).sm_count)
+    return _GemmCall(None, False, loaded, ordinal, a.device, m, n, k, grid_x)
+

@@ -48,7 +48,7 @@ DEFAULT_SM90 = "h100_256x128"
 #: shipped config used on compute capability 10.x (Blackwell) when ``config`` is None
 DEFAULT_SM100 = "level9"
 #: the dual-GEMM (SwiGLU) defaults per capability
-DEFAULT_DUAL_SM90 = "dual_h100_128x128"
+DEFAULT_DUAL_SM90 = "dual_h100_128x128_c2"
 DEFAULT_DUAL_SM100 = "dual_sm100_256x128"
 #: shipped tuned table per arch (inside ptxgen/configs)
 SHIPPED_TABLES = {"sm_90a": "tuned_sm90.json", "sm_100a": "tuned_sm100.json"}

@@ -216,3 +216,13 @@ def device_info(ordinal: int) -> DeviceInfo:
         max_smem_optin=attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", ordinal),
         l2_bytes=attribute("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE", ordinal),
     )
+
+
+def current_stream(ordinal: int) -> int:
+    """torch's current ``cudaStream_t`` of device ``ordinal``, as an int (cheap C call when torch has it)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(ordinal)
+    return torch.cuda.current_stream(ordinal).cuda_stream

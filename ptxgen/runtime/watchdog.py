@@ -58,7 +58,7 @@ class WatchedLauncher:
 
 
 def _current_stream(ordinal: int) -> int:
-    from ptxgen.runtime.api import current_stream
+    from ptxgen.runtime.driver import current_stream
 
     return current_stream(ordinal)
 
@@ -77,46 +77,3 @@ def raise_if_expired(words: Sequence[int], table: dict, name: str) -> None:
         "The launch was abandoned (every mbarrier wait fell through, so the output is garbage); "
         "the CUDA context is still usable. Check that barrier's init count, arrivals and tx bytes "
         "(`ptxgen check` runs the simulator on the same IR).", record)
-
-
-def gemm_with_kernel(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
-    """``D = A @ B.T`` with a Kernel IR built outside a config (a planted or hand-changed kernel), for debugging.
-
-    The kernel is emitted, JIT-compiled and loaded on every call (slow); its ``launch`` spec
-    gives the grid and tensor maps.  A watched kernel (:func:`ptxgen.ir.watchdog.instrument`)
-    runs through :class:`WatchedLauncher`.
-
-    Raises:
-        ShapeError / CudaError / DeadlockError: as :func:`ptxgen.runtime.api.gemm`.
-    """
-    return kernel_call(kernel, a, b, out)(a, b, out)
-
-
-def kernel_call(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
-    """Load ``kernel`` (emit, JIT, load) for operands shaped like ``a``, ``b``, ``out``; returns ``call(a, b, out)``.
-
-    Raises:
-        ShapeError / CudaError: as :func:`ptxgen.runtime.api.gemm`.
-    """
-    import torch
-
-    from emitters import emit
-    from ptxgen.runtime import api, driver
-    from ptxgen.runtime.fastpath import Launcher
-    from ptxgen.runtime.module import Kernel, jit_ptx
-
-    m, n, k = api.check_gemm_inputs(a, b, out)
-    ordinal = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    driver.ensure_context(ordinal)
-    spec = kernel.launch
-    api.check_gemm_inputs(a, b, out, spec.k_multiple, n_multiple=spec.n_multiple)
-    loaded_k = Kernel.from_cubin(jit_ptx(emit(kernel)), spec, ordinal)
-    launcher = Launcher.for_kernel(loaded_k)
-    if "watchdog" in spec.extra:
-        launcher = WatchedLauncher(launcher, spec, ordinal)
-    loaded = api.LoadedKernel(kernel=loaded_k, launcher=launcher, spec=spec)
-    grid_x = spec.grid.grid_x(m, n, driver.device_info(ordinal).sm_count)
-    return api._GemmCall(None, False, loaded, ordinal, a.device, m, n, k, grid_x)
-
-
-__all__ = ["WatchedLauncher", "raise_if_expired", "gemm_with_kernel", "kernel_call"]

@@ -1,0 +1,126 @@
+"""Planted bugs in the dual GEMM's new parts (issue 10), each caught by the verifier or the simulator.
+
+Each plant is a plan change or an IR rewrite of a shipped ``dual_*`` kernel; the unplanted kernels pass both
+checks in tests/test_verify.py and tests/test_sim.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from ptxgen.builders.kernel import build_kernel
+from ptxgen.config import load_config
+from ptxgen.errors import SimError, VerifyError
+from ptxgen.ir import ops as O
+from ptxgen.plan import make_plan
+from ptxgen.sim import default_shapes, simulate
+from ptxgen.sim.rewrite import rewrite
+from ptxgen.verify import verify
+
+pytestmark = pytest.mark.sim
+
+H100, SM100 = "dual_h100_128x128", "dual_sm100_256x128"
+
+
+def _kernel(config: str, plan_change=None, fn=None):
+    plan = make_plan(load_config(config))
+    kernel = build_kernel(plan_change(plan) if plan_change else plan)
+    return rewrite(kernel, fn) if fn else kernel
+
+
+def _sim_faults(kernel) -> list[str]:
+    out = []
+    for s in (0, 1, 2):
+        try:
+            simulate(kernel, *default_shapes(kernel)[1], seed=s, schedule_seed=s)
+        except SimError as exc:
+            out.append(str(exc))
+    return out
+
+
+def _tx_without_b2(plan):
+    """The ``full`` barrier announces A + B1 only: B2's bytes are missing from expect_tx."""
+    return replace(plan, ab=replace(plan.ab, full=replace(plan.full, tx_bytes=plan.full.tx_bytes - plan.b_stage_bytes)))
+
+
+def _b2_into_b1_slot():
+    """The TMA load of B2 lands in B1's slot of the stage."""
+    b1 = {}
+
+    def fn(op):
+        if isinstance(op, O.TmaLoad) and op.tensor == "b":
+            b1["dst"] = op.dst
+        if isinstance(op, O.TmaLoad) and op.tensor == "b2":
+            return replace(op, dst=b1["dst"])
+    return fn
+
+
+def _issuer(fn):
+    """Apply ``fn(list of ops)`` to the MMA issuer's Elect body (the one holding the UMMAs)."""
+    def rw(op):
+        if isinstance(op, O.Elect) and any(isinstance(x, O.Umma) for x in op.body):
+            return replace(op, body=tuple(fn(list(op.body))))
+    return rw
+
+
+def _release_after_first_mma(body):
+    """consumer_release of the stage (commit to ``empty``) right after the first (B1) MMA: B2's MMAs still read it."""
+    commit = next(x for x in body if isinstance(x, O.UmmaCommit) and x.bar.name == "empty")
+    body.remove(commit)
+    body.insert(1, commit)
+    return body
+
+
+def _silu_before_wgmma_wait(op):
+    """The epilogue computes silu(acc0) * acc1 before wgmma.wait_group 0: the accumulators are still being written."""
+    if isinstance(op, O.For) and any(isinstance(x, O.SiluMul) for x in op.body):
+        body = [x for x in op.body if not isinstance(x, O.SiluMul)]
+        at = next(i for i, x in enumerate(body) if isinstance(x, O.WgmmaWait) and x.n == 0)
+        body[at:at] = [x for x in op.body if isinstance(x, O.SiluMul)]
+        return replace(op, body=tuple(body))
+
+
+def _tmem_full_before_last_b2_mma(body):
+    """sm_100a: the accumulator-ready commit issued before the tile's last B2 MMA (acc2 read before its commit)."""
+    ready = next(x for x in body if isinstance(x, O.If)
+                 and any(isinstance(y, O.UmmaCommit) and y.bar.name == "tmem_full" for y in x.then))
+    body.remove(ready)
+    body.insert(max(i for i, x in enumerate(body) if isinstance(x, O.Umma)), ready)
+    return body
+
+
+def test_tx_bytes_missing_b2() -> None:
+    kernel = _kernel(H100, plan_change=_tx_without_b2)
+    with pytest.raises(VerifyError, match=r"^transaction-byte mismatch: full\[0\] .* expect_tx 32768 B .* deliver 49152"):
+        verify(kernel)
+    faults = _sim_faults(kernel)
+    assert len(faults) == 3 and all(f.startswith("read before write: Wgmma") for f in faults)
+
+
+@pytest.mark.parametrize("config", [H100, SM100])
+def test_b2_loaded_into_b1_slot(config) -> None:
+    faults = _sim_faults(_kernel(config, fn=_b2_into_b1_slot()))
+    assert len(faults) == 3 and all(f.startswith(("write after write: TmaLoad b2", "read before write:")) for f in faults)
+
+
+def test_stage_released_after_first_of_two_mmas() -> None:
+    faults = _sim_faults(_kernel(SM100, fn=_issuer(_release_after_first_mma)))
+    assert faults and all(f.startswith(("write after read: TmaLoad", "read before write: Umma")) for f in faults)
+
+
+def test_epilogue_reads_acc2_before_its_wgmma_completes() -> None:
+    faults = _sim_faults(_kernel(H100, fn=_silu_before_wgmma_wait))
+    assert len(faults) == 3 and all("read while a wgmma writing it is not covered by a wgmma.wait_group" in f
+                                    for f in faults)
+
+
+@pytest.mark.xfail(strict=True, reason="simulator gap: a TmemLoad of columns an in-flight UMMA still writes is not "
+                                       "reported once tmem_full has completed; the verifier has no commit-order rule")
+def test_sm100_epilogue_reads_acc2_before_its_commit() -> None:
+    kernel = _kernel(SM100, fn=_issuer(_tmem_full_before_last_b2_mma))
+    with pytest.raises((VerifyError, SimError)):
+        verify(kernel)
+        for s in (0, 1, 2):
+            simulate(kernel, *default_shapes(kernel)[1], seed=s, schedule_seed=s)
