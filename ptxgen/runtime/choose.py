@@ -228,7 +228,11 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     arch = ARCH_OF_CAPABILITY.get(tuple(capability))
     if kernel != "gemm":
         cands = candidates(arch, kernel) if arch else ()
-        return (rank(cands, m, n, k, sm_count, default)[0][1], "cost model") if cands else (default, "default")
+        if not cands:
+            return default, "default"
+        if m <= 256:  # one pair of m-blocks: B multicast has nothing to amortise (H100: 1.22x vs 1.08x over
+            cands = tuple(c for c in cands if c.cluster == 1) or cands  # torch at 256x4096x7168, bench/NOTES.md)
+        return rank(cands, m, n, k, sm_count, default)[0][1], "cost model"
     shipped = set(shipped_configs())  # a glob; the YAMLs are parsed only when the cost model runs
     for why, path in (("user table", user_table_path(arch) if arch else None),
                       ("shipped table", shipped_table_path(arch) if arch else None)):
