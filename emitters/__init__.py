@@ -19,6 +19,8 @@ import jinja2
 
 from ptxgen.ir import ops
 
+from ptxgen.ir.legalize import legalize
+
 from .common import COMMON
 from .core import SREG_REGS, Lowering
 from .tcgen05 import TCGEN05
@@ -42,6 +44,7 @@ def emit(kernel) -> str:
 
     Raises NotImplementedError when an op has no lowering on the kernel's target.
     """
+    kernel = legalize(kernel)
     lw = Lowering(kernel=kernel, table=TABLES[kernel.arch], hoist_bases=hoist_bases(kernel))
     lw.body(kernel.body)
     return _template().render(

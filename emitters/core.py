@@ -356,10 +356,7 @@ def _lower_for(lw: Lowering, op: ops.For) -> None:
 
 
 def _if(lw: Lowering, op: ops.If) -> None:
-    cond = ex.fold(op.cond)
-    if isinstance(cond, ex.Const):  # decided at build time
-        lw.body(op.then if cond.value else op.orelse)
-        return
+    cond = ex.fold(op.cond)  # never a constant: legalize folded those away
     lw.comment(op.describe())
     other, end = lw.label("else"), lw.label("endif")
     p = lw.predicate(cond)

@@ -80,3 +80,7 @@ class DeadlockError(PtxgenError):
     def __init__(self, message: str, record=None):
         super().__init__(message)
         self.record = record
+
+
+class LegalizeError(PtxgenError):
+    """A Kernel IR op the kernel's target does not have (a generator bug, caught before any PTX is written)."""

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ptxgen.errors import ConfigError, ShapeError
-from test_gpu_gemm import dim, k_dim, launch_spec
+from test_gpu_gemm import dim, k_dim, launch_spec, torch  # noqa: F401 - torch is the shared GPU fixture
 
 config_mod = pytest.importorskip("ptxgen.config")
 
@@ -25,14 +25,6 @@ DUAL_SM90 = [c for c in config_mod.shipped_configs()
              if config_mod.load_config(c).arch == "sm_90a" and config_mod.load_config(c).kernel == "dual_gemm"]
 EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "100"))
 TOLERANCE = 1e-2
-
-
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if tuple(torch.cuda.get_device_capability()) != (9, 0):
-        pytest.skip("sm_90a configs need a compute capability 9.0 GPU")
-    return torch
 
 
 def operands(torch, m: int, n: int, k: int, seed: int):
