@@ -48,3 +48,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason = gpu_unavailable_reason()
             if reason is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="module")
+def torch():
+    """torch on a compute-capability 9.0 GPU (the sm_90a kernels' tests); skips elsewhere."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cuda.bindings.driver")
+    if tuple(torch.cuda.get_device_capability()) != (9, 0):
+        pytest.skip("sm_90a configs need a compute capability 9.0 GPU")
+    return torch

@@ -21,15 +21,6 @@ pytestmark = pytest.mark.gpu
 CONFIG = "h100_128x256"
 
 
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("cuda.bindings.driver")
-    if tuple(torch.cuda.get_device_capability()) != (9, 0):
-        pytest.skip("sm_90a configs need a compute capability 9.0 GPU")
-    return torch
-
-
 def operands(torch, m, n, k, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     a = (torch.randn(m, k, device="cuda", generator=g) * k ** -0.25).to(torch.bfloat16)

@@ -32,14 +32,6 @@ MAX_DIM = 4096
 TOLERANCE = 1e-2
 
 
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if tuple(torch.cuda.get_device_capability()) != (9, 0):
-        pytest.skip("sm_90a configs need a compute capability 9.0 GPU")
-    return torch
-
-
 def launch_spec(config: str):
     """The config's LaunchSpec (built once per process by the runtime)."""
     from ptxgen.runtime.api import built_config

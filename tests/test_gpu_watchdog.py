@@ -19,15 +19,6 @@ CONFIG = "h100_128x128"
 BUDGET_NS = 200_000_000  # 200 ms per wait
 
 
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("cuda.bindings.driver")
-    if tuple(torch.cuda.get_device_capability()) != (9, 0):
-        pytest.skip("sm_90a configs need a compute capability 9.0 GPU")
-    return torch
-
-
 def operands(torch, m, n, k):
     g = torch.Generator(device="cuda").manual_seed(0)
     a = (torch.randn(m, k, device="cuda", generator=g) * k ** -0.25).to(torch.bfloat16)
