@@ -14,11 +14,17 @@ for comparison, a second call).  The cache directory is a fresh temporary
 * ``cold``: empty cache (plan, IR, emit, driver JIT, store);
 * ``warm``: the same cache again, ``--warm-runs`` times (load the stored cubin);
 * ``no_cache``: ``PTXGEN_NO_CACHE=1`` (build and JIT, nothing stored).
+
+Before the first child, the ``ptxgen`` and ``emitters`` sources are byte-compiled (``compileall``), as
+``pip install`` does: a source tree that is never compiled (the device copy of the repository, with
+bytecode writes off) recompiles every module in every process, about 260 ms of a first call (H100,
+2026-11-24; bench/NOTES.md §4), which no installed package pays.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import statistics
@@ -38,7 +44,13 @@ torch.cuda.synchronize()
 t0 = time.perf_counter()
 import ptxgen
 t1 = time.perf_counter()
-out = ptxgen.gemm(a, b, config=config)
+if len(sys.argv) > 3:  # --profile: cProfile the first call, top entries by cumulative time on stderr
+    import cProfile, pstats
+    prof = cProfile.Profile()
+    out = prof.runcall(ptxgen.gemm, a, b, config=config)
+    pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(int(sys.argv[3]))
+else:
+    out = ptxgen.gemm(a, b, config=config)
 t2 = time.perf_counter()
 torch.cuda.synchronize()
 t3 = time.perf_counter()
@@ -52,10 +64,12 @@ print(json.dumps({"import_ms": (t1 - t0) * 1e3, "first_call_ms": (t2 - t1) * 1e3
 """
 
 
-def run_child(shape: str, config: str, env: dict[str, str]) -> dict:
-    """One fresh process; its JSON line."""
-    proc = subprocess.run([sys.executable, "-c", CHILD, shape, config], env=env, capture_output=True, text=True,
-                          timeout=300)
+def run_child(shape: str, config: str, env: dict[str, str], profile: int = 0) -> dict:
+    """One fresh process; its JSON line (with ``profile`` > 0, its cProfile top entries go to our stderr)."""
+    proc = subprocess.run([sys.executable, "-c", CHILD, shape, config, *([str(profile)] if profile else [])],
+                          env=env, capture_output=True, text=True, timeout=300)
+    if profile:
+        print(proc.stderr, file=sys.stderr)
     if proc.returncode:
         raise SystemExit(f"child failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -67,14 +81,26 @@ def main() -> int:
     ap.add_argument("--shape", default="4096x4096x4096")
     ap.add_argument("--warm-runs", type=int, default=3)
     ap.add_argument("--json", help="write the measurements here")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also profile one cold and one warm first call (cProfile, top N by cumulative time)")
     args = ap.parse_args()
 
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for package in ("ptxgen", "emitters"):
+        compileall.compile_dir(os.path.join(root, package), quiet=1)
     with tempfile.TemporaryDirectory(prefix="ptxgen-first-call-") as cache:
         env = {**os.environ, "PTXGEN_CACHE_DIR": cache}
         env.pop("PTXGEN_NO_CACHE", None)
         cold = run_child(args.shape, args.config, env)
         warm = [run_child(args.shape, args.config, env) for _ in range(args.warm_runs)]
         no_cache = run_child(args.shape, args.config, {**env, "PTXGEN_NO_CACHE": "1"})
+        if args.profile:
+            print("==== profile: warm first call", file=sys.stderr)
+            run_child(args.shape, args.config, env, args.profile)
+    if args.profile:
+        with tempfile.TemporaryDirectory(prefix="ptxgen-first-call-") as cache:
+            print("==== profile: cold first call", file=sys.stderr)
+            run_child(args.shape, args.config, {**os.environ, "PTXGEN_CACHE_DIR": cache}, args.profile)
     doc = {"shape": args.shape, "config": args.config, "cold": cold, "warm": warm, "no_cache": no_cache,
            "warm_median_total_ms": statistics.median(w["total_ms"] for w in warm)}
     print(f"first call, {args.shape}, config {args.config} (import ptxgen + gemm + synchronize; torch already up)")

@@ -34,8 +34,6 @@ import functools
 import os
 import typing
 from dataclasses import field
-from importlib import resources
-from pathlib import Path
 from typing import Annotated, Literal
 
 import annotated_types
@@ -45,6 +43,7 @@ from pydantic_core import PydanticCustomError
 from pydantic.dataclasses import dataclass as _pydantic_dataclass
 
 from .errors import ConfigError
+from .shipped import configs_dir, resolve_config_path, shipped_configs  # noqa: F401 - re-exported
 from .plan import make_plan
 
 ARCHS = ("sm_100a", "sm_90a")
@@ -399,36 +398,6 @@ def from_dict(raw: dict) -> Config:
 def to_dict(cfg: Config) -> dict:
     """Plain nested dict of a config (inverse of :func:`from_dict`)."""
     return dataclasses.asdict(cfg)
-
-
-def configs_dir() -> Path:
-    """Folder of the shipped configs (``ptxgen/configs``)."""
-    return Path(str(resources.files("ptxgen") / "configs"))
-
-
-def shipped_configs() -> list[str]:
-    """Names of the shipped configs, sorted (``level1`` ... ``level9``, ``h100_*``)."""
-    return sorted(p.stem for p in configs_dir().glob("*.yaml"))
-
-
-def resolve_config_path(name_or_path: str | os.PathLike) -> Path:
-    """A shipped config by bare name (``level9`` or ``level9.yaml``) or a path.  Raises ConfigError.
-
-    Errors: no such file and not a shipped name; the path is a directory.
-    """
-    p = Path(name_or_path)
-    if p.is_file():
-        return p
-    if p.is_dir():
-        raise ConfigError(f"config {str(name_or_path)!r}: is a directory; give a YAML file or a shipped config name")
-    stem = p.name[:-5] if p.name.endswith(".yaml") else p.name
-    shipped = configs_dir() / f"{stem}.yaml"
-    if p.parent == Path(".") and shipped.is_file():
-        return shipped
-    raise ConfigError(
-        f"config {str(name_or_path)!r}: no such file, and not a shipped config; give a YAML path or a shipped "
-        f"name ({', '.join(shipped_configs())})"
-    )
 
 
 def load_config(name_or_path: str | os.PathLike | Config) -> Config:

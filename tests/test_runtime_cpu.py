@@ -13,6 +13,7 @@ import pytest
 from ptxgen.errors import ConfigError, CudaError, PtxgenError, ShapeError
 from ptxgen.launch import GridPolicy, TensorMapSpec
 from ptxgen.runtime import cache
+from ptxgen.shipped import shipped_configs
 
 # --------------------------------------------------------------------------- input checks
 
@@ -712,6 +713,56 @@ def test_image_key_parts(built_h100):
     assert loader.source_fingerprint() in "".join(base)
 
 
+def test_image_key_of_a_name_is_its_yaml_text(tmp_path):
+    from ptxgen.runtime import loader
+    from ptxgen.shipped import configs_dir
+
+    text = (configs_dir() / "h100_128x128.yaml").read_text()
+    assert loader.config_content("h100_128x128") == loader.config_content("h100_128x128.yaml") == "yaml:" + text
+    copy = tmp_path / "mine.yaml"
+    copy.write_text(text)
+    assert loader.image_key(str(copy), 13000, (9, 0)) == loader.image_key("h100_128x128", 13000, (9, 0))
+    copy.write_text(text.replace("stages: 4", "stages: 3"))
+    assert loader.image_key(copy, 13000, (9, 0)) != loader.image_key("h100_128x128", 13000, (9, 0))
+    with pytest.raises(ConfigError, match="no such file, and not a shipped config"):
+        loader.config_content(tmp_path / "absent.yaml")
+
+
+def test_warm_hit_by_name_never_imports_the_config_schema(cache_root):
+    """A cache hit for a config given by name reads its YAML text and the stored image: no pydantic, no plan."""
+    import subprocess
+    import sys
+
+    child = f"""
+import sys
+from ptxgen.runtime import loader
+calls = []
+def jit(ptx):
+    calls.append(1)
+    return b"cubin"
+seen = []
+img = loader.load_image("h100_128x128", 13000, (9, 0), jit, accept=seen.append)
+print(len(calls), len(seen), img.spec.name, img.cubin.decode(), "ptxgen.config" in sys.modules, "pydantic" in sys.modules)
+"""
+    env = {**os.environ, "PTXGEN_CACHE_DIR": str(cache_root)}
+    run = lambda: subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, check=True)
+    assert run().stdout.split() == ["1", "1", "h100_128x128", "cubin", "True", "True"]  # miss: built, validated
+    assert run().stdout.split() == ["0", "1", "h100_128x128", "cubin", "False", "False"]  # hit: neither
+
+
+def test_accept_refuses_before_the_jit(cache_root):
+    from ptxgen.runtime import loader
+
+    calls = []
+
+    def refuse(spec):
+        raise ConfigError(f"config {spec.name}: not on this device")
+
+    with pytest.raises(ConfigError, match="config level9: not on this device"):
+        loader.load_image("level9", 13000, (9, 0), fake_jit(calls), accept=refuse)
+    assert calls == []
+
+
 def test_corrupt_image_payload_is_rebuilt(cache_root, built_h100):
     from ptxgen.runtime import loader
 
@@ -1076,6 +1127,16 @@ def test_candidates_are_every_shipped_config_of_the_arch():
     assert names and all(n.startswith("h100_") for n in names)
     duals = [c.name for c in choose.candidates("sm_90a", "dual_gemm")]
     assert duals and all(n.startswith("dual_h100_") for n in duals)
+
+
+@pytest.mark.parametrize("name", shipped_configs())
+def test_shipped_candidate_agrees_with_load_config(name):
+    from ptxgen.config import load_config
+    from ptxgen.runtime.choose import Candidate, shipped_candidate
+
+    cfg = load_config(name)
+    assert shipped_candidate(name) == Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
+                                                cfg.pipeline.stages, cfg.cluster.size, cfg.kernel)
 
 
 def test_cost_model_waves_and_tail():

@@ -214,12 +214,12 @@ class LoadedKernel:
 def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
     """The kernel of ``config`` on device ``ordinal``, loaded once per process.
 
-    On the first request: ``load_config`` (cheap), then :func:`ptxgen.runtime.loader.load_image`
-    (a cache hit loads the stored cubin without building; a miss builds and JITs), then
-    ``cuModuleLoadData``.  Knobs are read here.
+    On the first request: :func:`ptxgen.runtime.loader.load_image` (a cache hit loads the stored cubin without
+    building, and for a name or path without importing the config schema; a miss validates, builds and JITs),
+    then ``cuModuleLoadData``.  The arch check runs before any JIT.  Knobs are read here.
 
     Raises:
-        ConfigError: bad config or override.
+        ConfigError: bad config or override; the config's arch does not run on the device.
         CudaError: JIT, load or attribute call failed.
     """
     from ptxgen import knobs
@@ -230,16 +230,14 @@ def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
         found = _loaded.get((ordinal, ident))
     if found is not None:
         return found
-    from ptxgen.config import load_config
     from ptxgen.runtime import driver, loader
     from ptxgen.runtime.fastpath import Launcher
     from ptxgen.runtime.module import Kernel, jit_ptx
 
-    cfg = load_config(config)
     driver.ensure_context(ordinal)
     info = driver.device_info(ordinal)
-    check_arch(cfg.name, cfg.arch, info.capability)
-    image = loader.load_image(cfg, driver.driver_version(), info.capability, jit_ptx, settings)
+    image = loader.load_image(config, driver.driver_version(), info.capability, jit_ptx, settings,
+                              accept=lambda spec: check_arch(spec.name, spec.arch, info.capability))
     kernel = Kernel.from_cubin(image.cubin, image.spec, ordinal)
     launcher = Launcher.for_kernel(kernel)
     if "watchdog" in image.spec.extra:  # PTXGEN_WATCHDOG: every launch synchronizes and checks the record

@@ -87,20 +87,41 @@ class Candidate:
     block_k: int
     stages: int
     cluster: int
+    kernel: str = "gemm"
 
 
 @functools.cache
 def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
     """Every shipped config for ``arch`` of kernel kind ``kernel`` (``gemm``, ``dual_gemm``), as :class:`Candidate`."""
-    from ptxgen.config import load_config, shipped_configs
+    from ptxgen.shipped import shipped_configs
 
-    out = []
-    for name in shipped_configs():
+    out = (shipped_candidate(name) for name in shipped_configs())
+    return tuple(c for c in out if c.arch == arch and c.kernel == kernel)
+
+
+def shipped_candidate(name: str) -> Candidate:
+    """The :class:`Candidate` of a shipped config, read from its YAML without the config schema.
+
+    Shipped configs are validated by the test suite, so the fields the cost model ranks on are read as
+    written (an absent ``cluster`` is no cluster, an absent ``kernel`` a GEMM: the schema's defaults); a YAML
+    without ``tile`` or ``pipeline`` is loaded through ``load_config`` instead.  tests/test_runtime_cpu.py checks
+    that this agrees with ``load_config`` for every shipped config, so a changed default cannot drift unseen.
+    """
+    import yaml
+
+    from ptxgen.shipped import configs_dir
+
+    raw = yaml.safe_load((configs_dir() / f"{name}.yaml").read_text(encoding="utf-8"))
+    try:
+        tile, pipeline = raw["tile"], raw["pipeline"]
+        return Candidate(name, raw["arch"], tile["block_m"], tile["block_n"], tile["block_k"], pipeline["stages"],
+                         raw.get("cluster", {}).get("size", 1), raw.get("kernel", "gemm"))
+    except (KeyError, TypeError, AttributeError):
+        from ptxgen.config import load_config
+
         cfg = load_config(name)
-        if cfg.arch == arch and cfg.kernel == kernel:
-            out.append(Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
-                                 cfg.pipeline.stages, cfg.cluster.size))
-    return tuple(out)
+        return Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
+                         cfg.pipeline.stages, cfg.cluster.size, cfg.kernel)
 
 
 def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceModel = SM90_MODEL) -> dict:
@@ -149,7 +170,7 @@ def user_table_path(arch: str) -> Path:
 
 def shipped_table_path(arch: str) -> Path | None:
     """The package's tuned table for ``arch`` (None when the arch has none)."""
-    from ptxgen.config import configs_dir
+    from ptxgen.shipped import configs_dir
 
     name = SHIPPED_TABLES.get(arch)
     return configs_dir() / name if name else None
@@ -222,7 +243,7 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     Raises:
         ConfigError: the capability has no shipped config at all.
     """
-    from ptxgen.config import shipped_configs
+    from ptxgen.shipped import shipped_configs
 
     default = default_config_name(capability, kernel)
     arch = ARCH_OF_CAPABILITY.get(tuple(capability))

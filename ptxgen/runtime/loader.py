@@ -3,7 +3,8 @@
 Key of a kernel image (:func:`image_key`)::
 
     IMAGE_FORMAT              bumped when the stored payload's layout changes
-    config content            json of ptxgen.config.to_dict(cfg), sorted keys (the name included)
+    config content            a name or path: the YAML file's text; a Config object: json of
+                              ptxgen.config.to_dict(cfg), sorted keys (the name included)
     ptxgen version            ptxgen.__version__
     source fingerprint        path, size and mtime of the ptxgen and emitters sources (.py, .j2,
                               .yaml), so a development edit of a builder or emitter is a miss,
@@ -13,8 +14,10 @@ Key of a kernel image (:func:`image_key`)::
 
 The payload (:func:`pack_image` / :func:`unpack_image`) holds the launch spec
 (JSON), the PTX and the cubin the driver's JIT produced, so a hit loads the
-cubin and launches without running plan/IR/emitter.  A miss builds the config
-(``ptxgen.build.build``), JIT-compiles the PTX with the driver
+cubin and launches without running plan/IR/emitter, and — for a config given
+by name or path — without importing the config schema at all (pydantic, plan:
+about 100 ms of a first call; bench/NOTES.md §4).  A miss validates and builds
+the config (``ptxgen.build.build``), JIT-compiles the PTX with the driver
 (:func:`ptxgen.runtime.module.jit_ptx`) and stores the three; the store is
 atomic and locked (:mod:`ptxgen.runtime.cache`).  A payload that does not
 unpack is rebuilt like a corrupt entry.
@@ -31,14 +34,15 @@ import hashlib
 import json
 import logging
 import re
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ptxgen import knobs
-from ptxgen.config import SMEM_LIMIT_BYTES
 from ptxgen.errors import ConfigError
+from ptxgen.hw import SMEM_LIMIT_BYTES
 from ptxgen.launch import LaunchSpec
 
 log = logging.getLogger(__name__)
@@ -103,49 +107,72 @@ def source_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-def config_content(cfg: Any) -> str:
-    """Canonical JSON of a validated ``Config`` (sorted keys): equal configs give equal text."""
-    from ptxgen.config import to_dict
+def config_content(config: Any) -> str:
+    """Canonical text of a config for the cache key: equal configs give equal text.
 
-    return json.dumps(to_dict(cfg), sort_keys=True, separators=(",", ":"))
+    A name or path (``str`` / ``os.PathLike``) gives ``yaml:`` + the file's text, read without parsing or
+    validating it (a cache hit then needs no schema); a :class:`~ptxgen.config.Config` gives ``config:`` +
+    its JSON (sorted keys).  A file that cannot be located or read falls through to ``load_config``, which
+    raises the user-facing :class:`ConfigError`.
+    """
+    if isinstance(config, (str, os.PathLike)):
+        from ptxgen.shipped import resolve_config_path
+
+        try:
+            return "yaml:" + resolve_config_path(config).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            pass
+    from ptxgen.config import load_config, to_dict
+
+    return "config:" + json.dumps(to_dict(load_config(config)), sort_keys=True, separators=(",", ":"))
 
 
-def image_key(cfg: Any, driver_version: int, capability: tuple[int, int]) -> tuple[str, ...]:
-    """The cache key parts of a config's kernel image (see module docstring)."""
+def image_key(config: Any, driver_version: int, capability: tuple[int, int]) -> tuple[str, ...]:
+    """The cache key parts of a config's kernel image (see module docstring); ``config`` as :func:`build_image`."""
     from ptxgen.version import __version__
 
-    return (IMAGE_FORMAT, config_content(cfg), f"ptxgen={__version__}", f"src={source_fingerprint()}",
+    return (IMAGE_FORMAT, config_content(config), f"ptxgen={__version__}", f"src={source_fingerprint()}",
             f"driver={driver_version}", f"sm={capability[0]}{capability[1]}")
 
 
-def build_image(cfg: Any, jit: Any, watchdog_ns: int = 0) -> KernelImage:
+def build_image(config: Any, jit: Any, watchdog_ns: int = 0, accept: Any = None) -> KernelImage:
     """Build a config (plan, IR, PTX) and compile its PTX with ``jit(ptx) -> cubin``.
 
-    watchdog_ns: a positive ``PTXGEN_WATCHDOG`` budget builds the hang-watchdog variant.
+    Args:
+        config: a ``Config``, or a shipped name or YAML path (validated here).
+        jit: ``ptx -> cubin``.
+        watchdog_ns: a positive ``PTXGEN_WATCHDOG`` budget builds the hang-watchdog variant.
+        accept: called with the launch spec before the JIT; raises to refuse the kernel (e.g. wrong arch).
+
+    Raises:
+        ConfigError: the config is bad (or ``accept`` refuses it).
     """
     from ptxgen.build import build
 
-    built = build(cfg, watchdog_ns=watchdog_ns)
+    built = build(config, watchdog_ns=watchdog_ns)
+    if accept is not None:
+        accept(built.launch)
     return KernelImage(built.launch, built.ptx, jit(built.ptx))
 
 
-def cached_image(cfg: Any, key: tuple[str, ...], jit: Any, *, use_cache: bool | None = None,
-                 watchdog_ns: int = 0) -> KernelImage:
-    """The image of ``cfg`` from the disk cache, built with ``jit`` on a miss or a bad entry.
+def cached_image(config: Any, key: tuple[str, ...], jit: Any, *, use_cache: bool | None = None,
+                 watchdog_ns: int = 0, accept: Any = None) -> KernelImage:
+    """The image of ``config`` from the disk cache, built with ``jit`` on a miss or a bad entry.
 
     Args:
-        cfg: a validated ``Config``.
+        config: a ``Config``, or a shipped name or YAML path (validated only on a miss).
         key: :func:`image_key` of it.
         jit: ``ptx -> cubin`` (the driver's JIT on a GPU; any function in tests).
         use_cache: as :func:`ptxgen.runtime.cache.get_or_build`.
         watchdog_ns: as :func:`build_image` (``key`` must name it).
+        accept: as :func:`build_image`; on a hit it is called with the stored launch spec.
     """
     from ptxgen.runtime import cache
 
     image: list[KernelImage] = []
 
     def make() -> bytes:
-        image.append(build_image(cfg, jit, watchdog_ns))
+        image.append(build_image(config, jit, watchdog_ns, accept))
         return pack_image(image[0])
 
     blob = cache.get_or_build(key, make, use_cache=use_cache)
@@ -153,13 +180,15 @@ def cached_image(cfg: Any, key: tuple[str, ...], jit: Any, *, use_cache: bool | 
         return image[0]
     unpacked = unpack_image(blob)
     if unpacked is not None:
+        if accept is not None:
+            accept(unpacked.spec)
         return unpacked
-    log.warning("ptxgen cache: kernel image of %s does not unpack; rebuilding", cfg.name)
-    fresh = build_image(cfg, jit, watchdog_ns)
+    log.warning("ptxgen cache: kernel image of %s does not unpack; rebuilding", config)
+    fresh = build_image(config, jit, watchdog_ns, accept)
     try:
         cache.write_entry(cache.entry_path(cache.cache_key(key)), pack_image(fresh))
     except OSError as exc:
-        log.warning("ptxgen cache: could not rewrite the image of %s: %s", cfg.name, exc)
+        log.warning("ptxgen cache: could not rewrite the image of %s: %s", config, exc)
     return fresh
 
 
@@ -317,15 +346,16 @@ def dump(image: KernelImage, dump_dir: Path) -> list[Path]:
 # --------------------------------------------------------------------------- the process-level loader
 
 
-def load_image(cfg: Any, driver_version: int, capability: tuple[int, int], jit: Any,
-               settings: knobs.Knobs | None = None) -> KernelImage:
-    """The image to load for ``cfg``: from the cache (or built), then the override applied, then dumped.
+def load_image(config: Any, driver_version: int, capability: tuple[int, int], jit: Any,
+               settings: knobs.Knobs | None = None, accept: Any = None) -> KernelImage:
+    """The image to load for ``config``: from the cache (or built), then the override applied, then dumped.
 
     Args:
-        cfg: a validated ``Config``.
+        config: a ``Config``, or a shipped name or YAML path (a cache hit reads only its text).
         driver_version, capability: of the device (part of the cache key).
         jit: ``ptx -> cubin``.
         settings: knob values (default: read now).
+        accept: called with the launch spec before any JIT and on a hit (e.g. the arch check).
 
     Raises:
         ConfigError: bad override; whatever building the config raises.
@@ -333,10 +363,10 @@ def load_image(cfg: Any, driver_version: int, capability: tuple[int, int], jit: 
     """
     settings = knobs.read() if settings is None else settings
     use_cache = not settings.no_cache
-    key = image_key(cfg, driver_version, capability)
+    key = image_key(config, driver_version, capability)
     if settings.watchdog_ns:
         key += (f"watchdog={settings.watchdog_ns}",)
-    image = cached_image(cfg, key, jit, use_cache=use_cache, watchdog_ns=settings.watchdog_ns)
+    image = cached_image(config, key, jit, use_cache=use_cache, watchdog_ns=settings.watchdog_ns, accept=accept)
     found = override_for(image.spec, settings.override_ptx)
     if found is not None:
         ptx, path = found
