@@ -5,8 +5,9 @@
 Per shape (M x N x K): torch unfused ``F.silu(a @ b1.T) * (a @ b2.T)``, torch with one concatenated weight
 (``a @ w.T`` with ``w = [b1; b2]`` of ``[2N, K]`` prepared once, then silu * mul on the halves), and
 ``ptxgen.dual_gemm(a, b1, b2, out=out)`` (config chosen by shape, host overhead included).  Each time is the
-median of ``--iters`` CUDA-event intervals around one call, after ``--warmup`` calls; input sets are rotated
-so that the bytes touched between two uses of a set exceed 2x the L2 size.
+median of ``--iters`` CUDA-event intervals around one call, after ``--warmup`` calls, the three sides timed in
+alternating rounds (``ptxgen.bench.time_interleaved``); input sets are rotated so that the bytes touched between
+two uses of a set exceed 2x the L2 size.
 """
 
 from __future__ import annotations
@@ -14,30 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 
 import torch
 import torch.nn.functional as F
 
 import ptxgen
+from ptxgen.bench import time_interleaved
 from ptxgen.runtime import driver
 from ptxgen.runtime.choose import choose
 
 SHAPES = [(4096, 4096, 4096), (4096, 14336, 4096), (16384, 14336, 4096), (8192, 28672, 8192),
           (256, 4096, 7168), (512, 4096, 7168), (256, 3072, 4096), (512, 3072, 7168)]
-
-
-def timed(fn, sets, warmup: int, iters: int) -> float:
-    for i in range(warmup):
-        fn(*sets[i % len(sets)])
-    evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for i, (e0, e1) in enumerate(evs):
-        s = sets[i % len(sets)]
-        e0.record()
-        fn(*s)
-        e1.record()
-    torch.cuda.synchronize()
-    return statistics.median(e0.elapsed_time(e1) for e0, e1 in evs)
 
 
 def main() -> None:
@@ -68,18 +56,24 @@ def main() -> None:
             out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
             sets.append((a, b1, b2, out))
         cat = [torch.cat([b1, b2]) for _, b1, b2, _ in sets]
-        unfused = timed(lambda a, b1, b2, out: F.silu(a @ b1.T) * (a @ b2.T), sets, args.warmup, args.iters)
+        weights = {id(s[1]): w for s, w in zip(sets, cat)}
 
-        def concat(a, b1, b2, out, _w={id(s[1]): w for s, w in zip(sets, cat)}):
-            h = a @ _w[id(b1)].T
+        def unfused_call(i):
+            a, b1, b2, _ = sets[i]
+            return F.silu(a @ b1.T) * (a @ b2.T)
+
+        def concat_call(i):
+            a, b1, _, _ = sets[i]
+            h = a @ weights[id(b1)].T
             return F.silu(h[:, :n]) * h[:, n:]
 
-        concat_ms = timed(concat, sets, args.warmup, args.iters)
         a, b1, b2, out = sets[0]
         ref = F.silu(a.float() @ b1.float().T) * (a.float() @ b2.float().T)
         for cfg in args.config or [choose(m, n, k, info, "dual_gemm")]:
-            ours = timed(lambda a, b1, b2, out: ptxgen.dual_gemm(a, b1, b2, out=out, config=cfg), sets, args.warmup,
-                         args.iters)
+            times = time_interleaved({"unfused": unfused_call, "concat": concat_call,
+                                      "ours": lambda i: ptxgen.dual_gemm(*sets[i], config=cfg)},
+                                     len(sets), warmup=args.warmup, iters=args.iters, queue_ahead=False)
+            unfused, concat_ms, ours = times["unfused"], times["concat"], times["ours"]
             ptxgen.dual_gemm(a, b1, b2, out=out, config=cfg)
             err = ((out.float() - ref).norm() / ref.norm()).item()
             tflops = 4 * m * n * k / (ours * 1e-3) / 1e12

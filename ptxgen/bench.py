@@ -4,7 +4,9 @@ Method (:func:`bench`): for each shape, allocate enough ``(A, B, D)`` input
 sets that together they exceed twice the GPU's L2 and rotate through them, so
 neither side is timed on L2-resident operands.  Four timings per shape and
 config, all medians of ``iters`` calls after ``warmup`` untimed ones, each
-call bracketed by its own pair of CUDA events:
+call bracketed by its own pair of CUDA events; ours and torch are timed in
+alternating rounds (:func:`time_interleaved`), so drift of clocks and
+temperature during a shape hits both sides alike:
 
 * ``api_ms``: the public call ``ptxgen.gemm(a, b, out=d, config=...)``, host
   overhead included (no queueing ahead: a call whose host work outlasts the
@@ -83,6 +85,23 @@ def input_sets_needed(set_bytes: int, l2_bytes: int, free_bytes: int) -> int:
     return max(1, min(wanted, MAX_SETS, budget // set_bytes))
 
 
+def _samples_ms(fn: Callable[[int], Any], n_sets: int, first: int, iters: int, queue_ahead: bool) -> list[float]:
+    """CUDA-event times (ms) of ``iters`` calls ``fn(first % n_sets)``, ``fn((first + 1) % n_sets)``, ..."""
+    import torch
+
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if queue_ahead and sleep is not None:
+        sleep(SLEEP_CYCLES_PER_ITER * iters)
+    for i in range(iters):
+        starts[i].record()
+        fn((first + i) % n_sets)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
 def time_ms(fn: Callable[[int], Any], n_sets: int, *, warmup: int, iters: int, queue_ahead: bool = True) -> float:
     """Median time of ``fn(set_index)`` over ``iters`` calls (after ``warmup``), in ms, by CUDA events.
 
@@ -94,24 +113,36 @@ def time_ms(fn: Callable[[int], Any], n_sets: int, *, warmup: int, iters: int, q
         queue_ahead: sleep on the GPU first so the host queues the calls ahead (kernel time only);
             False times the calls as a user's loop sees them (host overhead included when it dominates).
     """
+    return time_interleaved({"fn": fn}, n_sets, warmup=warmup, iters=iters, rounds=1, queue_ahead=queue_ahead)["fn"]
+
+
+def time_interleaved(fns: dict[str, Callable[[int], Any]], n_sets: int, *, warmup: int, iters: int, rounds: int = 5,
+                     queue_ahead: bool = True) -> dict[str, float]:
+    """Median times (ms) of several calls measured in alternating rounds, so clock and thermal drift hit all alike.
+
+    Each function gets ``warmup`` untimed calls, then ``rounds`` rounds of about ``iters / rounds`` timed calls
+    each; the order of the functions within a round reverses every round (A B, B A, A B, ...).  A kernel of
+    milliseconds heats the card: timing one side fully before the other biases the ratio by several per cent
+    (bench/NOTES.md §4).  Arguments as :func:`time_ms`.
+
+    Raises:
+        ValueError: ``iters`` < 1 or ``rounds`` < 1.
+    """
     import torch
 
-    if iters < 1:
-        raise ValueError(f"iters={iters}: must be >= 1")
-    for i in range(warmup):
-        fn(i % n_sets)
+    if iters < 1 or rounds < 1:
+        raise ValueError(f"iters={iters}, rounds={rounds}: both must be >= 1")
+    for fn in fns.values():
+        for i in range(warmup):
+            fn(i % n_sets)
     torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    sleep = getattr(torch.cuda, "_sleep", None)
-    if queue_ahead and sleep is not None:
-        sleep(SLEEP_CYCLES_PER_ITER * iters)
-    for i in range(iters):
-        starts[i].record()
-        fn((warmup + i) % n_sets)
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    per_round = max(1, -(-iters // rounds))
+    order = list(fns)
+    for r in range(rounds):
+        for name in order if r % 2 == 0 else order[::-1]:
+            samples[name] += _samples_ms(fns[name], n_sets, warmup + r * per_round, per_round, queue_ahead)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def _random_bf16(rows: int, cols: int, device: Any, generator: Any = None) -> Any:
@@ -146,15 +177,15 @@ def bench_shape(configs: Sequence[Any], m: int, n: int, k: int, *, warmup: int, 
     def torch_call(i: int) -> Any:
         return torch.matmul(a_sets[i], b_sets[i].T, out=d_torch[i])
 
-    torch_ms = time_ms(torch_call, n_sets, warmup=warmup, iters=iters, queue_ahead=False)
-    torch_kernel_ms = time_ms(torch_call, n_sets, warmup=warmup, iters=iters)
     rows = []
     for config in configs:
         launches = [prepare(a_sets[i], b_sets[i], d_ours[i], config) for i in range(n_sets)]
-        prepared_ms = time_ms(lambda i: launches[i].launch(), n_sets, warmup=warmup, iters=iters)
-        api_ms = time_ms(lambda i: ptxgen.gemm(a_sets[i], b_sets[i], out=d_ours[i], config=config), n_sets,
-                         warmup=warmup, iters=iters, queue_ahead=False)
-        torch.cuda.synchronize()
+        user = time_interleaved({"torch": torch_call, "api": lambda i: ptxgen.gemm(a_sets[i], b_sets[i],
+                                                                                    out=d_ours[i], config=config)},
+                                n_sets, warmup=warmup, iters=iters, queue_ahead=False)
+        queued = time_interleaved({"torch": torch_call, "prepared": lambda i: launches[i].launch()},
+                                  n_sets, warmup=warmup, iters=iters)
+        torch_ms, api_ms, torch_kernel_ms, prepared_ms = user["torch"], user["api"], queued["torch"], queued["prepared"]
         rows.append({
             "config": config_label(config),
             "kernel": launches[0].kernel.spec.name,
