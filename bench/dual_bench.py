@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import ptxgen
-from ptxgen.bench import time_interleaved
+from ptxgen.bench import time_interleaved, warm_gpu
 from ptxgen.runtime import driver
 from ptxgen.runtime.choose import choose
 
@@ -44,6 +44,7 @@ def main() -> None:
     print(f"{'M':>6} {'N':>6} {'K':>6} {'config':>22} {'unfused ms':>10} {'concat ms':>10} {'ptxgen ms':>10} "
           f"{'vs unfused':>10} {'vs concat':>10} {'rel err':>8} {'TFLOP/s':>8}")
     shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
+    warm_gpu()
     for m, n, k in shapes:
         set_bytes = 2 * (m * k + 2 * n * k + m * n)
         nsets = max(1, min(8, math.ceil(2 * l2 / set_bytes)))

@@ -1,6 +1,7 @@
 """Benchmarks and one-shot runs of generated GEMMs against torch, in one process, on the same inputs.
 
-Method (:func:`bench`): for each shape, allocate enough ``(A, B, D)`` input
+Method (:func:`bench`): after about two seconds of matmuls (:func:`warm_gpu`: clocks
+boosted before anything is timed), for each shape, allocate enough ``(A, B, D)`` input
 sets that together they exceed twice the GPU's L2 and rotate through them, so
 neither side is timed on L2-resident operands.  Four timings per shape and
 config, all medians of ``iters`` calls after ``warmup`` untimed ones, each
@@ -143,6 +144,24 @@ def time_interleaved(fns: dict[str, Callable[[int], Any]], n_sets: int, *, warmu
         for name in order if r % 2 == 0 else order[::-1]:
             samples[name] += _samples_ms(fns[name], n_sets, warmup + r * per_round, per_round, queue_ahead)
     return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def warm_gpu(seconds: float = 2.0, size: int = 8192) -> None:
+    """Keep the GPU busy with ``size``-cubed bf16 matmuls for about ``seconds`` before anything is timed.
+
+    An idle H100 sits at a low clock (345 MHz seen on the device, 2026-11-24) and boosts under load; the
+    first shapes of a run otherwise time the ramp (one dual-bench run measured the same torch call at 0.111 and
+    0.071 ms a few seconds apart).  Timing starts once the clocks have settled.
+    """
+    import torch
+
+    a = torch.randn((size, size), device="cuda", dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(4):
+            torch.matmul(a, a)
+        torch.cuda.synchronize()
+    del a
 
 
 def _random_bf16(rows: int, cols: int, device: Any, generator: Any = None) -> Any:
@@ -362,6 +381,7 @@ def bench(
             print(text, file=stream, flush=True)
 
     results: list[dict] = []
+    warm_gpu()
     for m, n, k in shapes:
         rows = bench_shape(configs, m, n, k, warmup=warmup, iters=iters)
         results.extend(rows)
