@@ -62,6 +62,10 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
         ShapeError: a shape the kernel's tensor maps cannot describe.
     """
     spec = kernel.launch
+    if "sfa" in spec.tensor_maps:  # the NVFP4 block-scaled dual GEMM: its own operands and reference
+        from .run_nvfp4 import simulate_nvfp4
+
+        return simulate_nvfp4(kernel, m, n, k, seed=seed, num_sms=num_sms, schedule_seed=schedule_seed, check=check)
     if min(m, n, k) < 1 or k % spec.k_multiple:
         raise ShapeError(f"m={m}, n={n}, k={k}: all must be >= 1 and k a multiple of {spec.k_multiple}")
     a_bits, b_bits = random_operands(m, n, k, seed)

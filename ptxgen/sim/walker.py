@@ -38,7 +38,8 @@ from ..ir.printer import expr_str
 from .numerics import f32_to_bf16_bits
 
 LANES = 32
-_STORE_BITS = {"bf16": f32_to_bf16_bits, "f16": lambda v: np.asarray(v, dtype=np.float32).astype(np.float16).view(np.uint16)}
+_STORE_BITS = {"bf16": f32_to_bf16_bits,
+               "f16": lambda v: np.ascontiguousarray(np.asarray(v, dtype=np.float32).astype(np.float16)).view(np.uint16)}
 """16-bit store conversions by ``StSharedBf16.fmt``: round to nearest even (numpy's float16 cast is RNE)."""
 LANE_IDS = np.arange(LANES, dtype=np.int64)
 
