@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from ptxgen.build import build
 from ptxgen.errors import ShapeError, SimError
 from ptxgen.sim import simulate, sweep
-from ptxgen.sim.run_nvfp4 import nvfp4_inputs, simulate_nvfp4
+from ptxgen.sim.run import nvfp4_inputs, simulate_nvfp4
 
 NVFP4 = ("nvfp4_dual_128x128", "nvfp4_dual_256x128")
 # the benchmark shapes (M, N, K) of the public nvfp4_dual_gemm problem
