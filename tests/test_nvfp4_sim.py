@@ -65,6 +65,12 @@ def test_check_sweep_has_no_faults(name):
     assert out.max_rel_err < 1e-3
 
 
+def test_pair_with_a_half_cluster_tile_of_m():
+    """M = 384 on the 256-row CTA pair: the second cluster's odd CTA reads A rows and scale atoms past M (zero fill)
+    and its C stores are clipped: the runtime's rule is M a multiple of 128, not of the cluster tile."""
+    assert simulate_nvfp4(_kernel("nvfp4_dual_256x128"), 384, 256, 512, seed=4).rel_fro < 1e-3
+
+
 def test_simulate_dispatches_and_checks_shapes():
     kernel = _kernel("nvfp4_dual_128x128")
     assert simulate(kernel, 128, 128, 256, seed=3).rel_fro < 1e-3
