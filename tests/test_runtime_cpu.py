@@ -1076,6 +1076,8 @@ def test_candidates_are_every_shipped_config_of_the_arch():
     assert names and all(n.startswith("h100_") for n in names)
     duals = [c.name for c in choose.candidates("sm_90a", "dual_gemm")]
     assert duals and all(n.startswith("dual_h100_") for n in duals)
+    # the NVFP4 dual GEMM configs are never chosen for a bf16 ptxgen.dual_gemm (they have dual_gemm_nvfp4)
+    assert [c.name for c in choose.candidates("sm_100a", "dual_gemm")] == ["dual_sm100_256x128"]
 
 
 def test_cost_model_waves_and_tail():

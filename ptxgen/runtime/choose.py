@@ -91,13 +91,13 @@ class Candidate:
 
 @functools.cache
 def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
-    """Every shipped config for ``arch`` of kernel kind ``kernel`` (``gemm``, ``dual_gemm``), as :class:`Candidate`."""
+    """Every shipped bf16 config for ``arch`` of kernel kind ``kernel`` (``gemm``, ``dual_gemm``), as :class:`Candidate`."""
     from ptxgen.config import load_config, shipped_configs
 
     out = []
     for name in shipped_configs():
         cfg = load_config(name)
-        if cfg.arch == arch and cfg.kernel == kernel:
+        if cfg.arch == arch and cfg.kernel == kernel and cfg.operands == "bf16":  # NVFP4: dual_gemm_nvfp4
             out.append(Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
                                  cfg.pipeline.stages, cfg.cluster.size))
     return tuple(out)
