@@ -163,7 +163,6 @@ class Plan:
     k_step_desc: int  # low-word increment per UMMA_K step (32 B >> 4)
     # block-scaled MMA (NVFP4; see ptxgen.descriptors): scale tiles are OperandPlans with ``scales`` set
     scale_vec: str  # "" (plain MMA) or "block16" (one ue4m3 scale per 16 K)
-    sf_desc_hi: int  # high word of a scale atom's tcgen05.cp smem descriptor
     sf_lbo_field: int  # its LBO field (bits 16-29 of the low word)
     sf_atom_bytes: int  # bytes of one 128-row x 4-scale atom (one tcgen05.cp.32x128b.warpx4)
     sf_cols_per_atom: int  # TMEM columns one atom fills
@@ -537,7 +536,7 @@ def make_plan(cfg: Config) -> Plan:
         tmem_cols=tmem_cols, acc_stage_cols=acc_stage_cols, acc_cols=acc_cols,
         idesc=idesc, a_desc_hi=desc_hi, b_desc_hi=desc_hi, desc_lbo_field=lbo_field,
         k_step_desc=k_step_desc, a_wave_bytes=a_wave_bytes, wave_desc=wave_desc,
-        scale_vec="block16" if nvfp4 else "", sf_desc_hi=sf_hi,
+        scale_vec="block16" if nvfp4 else "",
         sf_lbo_field=descriptors.SF_COPY_LBO >> 4, sf_atom_bytes=descriptors.SF_ATOM_BYTES,
         sf_cols_per_atom=descriptors.SF_TMEM_COLS_PER_ATOM, sf_rows_per_atom=descriptors.SF_ATOM_ROWS,
         sf_k_per_line=descriptors.SF_ATOM_K * descriptors.SCALE_VEC["block16"] // (descriptors.SF_ATOM_BYTES // SF_LINE_BYTES),

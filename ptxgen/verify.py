@@ -29,7 +29,10 @@ Data flow.  An MMA reads an A/B stage only after a consumer wait on that
 stage's ``full`` barrier in the same iteration; a TMA load fills a stage only
 after a producer_acquire on its ``empty`` barrier and signals that stage's
 ``full``; MMAs write an accumulator stage after waiting ``tmem_empty``, the
-epilogue reads it after waiting ``tmem_full``.
+epilogue reads it after waiting ``tmem_full``.  NVFP4: a ``tcgen05.cp`` reads a scale stage only after
+the consumer wait on its ``full``, outside the accumulator columns; a block-scaled MMA reads scale columns
+that a ``tcgen05.cp`` of the same thread wrote earlier in the same k-block, with the idesc's scale format
+and scale-factor ids matching ``.block16``.
 
 Layout and teardown.  Shared-memory regions lie inside the allocation,
 aligned (1024 B for 128B-swizzled operands), without overlap, and every
