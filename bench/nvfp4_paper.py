@@ -1,6 +1,7 @@
 """NVFP4 dual GEMM on paper: bytes, FLOPs, speed of light and schedule arithmetic for the four problem shapes.
 
-Usage: ``python bench/nvfp4_paper.py`` (prints the Markdown tables of bench/NVFP4_PAPER.md).
+Usage (from the repository root): ``PYTHONPATH=. python bench/nvfp4_paper.py`` (prints the Markdown tables of
+bench/NVFP4_PAPER.md; the shipped schedules are read from this checkout's plans).
 
 Every hardware number is an explicit assumption below; change one and rerun.
 """
@@ -23,13 +24,40 @@ SM_LOAD_GBPS = 120.0  # L2 -> one SM's shared memory (TMA), GB/s: ~64 B/clk at ~
 BLOCK_K = 256  # K per stage: one 128-B row of packed e2m1
 SF_VEC = 16
 
-# schedules: (name, rows per CTA, B rows per CTA, CTAs per output tile, tile rows, tile cols)
-SCHEDULES = [
-    ("1-CTA 128x128", 128, 128, 1, 128, 128),
-    ("2-CTA 256x128", 128, 64, 2, 256, 128),
-    ("1-CTA 128x64", 128, 64, 1, 128, 64),
-    ("2-CTA 256x64", 128, 32, 2, 256, 64),
+SHIPPED = ["nvfp4_dual_128x128", "nvfp4_dual_256x128"]
+# schedules: (name, rows per CTA, B rows per CTA, CTAs per output tile, tile rows, tile cols); the shipped ones
+# come from their plans (shipped_schedules), these two are not built (N = 64 would fill more SMs)
+UNBUILT = [
+    ("1-CTA 128x64 (not built)", 128, 64, 1, 128, 64),
+    ("2-CTA 256x64 (not built)", 128, 32, 2, 256, 64),
 ]
+
+
+def shipped_plans() -> list:
+    """The plans of the shipped NVFP4 configs (every number below about them is read from these)."""
+    from ptxgen.config import load_config
+    from ptxgen.plan import make_plan
+
+    return [make_plan(load_config(name)) for name in SHIPPED]
+
+
+def shipped_schedules() -> list[tuple]:
+    return [(p.cfg.name, p.block_m, p.b_box_rows, p.cta_group, p.cluster_tile_rows, p.block_n) for p in shipped_plans()]
+
+
+def print_shipped_kernels() -> None:
+    """Per shipped config: what one CTA holds and does per k-step (from the plan)."""
+    print("## The shipped kernels (from their plans)\n")
+    print("| config | CTAs per tile | stages | bytes per stage per CTA (A + B1 + B2 + SFA + SFB1 + SFB2) | expect_tx "
+          "per stage | dynamic smem B | TMEM columns used / allocated | per k-step: tcgen05.cp + block-scaled MMAs |")
+    print("|---|---|---|---|---|---|---|---|")
+    for p in shipped_plans():
+        parts = " + ".join(str(o.load_bytes) for o in p.operands)
+        used = p.acc_stage_cols * p.acc_stages + sum(p.k_steps * p.sf_cols_per_atom for _ in p.scale_operands)
+        print(f"| {p.cfg.name} | {p.cta_group} | {p.stages} | {parts} = {p.load_bytes} | {p.full_tx_bytes} | "
+              f"{p.smem_bytes} | {used} / {p.tmem_cols} | {len(p.scale_operands) * p.k_steps} + "
+              f"{len(p.mmas) * p.k_steps} (K = {p.block_k}) |")
+    print()
 
 
 def problem_bytes(m: int, n: int, k: int) -> dict[str, int]:
@@ -58,7 +86,9 @@ def main() -> None:
         print(f"- {m}x{n}x{k}: memory {t_mem:.3f} us, tensor {t_mma:.3f} us -> {model:.3f} us "
               f"({'memory' if t_mem > t_mma else 'tensor'}-bound) vs stated {sol} us ({100 * (model / sol - 1):+.2f} %)")
 
-    print("\n## Schedules\n")
+    print()
+    print_shipped_kernels()
+    print("## Schedules\n")
     print("Per CTA: MMA time at the SOL tensor rate (6.90 PFLOP/s) / 148 SMs; load time of the CTA's A, B1, B2 and scale "
           f"bytes at {SM_LOAD_GBPS:.0f} GB/s per SM (assumed).  Estimate = waves x max(MMA, load) (perfect overlap, "
           "no prologue/epilogue), floored by the HBM time.\n")
@@ -67,7 +97,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (m, n, k), sol in zip(SHAPES, SOL_US):
         hbm_us = sum(problem_bytes(m, n, k).values()) / HBM_TBPS / 1e6
-        for name, rows, brows, group, tm, tn in SCHEDULES:
+        for name, rows, brows, group, tm, tn in shipped_schedules() + UNBUILT:
             tiles = (m // tm) * (n // tn)
             ctas = tiles * group
             waves = math.ceil(ctas / SMS)

@@ -106,9 +106,15 @@ def _watched_wait(lw: Lowering, op: ops.MbarrierWait, addr: str, phase: str, sem
     lw.place(done)
 
 
+def _coord(lw: Lowering, e) -> str:
+    """A TMA coordinate register; a constant one (a scale tile's inner 0) is hoisted, not a mov per k-block."""
+    e = ex.fold(ex.lift(e))
+    return lw.reg_const(e.value, "coord") if isinstance(e, ex.Const) else lw.reg(e)
+
+
 def tma_load(lw: Lowering, op: ops.TmaLoad) -> None:
     dst, bar = lw.smem(op.dst), lw.bar(op.bar)
-    col, row = lw.reg(op.col), lw.reg(op.row)
+    col, row = _coord(lw, op.col), _coord(lw, op.row)
     group = ""
     if op.two_sm:
         masked = lw.tmp()
@@ -162,13 +168,13 @@ def nanosleep(lw: Lowering, op: ops.Nanosleep) -> None:
     lw.emit(f"nanosleep.u32 {op.ns};")
 
 
-def _pack_bf16(lw: Lowering, src: str, idx: tuple[int, ...]) -> list[str]:
-    """Pairs of f32 -> bf16x2 words (element idx[2j] in the low half, as memory order wants)."""
+def _pack_bf16(lw: Lowering, src: str, idx: tuple[int, ...], fmt: str) -> list[str]:
+    """Pairs of f32 -> ``fmt``x2 words (bf16x2 or f16x2; element idx[2j] in the low half, as memory order wants)."""
     regs = lw.array(src, max(idx) + 1, _array_type(lw, src))
     words = []
     for lo, hi in zip(idx[0::2], idx[1::2]):
         w = lw.tmp()
-        lw.emit(f"cvt.rn.bf16x2.f32 {w}, {regs[hi]}, {regs[lo]};")
+        lw.emit(f"cvt.rn.{fmt}x2.f32 {w}, {regs[hi]}, {regs[lo]};")
         words.append(w)
     return words
 
@@ -178,7 +184,7 @@ def _array_type(lw: Lowering, name: str) -> str:
 
 
 def st_shared_bf16(lw: Lowering, op: ops.StSharedBf16) -> None:
-    words = _pack_bf16(lw, op.src, op.idx)
+    words = _pack_bf16(lw, op.src, op.idx, op.fmt)
     addr = lw.smem(op.addr)
     vec = {1: "", 2: ".v2", 4: ".v4"}[len(words)]
     data = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
@@ -189,7 +195,7 @@ def st_global_bf16(lw: Lowering, op: ops.StGlobalBf16) -> None:
     """Vector store when the whole run is inside D and aligned (n % len == 0); else per element with masks."""
     n_el = len(op.idx)
     row, col = lw.reg(op.row), lw.reg(op.col)
-    words = _pack_bf16(lw, op.src, op.idx)
+    words = _pack_bf16(lw, op.src, op.idx, op.fmt)
     regs = lw.array(op.src, max(op.idx) + 1, _array_type(lw, op.src))
     done = lw.label("st_done")
     p_row = lw.pred()
@@ -214,7 +220,7 @@ def st_global_bf16(lw: Lowering, op: ops.StGlobalBf16) -> None:
         p, c, h = lw.pred(), lw.tmp(), lw.tmp16()
         lw.emit(f"add.u32 {c}, {col}, {j};")
         lw.emit(f"setp.lt.u32 {p}, {c}, %n;")
-        lw.emit(f"cvt.rn.bf16.f32 {h}, {regs[i]};")
+        lw.emit(f"cvt.rn.{op.fmt}.f32 {h}, {regs[i]};")
         lw.emit(f"@{p} st.global.b16 [{addr}+{2 * j}], {h};")
     lw.place(done)
 

@@ -222,7 +222,11 @@ class Tma:
 
 @section
 class Config:
-    """One GEMM pipeline: D[M,N] = A[M,K] @ B[N,K]^T, bf16 in/out, fp32 accumulate.
+    """One GEMM pipeline: D[M,N] = A[M,K] @ B[N,K]^T, fp32 accumulate.
+
+    operands: ``bf16`` (bf16 A/B, bf16 D) or ``nvfp4`` (packed e2m1 A/B with one e4m3 scale per 16 K
+    elements in the 128x4 atom layout, block-scaled ``tcgen05.mma .kind::mxf4nvf4``, fp16 D; sm_100a
+    ``dual_gemm`` only: the seed-003 kernel).
 
     Every construction is validated (schema, then :func:`validate`); raises ConfigError.
     ``name`` is a file stem (``generated/<name>.ptx``): ASCII letters, digits, ``_`` and ``-``,
@@ -232,6 +236,7 @@ class Config:
     name: Name
     arch: OneOf(*ARCHS) = "sm_100a"
     kernel: OneOf("gemm", "dual_gemm") = "gemm"
+    operands: OneOf("bf16", "nvfp4") = "bf16"
     tile: Tile = field(default_factory=Tile)
     pipeline: Pipeline = field(default_factory=Pipeline)
     cluster: Cluster = field(default_factory=Cluster)
@@ -458,7 +463,10 @@ def validate(cfg: Config) -> None:
               "kernel=dual_gemm fuses its two accumulators: must be silu_mul (silu(A@B1^T) * (A@B2^T))")
     else:
         _rule(e.op == "none", "epilogue.op", e.op, "silu_mul needs kernel=dual_gemm (two accumulators)")
-    _rule(t.block_k == 64, "tile.block_k", t.block_k, "must be 64 (128 B of bf16: one 128B-swizzle atom)")
+    if cfg.operands == "nvfp4":
+        _validate_nvfp4(cfg)
+    else:
+        _rule(t.block_k == 64, "tile.block_k", t.block_k, "must be 64 (128 B of bf16: one 128B-swizzle atom)")
     if cfg.mma.lanes == "all":
         _rule(p.roles == "specialized", "mma.lanes", "all", "needs pipeline.roles=specialized (a whole MMA warp)")
         _rule(cfg.smem.layout == "separated", "mma.lanes", "all",
@@ -482,6 +490,26 @@ def validate(cfg: Config) -> None:
         _validate_sm90(cfg)
 
     make_plan(cfg)  # budgets are the plan's real numbers (plan.py never imports config at run time)
+
+
+def _validate_nvfp4(cfg: Config) -> None:
+    """NVFP4 block-scaled dual GEMM (seed 003): the rules of the scale-factor atoms and the block-scaled MMA.
+
+    PTX ISA "tcgen05.mma" (``.kind::mxf4nvf4`` is sm_100a; K = 64 per MMA), "tcgen05.cp" (one
+    32x128b.warpx4 copy moves one 128-row x 4-scale atom); cuBLAS "1D Block Scaling Factors Layout".
+    """
+    t = cfg.tile
+    _rule(cfg.arch == "sm_100a", "operands", "nvfp4", "block-scaled tcgen05.mma .kind::mxf4nvf4 needs arch=sm_100a")
+    _rule(cfg.kernel == "dual_gemm", "operands", "nvfp4", "the NVFP4 kernel is the SwiGLU dual GEMM; needs kernel=dual_gemm")
+    _rule(t.block_k == 256, "tile.block_k", t.block_k,
+          "operands=nvfp4: must be 256 (one 128-byte swizzle row of packed e2m1 = four K=64 block-scaled MMAs)")
+    _rule(t.block_m == 128, "tile.block_m", t.block_m,
+          "operands=nvfp4: must be 128 per CTA (one M-wave; its scales are one 128-row scale-factor atom row)")
+    _rule(t.block_n == 128, "tile.block_n", t.block_n,
+          "operands=nvfp4: must be 128 (the B scales of a tile are one 128-row atom row; two N=256 accumulators "
+          "would leave no TMEM columns for the scale factors)")
+    _rule(cfg.mma.tc_util_percent == 100, "mma.tc_util_percent", cfg.mma.tc_util_percent,
+          "operands=nvfp4: the throttle models bf16 MMAs; must be 100")
 
 
 def _validate_sm100(cfg: Config) -> None:

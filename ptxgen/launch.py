@@ -39,7 +39,8 @@ class TensorMapSpec:
         box: box extent, innermost first, in elements: ``[cols, rows]``.
         swizzle: ``"none"``, ``"32B"``, ``"64B"`` or ``"128B"``.
         l2_promotion: ``"none"``, ``"64B"``, ``"128B"`` or ``"256B"``.
-        dtype: element type; ``"bf16"`` for every GEMM operand here.
+        dtype: element type: ``"bf16"`` (bf16 GEMM operands and D), ``"f16"`` (the NVFP4 kernel's D),
+            ``"u8"`` (NVFP4 packed-e2m1 operands and scale-factor tiles, mapped as bytes).
     """
 
     tensor: str
@@ -47,6 +48,20 @@ class TensorMapSpec:
     swizzle: str
     l2_promotion: str
     dtype: str = "bf16"
+
+    @property
+    def elem_bytes(self) -> int:
+        """Bytes of one element of :attr:`dtype`."""
+        return ELEM_BYTES[self.dtype]
+
+    @property
+    def box_bytes(self) -> int:
+        """Bytes one box moves (what a TMA load of this map delivers to its mbarrier)."""
+        return self.box[0] * self.box[1] * self.elem_bytes
+
+
+ELEM_BYTES = {"bf16": 2, "f16": 2, "u8": 1}
+"""Element size in bytes of each tensor-map dtype."""
 
 
 @dataclass(frozen=True)

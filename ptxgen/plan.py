@@ -33,9 +33,11 @@ SM100_FLOPS_PER_CYCLE = 8192  # dense bf16 per SM per cycle, B200 (for the level
 SM100_CLOCK_GHZ = 1.9
 
 
+SF_LINE_BYTES = 128  # a scale map's inner box: one 128-byte line (a quarter of a 512-B atom)
 Region = SmemRegion  # a shared-memory region of the plan (the IR's type: the kernel carries it)
 BarrierSpec = BarrierArray  # an mbarrier array of the plan (the IR's type)
 STORE_N_MULTIPLE = 16 // BF16_BYTES  # a D tensor map needs 16-byte row strides: N % 8 == 0 (PTX ISA "Tensor maps")
+K_MULTIPLE_BF16 = 16 // BF16_BYTES  # the A/B maps need 16-byte row strides: K % 8 == 0
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,10 @@ class OperandPlan:
     rows_along: ``m`` or ``n``: which output dimension the box rows follow.
     box_rows: rows one CTA's TMA load moves (a cta_group::2 or multicast half of B is half the tile).
     load_bytes: bytes one CTA's load moves per stage.
-    desc_hi: the constant high word of its MMA smem descriptor.
+    desc_hi: the constant high word of its MMA smem descriptor (a scale tile: of its ``tcgen05.cp`` source).
+    scales: for a scale-factor tile (NVFP4), the name of the operand it scales (``a``, ``b``, ``b2``); "" for a
+        matrix operand.  Its box rows are then 128-byte lines of the blocked scale layout (4 per 512-B atom).
+    tmem_col: a scale tile's first TMEM column (relative to the allocation); its atoms follow, ``sf_cols_per_atom`` apart.
     """
 
     name: str
@@ -57,6 +62,8 @@ class OperandPlan:
     load_bytes: int
     desc_hi: int
     split: str = "none"
+    scales: str = ""
+    tmem_col: int = 0
 
     # split: how a CTA pair shares the operand: ``none`` (each CTA loads its own tile),
     # ``cta_group`` (sm_100a cta_group::2: each CTA loads its half of the rows into its own stage),
@@ -75,6 +82,10 @@ class MmaPlan:
     acc: int
     a: str
     b: str
+    sfa: str = ""
+    sfb: str = ""
+
+    # sfa, sfb: the scale-factor operands of a block-scaled MMA (NVFP4), "" for a plain one.
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,10 @@ class Plan:
     mmas: tuple[MmaPlan, ...]
     mma_order: str  # "interleaved": per k-step, one MMA of every stream (B1 then B2) reading the same A slice
     epilogue_op: str  # "none" or "silu_mul" (D = silu(acc0) * acc1)
+    operand_format: str  # "bf16" or "nvfp4" (packed e2m1, block-scaled MMA)
+    out_dtype: str  # D's element type: "bf16" or "f16" (NVFP4)
+    k_coord_step: int  # TMA inner coordinate advance per k-block (elements of the operand map: bf16 or bytes)
+    k_multiple: int  # K must be a multiple of this (elements)
     # shared memory (operand regions live in ``operands``: see the ``a`` and ``b`` properties)
     cd: SmemRegion
     barriers: SmemRegion
@@ -146,6 +161,13 @@ class Plan:
     b_desc_hi: int
     desc_lbo_field: int  # bits 16-29 of the low word (LBO >> 4)
     k_step_desc: int  # low-word increment per UMMA_K step (32 B >> 4)
+    # block-scaled MMA (NVFP4; see ptxgen.descriptors): scale tiles are OperandPlans with ``scales`` set
+    scale_vec: str  # "" (plain MMA) or "block16" (one ue4m3 scale per 16 K)
+    sf_lbo_field: int  # its LBO field (bits 16-29 of the low word)
+    sf_atom_bytes: int  # bytes of one 128-row x 4-scale atom (one tcgen05.cp.32x128b.warpx4)
+    sf_cols_per_atom: int  # TMEM columns one atom fills
+    sf_rows_per_atom: int  # rows of A or B one atom row covers (128)
+    sf_k_per_line: int  # K elements per 128-byte line of a row block (the scale map's row pitch is K / this)
     a_wave_bytes: int  # bytes of one M-wave of A rows in a stage (wave_rows x block_k x 2)
     wave_desc: int  # low-word increment per M-wave of A rows (a_wave_bytes >> 4)
     # epilogue
@@ -195,6 +217,16 @@ class Plan:
         return next(o for o in self.operands if o.name == name)
 
     @property
+    def matrix_operands(self) -> tuple[OperandPlan, ...]:
+        """The operands an MMA reads through smem descriptors (A, B, B2)."""
+        return tuple(o for o in self.operands if not o.scales)
+
+    @property
+    def scale_operands(self) -> tuple[OperandPlan, ...]:
+        """NVFP4 scale-factor tiles (SFA, SFB, SFB2): copied to TMEM with ``tcgen05.cp`` before the MMAs."""
+        return tuple(o for o in self.operands if o.scales)
+
+    @property
     def a(self) -> SmemRegion:
         return self.operand("a").region
 
@@ -233,8 +265,11 @@ class Plan:
         cfg = self.cfg
         swz = "128B" if self.cd_swizzle128 else "none"
         l2 = "none" if cfg.tma.l2_promotion == "none" else f"{cfg.tma.l2_promotion}B"
-        maps = {o.name: TensorMapSpec(o.name, (self.block_k, o.box_rows), "128B", l2) for o in self.operands}
-        maps["d"] = TensorMapSpec("d", (self.store_block_n, self.cd_box_rows), swz, "none")
+        in_dtype = "u8" if self.operand_format == "nvfp4" else "bf16"
+        maps = {o.name: (TensorMapSpec(o.name, (SF_LINE_BYTES, o.box_rows), "none", l2, "u8") if o.scales else
+                         TensorMapSpec(o.name, (self.k_coord_step, o.box_rows), "128B", l2, in_dtype))
+                for o in self.operands}
+        maps["d"] = TensorMapSpec("d", (self.store_block_n, self.cd_box_rows), swz, "none", self.out_dtype)
         return LaunchSpec(
             name=cfg.name,
             arch=self.arch,
@@ -250,6 +285,7 @@ class Plan:
             ),
             tensor_maps=maps,
             params=self.params,
+            k_multiple=self.k_multiple,
             n_multiple=self.store_n_multiple if self.is_sm100 and self.tma_store else 1,
         )
 
@@ -260,8 +296,10 @@ class Plan:
                                    o.region.slot_bytes, SWIZZLE_ATOM_BYTES) for o in self.operands)
         if self.cd.count:
             regions += (SmemRegion("cd", self.cd.offset, self.cd.stride, self.cd.count, self.cd_stage_bytes, cd_align),)
-        what = ("D[M,N] = A[M,K] @ B[N,K]^T, bf16 in and out, fp32 accumulate." if self.epilogue_op == "none" else
-                "D[M,N] = silu(A @ B1^T) * (A @ B2^T), A[M,K], B1/B2[N,K], bf16 in and out, fp32 accumulate; "
+        io = ("NVFP4 in (packed e2m1, one ue4m3 scale per 16 K, scales copied to TMEM by tcgen05.cp, block-scaled "
+              "MMAs), fp16 out" if self.operand_format == "nvfp4" else "bf16 in and out")
+        what = (f"D[M,N] = A[M,K] @ B[N,K]^T, {io}, fp32 accumulate." if self.epilogue_op == "none" else
+                f"D[M,N] = silu(A @ B1^T) * (A @ B2^T), A[M,K], B1/B2[N,K], {io}, fp32 accumulate; "
                 f"{len(self.mmas)} accumulators, MMAs {self.mma_order} per k-step (one A slice feeds B1 then B2).")
         title = (what,
                  f"tile {self.block_m}x{self.block_n}x{self.block_k}, {self.stages} stages, cluster {self.cluster_size}, "
@@ -292,6 +330,11 @@ def make_plan(cfg: Config) -> Plan:
     tma_store = e.store == "tma"
     b_names = ("b", "b2") if cfg.kernel == "dual_gemm" else ("b",)  # the B operands (one per accumulator)
     nb = len(b_names)
+    nvfp4 = cfg.operands == "nvfp4"
+    # NVFP4: packed e2m1 (two per byte), mapped as bytes; K = 64 per block-scaled MMA (PTX ISA tcgen05.mma)
+    elem_bits = 4 if nvfp4 else 8 * BF16_BYTES
+    row_bytes = t.block_k * elem_bits // 8  # one operand row of a stage: 128 B (one swizzle-atom row)
+    mma_k = descriptors.MXF4_MMA_K if nvfp4 else UMMA_K
 
     # ---- roles and threads
     if sm100:
@@ -307,20 +350,26 @@ def make_plan(cfg: Config) -> Plan:
     # ---- operand shapes
     wave_rows = 128 if sm100 else 64
     m_waves = t.block_m // wave_rows if sm100 else t.block_m // wgs // 64
-    a_stage = t.block_m * t.block_k * BF16_BYTES
+    a_stage = t.block_m * row_bytes
     if sm100:
         b_smem_rows = t.block_n // cta_group
         b_box_rows = b_smem_rows
     else:
         b_smem_rows = t.block_n
         b_box_rows = t.block_n // 2 if cfg.tma.multicast else t.block_n
-    b_stage = b_smem_rows * t.block_k * BF16_BYTES
-    b_load = b_box_rows * t.block_k * BF16_BYTES
-    load_bytes = a_stage + nb * b_load
+    b_stage = b_smem_rows * row_bytes
+    b_load = b_box_rows * row_bytes
+    # NVFP4 scale tiles: per operand, the atoms of its 128-row block for this stage's K (block_k / 64 atoms of
+    # 512 B = 128 rows x 4 scales); each CTA loads whole atom rows (a cta_group::2 CTA: all of B's scales)
+    sf_atoms = t.block_k // descriptors.MXF4_MMA_K if nvfp4 else 0
+    sf_stage = sf_atoms * descriptors.SF_ATOM_BYTES
+    sf_names = (("sfa", "a"), *((f"sf{nm}", nm) for nm in b_names)) if nvfp4 else ()
+    load_bytes = a_stage + nb * b_load + len(sf_names) * sf_stage
     if sm100:
         full_tx = load_bytes * (2 if cfg.tma.two_sm else 1)
     else:
         full_tx = a_stage + nb * b_stage  # own A + both halves of each B (multicast) or own Bs
+    stage_sizes = [("a", a_stage), *((nm, b_stage) for nm in b_names), *((nm, sf_stage) for nm, _ in sf_names)]
     if a_stage % SWIZZLE_ATOM_BYTES or b_stage % SWIZZLE_ATOM_BYTES:
         raise ConfigError(f"tile: A stage {a_stage} B / B stage {b_stage} B must be multiples of 1024 B (128B swizzle atoms)")
 
@@ -336,13 +385,16 @@ def make_plan(cfg: Config) -> Plan:
     # ---- shared memory layout: [CD][A/B stages][barriers][tmem slot]
     cd = SmemRegion("cd", 0, cd_stage, cd_count, cd_stage)
     base = _align(cd.end, SWIZZLE_ATOM_BYTES)
-    stage_bytes = a_stage + nb * b_stage
-    if cfg.smem.layout == "separated":  # [A0..A(S-1)][B0..][B2_0..]
-        a = SmemRegion("a", base, a_stage, S, a_stage)
-        bs = [SmemRegion(nm, a.end + i * S * b_stage, b_stage, S, b_stage) for i, nm in enumerate(b_names)]
-    else:  # [A0 B0 (B2_0)][A1 B1 (B2_1)]...
-        a = SmemRegion("a", base, stage_bytes, S, a_stage)
-        bs = [SmemRegion(nm, base + a_stage + i * b_stage, stage_bytes, S, b_stage) for i, nm in enumerate(b_names)]
+    stage_bytes = sum(size for _, size in stage_sizes)
+    regions, off = {}, base
+    for nm, size in stage_sizes:
+        if cfg.smem.layout == "separated":  # [A0..A(S-1)][B0..][B2_0..]([SFA0..][SFB0..][SFB2_0..])
+            regions[nm] = SmemRegion(nm, off, size, S, size)
+            off += S * size
+        else:  # [A0 B0 (B2_0 SFA0 ...)][A1 B1 ...]...
+            regions[nm] = SmemRegion(nm, off, stage_bytes, S, size)
+            off += size
+    a, bs = regions["a"], [regions[nm] for nm in b_names]
     ab_end = base + S * stage_bytes
 
     # ---- barriers
@@ -397,7 +449,16 @@ def make_plan(cfg: Config) -> Plan:
     # ---- TMEM
     acc_cols = t.block_n * m_waves if sm100 else 0
     acc_stage_cols = acc_cols * nb  # one accumulator per B operand, side by side in TMEM
-    tmem_cols = acc_stage_cols * A if sm100 else 0
+    # NVFP4: after the accumulator stages, each scale tile's atoms (tcgen05.cp targets; one buffer, rewritten
+    # every k-block: the copies and MMAs of one issuing thread execute in order on the tensor pipe)
+    sf_cols = sf_atoms * descriptors.SF_TMEM_COLS_PER_ATOM
+    sf_col0 = acc_stage_cols * A
+    tmem_need = sf_col0 + len(sf_names) * sf_cols
+    if sm100 and tmem_need > TMEM_COLUMNS:
+        raise ConfigError(f"accumulator.stages={A}: TMEM columns {acc_stage_cols} x {A} accumulator stage(s) + "
+                          f"{len(sf_names)} scale tiles x {sf_cols} = {tmem_need} > {TMEM_COLUMNS} "
+                          "(PTX ISA 'Tensor Memory': 512 columns)")
+    tmem_cols = (1 << (tmem_need - 1).bit_length()) if sm100 else 0  # tcgen05.alloc: a power of two >= 32
 
     # ---- residency.  Issue 9 finding 4: CTAs sharing an SM must fit their TMEM columns in 512, or a
     # tcgen05.alloc blocks (two CTA pairs can then wait on each other).  Shared memory is the bound we
@@ -412,7 +473,8 @@ def make_plan(cfg: Config) -> Plan:
     # ---- descriptors
     if sm100:
         umma_m = 128 * cta_group
-        idesc = descriptors.umma_idesc_f16(umma_m, t.block_n)
+        idesc = (descriptors.umma_idesc_mxf4nvf4(umma_m, t.block_n) if nvfp4 else
+                 descriptors.umma_idesc_f16(umma_m, t.block_n))
         desc_hi = descriptors.umma_smem_desc_hi(sbo_bytes=SWIZZLE_ATOM_BYTES)
         lbo_field = 0
     else:
@@ -420,13 +482,18 @@ def make_plan(cfg: Config) -> Plan:
         idesc = 0
         desc_hi = descriptors.wgmma_smem_desc_hi(sbo_bytes=SWIZZLE_ATOM_BYTES)
         lbo_field = 1
-    k_step_desc = UMMA_K * BF16_BYTES >> 4
-    a_wave_bytes = wave_rows * t.block_k * BF16_BYTES
+    k_step_desc = descriptors.desc_advance(mma_k * elem_bits // 8)
+    a_wave_bytes = wave_rows * row_bytes
     wave_desc = a_wave_bytes >> 4
     b_split = "cta_group" if sm100 and cs == 2 else ("multicast" if cfg.tma.multicast else "none")
+    sf_lines = sf_stage // SF_LINE_BYTES
+    sf_hi = descriptors.sf_copy_desc_hi() if nvfp4 else 0
     operands = (OperandPlan("a", a, "m", t.block_m, a_stage, desc_hi),
-                *(OperandPlan(r.name, r, "n", b_box_rows, b_load, desc_hi, b_split) for r in bs))
-    mmas = tuple(MmaPlan(i, "a", nm) for i, nm in enumerate(b_names))
+                *(OperandPlan(r.name, r, "n", b_box_rows, b_load, desc_hi, b_split) for r in bs),
+                *(OperandPlan(nm, regions[nm], "m" if of == "a" else "n", sf_lines, sf_stage, sf_hi, scales=of,
+                              tmem_col=sf_col0 + i * sf_cols) for i, (nm, of) in enumerate(sf_names)))
+    sf_of = {of: nm for nm, of in sf_names}
+    mmas = tuple(MmaPlan(i, "a", nm, sf_of.get("a", ""), sf_of.get(nm, "")) for i, nm in enumerate(b_names))
 
     # ---- schedule
     m_ctas = 2 if cfg.cluster.dual_tile else 1
@@ -458,15 +525,21 @@ def make_plan(cfg: Config) -> Plan:
         dedicated_epilogue=e.warps == 4, two_sm=cfg.tma.two_sm, multicast=cfg.tma.multicast,
         tma_store=tma_store, early_release=e.early_release, cd_swizzle128=e.swizzle == "128",
         block_m=t.block_m, block_n=t.block_n, block_k=t.block_k,
-        m_waves=m_waves, wave_rows=wave_rows, consumer_rows=m_waves * wave_rows, umma_m=umma_m, k_steps=t.block_k // UMMA_K,
+        m_waves=m_waves, wave_rows=wave_rows, consumer_rows=m_waves * wave_rows, umma_m=umma_m, k_steps=t.block_k // mma_k,
         a_box_rows=t.block_m, b_box_rows=b_box_rows, b_smem_rows=b_smem_rows,
         a_stage_bytes=a_stage, b_stage_bytes=b_stage, b_load_bytes=b_load, load_bytes=load_bytes,
         full_tx_bytes=full_tx, operands=operands, mmas=mmas, mma_order="interleaved", epilogue_op=e.op,
+        operand_format=cfg.operands, out_dtype="f16" if nvfp4 else "bf16",
+        k_coord_step=row_bytes if nvfp4 else t.block_k, k_multiple=t.block_k if nvfp4 else K_MULTIPLE_BF16,
         cd=cd, barriers=bar_region, tmem_slot=tmem_slot, smem_bytes=smem_bytes,
         ab=ab, acc=acc, cd_ring=cd_ring,
         tmem_cols=tmem_cols, acc_stage_cols=acc_stage_cols, acc_cols=acc_cols,
         idesc=idesc, a_desc_hi=desc_hi, b_desc_hi=desc_hi, desc_lbo_field=lbo_field,
         k_step_desc=k_step_desc, a_wave_bytes=a_wave_bytes, wave_desc=wave_desc,
+        scale_vec="block16" if nvfp4 else "",
+        sf_lbo_field=descriptors.SF_COPY_LBO >> 4, sf_atom_bytes=descriptors.SF_ATOM_BYTES,
+        sf_cols_per_atom=descriptors.SF_TMEM_COLS_PER_ATOM, sf_rows_per_atom=descriptors.SF_ATOM_ROWS,
+        sf_k_per_line=descriptors.SF_ATOM_K * descriptors.SCALE_VEC["block16"] // (descriptors.SF_ATOM_BYTES // SF_LINE_BYTES),
         epi_threads=epi_threads, epi_groups=epi_groups, epi_writers=writers,
         store_block_n=sbn, store_n_multiple=STORE_N_MULTIPLE,
         cd_box_rows=cd_box_rows, cd_row_bytes=cd_row_bytes, cd_stage_bytes=cd_stage, cd_stages=e.stages,

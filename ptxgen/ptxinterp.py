@@ -53,6 +53,8 @@ Effect kinds (``E`` is one tuple; addresses are ints, ``G`` the cta_group):
 ``("tcgen05.dealloc", G, taddr, cols)``, ``("tcgen05.fence", before|after)``,
 ``("tcgen05.mma", G, d, adesc, bdesc, idesc, accumulate)``, ``("tcgen05.commit", G, bar, mask)``,
 ``("tcgen05.ld", taddr, ncols, array)``, ``("tcgen05.wait_ld",)``, ``("setmaxnreg", action, regs)``,
+``("tcgen05.cp", G, taddr, sdesc, shape)``, ``("tcgen05.mma.block_scale", G, kind, scale_vec, d, adesc, bdesc,
+idesc, sfa, sfb, accumulate)`` (NVFP4; an f16 store's elements are tagged ``("f16", array, index)``),
 ``("wgmma.fence",)``, ``("wgmma", array, n, adesc, bdesc, accumulate)``, ``("wgmma.commit",)``,
 ``("wgmma.wait", n)``; the hang watchdog's (never reached here: ``try_wait`` succeeds at once)
 ``("ld.global", addr)`` (reads 0), ``("atom.cas", addr, cmp, new)`` (old value 0),
@@ -90,7 +92,7 @@ class Sym:
 
 @dataclass(frozen=True)
 class Packed:
-    """bf16 values converted from f32 registers, low half first (memory order)."""
+    """16-bit values converted from f32 registers, low half first (memory order); see :func:`stored`."""
 
     elements: tuple
 
@@ -369,6 +371,12 @@ def _vec(text: str) -> list[str]:
     return [s.strip() for s in text[1:-1].split(",")]
 
 
+def stored(element: tuple, fmt: str) -> tuple:
+    """The normal form of an f32 register element converted to ``fmt``: bf16 (the default store type) is the
+    element itself, f16 is tagged ``("f16", array, index)`` (so a store of the wrong type differs)."""
+    return element if fmt == "bf16" else (fmt, *element)
+
+
 def _elements(v) -> tuple:
     """Stored elements (memory order) of a stored register value."""
     if isinstance(v, Packed):
@@ -562,12 +570,15 @@ def _mov(insn: Insn):
 def _cvt(insn: Insn):
     parts, ops = insn.parts, insn.ops
     d = ops[0]
-    if "bf16x2" in parts:  # cvt.rn.bf16x2.f32 d, hi, lo
+    if "bf16x2" in parts or "f16x2" in parts:  # cvt.rn.{bf16|f16}x2.f32 d, hi, lo
         hi, lo = _src(ops[1]), _src(ops[2])
-        return lambda t: t.regs.__setitem__(d, Packed((*_elements(lo(t)), *_elements(hi(t)))))
+        fmt = parts[2].removesuffix("x2")
+        return lambda t: t.regs.__setitem__(d, Packed(tuple(stored(e, fmt) for e in (*_elements(lo(t)),
+                                                                                    *_elements(hi(t))))))
     if "bf16" in parts or "f16" in parts:
         a = _src(ops[1])
-        return lambda t: t.regs.__setitem__(d, Packed(_elements(a(t))))
+        fmt = "bf16" if "bf16" in parts else "f16"
+        return lambda t: t.regs.__setitem__(d, Packed(tuple(stored(e, fmt) for e in _elements(a(t)))))
     if parts[0] == "cvta":
         a = _src(ops[1])
         return lambda t: t.regs.__setitem__(d, a(t))
@@ -761,9 +772,19 @@ def _tcgen05(insn: Insn):
         return _effect(insn, "tcgen05.dealloc", g, _src(ops[0]), _src(ops[1]))
     if what.startswith("fence::"):
         return _effect(insn, "tcgen05.fence", _const(what.split("::")[1].removesuffix("_thread_sync")))
+    if what == "mma" and "block_scale" in parts:  # [d], adesc, bdesc, idesc, [sfa], [sfb], p
+        kind = next((p.split("::")[1] for p in parts if p.startswith("kind::")), None)
+        scale_vec = parts[parts.index("block_scale") + 1] if parts[-1] != "block_scale" else None
+        if len(ops) != 7:
+            raise PtxInterpError(f"line {insn.line}: block-scaled mma takes 7 operands: {insn.text}")
+        return _effect(insn, "tcgen05.mma.block_scale", g, _const(kind), _const(scale_vec), _addr(ops[0]),
+                       _src(ops[1]), _src(ops[2]), _src(ops[3]), _addr(ops[4]), _addr(ops[5]), _pred(insn, ops[6]))
     if what == "mma":
         return _effect(insn, "tcgen05.mma", g, _addr(ops[0]), _src(ops[1]), _src(ops[2]), _src(ops[3]),
                        _pred(insn, ops[4]))
+    if what == "cp":  # tcgen05.cp.cta_group::G.<shape>[.<multicast>] [taddr], sdesc
+        shape = ".".join(p for p in parts[2:] if not p.startswith("cta_group"))
+        return _effect(insn, "tcgen05.cp", g, _addr(ops[0]), _src(ops[1]), _const(shape))
     if what == "commit":
         mask = _src(ops[1]) if "multicast::cluster" in parts else _const(0)
         if ("multicast::cluster" in parts) != (len(ops) == 2):

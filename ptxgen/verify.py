@@ -29,7 +29,10 @@ Data flow.  An MMA reads an A/B stage only after a consumer wait on that
 stage's ``full`` barrier in the same iteration; a TMA load fills a stage only
 after a producer_acquire on its ``empty`` barrier and signals that stage's
 ``full``; MMAs write an accumulator stage after waiting ``tmem_empty``, the
-epilogue reads it after waiting ``tmem_full``.
+epilogue reads it after waiting ``tmem_full``.  NVFP4: a ``tcgen05.cp`` reads a scale stage only after
+the consumer wait on its ``full``, outside the accumulator columns; a block-scaled MMA reads scale columns
+that a ``tcgen05.cp`` of the same thread wrote earlier in the same k-block, with the idesc's scale format
+and scale-factor ids matching ``.block16``.
 
 Layout and teardown.  Shared-memory regions lie inside the allocation,
 aligned (1024 B for 128B-swizzled operands), without overlap, and every
@@ -55,6 +58,7 @@ from .errors import VerifyError
 from .hw import resident_ctas
 from .ir import Kernel
 from .sim import walker as W
+from .descriptors import SF_ATOM_BYTES, SF_TMEM_COLS_PER_ATOM, UMMA_IDESC_MXF4, UMMA_SMEM_DESC
 from .sim.mma import umma_operand, umma_shape, wgmma_operand
 
 SMEM_BASE = 0x400  # shared-window address used for the trace (descriptor start fields are absolute)
@@ -175,7 +179,7 @@ class _Barriers:
         self.kernel = trace.kernel
         self.cs = trace.kernel.cluster_size
         self.bars: dict[tuple[int, str, int], _Barrier] = {}
-        self.box_bytes = {name: t.box[0] * t.box[1] * 2 for name, t in trace.kernel.launch.tensor_maps.items()}
+        self.box_bytes = {name: t.box_bytes for name, t in trace.kernel.launch.tensor_maps.items()}
         for (ctaid, warp), recs in trace.warps.items():
             visits: dict[tuple, list] = {}  # instance -> [visit index, last loop key]
             for rec in recs:
@@ -453,6 +457,7 @@ def _check_dataflow(trace: _Trace) -> None:
         last_wait: dict[tuple[str, int], tuple] = {}
         committed: dict[object, _Rec] = {}  # bulk async groups: issuing thread -> its last commit
         released: dict[tuple[str, int], _Rec] = {}  # consumer_release of (barrier, index) -> where
+        copied: dict[int, _Rec] = {}  # TMEM column -> the tcgen05.cp that last wrote it (NVFP4 scales)
 
         def require(name: str, index: int, rec: _Rec, what: str) -> None:
             got = last_wait.get((name, index))
@@ -476,7 +481,7 @@ def _check_dataflow(trace: _Trace) -> None:
                 released[("tmem_empty", ev.bar.index)] = rec
             elif isinstance(ev, W.TmaLoadEv):
                 size = kernel.launch.tensor_maps[ev.tensor]
-                region, s = slots.slot(ev.dst, ev.dst + size.box[0] * size.box[1] * 2, f"TmaLoad {ev.tensor}", rec.where,
+                region, s = slots.slot(ev.dst, ev.dst + size.box_bytes, f"TmaLoad {ev.tensor}", rec.where,
                                        slots.operands)
                 _aligned(ev.dst, slots.align(ev.dst), f"TmaLoad {ev.tensor}", rec.where)
                 if any(ref.index != s or ref.name != "full" for ref in ev.bars):
@@ -485,6 +490,10 @@ def _check_dataflow(trace: _Trace) -> None:
                 require("empty", s, rec, f"TmaLoad {ev.tensor} into {region} stage {s}")
             elif isinstance(ev, W.UmmaEv):
                 _check_umma(kernel, slots, ev, rec, require, acc_cols)
+            elif isinstance(ev, W.TmemCopyEv):
+                _check_tmem_copy(kernel, slots, ev, rec, require, copied)
+            elif isinstance(ev, W.UmmaBlockScaledEv):
+                _check_umma_block_scaled(kernel, slots, ev, rec, require, acc_cols, copied)
             elif isinstance(ev, W.WgmmaEv):
                 for operand, desc, rows in (("A", ev.a_desc, 64), ("B", ev.b_desc, ev.n)):
                     op = wgmma_operand(desc, rec.where, operand)
@@ -502,8 +511,8 @@ def _check_dataflow(trace: _Trace) -> None:
                 for addr in set(ev.addrs.tolist()):
                     slots.slot(addr, addr + ev.nbytes, "StSharedBf16", rec.where, ("CD",))
             elif isinstance(ev, W.TmaStoreEv):
-                box = kernel.launch.tensor_maps[ev.tensor].box
-                slots.slot(ev.src, ev.src + box[0] * box[1] * 2, f"TmaStore {ev.tensor}", rec.where, ("CD",))
+                slots.slot(ev.src, ev.src + kernel.launch.tensor_maps[ev.tensor].box_bytes, f"TmaStore {ev.tensor}",
+                           rec.where, ("CD",))
             elif isinstance(ev, W.BulkCommitEv):
                 committed[ev.thread] = rec
             elif isinstance(ev, W.BulkWaitEv) and ev.thread is not None:
@@ -533,8 +542,62 @@ def _check_umma(kernel: Kernel, slots: _Slots, ev: W.UmmaEv, rec: _Rec, require,
         raise VerifyError(f"tcgen05.mma.cta_group::2 issued by the odd CTA of the pair: {rec.where}")
 
 
+def _check_tmem_copy(kernel: Kernel, slots: _Slots, ev: W.TmemCopyEv, rec: _Rec, require, copied: dict) -> None:
+    """A ``tcgen05.cp`` of one 512-B scale atom: source inside one landed scale stage, target inside the allocation."""
+    f = UMMA_SMEM_DESC.decode(ev.desc)
+    lo = (f["start"] << 4) - SMEM_BASE
+    region, s = slots.slot(lo, lo + SF_ATOM_BYTES, "TmemCopy source", rec.where, slots.operands)
+    require("full", s, rec, f"TmemCopy reads {region} stage {s}")
+    lane, col = ev.taddr >> 16, ev.taddr & 0xFFFF
+    if lane or col + SF_TMEM_COLS_PER_ATOM > kernel.tmem_cols:
+        raise VerifyError(f"TMEM access out of bounds: TmemCopy by {rec.where} writes lanes [{lane}, 128) columns "
+                          f"[{col}, {col + SF_TMEM_COLS_PER_ATOM}); {kernel.tmem_cols} columns are allocated")
+    if col < kernel.tmem_acc_stage_cols * kernel.acc_stages:
+        raise VerifyError(f"scale factors over an accumulator: TmemCopy by {rec.where} writes TMEM columns "
+                          f"[{col}, {col + SF_TMEM_COLS_PER_ATOM}), inside the accumulator stages "
+                          f"[0, {kernel.tmem_acc_stage_cols * kernel.acc_stages})")
+    for c in range(col, col + SF_TMEM_COLS_PER_ATOM):
+        copied[c] = rec
+
+
+def _check_umma_block_scaled(kernel: Kernel, slots: _Slots, ev: W.UmmaBlockScaledEv, rec: _Rec, require,
+                             acc_cols: int, copied: dict) -> None:
+    """As :func:`_check_umma`, plus: the scale vector matches the idesc's scale format, and both scale-factor
+    column groups were written by this thread's ``tcgen05.cp`` in the same k-block iteration, before the MMA
+    (PTX ISA "tcgen05.mma" block scaling: the scales are read from TMEM when the MMA executes)."""
+    f = UMMA_IDESC_MXF4.decode(ev.idesc)
+    m_total, n_total = f["m_dim"] << 7, f["n_dim"] << 3
+    fmt = {"block16": 0, "block32": 1}.get(ev.scale_vec)
+    if fmt != f["scale_format"] or f["a_sf_id"] or f["b_sf_id"]:
+        raise VerifyError(f"block-scale mismatch: {ev.op.describe()} by {rec.where}: .{ev.scale_vec} with idesc "
+                          f"scale format {f['scale_format']} and scale-factor ids A={f['a_sf_id']} B={f['b_sf_id']}; "
+                          "NVFP4 is .block16 with ue4m3 scales (format 0) and ids 0 (PTX ISA 'Instruction descriptor')")
+    for operand, desc, rows in (("A", ev.a_desc, 128), ("B", ev.b_desc, n_total // kernel.cta_group)):
+        op = umma_operand(desc, rec.where, operand)
+        region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo), f"UmmaBlockScaled operand {operand}",
+                               rec.where, slots.operands)
+        require("full", s, rec, f"UmmaBlockScaled reads {region} stage {s}")
+    lane, col = ev.d >> 16, ev.d & 0xFFFF
+    if lane or col + n_total > kernel.tmem_acc_stage_cols * kernel.acc_stages:
+        raise VerifyError(f"TMEM access out of bounds: UmmaBlockScaled by {rec.where} writes lanes [{lane}, 128) "
+                          f"columns [{col}, {col + n_total}), outside the accumulator stages")
+    require("tmem_empty", col // acc_cols, rec, f"UmmaBlockScaled into accumulator stage {col // acc_cols}")
+    for what, taddr, rows in (("scale_A", ev.sfa, m_total // kernel.cta_group), ("scale_B", ev.sfb, n_total)):
+        c0 = taddr & 0xFFFF
+        for c in range(c0, c0 + rows // 32):  # row x of the scales at lane x % 32, column c0 + x // 32
+            got = copied.get(c)
+            if got is None or got.key != rec.key:
+                raise VerifyError(f"scale factors not copied before the MMA: {ev.op.describe()} by {rec.where} reads "
+                                  f"{what} at TMEM column {c}, which no tcgen05.cp of this thread wrote in this k-block "
+                                  f"(last copy: {'never' if got is None else got.where.at}); copy the scale atoms "
+                                  "after the consumer_wait and before the MMAs that read them")
+    if kernel.cta_group == 2 and rec.where.rank % 2:
+        raise VerifyError(f"tcgen05.mma.cta_group::2 issued by the odd CTA of the pair: {rec.where}")
+
+
 def _check_issuers(ev: W.Ev, rec: _Rec) -> None:
-    if isinstance(ev, (W.UmmaEv, W.CommitEv, W.TmaLoadEv, W.TmaStoreEv)) and ev.lanes != 1:
+    if isinstance(ev, (W.UmmaEv, W.UmmaBlockScaledEv, W.TmemCopyEv, W.CommitEv, W.TmaLoadEv, W.TmaStoreEv)) \
+            and ev.lanes != 1:
         raise VerifyError(f"issued by {ev.lanes} threads: {ev.op.describe()} by {rec.where}; one elected thread "
                           "issues it (each thread would issue its own copy)")
 
@@ -615,7 +678,7 @@ def _check_tmem_lifetime(trace: _Trace) -> None:
         life[ctaid] = (a.syncs, d.syncs)
     for (ctaid, _), recs in trace.warps.items():
         for r in recs:
-            if isinstance(r.ev, W.UmmaEv):
+            if isinstance(r.ev, (W.UmmaEv, W.UmmaBlockScaledEv, W.TmemCopyEv)):
                 owners = [ctaid, ctaid ^ 1] if kernel.cta_group == 2 else [ctaid]
             elif isinstance(r.ev, W.TmemLoadEv):
                 owners = [ctaid]

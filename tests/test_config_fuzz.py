@@ -27,7 +27,7 @@ from ptxgen.errors import ConfigError
 BASES = {name: to_dict(load_config(name)) for name in shipped_configs()}
 SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
 SECTION_TYPES = {k: v for k, v in typing.get_type_hints(Config).items() if dataclasses.is_dataclass(v)}
-FIELDS = ["name", "arch"] + [f"{s}.{f.name}" for s, cls in SECTION_TYPES.items() for f in dataclasses.fields(cls)]
+FIELDS = ["name", "arch", "kernel", "operands"] + [f"{s}.{f.name}" for s, cls in SECTION_TYPES.items() for f in dataclasses.fields(cls)]
 INT_FIELDS = [p for p in FIELDS if isinstance(_v := BASES["level9"].get(p) if "." not in p else
                                               BASES["level9"][p.split(".")[0]][p.split(".")[1]], int)
               and not isinstance(_v, bool)]

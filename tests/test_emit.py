@@ -68,7 +68,8 @@ def test_loop_invariants_are_hoisted(name):
             assert not [c for c in code if re.search(r"%smem_base, \d+;", c)], "smem base + constant in a K loop"
     mma = "".join(loop for _, loop in loops)
     if "tcgen05.mma" in mma:
-        assert re.search(r"tcgen05\.mma\S* \[%x\d+\], %xd\d+, %xd\d+, %idesc(_\d+)?, %", mma)
+        # the block-scaled form (NVFP4) has its two scale-factor TMEM addresses before the predicate
+        assert re.search(r"tcgen05\.mma\S* \[%x\d+\], %xd\d+, %xd\d+, %idesc(_\d+)?, (\[%x\d+\], \[%x\d+\], )?%", mma)
     assert text.count("mov.u32 %desc_hi, ") == 1
 
 
@@ -78,7 +79,8 @@ def test_hoist_bases_only_where_ptxas_gains():
     from emitters import hoist_bases
 
     assert [n for n in sorted(shipped_configs()) if hoist_bases(build(n).kernel)] == [
-        "dual_sm100_256x128", "level4", "level5", "level6", "level7", "level8", "level9"]
+        "dual_sm100_256x128", "level4", "level5", "level6", "level7", "level8", "level9", "nvfp4_dual_128x128",
+        "nvfp4_dual_256x128"]
 
 
 def test_teardown_cluster_sync_around_dealloc():

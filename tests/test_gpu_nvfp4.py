@@ -1,4 +1,4 @@
-"""GPU (any CUDA device, e.g. H100): the driver encodes the six NVFP4 tensor maps; the API refuses off 10.x.
+"""GPU (any CUDA device, e.g. H100): the driver encodes the seven NVFP4 tensor maps; the API refuses off 10.x.
 
 Run through the device tool: ``python -m pytest -q -m gpu tests/test_gpu_nvfp4.py``.
 """
@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import pytest
 
+from ptxgen.build import build
 from ptxgen.errors import ConfigError
-from ptxgen.runtime.nvfp4 import TILES, encode_map, map_args
+from ptxgen.runtime.fastpath import encode_map_bytes
+from ptxgen.runtime.nvfp4 import map_slots, nvfp4_configs
 
 pytestmark = pytest.mark.gpu
 
 SHAPES = [(256, 4096, 7168), (512, 4096, 7168), (256, 3072, 4096), (512, 3072, 7168)]
 
 
-@pytest.mark.parametrize("tile", sorted(TILES))
+@pytest.mark.parametrize("config", nvfp4_configs())
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)
-def test_encode_all_maps(m: int, n: int, k: int, tile: str) -> None:
+def test_encode_all_maps(m: int, n: int, k: int, config: str) -> None:
+    """cuTensorMapEncodeTiled accepts every map of the shipped configs' launch specs (packed e2m1 and scale
+    bytes as UINT8, C as FLOAT16) for the problem's shapes: the host side of a launch, short of sm_100."""
     import torch
 
     dev = torch.device("cuda")
@@ -28,11 +32,13 @@ def test_encode_all_maps(m: int, n: int, k: int, tile: str) -> None:
         "sfa": torch.empty(m, k // 16, dtype=torch.float8_e4m3fn, device=dev),
         "sfb1": torch.empty(n, k // 16, dtype=torch.float8_e4m3fn, device=dev),
         "sfb2": torch.empty(n, k // 16, dtype=torch.float8_e4m3fn, device=dev),
+        "out": torch.empty(m, n, dtype=torch.float16, device=dev),
     }
-    maps = map_args(m, n, k, TILES[tile], {name: t.data_ptr() for name, t in tensors.items()})
-    for name, args in maps.items():
-        tmap = encode_map(args)
-        assert tmap is not None, name
+    spec = build(config).launch
+    slots = map_slots(spec, m, n, k, {name: t.data_ptr() for name, t in tensors.items()})
+    assert len(slots) == 7
+    for name, slot in slots.items():  # the launch path's encoder (the Launcher's tensor-map cache calls it)
+        assert len(encode_map_bytes(*slot, spec.tensor_maps[name])) == 128, name
 
 
 def test_api_refuses_off_sm100() -> None:
@@ -50,6 +56,6 @@ def test_api_refuses_off_sm100() -> None:
     out = torch.full((m, n), 3.0, dtype=torch.float16, device=dev)
     import ptxgen
 
-    with pytest.raises(ConfigError, match=rf"has {cap[0]}\.{cap[1]}"):
+    with pytest.raises(ConfigError, match=rf"dual_gemm_nvfp4 needs compute capability 10\.x .* has {cap[0]}\.{cap[1]}"):
         ptxgen.dual_gemm_nvfp4(a, b, b.clone(), sf, sf.clone(), sf.clone(), out=out)
     assert bool((out == 3).all())

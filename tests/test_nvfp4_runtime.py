@@ -8,16 +8,9 @@ import torch
 
 import ptxgen
 from ptxgen.errors import ConfigError, ShapeError
-from ptxgen.runtime.nvfp4 import (
-    TILES,
-    check_capability,
-    check_nvfp4_inputs,
-    map_args,
-    operand_map_args,
-    scale_map_args,
-    tile_for,
-)
-from ptxgen.sim.nvfp4 import sf_from_blocked
+from ptxgen.build import build
+from ptxgen.runtime.nvfp4 import check_capability, check_nvfp4_inputs, map_args, map_slots, resolve_config
+from ptxgen.sim.nvfp4 import sf_from_blocked, sf_to_blocked
 
 FP4 = getattr(torch, "float4_e2m1fn_x2", torch.uint8)
 
@@ -78,7 +71,7 @@ def test_input_errors(index, bad, match: str) -> None:
 
 @pytest.mark.parametrize(("m", "n", "k", "match"), [
     (256, 256, 384, r"K=384 \(a.shape\[1\]=192 bytes\): must be a positive multiple of 256"),
-    (192, 256, 512, "M=192: must be a positive multiple of 128"),
+    (192, 256, 512, r"M=192: must be a positive multiple of 128 \(whole 128-row scale atoms\)"),
     (256, 320, 512, "N=320: must be a positive multiple of 128"),
 ])
 def test_divisibility(m: int, n: int, k: int, match: str) -> None:
@@ -86,9 +79,9 @@ def test_divisibility(m: int, n: int, k: int, match: str) -> None:
         check_nvfp4_inputs(*inputs(m, n, k))
 
 
-def test_two_cta_tile_needs_m_multiple_of_256() -> None:
-    with pytest.raises(ShapeError, match="M=384: must be a positive multiple of 256"):
-        check_nvfp4_inputs(*inputs(384, 256, 512), tile=TILES["nvfp4_dual_256x128_c2"])
+def test_k_multiple_is_the_configs() -> None:
+    with pytest.raises(ShapeError, match="K=512 .*: must be a positive multiple of 1024"):
+        check_nvfp4_inputs(*inputs(), k_multiple=1024)
 
 
 def test_out_rules() -> None:
@@ -108,8 +101,13 @@ def test_capability_and_config_errors() -> None:
         check_capability((9, 0), "NVIDIA H100 80GB HBM3")
     check_capability((10, 0))
     check_capability((10, 3))
-    with pytest.raises(ConfigError, match="configs are"):
-        tile_for("level9")
+    assert resolve_config(None).name == "nvfp4_dual_128x128"
+    assert resolve_config("nvfp4_dual_256x128").cluster.size == 2
+    with pytest.raises(ConfigError, match=r"config level9: operands=bf16: dual_gemm_nvfp4 needs an NVFP4 config "
+                                          r"\(operands: nvfp4\): nvfp4_dual_128x128, nvfp4_dual_256x128"):
+        resolve_config("level9")
+    with pytest.raises(ConfigError, match="no such file, and not a shipped config"):
+        resolve_config("nvfp4_dual_999")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
@@ -127,33 +125,40 @@ def test_api_on_cpu_only_machine() -> None:
 
 # --- tensor maps ------------------------------------------------------------------------
 
-
-def test_operand_map() -> None:
-    args = operand_map_args("a", 0x10000, 512, 7168, 128)
-    assert args.dims == (3584, 512) and args.strides == (3584,) and args.box == (128, 128)
-    assert args.dtype == "CU_TENSOR_MAP_DATA_TYPE_UINT8" and args.swizzle == "CU_TENSOR_MAP_SWIZZLE_128B"
-    assert args.box_bytes == 16384  # 128 rows x 128 B: one stage of A (K = 256)
+ADDRS = {name: 0x10000 * (i + 1) for i, name in enumerate(("a", "b1", "b2", "sfa", "sfb1", "sfb2", "out"))}
 
 
-def test_scale_map() -> None:
-    args = scale_map_args("sfa", 0x10000, 512, 7168, 128)
-    # 112 atoms along K per 128-row block, 4 lines of 128 B each; 4 row blocks
-    assert args.dims == (128, 448, 4) and args.strides == (128, 112 * 512) and args.box == (128, 16, 1)
-    assert args.box_bytes == 2048 and args.swizzle == "CU_TENSOR_MAP_SWIZZLE_NONE"
-    assert scale_map_args("sfb", 0, 256, 256, 256).box_bytes == 4096
+@pytest.mark.parametrize("name", ["nvfp4_dual_128x128", "nvfp4_dual_256x128"])
+def test_map_args_of_every_map(name) -> None:
+    spec = build(name).launch
+    m, n, k = 512, 3072, 7168
+    maps = map_args(spec, m, n, k, ADDRS)
+    assert set(maps) == {"a", "b", "b2", "sfa", "sfb", "sfb2", "d"}
+    a, sfa, d = maps["a"], maps["sfa"], maps["d"]
+    assert a.dims == (3584, 512) and a.strides == (3584,) and a.box == (128, 128)
+    assert a.dtype == "CU_TENSOR_MAP_DATA_TYPE_UINT8" and a.swizzle == "CU_TENSOR_MAP_SWIZZLE_128B"
+    # scales: the blocked buffer as 128-byte lines; a box is the 16 lines (4 atoms) of one row block's stage
+    assert sfa.dims == (128, m * k // 16 // 128) and sfa.strides == (128,) and sfa.box == (128, 16)
+    assert sfa.swizzle == "CU_TENSOR_MAP_SWIZZLE_NONE" and maps["sfb"].dims == (128, n * k // 16 // 128)
+    assert d.dtype == "CU_TENSOR_MAP_DATA_TYPE_FLOAT16" and d.dims == (n, m)
+    # the bytes one stage's boxes move are the plan's expect_tx share of one CTA
+    box_bytes = sum(spec.tensor_maps[t].box_bytes for t in ("a", "b", "b2", "sfa", "sfb", "sfb2"))
+    assert box_bytes == build(name).plan.load_bytes
+    with pytest.raises(ShapeError, match="tensor map 'a': data address 0x10008"):
+        map_args(spec, m, n, k, {**ADDRS, "a": 0x10008})
 
 
-def test_scale_map_box_is_the_blocked_atoms_of_one_stage() -> None:
-    """Emulate the TMA box on the blocked bytes: it must be atoms (rb, 4s .. 4s+3) of the scale matrix."""
+def test_scale_box_is_the_blocked_atoms_of_one_stage() -> None:
+    """Emulate the TMA box on the blocked bytes at the kernel's coordinates (row block rb, k-block s): it must be
+    atoms (rb, 4s .. 4s+3) of the scale matrix."""
+    spec = build("nvfp4_dual_128x128").launch
     m, k, s, rb = 256, 1024, 2, 1
     sf = np.random.default_rng(0).integers(0, 256, size=(m, k // 16), dtype=np.uint8)
-    from ptxgen.sim.nvfp4 import sf_to_blocked
-
-    blk = sf_to_blocked(sf)
-    args = scale_map_args("sfa", 0, m, k, 128)
-    d0, d1, _ = args.dims
-    view = blk.reshape(args.dims[::-1])  # (row blocks, lines, 128 B)
-    box = view[rb, 16 * s: 16 * s + 16, :].reshape(-1)  # what the box at coords (0, 16 s, rb) lands
+    _, rows, cols, _ = map_slots(spec, m, 128, k, ADDRS)["sfa"]
+    lines = sf_to_blocked(sf).reshape(rows, cols)
+    box_rows = spec.tensor_maps["sfa"].box[1]
+    row = rb * (k // 16) + s * box_rows  # the producer's coordinate: (m_row / 128) * (K / 16) + kb * 16
+    box = lines[row: row + box_rows].reshape(-1)
     for kb in range(4):
         atom = box[512 * kb: 512 * kb + 512].reshape(32, 4, 4)  # [r, i, c]: row 32 i + r, scale column c
         for i in range(4):
@@ -161,13 +166,29 @@ def test_scale_map_box_is_the_blocked_atoms_of_one_stage() -> None:
                                                            4 * (4 * s + kb): 4 * (4 * s + kb) + 4])
 
 
-def test_map_args_all_six_and_rules() -> None:
-    addrs = {name: 0x1000 * (i + 1) for i, name in enumerate(("a", "b1", "b2", "sfa", "sfb1", "sfb2"))}
-    maps = map_args(512, 3072, 7168, TILES["nvfp4_dual_128x128"], addrs)
-    assert set(maps) == set(addrs)
-    # bytes per stage = expect_tx: A + B1 + B2 (16 KiB each) + 3 scale tiles (2 KiB each)
-    assert sum(mp.box_bytes for mp in maps.values()) == 3 * 16384 + 3 * 2048
-    with pytest.raises(ShapeError, match="address 0x1008"):
-        operand_map_args("a", 0x1008, 128, 256, 128)
-    with pytest.raises(ShapeError, match="box\\[1\\]=512"):
-        operand_map_args("a", 0, 1024, 256, 512)
+def test_launch_packs_the_kernel_signature(monkeypatch) -> None:
+    """The launch path without a driver: maps in the kernel's parameter order, scalars d_ptr, m, n, k, fp16 out."""
+    from types import SimpleNamespace
+
+    import ptxgen.runtime.api as api
+    import ptxgen.runtime.driver as driver
+    from ptxgen.runtime import nvfp4
+
+    spec = build("nvfp4_dual_256x128").launch
+    calls = []
+    launcher = SimpleNamespace(launch=lambda grid_x, maps, scalars, stream: calls.append((grid_x, maps, scalars)))
+    monkeypatch.setattr(api, "loaded_kernel", lambda cfg, ordinal: SimpleNamespace(spec=spec, launcher=launcher))
+    monkeypatch.setattr(driver, "ensure_context", lambda ordinal: None)
+    monkeypatch.setattr(driver, "device_info", lambda ordinal: SimpleNamespace(sm_count=148))
+    monkeypatch.setattr(driver, "current_stream", lambda ordinal: 0)
+    a, b1, b2, sfa, sfb1, sfb2 = inputs(512, 384, 768)
+    out = nvfp4._launch(resolve_config("nvfp4_dual_256x128"), 0, 512, 384, 768,
+                        dict(a=a, b1=b1, b2=b2, sfa=sfa, sfb1=sfb1, sfb2=sfb2, out=None))
+    assert out.dtype == torch.float16 and tuple(out.shape) == (512, 384)
+    (grid_x, maps, scalars), = calls
+    assert grid_x == spec.grid.grid_x(512, 384, 148) == 12  # 2 x 3 cluster tiles of 256 x 128, 2 CTAs each
+    assert [name for name, kind in spec.params if kind == "tensor_map"] == [
+        "tmap_a", "tmap_b", "tmap_b2", "tmap_sfa", "tmap_sfb", "tmap_sfb2", "tmap_d"]
+    assert maps[0] == (a.data_ptr(), 512, 384, 384) and maps[2] == (b2.data_ptr(), 384, 384, 384)
+    assert maps[5] == (sfb2.data_ptr(), 384 * 48 // 128, 128, 128) and maps[6] == (out.data_ptr(), 512, 384, 384)
+    assert scalars == (out.data_ptr(), 512, 384, 768)

@@ -145,12 +145,12 @@ def mapa_own_rank(mp):
 
 def bf16_pair_swapped(mp):
     """``cvt.rn.bf16x2.f32`` with its sources swapped: element pairs land reversed in memory."""
-    def pack(lw, src, idx):
+    def pack(lw, src, idx, fmt):
         regs = lw.array(src, max(idx) + 1, common._array_type(lw, src))
         words = []
         for lo, hi in zip(idx[0::2], idx[1::2]):
             w = lw.tmp()
-            lw.emit(f"cvt.rn.bf16x2.f32 {w}, {regs[lo]}, {regs[hi]};")
+            lw.emit(f"cvt.rn.{fmt}x2.f32 {w}, {regs[lo]}, {regs[hi]};")
             words.append(w)
         return words
     mp.setattr(common, "_pack_bf16", pack)
@@ -160,6 +160,17 @@ def cluster_scope_dropped(mp):
     """Level 1's relay: ``mbarrier.arrive`` / ``try_wait`` emitted at the default .cta scope (issue 9 finding 3)."""
     for op_type in (ops.MbarrierArrive, ops.MbarrierWait):
         _patch_op(mp, op_type, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, scope="cta")))
+
+
+def scale_operands_swapped(mp):
+    """NVFP4: the block-scaled ``tcgen05.mma`` emitted with ``[sfb], [sfa]``: each operand scaled by the other's scales."""
+    _patch_op(mp, ops.UmmaBlockScaled, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, sfa=op.sfb, sfb=op.sfa)))
+
+
+def f16_stored_as_bf16(mp):
+    """NVFP4's fp16 C converted with ``cvt.rn.bf16x2.f32``: the right bits for the wrong type."""
+    pack = common._pack_bf16
+    mp.setattr(common, "_pack_bf16", lambda lw, src, idx, fmt: pack(lw, src, idx, "bf16"))
 
 
 # bug -> the check that must catch it ("differential", or "golden:<name>")
@@ -176,6 +187,8 @@ BUGS = {
     mapa_own_rank: "differential",
     bf16_pair_swapped: "differential",
     cluster_scope_dropped: "differential",
+    scale_operands_swapped: "differential",
+    f16_stored_as_bf16: "differential",
 }
 GOLDEN_CATCHES = {  # bugs a golden sequence catches as well
     peer_bit_mask: "two_sm_tma_load",
@@ -190,7 +203,7 @@ def test_unpatched_emitter_passes():
 
 @pytest.mark.parametrize("bug", list(BUGS), ids=lambda f: f.__name__)
 def test_planted_bug_is_caught(bug, monkeypatch):
-    before = {name: build(name).ptx for name in ("level9", "h100_128x256", "level1")}
+    before = {name: build(name).ptx for name in ("level9", "h100_128x256", "level1", "nvfp4_dual_128x128")}
     bug(monkeypatch)
     after = {name: build(name).ptx for name in before}
     assert before != after, f"{bug.__name__} does not change the emitted PTX: the planted bug is not planted"

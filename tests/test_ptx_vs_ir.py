@@ -120,6 +120,26 @@ def test_traces_are_not_trivial(name):
     assert parities == {0, 1}
 
 
+@pytest.mark.parametrize("name", ["nvfp4_dual_128x128", "nvfp4_dual_256x128"])
+def test_nvfp4_traces_are_not_trivial(name):
+    """NVFP4: the MMA thread's trace holds the scale copies and block-scaled MMAs, the epilogue's its f16 stores."""
+    kernel, prog = built(name)
+    g = kernel.launch.grid
+    m, n, k = g.tile_rows * 2, g.tile_cols * 2, kernel.block_k * (kernel.stages + 2)
+    grid = g.grid_x(m, n, kernel.cluster_size)
+    effects = []
+    for _, lo, _ in role_ranges(kernel):
+        launch = Launch(m, n, k, grid, 0, lo * 32)
+        eff = ptx_effects(prog, kernel, launch)
+        assert eff == ir_effects(kernel, launch)
+        effects += eff
+    kinds = {e[0] for e in effects}
+    assert {"tcgen05.cp", "tcgen05.mma.block_scale", "tma.load", "st.shared"} <= kinds and "tcgen05.mma" not in kinds
+    mma = next(e for e in effects if e[0] == "tcgen05.mma.block_scale")
+    assert mma[1:4] == (kernel.cta_group, "mxf4nvf4", "block16")
+    assert all(el[0] == "f16" for e in effects if e[0] == "st.shared" for el in e[2])
+
+
 def test_interpreter_basics():
     """The interpreter's own semantics on a hand-written kernel: arithmetic, setp.and, selp, loops, shfl, effects."""
     text = """

@@ -1127,6 +1127,8 @@ def test_candidates_are_every_shipped_config_of_the_arch():
     assert names and all(n.startswith("h100_") for n in names)
     duals = [c.name for c in choose.candidates("sm_90a", "dual_gemm")]
     assert duals and all(n.startswith("dual_h100_") for n in duals)
+    # the NVFP4 dual GEMM configs are never chosen for a bf16 ptxgen.dual_gemm (they have dual_gemm_nvfp4)
+    assert [c.name for c in choose.candidates("sm_100a", "dual_gemm")] == ["dual_sm100_256x128"]
 
 
 @pytest.mark.parametrize("name", shipped_configs())
@@ -1136,7 +1138,7 @@ def test_shipped_candidate_agrees_with_load_config(name):
 
     cfg = load_config(name)
     assert shipped_candidate(name) == Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
-                                                cfg.pipeline.stages, cfg.cluster.size, cfg.kernel)
+                                                cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands)
 
 
 def test_cost_model_waves_and_tail():

@@ -82,9 +82,10 @@ def acc_state(plan: Plan) -> tuple[list, PipelineState]:
     return plan.acc.state(Var("tc"), ("acc", "acc_phase"))
 
 
-def desc_lo(plan: Plan, offset: Expr) -> Expr:
-    """Descriptor low word for smem+offset: start >> 4 | LBO field << 16 (the plan's LBO)."""
-    return fold(((Sreg("smem") + offset) >> 4) | (plan.desc_lbo_field << 16))
+def desc_lo(plan: Plan, offset: Expr, lbo_field: int | None = None) -> Expr:
+    """Descriptor low word for smem+offset: start >> 4 | LBO field << 16 (the plan's operand LBO unless given)."""
+    lbo = plan.desc_lbo_field if lbo_field is None else lbo_field
+    return fold(((Sreg("smem") + offset) >> 4) | (lbo << 16))
 
 
 def stage_offset(plan: Plan, operand: str, stage: Expr) -> Expr:

@@ -5,14 +5,19 @@ through the plan's pipelines (``plan.ab``: operand stages, ``plan.acc``: TMEM
 accumulator stages, ``plan.cd_ring``: epilogue staging buffers).  An extra
 operand is one more entry in ``plan.operands`` (one more TMA load per stage),
 an extra accumulator one more entry in ``plan.mmas`` (one more MMA stream), an
-epilogue op one more step in :class:`Epilogue` — no role is copied.
+epilogue op one more step in :class:`Epilogue` — no role is copied.  NVFP4
+(seed 003) is such a plan: its scale-factor tiles are operands too (loaded into
+the same stage behind the same ``full`` barrier), the MMA issuer copies them
+to TMEM (``tcgen05.cp``) before the block-scaled MMAs that read them, and the
+epilogue stores fp16.
 """
 
 from __future__ import annotations
 
 from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, For, If, Let, NamedBarrier, Nanosleep, Param,
-                  SetMaxNReg, Shfl, SiluMul, StGlobalBf16, StSharedBf16, TcgenFence, TmaLoad, TmaStore, TmemLoad, TmemWaitLd,
-                  Umma, Var, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait, eq, fold, lift, ne)
+                  SetMaxNReg, Shfl, SiluMul, StGlobalBf16, StSharedBf16, TcgenFence, TmaLoad, TmaStore, TmemCopy,
+                  TmemLoad, TmemWaitLd, Umma, UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait, eq,
+                  fold, lift, ne)
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
 from .common import KB, LANE, TMEM, WARP, Cluster, TileScheduler, acc_state, desc_lo, k_loop, ring_state, stage_offset
@@ -66,9 +71,13 @@ class TmaProducer:
 
     def load(self, o, st: PipelineState) -> TmaLoad:
         p, c = self.p, self.c
-        col = KB * p.block_k
+        col = KB * p.k_coord_step
         dst = stage_offset(p, o.name, st.index)
         full = Bar(p.ab.full.name, st.index)
+        if o.scales:  # 128-byte lines of the blocked scales: row block (m_row or n_col) / 128, then this k-block's atoms
+            block = (Var("m_row") if o.rows_along == "m" else Var("n_col")) // p.sf_rows_per_atom
+            row = fold(block * (Param("k") // p.sf_k_per_line) + KB * o.box_rows)
+            return TmaLoad(o.name, dst, Const(0), row, full, two_sm=p.is_sm100 and p.two_sm)
         if o.rows_along == "m":
             row = Var("m_row")
         elif o.split == "none":
@@ -100,28 +109,51 @@ class UmmaIssuer:
     def lane_descriptors(self) -> list:
         """mma.lanes=all: lane i holds stage i's descriptor low word of every operand (shared by shfl)."""
         p = self.p
-        return [Let(f"{o.name}_desc_lane", desc_lo(p, stage_offset(p, o.name, LANE % p.stages))) for o in p.operands]
+        return [Let(f"{o.name}_desc_lane", desc_lo(p, stage_offset(p, o.name, LANE % p.stages)))
+                for o in p.matrix_operands]
+
+    def scale_copies(self, st: PipelineState) -> list:
+        """NVFP4: ``tcgen05.cp`` of each scale tile's atoms (one per K=64 MMA) from the landed stage into TMEM.
+
+        Issued by the MMA thread after its consumer_wait on ``full`` (+ ``tcgen05.fence::after_thread_sync``) and
+        before the MMAs that read them: tcgen05.cp and tcgen05.mma of one thread execute in issue order on the
+        tensor pipe (PTX ISA "tcgen05 memory consistency model: pipelined instruction pairs", tcgen05.cp ->
+        tcgen05.mma), so no wait sits between them; the k-block's commit to ``empty`` covers both.
+        """
+        p = self.p
+        return [TmemCopy(fold(TMEM + (s.tmem_col + j * p.sf_cols_per_atom)),
+                         desc_lo(p, fold(stage_offset(p, s.name, st.index) + j * p.sf_atom_bytes), p.sf_lbo_field),
+                         s.desc_hi, p.cta_group)
+                for s in p.scale_operands for j in range(p.k_steps)]
+
+    def mma(self, mma, d: Expr, a_lo: Expr, b_lo: Expr, ks: int, accumulate: Expr):
+        """One MMA of stream ``mma`` at k-step ``ks``: ``tcgen05.mma .kind::f16``, or block-scaled when it has scales."""
+        p = self.p
+        a, b = p.operand(mma.a), p.operand(mma.b)
+        if not mma.sfa:
+            return Umma(d, a_lo, b_lo, accumulate, idesc=p.idesc, a_hi=a.desc_hi, b_hi=b.desc_hi)
+        sf = {nm: fold(TMEM + (p.operand(nm).tmem_col + ks * p.sf_cols_per_atom)) for nm in (mma.sfa, mma.sfb)}
+        return UmmaBlockScaled(d, a_lo, b_lo, sf[mma.sfa], sf[mma.sfb], accumulate, p.idesc, a.desc_hi, b.desc_hi,
+                               p.cta_group, scale_vec=p.scale_vec)
 
     def kblock(self) -> list:
-        """consumer_wait on ``full``, the UMMAs of every stream, M-wave and k-step, consumer_release by commit."""
+        """consumer_wait on ``full``, scale copies (NVFP4), the MMAs of every stream, M-wave and k-step, consumer_release by commit."""
         p = self.p
         lets, st = ring_state(p)
         if p.mma_all_lanes:
-            lo = {o.name: Var(f"{o.name}_lo") for o in p.operands}
-            descs = [Shfl(f"{o.name}_lo", f"{o.name}_desc_lane", st.index) for o in p.operands]
+            lo = {o.name: Var(f"{o.name}_lo") for o in p.matrix_operands}
+            descs = [Shfl(f"{o.name}_lo", f"{o.name}_desc_lane", st.index) for o in p.matrix_operands]
         else:
-            lo = {o.name: desc_lo(p, stage_offset(p, o.name, st.index)) for o in p.operands}
+            lo = {o.name: desc_lo(p, stage_offset(p, o.name, st.index)) for o in p.matrix_operands}
             descs = []
-        issue = []
+        issue = self.scale_copies(st)
         for w in range(p.m_waves):
             for ks in range(p.k_steps):
                 accumulate = Const(1) if ks else ne(KB, 0)
                 for mma in p.mmas:
-                    a, b = p.operand(mma.a), p.operand(mma.b)
                     d = fold(TMEM + Var("acc") * p.acc_stage_cols + (mma.acc * p.acc_cols + w * p.block_n))
-                    issue.append(Umma(d, fold(lo[mma.a] + (w * p.wave_desc + ks * p.k_step_desc)),
-                                      fold(lo[mma.b] + ks * p.k_step_desc), accumulate,
-                                      idesc=p.idesc, a_hi=a.desc_hi, b_hi=b.desc_hi))
+                    issue.append(self.mma(mma, d, fold(lo[mma.a] + (w * p.wave_desc + ks * p.k_step_desc)),
+                                          fold(lo[mma.b] + ks * p.k_step_desc), ks, accumulate))
         acc = PipelineState(Var("acc"), Var("acc_phase"))
         issue += [*p.ab.consumer_release(st), If(eq(KB, Var("num_k") - 1), tuple(p.acc.producer_commit(acc)))]
         if p.throttle_ns:
@@ -182,10 +214,12 @@ class Epilogue:
                         idx = tuple(range(q * 8, q * 8 + 8))
                         col_in_chunk = j * p.tmem_ld_cols + q * 8  # staging rows hold one store chunk
                         if tma:
-                            out.append(StSharedBf16(self.cd_addr(self.cd_buffer(seq, None), erow, col_in_chunk // 8), "v", idx))
+                            out.append(StSharedBf16(self.cd_addr(self.cd_buffer(seq, None), erow, col_in_chunk // 8), "v",
+                                                    idx, p.out_dtype))
                         else:
                             col = c * p.store_block_n + col_in_chunk
-                            out.append(StGlobalBf16(Var("m_row") + (w * p.wave_rows) + erow, Var("n_col") + col, "v", idx))
+                            out.append(StGlobalBf16(Var("m_row") + (w * p.wave_rows) + erow, Var("n_col") + col, "v", idx,
+                                                    p.out_dtype))
                 if tma:
                     out += self.cd_commit(Var("n_col") + c * p.store_block_n, Var("m_row") + w * p.wave_rows, seq, group=None)
         return out

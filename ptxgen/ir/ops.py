@@ -499,27 +499,34 @@ class StSharedBf16(Op):
     """Convert ``src[idx]`` (f32) to bf16 (round to nearest even) and store them contiguously at smem+``addr``.
 
     len(idx) in (2, 4, 8): one ``st.shared`` of 4, 8 or 16 bytes.
+    fmt: the 16-bit store type, ``"bf16"`` (default) or ``"f16"`` (``cvt.rn.f16x2.f32``; the NVFP4 kernel's C).
     """
 
     addr: Expr
     src: str
     idx: tuple[int, ...]
+    fmt: str = "bf16"
 
     def describe(self) -> str:
-        return f"StSharedBf16 smem+{_s(self.addr)} <- bf16({self.src}[{self.idx[0]}..{self.idx[-1]}])"
+        return f"StSharedBf16 smem+{_s(self.addr)} <- {self.fmt}({self.src}[{self.idx[0]}..{self.idx[-1]}])"
 
 
 @dataclass(frozen=True)
 class StGlobalBf16(Op):
-    """``D[row, col + j] = bf16(src[idx[j]])`` for each j with row < m and col + j < n (D row-major, ld = n)."""
+    """``D[row, col + j] = bf16(src[idx[j]])`` for each j with row < m and col + j < n (D row-major, ld = n).
+
+    fmt: ``"bf16"`` (default) or ``"f16"``, as :class:`StSharedBf16`.
+    """
 
     row: Expr
     col: Expr
     src: str
     idx: tuple[int, ...]
+    fmt: str = "bf16"
 
     def describe(self) -> str:
-        return f"StGlobalBf16 D[{_s(self.row)}, {_s(self.col)}:+{len(self.idx)}] <- bf16({self.src}[{self.idx[0]}..{self.idx[-1]}])"
+        return (f"StGlobalBf16 D[{_s(self.row)}, {_s(self.col)}:+{len(self.idx)}] <- "
+                f"{self.fmt}({self.src}[{self.idx[0]}..{self.idx[-1]}])")
 
 
 def walk(body):

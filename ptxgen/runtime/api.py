@@ -527,6 +527,8 @@ def dual_gemm(a: Any, b1: Any, b2: Any, out: Any = None, config: Any = None) -> 
         spec = loaded.spec
         if "b2" not in spec.tensor_maps:
             raise ConfigError(f"config {spec.name}: a GEMM config; dual_gemm needs a dual_* config (kernel: dual_gemm)")
+        if "sfa" in spec.tensor_maps:
+            raise ConfigError(f"config {spec.name}: an NVFP4 config (operands: nvfp4); use ptxgen.dual_gemm_nvfp4")
         check_arch(spec.name, spec.arch, info.capability)
         check_dual_gemm_inputs(a, b1, b2, out, spec.k_multiple, n_multiple=spec.n_multiple)
         call = _DualCall(config, key is not None and key[0].__class__ is tuple, loaded, ordinal, a.device,

@@ -88,24 +88,29 @@ class Candidate:
     stages: int
     cluster: int
     kernel: str = "gemm"
+    operands: str = "bf16"
 
 
 @functools.cache
 def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
-    """Every shipped config for ``arch`` of kernel kind ``kernel`` (``gemm``, ``dual_gemm``), as :class:`Candidate`."""
+    """Every shipped bf16 config for ``arch`` of kernel kind ``kernel`` (``gemm``, ``dual_gemm``), as :class:`Candidate`.
+
+    NVFP4 configs (``operands: nvfp4``) are ``dual_gemm_nvfp4``'s, never a bf16 call's.
+    """
     from ptxgen.shipped import shipped_configs
 
     out = (shipped_candidate(name) for name in shipped_configs())
-    return tuple(c for c in out if c.arch == arch and c.kernel == kernel)
+    return tuple(c for c in out if c.arch == arch and c.kernel == kernel and c.operands == "bf16")
 
 
 def shipped_candidate(name: str) -> Candidate:
     """The :class:`Candidate` of a shipped config, read from its YAML without the config schema.
 
     Shipped configs are validated by the test suite, so the fields the cost model ranks on are read as
-    written (an absent ``cluster`` is no cluster, an absent ``kernel`` a GEMM: the schema's defaults); a YAML
-    without ``tile`` or ``pipeline`` is loaded through ``load_config`` instead.  tests/test_runtime_cpu.py checks
-    that this agrees with ``load_config`` for every shipped config, so a changed default cannot drift unseen.
+    written (an absent ``cluster`` is no cluster, an absent ``kernel`` a GEMM, absent ``operands`` bf16: the
+    schema's defaults); a YAML without ``tile`` or ``pipeline`` is loaded through ``load_config`` instead.
+    tests/test_runtime_cpu.py checks that this agrees with ``load_config`` for every shipped config, so a
+    changed default cannot drift unseen.
     """
     import yaml
 
@@ -115,13 +120,13 @@ def shipped_candidate(name: str) -> Candidate:
     try:
         tile, pipeline = raw["tile"], raw["pipeline"]
         return Candidate(name, raw["arch"], tile["block_m"], tile["block_n"], tile["block_k"], pipeline["stages"],
-                         raw.get("cluster", {}).get("size", 1), raw.get("kernel", "gemm"))
+                         raw.get("cluster", {}).get("size", 1), raw.get("kernel", "gemm"), raw.get("operands", "bf16"))
     except (KeyError, TypeError, AttributeError):
         from ptxgen.config import load_config
 
         cfg = load_config(name)
         return Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
-                         cfg.pipeline.stages, cfg.cluster.size, cfg.kernel)
+                         cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands)
 
 
 def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceModel = SM90_MODEL) -> dict:

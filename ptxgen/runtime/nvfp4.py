@@ -13,75 +13,56 @@
 * C ``[M, N]`` float16.
 
 Rules (raised as :class:`~ptxgen.errors.ShapeError` before any driver call; ``out`` untouched):
-K a multiple of 256 (one 128-byte swizzle row of packed e2m1 per stage), M a multiple of the
-tile's ``block_m`` (128, or 256 for the 2-CTA schedule), N a multiple of ``block_n`` (128); the
-scale atoms need M, N multiples of 128 anyway.
+K a multiple of the config's ``k_multiple`` (256: one 128-byte swizzle row of packed e2m1 per
+stage), M and N multiples of 128 (whole 128-row scale atoms; a tile past M or N reads zeros and
+its stores are clipped).
 
-This module validates and encodes; the kernel itself (IR, plan, emitters) is composed on the BF16
-dual GEMM by the lead.  Launching raises :class:`~ptxgen.errors.ConfigError` off compute
-capability 10.x, and ``NotImplementedError`` on 10.x until the kernel is wired in
-(:func:`_launch`).
+The kernel is a shipped ``operands: nvfp4`` config (``nvfp4_dual_128x128``, the default, or
+``nvfp4_dual_256x128``), built like every other (plan -> IR -> PTX) and loaded through the
+runtime's cache.  The seven tensor maps (A, B1, B2 as packed bytes; SFA, SFB1, SFB2 as the
+blocked buffers viewed as ``[lines, 128]`` bytes; C as fp16) are encoded host-side from the
+plan's :class:`~ptxgen.launch.TensorMapSpec` boxes (:func:`map_slots`).  Launching raises
+:class:`~ptxgen.errors.ConfigError` off compute capability 10.x, after the input checks.  No
+sm_100 GPU was available to this project: the launch path is untested on hardware.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ptxgen.errors import ConfigError, ShapeError
 
 K_MULTIPLE = 256
-"""K elements of one NVFP4 stage (``ptxgen.descriptors.NVFP4_BLOCK_K``)."""
+"""K elements of one NVFP4 stage (``ptxgen.descriptors.NVFP4_BLOCK_K``; a config's ``k_multiple``)."""
 SF_VEC = 16
 SF_ATOM_ROWS = 128
 SF_ATOM_BYTES = 512
-SF_ATOM_K = 64
-"""K elements covered by one scale atom column block (4 scales x 16)."""
+ROW_MULTIPLE = SF_ATOM_ROWS
+"""M and N: whole 128-row scale-factor atoms (cuBLAS "1D Block Scaling Factors Layout")."""
 CAPABILITY_MAJOR = 10
+DEFAULT_CONFIG = "nvfp4_dual_128x128"
 
 
-@dataclass(frozen=True)
-class Nvfp4Tile:
-    """Tile of a ``nvfp4_dual_*`` schedule: output tile per CTA pair and cluster shape.
+def nvfp4_configs() -> list[str]:
+    """Names of the shipped NVFP4 configs (``nvfp4_dual_*``)."""
+    from ptxgen.config import shipped_configs
 
-    block_m: rows of C per MMA (128 with cta_group::1; 256 with cta_group::2, 128 per CTA).
-    block_n: columns of C per tile (the UMMA N of each of the two GEMMs).
-    block_k: K elements per pipeline stage (256 = one 128-B packed-e2m1 swizzle row).
-    cta_group: 1 or 2.
-    """
-
-    name: str
-    block_m: int
-    block_n: int
-    block_k: int = K_MULTIPLE
-    cta_group: int = 1
-
-    @property
-    def rows_per_cta(self) -> int:
-        return self.block_m // self.cta_group
+    return [name for name in shipped_configs() if name.startswith("nvfp4_")]
 
 
-TILES: dict[str, Nvfp4Tile] = {
-    "nvfp4_dual_128x128": Nvfp4Tile("nvfp4_dual_128x128", 128, 128),
-    "nvfp4_dual_256x128_c2": Nvfp4Tile("nvfp4_dual_256x128_c2", 256, 128, cta_group=2),
-}
-"""Candidate schedules (issue 11 item 3); the shipped YAML configs will replace this table."""
-DEFAULT_TILE = "nvfp4_dual_128x128"
-
-
-def tile_for(config: Any) -> Nvfp4Tile:
-    """The tile of ``config`` (None -> :data:`DEFAULT_TILE`, a name in :data:`TILES`, or a :class:`Nvfp4Tile`).
+def resolve_config(config: Any) -> Any:
+    """The :class:`~ptxgen.config.Config` of ``config`` (None: :data:`DEFAULT_CONFIG`; a name, path or Config).
 
     Raises:
-        ConfigError: unknown name or type.
+        ConfigError: unknown or invalid config, or one whose ``operands`` is not ``nvfp4``.
     """
-    if config is None:
-        return TILES[DEFAULT_TILE]
-    if isinstance(config, Nvfp4Tile):
-        return config
-    if isinstance(config, str) and config in TILES:
-        return TILES[config]
-    raise ConfigError(f"config={config!r}: NVFP4 dual GEMM configs are {sorted(TILES)}")
+    from ptxgen.config import load_config
+
+    cfg = load_config(DEFAULT_CONFIG if config is None else config)
+    if cfg.operands != "nvfp4":
+        raise ConfigError(f"config {cfg.name}: operands={cfg.operands}: dual_gemm_nvfp4 needs an NVFP4 config "
+                          f"(operands: nvfp4): {', '.join(nvfp4_configs())}")
+    return cfg
 
 
 # --------------------------------------------------------------------------- input checks
@@ -106,17 +87,16 @@ def _sf_view_ok(t: Any, rows: int, kq: int) -> bool:
 
 
 def check_nvfp4_inputs(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any, out: Any = None,
-                       tile: Nvfp4Tile | None = None) -> tuple[int, int, int]:
+                       k_multiple: int = K_MULTIPLE) -> tuple[int, int, int]:
     """Check every operand rule; returns ``(M, N, K)``.  No driver call, CPU tensors allowed.
 
     Raises:
         ShapeError: naming the operand: not a tensor, wrong dtype, rank or shape, not contiguous,
-            misaligned, devices differ, K not a multiple of 256, M/N not multiples of the tile,
+            misaligned, devices differ, K not a multiple of ``k_multiple``, M/N not multiples of 128,
             ``out`` wrong or overlapping an input.
     """
     import torch
 
-    tile = tile or TILES[DEFAULT_TILE]
     fp4 = _fp4_dtypes()
     names = ("a", "b1", "b2", "sfa", "sfb1", "sfb2")
     for name, t in zip(names, (a, b1, b2, sfa, sfb1, sfb2)):
@@ -135,13 +115,12 @@ def check_nvfp4_inputs(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any,
     for name, t in (("b1", b1), ("b2", b2)):
         if tuple(t.shape) != (n, kh):
             raise ShapeError(f"{name}: shape={tuple(t.shape)}: must be [N, K/2] = [{n}, {kh}] like b1 and A's K")
-    if k < K_MULTIPLE or k % K_MULTIPLE:
-        raise ShapeError(f"K={k} (a.shape[1]={kh} bytes): must be a positive multiple of {K_MULTIPLE} "
+    if k < k_multiple or k % k_multiple:
+        raise ShapeError(f"K={k} (a.shape[1]={kh} bytes): must be a positive multiple of {k_multiple} "
                          "(one 128-byte row of packed e2m1 per stage)")
-    if m < tile.block_m or m % tile.block_m:
-        raise ShapeError(f"M={m}: must be a positive multiple of {tile.block_m} (tile {tile.name})")
-    if n < tile.block_n or n % tile.block_n:
-        raise ShapeError(f"N={n}: must be a positive multiple of {tile.block_n} (tile {tile.name})")
+    for what, v in (("M", m), ("N", n)):
+        if v < ROW_MULTIPLE or v % ROW_MULTIPLE:
+            raise ShapeError(f"{what}={v}: must be a positive multiple of {ROW_MULTIPLE} (whole 128-row scale atoms)")
     kq = k // SF_VEC
     for name, t, rows in (("sfa", sfa, m), ("sfb1", sfb1, n), ("sfb2", sfb2, n)):
         if t.dtype != torch.float8_e4m3fn:
@@ -191,154 +170,42 @@ def check_capability(capability: tuple[int, int], device_name: str = "the device
                           f"{device_name} has {capability[0]}.{capability[1]}")
 
 
-# --------------------------------------------------------------------------- tensor maps
+# --------------------------------------------------------------------------- tensor maps and launch
+
+MAP_OF = {"a": "a", "b": "b1", "b2": "b2", "sfa": "sfa", "sfb": "sfb1", "sfb2": "sfb2", "d": "out"}
+"""The kernel's tensor-map name (plan operand) -> the argument of :func:`dual_gemm_nvfp4` it maps."""
 
 
-@dataclass(frozen=True)
-class MapArgs:
-    """Arguments of one ``cuTensorMapEncodeTiled`` call, innermost dimension first.
+def map_slots(spec: Any, m: int, n: int, k: int, addresses: dict[str, int]) -> dict[str, tuple[int, int, int, int]]:
+    """``(address, rows, cols, row_stride)`` of each tensor map of the kernel (elements of the map's dtype).
 
-    dims: global extents in elements; strides: byte strides of dims 1.. (rank - 1 values);
-    box: box extents in elements; dtype / swizzle / l2_promotion: driver enum member names.
+    A, B1, B2: ``[rows, K/2]`` bytes; SFA, SFB1, SFB2: the blocked scale buffer viewed as ``[rows*K/16 / L, L]``
+    bytes with ``L`` the scale map's inner box (128-byte lines; the kernel loads the lines of one row block's
+    stage atoms); C: ``[M, N]`` fp16.  ``addresses`` is keyed by argument name (:data:`MAP_OF`).
     """
-
-    tensor: str
-    address: int
-    dims: tuple[int, ...]
-    strides: tuple[int, ...]
-    box: tuple[int, ...]
-    dtype: str
-    swizzle: str
-    l2_promotion: str
-
-    @property
-    def rank(self) -> int:
-        return len(self.dims)
-
-    @property
-    def box_bytes(self) -> int:
-        """Bytes one load of this map lands in shared memory (the ``expect_tx`` share)."""
-        out = 1
-        for b in self.box:
-            out *= b
-        return out  # uint8 elements
-
-    def check(self) -> None:
-        """The driver's rules on these arguments (rank 1-5, box 1..256, 16-B alignment of address and strides,
-        inner box bytes a multiple of 16 and within the swizzle span).
-
-        Raises:
-            ShapeError: naming the tensor and the rule.
-        """
-        where = f"tensor map {self.tensor!r}"
-        if not 1 <= self.rank <= 5 or len(self.box) != self.rank or len(self.strides) != self.rank - 1:
-            raise ShapeError(f"{where}: rank {self.rank}, box {self.box}, strides {self.strides} are inconsistent")
-        if self.address % 16:
-            raise ShapeError(f"{where}: address {self.address:#x}: must be 16-byte aligned")
-        for i, s in enumerate(self.strides):
-            if s % 16 or not 0 < s < 1 << 40:
-                raise ShapeError(f"{where}: stride[{i + 1}]={s} B: must be a positive multiple of 16 below 2**40")
-        for i, (b, d) in enumerate(zip(self.box, self.dims)):
-            if not 1 <= b <= 256:
-                raise ShapeError(f"{where}: box[{i}]={b}: must be in [1, 256]")
-            if not 1 <= d <= 1 << 32:
-                raise ShapeError(f"{where}: dims[{i}]={d}: must be in [1, 2**32]")
-        if self.box[0] % 16:
-            raise ShapeError(f"{where}: inner box {self.box[0]} B: must be a multiple of 16 bytes")
-        if self.swizzle == "CU_TENSOR_MAP_SWIZZLE_128B" and self.box[0] > 128:
-            raise ShapeError(f"{where}: inner box {self.box[0]} B exceeds the 128-B swizzle span")
+    out = {}
+    for name, t in spec.tensor_maps.items():
+        rows = m if name in ("a", "sfa", "d") else n
+        if name.startswith("sf"):
+            line = t.box[0]
+            out[name] = (addresses[MAP_OF[name]], rows * (k // SF_VEC) // line, line, line)
+        else:
+            cols = n if name == "d" else k // 2
+            out[name] = (addresses[MAP_OF[name]], rows, cols, cols)
+    return out
 
 
-def operand_map_args(tensor: str, address: int, rows: int, k: int, box_rows: int) -> MapArgs:
-    """TMA map of a packed-e2m1 K-major operand ``[rows, K/2]`` bytes: one 128-B swizzled row per stage.
-
-    ``CU_TENSOR_MAP_DATA_TYPE_UINT8`` on the bytes (dims ``(K/2, rows)``, box ``(128, box_rows)``,
-    128B swizzle, L2 promotion 256B): the smem image is the K-major SW128 tile the UMMA descriptor
-    (:func:`ptxgen.descriptors.nvfp4_operand_desc_hi`) describes, 128 x box_rows bytes.  The driver's
-    packed 4-bit type ``CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B`` would describe the same bytes with
-    extents counted in e2m1 elements; UINT8 needs no CUDA 12.8+ enum and moves identical bytes.
+def map_args(spec: Any, m: int, n: int, k: int, addresses: dict[str, int]) -> dict[str, Any]:
+    """The validated ``cuTensorMapEncodeTiled`` arguments of every map (:func:`ptxgen.runtime.tensormap.tiled_args`);
+    no driver call.
 
     Raises:
-        ShapeError: a rule of :meth:`MapArgs.check`.
+        ShapeError: a TMA rule (alignment, stride, extent) broken, naming the map.
     """
-    args = MapArgs(tensor, address, (k // 2, rows), (k // 2,), (128, box_rows),
-                   "CU_TENSOR_MAP_DATA_TYPE_UINT8", "CU_TENSOR_MAP_SWIZZLE_128B",
-                   "CU_TENSOR_MAP_L2_PROMOTION_L2_256B")
-    args.check()
-    return args
+    from ptxgen.runtime.tensormap import tiled_args
 
-
-def scale_map_args(tensor: str, address: int, rows: int, k: int, box_rows: int, block_k: int = K_MULTIPLE) -> MapArgs:
-    """TMA map of a blocked scale-factor tensor: the atoms of one tile row block and one K stage.
-
-    The blocked buffer is viewed as 3-D bytes ``(128, 4 * K/64, rows/128)``: 128-byte lines (a
-    quarter atom), lines of the ``K/64`` atoms of a 128-row block, row blocks (stride
-    ``K/64 * 512`` B).  Box ``(128, 4 * block_k/64, box_rows/128)`` = ``block_k/64`` atoms per row
-    block (2048 B per 128 rows for block_k 256), no swizzle (``tcgen05.cp`` reads it through an
-    unswizzled descriptor), UINT8.  In smem atom ``(mn, kb)`` of the box lands at
-    ``(mn * block_k/64 + kb) * 512``.
-
-    Raises:
-        ShapeError: a rule of :meth:`MapArgs.check`.
-    """
-    atoms_k = k // SF_ATOM_K
-    args = MapArgs(tensor, address, (128, 4 * atoms_k, rows // SF_ATOM_ROWS), (128, atoms_k * SF_ATOM_BYTES),
-                   (128, 4 * (block_k // SF_ATOM_K), box_rows // SF_ATOM_ROWS),
-                   "CU_TENSOR_MAP_DATA_TYPE_UINT8", "CU_TENSOR_MAP_SWIZZLE_NONE",
-                   "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")
-    args.check()
-    return args
-
-
-def map_args(m: int, n: int, k: int, tile: Nvfp4Tile, addresses: dict[str, int]) -> dict[str, MapArgs]:
-    """The six input maps of a dual-GEMM launch (C is stored by the epilogue, not listed here).
-
-    Box rows: A and SFA ``tile.rows_per_cta`` (each CTA loads its own rows); B1/B2 and their scales
-    ``tile.block_n / tile.cta_group`` (each CTA of a pair loads half of B, as in the BF16 kernel's
-    2-CTA schedule) -- the scale boxes then hold whole 128-row atoms only when that is a multiple
-    of 128, which the caller's plan must check.
-
-    Raises:
-        ShapeError: a rule of :meth:`MapArgs.check`.
-    """
-    b_rows = tile.block_n // tile.cta_group
-    sf_b_rows = max(b_rows, SF_ATOM_ROWS)
-    return {
-        "a": operand_map_args("a", addresses["a"], m, k, tile.rows_per_cta),
-        "b1": operand_map_args("b1", addresses["b1"], n, k, b_rows),
-        "b2": operand_map_args("b2", addresses["b2"], n, k, b_rows),
-        "sfa": scale_map_args("sfa", addresses["sfa"], m, k, tile.rows_per_cta, tile.block_k),
-        "sfb1": scale_map_args("sfb1", addresses["sfb1"], n, k, sf_b_rows, tile.block_k),
-        "sfb2": scale_map_args("sfb2", addresses["sfb2"], n, k, sf_b_rows, tile.block_k),
-    }
-
-
-def encode_map(args: MapArgs) -> Any:
-    """``cuTensorMapEncodeTiled`` of validated :class:`MapArgs`; returns a ``CUtensorMap``.
-
-    Raises:
-        CudaError: the driver rejected the descriptor.
-    """
-    from ptxgen.runtime import driver
-
-    drv = driver.cu()
-    result = drv.cuTensorMapEncodeTiled(
-        getattr(drv.CUtensorMapDataType, args.dtype),
-        args.rank,
-        args.address,
-        [drv.cuuint64_t(d) for d in args.dims],
-        [drv.cuuint64_t(s) for s in args.strides],
-        [drv.cuuint32_t(b) for b in args.box],
-        [drv.cuuint32_t(1)] * args.rank,
-        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        getattr(drv.CUtensorMapSwizzle, args.swizzle),
-        getattr(drv.CUtensorMapL2promotion, args.l2_promotion),
-        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-    )
-    return driver.check(result, "cuTensorMapEncodeTiled", detail=str(args))
-
-
-# --------------------------------------------------------------------------- API
+    return {name: tiled_args(addr, rows, cols, stride, spec.tensor_maps[name])
+            for name, (addr, rows, cols, stride) in map_slots(spec, m, n, k, addresses).items()}
 
 
 def dual_gemm_nvfp4(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any, out: Any = None,
@@ -347,21 +214,21 @@ def dual_gemm_nvfp4(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any, ou
 
     Args:
         a, b1, b2, sfa, sfb1, sfb2, out: see the module docstring (shapes, dtypes, layouts).
-        config: None (:data:`DEFAULT_TILE`), a name in :data:`TILES`, or a :class:`Nvfp4Tile`.
+        config: None (:data:`DEFAULT_CONFIG`), or an ``operands: nvfp4`` config (name, path or Config).
 
     Returns:
-        ``out`` (or a new ``[M, N]`` float16 tensor).
+        ``out`` (or a new ``[M, N]`` float16 tensor), on torch's current stream.
 
     Raises:
-        ConfigError: unknown config; no CUDA device; the device is not compute capability 10.x
+        ConfigError: not an NVFP4 config; no CUDA device; the device is not compute capability 10.x
             (the message names its capability).  Raised after the input checks.
         ShapeError: any input rule (:func:`check_nvfp4_inputs`), before any driver call.
-        NotImplementedError: on 10.x until the kernel is wired in (issue 11).
+        CudaError: a driver call failed.
     """
     import torch
 
-    tile = tile_for(config)
-    check_nvfp4_inputs(a, b1, b2, sfa, sfb1, sfb2, out, tile)
+    cfg = resolve_config(config)
+    m, n, k = check_nvfp4_inputs(a, b1, b2, sfa, sfb1, sfb2, out)
     if not torch.cuda.is_available():
         raise ConfigError("dual_gemm_nvfp4 needs a CUDA GPU of compute capability 10.x (sm_100a); "
                           "torch sees no CUDA device here")
@@ -369,9 +236,27 @@ def dual_gemm_nvfp4(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any, ou
         raise ShapeError(f"a: device={a.device}: the operands must be CUDA tensors")
     ordinal = a.device.index if a.device.index is not None else torch.cuda.current_device()
     check_capability(tuple(torch.cuda.get_device_capability(ordinal)), torch.cuda.get_device_name(ordinal))
-    return _launch(a, b1, b2, sfa, sfb1, sfb2, out, tile)
+    return _launch(cfg, ordinal, m, n, k, dict(a=a, b1=b1, b2=b2, sfa=sfa, sfb1=sfb1, sfb2=sfb2, out=out))
 
 
-def _launch(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any, out: Any, tile: Nvfp4Tile) -> Any:
-    """Build, encode (:func:`map_args`, :func:`encode_map`) and launch: the lead wires the kernel here."""
-    raise NotImplementedError(f"dual_gemm_nvfp4: the {tile.name} kernel is not built yet (issue 11)")
+def _launch(cfg: Any, ordinal: int, m: int, n: int, k: int, args: dict[str, Any]) -> Any:
+    """Load the kernel (runtime cache), encode the maps (:func:`map_slots`) and launch on the current stream."""
+    import torch
+
+    from ptxgen.runtime import driver
+    from ptxgen.runtime.api import loaded_kernel
+    from ptxgen.runtime.driver import current_stream
+    from ptxgen.runtime.fastpath import TENSOR_MAP
+
+    driver.ensure_context(ordinal)
+    loaded = loaded_kernel(cfg, ordinal)
+    spec = loaded.spec
+    if args["out"] is None:
+        args["out"] = torch.empty((m, n), dtype=torch.float16, device=args["a"].device)
+    slots = map_slots(spec, m, n, k, {name: t.data_ptr() for name, t in args.items()})
+    maps = tuple(slots[name.removeprefix("tmap_")] for name, kind in spec.params if kind == TENSOR_MAP)
+    values = {"d_ptr": args["out"].data_ptr(), "m": m, "n": n, "k": k}
+    scalars = tuple(values[name] for name, kind in spec.params if kind != TENSOR_MAP)
+    grid_x = spec.grid.grid_x(m, n, driver.device_info(ordinal).sm_count)
+    loaded.launcher.launch(grid_x, maps, scalars, current_stream(ordinal))
+    return args["out"]

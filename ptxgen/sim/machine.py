@@ -38,6 +38,7 @@ from collections import deque
 import numpy as np
 
 from ..errors import SimError
+from . import blockscaled
 from . import walker as W
 from .memory import GlobalTensors, SharedMemory, Tmem, box_index, kmajor_sw128_index
 from .mma import umma_operand, umma_shape, wgmma_fragment, wgmma_operand
@@ -125,7 +126,7 @@ class TmaLoadUnit:
         data = m.glob.load_box(tensor, col, row, cols, rows)
         _check_alive(self.bar, self.who)
         self.dst.smem.end_async_write(self.handle, self.idx, data.view(np.uint8).ravel())
-        if self.bar.complete_tx(rows * cols * 2, self.issue_phase, self.who):
+        if self.bar.complete_tx(data.nbytes, self.issue_phase, self.who):
             m.wake(self.bar)
 
 
@@ -250,12 +251,13 @@ class Machine:
     """
 
     def __init__(self, kernel, m: int, n: int, k: int, a: np.ndarray, b: np.ndarray, *, num_sms: int,
-                 schedule_seed: int, smem_base: int, poison: int, b2: np.ndarray | None = None):
+                 schedule_seed: int, smem_base: int, poison: int, b2: np.ndarray | None = None,
+                 extra: dict[str, np.ndarray] | None = None):
         self.kernel, self.params = kernel, {"m": m, "n": n, "k": k}
         spec = kernel.launch
-        self.maps = {name: (t.box[0], t.box[1], t.swizzle == "128B") for name, t in spec.tensor_maps.items()}
+        self.maps = {name: (t.box[0], t.box[1], t.swizzle == "128B", t.elem_bytes) for name, t in spec.tensor_maps.items()}
         self.grid = spec.grid.grid_x(m, n, num_sms)
-        self.glob = GlobalTensors(a, b, poison, b2)
+        self.glob = GlobalTensors(a, b, poison, b2, extra)
         self.smem_base = smem_base
         self.rng = random.Random(schedule_seed)
         self.mean_latency = self.rng.choice((1.0, 8.0, 32.0, 128.0))
@@ -286,6 +288,8 @@ class Machine:
             W.TmemLoadEv: self._tmem_load, W.WgmmaEv: self._wgmma, W.WgmmaCommitEv: self._wgmma_commit,
             W.WgmmaWaitEv: self._wgmma_wait, W.StSharedEv: self._st_shared, W.StGlobalEv: self._st_global,
             W.SyncEv: self._sync,
+            W.TmemCopyEv: lambda w, ev: blockscaled.tmem_copy(self, w, ev),
+            W.UmmaBlockScaledEv: lambda w, ev: blockscaled.umma_block_scaled(self, w, ev),
         }
 
     # ---------------------------------------------------------------- scheduling
@@ -451,26 +455,26 @@ class Machine:
 
     # ---------------------------------------------------------------- TMA
 
-    def _box_index(self, tensor: str, off: int, who: Who) -> tuple[np.ndarray, int, int, bool]:
-        cols, rows, swizzled = self.maps[tensor]
+    def _box_index(self, tensor: str, off: int, who: Who) -> tuple[np.ndarray, int, int, int]:
+        cols, rows, swizzled, eb = self.maps[tensor]
         align = 1024 if swizzled else 128
         if (self.smem_base + off) % align:
             raise SimError(f"misaligned: {who} uses smem+{off:#x}; a TMA {'128B-swizzled ' if swizzled else ''}box "
                            f"needs a {align}-byte aligned shared address (PTX_FACTS: 128B swizzle destinations "
                            "are 1024-byte aligned)")
-        if swizzled and cols * 2 != 128:
-            raise SimError(f"unsupported box: {who}: a 128B-swizzled box of {cols} bf16 ({cols * 2} B) per row; "
+        if swizzled and cols * eb != 128:
+            raise SimError(f"unsupported box: {who}: a 128B-swizzled box of {cols * eb} B per row; "
                            "the simulator models 128-byte rows")
-        return box_index(self.smem_base + off, rows, cols * 2, swizzled, self.smem_base), cols, rows, swizzled
+        return box_index(self.smem_base + off, rows, cols * eb, swizzled, self.smem_base), cols, rows, eb
 
     def _tma_load(self, w: Warp, ev: W.TmaLoadEv) -> None:
         who = w.who(f"TmaLoad {ev.tensor} (col {ev.col}, row {ev.row})")
-        idx, cols, rows, _ = self._box_index(ev.tensor, ev.dst, who)
+        idx, cols, rows, eb = self._box_index(ev.tensor, ev.dst, who)
         for _ in range(ev.lanes):
             for rank, ref in zip(ev.dst_ranks, ev.bars):
                 dst = self._cta(w, rank)
                 bar = self._bar(w, ref, who)
-                handle = dst.smem.begin_async_write(ev.dst, ev.dst + rows * cols * 2, who)
+                handle = dst.smem.begin_async_write(ev.dst, ev.dst + rows * cols * eb, who)
                 self.schedule(TmaLoadUnit(dst, handle, idx, (ev.tensor, ev.col, ev.row, cols, rows), bar, who))
 
     def _tma_store(self, w: Warp, ev: W.TmaStoreEv) -> None:

@@ -264,21 +264,55 @@ class Tmem:
     def busy(self) -> bool:
         return bool(self.pending.any())
 
+    # ---------------------------------------------------------------- raw words (tcgen05.cp: NVFP4 scale factors)
+
+    def begin_copy(self, col: int, ncols: int, who: object) -> None:
+        """A ``tcgen05.cp`` into all 128 lanes of columns [col, col + ncols) was issued."""
+        self.pending[self._region(0, col, self.LANES, ncols, who)] += 1
+
+    def end_copy(self, col: int, words: np.ndarray, who: object) -> None:
+        """The copy completed: the cells hold the 32-bit ``words`` ``[128, ncols]`` (raw bits, not f32 values)."""
+        region = self._region(0, col, self.LANES, words.shape[1], who)
+        self.pending[region] -= 1
+        self.value.view(np.uint32)[region] = words
+        self.written[region] = True
+
+    def read_words(self, col: int, ncols: int, who: object, what: str) -> np.ndarray:
+        """32-bit words ``[128, ncols]`` an MMA reads as ``what`` (scale factors) when it executes.  Raises SimError
+        when no copy ever wrote them.
+
+        Copies still pending are later ones of the same in-order tcgen05 queue (the caller runs at the MMA's
+        completion, after every earlier op of its thread): the MMA reads the values before them.
+        """
+        region = self._region(0, col, self.LANES, ncols, who)
+        if not self.written[region].all():
+            raise SimError(f"TMEM read before write: {who} reads {what} at TMEM columns [{col}, {col + ncols}) of "
+                           f"{self.cta}, which no tcgen05.cp wrote before it (scale factors copied after the MMA, "
+                           "or to other columns?)")
+        return self.value.view(np.uint32)[region].copy()
+
 
 class GlobalTensors:
     """A ``[m, k]``, B (and a dual GEMM's B2) ``[n, k]`` (bf16 bits, K innermost) and D ``[m, n]`` (bf16 bits,
-    poisoned at start)."""
+    poisoned at start).
 
-    def __init__(self, a: np.ndarray, b: np.ndarray, poison: int, b2: np.ndarray | None = None):
+    extra: more 2-D tensors by map name, any element type (NVFP4: packed-e2m1 bytes ``[rows, K/2]`` as a, b, b2,
+    and the scale tiles ``sfa``, ``sfb``, ``sfb2`` as ``[lines, 128]`` bytes of the blocked layout); D is then
+    ``[len(a), len(b)]`` 16-bit (fp16 bits for NVFP4).
+    """
+
+    def __init__(self, a: np.ndarray, b: np.ndarray, poison: int, b2: np.ndarray | None = None,
+                 extra: dict[str, np.ndarray] | None = None):
         self.a, self.b, self.b2 = a, b, b2
+        self.extra = extra or {}
         self.d = np.full((a.shape[0], b.shape[0]), poison, dtype=np.uint16)
 
     def load_box(self, tensor: str, col: int, row: int, cols: int, rows: int) -> np.ndarray:
         """The ``[rows, cols]`` box at (col, row); out-of-bounds elements read as zero (TMA zero fill)."""
-        src = {"a": self.a, "b": self.b, "b2": self.b2}[tensor]
+        src = {"a": self.a, "b": self.b, "b2": self.b2, **self.extra}.get(tensor)
         if src is None:
             raise KeyError(f"no global tensor {tensor!r} in this launch")
-        box = np.zeros((rows, cols), dtype=np.uint16)
+        box = np.zeros((rows, cols), dtype=src.dtype)
         r1, c1 = min(row + rows, src.shape[0]), min(col + cols, src.shape[1])
         if r1 > row and c1 > col:
             box[: r1 - row, : c1 - col] = src[row:r1, col:c1]

@@ -275,42 +275,72 @@ def _smem_desc(desc: int, who: object, what: str, layout: int) -> tuple[int, int
     return f["start"] << 4, f["sbo"] << 4
 
 
+def sf_copy_index(desc: int, base: int, who: object = "tcgen05.cp") -> np.ndarray:
+    """Byte offsets ``[32, 16]`` (from the smem base at shared-window address ``base``) of the 32 lines a
+    ``tcgen05.cp ... 32x128b`` reads: line ``r`` at ``start + (r // 8) * SBO + (r % 8) * 16`` (unswizzled
+    8 x 16-B core matrices).
+
+    Raises:
+        SimError: a descriptor that is not the unswizzled version-1 layout.
+    """
+    start, sbo = _smem_desc(desc, who, "source", 0)
+    r = np.arange(32)[:, None]
+    return start + (r // 8) * sbo + (r % 8) * 16 + np.arange(16)[None, :] - base
+
+
+def sf_copy_words(lines: np.ndarray) -> np.ndarray:
+    """TMEM words ``[128, 4]`` a ``32x128b.warpx4`` copy writes from its 32 lines of 16 bytes: lane ``32 p + r``,
+    column ``j`` = little-endian word ``j`` of line ``r``, for each 32-lane partition ``p`` (``warpx4``)."""
+    return np.tile(np.ascontiguousarray(lines, dtype=np.uint8).view("<u4").reshape(32, 4), (4, 1))
+
+
 def tmem_copy_32x128b_warpx4(smem: np.ndarray, base: int, desc: int, tmem_words: np.ndarray, col: int,
                              who: object = "tcgen05.cp") -> None:
     """``tcgen05.cp.32x128b.warpx4``: 32 lines of 16 B from smem into TMEM columns ``col..col+3`` of all 128 lanes.
 
     Args:
         smem: the CTA's shared memory bytes (uint8), byte 0 at shared-window address ``base``.
-        desc: the unswizzled smem descriptor (layout 0): line ``r`` at
-            ``start + (r // 8) * SBO + (r % 8) * 16`` (8 x 16-B core matrices).
-        tmem_words: ``[128, cols]`` uint32 view of TMEM, written in place: lane ``32 p + r``,
-            column ``col + j`` = little-endian word ``j`` of line ``r`` for each partition p.
+        desc: the unswizzled smem descriptor (layout 0), see :func:`sf_copy_index`.
+        tmem_words: ``[128, cols]`` uint32 view of TMEM, written in place (:func:`sf_copy_words`).
 
     Raises:
         SimError: a descriptor that is not the unswizzled version-1 layout, or a read outside smem.
     """
-    start, sbo = _smem_desc(desc, who, "source", 0)
-    r = np.arange(32)[:, None]
-    idx = start + (r // 8) * sbo + (r % 8) * 16 + np.arange(16)[None, :] - base
+    idx = sf_copy_index(desc, base, who)
     if idx.min() < 0 or idx.max() >= smem.size:
-        raise SimError(f"out of bounds: {who} reads smem [{start:#x}, {start + 32 * 16:#x}) outside the CTA's window")
-    words = np.ascontiguousarray(smem[idx]).view("<u4")  # [32, 4]
-    tmem_words[:, col:col + 4] = np.tile(words, (4, 1))
+        raise SimError(f"out of bounds: {who} reads smem [{idx.min() + base:#x}, {idx.max() + base + 1:#x}) "
+                       "outside the CTA's window")
+    tmem_words[:, col:col + 4] = sf_copy_words(smem[idx])
+
+
+def operand_index(desc: int, rows: int, base: int, who: object, what: str) -> np.ndarray:
+    """Byte offsets ``[rows, 32]`` of one K=64 slice of a K-major 128B-swizzled packed-e2m1 operand (row r's
+    32 bytes at ``start + (r // 8) * SBO + (r % 8) * 128``, swizzled on the absolute address).
+
+    Raises:
+        SimError: a descriptor that is not the 128B-swizzled version-1 layout.
+    """
+    start, sbo = _smem_desc(desc, who, what, 2)
+    r = np.arange(rows)[:, None]
+    return swizzle128(start + (r // 8) * sbo + (r % 8) * 128 + np.arange(MXF4_MMA_K // 2)[None, :]) - base
 
 
 def _operand(smem: np.ndarray, base: int, desc: int, rows: int, who: object, what: str) -> np.ndarray:
     """e2m1 codes ``[rows, 64]`` of one K=64 MMA slice of a K-major 128B-swizzled packed operand."""
-    start, sbo = _smem_desc(desc, who, what, 2)
-    r = np.arange(rows)[:, None]
-    idx = swizzle128(start + (r // 8) * sbo + (r % 8) * 128 + np.arange(MXF4_MMA_K // 2)[None, :]) - base
+    idx = operand_index(desc, rows, base, who, what)
     if idx.min() < 0 or idx.max() >= smem.size:
         raise SimError(f"out of bounds: {who} operand {what} reads outside the CTA's shared memory")
     return unpack_e2m1(smem[idx])
 
 
-def _scales(tmem_words: np.ndarray, col: int, rows: int, per_mma: int, sf_id: int, who: object,
-            what: str) -> np.ndarray:
-    """Scale bytes ``[rows, per_mma]`` of one MMA: row ``x`` at lane ``x % 32``, column ``col + x // 32``, bytes sf_id.."""
+def scale_rows(tmem_words: np.ndarray, col: int, rows: int, scale_vec: str, sf_id: int, who: object,
+               what: str) -> np.ndarray:
+    """Scale bytes ``[rows, 64 / vec]`` of one MMA: row ``x`` at lane ``x % 32``, column ``col + x // 32``, bytes sf_id..
+
+    Raises:
+        SimError: columns beyond ``tmem_words``.
+    """
+    per = MXF4_MMA_K // SCALE_VEC[scale_vec]
     ncols = rows // 32
     if col + ncols > tmem_words.shape[1]:
         raise SimError(f"out of bounds: {who} reads {what} scale columns [{col}, {col + ncols}) of "
@@ -318,32 +348,15 @@ def _scales(tmem_words: np.ndarray, col: int, rows: int, per_mma: int, sf_id: in
     x = np.arange(rows)
     cell = tmem_words[x % 32, col + x // 32]  # [rows] uint32
     by = np.ascontiguousarray(cell).view(np.uint8).reshape(rows, 4)  # little-endian bytes
-    return by[:, sf_id:sf_id + per_mma]
+    return by[:, sf_id:sf_id + per]
 
 
-def block_scaled_mma(smem: np.ndarray, base: int, adesc: int, bdesc: int, idesc: int, tmem_words: np.ndarray,
-                     sfa_col: int, sfb_col: int, scale_vec: str = "block16",
-                     who: object = "tcgen05.mma") -> np.ndarray:
-    """One ``tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale`` (K = 64): the fp32 product tile ``[M, N]``.
-
-    The caller adds it to (or stores it as) the accumulator per the enable-input-d predicate.
-
-    Args:
-        smem, base: the CTA's shared memory bytes and the shared-window address of byte 0.
-        adesc, bdesc: smem descriptors of A (``M`` rows) and B (``N`` rows): K-major, 128B swizzle,
-            packed e2m1, the start address at this MMA's 32-byte K slice.
-        idesc: ``.kind::mxf4nvf4`` instruction descriptor (:data:`UMMA_IDESC_MXF4`).
-        tmem_words: ``[128, cols]`` uint32 view of TMEM holding the scale factors.
-        sfa_col, sfb_col: the column fields of the ``[sfa]``/``[sfb]`` TMEM addresses.
-        scale_vec: the instruction's ``.block16`` / ``.block32`` qualifier.
-
-    Returns:
-        float32 ``[M, N]``: ``sum_k A[m,k] sa[m,k//v] B[n,k] sb[n,k//v]`` (float64 sum, one rounding).
+def mma_shape(idesc: int, scale_vec: str, cta_group: int = 1, who: object = "tcgen05.mma") -> dict[str, int]:
+    """The decoded ``.kind::mxf4nvf4`` idesc of a modelled MMA (``m``, ``n`` added), checked against ``scale_vec``.
 
     Raises:
-        SimError: a descriptor or idesc outside the modelled case (dense e2m1 x e2m1, K-major, M=128,
-            K=64), the scale format disagreeing with ``scale_vec``, an illegal SF id, a scale byte
-            that is not ue4m3, or an out-of-bounds read.
+        SimError: an idesc outside the modelled case (dense e2m1 x e2m1, K-major, K=64, M = 128 x cta_group), a
+            scale format that disagrees with ``scale_vec``, ``.block32`` (not modelled) or a nonzero SF id.
     """
     try:
         f = UMMA_IDESC_MXF4.decode(idesc)
@@ -364,15 +377,53 @@ def block_scaled_mma(smem: np.ndarray, base: int, adesc: int, bdesc: int, idesc:
     if f["a_sf_id"] or f["b_sf_id"]:
         raise SimError(f"bad instruction descriptor: {who}: scale-factor ids A={f['a_sf_id']} B={f['b_sf_id']}; "
                        ".block16 reads all 4 bytes of a column, so both must be 0")
-    m, n = f["m_dim"] << 7, f["n_dim"] << 3
-    if m != 128:
-        raise SimError(f"unsupported MMA shape: {who}: M={m}; the block-scaled model covers cta_group::1, M=128")
-    per = MXF4_MMA_K // SCALE_VEC[scale_vec]
-    a = e2m1_decode(_operand(smem, base, adesc, m, who, "A")).astype(np.float64)
-    b = e2m1_decode(_operand(smem, base, bdesc, n, who, "B")).astype(np.float64)
-    sa = ue4m3_decode(_scales(tmem_words, sfa_col, m, per, f["a_sf_id"], who, "A"), f"{who} scale_A")
-    sb = ue4m3_decode(_scales(tmem_words, sfb_col, n, per, f["b_sf_id"], who, "B"), f"{who} scale_B")
+    f["m"], f["n"] = f["m_dim"] << 7, f["n_dim"] << 3
+    if f["m"] != 128 * cta_group:
+        raise SimError(f"unsupported MMA shape: {who}: M={f['m']} with cta_group::{cta_group}; the block-scaled "
+                       "model covers 128 rows per CTA")
+    return f
+
+
+def block_scaled_product(a_codes: np.ndarray, b_codes: np.ndarray, sa: np.ndarray, sb: np.ndarray,
+                         scale_vec: str = "block16", who: object = "tcgen05.mma") -> np.ndarray:
+    """float32 ``[M, N]`` = ``sum_k A[m,k] sa[m,k//v] B[n,k] sb[n,k//v]`` over one K=64 slice (float64 sum, one rounding).
+
+    a_codes ``[M, 64]``, b_codes ``[N, 64]``: e2m1 codes; sa ``[M, 64/v]``, sb ``[N, 64/v]``: ue4m3 scale bytes.
+
+    Raises:
+        SimError: a scale byte that is not ue4m3.
+    """
     v = SCALE_VEC[scale_vec]
-    a *= np.repeat(sa.astype(np.float64), v, axis=1)
-    b *= np.repeat(sb.astype(np.float64), v, axis=1)
+    a = e2m1_decode(a_codes).astype(np.float64) * np.repeat(ue4m3_decode(sa, f"{who} scale_A").astype(np.float64), v, 1)
+    b = e2m1_decode(b_codes).astype(np.float64) * np.repeat(ue4m3_decode(sb, f"{who} scale_B").astype(np.float64), v, 1)
     return (a @ b.T).astype(np.float32)
+
+
+def block_scaled_mma(smem: np.ndarray, base: int, adesc: int, bdesc: int, idesc: int, tmem_words: np.ndarray,
+                     sfa_col: int, sfb_col: int, scale_vec: str = "block16",
+                     who: object = "tcgen05.mma") -> np.ndarray:
+    """One ``tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale`` (K = 64): the fp32 product tile ``[M, N]``.
+
+    The caller adds it to (or stores it as) the accumulator per the enable-input-d predicate.
+
+    Args:
+        smem, base: the CTA's shared memory bytes and the shared-window address of byte 0.
+        adesc, bdesc: smem descriptors of A (``M`` rows) and B (``N`` rows): K-major, 128B swizzle,
+            packed e2m1, the start address at this MMA's 32-byte K slice.
+        idesc: ``.kind::mxf4nvf4`` instruction descriptor (:data:`UMMA_IDESC_MXF4`).
+        tmem_words: ``[128, cols]`` uint32 view of TMEM holding the scale factors.
+        sfa_col, sfb_col: the column fields of the ``[sfa]``/``[sfb]`` TMEM addresses.
+        scale_vec: the instruction's ``.block16`` / ``.block32`` qualifier.
+
+    Returns:
+        float32 ``[M, N]``: :func:`block_scaled_product`.
+
+    Raises:
+        SimError: as :func:`mma_shape`, a scale byte that is not ue4m3, or an out-of-bounds read.
+    """
+    f = mma_shape(idesc, scale_vec, 1, who)
+    a = _operand(smem, base, adesc, f["m"], who, "A")
+    b = _operand(smem, base, bdesc, f["n"], who, "B")
+    sa = scale_rows(tmem_words, sfa_col, f["m"], scale_vec, f["a_sf_id"], who, "A")
+    sb = scale_rows(tmem_words, sfb_col, f["n"], scale_vec, f["b_sf_id"], who, "B")
+    return block_scaled_product(a, b, sa, sb, scale_vec, who)

@@ -145,6 +145,11 @@ def ir_effects(kernel, launch: Launch) -> list[P.Effect]:
             out.append(("ld.shared", base + f["tmem_slot"]))
         elif isinstance(ev, W.UmmaEv):
             out.append(("tcgen05.mma", g, ev.d, ev.a_desc, ev.b_desc, ev.idesc, ev.accumulate))
+        elif isinstance(ev, W.UmmaBlockScaledEv):
+            out.append(("tcgen05.mma.block_scale", op.cta_group, op.kind, op.scale_vec, ev.d, ev.a_desc, ev.b_desc,
+                        ev.idesc, ev.sfa, ev.sfb, ev.accumulate))
+        elif isinstance(ev, W.TmemCopyEv):
+            out.append(("tcgen05.cp", op.cta_group, ev.taddr, ev.desc, op.shape))
         elif isinstance(ev, W.CommitEv):
             mask = sum(1 << b.rank for b in ev.bars) if op.multicast else 0
             out.append(("tcgen05.commit", g, bar_addr(W.BarRef(rank, ev.bars[0].name, ev.bars[0].index)), mask))
@@ -157,12 +162,12 @@ def ir_effects(kernel, launch: Launch) -> list[P.Effect]:
         elif isinstance(ev, W.WgmmaWaitEv):
             out.append(("wgmma.wait", ev.n))
         elif isinstance(ev, W.StSharedEv):
-            out.append(("st.shared", base + at_lane(ev.addrs), tuple((op.src, i) for i in op.idx)))
+            out.append(("st.shared", base + at_lane(ev.addrs), tuple(P.stored((op.src, i), op.fmt) for i in op.idx)))
         elif isinstance(ev, W.StGlobalEv):
             row, col = at_lane(ev.rows), at_lane(ev.cols)
             for j, i in enumerate(op.idx):
                 if row < launch.m and col + j < launch.n:
-                    out.append(("st.global", D_PTR + 2 * (row * launch.n + col + j), (op.src, i)))
+                    out.append(("st.global", D_PTR + 2 * (row * launch.n + col + j), P.stored((op.src, i), op.fmt)))
         elif isinstance(op, O.Nanosleep):
             out.append(("nanosleep", op.ns))
         elif isinstance(op, O.SetMaxNReg):

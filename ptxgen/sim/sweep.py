@@ -9,13 +9,16 @@ from .run import simulate
 
 
 def default_shapes(kernel) -> list[tuple[int, int, int]]:
-    """Three (m, n, k) in units of the kernel's cluster tile, none a multiple of the tile.
+    """Three (m, n, k) in units of the kernel's cluster tile, none a multiple of the tile (NVFP4: multiples).
 
     One partial tile; 2 x 1 tiles (+ a partial column) with ``stages + 1``
     k-blocks, the last one partial (every smem ring wraps); 3 x 2 tiles with
     3 k-blocks (persistent CTAs loop over several tiles, TMEM stages wrap).
     """
     tr, tc, s = kernel.launch.grid.tile_rows, kernel.launch.grid.tile_cols, kernel.stages
+    if "sfa" in kernel.launch.tensor_maps:  # NVFP4: whole 128-row scale atoms, K a multiple of the stage's 256
+        bk = kernel.launch.k_multiple
+        return [(tr, tc, bk), (2 * tr, tc, bk * (s + 1)), (2 * tr, 3 * tc, 3 * bk)]
     return [(tr // 2 + 8, tc // 2 + 8, 64),
             (2 * tr - 24, tc + 40, kernel.block_k * s + 24),
             (2 * tr + 8, 2 * tc - 8, 144)]

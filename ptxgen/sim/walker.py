@@ -38,6 +38,9 @@ from ..ir.printer import expr_str
 from .numerics import f32_to_bf16_bits
 
 LANES = 32
+_STORE_BITS = {"bf16": f32_to_bf16_bits,
+               "f16": lambda v: np.ascontiguousarray(np.asarray(v, dtype=np.float32).astype(np.float16)).view(np.uint16)}
+"""16-bit store conversions by ``StSharedBf16.fmt``: round to nearest even (numpy's float16 cast is RNE)."""
 LANE_IDS = np.arange(LANES, dtype=np.int64)
 
 
@@ -179,6 +182,28 @@ class UmmaEv(Ev):
     b_desc: int
     idesc: int
     accumulate: bool
+
+
+@dataclass(slots=True)
+class TmemCopyEv(Ev):
+    """``tcgen05.cp``: the 64-bit smem descriptor ``desc`` -> TMEM address ``taddr`` (NVFP4 scale atoms)."""
+
+    taddr: int
+    desc: int
+
+
+@dataclass(slots=True)
+class UmmaBlockScaledEv(Ev):
+    """Block-scaled ``tcgen05.mma``: UmmaEv's operands plus the TMEM addresses of the scale factors."""
+
+    d: int
+    a_desc: int
+    b_desc: int
+    idesc: int
+    sfa: int
+    sfb: int
+    accumulate: bool
+    scale_vec: str
 
 
 @dataclass(slots=True)
@@ -351,6 +376,7 @@ class WarpWalker:
             O.BulkWaitGroup: lambda op: BulkWaitEv(op, self._n(), op.n, op.read, self.thread()),
             O.FenceProxyAsync: lambda op: FenceProxyEv(op, self._n()),
             O.TmemAlloc: self._alloc, O.TmemDealloc: self._dealloc, O.Umma: self._umma, O.UmmaCommit: self._commit,
+            O.TmemCopy: self._tmem_copy, O.UmmaBlockScaled: self._umma_block_scaled,
             O.Wgmma: self._wgmma, O.WgmmaCommit: lambda op: WgmmaCommitEv(op, self._whole_warp(op)),
             O.WgmmaWait: lambda op: WgmmaWaitEv(op, self._whole_warp(op), op.n),
             O.StSharedBf16: self._st_shared, O.StGlobalBf16: self._st_global,
@@ -604,6 +630,17 @@ class WarpWalker:
         return UmmaEv(op, self._n(), self.uniform(op.d, "Umma d"), a, b, op.idesc,
                       bool(self.uniform(op.accumulate, "Umma accumulate")))
 
+    def _tmem_copy(self, op):
+        desc = op.desc_hi << 32 | self.uniform(op.src_lo, "TmemCopy src_lo")
+        return TmemCopyEv(op, self._n(), self.uniform(op.taddr, "TmemCopy taddr"), desc)
+
+    def _umma_block_scaled(self, op):
+        a = op.a_desc_hi << 32 | self.uniform(op.a_lo, "UmmaBlockScaled a_lo")
+        b = op.b_desc_hi << 32 | self.uniform(op.b_lo, "UmmaBlockScaled b_lo")
+        return UmmaBlockScaledEv(op, self._n(), self.uniform(op.d, "UmmaBlockScaled d"), a, b, op.idesc,
+                                 self.uniform(op.sfa, "UmmaBlockScaled sfa"), self.uniform(op.sfb, "UmmaBlockScaled sfb"),
+                                 bool(self.uniform(op.accumulate, "UmmaBlockScaled accumulate")), op.scale_vec)
+
     def _commit(self, op):
         ranks = self._ranks(op.multicast, "UmmaCommit") if op.multicast else (self.rank,)
         index = self.uniform(op.bar.index, f"barrier {op.bar.name} index")
@@ -622,12 +659,12 @@ class WarpWalker:
         data = None
         if self.values:
             vals = self._reg(op.src, op.idx)
-            data = f32_to_bf16_bits(vals).view(np.uint8).reshape(len(addrs), -1)
+            data = _STORE_BITS[op.fmt](vals).view(np.uint8).reshape(len(addrs), -1)
         return StSharedEv(op, self._n(), addrs, 2 * len(op.idx), data)
 
     def _st_global(self, op):
         rows, cols = self._per_lane(op.row), self._per_lane(op.col)
-        values = f32_to_bf16_bits(self._reg(op.src, op.idx)) if self.values else None
+        values = _STORE_BITS[op.fmt](self._reg(op.src, op.idx)) if self.values else None
         return StGlobalEv(op, self._n(), rows, cols, values)
 
     def _named_barrier(self, op):
