@@ -70,6 +70,9 @@ class _Rec:
     where: W.Where
     key: tuple  # loop-variable values
     syncs: int  # all-CTA / cluster barriers the warp passed before this event
+    thread: object = None  # issuing thread (:meth:`ptxgen.sim.walker.WarpWalker.thread`)
+    ld_pending: bool = False  # a tcgen05.ld issued before this event is not yet waited (tcgen05.wait::ld)
+    uses: list = field(default_factory=list)  # (waited barrier, stage) of each stage access (_check_dataflow)
 
 
 @dataclass
@@ -109,7 +112,7 @@ def _trace(kernel) -> _Trace:
                 while True:
                     ev = gen.send(reply)
                     reply = None
-                    recs.append(_Rec(ev, wk.where(), wk.loop_key(), syncs))
+                    recs.append(_Rec(ev, wk.where(), wk.loop_key(), syncs, wk.thread(), wk.loads_pending()))
                     if isinstance(ev, W.TmemBaseEv):
                         reply = 0
                     elif isinstance(ev, W.TmemLoadEv):
@@ -438,6 +441,198 @@ class _Slots:
         return hit
 
 
+@dataclass(frozen=True)
+class _Handover:
+    """One side of a pipeline ring: a role waits ``waited[i]``, accesses stage ``i``, then arrives on ``signal[i]``.
+
+    rule: the finding's name; gives: what the arrive does to the stage; stage: what the stage holds;
+    use: what an access does to it; then: who may touch the stage once the arrive completes its phase.
+    """
+
+    waited: str
+    signal: str
+    rule: str
+    gives: str
+    stage: str
+    use: str
+    then: str
+
+
+#: the hand-overs the rule checks, by the barrier the accessing role waits on.  The TMA producer's side
+#: (wait ``empty``, arrive.expect_tx on ``full``) is not here: its writes complete ``full`` themselves
+#: (``mbarrier::complete_tx``), so they may and do follow its arrive.
+_HANDOVERS = {h.waited: h for h in (
+    _Handover("full", "empty", "consumer release before the last read", "releases", "operand stage", "reads",
+              "the producer may refill it while it is still read"),
+    _Handover("tmem_full", "tmem_empty", "consumer release before the last read", "releases", "accumulator stage",
+              "reads", "the MMA may overwrite it while it is still read"),
+    _Handover("tmem_empty", "tmem_full", "producer commit before the last write", "commits", "accumulator stage",
+              "writes", "the epilogue may read it before this write lands"),
+)}
+_BY_SIGNAL = {h.signal: h for h in _HANDOVERS.values()}
+
+
+@dataclass
+class _Access:
+    """One access of a pipeline stage by one warp: ``waited[index]`` in its ``epoch``-th wait on that barrier."""
+
+    rec: _Rec
+    warp: tuple[int, int]  # (ctaid, warp)
+    waited: str
+    index: int
+    epoch: int
+    done: bool = False  # asynchronous access the warp waited for (tcgen05.wait::ld, wgmma.wait_group)
+    after: dict = field(default_factory=dict)  # thread barrier (kind, id) -> generation the warp passed once done
+
+
+@dataclass
+class _Given:
+    """A hand-over arrive, with the thread-barrier generations its warp passed before it."""
+
+    rec: _Rec
+    warp: tuple[int, int]
+    passes: dict
+
+
+class _WarpHandovers:
+    """One warp's stage accesses checked against its own hand-overs (module docstring, "Hand-over").
+
+    Feed the warp's events in program order to :meth:`step`.  Accesses that the warp does not hand over
+    itself end in :attr:`orphans`; its hand-overs in :attr:`given`, by (ctaid, waited, index, epoch).
+    """
+
+    def __init__(self, warp: tuple[int, int], given: dict, orphans: list):
+        self.warp, self.given, self.orphans = warp, given, orphans
+        self.open: dict[tuple[str, int], list[_Access]] = defaultdict(list)  # (waited, stage) -> since the wait
+        self.handed: dict[tuple[str, int], _Rec] = {}  # (waited, stage) -> the hand-over since the wait
+        self.epochs: dict[tuple[str, int], list] = {}  # (barrier, index) -> [waits (one per iteration), last key]
+        self.passes: Counter = Counter()  # thread barrier (kind, id) -> generations passed
+        self.lds: list[_Access] = []  # tcgen05.ld not yet covered by a tcgen05.wait::ld
+        self.wgmma: list[_Access] = []  # wgmma.mma_async since the last wgmma.commit_group
+        self.groups: list[list[_Access]] = []  # committed wgmma groups, oldest first, not yet waited
+
+    def step(self, rec: _Rec) -> None:
+        ev = rec.ev
+        if not rec.ld_pending:
+            for a in self.lds:
+                a.done = True
+            self.lds = []
+        if isinstance(ev, W.WaitEv):
+            key = (ev.bar.name, ev.bar.index)
+            e = self.epochs.setdefault(key, [0, None])
+            if e[1] is not None and e[1] != rec.key:
+                e[0] += 1
+            e[1] = rec.key
+            self.handed.pop(key, None)
+            self.orphans += self.open.pop(key, [])
+        elif isinstance(ev, W.SyncEv):
+            sync = (ev.kind, ev.id)
+            for accesses in self.open.values():
+                for a in accesses:
+                    if a.done:
+                        a.after.setdefault(sync, self.passes[sync])
+            self.passes[sync] += 1
+        elif isinstance(ev, W.WgmmaCommitEv):
+            self.groups.append(self.wgmma)
+            self.wgmma = []
+        elif isinstance(ev, W.WgmmaWaitEv):  # wgmma.wait_group N: all but the N most recent groups complete
+            retired = max(len(self.groups) - ev.n, 0)
+            for group in self.groups[:retired]:
+                for a in group:
+                    a.done = True
+            del self.groups[:retired]
+        elif isinstance(ev, (W.ArriveEv, W.CommitEv)):
+            bars = ev.bars if isinstance(ev, W.CommitEv) else (ev.bar,)
+            for name, index in sorted({(b.name, b.index) for b in bars}):
+                if name in _BY_SIGNAL:
+                    self._hand_over(_BY_SIGNAL[name], index, rec)
+        for waited, index in rec.uses:
+            self._access(waited, index, rec)
+
+    def finish(self) -> None:
+        for accesses in self.open.values():
+            self.orphans += accesses
+        self.open.clear()
+
+    def _access(self, waited: str, index: int, rec: _Rec) -> None:
+        h = _HANDOVERS.get(waited)
+        if h is None:
+            return
+        gave = self.handed.get((waited, index))
+        if gave is not None:
+            raise VerifyError(f"{h.rule}: {gave.ev.op.describe()} by {gave.where} {h.gives} {h.stage} {index}, then "
+                              f"{rec.ev.op.describe()} by {rec.where} {h.use} it before the next wait on "
+                              f"{waited}[{index}]; {h.then}: hand a stage over after the role's last access of it")
+        a = _Access(rec, self.warp, waited, index, self.epochs[(waited, index)][0])
+        self.open[(waited, index)].append(a)
+        if isinstance(rec.ev, W.TmemLoadEv):
+            self.lds.append(a)
+        elif isinstance(rec.ev, W.WgmmaEv):
+            self.wgmma.append(a)
+
+    def _hand_over(self, h: _Handover, index: int, rec: _Rec) -> None:
+        for a in self.open.pop((h.waited, index), []):
+            why = _unfinished(a, rec)
+            if why:
+                raise VerifyError(f"{h.rule} completes: {rec.ev.op.describe()} by {rec.where} {h.gives} {h.stage} "
+                                  f"{index} while {a.rec.ev.op.describe()} (at {a.rec.where.at}) may still be in "
+                                  f"flight: {why}; {h.then}")
+        self.handed[(h.waited, index)] = rec
+        epoch = self.epochs.get((h.waited, index), [0])[0]
+        self.given[(self.warp[0], h.waited, index, epoch)].append(_Given(rec, self.warp, dict(self.passes)))
+
+
+def _unfinished(a: _Access, gave: _Rec) -> str:
+    """Why the hand-over ``gave`` by the accessing warp does not order its asynchronous access ``a`` ("" if it does)."""
+    ev = a.rec.ev
+    if isinstance(ev, W.TmemLoadEv) and not a.done:
+        return "no tcgen05.wait::ld between them (tcgen05.ld is asynchronous; PTX ISA tcgen05.wait)"
+    if isinstance(ev, W.WgmmaEv) and not a.done:
+        return ("no wgmma.wait_group retires its wgmma group before the arrive (wgmma.mma_async reads shared "
+                "memory asynchronously; PTX ISA wgmma.wait_group)")
+    if isinstance(ev, W.UmmaEv) and not isinstance(gave.ev, W.CommitEv):
+        return ("a plain mbarrier.arrive does not wait for the asynchronous tcgen05.mma: hand over with a "
+                "tcgen05.commit issued after it (PTX ISA tcgen05.commit)")
+    if isinstance(ev, W.UmmaEv) and gave.thread != a.rec.thread:
+        return ("tcgen05.commit tracks only the prior tcgen05.mma of its own thread, and another elect.sync issues "
+                "it (PTX ISA tcgen05.commit)")
+    return ""
+
+
+def _covers(a: _Access, g: _Given) -> bool:
+    """Whether hand-over ``g`` by another warp of the CTA orders access ``a``: ``a`` completed, then its warp and
+    ``g``'s passed one generation of a thread barrier before ``g``; a wgmma (warpgroup-collective, PTX ISA
+    wgmma.mma_async .sync.aligned) is handed over by any warp of its warpgroup, whose own check retired it."""
+    if isinstance(a.rec.ev, W.WgmmaEv):
+        return g.warp[1] // 4 == a.warp[1] // 4
+    return not isinstance(a.rec.ev, W.UmmaEv) and any(g.passes.get(k, 0) > gen for k, gen in a.after.items())
+
+
+def _check_handovers(trace: _Trace) -> None:
+    """Each role hands a pipeline stage over after its last access (module docstring, "Hand-over")."""
+    given: dict[tuple, list[_Given]] = defaultdict(list)
+    orphans: list[_Access] = []
+    for w, recs in trace.warps.items():
+        warp = _WarpHandovers(w, given, orphans)
+        for rec in recs:
+            warp.step(rec)
+        warp.finish()
+    for a in orphans:
+        gs = given.get((a.warp[0], a.waited, a.index, a.epoch), [])
+        if any(_covers(a, g) for g in gs if g.warp != a.warp):
+            continue
+        h = _HANDOVERS[a.waited]
+        if gs:
+            g = gs[0]
+            how = f"{g.rec.ev.op.describe()} by {g.rec.where} {h.gives} it with no thread barrier between them"
+            if isinstance(a.rec.ev, W.TmemLoadEv) and not a.done:
+                how += " and no tcgen05.wait::ld after the read"
+        else:
+            how = "no warp of the CTA hands it over"
+        raise VerifyError(f"{h.rule}: {a.rec.ev.op.describe()} by {a.rec.where} {h.use} {h.stage} {a.index}, but "
+                          f"no hand-over is ordered after it: {how}; {h.then}")
+
+
 def _operand_extent(start: int, rows: int, sbo: int) -> tuple[int, int]:
     """Byte range [lo, hi) (from the smem base) of a k16 slice of a K-major SW128 operand of ``rows`` rows."""
     lo = start - SMEM_BASE
@@ -445,35 +640,27 @@ def _operand_extent(start: int, rows: int, sbo: int) -> tuple[int, int]:
 
 
 def _check_dataflow(trace: _Trace) -> None:
-    """Wait-before-use, TMA stage/barrier pairing, smem slots and TMEM bounds, warp by warp."""
+    """Wait-before-use, TMA stage/barrier pairing, smem slots and TMEM bounds, warp by warp.
+
+    Records each stage access in its event's ``uses`` for :func:`_check_handovers`."""
     kernel = trace.kernel
     slots = _Slots(kernel)
     acc_cols = kernel.tmem_acc_stage_cols or 1
     for (ctaid, warp), recs in trace.warps.items():
         last_wait: dict[tuple[str, int], tuple] = {}
         committed: dict[object, _Rec] = {}  # bulk async groups: issuing thread -> its last commit
-        released: dict[tuple[str, int], _Rec] = {}  # consumer_release of (barrier, index) -> where
 
         def require(name: str, index: int, rec: _Rec, what: str) -> None:
             got = last_wait.get((name, index))
             if got is None or rec.key[: len(got)] != got:
                 raise VerifyError(f"missing wait: {what} by {rec.where} without a wait on {name}[{index}] in this "
                                   f"iteration (last wait on it: {'never' if got is None else got})")
+            rec.uses.append((name, index))
 
         for rec in recs:
             ev = rec.ev
-            if isinstance(ev, W.TmemLoadEv):
-                stage = (ev.taddr & 0xFFFF) // acc_cols
-                rel = released.get(("tmem_empty", stage))
-                if rel is not None and rel.key == rec.key:
-                    raise VerifyError(f"consumer release before the last read: {rel.ev.op.describe()} by {rel.where} "
-                                      f"releases accumulator stage {stage}, then {ev.op.describe()} reads it in the "
-                                      "same iteration; the MMA may already overwrite it (release after the last "
-                                      "tcgen05.ld + wait::ld)")
             if isinstance(ev, W.WaitEv):
                 last_wait[(ev.bar.name, ev.bar.index)] = rec.key
-            elif isinstance(ev, W.ArriveEv) and ev.bar.name == "tmem_empty" and not ev.tx:
-                released[("tmem_empty", ev.bar.index)] = rec
             elif isinstance(ev, W.TmaLoadEv):
                 size = kernel.launch.tensor_maps[ev.tensor]
                 region, s = slots.slot(ev.dst, ev.dst + size.box[0] * size.box[1] * 2, f"TmaLoad {ev.tensor}", rec.where,
@@ -708,6 +895,7 @@ def verify(kernel) -> VerifyReport:
     bars = _Barriers(trace)
     phases = _check_barriers(bars)
     _Replay(trace, bars).run()
+    _check_handovers(trace)
     _check_tmem_lifetime(trace)
     _check_scopes(trace)
     _check_teardown(trace)
