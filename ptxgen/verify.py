@@ -472,50 +472,74 @@ _HANDOVERS = {h.waited: h for h in (
 _BY_SIGNAL = {h.signal: h for h in _HANDOVERS.values()}
 
 
+@dataclass(frozen=True)
+class _Point:
+    """A position in one warp's trace, with the thread-barrier generations the warp had completed there."""
+
+    rec: _Rec
+    warp: tuple[int, int]  # (ctaid, warp)
+    index: int  # position in the warp's trace
+    passes: dict  # thread barrier (kind, id) -> generations completed
+
+
+def _ordered(p: _Point, q: _Point, totals: dict) -> bool:
+    """Whether ``p`` happens before ``q``: program order in one warp; across warps, a thread barrier
+    (``bar.sync``, ``barrier.cluster``) generation that ``p``'s warp reaches after ``p`` and ``q``'s warp
+    completed before ``q``.  totals: warp -> its thread-barrier generations over the whole trace."""
+    if p.warp == q.warp:
+        return p.index < q.index
+    return any(m > p.passes.get(k, 0) and totals[p.warp][k] > p.passes.get(k, 0) for k, m in q.passes.items())
+
+
 @dataclass
 class _Access:
     """One access of a pipeline stage by one warp: ``waited[index]`` in its ``epoch``-th wait on that barrier."""
 
-    rec: _Rec
-    warp: tuple[int, int]  # (ctaid, warp)
+    at: _Point
     waited: str
     index: int
     epoch: int
-    done: bool = False  # asynchronous access the warp waited for (tcgen05.wait::ld, wgmma.wait_group)
-    after: dict = field(default_factory=dict)  # thread barrier (kind, id) -> generation the warp passed once done
+    done: _Point | None = None  # where the warp waited for the asynchronous access (wait::ld, wgmma.wait_group)
 
 
 @dataclass
-class _Given:
-    """A hand-over arrive, with the thread-barrier generations its warp passed before it."""
+class _Store:
+    """A TMA store reading an epilogue staging (CD) slot, and where its bulk group was retired (wait_group.read)."""
 
-    rec: _Rec
-    warp: tuple[int, int]
-    passes: dict
+    at: _Point
+    slot: int
+    retired: _Point | None = None
 
 
 class _WarpHandovers:
     """One warp's stage accesses checked against its own hand-overs (module docstring, "Hand-over").
 
-    Feed the warp's events in program order to :meth:`step`.  Accesses that the warp does not hand over
-    itself end in :attr:`orphans`; its hand-overs in :attr:`given`, by (ctaid, waited, index, epoch).
+    Feed the warp's events in program order to :meth:`step`, then call :meth:`finish`.  Accesses the warp does
+    not hand over itself go to ``orphans``; its hand-overs to ``given[(ctaid, waited, index, epoch)]``; its TMA
+    stores and st.shared into CD slots to ``stores`` and ``writes``.
     """
 
-    def __init__(self, warp: tuple[int, int], given: dict, orphans: list):
-        self.warp, self.given, self.orphans = warp, given, orphans
+    def __init__(self, warp: tuple[int, int], given: dict, orphans: list, stores: list, writes: list):
+        self.warp, self.given, self.orphans, self.stores, self.writes = warp, given, orphans, stores, writes
         self.open: dict[tuple[str, int], list[_Access]] = defaultdict(list)  # (waited, stage) -> since the wait
         self.handed: dict[tuple[str, int], _Rec] = {}  # (waited, stage) -> the hand-over since the wait
         self.epochs: dict[tuple[str, int], list] = {}  # (barrier, index) -> [waits (one per iteration), last key]
-        self.passes: Counter = Counter()  # thread barrier (kind, id) -> generations passed
+        self.passes: Counter = Counter()  # thread barrier (kind, id) -> generations completed
         self.lds: list[_Access] = []  # tcgen05.ld not yet covered by a tcgen05.wait::ld
         self.wgmma: list[_Access] = []  # wgmma.mma_async since the last wgmma.commit_group
         self.groups: list[list[_Access]] = []  # committed wgmma groups, oldest first, not yet waited
+        self.unbulked: dict[object, list[_Store]] = defaultdict(list)  # thread -> TMA stores not yet committed
+        self.bulk: list[tuple[object, list[_Store]]] = []  # committed bulk groups (thread, stores), not yet retired
 
-    def step(self, rec: _Rec) -> None:
+    def point(self, rec: _Rec, i: int) -> _Point:
+        return _Point(rec, self.warp, i, dict(self.passes))
+
+    def step(self, rec: _Rec, i: int) -> None:
         ev = rec.ev
-        if not rec.ld_pending:
+        if not rec.ld_pending and self.lds:
+            done = self.point(rec, i)
             for a in self.lds:
-                a.done = True
+                a.done = done
             self.lds = []
         if isinstance(ev, W.WaitEv):
             key = (ev.bar.name, ev.bar.index)
@@ -526,35 +550,56 @@ class _WarpHandovers:
             self.handed.pop(key, None)
             self.orphans += self.open.pop(key, [])
         elif isinstance(ev, W.SyncEv):
-            sync = (ev.kind, ev.id)
-            for accesses in self.open.values():
-                for a in accesses:
-                    if a.done:
-                        a.after.setdefault(sync, self.passes[sync])
-            self.passes[sync] += 1
+            self.passes[(ev.kind, ev.id)] += 1
         elif isinstance(ev, W.WgmmaCommitEv):
             self.groups.append(self.wgmma)
             self.wgmma = []
         elif isinstance(ev, W.WgmmaWaitEv):  # wgmma.wait_group N: all but the N most recent groups complete
             retired = max(len(self.groups) - ev.n, 0)
+            done = self.point(rec, i)
             for group in self.groups[:retired]:
                 for a in group:
-                    a.done = True
+                    a.done = done
             del self.groups[:retired]
         elif isinstance(ev, (W.ArriveEv, W.CommitEv)):
             bars = ev.bars if isinstance(ev, W.CommitEv) else (ev.bar,)
             for name, index in sorted({(b.name, b.index) for b in bars}):
                 if name in _BY_SIGNAL:
-                    self._hand_over(_BY_SIGNAL[name], index, rec)
+                    self._hand_over(_BY_SIGNAL[name], index, rec, i)
+        elif isinstance(ev, W.TmaStoreEv):
+            store = _Store(self.point(rec, i), rec.uses[0][1])
+            self.stores.append(store)
+            self.unbulked[ev.thread].append(store)
+        elif isinstance(ev, W.StSharedEv):
+            self.writes.append(_Store(self.point(rec, i), rec.uses[0][1]))
+        elif isinstance(ev, W.BulkCommitEv):
+            self.bulk.append((ev.thread, self.unbulked.pop(ev.thread, [])))
+        elif isinstance(ev, W.BulkWaitEv):
+            self._retire_bulk(ev, self.point(rec, i))
         for waited, index in rec.uses:
-            self._access(waited, index, rec)
+            self._access(waited, index, rec, i)
+
+    def _retire_bulk(self, ev: W.BulkWaitEv, done: _Point) -> None:
+        """``cp.async.bulk.wait_group[.read] N``: all but the N most recent bulk groups of the waiting thread.
+
+        Waited in every lane (``thread`` None), the groups of every ``elect.sync`` of the warp count as one
+        thread's: elect.sync elects the same leader for the same membermask every time (PTX ISA elect.sync), and
+        the commits are all from full-warp elects.  Waited by one elected lane: that Elect's own groups (the
+        ownership rule in :func:`_check_dataflow` rejects waiting for another elect's groups).
+        """
+        mine = [g for g in self.bulk if ev.thread is None or g[0] == ev.thread]
+        retired = {id(g) for g in mine[: max(len(mine) - ev.n, 0)]}
+        for _, stores in (g for g in mine if id(g) in retired):
+            for store in stores:
+                store.retired = done
+        self.bulk = [g for g in self.bulk if id(g) not in retired]
 
     def finish(self) -> None:
         for accesses in self.open.values():
             self.orphans += accesses
         self.open.clear()
 
-    def _access(self, waited: str, index: int, rec: _Rec) -> None:
+    def _access(self, waited: str, index: int, rec: _Rec, i: int) -> None:
         h = _HANDOVERS.get(waited)
         if h is None:
             return
@@ -563,74 +608,98 @@ class _WarpHandovers:
             raise VerifyError(f"{h.rule}: {gave.ev.op.describe()} by {gave.where} {h.gives} {h.stage} {index}, then "
                               f"{rec.ev.op.describe()} by {rec.where} {h.use} it before the next wait on "
                               f"{waited}[{index}]; {h.then}: hand a stage over after the role's last access of it")
-        a = _Access(rec, self.warp, waited, index, self.epochs[(waited, index)][0])
+        a = _Access(self.point(rec, i), waited, index, self.epochs[(waited, index)][0])
         self.open[(waited, index)].append(a)
         if isinstance(rec.ev, W.TmemLoadEv):
             self.lds.append(a)
         elif isinstance(rec.ev, W.WgmmaEv):
             self.wgmma.append(a)
 
-    def _hand_over(self, h: _Handover, index: int, rec: _Rec) -> None:
+    def _hand_over(self, h: _Handover, index: int, rec: _Rec, i: int) -> None:
         for a in self.open.pop((h.waited, index), []):
             why = _unfinished(a, rec)
             if why:
                 raise VerifyError(f"{h.rule} completes: {rec.ev.op.describe()} by {rec.where} {h.gives} {h.stage} "
-                                  f"{index} while {a.rec.ev.op.describe()} (at {a.rec.where.at}) may still be in "
-                                  f"flight: {why}; {h.then}")
+                                  f"{index} while {a.at.rec.ev.op.describe()} (at {a.at.rec.where.at}) may still be "
+                                  f"in flight: {why}; {h.then}")
         self.handed[(h.waited, index)] = rec
         epoch = self.epochs.get((h.waited, index), [0])[0]
-        self.given[(self.warp[0], h.waited, index, epoch)].append(_Given(rec, self.warp, dict(self.passes)))
+        self.given[(self.warp[0], h.waited, index, epoch)].append(self.point(rec, i))
 
 
 def _unfinished(a: _Access, gave: _Rec) -> str:
     """Why the hand-over ``gave`` by the accessing warp does not order its asynchronous access ``a`` ("" if it does)."""
-    ev = a.rec.ev
-    if isinstance(ev, W.TmemLoadEv) and not a.done:
+    ev = a.at.rec.ev
+    if isinstance(ev, W.TmemLoadEv) and a.done is None:
         return "no tcgen05.wait::ld between them (tcgen05.ld is asynchronous; PTX ISA tcgen05.wait)"
-    if isinstance(ev, W.WgmmaEv) and not a.done:
+    if isinstance(ev, W.WgmmaEv) and a.done is None:
         return ("no wgmma.wait_group retires its wgmma group before the arrive (wgmma.mma_async reads shared "
                 "memory asynchronously; PTX ISA wgmma.wait_group)")
     if isinstance(ev, W.UmmaEv) and not isinstance(gave.ev, W.CommitEv):
         return ("a plain mbarrier.arrive does not wait for the asynchronous tcgen05.mma: hand over with a "
                 "tcgen05.commit issued after it (PTX ISA tcgen05.commit)")
-    if isinstance(ev, W.UmmaEv) and gave.thread != a.rec.thread:
+    if isinstance(ev, W.UmmaEv) and gave.thread != a.at.rec.thread:
         return ("tcgen05.commit tracks only the prior tcgen05.mma of its own thread, and another elect.sync issues "
                 "it (PTX ISA tcgen05.commit)")
     return ""
 
 
-def _covers(a: _Access, g: _Given) -> bool:
-    """Whether hand-over ``g`` by another warp of the CTA orders access ``a``: ``a`` completed, then its warp and
-    ``g``'s passed one generation of a thread barrier before ``g``; a wgmma (warpgroup-collective, PTX ISA
-    wgmma.mma_async .sync.aligned) is handed over by any warp of its warpgroup, whose own check retired it."""
-    if isinstance(a.rec.ev, W.WgmmaEv):
-        return g.warp[1] // 4 == a.warp[1] // 4
-    return not isinstance(a.rec.ev, W.UmmaEv) and any(g.passes.get(k, 0) > gen for k, gen in a.after.items())
+def _covers(a: _Access, g: _Point, totals: dict) -> bool:
+    """Whether hand-over ``g`` by another warp of the CTA orders access ``a``: ``a`` completed, then a thread barrier
+    (:func:`_ordered`); a wgmma (warpgroup-collective, PTX ISA wgmma.mma_async ``.sync.aligned``) is handed over by
+    any warp of its warpgroup, whose own check retired it; a tcgen05.mma only by its own thread's commit."""
+    if isinstance(a.at.rec.ev, W.WgmmaEv):
+        return g.warp[1] // 4 == a.at.warp[1] // 4
+    return a.done is not None and _ordered(a.done, g, totals)
 
 
 def _check_handovers(trace: _Trace) -> None:
     """Each role hands a pipeline stage over after its last access (module docstring, "Hand-over")."""
-    given: dict[tuple, list[_Given]] = defaultdict(list)
+    given: dict[tuple, list[_Point]] = defaultdict(list)
     orphans: list[_Access] = []
+    stores: dict[int, list[_Store]] = defaultdict(list)  # by ctaid
+    writes: dict[int, list[_Store]] = defaultdict(list)
+    totals: dict[tuple[int, int], Counter] = {}
     for w, recs in trace.warps.items():
-        warp = _WarpHandovers(w, given, orphans)
-        for rec in recs:
-            warp.step(rec)
+        warp = _WarpHandovers(w, given, orphans, stores[w[0]], writes[w[0]])
+        for i, rec in enumerate(recs):
+            warp.step(rec, i)
         warp.finish()
+        totals[w] = warp.passes
     for a in orphans:
-        gs = given.get((a.warp[0], a.waited, a.index, a.epoch), [])
-        if any(_covers(a, g) for g in gs if g.warp != a.warp):
+        gs = [g for g in given.get((a.at.warp[0], a.waited, a.index, a.epoch), []) if g.warp != a.at.warp]
+        if any(_covers(a, g, totals) for g in gs):
             continue
         h = _HANDOVERS[a.waited]
         if gs:
-            g = gs[0]
-            how = f"{g.rec.ev.op.describe()} by {g.rec.where} {h.gives} it with no thread barrier between them"
-            if isinstance(a.rec.ev, W.TmemLoadEv) and not a.done:
-                how += " and no tcgen05.wait::ld after the read"
+            how = f"{gs[0].rec.ev.op.describe()} by {gs[0].rec.where} {h.gives} it with no thread barrier between them"
+            if a.done is None:
+                how += " and nothing waits for the asynchronous access"
         else:
-            how = "no warp of the CTA hands it over"
-        raise VerifyError(f"{h.rule}: {a.rec.ev.op.describe()} by {a.rec.where} {h.use} {h.stage} {a.index}, but "
-                          f"no hand-over is ordered after it: {how}; {h.then}")
+            how = "no other warp of the CTA hands it over in that phase, nor the warp itself before its next wait"
+        raise VerifyError(f"{h.rule}: {a.at.rec.ev.op.describe()} by {a.at.rec.where} {h.use} {h.stage} {a.index}, "
+                          f"but no hand-over is ordered after it: {how}; {h.then}")
+    for ctaid, cta_stores in stores.items():
+        for store in cta_stores:
+            _check_staging_reuse(store, writes[ctaid], totals)
+
+
+def _check_staging_reuse(store: _Store, writes: list[_Store], totals: dict) -> None:
+    """An epilogue staging (CD) slot that a TMA store reads is written again only after the storing thread's
+    ``cp.async.bulk.wait_group.read`` retired the store's bulk group (PTX ISA cp.async.bulk.wait_group), ordered
+    before the write (program order, or a thread barrier).  Writes ordered before the store filled it."""
+    for w in writes:
+        if w.slot != store.slot or _ordered(w.at, store.at, totals):
+            continue
+        if store.retired is not None and _ordered(store.retired, w.at, totals):
+            continue
+        why = ("no cp.async.bulk.wait_group of the storing thread retires its bulk group" if store.retired is None
+               else f"the cp.async.bulk.wait_group that retires its bulk group ({store.retired.rec.ev.op.describe()} "
+                    f"at {store.retired.rec.where.at}) is not ordered before the write (program order, or a thread "
+                    "barrier after it)")
+        raise VerifyError(f"consumer release before the last read: {w.at.rec.ev.op.describe()} by {w.at.rec.where} "
+                          f"writes CD stage {w.slot} while {store.at.rec.ev.op.describe()} by {store.at.rec.where} "
+                          f"may still read it: {why}; the TMA store would copy the new data")
 
 
 def _operand_extent(start: int, rows: int, sbo: int) -> tuple[int, int]:
@@ -686,11 +755,12 @@ def _check_dataflow(trace: _Trace) -> None:
                                       f"[{32 * (warp % 4)}, {32 * (warp % 4) + 32}), {kernel.tmem_cols} columns allocated")
                 require("tmem_full", col // acc_cols, rec, f"TmemLoad of accumulator stage {col // acc_cols}")
             elif isinstance(ev, W.StSharedEv):
-                for addr in set(ev.addrs.tolist()):
-                    slots.slot(addr, addr + ev.nbytes, "StSharedBf16", rec.where, ("CD",))
+                rec.uses += sorted({slots.slot(addr, addr + ev.nbytes, "StSharedBf16", rec.where, ("CD",))
+                                    for addr in set(ev.addrs.tolist())})
             elif isinstance(ev, W.TmaStoreEv):
                 box = kernel.launch.tensor_maps[ev.tensor].box
-                slots.slot(ev.src, ev.src + box[0] * box[1] * 2, f"TmaStore {ev.tensor}", rec.where, ("CD",))
+                rec.uses.append(slots.slot(ev.src, ev.src + box[0] * box[1] * 2, f"TmaStore {ev.tensor}", rec.where,
+                                           ("CD",)))
             elif isinstance(ev, W.BulkCommitEv):
                 committed[ev.thread] = rec
             elif isinstance(ev, W.BulkWaitEv) and ev.thread is not None:
