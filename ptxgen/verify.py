@@ -31,6 +31,38 @@ after a producer_acquire on its ``empty`` barrier and signals that stage's
 ``full``; MMAs write an accumulator stage after waiting ``tmem_empty``, the
 epilogue reads it after waiting ``tmem_full``.
 
+Hand-over (consumer_release after the last read, producer_commit after the last write).  On every
+traced path of every warp (the trace follows each warp's own branches of ``If``, ``For``, ``Elect`` and
+role switches, for every CTA), a role hands a pipeline stage over only after its last access of it, by
+an op that orders that access:
+
+* stages: smem operand stages (A/B/B2 slots of stage ``i``: waited on ``full[i]``, released on
+  ``empty[i]``), TMEM accumulator stages (``tmem_full[c]`` / ``tmem_empty[c]`` for the epilogue, and
+  the reverse pair for the MMA that writes them) and epilogue staging buffers (CD slots: written with
+  st.shared, read by TMA stores);
+* an access of a stage after the warp's own hand-over of it, before its next wait on the stage's
+  barrier, is a finding (``consumer release before the last read`` / ``producer commit before the last
+  write``); so is a hand-over while the warp's asynchronous access may still run (``... completes``):
+  a tcgen05.mma reading or writing the stage is ordered only by a ``tcgen05.commit`` issued after it by
+  the same thread (PTX ISA tcgen05.commit: the mbarrier tracks the completion of all prior async
+  tcgen05 operations initiated by the executing thread; a plain ``mbarrier.arrive`` orders nothing),
+  a ``wgmma.mma_async`` by a ``wgmma.wait_group N`` that retires its wgmma-group (PTX ISA
+  wgmma.wait_group), a ``tcgen05.ld`` by ``tcgen05.wait::ld`` (PTX ISA tcgen05.wait);
+* an access the warp does not hand over itself must be ordered before another warp's hand-over of the
+  same stage and phase: completed, then a thread barrier generation (``bar.sync``/named barrier) that
+  both warps pass (level 1's and levels 2-7's epilogue: one warp releases after a named barrier); a
+  wgmma is warpgroup-collective (PTX ISA wgmma.mma_async, ``.sync.aligned``), so a warp of its
+  warpgroup may release it;
+* a CD slot that a TMA store reads is written again only after a ``cp.async.bulk.wait_group[.read]`` of
+  the storing thread retired the store's bulk group (PTX ISA cp.async.bulk.wait_group), ordered before
+  the write by program order or a thread barrier.  A wait in every lane counts the groups of all the
+  warp's ``elect.sync`` blocks as one thread's: elect.sync elects the same leader for the same
+  membermask every time (PTX ISA elect.sync).
+The TMA producer's side (``empty`` -> ``arrive.expect_tx`` on ``full``) is exempt: its loads complete
+``full`` themselves (``mbarrier::complete_tx``).  Like every check here, the rule sees the paths the
+traced launch takes; register accumulators of sm_90a (wgmma results read by the epilogue) are the
+simulator's (it tracks wgmma.wait_group per register array).
+
 Layout and teardown.  Shared-memory regions lie inside the allocation,
 aligned (1024 B for 128B-swizzled operands), without overlap, and every
 access stays inside one region slot; TMEM accesses stay inside the
