@@ -603,7 +603,8 @@ class _WarpHandovers:
             self.stores.append(store)
             self.unbulked[ev.thread].append(store)
         elif isinstance(ev, W.StSharedEv):
-            self.writes.append(_Store(self.point(rec, i), rec.uses[0][1]))
+            at = self.point(rec, i)
+            self.writes += [(at, slot) for _, slot in rec.uses]
         elif isinstance(ev, W.BulkCommitEv):
             self.bulk.append((ev.thread, self.unbulked.pop(ev.thread, [])))
         elif isinstance(ev, W.BulkWaitEv):
@@ -690,7 +691,7 @@ def _check_handovers(trace: _Trace) -> None:
     given: dict[tuple, list[_Point]] = defaultdict(list)
     orphans: list[_Access] = []
     stores: dict[int, list[_Store]] = defaultdict(list)  # by ctaid
-    writes: dict[int, list[_Store]] = defaultdict(list)
+    writes: dict[int, list[tuple[_Point, int]]] = defaultdict(list)  # st.shared into CD slots, by ctaid
     totals: dict[tuple[int, int], Counter] = {}
     for w, recs in trace.warps.items():
         warp = _WarpHandovers(w, given, orphans, stores[w[0]], writes[w[0]])
@@ -716,21 +717,21 @@ def _check_handovers(trace: _Trace) -> None:
             _check_staging_reuse(store, writes[ctaid], totals)
 
 
-def _check_staging_reuse(store: _Store, writes: list[_Store], totals: dict) -> None:
+def _check_staging_reuse(store: _Store, writes: list[tuple[_Point, int]], totals: dict) -> None:
     """An epilogue staging (CD) slot that a TMA store reads is written again only after the storing thread's
     ``cp.async.bulk.wait_group.read`` retired the store's bulk group (PTX ISA cp.async.bulk.wait_group), ordered
     before the write (program order, or a thread barrier).  Writes ordered before the store filled it."""
-    for w in writes:
-        if w.slot != store.slot or _ordered(w.at, store.at, totals):
+    for at, slot in writes:
+        if slot != store.slot or _ordered(at, store.at, totals):
             continue
-        if store.retired is not None and _ordered(store.retired, w.at, totals):
+        if store.retired is not None and _ordered(store.retired, at, totals):
             continue
         why = ("no cp.async.bulk.wait_group of the storing thread retires its bulk group" if store.retired is None
                else f"the cp.async.bulk.wait_group that retires its bulk group ({store.retired.rec.ev.op.describe()} "
                     f"at {store.retired.rec.where.at}) is not ordered before the write (program order, or a thread "
                     "barrier after it)")
-        raise VerifyError(f"consumer release before the last read: {w.at.rec.ev.op.describe()} by {w.at.rec.where} "
-                          f"writes CD stage {w.slot} while {store.at.rec.ev.op.describe()} by {store.at.rec.where} "
+        raise VerifyError(f"consumer release before the last read: {at.rec.ev.op.describe()} by {at.rec.where} "
+                          f"writes CD stage {slot} while {store.at.rec.ev.op.describe()} by {store.at.rec.where} "
                           f"may still read it: {why}; the TMA store would copy the new data")
 
 
