@@ -59,9 +59,10 @@ an op that orders that access:
   warp's ``elect.sync`` blocks as one thread's: elect.sync elects the same leader for the same
   membermask every time (PTX ISA elect.sync).
 The TMA producer's side (``empty`` -> ``arrive.expect_tx`` on ``full``) is exempt: its loads complete
-``full`` themselves (``mbarrier::complete_tx``).  Like every check here, the rule sees the paths the
-traced launch takes; register accumulators of sm_90a (wgmma results read by the epilogue) are the
-simulator's (it tracks wgmma.wait_group per register array).
+``full`` themselves (``mbarrier::complete_tx``).  sm_90a register accumulators: their producer_commit
+is the ``wgmma.wait_group`` that retires the wgmmas writing them; the epilogue (SiluMul, st.shared,
+st.global) reads them only after it (checked while tracing).  Like every check here, the rule sees the
+paths the traced launch takes.
 
 Layout and teardown.  Shared-memory regions lie inside the allocation,
 aligned (1024 B for 128B-swizzled operands), without overlap, and every
@@ -129,6 +130,35 @@ def _launch(kernel: Kernel) -> tuple[int, int, int, int]:
     return m, n, k, kernel.cluster_size
 
 
+#: why a wgmma accumulator may not be read (the simulator's wording, :mod:`ptxgen.sim.machine`)
+_WGMMA_BUSY = "a wgmma writing it is not covered by a wgmma.wait_group"
+
+
+class _WgmmaAccumulators:
+    """sm_90a register accumulators during the trace: written asynchronously by ``wgmma.mma_async`` until a
+    ``wgmma.wait_group N`` retires their wgmma-group (PTX ISA wgmma.wait_group), so their producer_commit is
+    that wait.  A busy array is marked in the walker (which faults on a read: SiluMul), and a st.shared /
+    st.global of one is a fault here (a dry run stores no values, so the walker does not read them)."""
+
+    def __init__(self, wk: W.WarpWalker):
+        self.wk, self.pending, self.committed = wk, [], 0  # pending: (wgmma-group index, accumulator)
+
+    def see(self, ev: W.Ev) -> None:
+        busy = self.wk.busy
+        if isinstance(ev, W.WgmmaEv):
+            busy[ev.acc] = _WGMMA_BUSY
+            self.pending.append((self.committed, ev.acc))
+        elif isinstance(ev, W.WgmmaCommitEv):
+            self.committed += 1
+        elif isinstance(ev, W.WgmmaWaitEv):
+            self.pending = [(g, acc) for g, acc in self.pending if g >= self.committed - ev.n]
+            still = {acc for _, acc in self.pending}
+            for acc in [a for a, why in busy.items() if why is _WGMMA_BUSY and a not in still]:
+                del busy[acc]
+        elif isinstance(ev, (W.StSharedEv, W.StGlobalEv)) and busy.get(ev.op.src) is _WGMMA_BUSY:
+            raise W.IRFault(f"register array {ev.op.src!r} read while {_WGMMA_BUSY}")
+
+
 def _trace(kernel) -> _Trace:
     m, n, k, num_sms = _launch(kernel)
     grid = kernel.launch.grid.grid_x(m, n, num_sms)
@@ -140,10 +170,12 @@ def _trace(kernel) -> _Trace:
             wk = W.WarpWalker(program, ctaid=ctaid, nctaid=grid, cluster_size=kernel.cluster_size, warp=warp,
                               smem_base=SMEM_BASE, params={"m": m, "n": n, "k": k}, values=False)
             recs, syncs, gen, reply = [], 0, wk.run(), None
+            accumulators = _WgmmaAccumulators(wk)
             try:
                 while True:
                     ev = gen.send(reply)
                     reply = None
+                    accumulators.see(ev)
                     recs.append(_Rec(ev, wk.where(), wk.loop_key(), syncs, wk.thread(), wk.loads_pending()))
                     if isinstance(ev, W.TmemBaseEv):
                         reply = 0

@@ -1,9 +1,10 @@
 """Planted bugs for the verifier's hand-over rule (issue 9, "What the checks miss today"; issue 10's sm_100a plant).
 
 A role hands a pipeline stage over (consumer_release on ``empty``/``tmem_empty``, producer_commit on
-``tmem_full``, the TMA store's ``cp.async.bulk.wait_group.read`` for a staging buffer) only after its last
-access of the stage, by an op that orders the asynchronous access (``tcgen05.commit`` of the issuing thread,
-``wgmma.wait_group``, ``tcgen05.wait::ld``; another warp's access through a thread barrier).  Each plant moves
+``tmem_full``, the TMA store's ``cp.async.bulk.wait_group.read`` for a staging buffer, the
+``wgmma.wait_group`` for sm_90a register accumulators) only after its last access of the stage, by an op
+that orders the asynchronous access (``tcgen05.commit`` of the issuing thread, ``wgmma.wait_group``,
+``tcgen05.wait::ld``; another warp's access through a thread barrier).  Each plant moves
 or drops one op of a shipped kernel's IR and checks the exact finding.  The unplanted kernels verify clean in
 tests/test_verify.py (test_shipped_config_verifies).
 """
@@ -19,7 +20,8 @@ from ptxgen.errors import VerifyError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Const, Var
 from ptxgen.verify import verify
-from test_dual_planted import _issuer, _kernel, _release_after_first_mma, _tmem_full_before_last_b2_mma
+from test_dual_planted import (_issuer, _kernel, _release_after_first_mma, _silu_before_wgmma_wait,
+                               _tmem_full_before_last_b2_mma)
 from test_sim_planted import _release_before_last_load
 from test_sim_support import drop, in_role, where
 
@@ -183,6 +185,15 @@ PLANTS = {
         (r"^consumer release before the last read completes: MbarrierArrive empty\[\(it - 1\) % 4\] on cta 0"
          + _by("consumer", 4, "t=0 kb=1") + r" releases operand stage 0 while Wgmma .* \(at t=0 kb=0\) may still be "
          r"in flight: no wgmma\.wait_group retires")),
+    # sm_90a register accumulators: the producer_commit is the wgmma.wait_group before the epilogue reads them
+    "dual_h100: silu * mul before wgmma.wait_group 0": (
+        lambda: _kernel(DUAL_H100, fn=_silu_before_wgmma_wait),
+        r"^register array 'acc0' read while a wgmma writing it is not covered by a wgmma\.wait_group \(consumer "
+        r"\(CTA 0, rank 0, warp 4\) at t=0\)"),
+    "h100_256x128: wgmma.wait_group 0 before the epilogue dropped": (
+        lambda: _kernel("h100_256x128", fn=where(lambda op: isinstance(op, O.WgmmaWait) and op.n == 0, drop)),
+        r"^register array 'acc0' read while a wgmma writing it is not covered by a wgmma\.wait_group \(consumer "
+        r"\(CTA 0, rank 0, warp 4\) at t=0\)"),
     # TMEM accumulator stages
     "dual_sm100: tmem_empty release before the last TMEM load": (
         lambda: _kernel(DUAL_SM100, fn=in_role("epilogue", _release_before_last_load)),
