@@ -7,6 +7,9 @@ depends on barrier state, so each warp's event sequence is fixed), and then
 checks the traces.  The launch has ``accumulator.stages + 2`` tiles per
 cluster (persistent kernels: one cluster; otherwise one tile per cluster) and
 ``2 * stages + 1`` k-blocks, so every ring wraps and every parity is used.
+A second, ragged launch (one column less, so ``n % 8 != 0``) takes the
+branches that depend on the shape (sm_90a: the st.global epilogue) and is
+checked for data flow and hand-overs.
 
 Phases.  A warp *visits* a barrier once per iteration of its innermost
 enclosing loop in which it arrives on it or aims TMA bytes at it; its j-th
@@ -122,10 +125,10 @@ class _Trace:
         return sum(len(r) for r in self.warps.values())
 
 
-def _launch(kernel: Kernel) -> tuple[int, int, int, int]:
-    """(m, n, k, num_sms) of the traced launch (see module docstring)."""
+def _launch(kernel: Kernel, ragged: bool = False) -> tuple[int, int, int, int]:
+    """(m, n, k, num_sms) of the traced launch (see module docstring); ``ragged``: one column less."""
     tiles = kernel.acc_stages + 2 if kernel.is_sm100 else 3
-    m, n = kernel.launch.grid.tile_rows * tiles, kernel.launch.grid.tile_cols
+    m, n = kernel.launch.grid.tile_rows * tiles, kernel.launch.grid.tile_cols - ragged
     k = kernel.block_k * (2 * kernel.stages + 1)
     return m, n, k, kernel.cluster_size
 
@@ -159,8 +162,8 @@ class _WgmmaAccumulators:
             raise W.IRFault(f"register array {ev.op.src!r} read while {_WGMMA_BUSY}")
 
 
-def _trace(kernel) -> _Trace:
-    m, n, k, num_sms = _launch(kernel)
+def _trace(kernel, ragged: bool = False) -> _Trace:
+    m, n, k, num_sms = _launch(kernel, ragged)
     grid = kernel.launch.grid.grid_x(m, n, num_sms)
     program = W.Program(kernel)
     counted = ("cluster",) if kernel.cta_group == 2 else ("cta", "cluster")  # barriers that order TMEM use
@@ -580,7 +583,9 @@ class _WarpHandovers:
 
     Feed the warp's events in program order to :meth:`step`, then call :meth:`finish`.  Accesses the warp does
     not hand over itself go to ``orphans``; its hand-overs to ``given[(ctaid, waited, index, epoch)]``; its TMA
-    stores and st.shared into CD slots to ``stores`` and ``writes``.
+    stores and st.shared into CD slots to ``stores`` and ``writes``.  The epoch of an access or a hand-over is
+    the number of iterations in which the warp waited on the stage's barrier before it (a warp that releases
+    for others, like level 1's warp 0, waits on the stage too).
     """
 
     def __init__(self, warp: tuple[int, int], given: dict, orphans: list, stores: list, writes: list):
@@ -1034,6 +1039,9 @@ def verify(kernel) -> VerifyReport:
     _check_tmem_lifetime(trace)
     _check_scopes(trace)
     _check_teardown(trace)
+    ragged = _trace(kernel, ragged=True)
+    _check_dataflow(ragged)
+    _check_handovers(ragged)
     return VerifyReport(kernel.name, (trace.m, trace.n, trace.k), trace.grid, trace.events, phases, _table(bars))
 
 

@@ -65,6 +65,18 @@ def _arrive_before_wgmma_wait(body: list) -> list:
     return body
 
 
+def _wgmma_wait_on_tma_path_only(body: list) -> list:
+    """sm_90a tile loop: ``wgmma.wait_group 0`` moved into the TMA-store branch of ``If (n % 8) == 0`` (and the
+    last stage's release after that If): the st.global branch, taken only when n % 8 != 0, reads the
+    accumulators while the wgmmas may still write them."""
+    wait = next(x for x in body if isinstance(x, O.WgmmaWait) and x.n == 0)
+    release = next(x for x in body if isinstance(x, O.If) and _holds(x, _arrives_on("empty")))
+    body = [x for x in body if x is not wait and x is not release]
+    at = next(i for i, x in enumerate(body) if isinstance(x, O.If) and x.orelse)
+    body[at:at + 1] = [replace(body[at], then=(wait, *body[at].then)), release]
+    return body
+
+
 def _wait_ld_after_release(body: list) -> list:
     """sm_100a epilogue: the ``tcgen05.wait::ld`` of the last TMEM load moved after the tmem_empty arrive."""
     arrive = next(i for i, x in enumerate(body) if _arrives_on("tmem_empty")(x))
@@ -194,6 +206,11 @@ PLANTS = {
         lambda: _kernel("h100_256x128", fn=where(lambda op: isinstance(op, O.WgmmaWait) and op.n == 0, drop)),
         r"^register array 'acc0' read while a wgmma writing it is not covered by a wgmma\.wait_group \(consumer "
         r"\(CTA 0, rank 0, warp 4\) at t=0\)"),
+    "h100_256x128: wgmma.wait_group 0 only on the TMA-store path (ragged n)": (
+        lambda: _kernel("h100_256x128", fn=_in_loop_with(lambda x: isinstance(x, O.WgmmaWait) and x.n == 0,
+                                                         _wgmma_wait_on_tma_path_only)),
+        r"^register array 'acc0' read while a wgmma writing it is not covered by a wgmma\.wait_group \(consumer "
+        r"\(CTA 0, rank 0, warp 4\) at t=0\)"),
     # TMEM accumulator stages
     "dual_sm100: tmem_empty release before the last TMEM load": (
         lambda: _kernel(DUAL_SM100, fn=in_role("epilogue", _release_before_last_load)),
@@ -234,6 +251,12 @@ PLANTS = {
          + r" may still read it: the cp\.async\.bulk\.wait_group that retires its bulk group \(BulkWaitGroupRead 1 "
          r"at t=0\) is not ordered before the write \(program order, or a thread barrier after it\); the TMA store "
          r"would copy the new data")),
+    "level9: every TMA-store wait_group dropped": (
+        lambda: _kernel(SM100, fn=in_role("epilogue", where(lambda op: isinstance(op, O.BulkWaitGroup), drop))),
+        (r"^consumer release before the last read: StSharedBf16 .*" + _by("epilogue", 4, "t=0")
+         + r" writes CD stage 0 while TmaStore d box at \(col=n_col \+ 0, row=m_row \+ 0\) .*"
+         + _by("epilogue", 4, "t=0") + r" may still read it: no cp\.async\.bulk\.wait_group of the storing thread "
+         r"retires its bulk group")),
     "h100_256x128: no thread barrier after the TMA-store wait_group.read": (
         lambda: _kernel("h100_256x128", fn=in_role("consumer", _no_barrier_after_store_wait)),
         (r"^consumer release before the last read: StSharedBf16 .*" + _by("consumer", 5, "t=0")
