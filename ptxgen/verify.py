@@ -109,6 +109,7 @@ class _Rec:
     thread: object = None  # issuing thread (:meth:`ptxgen.sim.walker.WarpWalker.thread`)
     ld_pending: bool = False  # a tcgen05.ld issued before this event is not yet waited (tcgen05.wait::ld)
     uses: list = field(default_factory=list)  # (waited barrier, stage) of each stage access (_check_dataflow)
+    retires: list = field(default_factory=list)  # wgmma.wait_group: the wgmma events (_Rec) it retires
 
 
 @dataclass
@@ -137,25 +138,29 @@ def _launch(kernel: Kernel, ragged: bool = False) -> tuple[int, int, int, int]:
 _WGMMA_BUSY = "a wgmma writing it is not covered by a wgmma.wait_group"
 
 
-class _WgmmaAccumulators:
-    """sm_90a register accumulators during the trace: written asynchronously by ``wgmma.mma_async`` until a
-    ``wgmma.wait_group N`` retires their wgmma-group (PTX ISA wgmma.wait_group), so their producer_commit is
-    that wait.  A busy array is marked in the walker (which faults on a read: SiluMul), and a st.shared /
-    st.global of one is a fault here (a dry run stores no values, so the walker does not read them)."""
+class _WgmmaGroups:
+    """One warp's wgmma-groups during the trace: a ``wgmma.mma_async`` reads its smem operands and writes its
+    register accumulator asynchronously until a ``wgmma.wait_group N`` retires its wgmma-group (PTX ISA
+    wgmma.wait_group; uncommitted wgmmas are in no group).  Each wait's ``retires`` lists the wgmma events it
+    retires (for :func:`_check_handovers`).  Accumulators are the register arrays' producer_commit: a busy
+    array is marked in the walker (which faults on a read: SiluMul), and a st.shared / st.global of one is a
+    fault here (a dry run stores no values, so the walker does not read them)."""
 
     def __init__(self, wk: W.WarpWalker):
-        self.wk, self.pending, self.committed = wk, [], 0  # pending: (wgmma-group index, accumulator)
+        self.wk, self.pending, self.committed = wk, [], 0  # pending: (wgmma-group index, wgmma _Rec)
 
-    def see(self, ev: W.Ev) -> None:
-        busy = self.wk.busy
+    def see(self, rec: _Rec) -> None:
+        ev, busy = rec.ev, self.wk.busy
         if isinstance(ev, W.WgmmaEv):
             busy[ev.acc] = _WGMMA_BUSY
-            self.pending.append((self.committed, ev.acc))
+            self.pending.append((self.committed, rec))
         elif isinstance(ev, W.WgmmaCommitEv):
             self.committed += 1
         elif isinstance(ev, W.WgmmaWaitEv):
-            self.pending = [(g, acc) for g, acc in self.pending if g >= self.committed - ev.n]
-            still = {acc for _, acc in self.pending}
+            oldest_kept = self.committed - ev.n
+            rec.retires = [r for g, r in self.pending if g < oldest_kept]
+            self.pending = [(g, r) for g, r in self.pending if g >= oldest_kept]
+            still = {r.ev.acc for _, r in self.pending}
             for acc in [a for a, why in busy.items() if why is _WGMMA_BUSY and a not in still]:
                 del busy[acc]
         elif isinstance(ev, (W.StSharedEv, W.StGlobalEv)) and busy.get(ev.op.src) is _WGMMA_BUSY:
@@ -173,13 +178,13 @@ def _trace(kernel, ragged: bool = False) -> _Trace:
             wk = W.WarpWalker(program, ctaid=ctaid, nctaid=grid, cluster_size=kernel.cluster_size, warp=warp,
                               smem_base=SMEM_BASE, params={"m": m, "n": n, "k": k}, values=False)
             recs, syncs, gen, reply = [], 0, wk.run(), None
-            accumulators = _WgmmaAccumulators(wk)
+            wgmma = _WgmmaGroups(wk)
             try:
                 while True:
                     ev = gen.send(reply)
                     reply = None
-                    accumulators.see(ev)
                     recs.append(_Rec(ev, wk.where(), wk.loop_key(), syncs, wk.thread(), wk.loads_pending()))
+                    wgmma.see(recs[-1])
                     if isinstance(ev, W.TmemBaseEv):
                         reply = 0
                     elif isinstance(ev, W.TmemLoadEv):
@@ -595,8 +600,7 @@ class _WarpHandovers:
         self.epochs: dict[tuple[str, int], list] = {}  # (barrier, index) -> [waits (one per iteration), last key]
         self.passes: Counter = Counter()  # thread barrier (kind, id) -> generations completed
         self.lds: list[_Access] = []  # tcgen05.ld not yet covered by a tcgen05.wait::ld
-        self.wgmma: list[_Access] = []  # wgmma.mma_async since the last wgmma.commit_group
-        self.groups: list[list[_Access]] = []  # committed wgmma groups, oldest first, not yet waited
+        self.wgmma: dict[int, list[_Access]] = defaultdict(list)  # id(wgmma _Rec) -> its accesses, not retired
         self.unbulked: dict[object, list[_Store]] = defaultdict(list)  # thread -> TMA stores not yet committed
         self.bulk: list[tuple[object, list[_Store]]] = []  # committed bulk groups (thread, stores), not yet retired
 
@@ -620,16 +624,11 @@ class _WarpHandovers:
             self.orphans += self.open.pop(key, [])
         elif isinstance(ev, W.SyncEv):
             self.passes[(ev.kind, ev.id)] += 1
-        elif isinstance(ev, W.WgmmaCommitEv):
-            self.groups.append(self.wgmma)
-            self.wgmma = []
-        elif isinstance(ev, W.WgmmaWaitEv):  # wgmma.wait_group N: all but the N most recent groups complete
-            retired = max(len(self.groups) - ev.n, 0)
+        elif isinstance(ev, W.WgmmaWaitEv):
             done = self.point(rec, i)
-            for group in self.groups[:retired]:
-                for a in group:
+            for wgmma in rec.retires:
+                for a in self.wgmma.pop(id(wgmma), []):
                     a.done = done
-            del self.groups[:retired]
         elif isinstance(ev, (W.ArriveEv, W.CommitEv)):
             bars = ev.bars if isinstance(ev, W.CommitEv) else (ev.bar,)
             for name, index in sorted({(b.name, b.index) for b in bars}):
@@ -683,7 +682,7 @@ class _WarpHandovers:
         if isinstance(rec.ev, W.TmemLoadEv):
             self.lds.append(a)
         elif isinstance(rec.ev, W.WgmmaEv):
-            self.wgmma.append(a)
+            self.wgmma[id(rec)].append(a)
 
     def _hand_over(self, h: _Handover, index: int, rec: _Rec, i: int) -> None:
         for a in self.open.pop((h.waited, index), []):
