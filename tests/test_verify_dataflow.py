@@ -52,8 +52,8 @@ def _in_loop_with(pred, change):
     return rw
 
 
-def _is_wgmma_wait_1(op) -> bool:
-    return isinstance(op, O.WgmmaWait) and op.n == 1
+def _is_wgmma_wait(n: int):
+    return lambda op: isinstance(op, O.WgmmaWait) and op.n == n
 
 
 def _arrive_before_wgmma_wait(body: list) -> list:
@@ -142,6 +142,9 @@ def _other_acc_stage(op):
     return replace(op, bar=replace(op.bar, index=(Var("acc") + 1) % 2))
 
 
+_ACC0_READ_EARLY = (r"^register array 'acc0' read while a wgmma writing it is not covered by a wgmma\.wait_group "
+                    r"\(consumer \(CTA 0, rank 0, warp 4\) at t=0\)")
+
 #: name -> (planted kernel, regex of the finding)
 PLANTS = {
     # producer_commit after the producer's last write (issue 10's sm_100a plant, and level 9)
@@ -183,34 +186,30 @@ PLANTS = {
          r"tcgen05\.commit tracks only the prior tcgen05\.mma of its own thread")),
     # smem operand stages, sm_90a
     "h100_256x128: empty arrive before wgmma.wait_group": (
-        lambda: _kernel("h100_256x128", fn=_in_loop_with(_is_wgmma_wait_1, _arrive_before_wgmma_wait)),
+        lambda: _kernel("h100_256x128", fn=_in_loop_with(_is_wgmma_wait(1), _arrive_before_wgmma_wait)),
         (r"^consumer release before the last read completes: MbarrierArrive empty\[\(it - 1\) % 4\]"
          + _by("consumer", 4, "t=0 kb=1") + r" releases operand stage 0 while Wgmma m64n128k16 acc0 .* \(at t=0 kb=0\) "
          r"may still be in flight: no wgmma\.wait_group retires its wgmma group before the arrive")),
     "dual_h100: empty arrive before wgmma.wait_group": (
-        lambda: _kernel(DUAL_H100, fn=_in_loop_with(_is_wgmma_wait_1, _arrive_before_wgmma_wait)),
+        lambda: _kernel(DUAL_H100, fn=_in_loop_with(_is_wgmma_wait(1), _arrive_before_wgmma_wait)),
         (r"^consumer release before the last read completes: MbarrierArrive empty\[\(it - 1\) % 4\]"
          + _by("consumer", 4, "t=0 kb=1") + r" releases operand stage 0 while Wgmma .* \(at t=0 kb=0\) may still be "
          r"in flight: no wgmma\.wait_group retires")),
     "h100_128x256: wgmma.wait_group 1 dropped": (
-        lambda: _kernel("h100_128x256", fn=where(_is_wgmma_wait_1, drop)),
+        lambda: _kernel("h100_128x256", fn=where(_is_wgmma_wait(1), drop)),
         (r"^consumer release before the last read completes: MbarrierArrive empty\[\(it - 1\) % 4\] on cta 0"
          + _by("consumer", 4, "t=0 kb=1") + r" releases operand stage 0 while Wgmma .* \(at t=0 kb=0\) may still be "
          r"in flight: no wgmma\.wait_group retires")),
     # sm_90a register accumulators: the producer_commit is the wgmma.wait_group before the epilogue reads them
     "dual_h100: silu * mul before wgmma.wait_group 0": (
         lambda: _kernel(DUAL_H100, fn=_silu_before_wgmma_wait),
-        r"^register array 'acc0' read while a wgmma writing it is not covered by a wgmma\.wait_group \(consumer "
-        r"\(CTA 0, rank 0, warp 4\) at t=0\)"),
+        _ACC0_READ_EARLY),
     "h100_256x128: wgmma.wait_group 0 before the epilogue dropped": (
-        lambda: _kernel("h100_256x128", fn=where(lambda op: isinstance(op, O.WgmmaWait) and op.n == 0, drop)),
-        r"^register array 'acc0' read while a wgmma writing it is not covered by a wgmma\.wait_group \(consumer "
-        r"\(CTA 0, rank 0, warp 4\) at t=0\)"),
+        lambda: _kernel("h100_256x128", fn=where(_is_wgmma_wait(0), drop)),
+        _ACC0_READ_EARLY),
     "h100_256x128: wgmma.wait_group 0 only on the TMA-store path (ragged n)": (
-        lambda: _kernel("h100_256x128", fn=_in_loop_with(lambda x: isinstance(x, O.WgmmaWait) and x.n == 0,
-                                                         _wgmma_wait_on_tma_path_only)),
-        r"^register array 'acc0' read while a wgmma writing it is not covered by a wgmma\.wait_group \(consumer "
-        r"\(CTA 0, rank 0, warp 4\) at t=0\)"),
+        lambda: _kernel("h100_256x128", fn=_in_loop_with(_is_wgmma_wait(0), _wgmma_wait_on_tma_path_only)),
+        _ACC0_READ_EARLY),
     # TMEM accumulator stages
     "dual_sm100: tmem_empty release before the last TMEM load": (
         lambda: _kernel(DUAL_SM100, fn=in_role("epilogue", _release_before_last_load)),
