@@ -536,6 +536,10 @@ class WarpWalker:
         """
         return None if self.lane is None else ("elect", id(self.elects[-1]) if self.elects else self.lane)
 
+    def loads_pending(self) -> bool:
+        """Whether a ``tcgen05.ld`` of this warp has not been waited for (``tcgen05.wait::ld``) yet."""
+        return any(why is _LD_BUSY for why in self.busy.values())
+
     def _let(self, op):
         self._write_var(op.var, self.eval(op.expr))
 
