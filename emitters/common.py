@@ -9,7 +9,7 @@ from __future__ import annotations
 from ptxgen.ir import expr as ex
 from ptxgen.ir import ops
 
-from .core import Lowering
+from .core import Lowering, _split_const
 
 PEER_BIT_MASK = 0xFEFFFFFF  # clears the CTA-rank bit of a shared::cluster address (seed level 2)
 
@@ -220,11 +220,19 @@ def st_global_bf16(lw: Lowering, op: ops.StGlobalBf16) -> None:
 
 
 def _global_addr(lw: Lowering, param: str, offset: ex.Expr) -> str:
-    """64-bit global address ``%param + offset`` (``offset``: u32 bytes)."""
+    """``[...]`` operand of the 64-bit global address ``%param + offset`` (``offset``: u32 bytes).
+
+    A constant part of ``offset`` becomes the immediate of the address operand (``[%xd + 2048]``), so the
+    chunks of one partial share one base register.
+    """
+    const, rest = _split_const(ex.fold(ex.lift(offset)))
     addr = lw.tmp64()
-    lw.emit(f"cvt.u64.u32 {addr}, {lw.reg(offset)};")
-    lw.emit(f"add.u64 {addr}, {addr}, %{param};")
-    return addr
+    if rest is None:
+        lw.emit(f"mov.u64 {addr}, %{param};")
+    else:
+        lw.emit(f"cvt.u64.u32 {addr}, {lw.reg(rest)};")
+        lw.emit(f"add.u64 {addr}, {addr}, %{param};")
+    return f"{addr}+{const}" if const else addr
 
 
 def st_global_f32(lw: Lowering, op: ops.StGlobalF32) -> None:

@@ -325,10 +325,10 @@ class SplitKFixup:
                 out.append(make(fold(Var("ws_chunk") + sp.chunk_offset(0, a, c, 0)), name, idx))
         return out
 
-    def nonempty(self, s: int) -> Expr:
+    def nonempty(self, s: Expr) -> Expr:
         """Split ``s`` of the current tile has k-blocks (``num_k < splits`` leaves some empty)."""
         n = self.sp.splits
-        return lt(Const(s) * Var("num_k") // n, Const(s + 1) * Var("num_k") // n)
+        return lt(s * Var("num_k") // n, (s + 1) * Var("num_k") // n)
 
     def is_last(self) -> Expr:
         return eq(Var("split"), self.sp.splits - 1)
@@ -348,12 +348,12 @@ class SplitKFixup:
                 self.epi.named_sync(wg)]
 
     def collect(self, wg: Expr) -> list:
-        """Add every non-empty partial into the fragments: loads predicated on the last split, adds on every path."""
-        out = []
-        for s in range(self.sp.splits - 1):
-            pred = land(self.is_last(), self.nonempty(s))
-            out += self.chunk_ops(lambda off, name, idx: LdGlobalF32(off, name, idx, pred), s, wg)
-        return out
+        """Add every non-empty partial ``ps`` into the fragments: loads predicated on the last split, adds on every path."""
+        s = Var("ps")
+        pred = land(self.is_last(), self.nonempty(s))
+        loads = self.chunk_ops(lambda off, name, idx: LdGlobalF32(off, name, idx, pred), s, wg)
+        # not unrolled: with the loads of two partials in flight ptxas spills 4 B at 128x192, split_k 3
+        return [For("ps", Const(0), Const(self.sp.splits - 1), Const(1), tuple(loads), unroll=False)]
 
     def step(self, wg: Expr, epilogue: list) -> list:
         """After the mainloop: publish or acquire, collect, then the epilogue (fused op and D stores) on the last split.

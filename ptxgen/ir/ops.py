@@ -76,16 +76,20 @@ class WarpSwitch(Op):
 
 @dataclass(frozen=True)
 class For(Op):
-    """``for var = start; var < stop; var += step`` (u32, uniform)."""
+    """``for var = start; var < stop; var += step`` (u32, uniform).
+
+    unroll: False asks ptxas not to unroll it (``.pragma "nounroll"``, PTX ISA "Performance-tuning directives").
+    """
 
     var: str
     start: Expr
     stop: Expr
     step: Expr
     body: tuple
+    unroll: bool = True
 
     def describe(self) -> str:
-        return f"For {self.var} in [{_s(self.start)}, {_s(self.stop)}) step {_s(self.step)}"
+        return f"For {self.var} in [{_s(self.start)}, {_s(self.stop)}) step {_s(self.step)}" + ("" if self.unroll else " (not unrolled)")
 
 
 @dataclass(frozen=True)
