@@ -8,6 +8,8 @@
 #   dual_auto.json      bench/dual_bench.py, the 8 shapes of issue 10, config chosen per shape
 #   dual_splitk.json    the 4 small-M dual shapes: dual_h100_128x128 with split_k 1, 2 and 4
 # Usage (repo root, on the device; wheels of .whl installed when carried): bash bench/device_splitk.sh
+# SANITIZE=1 adds compute-sanitizer memcheck/racecheck/synccheck of one split-K GEMM and one split-K dual config
+# at the end (about 2 more minutes).
 set -o pipefail
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -42,3 +44,15 @@ step "dual GEMM: split_k 1, 2, 4 on the small-M shapes"
 timeout 40 python3 bench/dual_bench.py --iters 20 --shapes 4,5,6,7 --config dual_h100_128x128 \
   --config bench/configs/dual_h100_128x128_sk2.yaml --config bench/configs/dual_h100_128x128_sk4.yaml \
   --json "$OUT/dual_splitk.json" 2>&1 | tee -a "$LOG" | tail -16
+
+if [ "${SANITIZE:-0}" = 1 ]; then
+  step "compute-sanitizer on split-K configs (300x520x264: 5 k-blocks over the splits)"
+  for c in bench/configs/h100_128x192_sk3.yaml bench/configs/dual_h100_128x128_sk2.yaml; do
+    for tool in memcheck racecheck synccheck; do
+      extra=""; [ $tool = memcheck ] && extra="--report-api-errors no"
+      timeout 60 compute-sanitizer --tool $tool $extra python3 bench/sanitize_one.py $c 300 520 264 2>&1 \
+        | tee -a "$OUT/sanitizer.log" | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|rel err|Error" | head -4 \
+        | sed "s|^|$(basename $c .yaml) $tool: |" | tee -a "$LOG"
+    done
+  done
+fi
