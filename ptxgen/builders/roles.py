@@ -355,8 +355,8 @@ class SplitKFixup:
         # not unrolled: with the loads of two partials in flight ptxas spills 4 B at 128x192, split_k 3
         return [For("ps", Const(0), Const(self.sp.splits - 1), Const(1), tuple(loads), unroll=False)]
 
-    def step(self, wg: Expr, epilogue: list) -> list:
-        """After the mainloop: publish or acquire, collect, then the epilogue (fused op and D stores) on the last split.
+    def step(self, wg: Expr, epilogue: tuple[list, list]) -> list:
+        """After the mainloop: publish or acquire, collect, then ``epilogue`` = (fused op, D stores) on the last split.
 
         The partial adds redefine the accumulator registers on every path (predicated loads, no branch around
         the adds) and the mainloop has no branch around it (an empty split runs zero k-blocks): with either,
