@@ -100,12 +100,18 @@ class Candidate:
     stages: int
     cluster: int
     accumulators: int = 1  # 2 for a dual GEMM (two B operands, two products per tile)
-    split_ok: bool = False  # schedule.split_k may be raised (sm_90a, persistent)
+    split_ok: bool = False  # the chooser may raise schedule.split_k (sm_90a, persistent, no cluster: see candidates)
 
 
 @functools.cache
 def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
-    """Every shipped config for ``arch`` of kernel kind ``kernel`` (``gemm``, ``dual_gemm``), as :class:`Candidate`."""
+    """Every shipped config for ``arch`` of kernel kind ``kernel`` (``gemm``, ``dual_gemm``), as :class:`Candidate`.
+
+    ``split_ok``: split-K variants are chosen only of single-CTA configs.  Split-K is deadlock-free when every
+    CTA of the persistent grid is resident; one CTA per SM always fits, while whether the GPCs hold
+    ``SMs / 2`` CTA pairs at once depends on the chip (an explicit clustered split-K config is allowed, and
+    GPU-tested, but not picked automatically).
+    """
     from ptxgen.config import load_config, shipped_configs
 
     out = []
@@ -114,7 +120,8 @@ def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
         if cfg.arch == arch and cfg.kernel == kernel:
             out.append(Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
                                  cfg.pipeline.stages, cfg.cluster.size, 2 if cfg.kernel == "dual_gemm" else 1,
-                                 cfg.arch == "sm_90a" and cfg.schedule.persistent and cfg.schedule.split_k == 1))
+                                 cfg.arch == "sm_90a" and cfg.schedule.persistent and cfg.schedule.split_k == 1
+                                 and cfg.cluster.size == 1))
     return tuple(out)
 
 
