@@ -78,10 +78,11 @@ def main() -> None:
             ptxgen.dual_gemm(a, b1, b2, out=out, config=cfg)
             err = ((out.float() - ref).norm() / ref.norm()).item()
             tflops = 4 * m * n * k / (ours * 1e-3) / 1e12
-            rows.append(dict(m=m, n=n, k=k, config=cfg, unfused_ms=unfused, concat_ms=concat_ms, ptxgen_ms=ours,
+            label = cfg if isinstance(cfg, str) else cfg.name  # the chooser may return a split-K variant (Config)
+            rows.append(dict(m=m, n=n, k=k, config=label, unfused_ms=unfused, concat_ms=concat_ms, ptxgen_ms=ours,
                              speedup_vs_unfused=unfused / ours, speedup_vs_concat=concat_ms / ours, rel_err=err,
                              tflops=tflops))
-            print(f"{m:>6} {n:>6} {k:>6} {cfg[-22:]:>22} {unfused:>10.3f} {concat_ms:>10.3f} {ours:>10.3f} "
+            print(f"{m:>6} {n:>6} {k:>6} {label[-22:]:>22} {unfused:>10.3f} {concat_ms:>10.3f} {ours:>10.3f} "
                   f"{unfused / ours:>10.3f} {concat_ms / ours:>10.3f} {err:>8.1e} {tflops:>8.0f}")
         del sets, cat
         torch.cuda.empty_cache()

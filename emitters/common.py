@@ -9,7 +9,7 @@ from __future__ import annotations
 from ptxgen.ir import expr as ex
 from ptxgen.ir import ops
 
-from .core import Lowering
+from .core import Lowering, _split_const
 
 PEER_BIT_MASK = 0xFEFFFFFF  # clears the CTA-rank bit of a shared::cluster address (seed level 2)
 
@@ -225,6 +225,61 @@ def st_global_bf16(lw: Lowering, op: ops.StGlobalBf16) -> None:
     lw.place(done)
 
 
+def _global_addr(lw: Lowering, param: str, offset: ex.Expr) -> str:
+    """``[...]`` operand of the 64-bit global address ``%param + offset`` (``offset``: u32 bytes).
+
+    A constant part of ``offset`` becomes the immediate of the address operand (``[%xd + 2048]``), so the
+    chunks of one partial share one base register.
+    """
+    const, rest = _split_const(ex.fold(ex.lift(offset)))
+    addr = lw.tmp64()
+    if rest is None:
+        lw.emit(f"mov.u64 {addr}, %{param};")
+    else:
+        lw.emit(f"cvt.u64.u32 {addr}, {lw.reg(rest)};")
+        lw.emit(f"add.u64 {addr}, {addr}, %{param};")
+    return f"{addr}+{const}" if const else addr
+
+
+def st_global_f32(lw: Lowering, op: ops.StGlobalF32) -> None:
+    regs = lw.array(op.src, max(op.idx) + 1, _array_type(lw, op.src))
+    addr = _global_addr(lw, op.param, op.offset)
+    lw.emit(f"st.global.v4.f32 [{addr}], {{{', '.join(regs[i] for i in op.idx)}}};")
+
+
+def ld_global_f32(lw: Lowering, op: ops.LdGlobalF32) -> None:
+    regs = lw.array(op.dst, max(op.idx) + 1, _array_type(lw, op.dst))
+    addr = _global_addr(lw, op.param, op.offset)
+    vals = [lw.tmp() for _ in op.idx]
+    guard = ""
+    if op.pred is not None:
+        for v in vals:
+            lw.emit(f"mov.b32 {v}, 0;")
+        guard = f"@{lw.predicate(op.pred)} "
+    lw.emit(f"{guard}ld.global.v4.f32 {{{', '.join(vals)}}}, [{addr}];")
+    for i, v in zip(op.idx, vals):
+        lw.emit(f"add.f32 {regs[i]}, {regs[i]}, {v};")
+
+
+def red_global(lw: Lowering, op: ops.RedGlobal) -> None:
+    addr = _global_addr(lw, op.param, op.offset)
+    lw.emit(f"red.{op.sem}.{op.scope}.global.add.u32 [{addr}], {op.value};")
+
+
+def ld_global_acquire_wait(lw: Lowering, op: ops.LdGlobalAcquireWait) -> None:
+    addr = _global_addr(lw, op.param, op.offset)
+    top, value, p = lw.label("spin"), lw.tmp(), lw.pred()
+    lw.place(top)
+    lw.emit(f"ld.{op.sem}.{op.scope}.global.u32 {value}, [{addr}];")
+    lw.emit(f"setp.ne.u32 {p}, {value}, {op.value};")
+    lw.emit(f"@{p} bra {top};")
+
+
+def st_global_u32(lw: Lowering, op: ops.StGlobalU32) -> None:
+    addr = _global_addr(lw, op.param, op.offset)
+    lw.emit(f"st.relaxed.{op.scope}.global.u32 [{addr}], {op.value};")
+
+
 NEG_LOG2E_F32 = 0xBFB8AA3B  # -log2(e) as f32 bits: exp(-x) = ex2(x * -log2(e))
 ONE_F32 = 0x3F800000
 
@@ -263,4 +318,9 @@ COMMON = {
     ops.Nanosleep: nanosleep,
     ops.StSharedBf16: st_shared_bf16,
     ops.StGlobalBf16: st_global_bf16,
+    ops.StGlobalF32: st_global_f32,
+    ops.LdGlobalF32: ld_global_f32,
+    ops.RedGlobal: red_global,
+    ops.LdGlobalAcquireWait: ld_global_acquire_wait,
+    ops.StGlobalU32: st_global_u32,
 }

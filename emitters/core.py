@@ -343,6 +343,8 @@ def _lower_for(lw: Lowering, op: ops.For) -> None:
     v = lw.var(op.var)
     lw.emit(f"mov.u32 {v}, {lw.value(op.start)};")
     lw.place(top)
+    if not op.unroll:
+        lw.emit('.pragma "nounroll";')
     p = lw.pred()
     lw.emit(f"setp.ge.u32 {p}, {v}, {lw.value(op.stop)};")
     lw.emit(f"@{p} bra {done};")

@@ -200,10 +200,15 @@ class Epilogue:
 
 @section
 class Schedule:
-    """Tile order. persistent: grid = SM count, CTAs loop over tiles. group: swizzle group (m-blocks)."""
+    """Tile order. persistent: grid = SM count, CTAs loop over tiles. group: swizzle group (m-blocks).
+
+    split_k: split each tile's K range over this many work units (serial split-K: the first ``split_k - 1``
+    splits leave fp32 partials in a global workspace, the last adds them and stores D; sm_90a, persistent).
+    """
 
     persistent: Bool = False
     group: Range(1, 1024) = 1
+    split_k: Range(1, 16) = 1
 
 
 @section
@@ -488,6 +493,8 @@ def validate(cfg: Config) -> None:
         _validate_sm100(cfg)
     else:
         _validate_sm90(cfg)
+    if cfg.schedule.split_k > 1:
+        _validate_split_k(cfg)
 
     make_plan(cfg)  # budgets are the plan's real numbers (plan.py never imports config at run time)
 
@@ -510,6 +517,20 @@ def _validate_nvfp4(cfg: Config) -> None:
           "would leave no TMEM columns for the scale factors)")
     _rule(cfg.mma.tc_util_percent == 100, "mma.tc_util_percent", cfg.mma.tc_util_percent,
           "operands=nvfp4: the throttle models bf16 MMAs; must be 100")
+
+
+def _validate_split_k(cfg: Config) -> None:
+    """Serial split-K (``schedule.split_k > 1``): the fixup exists for the sm_90a register accumulators only, and a
+    tile's last split spins on a counter the other splits of the same launch increment, which is deadlock-free
+    only when every CTA of the grid is resident (a persistent grid of at most one CTA per SM; see
+    :class:`ptxgen.plan.SplitKPlan`).  K itself is a runtime value: a split left without k-blocks
+    (``ceil(K / block_k) < split_k``) is handled in the kernel (it contributes nothing)."""
+    s = cfg.schedule.split_k
+    _rule(cfg.arch == "sm_90a", "schedule.split_k", s,
+          "split-K is sm_90a only for now (the sm_100a TMEM epilogue has no partial-tile fixup); must be 1")
+    _rule(cfg.schedule.persistent, "schedule.split_k", s,
+          "needs schedule.persistent=true: a tile's last split waits for its other splits, which is deadlock-free "
+          "only when every CTA is resident (persistent grid <= SM count)")
 
 
 def _validate_sm100(cfg: Config) -> None:

@@ -12,6 +12,12 @@ Kernel signature (every GEMM kernel, both targets), in parameter order::
     tmap_d  .param .align 128 .b8 [128]   CUtensorMap of D [M, N] bf16, N innermost
     d_ptr   .param .u64                   D's device address (direct stores)
     m, n, k .param .u32                   problem shape in elements
+
+Split-K kernels (``schedule.split_k > 1``) take one more parameter after ``k``::
+
+    workspace .param .u64                 a zero-initialised device buffer of
+                                          ``WorkspaceSpec.bytes(cta_tiles)`` bytes (fp32 partial
+                                          tiles and one u32 counter per tile and consumer warpgroup)
 """
 
 from __future__ import annotations
@@ -78,17 +84,71 @@ class GridPolicy:
     tile_rows: int
     tile_cols: int
     cluster_size: int
+    split_k: int = 1  # work units per cluster tile (split-K: the scheduler walks tiles x split_k units)
 
     def cluster_tiles(self, m: int, n: int) -> int:
         """Number of cluster tiles covering an ``m`` x ``n`` output."""
         return -(-m // self.tile_rows) * -(-n // self.tile_cols)
 
     def grid_x(self, m: int, n: int, num_sms: int) -> int:
-        """``gridDim.x`` in CTAs (a multiple of ``cluster_size``) for an ``m`` x ``n`` output."""
-        clusters = self.cluster_tiles(m, n)
+        """``gridDim.x`` in CTAs (a multiple of ``cluster_size``) for an ``m`` x ``n`` output.
+
+        Persistent: at most one cluster per ``cluster_size`` SMs, so with split-K every CTA is resident.
+        """
+        clusters = self.cluster_tiles(m, n) * self.split_k
         if self.persistent:
             clusters = min(clusters, max(1, num_sms // self.cluster_size))
         return clusters * self.cluster_size
+
+
+@dataclass(frozen=True)
+class WorkspaceSpec:
+    """The global workspace of a split-K kernel (serial split-K; see :class:`ptxgen.plan.SplitKPlan`).
+
+    Layout, bytes from the buffer's start, for ``cta_tiles`` CTA tiles (cluster tiles x ``ctas_per_tile``)::
+
+        [partials: cta_tiles x (split_k - 1) x partial_bytes][counters: cta_tiles x counters_per_tile x 4 B]
+
+    Partial ``s`` of CTA tile ``t`` is the fp32 accumulator(s) of split ``s`` in fragment order (what
+    each consumer thread holds, 16 B per thread per chunk); counter ``(t, g)`` counts the splits of
+    tile ``t`` whose consumer warpgroup ``g`` has published its partial.  Counters start at 0 (the
+    runtime zero-fills the buffer once) and the tile's last split resets them to 0.
+
+    The methods compute with ints (runtime, simulator) and with IR expressions (the builder) alike.
+
+    Attributes:
+        split_k: splits per tile (>= 2).
+        partial_bytes: bytes of one CTA tile's partial (block_m x block_n x 4 B x accumulators).
+        counters_per_tile: u32 counters per CTA tile (one per consumer warpgroup).
+        ctas_per_tile: CTA tiles per cluster tile (2 for a CTA pair computing two m-blocks).
+    """
+
+    split_k: int
+    partial_bytes: int
+    counters_per_tile: int
+    ctas_per_tile: int = 1
+
+    COUNTER_BYTES = 4
+
+    def counters_offset(self, cta_tiles):
+        """Byte offset of the first counter (the end of the partials)."""
+        return cta_tiles * ((self.split_k - 1) * self.partial_bytes)
+
+    def partial_offset(self, cta_tile, split):
+        """Byte offset of partial ``split`` (< split_k - 1) of CTA tile ``cta_tile``."""
+        return (cta_tile * (self.split_k - 1) + split) * self.partial_bytes
+
+    def counter_offset(self, cta_tiles, cta_tile, group):
+        """Byte offset of the counter of consumer warpgroup ``group`` of CTA tile ``cta_tile``."""
+        return self.counters_offset(cta_tiles) + (cta_tile * self.counters_per_tile + group) * self.COUNTER_BYTES
+
+    def bytes(self, cta_tiles: int) -> int:
+        """Workspace size for ``cta_tiles`` CTA tiles, bytes."""
+        return self.counters_offset(cta_tiles) + cta_tiles * self.counters_per_tile * self.COUNTER_BYTES
+
+    def bytes_for(self, grid: GridPolicy, m: int, n: int) -> int:
+        """Workspace size for an ``m`` x ``n`` output under ``grid``, bytes."""
+        return self.bytes(grid.cluster_tiles(m, n) * self.ctas_per_tile)
 
 
 @dataclass(frozen=True)
@@ -107,6 +167,7 @@ class LaunchSpec:
         params: (name, kind) in parameter order.
         k_multiple: K must be a multiple of this (elements), for 16-byte global strides.
         n_multiple: N must be a multiple of this (8 when D is only ever stored through its tensor map).
+        workspace: the split-K workspace (None: the kernel takes no ``workspace`` parameter).
     """
 
     name: str
@@ -121,6 +182,7 @@ class LaunchSpec:
     k_multiple: int = 8
     n_multiple: int = 1
     extra: dict = field(default_factory=dict)
+    workspace: WorkspaceSpec | None = None
 
     def to_json(self) -> str:
         """Stable, human-readable JSON (sorted keys, 2-space indent, trailing newline)."""
@@ -143,4 +205,5 @@ class LaunchSpec:
             k_multiple=d["k_multiple"],
             n_multiple=d.get("n_multiple", 1),
             extra=d.get("extra", {}),
+            workspace=WorkspaceSpec(**d["workspace"]) if d.get("workspace") else None,
         )

@@ -18,7 +18,7 @@ from .hw import SM_SMEM_BYTES, SMEM_LIMIT_BYTES, SMEM_RESERVED_PER_CTA, TMEM_COL
 from .errors import ConfigError
 from .ir.kernel import BarrierArray, Kernel, SmemRegion
 from .ir.pipeline import ARRIVE, EXPECT_TX, UMMA_COMMIT, BulkStoreRing, Pipeline
-from .launch import PARAMS, GridPolicy, LaunchSpec, TensorMapSpec
+from .launch import PARAMS, GridPolicy, LaunchSpec, TensorMapSpec, WorkspaceSpec
 from .version import __version__
 
 if TYPE_CHECKING:  # the plan reads a validated Config; config.validate() calls make_plan (one-way import)
@@ -86,6 +86,70 @@ class MmaPlan:
     sfb: str = ""
 
     # sfa, sfb: the scale-factor operands of a block-scaled MMA (NVFP4), "" for a plain one.
+
+
+WORKSPACE_PARAM = ("workspace", "u64")  # the split-K kernels' extra parameter (after ``k``)
+F32_BYTES = 4
+PARTIAL_CHUNK_VALUES = 4  # fp32 values per thread per partial access: one st/ld.global.v4.f32 (16 B)
+
+
+@dataclass(frozen=True)
+class SplitKPlan:
+    """Serial split-K into a global workspace (sm_90a, ``schedule.split_k = splits > 1``).
+
+    Work units.  The persistent scheduler walks ``tiles x splits`` units in the usual swizzled tile
+    order; unit ``u`` is split ``u % splits`` of tile ``u // splits`` (a tile's splits are consecutive
+    units) and covers k-blocks ``[s * num_k // splits, (s + 1) * num_k // splits)`` (``num_k`` is a
+    runtime value: the builder emits the expression, the IR carries it; a split may be empty when
+    ``num_k < splits`` and then contributes nothing).  The operand ring counts k-blocks across units
+    (``kdone``: k-blocks this CTA walked before the unit).
+
+    Fixup, per consumer warpgroup ``g`` of CTA tile ``t`` (see :class:`~ptxgen.launch.WorkspaceSpec` for
+    the layout).  A split ``s < splits - 1`` stores its fp32 fragments to partial ``s`` (``st.global.v4.f32``),
+    syncs the warpgroup (``bar.sync``), and one thread increments counter ``(t, g)`` with
+    ``red.release.gpu.global.add.u32`` (the release orders the warpgroup's stores before the increment:
+    CUTLASS's ``arrive_inc``).  The last split runs its own mainloop, then one thread spins with
+    ``ld.acquire.gpu.global.u32`` until the counter is ``splits - 1``, resets it to 0 (the workspace cleans
+    itself: the next launch, or a CUDA-graph replay, starts from 0), the warpgroup syncs, every thread adds
+    the ``splits - 1`` partials into its registers (``ld.global.v4.f32``) and the normal epilogue runs.
+
+    Deadlock freedom.  The grid is persistent with at most one CTA per SM (``GridPolicy.grid_x`` caps it at
+    the SM count), so every CTA is resident; each CTA takes its units in increasing order, and only a
+    tile's last split waits, on units with smaller numbers.  Suppose every unfinished CTA were blocked and
+    let ``u`` be the smallest unit a CTA is blocked at: it waits on a unit ``v < u`` of some CTA ``c``;
+    ``c`` is blocked at a unit ``>= u > v`` or finished, so it has already passed ``v``, and a non-last
+    split never blocks after its mainloop (store, sync, increment): ``v`` completed.  Contradiction.
+    Residency is the assumption: one CTA per SM always fits an idle GPU; a CTA pair (cluster of 2) needs the
+    GPCs to hold ``SMs / 2`` pairs at once (true of the H100's 2-SM TPCs; the chooser picks split-K only for
+    single-CTA configs); two split-K launches running concurrently on different streams share the SMs and
+    can leave both grids partly resident (run them on one stream).
+
+    Attributes:
+        splits: ``split_k``.
+        workspace: the layout (also in the launch spec, for the runtime and the simulator).
+        group_bytes: bytes of one consumer warpgroup's share of a partial (consumer_rows x block_n x 4 B x accumulators).
+        group_threads: threads of a consumer warpgroup (128).
+        chunk_values: fp32 values per thread per access (4: 16 B).
+        chunks: accesses per thread per fragment array (block_n / 2 / chunk_values).
+    """
+
+    splits: int
+    workspace: WorkspaceSpec
+    group_bytes: int
+    group_threads: int
+    chunk_values: int
+    chunks: int
+
+    @property
+    def chunk_bytes(self) -> int:
+        return self.chunk_values * F32_BYTES
+
+    def chunk_offset(self, group, array: int, chunk: int, thread):
+        """Byte offset, inside a partial, of chunk ``chunk`` of fragment array ``array`` of ``thread`` of ``group``.
+
+        Fragment order: consecutive threads hold consecutive 16 B (coalesced), arrays and chunks follow.
+        """
+        return group * self.group_bytes + ((array * self.chunks + chunk) * self.group_threads + thread) * self.chunk_bytes
 
 
 @dataclass(frozen=True)
@@ -195,6 +259,7 @@ class Plan:
     min_ctas_per_sm: int  # sm_100a: ``.minnctapersm`` (0: none); see make_plan
     producer_regs: int
     consumer_regs: int
+    split: SplitKPlan | None = None  # serial split-K (schedule.split_k > 1)
 
     @property
     def kernel(self) -> str:
@@ -258,7 +323,7 @@ class Plan:
     def params(self) -> tuple[tuple[str, str], ...]:
         """Kernel parameters in order: one tensor map per operand, D's, then ``d_ptr``, ``m``, ``n``, ``k``."""
         maps = tuple((f"tmap_{o.name}", "tensor_map") for o in self.operands) + (("tmap_d", "tensor_map"),)
-        return maps + tuple(p for p in PARAMS if p[1] != "tensor_map")
+        return maps + tuple(p for p in PARAMS if p[1] != "tensor_map") + ((WORKSPACE_PARAM,) if self.split else ())
 
     def launch_spec(self) -> LaunchSpec:
         """Launch metadata for the runtime (``generated/<name>.json``)."""
@@ -282,11 +347,13 @@ class Plan:
                 tile_rows=self.cluster_tile_rows,
                 tile_cols=self.block_n,
                 cluster_size=self.cluster_size,
+                split_k=self.split.splits if self.split else 1,
             ),
             tensor_maps=maps,
             params=self.params,
             k_multiple=self.k_multiple,
             n_multiple=self.store_n_multiple if self.is_sm100 and self.tma_store else 1,
+            workspace=self.split.workspace if self.split else None,
         )
 
     def kernel_resources(self, body) -> Kernel:
@@ -516,6 +583,14 @@ def make_plan(cfg: Config) -> Plan:
     # CTAs) and level 9 spills 16 B (issue 9, finding 6).  PTX ISA "Performance-tuning directives".
     min_ctas_per_sm = 1 if sm100 else 0
 
+    # ---- split-K (sm_90a; config.validate checks arch and persistence)
+    split = None
+    sk = cfg.schedule.split_k
+    if sk > 1:
+        group_bytes = m_waves * wave_rows * t.block_n * F32_BYTES * nb
+        ws = WorkspaceSpec(sk, group_bytes * wgs, wgs, 2 if cfg.cluster.dual_tile else 1)
+        split = SplitKPlan(sk, ws, group_bytes, 128, PARTIAL_CHUNK_VALUES, t.block_n // 2 // PARTIAL_CHUNK_VALUES)
+
     return Plan(
         cfg=cfg, kernel_name=f"ptxgen_{cfg.kernel}_{cfg.name.replace('-', '_')}", arch=cfg.arch,
         cluster_size=cs, cta_group=cta_group, threads=threads,
@@ -547,4 +622,5 @@ def make_plan(cfg: Config) -> Plan:
         cluster_tile_rows=t.block_m * m_ctas, m_ctas=m_ctas, group_clusters=group_clusters,
         throttle_ns=throttle_ns, ctas_per_sm=ctas_per_sm,
         maxnreg=maxnreg, min_ctas_per_sm=min_ctas_per_sm, producer_regs=producer_regs, consumer_regs=consumer_regs,
+        split=split,
     )

@@ -58,7 +58,12 @@ idesc, sfa, sfb, accumulate)`` (NVFP4; an f16 store's elements are tagged ``("f1
 ``("wgmma.fence",)``, ``("wgmma", array, n, adesc, bdesc, accumulate)``, ``("wgmma.commit",)``,
 ``("wgmma.wait", n)``; the hang watchdog's (never reached here: ``try_wait`` succeeds at once)
 ``("ld.global", addr)`` (reads 0), ``("atom.cas", addr, cmp, new)`` (old value 0),
-``("st.global.u32", addr, value)``; ``%globaltimer`` reads 0.
+``("st.global.u32", addr, value)``; ``%globaltimer`` reads 0.  The split-K workspace:
+``("st.global.f32", addr, elements)`` (``st.global.v4.f32``), ``("ld.global.f32", addr, count)``
+(``ld.global.v4.f32``; a predicated-off load has no effect), ``("red.global", sem, scope, addr, value)``
+(``red.SEM.SCOPE.global.add.u32``), ``("ld.global.u32", sem, scope, addr)`` (``ld.SEM.SCOPE.global.u32``: a
+spin reads the value the ``setp.ne`` after it waits for, so it passes at once, like ``try_wait``) and
+``("st.global.sem.u32", sem, scope, addr, value)`` (``st.relaxed.SCOPE.global.u32``).
 
 Sources: PTX ISA 8.8 (the instruction sections named above); ../shared/PTX_FACTS.md.
 """
@@ -167,7 +172,7 @@ def parse(text: str) -> Program:
         if m:
             labels[m.group(1)] = len(insns)
             continue
-        if line.startswith(".reg") or line.startswith(".local") or line.startswith(".shared"):
+        if line.startswith((".reg", ".local", ".shared", ".pragma")):
             continue
         for stmt in filter(None, (s.strip() for s in line.split(";"))):
             guard, neg = None, False
@@ -615,6 +620,17 @@ def _ld(insn: Insn):
             t.effects.append(("ld.shared", addr))
             t.regs[d] = t.tmem_base
         return ld_shared
+    if parts[1] in ("acquire", "relaxed") and tuple(parts[3:]) == ("global", "u32"):  # a split-K counter spin
+        return _ld_spin(insn)
+    if tuple(parts[1:]) == ("global", "v4", "f32"):  # a split-K partial chunk
+        a = _addr(ops[1])
+        n = len(_vec(ops[0]))
+
+        def ld_partial(t):
+            t.effects.append(("ld.global.f32", a(t), n))
+            for r in _vec(ops[0]):
+                t.regs.pop(r, None)  # an f32 value the interpreter does not model
+        return ld_partial
     if tuple(parts[1:]) == ("volatile", "global", "u32"):  # only the watchdog flag read; other global loads stay loud
         a = _addr(ops[1])
 
@@ -623,6 +639,28 @@ def _ld(insn: Insn):
             t.regs[d] = 0
         return ld_global
     raise PtxInterpError(f"line {insn.line}: load not interpreted: {insn.text}")
+
+
+def _ld_spin(insn: Insn):
+    """``ld.SEM.SCOPE.global.u32 d, [a]`` of a counter spin: it reads the value the ``setp.ne.u32 p, d, V`` after
+    it compares with (nothing blocks in this model), so the loop passes at once."""
+    parts, ops = insn.parts, insn.ops
+    d, a, sem, scope = ops[0], _addr(ops[1]), parts[1], parts[2]
+
+    def ld_spin(t):
+        t.effects.append(("ld.global.u32", sem, scope, a(t)))
+        nxt = t.prog.insns[t.pc + 1] if t.pc + 1 < len(t.prog.insns) else None
+        awaited = _int(nxt.ops[2]) if nxt is not None and nxt.parts[:2] == ("setp", "ne") and nxt.ops[1] == d else None
+        t.regs[d] = awaited if awaited is not None else 0
+    return ld_spin
+
+
+def _red(insn: Insn):
+    """``red.SEM.SCOPE.global.add.u32 [a], v`` (a split-K counter increment)."""
+    parts, ops = insn.parts, insn.ops
+    if len(parts) != 6 or parts[3:] != ("global", "add", "u32"):
+        raise PtxInterpError(f"line {insn.line}: red form not interpreted: {insn.text}")
+    return _effect(insn, "red.global", _const(parts[1]), _const(parts[2]), _addr(ops[0]), _src(ops[1]))
 
 
 def _atom(insn: Insn):
@@ -837,6 +875,12 @@ def _st(insn: Insn):
     space = parts[2] if parts[1] == "volatile" else parts[1]
     a = _addr(ops[0])
     vals = [_src(x) for x in _vec(ops[1])]
+    if parts[1] in ("relaxed", "release") and tuple(parts[3:]) == ("global", "u32"):  # a split-K counter reset
+        return _effect(insn, "st.global.sem.u32", _const(parts[1]), _const(parts[2]), a, vals[0])
+    if space == "global" and parts[-1] == "f32":  # a split-K partial chunk (st.global.v4.f32)
+        def st_partial(t):
+            t.effects.append(("st.global.f32", a(t), tuple(e for v in vals for e in _elements(v(t)))))
+        return st_partial
     if space == "global" and parts[-1] == "u32":  # a 32-bit word (the watchdog record)
         def st_global_word(t):
             t.effects.append(("st.global.u32", a(t), vals[0](t)))
@@ -884,7 +928,7 @@ _FAMILIES = {
     "setp": _setp, "selp": _selp, "mov": _mov, "cvt": _cvt, "cvta": _cvt, "ld": _ld, "bra": _bra,
     "ret": lambda insn: (lambda t: "ret"), "exit": lambda insn: (lambda t: "ret"),
     "elect": _elect, "shfl": _shfl, "mapa": _mapa, "mbarrier": _mbarrier, "cp": _cp, "tcgen05": _tcgen05,
-    "wgmma": _wgmma, "st": _st, "atom": _atom, "bar": _bar, "barrier": _bar, "fence": _fence,
+    "wgmma": _wgmma, "st": _st, "atom": _atom, "red": _red, "bar": _bar, "barrier": _bar, "fence": _fence,
     "nanosleep": lambda insn: _effect(insn, "nanosleep", _src(insn.ops[0])),
     "setmaxnreg": lambda insn: _effect(insn, "setmaxnreg", _const(insn.parts[1]), _src(insn.ops[0])),
 }

@@ -413,6 +413,7 @@ class _Replay:
         self.state: dict[tuple, list[int]] = {}  # instance -> [count, pending, tx, completed phases]
         self.meet: dict[tuple, list] = {}  # rendezvous key -> warps arrived
         self.pos = {w: 0 for w in trace.warps}
+        self.counters: dict[int, int] = {}  # split-K workspace counters (byte offset -> value), all 0 at launch
 
     def run(self) -> None:
         moved = True
@@ -428,6 +429,22 @@ class _Replay:
             more = f"\n  ... and {len(stuck) - 12} more" if len(stuck) > 12 else ""
             raise VerifyError("circular wait: even with every async op completing at once, these warps block each "
                               "other forever:\n" + "\n".join(lines) + more)
+        self._check_counters_reset()
+
+    def _check_counters_reset(self) -> None:
+        """Split-K: every workspace counter is back to 0 at exit (the next launch starts from 0)."""
+        left = {off: v for off, v in self.counters.items() if v}
+        if left:
+            off, v = next(iter(left.items()))
+            raise VerifyError(f"split-K counter not reset: {len(left)} workspace counter(s) nonzero at exit (byte "
+                              f"{off:#x} holds {v}); the next launch's last split would see a stale count")
+
+    def _counter(self, ev: W.WsAtomicEv) -> bool:
+        value = self.counters.get(ev.offset, 0)
+        if ev.kind == "wait":
+            return value == ev.value
+        self.counters[ev.offset] = value + ev.value if ev.kind == "red" else ev.value
+        return True
 
     def _key(self, w, ref: W.BarRef) -> tuple:
         return self.bs._key(w[0], ref)
@@ -456,6 +473,8 @@ class _Replay:
             return st is not None and (st[3] & 1) != ev.parity
         elif isinstance(ev, W.SyncEv):
             return self._sync(w, ev)
+        elif isinstance(ev, W.WsAtomicEv):
+            return self._counter(ev)
         return True
 
     def _sync(self, w, ev: W.SyncEv) -> bool:
@@ -476,6 +495,8 @@ class _Replay:
         ev = rec.ev
         if isinstance(ev, W.SyncEv):
             return f"{ev.op.describe()} (other warps never arrive)"
+        if isinstance(ev, W.WsAtomicEv):
+            return f"{ev.op.describe()}: the counter holds {self.counters.get(ev.offset, 0)}"
         st = self.state.get(self._key(w, ev.bar))
         b = self.bs.bars[self._key(w, ev.bar)]
         if st is None:

@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 from ptx_filecheck import GOLDEN, CheckError, check_golden
-from test_ptx_vs_ir import sweep
+from test_ptx_vs_ir import SPLIT_K, split_config, sweep
 
 import emitters
 import emitters.common as common
@@ -24,12 +24,13 @@ from ptxgen.ir import ops
 
 
 def differential_failure() -> str | None:
-    """First PTX-vs-IR difference over every shipped config, emitted now; None when all agree."""
-    for name in sorted(shipped_configs(), key=lambda c: c.startswith("h100")):  # the cheap sweeps first
-        res = build(name)
+    """First PTX-vs-IR difference over every shipped config and the split-K variants, emitted now; None when all agree."""
+    configs = sorted(shipped_configs(), key=lambda c: c.startswith("h100")) + [split_config(*c) for c in SPLIT_K]
+    for config in configs:  # the cheap sweeps first
+        res = build(config)
         msg = sweep(res.kernel, ptxinterp.parse(res.ptx))
         if msg is not None:
-            return f"{name}: {msg}"
+            return f"{res.config.name}: {msg}"
     return None
 
 
@@ -173,6 +174,16 @@ def f16_stored_as_bf16(mp):
     mp.setattr(common, "_pack_bf16", lambda lw, src, idx, fmt: pack(lw, src, idx, "bf16"))
 
 
+def release_dropped(mp):
+    """The split-K counter increment emitted ``red.relaxed.gpu``: partial stores no longer ordered before it."""
+    _patch_op(mp, ops.RedGlobal, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, sem="relaxed")))
+
+
+def partial_chunk_off_by_one(mp):
+    """Split-K partial stores one 16-byte chunk too far (the last split would add another thread's values)."""
+    _patch_op(mp, ops.StGlobalF32, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, offset=op.offset + 16)))
+
+
 # bug -> the check that must catch it ("differential", or "golden:<name>")
 BUGS = {
     pow2_mod_and: "differential",
@@ -189,6 +200,8 @@ BUGS = {
     cluster_scope_dropped: "differential",
     scale_operands_swapped: "differential",
     f16_stored_as_bf16: "differential",
+    release_dropped: "differential",
+    partial_chunk_off_by_one: "differential",
 }
 GOLDEN_CATCHES = {  # bugs a golden sequence catches as well
     peer_bit_mask: "two_sm_tma_load",
@@ -203,9 +216,11 @@ def test_unpatched_emitter_passes():
 
 @pytest.mark.parametrize("bug", list(BUGS), ids=lambda f: f.__name__)
 def test_planted_bug_is_caught(bug, monkeypatch):
-    before = {name: build(name).ptx for name in ("level9", "h100_128x256", "level1", "nvfp4_dual_128x128")}
+    configs = {name: name for name in ("level9", "h100_128x256", "level1", "nvfp4_dual_128x128")}
+    configs["split-K"] = split_config(*SPLIT_K[0])
+    before = {name: build(c).ptx for name, c in configs.items()}
     bug(monkeypatch)
-    after = {name: build(name).ptx for name in before}
+    after = {name: build(c).ptx for name, c in configs.items()}
     assert before != after, f"{bug.__name__} does not change the emitted PTX: the planted bug is not planted"
     catcher = BUGS[bug]
     if catcher == "differential":

@@ -25,12 +25,20 @@ from ptxgen.ir import ops
 from ptxgen.sim.ptxdiff import Launch, diff_thread, ir_effects, ptx_effects
 
 EXAMPLES = 10  # per config; every example runs one thread of every role (see draw_case)
+#: split-K variants (no shipped config carries split_k; the chooser makes them): one CTA, and a multicast pair
+SPLIT_K = (("h100_128x192", 3), ("dual_h100_128x128_c2", 2))
+
+
+def split_config(name: str, splits: int):
+    from ptxgen.config import load_config
+
+    return load_config(name).replace(**{"schedule.split_k": splits, "name": f"{name}_sk{splits}"})
 
 
 @functools.cache
-def built(name: str):
-    """(kernel, parsed PTX) of a shipped config, emitted now by the current emitter."""
-    res = build(name)
+def built(name: str, splits: int = 1):
+    """(kernel, parsed PTX) of a shipped config (or its split-K variant), emitted now by the current emitter."""
+    res = build(name if splits == 1 else split_config(name, splits))
     return res.kernel, ptxinterp.parse(res.ptx)
 
 
@@ -89,9 +97,11 @@ def check(kernel, prog, m, n, k, grid, ctaid, tids) -> None:
         assert msg is None, msg
 
 
-@pytest.mark.parametrize("name", shipped_configs())
-def test_ptx_effects_equal_ir_effects(name):
-    kernel, prog = built(name)
+@pytest.mark.parametrize("name,splits", [(c, 1) for c in shipped_configs()] + list(SPLIT_K))
+def test_ptx_effects_equal_ir_effects(name, splits):
+    """Split-K variants compare workspace addresses (partial chunks, counters), the counter ops and their
+    .release/.acquire scopes, and the k-block ranges of each split (K draws as few k-blocks as stages + 1)."""
+    kernel, prog = built(name, splits)
 
     @settings(max_examples=EXAMPLES)
     @given(case=draw_case(kernel))
@@ -138,6 +148,19 @@ def test_nvfp4_traces_are_not_trivial(name):
     mma = next(e for e in effects if e[0] == "tcgen05.mma.block_scale")
     assert mma[1:4] == (kernel.cta_group, "mxf4nvf4", "block16")
     assert all(el[0] == "f16" for e in effects if e[0] == "st.shared" for el in e[2])
+
+
+def test_split_k_traces_are_not_trivial():
+    """The split-K comparison sees the fixup: partial stores and loads, the release increment, the acquire spin."""
+    kernel, prog = built(*SPLIT_K[0])
+    g = kernel.launch.grid
+    m, n, k = g.tile_rows * 2 - 3, g.tile_cols * 2 - 8, kernel.block_k * (kernel.stages + 2) - 8
+    launch = Launch(m, n, k, g.grid_x(m, n, 1), 0, 4 * 32)  # a consumer warp's elected lane
+    effects = ptx_effects(prog, kernel, launch)
+    assert effects == ir_effects(kernel, launch)
+    kinds = {e[0] for e in effects}
+    assert {"st.global.f32", "ld.global.f32", "red.global", "ld.global.u32", "st.global.sem.u32"} <= kinds
+    assert {e[1:3] for e in effects if e[0] in ("red.global", "ld.global.u32")} == {("release", "gpu"), ("acquire", "gpu")}
 
 
 def test_interpreter_basics():

@@ -32,6 +32,11 @@ class TileScheduler:
 
     ``setup()`` binds ``num_m``, ``num_n``, ``num_tiles``, ``cluster_id``, ``num_clusters``;
     ``loop(body)`` binds ``tc`` (the CTA's tile count), ``m_row`` and ``n_col`` for each tile.
+
+    Split-K (``plan.split``): the loop walks ``num_units = num_tiles x splits`` work units; unit ``t`` is split
+    ``split = t % splits`` of tile ``tile = t / splits`` (same swizzle over tiles), covering k-blocks
+    ``[kb0, kb1)``; ``tc`` counts units and ``kdone`` (bound to 0 in ``setup()``, advanced after each unit)
+    the k-blocks this CTA walked before the unit (see :class:`ptxgen.plan.SplitKPlan`).
     """
 
     def __init__(self, plan: Plan, cluster: Cluster):
@@ -45,7 +50,13 @@ class TileScheduler:
             Let("num_tiles", Var("num_m") * Var("num_n")),
             Let("cluster_id", Sreg("ctaid") // cs),
             Let("num_clusters", Sreg("nctaid") // cs),
-        ]
+        ] + self.split_setup()
+
+    def split_setup(self) -> list:
+        sp = self.p.split
+        if sp is None:
+            return []
+        return [Let("num_units", Var("num_tiles") * sp.splits), Let("kdone", Const(0))]
 
     def tiles_done(self) -> Expr:
         """Tiles this CTA's cluster walks: ``ceil((num_tiles - cluster_id) / num_clusters)`` (``tc`` after the loop)."""
@@ -54,27 +65,53 @@ class TileScheduler:
     def loop(self, body: list) -> For:
         p, g = self.p, self.p.group_clusters
         m_cta = (Var("cm") * p.m_ctas + self.c.rank) if p.m_ctas == 2 else Var("cm")
+        tile, units, split_lets, after = T, Var("num_tiles"), [], []
+        if p.split is not None:
+            s = p.split.splits
+            tile, units = Var("tile"), Var("num_units")
+            split_lets = [Let("tile", T // s), Let("split", T % s),
+                          Let("kb0", Var("split") * Var("num_k") // s),
+                          Let("kb1", (Var("split") + 1) * Var("num_k") // s)]
+            after = [Let("kdone", Var("kdone") + (Var("kb1") - Var("kb0")))]
         sched = [
             Let("tc", (T - Var("cluster_id")) // Var("num_clusters")),
-            Let("grp", T // (Var("num_n") * g)),
+            *split_lets,
+            Let("grp", tile // (Var("num_n") * g)),
             Let("gm", emin(Var("num_m") - Var("grp") * g, g)),
-            Let("r", T % (Var("num_n") * g)),
+            Let("r", tile % (Var("num_n") * g)),
             Let("cm", Var("grp") * g + Var("r") % Var("gm")),
             Let("m_row", m_cta * p.block_m),
             Let("n_col", (Var("r") // Var("gm")) * p.block_n),
         ]
-        return For("t", Var("cluster_id"), Var("num_tiles"), Var("num_clusters"), tuple(sched + body))
+        return For("t", Var("cluster_id"), units, Var("num_clusters"), tuple(sched + body + after))
+
+    def cta_tile(self) -> Expr:
+        """This CTA's tile index among all CTA tiles (split-K workspace slot): ``tile x ctas_per_tile + rank``."""
+        ctas = self.p.split.workspace.ctas_per_tile
+        return fold(Var("tile") * ctas + self.c.rank) if ctas == 2 else Var("tile")
 
 
-def k_loop(body: list) -> For:
-    """``for kb in [0, num_k)``: the k-blocks of one tile."""
-    return For("kb", Const(0), Var("num_k"), Const(1), tuple(body))
+def k_bounds(plan: Plan) -> tuple[Expr, Expr]:
+    """First and end k-block of the current work unit: ``[0, num_k)``, or a split's ``[kb0, kb1)``."""
+    return (Var("kb0"), Var("kb1")) if plan.split is not None else (Const(0), Var("num_k"))
+
+
+def k_loop(body: list, bounds: tuple[Expr, Expr] = (Const(0), Var("num_k"))) -> For:
+    """``for kb in [start, end)``: the k-blocks of one tile (:func:`k_bounds` of a split-K unit)."""
+    return For("kb", bounds[0], bounds[1], Const(1), tuple(body))
+
+
+def ring_iteration(plan: Plan, kb: Expr) -> Expr:
+    """Operand-ring iteration of k-block ``kb`` of the current unit: ``tc x num_k + kb`` (split-K: ``kdone + kb - kb0``)."""
+    if plan.split is not None:
+        return Var("kdone") + (kb - Var("kb0"))
+    return Var("tc") * Var("num_k") + kb
 
 
 def ring_state(plan: Plan) -> tuple[list, PipelineState]:
     """``it``, ``stage`` and ``phase`` of the current k-block in the operand ring."""
     lets, st = plan.ab.state(Var("it"))
-    return [Let("it", Var("tc") * Var("num_k") + KB), *lets], st
+    return [Let("it", ring_iteration(plan, KB)), *lets], st
 
 
 def acc_state(plan: Plan) -> tuple[list, PipelineState]:

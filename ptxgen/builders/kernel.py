@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..ir import Comment, Elect, If, Kernel, Role, SetMaxNReg, WarpSwitch, eq
 from ..plan import Plan
-from .common import WARP, Cluster, TileScheduler, k_loop, setup, teardown
+from .common import WARP, Cluster, TileScheduler, k_bounds, k_loop, setup, teardown
 from .roles import Epilogue, TmaProducer, UmmaIssuer, WgmmaConsumer
 
 
@@ -67,8 +67,8 @@ def _sm100_roles(plan: Plan, cluster: Cluster, sched: TileScheduler) -> list:
 def _sm90_roles(plan: Plan, cluster: Cluster, sched: TileScheduler) -> list:
     """One producer warp (of a register-shrunk warpgroup) and the consumer warpgroups."""
     producer, epi = TmaProducer(plan, cluster), Epilogue(plan, cluster)
-    consumer = WgmmaConsumer(plan, cluster, epi)
-    loads = k_loop(producer.kblock())
+    consumer = WgmmaConsumer(plan, cluster, epi, sched)
+    loads = k_loop(producer.kblock(), k_bounds(plan))
     producer_role = Role("producer", 0, 4, (SetMaxNReg("dec", plan.producer_regs),
                                             If(eq(WARP, plan.producer_warp), (Elect((sched.loop([loads]),)),))))
     consumer_role = Role("consumer", 4, 4 + 4 * plan.consumer_warpgroups,

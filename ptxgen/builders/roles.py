@@ -14,13 +14,14 @@ epilogue stores fp16.
 
 from __future__ import annotations
 
-from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, For, If, Let, NamedBarrier, Nanosleep, Param,
-                  SetMaxNReg, Shfl, SiluMul, StGlobalBf16, StSharedBf16, TcgenFence, TmaLoad, TmaStore, TmemCopy,
-                  TmemLoad, TmemWaitLd, Umma, UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait, eq,
-                  fold, lift, ne)
+from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, For, If, LdGlobalAcquireWait, LdGlobalF32, Let,
+                  NamedBarrier, Nanosleep, Param, RedGlobal, SetMaxNReg, Shfl, SiluMul, StGlobalBf16, StGlobalF32,
+                  StGlobalU32, StSharedBf16, TcgenFence, TmaLoad, TmaStore, TmemCopy, TmemLoad, TmemWaitLd, Umma,
+                  UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait, eq, fold, land, lift, lt, ne)
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
-from .common import KB, LANE, TMEM, WARP, Cluster, TileScheduler, acc_state, desc_lo, k_loop, ring_state, stage_offset
+from .common import (KB, LANE, TMEM, WARP, Cluster, TileScheduler, acc_state, desc_lo, k_bounds, k_loop, ring_iteration,
+                     ring_state, stage_offset)
 
 EPI_BAR_ID = 1  # named barrier of the epilogue threads (sm_90a: 1 + consumer warpgroup)
 
@@ -277,7 +278,8 @@ class Epilogue:
     def cd_buffer(self, seq: int, group: Expr | None) -> Expr:
         """CD staging buffer of store ``seq`` of the tile (rotating through the ring's stages)."""
         ring = self.p.cd_ring
-        buf = ring.buffer(Var("tc") * self.stores_per_tile() + seq)
+        tiles = Var("tiles_stored") if self.p.split is not None else Var("tc")  # split-K: only a tile's last split stores
+        buf = ring.buffer(tiles * self.stores_per_tile() + seq)
         return fold(buf if group is None else group * ring.stages + buf)
 
     def cd_addr(self, buf: Expr, row: Expr, chunk16) -> Expr:
@@ -323,41 +325,135 @@ class Epilogue:
         return [If(self.epi_leader(None) if p.is_sm100 else eq(WARP % 4, 0), tuple(p.cd_ring.drain()))]
 
 
+class SplitKFixup:
+    """The split-K step of the sm_90a consumer: publish a partial tile, or collect the others' (see
+    :class:`ptxgen.plan.SplitKPlan` for the protocol, the workspace layout and why it cannot deadlock).
+
+    Each consumer warpgroup has its own counter and its own share of each partial, so the warpgroups of a
+    CTA never wait for each other.  Register arrays are the consumer's fragments (``acc{v}``, ``acc1_{v}``).
+    """
+
+    def __init__(self, plan: Plan, sched: TileScheduler, epilogue: Epilogue):
+        self.p, self.sched, self.epi = plan, sched, epilogue
+        self.sp = plan.split
+
+    def arrays(self) -> list[str]:
+        """The fragment arrays of one thread, in workspace order."""
+        p = self.p
+        return [WgmmaConsumer.acc_name(mma.acc, v) for v in range(p.m_waves) for mma in p.mmas]
+
+    def counter(self, wg: Expr) -> Expr:
+        ws = self.sp.workspace
+        return fold(ws.counter_offset(Var("num_tiles") * ws.ctas_per_tile, self.sched.cta_tile(), wg))
+
+    def chunk_ops(self, make, split: Expr | int, wg: Expr) -> list:
+        """``make(offset, array, idx)`` for every 16-byte chunk of this thread's fragments in partial ``split``."""
+        sp = self.sp
+        thread = (WARP % 4) * 32 + LANE
+        base = fold(sp.workspace.partial_offset(self.sched.cta_tile(), split) + sp.chunk_offset(wg, 0, 0, thread))
+        out = [Let("ws_chunk", base)]
+        for a, name in enumerate(self.arrays()):
+            for c in range(sp.chunks):
+                idx = tuple(range(c * sp.chunk_values, (c + 1) * sp.chunk_values))
+                out.append(make(fold(Var("ws_chunk") + sp.chunk_offset(0, a, c, 0)), name, idx))
+        return out
+
+    def nonempty(self, s: Expr) -> Expr:
+        """Split ``s`` of the current tile has k-blocks (``num_k < splits`` leaves some empty)."""
+        n = self.sp.splits
+        return lt(s * Var("num_k") // n, (s + 1) * Var("num_k") // n)
+
+    def is_last(self) -> Expr:
+        return eq(Var("split"), self.sp.splits - 1)
+
+    def elected(self, ops: list) -> If:
+        return If(eq(WARP % 4, 0), (Elect(tuple(ops)),))
+
+    def publish(self, wg: Expr) -> list:
+        """A split but the last: fragments -> partial ``split`` (if it had k-blocks), sync, release-increment the counter."""
+        stores = self.chunk_ops(lambda off, name, idx: StGlobalF32(off, name, idx), Var("split"), wg)
+        return [If(lt(Var("kb0"), Var("kb1")), tuple(stores)), self.epi.named_sync(wg),
+                self.elected([RedGlobal(self.counter(wg), 1)])]
+
+    def acquire(self, wg: Expr) -> list:
+        """The last split: acquire-wait the counter (splits - 1), reset it to 0, sync the warpgroup."""
+        return [self.elected([LdGlobalAcquireWait(self.counter(wg), self.sp.splits - 1), StGlobalU32(self.counter(wg), 0)]),
+                self.epi.named_sync(wg)]
+
+    def collect(self, wg: Expr) -> list:
+        """Add every non-empty partial ``ps`` into the fragments: loads predicated on the last split, adds on every path."""
+        s = Var("ps")
+        pred = land(self.is_last(), self.nonempty(s))
+        loads = self.chunk_ops(lambda off, name, idx: LdGlobalF32(off, name, idx, pred), s, wg)
+        # not unrolled: with the loads of two partials in flight ptxas spills 4 B at 128x192, split_k 3
+        return [For("ps", Const(0), Const(self.sp.splits - 1), Const(1), tuple(loads), unroll=False)]
+
+    def step(self, wg: Expr, epilogue: tuple[list, list]) -> list:
+        """After the mainloop: publish or acquire, collect, then ``epilogue`` = (fused op, D stores) on the last split.
+
+        The partial adds redefine the accumulator registers on every path (predicated loads, no branch around
+        the adds) and the mainloop has no branch around it (an empty split runs zero k-blocks): with either,
+        ptxas (CUDA 13) serializes the wgmma pipeline (C7515), measured on h100_256x128 with split_k 3.
+        """
+        fused, stores = epilogue
+        return [If(self.is_last(), tuple(self.acquire(wg)), tuple(self.publish(wg))), *self.collect(wg),
+                If(self.is_last(), (*fused, *stores, Let("tiles_stored", Var("tiles_stored") + 1)))]
+
+
 class WgmmaConsumer:
     """sm_90a consumer warpgroup: per k-block wait ``full``, issue wgmma, release the previous stage late."""
 
-    def __init__(self, plan: Plan, cluster: Cluster, epilogue: Epilogue):
+    def __init__(self, plan: Plan, cluster: Cluster, epilogue: Epilogue, sched: TileScheduler | None = None):
         self.p, self.c, self.epi = plan, cluster, epilogue
+        self.fixup = SplitKFixup(plan, sched, epilogue) if plan.split is not None else None
+
+    @staticmethod
+    def acc_name(acc: int, wave: int) -> str:
+        """Register array of accumulator ``acc``, wave ``wave``: ``acc{wave}`` (the first), ``acc{acc}_{wave}``."""
+        return f"acc{wave}" if acc == 0 else f"acc{acc}_{wave}"
 
     def prologue(self) -> list:
-        return [SetMaxNReg("inc", self.p.consumer_regs), Let("wg", WARP // 4 - 1)]
+        stored = [Let("tiles_stored", Const(0))] if self.fixup is not None else []  # split-K: the CD ring's tile count
+        return [SetMaxNReg("inc", self.p.consumer_regs), Let("wg", WARP // 4 - 1), *stored]
 
     def tile(self) -> list:
         p = self.p
         wg = Var("wg")
         lets, st = ring_state(p)
+        k0, k1 = k_bounds(p)
         k_body = [*lets, *p.ab.consumer_wait(st), WgmmaFence()]
         a = p.operand("a")
         for v in range(p.m_waves):
             a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + wg * (p.m_waves * p.a_wave_bytes) + v * p.a_wave_bytes))
             for ks in range(p.k_steps):
-                accumulate = Const(1) if ks else ne(KB, 0)
+                accumulate = Const(1) if ks else ne(KB, k0)
                 for mma in p.mmas:
                     bo = p.operand(mma.b)
-                    k_body.append(Wgmma(f"acc{v}" if mma.acc == 0 else f"acc{mma.acc}_{v}", p.block_n,
+                    k_body.append(Wgmma(self.acc_name(mma.acc, v), p.block_n,
                                         fold(a_base + ks * p.k_step_desc),
                                         fold(desc_lo(p, stage_offset(p, mma.b, st.index)) + ks * p.k_step_desc),
                                         accumulate, a_hi=a.desc_hi, b_hi=bo.desc_hi))
         prev = Var("it") - 1
-        k_body += [WgmmaCommit(), WgmmaWait(1), If(ne(KB, 0), tuple(self.release(PipelineState(prev % p.stages, None))))]
-        last = Var("tc") * Var("num_k") + Var("num_k") - 1
-        out = [k_loop(k_body), WgmmaWait(0), *self.release(PipelineState(last % p.stages, None))]
+        k_body += [WgmmaCommit(), WgmmaWait(1), If(ne(KB, k0), tuple(self.release(PipelineState(prev % p.stages, None))))]
+        if p.split is not None:
+            last = ring_iteration(p, Var("kb1") - 1)
+        else:
+            last = Var("tc") * Var("num_k") + Var("num_k") - 1
+        release = self.release(PipelineState(last % p.stages, None))
+        if self.fixup is not None:  # an empty split (num_k < splits) has no stage to release
+            release = [If(lt(k0, k1), tuple(release))]
+        out = [k_loop(k_body, (k0, k1)), WgmmaWait(0), *release]
+        fused = []
         for v in range(p.m_waves):
-            out += self.epi.fuse(f"acc{v}", f"acc1_{v}", p.block_n // 2)
+            fused += self.epi.fuse(f"acc{v}", f"acc1_{v}", p.block_n // 2)
         if p.tma_store:  # the D tensor map needs 16-byte rows; other N store directly
             n_ok = eq(Param("n") % p.store_n_multiple, 0)
-            return out + [If(n_ok, tuple(self.epi.fragment_store(wg, tma=True)), tuple(self.epi.fragment_store(wg, tma=False)))]
-        return out + self.epi.fragment_store(wg, tma=False)
+            stores = [If(n_ok, tuple(self.epi.fragment_store(wg, tma=True)), tuple(self.epi.fragment_store(wg, tma=False)))]
+        else:
+            stores = self.epi.fragment_store(wg, tma=False)
+        if self.fixup is None:
+            return out + fused + stores
+        return out + self.fixup.step(wg, (fused, stores))
 
     def release(self, st: PipelineState) -> list:
         """consumer_release: one thread per consumer warpgroup arrives on ``empty`` (both CTAs' when B is multicast)."""

@@ -76,16 +76,20 @@ class WarpSwitch(Op):
 
 @dataclass(frozen=True)
 class For(Op):
-    """``for var = start; var < stop; var += step`` (u32, uniform)."""
+    """``for var = start; var < stop; var += step`` (u32, uniform).
+
+    unroll: False asks ptxas not to unroll it (``.pragma "nounroll"``, PTX ISA "Performance-tuning directives").
+    """
 
     var: str
     start: Expr
     stop: Expr
     step: Expr
     body: tuple
+    unroll: bool = True
 
     def describe(self) -> str:
-        return f"For {self.var} in [{_s(self.start)}, {_s(self.stop)}) step {_s(self.step)}"
+        return f"For {self.var} in [{_s(self.start)}, {_s(self.stop)}) step {_s(self.step)}" + ("" if self.unroll else " (not unrolled)")
 
 
 @dataclass(frozen=True)
@@ -527,6 +531,97 @@ class StGlobalBf16(Op):
     def describe(self) -> str:
         return (f"StGlobalBf16 D[{_s(self.row)}, {_s(self.col)}:+{len(self.idx)}] <- "
                 f"{self.fmt}({self.src}[{self.idx[0]}..{self.idx[-1]}])")
+
+
+# ------------------------------------------------------------------ global workspace (split-K fixup)
+# Offsets are u32 byte offsets from the kernel parameter ``param`` (a u64 global address, the split-K
+# ``workspace``); PTX ISA "ld", "st", "red", "Memory Consistency Model: release and acquire patterns".
+
+
+@dataclass(frozen=True)
+class StGlobalF32(Op):
+    """``st.global.v4.f32 [param + offset], {src[idx]}``: four fp32 register values per lane (a partial tile chunk).
+
+    offset: per-lane byte offset (16-byte aligned).  A weak store: a later release (``RedGlobal``) publishes it.
+    """
+
+    offset: Expr
+    src: str
+    idx: tuple[int, ...]
+    param: str = "workspace"
+
+    def describe(self) -> str:
+        return f"StGlobalF32 {self.param}+{_s(self.offset)} <- {self.src}[{self.idx[0]}..{self.idx[-1]}]"
+
+
+@dataclass(frozen=True)
+class LdGlobalF32(Op):
+    """``ld.global.v4.f32`` of [param + offset] per lane, added into ``dst[idx]`` (``add.f32``): a partial tile chunk.
+
+    Must follow an acquire (``LdGlobalAcquireWait``) of the counter that published it, by this thread or
+    ordered before it by a thread barrier.  pred (uniform): where 0 the load is skipped and 0.0 is added (a
+    predicated ``ld``, not a branch: ptxas serializes the wgmma pipeline (C7515) when accumulator registers
+    are redefined on only some paths of the tile loop).
+    """
+
+    offset: Expr
+    dst: str
+    idx: tuple[int, ...]
+    pred: Expr | None = None
+    param: str = "workspace"
+
+    def describe(self) -> str:
+        when = f" if {_s(self.pred)}" if self.pred is not None else ""
+        return f"LdGlobalF32 {self.dst}[{self.idx[0]}..{self.idx[-1]}] += {self.param}+{_s(self.offset)}{when}"
+
+
+@dataclass(frozen=True)
+class RedGlobal(Op):
+    """``red.{sem}.{scope}.global.add.u32 [param + offset], value`` (one thread): increment a split-K counter.
+
+    sem ``release`` (default): the thread's prior memory operations, and those ordered before it by a thread
+    barrier, are visible to whoever acquires the counter's new value; ``relaxed``: no ordering.
+    """
+
+    offset: Expr
+    value: int
+    sem: str = "release"
+    scope: str = "gpu"
+    param: str = "workspace"
+
+    def describe(self) -> str:
+        return f"RedGlobal add.u32 {self.param}+{_s(self.offset)} += {self.value} ({self.sem}.{self.scope})"
+
+
+@dataclass(frozen=True)
+class LdGlobalAcquireWait(Op):
+    """Spin on ``ld.{sem}.{scope}.global.u32 [param + offset]`` until it equals ``value`` (one thread).
+
+    sem ``acquire`` (default): later memory operations of the thread (and, after a thread barrier, of the
+    threads it syncs with) see what the releases up to that value published.
+    """
+
+    offset: Expr
+    value: int
+    sem: str = "acquire"
+    scope: str = "gpu"
+    param: str = "workspace"
+
+    def describe(self) -> str:
+        return f"LdGlobalAcquireWait {self.param}+{_s(self.offset)} == {self.value} ({self.sem}.{self.scope})"
+
+
+@dataclass(frozen=True)
+class StGlobalU32(Op):
+    """``st.relaxed.{scope}.global.u32 [param + offset], value`` (one thread): reset a split-K counter."""
+
+    offset: Expr
+    value: int
+    scope: str = "gpu"
+    param: str = "workspace"
+
+    def describe(self) -> str:
+        return f"StGlobalU32 {self.param}+{_s(self.offset)} = {self.value} (relaxed.{self.scope})"
 
 
 def walk(body):

@@ -47,6 +47,9 @@ _loaded: dict[tuple[int, Any], "LoadedKernel"] = {}
 _calls: dict[tuple, "_GemmCall"] = {}
 _MAX_CALLS = 4096
 _tls = threading.local()
+#: (ordinal, config name, kernel, WorkspaceSpec, bytes) -> the zero-filled split-K workspace (a torch uint8 tensor)
+_workspaces: dict[tuple, Any] = {}
+_U32_LIMIT = 1 << 32
 
 
 # --------------------------------------------------------------------------- input checks
@@ -249,6 +252,38 @@ def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
         return _loaded.setdefault((ordinal, ident), found)
 
 
+def split_k_workspace(spec: Any, m: int, n: int, device: Any, ordinal: int) -> tuple[int, ...]:
+    """The extra kernel arguments of ``spec`` for an ``m`` x ``n`` output: ``(workspace address,)`` for a split-K
+    kernel, ``()`` otherwise.
+
+    The workspace (:class:`~ptxgen.launch.WorkspaceSpec`: fp32 partials and u32 counters) is allocated once per
+    (device, config, size), zero-filled (every counter starts at 0; the kernel resets each counter it used, so
+    the buffer is clean again after every launch and under CUDA-graph replays) and kept for the process.
+    Launches that share it must not overlap: calls on one stream are ordered; concurrent streams running the
+    same config and shape at once would share counters.
+
+    Raises:
+        ShapeError: the workspace would exceed 4 GiB (the kernel addresses it with u32 byte offsets).
+    """
+    ws = spec.workspace
+    if ws is None:
+        return ()
+    nbytes = ws.bytes_for(spec.grid, m, n)
+    if nbytes >= _U32_LIMIT:
+        raise ShapeError(f"M={m}, N={n}: config {spec.name} (schedule.split_k={ws.split_k}) needs a {nbytes} B split-K "
+                         f"workspace; must be < 4 GiB (u32 offsets): use a config with a smaller split_k")
+    key = (ordinal, spec.name, spec.kernel, ws, nbytes)
+    buf = _workspaces.get(key)
+    if buf is None:
+        import torch
+
+        with _lock:
+            buf = _workspaces.get(key)
+            if buf is None:
+                buf = _workspaces[key] = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+    return (buf.data_ptr(),)
+
+
 def _ordinal(a: Any) -> int:
     import torch
 
@@ -331,16 +366,32 @@ def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm
     maps = loaded.spec.tensor_maps
     # D's tensor map needs 16-byte rows; for other N the sm_90a kernels store D directly (tmap_d unused)
     d_map = "d" in maps and n % ELEMS_PER_16B == 0
+    if loaded.spec.workspace is not None:  # the split-K signature: packed by the fast-path launcher
+        pd = out.data_ptr()
+        launch = _Packed(loaded.launcher, ((a.data_ptr(), m, k, k), (b.data_ptr(), n, k, k), (pd, m, n, n) if d_map else None),
+                         (pd, m, n, k, *split_k_workspace(loaded.spec, m, n, a.device, ordinal)))
+        return PreparedGemm(a=a, b=b, out=out, kernel=launch, params=None, grid_x=grid_x, ordinal=ordinal)
     tmaps = (encode_tiled(a, maps["a"]), encode_tiled(b, maps["b"]), encode_tiled(out, maps["d"]) if d_map else None)
     params = KernelParams(tmaps, out.data_ptr(), m, n, k)
-    return PreparedGemm(a=a, b=b, out=out, kernel=loaded.kernel, params=params, grid_x=grid_x, ordinal=ordinal)
+    return PreparedGemm(a=a, b=b, out=out, kernel=loaded.kernel, params=params, grid_x=grid_x,
+                        ordinal=ordinal)
+
+
+class _Packed:
+    """A prepared launch through the fast-path launcher (kernels whose signature KernelParams does not pack)."""
+
+    def __init__(self, launcher: Any, maps: tuple, scalars: tuple):
+        self.launcher, self.maps, self.scalars = launcher, maps, scalars
+
+    def launch(self, grid_x: int, params: Any, stream: int) -> None:
+        self.launcher.launch(grid_x, self.maps, self.scalars, stream)
 
 
 class _GemmCall:
     """Everything about a call signature that does not depend on the pointers (see module docstring)."""
 
     __slots__ = ("config", "by_id", "launcher", "spec", "ordinal", "device", "m", "n", "k", "grid_x", "d_map",
-                 "a_bytes", "b_bytes", "d_bytes", "new_out")
+                 "a_bytes", "b_bytes", "d_bytes", "new_out", "extra")
 
     def __init__(self, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
                  m: int, n: int, k: int, grid_x: int):
@@ -350,6 +401,7 @@ class _GemmCall:
         self.m, self.n, self.k, self.grid_x = m, n, k, grid_x
         self.d_map = "d" in loaded.spec.tensor_maps and n % ELEMS_PER_16B == 0
         self.a_bytes, self.b_bytes, self.d_bytes = 2 * m * k, 2 * n * k, 2 * m * n
+        self.extra = split_k_workspace(loaded.spec, m, n, device, ordinal)
         import torch
 
         self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
@@ -375,7 +427,7 @@ class _GemmCall:
         self.launcher.launch(
             self.grid_x,
             ((pa, m, k, k), (pb, n, k, k), (pd, m, n, n) if self.d_map else None),
-            (pd, m, n, k),
+            (pd, m, n, k, *self.extra),
             current_stream(ordinal),
         )
         return out
@@ -456,7 +508,7 @@ def check_dual_gemm_inputs(a: Any, b1: Any, b2: Any, out: Any = None, k_multiple
 class _DualCall:
     """A dual-GEMM call signature's fixed part (as :class:`_GemmCall`): four tensor maps, one launch."""
 
-    __slots__ = ("config", "by_id", "launcher", "ordinal", "m", "n", "k", "grid_x", "d_map", "new_out", "check")
+    __slots__ = ("config", "by_id", "launcher", "ordinal", "m", "n", "k", "grid_x", "d_map", "new_out", "check", "extra")
 
     def __init__(self, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
                  m: int, n: int, k: int, grid_x: int):
@@ -468,6 +520,7 @@ class _DualCall:
         self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
         self.check = functools.partial(check_dual_gemm_inputs, k_multiple=loaded.spec.k_multiple,
                                        n_multiple=loaded.spec.n_multiple)
+        self.extra = split_k_workspace(loaded.spec, m, n, device, ordinal)
 
     def __call__(self, a: Any, b1: Any, b2: Any, out: Any) -> Any:
         m, n, k = self.m, self.n, self.k
@@ -486,7 +539,7 @@ class _DualCall:
             _tls.ordinal = ordinal
         self.launcher.launch(self.grid_x,
                              ((pa, m, k, k), (p1, n, k, k), (p2, n, k, k), (pd, m, n, n) if self.d_map else None),
-                             (pd, m, n, k), current_stream(ordinal))
+                             (pd, m, n, k, *self.extra), current_stream(ordinal))
         return out
 
 

@@ -27,6 +27,12 @@ SM (the configs use ~225 KB of shared memory), clusters of ``c`` CTAs occupy
 * the kernel takes ``waves * tile_time``, but never less than the DRAM floor
   ``2 B * (M*K + N*K + M*N) / HBM bandwidth``.
 
+Split-K (``splits`` work units per tile, sm_90a persistent configs): the mainloop of a unit covers
+``K / splits``, waves count units (``tiles x splits``), fill and D store still count once per tile, and
+fp32 partials cost one partial tile through L2 per unit plus ``splits - 1`` for the last split.  After the
+table or model picked a config, :func:`choose_split` takes a split-K variant when it is predicted at
+least ``1 - SPLIT_GAIN`` faster.
+
 Device constants (:data:`SM90_MODEL`) are for an H100 SXM and only their ratios
 matter for the ranking.  Ties go to the arch's default config.
 """
@@ -53,6 +59,12 @@ DEFAULT_DUAL_SM100 = "dual_sm100_256x128"
 #: shipped tuned table per arch (inside ptxgen/configs)
 SHIPPED_TABLES = {"sm_90a": "tuned_sm90.json", "sm_100a": "tuned_sm100.json"}
 TABLE_VERSION = 1
+#: split-K: the largest ``schedule.split_k`` tried, the fewest k-blocks per split (the pipeline depth: a split
+#: shorter than the ring never overlaps its loads), and the predicted gain a split-K variant needs over the
+#: split_k=1 choice (the model is coarse; the tuned tables were measured without split-K)
+MAX_SPLIT_K = 8
+MIN_KBLOCKS_PER_SPLIT = 4
+SPLIT_GAIN = 0.9
 
 
 @dataclass(frozen=True)
@@ -89,13 +101,23 @@ class Candidate:
     cluster: int
     kernel: str = "gemm"
     operands: str = "bf16"
+    split_ok: bool = False  # the chooser may raise schedule.split_k (sm_90a, persistent, no cluster: see candidates)
+
+    @property
+    def accumulators(self) -> int:
+        """Products per tile: 2 for a dual GEMM (two B operands), else 1."""
+        return 2 if self.kernel == "dual_gemm" else 1
 
 
 @functools.cache
 def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
     """Every shipped bf16 config for ``arch`` of kernel kind ``kernel`` (``gemm``, ``dual_gemm``), as :class:`Candidate`.
 
-    NVFP4 configs (``operands: nvfp4``) are ``dual_gemm_nvfp4``'s, never a bf16 call's.
+    NVFP4 configs (``operands: nvfp4``) are ``dual_gemm_nvfp4``'s, never a bf16 call's.  ``split_ok``: split-K
+    variants are chosen only of single-CTA configs.  Split-K is deadlock-free when every CTA of the persistent
+    grid is resident; one CTA per SM always fits, while whether the GPCs hold ``SMs / 2`` CTA pairs at once
+    depends on the chip (an explicit clustered split-K config is allowed, and GPU-tested, but not picked
+    automatically).
     """
     from ptxgen.shipped import shipped_configs
 
@@ -107,10 +129,10 @@ def shipped_candidate(name: str) -> Candidate:
     """The :class:`Candidate` of a shipped config, read from its YAML without the config schema.
 
     Shipped configs are validated by the test suite, so the fields the cost model ranks on are read as
-    written (an absent ``cluster`` is no cluster, an absent ``kernel`` a GEMM, absent ``operands`` bf16: the
-    schema's defaults); a YAML without ``tile`` or ``pipeline`` is loaded through ``load_config`` instead.
-    tests/test_runtime_cpu.py checks that this agrees with ``load_config`` for every shipped config, so a
-    changed default cannot drift unseen.
+    written (an absent ``cluster`` is no cluster, an absent ``kernel`` a GEMM, absent ``operands`` bf16, an absent
+    ``schedule.split_k`` 1: the schema's defaults); a YAML without ``tile`` or ``pipeline`` is loaded through
+    ``load_config`` instead.  tests/test_runtime_cpu.py checks that this agrees with ``load_config`` for every
+    shipped config, so a changed default cannot drift unseen.
     """
     import yaml
 
@@ -118,41 +140,55 @@ def shipped_candidate(name: str) -> Candidate:
 
     raw = yaml.safe_load((configs_dir() / f"{name}.yaml").read_text(encoding="utf-8"))
     try:
-        tile, pipeline = raw["tile"], raw["pipeline"]
+        tile, pipeline, schedule = raw["tile"], raw["pipeline"], raw.get("schedule", {})
+        cluster = raw.get("cluster", {}).get("size", 1)
+        split_ok = (raw["arch"] == "sm_90a" and schedule.get("persistent", False) and schedule.get("split_k", 1) == 1
+                    and cluster == 1)
         return Candidate(name, raw["arch"], tile["block_m"], tile["block_n"], tile["block_k"], pipeline["stages"],
-                         raw.get("cluster", {}).get("size", 1), raw.get("kernel", "gemm"), raw.get("operands", "bf16"))
+                         cluster, raw.get("kernel", "gemm"), raw.get("operands", "bf16"), split_ok)
     except (KeyError, TypeError, AttributeError):
         from ptxgen.config import load_config
 
         cfg = load_config(name)
         return Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
-                         cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands)
+                         cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands,
+                         cfg.arch == "sm_90a" and cfg.schedule.persistent and cfg.schedule.split_k == 1
+                         and cfg.cluster.size == 1)
 
 
-def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceModel = SM90_MODEL) -> dict:
-    """Predicted time of one candidate on one shape (see module docstring).
+def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceModel = SM90_MODEL,
+            splits: int = 1) -> dict:
+    """Predicted time of one candidate on one shape, with ``splits``-way split-K (see module docstring).
 
     Returns:
-        ``{"us", "tiles", "waves", "tail", "bytes_per_flop"}``: microseconds, tile count, waves,
+        ``{"us", "tiles", "waves", "tail", "bytes_per_flop"}``: microseconds, tile count, waves (of work units),
         tail efficiency in (0, 1], operand bytes per FLOP of one tile.
     """
     slots = max(c.cluster, sm_count // c.cluster * c.cluster)
     tiles = math.ceil(m / c.block_m) * math.ceil(n / c.block_n)
-    waves = math.ceil(tiles / slots)
+    units = tiles * splits
+    waves = math.ceil(units / slots)
+    acc = c.accumulators
     per_sm_flops = model.peak_tflops * 1e12 / sm_count
     per_sm_l2 = model.l2_tbps * 1e12 / sm_count
     per_sm_store = model.store_tbps * 1e12 / sm_count
-    math_s = 2.0 * c.block_m * c.block_n * k / per_sm_flops
-    load_s = (c.block_m + c.block_n) * k * 2.0 / per_sm_l2
-    fixed_s = (c.stages * (c.block_m + c.block_n) * c.block_k * 2.0) / per_sm_l2 + c.block_m * c.block_n * 2.0 / per_sm_store
-    tile_s = max(math_s, load_s) + fixed_s
-    dram_s = 2.0 * (m * k + n * k + m * n) / (model.hbm_tbps * 1e12)
+    k_unit = math.ceil(math.ceil(k / c.block_k) / splits) * c.block_k  # the longest split's K
+    math_s = 2.0 * acc * c.block_m * c.block_n * k_unit / per_sm_flops
+    load_s = (c.block_m + acc * c.block_n) * k_unit * 2.0 / per_sm_l2
+    fixed_s = (c.stages * (c.block_m + acc * c.block_n) * c.block_k * 2.0) / per_sm_l2 + c.block_m * c.block_n * 2.0 / per_sm_store
+    # fill and D store once per tile (a split-K tile stores D once; the persistent producer fills the next
+    # unit's stages during the current one's fixup), the mainloop once per unit
+    total_s = waves * max(math_s, load_s) + math.ceil(tiles / slots) * fixed_s
+    if splits > 1:  # fp32 partials through L2: each unit writes or reads about one; the last split reads splits-1
+        partial_s = acc * c.block_m * c.block_n * 4.0 / per_sm_l2
+        total_s += waves * partial_s + (splits - 1) * partial_s
+    dram_s = 2.0 * (m * k + acc * n * k + m * n) / (model.hbm_tbps * 1e12)
     return {
-        "us": max(waves * tile_s, dram_s) * 1e6,
+        "us": max(total_s, dram_s) * 1e6,
         "tiles": tiles,
         "waves": waves,
-        "tail": tiles / (waves * slots),
-        "bytes_per_flop": (c.block_m + c.block_n) * 2.0 / (2.0 * c.block_m * c.block_n),
+        "tail": units / (waves * slots),
+        "bytes_per_flop": (c.block_m + acc * c.block_n) * 2.0 / (2.0 * acc * c.block_m * c.block_n),
     }
 
 
@@ -271,6 +307,49 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     return rank(cands, m, n, k, sm_count, default)[0][1], "cost model"
 
 
-def choose(m: int, n: int, k: int, info: Any, kernel: str = "gemm") -> str:
-    """The config name for ``(m, n, k)`` on a device (:class:`~ptxgen.runtime.driver.DeviceInfo`) and kernel kind."""
-    return choose_cached(m, n, k, tuple(info.capability), info.sm_count, kernel)[0]
+@functools.lru_cache(maxsize=4096)
+def choose_split(m: int, n: int, k: int, capability: tuple[int, int], sm_count: int, kernel: str,
+                 base: str) -> tuple[str, int]:
+    """``(config name, split_k)``: ``(base, 1)``, or the split-K variant the cost model predicts at least
+    ``1 - SPLIT_GAIN`` faster than ``base`` (which :func:`choose_cached` picked by table or model).
+
+    Candidates: the shipped configs of the arch that allow split-K (sm_90a, persistent), ``split_k`` in
+    ``[2, MAX_SPLIT_K]`` with at least ``MIN_KBLOCKS_PER_SPLIT`` k-blocks per split.  Under-filled machines are
+    where it wins: 4096x576x7168 on 132 SMs is 96 tiles of 128x192 (one partial wave), x4 splits 384 units.
+    """
+    arch = ARCH_OF_CAPABILITY.get(tuple(capability))
+    cands = candidates(arch, kernel) if arch else ()
+    by_name = {c.name: c for c in cands}
+    if base not in by_name:
+        return base, 1
+    limit = predict(by_name[base], m, n, k, sm_count)["us"] * SPLIT_GAIN
+    best = (limit, base, 1)
+    for c in cands:
+        if not c.split_ok or (kernel != "gemm" and m <= 256 and c.cluster != 1):  # see choose_cached (dual, M <= 256)
+            continue
+        kblocks = math.ceil(k / c.block_k)
+        for splits in range(2, min(MAX_SPLIT_K, kblocks // MIN_KBLOCKS_PER_SPLIT) + 1):
+            us = predict(c, m, n, k, sm_count, splits=splits)["us"]
+            if us < best[0]:
+                best = (us, c.name, splits)
+    return best[1], best[2]
+
+
+@functools.cache
+def split_variant(name: str, splits: int) -> Any:
+    """The shipped config ``name`` with ``schedule.split_k = splits``, named ``<name>_sk<splits>`` (a ``Config``).
+
+    The kernel cache is keyed by config content, so each variant builds and loads once.
+    """
+    from ptxgen.config import load_config
+
+    return load_config(name).replace(**{"schedule.split_k": splits, "name": f"{name}_sk{splits}"})
+
+
+def choose(m: int, n: int, k: int, info: Any, kernel: str = "gemm") -> Any:
+    """The config for ``(m, n, k)`` on a device (:class:`~ptxgen.runtime.driver.DeviceInfo`) and kernel kind:
+    a shipped config's name, or a split-K variant of one (:func:`split_variant`, a ``Config``)."""
+    cap = tuple(info.capability)
+    base = choose_cached(m, n, k, cap, info.sm_count, kernel)[0]
+    name, splits = choose_split(m, n, k, cap, info.sm_count, kernel, base)
+    return name if splits == 1 else split_variant(name, splits)

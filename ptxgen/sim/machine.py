@@ -43,6 +43,7 @@ from . import walker as W
 from .memory import GlobalTensors, SharedMemory, Tmem, box_index, kmajor_sw128_index
 from .mma import umma_operand, umma_shape, wgmma_fragment, wgmma_operand
 from .sync import Mbarrier, Rendezvous
+from .workspace import Workspace
 
 TMEM_LANE_QUARTER = 32  # tcgen05.ld: warp w of a warpgroup accesses TMEM lanes 32*(w%4) .. +31
 
@@ -270,6 +271,8 @@ class Machine:
         self.pending_arrives: set[CommitArriveUnit] = set()
         self.steps = self.ops = 0
         self.fingerprint = 0  # hash of the scheduler's choices: equal fingerprints, same interleaving
+        ws = spec.workspace
+        self.ws = Workspace(ws, spec.grid.cluster_tiles(m, n) * ws.ctas_per_tile) if ws is not None else None
         self.ctas = [Cta(kernel, c, smem_base) for c in range(self.grid)]
         program = W.Program(kernel)
         for cta in self.ctas:
@@ -290,6 +293,7 @@ class Machine:
             W.SyncEv: self._sync,
             W.TmemCopyEv: lambda w, ev: blockscaled.tmem_copy(self, w, ev),
             W.UmmaBlockScaledEv: lambda w, ev: blockscaled.umma_block_scaled(self, w, ev),
+            W.WsStoreEv: self._ws_store, W.WsLoadEv: self._ws_load, W.WsAtomicEv: self._ws_atomic,
         }
 
     # ---------------------------------------------------------------- scheduling
@@ -314,6 +318,8 @@ class Machine:
         if any(not w.done for c in self.ctas for w in c.warps):
             raise SimError(self._deadlock_report())
         self._check_final_barriers()
+        if self.ws is not None:
+            self.ws.check_exit()
 
     def schedule(self, unit) -> None:
         """Make async ``unit`` fire after a random latency (see module docstring)."""
@@ -440,6 +446,8 @@ class Machine:
                                   w.walker.where()), lambda: w not in rv.arrived)
             return
         self._publish_inits(ev.kind, cta)
+        if self.ws is not None:
+            self.ws.barrier(released)
         if ev.kind == "cluster":
             self.cluster_syncs[cta.cluster] = self.cluster_syncs.get(cta.cluster, 0) + 1
         self.wake(rv)
@@ -539,6 +547,32 @@ class Machine:
         rows = np.broadcast_to(ev.rows[:, None], cols.shape)
         ok = (rows < m) & (cols < n)
         self.glob.d[rows[ok], cols[ok]] = ev.values[ok]
+
+    # ---------------------------------------------------------------- split-K workspace (global memory)
+
+    def _ws_store(self, w: Warp, ev: W.WsStoreEv) -> None:
+        self.ws.store(w, ev.offsets, ev.values, w.who("StGlobalF32"))
+
+    def _ws_load(self, w: Warp, ev: W.WsLoadEv) -> None:
+        w.reply = self.ws.load(w, ev.offsets, w.who("LdGlobalF32"))
+
+    def _ws_atomic(self, w: Warp, ev: W.WsAtomicEv) -> None:
+        ws, who = self.ws, w.who(ev.op.describe())
+        if ev.lanes != 1:
+            raise SimError(f"{who}: {ev.lanes} threads run a split-K counter op; one thread does (Elect)")
+        if ev.kind == "red":
+            ws.red(w, ev.offset, ev.value, ev.sem, who)
+            self.wake(ws)
+        elif ev.kind == "store":
+            ws.set(ev.offset, ev.value, who)
+            self.wake(ws)
+        elif ws.value(ev.offset) == ev.value:
+            ws.acquire(w, ev.offset, ev.sem)
+        else:
+            ws._counter(ev.offset, who)
+            self.park(w, _Blocked(ws, lambda: f"{ev.op.describe()}: the counter holds {ws.value(ev.offset)}",
+                                  w.walker.where()), lambda: ws.value(ev.offset) == ev.value)
+            w.after_wait = lambda: ws.acquire(w, ev.offset, ev.sem)
 
     # ---------------------------------------------------------------- TMEM
 

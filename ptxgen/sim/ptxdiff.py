@@ -27,6 +27,7 @@ SMEM_BASE = 0x400  # shared-window address of the dynamic base of rank 0 (1024-a
 TMEM_BASE = 0x20  # what the TMEM slot holds after tcgen05.alloc (nonzero, so a dropped base shows)
 D_PTR = 0x7F00_0000_0000  # global address of D
 WATCHDOG_PTR = 0x7E00_0000_0000  # global address of the hang watchdog's record (watched kernels only)
+WORKSPACE_PTR = 0x7D00_0000_0000  # global address of the split-K workspace (split-K kernels only)
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ class Launch:
 
     @property
     def params(self) -> dict[str, int]:
-        return {"m": self.m, "n": self.n, "k": self.k, "d_ptr": D_PTR, "watchdog_ptr": WATCHDOG_PTR}
+        return {"m": self.m, "n": self.n, "k": self.k, "d_ptr": D_PTR, "watchdog_ptr": WATCHDOG_PTR,
+                "workspace": WORKSPACE_PTR}
 
 
 def smem_base(rank: int) -> int:
@@ -168,6 +170,14 @@ def ir_effects(kernel, launch: Launch) -> list[P.Effect]:
             for j, i in enumerate(op.idx):
                 if row < launch.m and col + j < launch.n:
                     out.append(("st.global", D_PTR + 2 * (row * launch.n + col + j), P.stored((op.src, i), op.fmt)))
+        elif isinstance(ev, W.WsStoreEv):
+            out.append(("st.global.f32", WORKSPACE_PTR + at_lane(ev.offsets), tuple((op.src, i) for i in op.idx)))
+        elif isinstance(ev, W.WsLoadEv):
+            out.append(("ld.global.f32", WORKSPACE_PTR + at_lane(ev.offsets), len(op.idx)))
+        elif isinstance(ev, W.WsAtomicEv):
+            addr = WORKSPACE_PTR + ev.offset
+            kind = {"red": "red.global", "wait": "ld.global.u32", "store": "st.global.sem.u32"}[ev.kind]
+            out.append((kind, ev.sem, ev.scope, addr) + (() if ev.kind == "wait" else (ev.value,)))
         elif isinstance(op, O.Nanosleep):
             out.append(("nanosleep", op.ns))
         elif isinstance(op, O.SetMaxNReg):

@@ -257,6 +257,33 @@ class StGlobalEv(Ev):
 
 
 @dataclass(slots=True)
+class WsStoreEv(Ev):
+    """``st.global.v4.f32``: each active lane stores ``values[i]`` (4 f32) at workspace byte ``offsets[i]``."""
+
+    offsets: np.ndarray
+    values: np.ndarray | None
+
+
+@dataclass(slots=True)
+class WsLoadEv(Ev):
+    """``ld.global.v4.f32`` of 4 f32 at workspace byte ``offsets[i]`` per active lane; reply ``(lanes, 4)`` f32."""
+
+    offsets: np.ndarray
+
+
+@dataclass(slots=True)
+class WsAtomicEv(Ev):
+    """A u32 counter op at workspace byte ``offset``: ``kind`` ``red`` (add ``value``), ``wait`` (spin until it
+    equals ``value``) or ``store`` (set it to ``value``); ``sem``: ``release``/``acquire``/``relaxed``."""
+
+    kind: str
+    offset: int
+    value: int
+    sem: str
+    scope: str
+
+
+@dataclass(slots=True)
 class SyncEv(Ev):
     """``bar.sync`` (kind ``cta`` id 0, or ``named``) or the cluster barrier (kind ``cluster``)."""
 
@@ -365,7 +392,7 @@ class WarpWalker:
         self.loops: list[list] = []
         self._handlers = {
             O.WarpSwitch: self._warp_switch, O.For: self._for, O.If: self._if, O.Elect: self._elect,
-            O.TmemLoad: self._tmem_load, O.TmemBase: self._tmem_base,
+            O.TmemLoad: self._tmem_load, O.TmemBase: self._tmem_base, O.LdGlobalF32: self._ws_load,
         }
         self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.SiluMul: self._silu_mul}
         self._events = {
@@ -383,6 +410,10 @@ class WarpWalker:
             O.CtaSync: lambda op: SyncEv(op, self._whole_warp(op), "cta", 0, self.kernel.threads),
             O.NamedBarrier: self._named_barrier,
             O.ClusterSync: lambda op: SyncEv(op, self._whole_warp(op), "cluster", 0, self.kernel.threads * self.cs),
+            O.StGlobalF32: self._ws_store,
+            O.RedGlobal: lambda op: self._ws_atomic(op, "red", op.sem),
+            O.LdGlobalAcquireWait: lambda op: self._ws_atomic(op, "wait", op.sem),
+            O.StGlobalU32: lambda op: self._ws_atomic(op, "store", "relaxed"),
         }
 
     # ---------------------------------------------------------------- position
@@ -670,6 +701,22 @@ class WarpWalker:
         rows, cols = self._per_lane(op.row), self._per_lane(op.col)
         values = _STORE_BITS[op.fmt](self._reg(op.src, op.idx)) if self.values else None
         return StGlobalEv(op, self._n(), rows, cols, values)
+
+    def _ws_store(self, op):
+        values = self._reg(op.src, op.idx) if self.values else None
+        return WsStoreEv(op, self._n(), self._per_lane(op.offset), values)
+
+    def _ws_load(self, op):
+        if op.pred is not None and not self.uniform(op.pred, "LdGlobalF32 predicate"):
+            return  # a skipped load adds 0.0
+        old = self._reg(op.dst, op.idx)  # the registers the loads add into: written, not in flight
+        values = yield WsLoadEv(op, self._n(), self._per_lane(op.offset))
+        if values is not None:
+            self.regs[op.dst][self._lane_ids()[:, None], list(op.idx)] = old + values
+
+    def _ws_atomic(self, op, kind: str, sem: str):
+        return WsAtomicEv(op, self._n(), kind, self.uniform(op.offset, f"{type(op).__name__} offset"), op.value, sem,
+                          op.scope)
 
     def _named_barrier(self, op):
         lanes = self._whole_warp(op)

@@ -1,0 +1,226 @@
+"""Split-K on CPU: config rules, plan numbers, the simulator's answer and the planted protocol bugs it catches,
+the verifier's counter replay, the runtime workspace and the chooser's picks.
+
+A planted bug rewrites the builder's IR (:func:`ptxgen.sim.rewrite.rewrite`); each must fail with its message:
+the last split adds partials without waiting for the counter, the counter is not reset, a partial is stored
+after the counter increment, the increment loses its release, a split's k-block range is off by one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ptxgen.config import load_config
+from ptxgen.errors import ConfigError, ShapeError, SimError, VerifyError
+from ptxgen.ir import ops as O
+from ptxgen.ir.expr import Var
+from ptxgen.launch import LaunchSpec
+from ptxgen.plan import make_plan
+from ptxgen.sim import simulate
+from ptxgen.sim.rewrite import rewrite
+from ptxgen.verify import verify
+
+#: a few shapes per kernel: off-tile M and N, several tiles per CTA (num_sms=4), K with 7, 3 and 1 k-blocks
+#: (one k-block leaves every split but the last empty), N not a multiple of 8 (direct stores)
+SHAPES = [(150, 200, 7 * 64 - 40), (300, 390, 136), (70, 40, 8), (130, 70, 200)]
+
+
+def split(name: str, splits: int):
+    return load_config(name).replace(**{"schedule.split_k": splits})
+
+
+def kernel(name: str, splits: int):
+    from ptxgen.builders.kernel import build_kernel
+
+    return build_kernel(make_plan(split(name, splits)))
+
+
+# --------------------------------------------------------------------------- config and plan
+
+
+def test_split_k_is_sm90_only():
+    with pytest.raises(ConfigError, match=r"^schedule\.split_k=2: split-K is sm_90a only for now"):
+        load_config("level9").replace(**{"schedule.split_k": 2})
+
+
+def test_split_k_needs_a_persistent_grid():
+    with pytest.raises(ConfigError, match=r"^schedule\.split_k=2: needs schedule\.persistent=true: .*deadlock-free"):
+        load_config("h100_128x128").replace(**{"schedule.split_k": 2})
+
+
+def test_split_k_range():
+    with pytest.raises(ConfigError, match=r"schedule\.split_k"):
+        load_config("h100_128x192").replace(**{"schedule.split_k": 17})
+
+
+def test_plan_numbers_and_launch_spec():
+    plan = make_plan(split("h100_128x192", 3))
+    sp, ws = plan.split, plan.split.workspace
+    assert (sp.splits, sp.group_bytes, sp.group_threads, sp.chunks) == (3, 64 * 192 * 4, 128, 24)
+    assert (ws.partial_bytes, ws.counters_per_tile, ws.ctas_per_tile) == (128 * 192 * 4, 2, 1)
+    assert plan.params[-1] == ("workspace", "u64")
+    spec = plan.launch_spec()
+    assert spec.grid.split_k == 3 and LaunchSpec.from_json(spec.to_json()) == spec
+    # 4096x576: 32 x 3 tiles of 128x192, 3 splits: 288 units, persistent grid capped at the SM count
+    assert spec.grid.grid_x(4096, 576, 132) == 132 and spec.grid.grid_x(256, 192, 132) == 6
+    assert ws.bytes_for(spec.grid, 4096, 576) == 96 * 2 * 128 * 192 * 4 + 96 * 2 * 4
+    assert ws.counter_offset(96, 5, 1) == ws.counters_offset(96) + (5 * 2 + 1) * 4
+    pair = make_plan(split("h100_128x256", 2)).split.workspace
+    assert pair.ctas_per_tile == 2  # a multicast CTA pair computes two m-blocks: two CTA tiles per cluster tile
+    assert make_plan(load_config("h100_128x192")).split is None
+
+
+# --------------------------------------------------------------------------- simulator and verifier
+
+
+@pytest.mark.parametrize("name,splits", [("h100_128x192", 3), ("h100_128x192", 4), ("h100_256x128", 2),
+                                         ("h100_128x256", 3), ("dual_h100_128x128", 2), ("dual_h100_128x128_c2", 3)])
+def test_split_k_kernels_verify_and_simulate(name, splits):
+    k = kernel(name, splits)
+    verify(k)
+    for i, shape in enumerate(SHAPES):
+        r = simulate(k, *shape, seed=i, num_sms=4)
+        assert r.rel_fro < 1e-2
+
+
+def test_split_k_emits_the_protocol():
+    from emitters import emit
+
+    ptx = emit(kernel("h100_128x192", 3))
+    for line in ("red.release.gpu.global.add.u32", "ld.acquire.gpu.global.u32", "st.relaxed.gpu.global.u32",
+                 "st.global.v4.f32", "ld.global.v4.f32", '.pragma "nounroll";', ".param .u64 workspace"):
+        assert line in ptx, line
+
+
+def _planted(fn, name="h100_128x192", splits=3):
+    return rewrite(kernel(name, splits), fn)
+
+
+def _sim_error(k, shape=(300, 390, 136), seeds=(0, 1)) -> list[str]:
+    out = []
+    for s in seeds:
+        with pytest.raises(SimError) as exc:
+            simulate(k, *shape, seed=s, num_sms=4)
+        out.append(str(exc.value))
+    return out
+
+
+def test_planted_owner_does_not_wait():
+    k = _planted(lambda op: () if isinstance(op, O.LdGlobalAcquireWait) else None)
+    for msg in _sim_error(k):
+        assert msg.startswith("read of a partial that no completed store produced")
+
+
+def test_planted_counter_not_reset():
+    k = _planted(lambda op: () if isinstance(op, O.StGlobalU32) else None)
+    with pytest.raises(VerifyError, match=r"^split-K counter not reset: \d+ workspace counter"):
+        verify(k)
+    for msg in _sim_error(k, seeds=(0,)):
+        assert msg.startswith("split-K counter not reset")
+
+
+def _store_after_increment(op):
+    """The publishing branch with its stores moved after the counter increment."""
+    if isinstance(op, O.If) and op.orelse and any(isinstance(o, O.RedGlobal) for o in O.walk(op.orelse)):
+        stores, sync, inc = op.orelse
+        return dataclasses.replace(op, orelse=(sync, inc, stores))
+    return None
+
+
+def test_planted_partial_stored_after_increment():
+    k = _planted(_store_after_increment)
+    for msg in _sim_error(k):
+        assert msg.startswith("read of a partial that no completed store produced")
+        assert "no release" in msg or "no store in this launch" in msg
+
+
+def test_planted_relaxed_increment():
+    k = _planted(lambda op: dataclasses.replace(op, sem="relaxed") if isinstance(op, O.RedGlobal) else None)
+    for msg in _sim_error(k):
+        assert "stored but no release" in msg
+
+
+@pytest.mark.parametrize("delta", [1, -1], ids=["doubled", "skipped"])
+def test_planted_wrong_split_range(delta):
+    def shift(op):  # every split but the last ends one k-block late (k-block doubled) or early (skipped)
+        if isinstance(op, O.Let) and op.var == "kb1":
+            return dataclasses.replace(op, expr=op.expr + delta if delta > 0 else op.expr - 1)
+        return None
+
+    k = _planted(shift)
+    for msg in _sim_error(k, shape=(150, 200, 7 * 64 - 40)):
+        assert msg.startswith("wrong result:")
+
+
+def test_verifier_reports_a_counter_wait_nobody_satisfies():
+    k = _planted(lambda op: dataclasses.replace(op, value=op.value + 1) if isinstance(op, O.LdGlobalAcquireWait) else None)
+    with pytest.raises(VerifyError, match=r"(?s)^circular wait: .*LdGlobalAcquireWait .*the counter holds 2"):
+        verify(k)
+
+
+# --------------------------------------------------------------------------- runtime and chooser
+
+
+def test_workspace_is_allocated_once_zeroed_and_bounded(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from ptxgen.runtime import api
+
+    spec = make_plan(split("h100_128x192", 3)).launch_spec()
+    monkeypatch.setattr(api, "_workspaces", {})
+    (ptr,) = api.split_k_workspace(spec, 300, 400, "cpu", 0)
+    assert api.split_k_workspace(spec, 300, 400, "cpu", 0) == (ptr,)  # cached: no per-call allocation
+    (buf,) = api._workspaces.values()
+    assert buf.numel() == spec.workspace.bytes_for(spec.grid, 300, 400) and not buf.any()
+    assert buf.dtype == torch.uint8
+    assert api.split_k_workspace(make_plan(load_config("h100_128x192")).launch_spec(), 300, 400, "cpu", 0) == ()
+    with pytest.raises(ShapeError, match=r"needs a \d+ B split-K workspace; must be < 4 GiB"):
+        api.split_k_workspace(spec, 65536, 65536, "cpu", 0)
+
+
+@pytest.mark.parametrize("shape,kernel,want", [
+    ((4096, 576, 7168), "gemm", "h100_128x192_sk4"),
+    ((4096, 2112, 7168), "gemm", "h100_128x192_sk3"),
+    ((256, 4096, 7168), "dual_gemm", "dual_h100_128x128_sk2"),
+    ((256, 3072, 4096), "dual_gemm", "dual_h100_128x128_sk2"),
+    ((512, 3072, 7168), "dual_gemm", "dual_h100_128x128_sk4"),
+])
+def test_chooser_picks_split_k_where_the_machine_is_underfilled(shape, kernel, want):
+    from ptxgen.runtime import choose
+
+    info = type("Info", (), {"capability": (9, 0), "sm_count": 132})()
+    cfg = choose.choose(*shape, info, kernel)
+    assert not isinstance(cfg, str) and cfg.name == want
+    assert cfg.schedule.split_k == int(want[-1])
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (8192, 8192, 8192), (12288, 12288, 12288),
+                                   (4096, 24576, 1536), (4096, 4096, 7168)])
+def test_chooser_keeps_full_machines_unsplit(shape):
+    from ptxgen.runtime import choose
+
+    info = type("Info", (), {"capability": (9, 0), "sm_count": 132})()
+    assert isinstance(choose.choose(*shape, info), str)
+    assert isinstance(choose.choose(*shape, info, "dual_gemm"), str)
+
+
+def test_split_variant_is_named_and_valid():
+    from ptxgen.runtime.choose import split_variant
+
+    cfg = split_variant("h100_128x192", 4)
+    assert cfg.name == "h100_128x192_sk4" and cfg.schedule.split_k == 4 and split_variant("h100_128x192", 4) is cfg
+
+
+def test_kb1_var_is_bound_per_unit():
+    """The split range is bound per work unit by the scheduler (the planted range bug rewrites it)."""
+    lets = [op for op in O.walk(kernel("h100_128x192", 3).body) if isinstance(op, O.Let) and op.var in ("kb0", "kb1")]
+    assert len(lets) == 4 and all(Var("num_k") in _leaves(op.expr) for op in lets)
+
+
+def _leaves(e):
+    if hasattr(e, "a"):
+        yield from _leaves(e.a)
+        yield from _leaves(e.b)
+    else:
+        yield e
