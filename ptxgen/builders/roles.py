@@ -10,8 +10,8 @@ epilogue op one more step in :class:`Epilogue` — no role is copied.
 
 from __future__ import annotations
 
-from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, For, If, Let, NamedBarrier, Nanosleep, Param,
-                  SetMaxNReg, Shfl, SiluMul, StGlobalBf16, StSharedBf16, TcgenFence, TmaLoad, TmaStore, TmemLoad, TmemWaitLd,
+from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, For, If, Let, MbarrierArrive, MbarrierWait, NamedBarrier,
+                  Nanosleep, Param, SetMaxNReg, Shfl, SiluMul, StGlobalBf16, StSharedBf16, TcgenFence, TmaLoad, TmaStore, TmemLoad, TmemWaitLd,
                   Umma, Var, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait, eq, fold, lift, ne)
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
@@ -214,7 +214,7 @@ class Epilogue:
         # wgmma m64nN fragment of lane l, warp w, value i: row 16*(w%4) + l/4 + 8*((i/2)&1), col 8*(i/4) + 2*(l%4) + (i&1)
         frag_row = (WARP % 4) * 16 + LANE // 4
         frag_col = (LANE % 4) * 2
-        row0 = Var("m_row") + wg * p.consumer_rows
+        row0 = Var("m_row") + wg * p.wg_row_stride
         sbn = p.store_block_n
         for v in range(p.m_waves):
             if not tma:
@@ -243,7 +243,7 @@ class Epilogue:
     def cd_buffer(self, seq: int, group: Expr | None) -> Expr:
         """CD staging buffer of store ``seq`` of the tile (rotating through the ring's stages)."""
         ring = self.p.cd_ring
-        buf = ring.buffer(Var("tc") * self.stores_per_tile() + seq)
+        buf = ring.buffer(Var("tc") // self.p.tile_owners * self.stores_per_tile() + seq)  # the storing warpgroup's tiles
         return fold(buf if group is None else group * ring.stages + buf)
 
     def cd_addr(self, buf: Expr, row: Expr, chunk16) -> Expr:
@@ -298,6 +298,30 @@ class WgmmaConsumer:
     def prologue(self) -> list:
         return [SetMaxNReg("inc", self.p.consumer_regs), Let("wg", WARP // 4 - 1)]
 
+    def owned_tile(self) -> list:
+        """The tile loop's body: :meth:`tile`, on pingpong only in the tile's owner warpgroup (``tc % tile_owners``)."""
+        p = self.p
+        if not p.pingpong:
+            return self.tile()
+        return [If(eq(Var("tc") % p.tile_owners, Var("wg")), tuple(self.tile()))]
+
+    def math_order(self, arrive: bool) -> list:
+        """Pingpong's mainloop order (CUTLASS ``math_wg_order_barrier``): tile tc's mainloop after tile tc-1's.
+
+        Before its mainloop the owner of tile ``tc > 0`` waits ``math_order[tc % owners]`` for completion
+        ``(tc - 1) // owners`` (the arrive of tile tc-1's owner); after its last k-block's wgmma issue, one elected
+        thread arrives on the next owner's barrier.  Besides letting one warpgroup's epilogue overlap the other's
+        mainloop, this keeps the operand ring's parity waits unambiguous: a warpgroup skips the other's
+        ``num_k`` k-blocks, and without the order it could wait ``full[s]`` two phases behind, where the parity of
+        the phase it needs equals that of the phase still pending (PTX ISA "mbarrier.try_wait": ``.parity``).
+        """
+        p = self.p
+        tc, owners = Var("tc"), p.tile_owners
+        if arrive:
+            nxt = Bar(p.math_order.name, fold((Var("wg") + 1) % owners))
+            return [If(eq(WARP % 4, 0), (Elect((MbarrierArrive(nxt),)),))]
+        return [If(ne(tc, 0), (MbarrierWait(Bar(p.math_order.name, Var("wg")), ((tc - 1) // owners) & 1, "math_order_wait"),))]
+
     def tile(self) -> list:
         p = self.p
         wg = Var("wg")
@@ -305,7 +329,7 @@ class WgmmaConsumer:
         k_body = [*lets, *p.ab.consumer_wait(st), WgmmaFence()]
         a = p.operand("a")
         for v in range(p.m_waves):
-            a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + wg * (p.m_waves * p.a_wave_bytes) + v * p.a_wave_bytes))
+            a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + wg * p.wg_a_stride + v * p.a_wave_bytes))
             for ks in range(p.k_steps):
                 accumulate = Const(1) if ks else ne(KB, 0)
                 for mma in p.mmas:
@@ -318,6 +342,8 @@ class WgmmaConsumer:
         k_body += [WgmmaCommit(), WgmmaWait(1), If(ne(KB, 0), tuple(self.release(PipelineState(prev % p.stages, None))))]
         last = Var("tc") * Var("num_k") + Var("num_k") - 1
         out = [k_loop(k_body), WgmmaWait(0), *self.release(PipelineState(last % p.stages, None))]
+        if p.pingpong:
+            out = [*self.math_order(arrive=False), k_loop(k_body), *self.math_order(arrive=True), *out[1:]]
         for v in range(p.m_waves):
             out += self.epi.fuse(f"acc{v}", f"acc1_{v}", p.block_n // 2)
         if p.tma_store:  # the D tensor map needs 16-byte rows; other N store directly
