@@ -25,7 +25,11 @@ SM (the configs use ~225 KB of shared memory), clusters of ``c`` CTAs occupy
   plus a fixed prologue/epilogue cost (pipeline fill of ``stages`` k-blocks
   and the ``bm * bn * 2 B`` store);
 * the kernel takes ``waves * tile_time``, but never less than the DRAM floor
-  ``2 B * (M*K + N*K + M*N) / HBM bandwidth``.
+  ``2 B * (M*K + N*K + M*N) / HBM bandwidth``;
+* ping-pong consumers (``mma.consumers: pingpong``): a scheduler step is still one
+  ``bm x bn`` tile per CTA, but two are in flight (one warpgroup's epilogue runs
+  under the other's mainloop), so a tile costs its mainloop and fill only and the
+  kernel pays one store at the end: ``waves * (tile_time - store) + store``.
 
 Device constants (:data:`SM90_MODEL`) are for an H100 SXM and only their ratios
 matter for the ranking.  Ties go to the arch's default config.
@@ -88,6 +92,7 @@ class Candidate:
     stages: int
     cluster: int
     kernel: str = "gemm"
+    consumers: str = "cooperative"  # sm_90a mma.consumers: pingpong hides a tile's store under the next mainloop
 
 
 @functools.cache
@@ -115,13 +120,14 @@ def shipped_candidate(name: str) -> Candidate:
     try:
         tile, pipeline = raw["tile"], raw["pipeline"]
         return Candidate(name, raw["arch"], tile["block_m"], tile["block_n"], tile["block_k"], pipeline["stages"],
-                         raw.get("cluster", {}).get("size", 1), raw.get("kernel", "gemm"))
+                         raw.get("cluster", {}).get("size", 1), raw.get("kernel", "gemm"),
+                         raw.get("mma", {}).get("consumers", "cooperative"))
     except (KeyError, TypeError, AttributeError):
         from ptxgen.config import load_config
 
         cfg = load_config(name)
         return Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
-                         cfg.pipeline.stages, cfg.cluster.size, cfg.kernel)
+                         cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.mma.consumers)
 
 
 def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceModel = SM90_MODEL) -> dict:
@@ -139,11 +145,13 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
     per_sm_store = model.store_tbps * 1e12 / sm_count
     math_s = 2.0 * c.block_m * c.block_n * k / per_sm_flops
     load_s = (c.block_m + c.block_n) * k * 2.0 / per_sm_l2
-    fixed_s = (c.stages * (c.block_m + c.block_n) * c.block_k * 2.0) / per_sm_l2 + c.block_m * c.block_n * 2.0 / per_sm_store
+    store_s = c.block_m * c.block_n * 2.0 / per_sm_store
+    fixed_s = (c.stages * (c.block_m + c.block_n) * c.block_k * 2.0) / per_sm_l2 + store_s
     tile_s = max(math_s, load_s) + fixed_s
+    kernel_s = waves * (tile_s - store_s) + store_s if c.consumers == "pingpong" else waves * tile_s
     dram_s = 2.0 * (m * k + n * k + m * n) / (model.hbm_tbps * 1e12)
     return {
-        "us": max(waves * tile_s, dram_s) * 1e6,
+        "us": max(kernel_s, dram_s) * 1e6,
         "tiles": tiles,
         "waves": waves,
         "tail": tiles / (waves * slots),
