@@ -9,9 +9,11 @@ cluster (persistent kernels: one cluster; otherwise one tile per cluster) and
 ``2 * stages + 1`` k-blocks, so every ring wraps and every parity is used.
 
 Phases.  A warp *visits* a barrier once per iteration of its innermost
-enclosing loop in which it arrives on it or aims TMA bytes at it; its j-th
-visit belongs to phase j of that barrier (each role walks the same ring of
-iterations).  For each phase:
+enclosing loop in which it arrives on it or aims TMA bytes at it; the j-th
+visit of its role's walk belongs to phase j of that barrier (each role walks
+the same ring of iterations; the visits of a role's warps merge into one walk,
+so pingpong consumer warpgroups, which take turns on tiles, count the other's
+tiles too).  For each phase:
 
 * arrivals from all roles and CTAs (lanes counted: a whole-warp arrive is 32)
   equal the barrier's init count;

@@ -11,8 +11,8 @@ epilogue op one more step in :class:`Epilogue` — no role is copied.
 from __future__ import annotations
 
 from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, For, If, Let, MbarrierArrive, MbarrierWait, NamedBarrier,
-                  Nanosleep, Param, SetMaxNReg, Shfl, SiluMul, StGlobalBf16, StSharedBf16, TcgenFence, TmaLoad, TmaStore, TmemLoad, TmemWaitLd,
-                  Umma, Var, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait, eq, fold, lift, ne)
+                  Nanosleep, Param, SetMaxNReg, Shfl, SiluMul, StGlobalBf16, StSharedBf16, TcgenFence, TmaLoad, TmaStore,
+                  TmemLoad, TmemWaitLd, Umma, Var, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait, eq, fold, lift, ne)
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
 from .common import KB, LANE, TMEM, WARP, Cluster, TileScheduler, acc_state, desc_lo, k_loop, ring_state, stage_offset
@@ -314,8 +314,11 @@ class WgmmaConsumer:
         mainloop, this keeps the operand ring's parity waits unambiguous: a warpgroup skips the other's
         ``num_k`` k-blocks, and without the order it could wait ``full[s]`` two phases behind, where the parity of
         the phase it needs equals that of the phase still pending (PTX ISA "mbarrier.try_wait": ``.parity``).
+        Cooperative consumers share every tile: no order, no ops.
         """
         p = self.p
+        if not p.pingpong:
+            return []
         tc, owners = Var("tc"), p.tile_owners
         if arrive:
             nxt = Bar(p.math_order.name, fold((Var("wg") + 1) % owners))
@@ -341,9 +344,8 @@ class WgmmaConsumer:
         prev = Var("it") - 1
         k_body += [WgmmaCommit(), WgmmaWait(1), If(ne(KB, 0), tuple(self.release(PipelineState(prev % p.stages, None))))]
         last = Var("tc") * Var("num_k") + Var("num_k") - 1
-        out = [k_loop(k_body), WgmmaWait(0), *self.release(PipelineState(last % p.stages, None))]
-        if p.pingpong:
-            out = [*self.math_order(arrive=False), k_loop(k_body), *self.math_order(arrive=True), *out[1:]]
+        out = [*self.math_order(arrive=False), k_loop(k_body), *self.math_order(arrive=True),
+               WgmmaWait(0), *self.release(PipelineState(last % p.stages, None))]
         for v in range(p.m_waves):
             out += self.epi.fuse(f"acc{v}", f"acc1_{v}", p.block_n // 2)
         if p.tma_store:  # the D tensor map needs 16-byte rows; other N store directly
