@@ -158,11 +158,18 @@ class Mma:
         ``shfl.sync`` (lane i holds stage i's), one elected lane issues (level 9).
     tc_util_percent: 100 = no throttle; below, idle cycles after each commit (level 8).
     warpgroups: sm_90a consumer warpgroups (1 or 2); sm_100a ignores it (must be 1).
+    consumers: sm_90a schedule of the consumer warpgroups (CUTLASS's kernel schedules):
+        ``cooperative`` — all warpgroups compute one tile, each ``block_m / warpgroups`` of its rows
+        (KernelTmaWarpSpecializedCooperative); ``pingpong`` — each warpgroup computes whole
+        ``block_m x block_n`` tiles, alternating (warpgroup ``w`` takes the CTA's tiles ``tc % 2 == w``), so one
+        warpgroup's epilogue overlaps the other's mainloop (KernelTmaWarpSpecializedPingpong); needs 2
+        warpgroups and a persistent schedule.
     """
 
     lanes: OneOf("one", "all") = "one"
     tc_util_percent: Range(1, 100) = 100
     warpgroups: OneOf(1, 2) = 1
+    consumers: OneOf("cooperative", "pingpong") = "cooperative"
 
 
 @section
@@ -528,6 +535,9 @@ def _validate_split_k(cfg: Config) -> None:
     s = cfg.schedule.split_k
     _rule(cfg.arch == "sm_90a", "schedule.split_k", s,
           "split-K is sm_90a only for now (the sm_100a TMEM epilogue has no partial-tile fixup); must be 1")
+    _rule(cfg.mma.consumers == "cooperative", "schedule.split_k", s,
+          "split-K's fixup counts partials per (tile, consumer warpgroup); with mma.consumers=pingpong a tile's splits "
+          "run in different warpgroups: must be 1")
     _rule(cfg.schedule.persistent, "schedule.split_k", s,
           "needs schedule.persistent=true: a tile's last split waits for its other splits, which is deadlock-free "
           "only when every CTA is resident (persistent grid <= SM count)")
@@ -542,6 +552,8 @@ def _validate_sm100(cfg: Config) -> None:
           f"UMMA N must be a multiple of {lo} in [{lo}, 256]"
           + (" (cta_group::2: each CTA loads block_n/2 rows of B, a multiple of 16)" if c.size == 2 else ""))
     _rule(cfg.mma.warpgroups == 1, "mma.warpgroups", cfg.mma.warpgroups, "sm_100a: one MMA-issuing thread; must be 1")
+    _rule(cfg.mma.consumers == "cooperative", "mma.consumers", cfg.mma.consumers,
+          "sm_100a has no consumer warpgroups (one MMA-issuing thread); pingpong is an sm_90a schedule")
     _rule(not cfg.tma.multicast, "tma.multicast", True, "sm_100a kernels here use 2-SM loads (tma.two_sm), not multicast")
     if c.size == 1:
         _rule(not c.dual_tile, "cluster.dual_tile", True, "needs cluster.size=2 (a CTA pair)")
@@ -561,14 +573,21 @@ def _validate_sm100(cfg: Config) -> None:
 def _validate_sm90(cfg: Config) -> None:
     t, c = cfg.tile, cfg.cluster
     wg = cfg.mma.warpgroups
-    _rule(t.block_m % (64 * wg) == 0 and 64 <= t.block_m <= 256, "tile.block_m", t.block_m,
-          f"sm_90a: a multiple of 64 x mma.warpgroups={wg} in [64, 256] (wgmma m64 per wave)")
+    pingpong = cfg.mma.consumers == "pingpong"
+    if pingpong:
+        _rule(wg == 2, "mma.consumers", "pingpong", f"needs mma.warpgroups=2 (got {wg}): two warpgroups take turns on tiles")
+        _rule(cfg.schedule.persistent, "mma.consumers", "pingpong",
+              "needs schedule.persistent=true: a CTA must own several tiles for its two warpgroups to alternate")
+    row_split = 1 if pingpong else wg  # pingpong: every warpgroup computes the whole tile
+    _rule(t.block_m % (64 * row_split) == 0 and 64 <= t.block_m <= 256, "tile.block_m", t.block_m,
+          f"sm_90a: a multiple of 64 x mma.warpgroups={wg} in [64, 256] (wgmma m64 per wave)" if not pingpong else
+          "sm_90a pingpong: a multiple of 64 in [64, 256] (wgmma m64 waves of one warpgroup)")
     _rule(t.block_n % 16 == 0 and 16 <= t.block_n <= 256, "tile.block_n", t.block_n,
           "wgmma N: a multiple of 16 in [16, 256] here")
-    acc_regs = (t.block_m // wg // 64) * t.block_n // 2 * accumulators(cfg)
+    acc_regs = (t.block_m // row_split // 64) * t.block_n // 2 * accumulators(cfg)
     _rule(acc_regs <= 128, "tile.block_m", t.block_m,
           f"sm_90a: {acc_regs} fp32 accumulator registers per thread > 128 (tile {t.block_m}x{t.block_n}, "
-          f"{wg} consumer warpgroups, {accumulators(cfg)} accumulator(s)) would spill")
+          f"{wg} consumer warpgroups {cfg.mma.consumers}, {accumulators(cfg)} accumulator(s)) would spill")
     _rule(cfg.accumulator.stages == 1, "accumulator.stages", cfg.accumulator.stages, "sm_90a: accumulators live in registers; must be 1")
     _rule(cfg.epilogue.warps == 0, "epilogue.warps", cfg.epilogue.warps, "sm_90a: the consumer warpgroups store D; must be 0")
     _rule(cfg.pipeline.roles == "specialized", "pipeline.roles", cfg.pipeline.roles, "sm_90a: must be specialized")

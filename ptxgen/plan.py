@@ -172,6 +172,8 @@ class Plan:
     epilogue_warp0: int
     epilogue_warps: int
     consumer_warpgroups: int  # sm_90a
+    pingpong: bool  # sm_90a mma.consumers=pingpong: each consumer warpgroup computes whole tiles, taking turns
+    tile_owners: int  # warpgroups the CTA's tiles are dealt among: CTA-local tile tc belongs to warpgroup tc % tile_owners
     # knobs the roles branch on (decided here, from the config)
     lockstep: bool  # one warp issues a k-block's loads and MMAs in program order (levels 1-2)
     mma_all_lanes: bool  # the whole MMA warp waits; descriptors shared by shfl (level 9)
@@ -188,6 +190,8 @@ class Plan:
     m_waves: int  # sm_100a: 128-row UMMA waves per CTA; sm_90a: 64-row wgmma waves per consumer warpgroup
     wave_rows: int
     consumer_rows: int  # sm_90a: rows of the tile each consumer warpgroup computes (m_waves x wave_rows)
+    wg_row_stride: int  # sm_90a: tile rows between consecutive consumer warpgroups' slices (pingpong: 0, whole tiles)
+    wg_a_stride: int  # sm_90a: bytes of an A stage between consecutive consumer warpgroups' slices (pingpong: 0)
     umma_m: int
     k_steps: int
     a_box_rows: int
@@ -213,6 +217,7 @@ class Plan:
     smem_bytes: int
     # pipelines and their barriers
     ab: Pipeline  # the smem operand ring
+    math_order: BarrierArray | None  # pingpong: warpgroup w waits math_order[w] before its mainloop (CUTLASS math_wg_order_barrier)
     acc: Pipeline | None  # the TMEM accumulator ring (sm_100a)
     cd_ring: BulkStoreRing | None  # the epilogue staging ring (TMA stores)
     # TMEM
@@ -317,7 +322,7 @@ class Plan:
 
     def barrier_specs(self) -> list[BarrierArray]:
         """Every barrier array, in shared-memory order."""
-        return [b for b in (self.full, self.empty, self.tmem_full, self.tmem_empty) if b is not None]
+        return [b for b in (self.full, self.empty, self.tmem_full, self.tmem_empty, self.math_order) if b is not None]
 
     @property
     def params(self) -> tuple[tuple[str, str], ...]:
@@ -393,6 +398,9 @@ def make_plan(cfg: Config) -> Plan:
     cs = cfg.cluster.size
     cta_group = cs if sm100 else 1
     wgs = 1 if sm100 else cfg.mma.warpgroups
+    pingpong = cfg.mma.consumers == "pingpong"
+    tile_owners = wgs if pingpong else 1  # pingpong: tiles dealt round-robin to the consumer warpgroups
+    row_split = 1 if pingpong else wgs  # warpgroups sharing one tile's rows (cooperative: all of them)
     S = cfg.pipeline.stages
     tma_store = e.store == "tma"
     b_names = ("b", "b2") if cfg.kernel == "dual_gemm" else ("b",)  # the B operands (one per accumulator)
@@ -416,7 +424,7 @@ def make_plan(cfg: Config) -> Plan:
 
     # ---- operand shapes
     wave_rows = 128 if sm100 else 64
-    m_waves = t.block_m // wave_rows if sm100 else t.block_m // wgs // 64
+    m_waves = t.block_m // wave_rows if sm100 else t.block_m // row_split // 64
     a_stage = t.block_m * row_bytes
     if sm100:
         b_smem_rows = t.block_n // cta_group
@@ -478,8 +486,8 @@ def make_plan(cfg: Config) -> Plan:
         empty_init, empty_doc = (1,) * cs, "tcgen05.commit" + (" multicast to both CTAs" if cs == 2 else "") + "; producer waits"
     else:
         full_init, full_doc = (1,) * cs, "producer arrive.expect_tx; TMA" + (" (own A, multicast B halves)" if cfg.tma.multicast else "") + " completes here; consumers wait"
-        n_empty = wgs * (cs if cfg.tma.multicast else 1)
-        empty_init, empty_doc = (n_empty,) * cs, "one elected thread per consumer warpgroup" + (" of both CTAs (remote arrive)" if cfg.tma.multicast else "") + "; producer waits"
+        n_empty = row_split * (cs if cfg.tma.multicast else 1)  # pingpong: only the stage's tile owner releases it
+        empty_init, empty_doc = (n_empty,) * cs, ("one elected thread of the tile's owner warpgroup" if pingpong else "one elected thread per consumer warpgroup") + (" of both CTAs (remote arrive)" if cfg.tma.multicast else "") + "; producer waits"
     bar_off = _align(ab_end, 8)
     full = BarrierArray("full", S, bar_off, full_init, full_tx, full_doc)
     empty = BarrierArray("empty", S, full.offset + 8 * S, empty_init, 0, empty_doc)
@@ -496,6 +504,12 @@ def make_plan(cfg: Config) -> Plan:
                                   f"{'every epilogue thread' if per_thread else 'one epilogue thread'} of "
                                   f"{'both CTAs (peer via mapa)' if writers == 2 else 'the writing CTA'}; MMA waits (leader)")
         nxt = tmem_empty.offset + 8 * A
+    math_order = None
+    if pingpong:  # one per warpgroup: the previous tile's owner arrives once its mainloop passed every full wait
+        math_order = BarrierArray("math_order", wgs, nxt, (1,) * cs, 0,
+                                  "one elected thread of the warpgroup whose mainloop ran the CTA's previous tile; "
+                                  "the next tile's owner waits before its mainloop")
+        nxt = math_order.offset + 8 * wgs
     tmem_slot = nxt
     bar_region = SmemRegion("barriers", bar_off, 8, (tmem_slot - bar_off) // 8, 8)
     smem_bytes = _align(tmem_slot + 4, 16)
@@ -615,6 +629,8 @@ def make_plan(cfg: Config) -> Plan:
         sf_lbo_field=descriptors.SF_COPY_LBO >> 4, sf_atom_bytes=descriptors.SF_ATOM_BYTES,
         sf_cols_per_atom=descriptors.SF_TMEM_COLS_PER_ATOM, sf_rows_per_atom=descriptors.SF_ATOM_ROWS,
         sf_k_per_line=descriptors.SF_ATOM_K * descriptors.SCALE_VEC["block16"] // (descriptors.SF_ATOM_BYTES // SF_LINE_BYTES),
+        wg_row_stride=0 if pingpong else m_waves * wave_rows, wg_a_stride=0 if pingpong else m_waves * a_wave_bytes,
+        pingpong=pingpong, tile_owners=tile_owners, math_order=math_order,
         epi_threads=epi_threads, epi_groups=epi_groups, epi_writers=writers,
         store_block_n=sbn, store_n_multiple=STORE_N_MULTIPLE,
         cd_box_rows=cd_box_rows, cd_row_bytes=cd_row_bytes, cd_stage_bytes=cd_stage, cd_stages=e.stages,

@@ -12,9 +12,11 @@ branches that depend on the shape (sm_90a: the st.global epilogue) and is
 checked for data flow and hand-overs.
 
 Phases.  A warp *visits* a barrier once per iteration of its innermost
-enclosing loop in which it arrives on it or aims TMA bytes at it; its j-th
-visit belongs to phase j of that barrier (each role walks the same ring of
-iterations).  For each phase:
+enclosing loop in which it arrives on it or aims TMA bytes at it; the j-th
+visit of its role's walk belongs to phase j of that barrier (each role walks
+the same ring of iterations; the visits of a role's warps merge into one walk,
+so pingpong consumer warpgroups, which take turns on tiles, count the other's
+tiles too).  For each phase:
 
 * arrivals from all roles and CTAs (lanes counted: a whole-warp arrive is 32)
   equal the barrier's init count;
@@ -224,6 +226,7 @@ class _Wait:
     parity: int
     role: str
     where: W.Where
+    slot: int = 0  # the wait's place in its role's walk of the barrier (see _walk_order)
 
 
 @dataclass
@@ -255,23 +258,46 @@ class _Barriers:
         self.cs = trace.kernel.cluster_size
         self.bars: dict[tuple[int, str, int], _Barrier] = {}
         self.box_bytes = {name: t.box_bytes for name, t in trace.kernel.launch.tensor_maps.items()}
+        slots = self._walks(trace)
         for (ctaid, warp), recs in trace.warps.items():
-            visits: dict[tuple, list] = {}  # instance -> [visit index, last loop key]
             for rec in recs:
                 if isinstance(rec.ev, W.InitEv):
                     self._init(self._get(self._key(ctaid, rec.ev.bar)), rec)
                     continue
                 if isinstance(rec.ev, W.WaitEv):
-                    b = self._get(self._key(ctaid, rec.ev.bar))
-                    b.waits[(ctaid, warp)].append(_Wait(rec.ev.parity, rec.ev.role, rec.where))
+                    key = self._key(ctaid, rec.ev.bar)
+                    slot = slots[(ctaid, warp, key, "wait")][rec.key]
+                    self._get(key).waits[(ctaid, warp)].append(_Wait(rec.ev.parity, rec.ev.role, rec.where, slot))
                     continue
                 for bar_key, fn in self._touches(ctaid, rec):
-                    v = visits.get(bar_key)
-                    if v is None:
-                        v = visits[bar_key] = [0, rec.key]
-                    elif v[1] != rec.key:
-                        v[0], v[1] = v[0] + 1, rec.key
-                    fn(self._get(bar_key), v[0])
+                    fn(self._get(bar_key), slots[(ctaid, warp, bar_key, "visit")][rec.key])
+
+    def _walks(self, trace: _Trace) -> dict[tuple, dict[tuple, int]]:
+        """(CTA, warp, barrier instance, ``visit``|``wait``) -> loop key -> its place in the role's walk of the ring.
+
+        A warp visits a barrier once per loop iteration in which it arrives on it or aims bytes at it; the
+        visits of the warps of one role (the role of a warp's first visit) merge into one walk
+        (:func:`_walk_order`), so pingpong consumer warpgroups, which take turns on tiles, number their visits
+        by the tiles of both.
+        """
+        chains: dict[tuple, dict[int, list]] = defaultdict(dict)  # (CTA, instance, kind, role) -> warp -> keys
+        first_role: dict[tuple, str] = {}
+        for (ctaid, warp), recs in trace.warps.items():
+            for rec in recs:
+                if isinstance(rec.ev, W.InitEv):
+                    continue
+                if isinstance(rec.ev, W.WaitEv):
+                    visited = [(self._key(ctaid, rec.ev.bar), "wait")]
+                else:
+                    visited = [(bar_key, "visit") for bar_key, _ in self._touches(ctaid, rec)]
+                for bar_key, kind in visited:
+                    role = first_role.setdefault((ctaid, warp, bar_key, kind), rec.where.role)
+                    keys = chains[(ctaid, bar_key, kind, role)].setdefault(warp, [])
+                    if not keys or keys[-1] != rec.key:
+                        keys.append(rec.key)
+        walks = {group: _walk_order(list(c.values())) for group, c in chains.items()}
+        return {(ctaid, warp, bar_key, kind): walks[(ctaid, bar_key, kind, role)]
+                for (ctaid, warp, bar_key, kind), role in first_role.items()}
 
     def _get(self, key: tuple[int, str, int]) -> _Barrier:
         b = self.bars.get(key)
@@ -319,13 +345,35 @@ class _Barriers:
         return []
 
 
+def _walk_order(chains: list[list[tuple]]) -> dict[tuple, int]:
+    """Merge the loop-key chains of one role's warps into one walk: loop key -> its index in the walk.
+
+    Each chain lists the loop keys (values of the enclosing loop variables) of one warp's visits, in program
+    order.  Warps that visit the same iterations (cooperative consumer warpgroups, an epilogue's four warps)
+    share the keys and number them as one warp would; warps that take turns on tiles (pingpong consumers:
+    warpgroup w takes tiles ``tc % 2 == w``) interleave, the head with the smallest values of the loop
+    variables both keys have going first.
+    """
+    pos, order = [0] * len(chains), {}
+    while True:
+        heads = [c[p] for c, p in zip(chains, pos) if p < len(c)]
+        if not heads:
+            return order
+        common = min(map(len, heads))
+        head = min(heads, key=lambda k: k[:common])
+        order.setdefault(head, len(order))
+        pos = [p + 1 if p < len(c) and c[p] == head else p for c, p in zip(chains, pos)]
+
+
 def _need(waits: list[_Wait], bar: _Barrier) -> list[int]:
     """Completed phases each wait of one warp needs.
 
     A wait with parity P needs the smallest completed-phase count c with
-    parity(c) != P, at least 0 for the first wait and one more than the
-    previous wait's need when it is in a later loop iteration (a warp waits once
-    per phase); waits within one iteration wait for the same phase.
+    parity(c) != P, at least its slot in the role's walk for the first wait and
+    one more than the previous wait's need per slot the role walked since when
+    it is in a later loop iteration (a warp waits once per phase it consumes;
+    a pingpong warpgroup skips the other's); waits within one iteration wait for
+    the same phase.
     """
     needs: list[int] = []
     for i, w in enumerate(waits):
@@ -335,7 +383,7 @@ def _need(waits: list[_Wait], bar: _Barrier) -> list[int]:
                                   f"right after waiting parity {waits[i - 1].parity} in the same iteration")
             needs.append(needs[-1])
             continue
-        floor = needs[-1] + 1 if i else 0
+        floor = needs[-1] + w.slot - waits[i - 1].slot if i else w.slot
         c = floor if (floor & 1) != w.parity else floor + 1
         if i == 0 and c == 0 and not w.role.startswith("producer"):
             raise VerifyError(f"wrong phase parity: {w.role} by {w.where} waits parity {w.parity} on a fresh "

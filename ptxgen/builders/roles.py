@@ -15,9 +15,10 @@ epilogue stores fp16.
 from __future__ import annotations
 
 from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, For, If, LdGlobalAcquireWait, LdGlobalF32, Let,
-                  NamedBarrier, Nanosleep, Param, RedGlobal, SetMaxNReg, Shfl, SiluMul, StGlobalBf16, StGlobalF32,
-                  StGlobalU32, StSharedBf16, TcgenFence, TmaLoad, TmaStore, TmemCopy, TmemLoad, TmemWaitLd, Umma,
-                  UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait, eq, fold, land, lift, lt, ne)
+                  MbarrierArrive, MbarrierWait, NamedBarrier, Nanosleep, Param, RedGlobal, SetMaxNReg, Shfl, SiluMul,
+                  StGlobalBf16, StGlobalF32, StGlobalU32, StSharedBf16, TcgenFence, TmaLoad, TmaStore, TmemCopy,
+                  TmemLoad, TmemWaitLd, Umma, UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait, eq,
+                  fold, land, lift, lt, ne)
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
 from .common import (KB, LANE, TMEM, WARP, Cluster, TileScheduler, acc_state, desc_lo, k_bounds, k_loop, ring_iteration,
@@ -249,7 +250,7 @@ class Epilogue:
         # wgmma m64nN fragment of lane l, warp w, value i: row 16*(w%4) + l/4 + 8*((i/2)&1), col 8*(i/4) + 2*(l%4) + (i&1)
         frag_row = (WARP % 4) * 16 + LANE // 4
         frag_col = (LANE % 4) * 2
-        row0 = Var("m_row") + wg * p.consumer_rows
+        row0 = Var("m_row") + wg * p.wg_row_stride
         sbn = p.store_block_n
         for v in range(p.m_waves):
             if not tma:
@@ -278,7 +279,8 @@ class Epilogue:
     def cd_buffer(self, seq: int, group: Expr | None) -> Expr:
         """CD staging buffer of store ``seq`` of the tile (rotating through the ring's stages)."""
         ring = self.p.cd_ring
-        tiles = Var("tiles_stored") if self.p.split is not None else Var("tc")  # split-K: only a tile's last split stores
+        # split-K: only a tile's last split stores; pingpong: the storing warpgroup's own tiles
+        tiles = Var("tiles_stored") if self.p.split is not None else Var("tc") // self.p.tile_owners
         buf = ring.buffer(tiles * self.stores_per_tile() + seq)
         return fold(buf if group is None else group * ring.stages + buf)
 
@@ -416,6 +418,33 @@ class WgmmaConsumer:
         stored = [Let("tiles_stored", Const(0))] if self.fixup is not None else []  # split-K: the CD ring's tile count
         return [SetMaxNReg("inc", self.p.consumer_regs), Let("wg", WARP // 4 - 1), *stored]
 
+    def owned_tile(self) -> list:
+        """The tile loop's body: :meth:`tile`, on pingpong only in the tile's owner warpgroup (``tc % tile_owners``)."""
+        p = self.p
+        if not p.pingpong:
+            return self.tile()
+        return [If(eq(Var("tc") % p.tile_owners, Var("wg")), tuple(self.tile()))]
+
+    def math_order(self, arrive: bool) -> list:
+        """Pingpong's mainloop order (CUTLASS ``math_wg_order_barrier``): tile tc's mainloop after tile tc-1's.
+
+        Before its mainloop the owner of tile ``tc > 0`` waits ``math_order[tc % owners]`` for completion
+        ``(tc - 1) // owners`` (the arrive of tile tc-1's owner); after its last k-block's wgmma issue, one elected
+        thread arrives on the next owner's barrier.  Besides letting one warpgroup's epilogue overlap the other's
+        mainloop, this keeps the operand ring's parity waits unambiguous: a warpgroup skips the other's
+        ``num_k`` k-blocks, and without the order it could wait ``full[s]`` two phases behind, where the parity of
+        the phase it needs equals that of the phase still pending (PTX ISA "mbarrier.try_wait": ``.parity``).
+        Cooperative consumers share every tile: no order, no ops.
+        """
+        p = self.p
+        if not p.pingpong:
+            return []
+        tc, owners = Var("tc"), p.tile_owners
+        if arrive:
+            nxt = Bar(p.math_order.name, fold((Var("wg") + 1) % owners))
+            return [If(eq(WARP % 4, 0), (Elect((MbarrierArrive(nxt),)),))]
+        return [If(ne(tc, 0), (MbarrierWait(Bar(p.math_order.name, Var("wg")), ((tc - 1) // owners) & 1, "math_order_wait"),))]
+
     def tile(self) -> list:
         p = self.p
         wg = Var("wg")
@@ -424,7 +453,7 @@ class WgmmaConsumer:
         k_body = [*lets, *p.ab.consumer_wait(st), WgmmaFence()]
         a = p.operand("a")
         for v in range(p.m_waves):
-            a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + wg * (p.m_waves * p.a_wave_bytes) + v * p.a_wave_bytes))
+            a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + wg * p.wg_a_stride + v * p.a_wave_bytes))
             for ks in range(p.k_steps):
                 accumulate = Const(1) if ks else ne(KB, k0)
                 for mma in p.mmas:
@@ -442,7 +471,8 @@ class WgmmaConsumer:
         release = self.release(PipelineState(last % p.stages, None))
         if self.fixup is not None:  # an empty split (num_k < splits) has no stage to release
             release = [If(lt(k0, k1), tuple(release))]
-        out = [k_loop(k_body, (k0, k1)), WgmmaWait(0), *release]
+        out = [*self.math_order(arrive=False), k_loop(k_body, (k0, k1)), *self.math_order(arrive=True),
+               WgmmaWait(0), *release]
         fused = []
         for v in range(p.m_waves):
             fused += self.epi.fuse(f"acc{v}", f"acc1_{v}", p.block_n // 2)

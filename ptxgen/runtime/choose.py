@@ -25,7 +25,11 @@ SM (the configs use ~225 KB of shared memory), clusters of ``c`` CTAs occupy
   plus a fixed prologue/epilogue cost (pipeline fill of ``stages`` k-blocks
   and the ``bm * bn * 2 B`` store);
 * the kernel takes ``waves * tile_time``, but never less than the DRAM floor
-  ``2 B * (M*K + N*K + M*N) / HBM bandwidth``.
+  ``2 B * (M*K + N*K + M*N) / HBM bandwidth``;
+* ping-pong consumers (``mma.consumers: pingpong``): a scheduler step is still one
+  ``bm x bn`` tile per CTA, but two are in flight (one warpgroup's epilogue runs
+  under the other's mainloop), so a tile costs its mainloop and fill only and the
+  kernel pays one store at the end: ``waves * (tile_time - store) + store``.
 
 Split-K (``splits`` work units per tile, sm_90a persistent configs): the mainloop of a unit covers
 ``K / splits``, waves count units (``tiles x splits``), fill and D store still count once per tile, and
@@ -101,6 +105,7 @@ class Candidate:
     cluster: int
     kernel: str = "gemm"
     operands: str = "bf16"
+    consumers: str = "cooperative"  # sm_90a mma.consumers (pingpong: never a candidate, see candidates)
     split_ok: bool = False  # the chooser may raise schedule.split_k (sm_90a, persistent, no cluster: see candidates)
 
     @property
@@ -113,7 +118,9 @@ class Candidate:
 def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
     """Every shipped bf16 config for ``arch`` of kernel kind ``kernel`` (``gemm``, ``dual_gemm``), as :class:`Candidate`.
 
-    NVFP4 configs (``operands: nvfp4``) are ``dual_gemm_nvfp4``'s, never a bf16 call's.  ``split_ok``: split-K
+    NVFP4 configs (``operands: nvfp4``) are ``dual_gemm_nvfp4``'s, never a bf16 call's.  Ping-pong consumer configs
+    (``mma.consumers: pingpong``) are not candidates: on an H100 they measured 0.45-0.83x torch where the
+    cooperative configs reach 0.95-1.05x (bench/NOTES.md §7.4); they stay for explicit use.  ``split_ok``: split-K
     variants are chosen only of single-CTA configs.  Split-K is deadlock-free when every CTA of the persistent
     grid is resident; one CTA per SM always fits, while whether the GPCs hold ``SMs / 2`` CTA pairs at once
     depends on the chip (an explicit clustered split-K config is allowed, and GPU-tested, but not picked
@@ -122,7 +129,8 @@ def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
     from ptxgen.shipped import shipped_configs
 
     out = (shipped_candidate(name) for name in shipped_configs())
-    return tuple(c for c in out if c.arch == arch and c.kernel == kernel and c.operands == "bf16")
+    return tuple(c for c in out if c.arch == arch and c.kernel == kernel and c.operands == "bf16"
+                 and c.consumers == "cooperative")
 
 
 def shipped_candidate(name: str) -> Candidate:
@@ -145,13 +153,14 @@ def shipped_candidate(name: str) -> Candidate:
         split_ok = (raw["arch"] == "sm_90a" and schedule.get("persistent", False) and schedule.get("split_k", 1) == 1
                     and cluster == 1)
         return Candidate(name, raw["arch"], tile["block_m"], tile["block_n"], tile["block_k"], pipeline["stages"],
-                         cluster, raw.get("kernel", "gemm"), raw.get("operands", "bf16"), split_ok)
+                         cluster, raw.get("kernel", "gemm"), raw.get("operands", "bf16"),
+                         raw.get("mma", {}).get("consumers", "cooperative"), split_ok)
     except (KeyError, TypeError, AttributeError):
         from ptxgen.config import load_config
 
         cfg = load_config(name)
         return Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
-                         cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands,
+                         cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands, cfg.mma.consumers,
                          cfg.arch == "sm_90a" and cfg.schedule.persistent and cfg.schedule.split_k == 1
                          and cfg.cluster.size == 1)
 
