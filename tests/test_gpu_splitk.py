@@ -177,24 +177,3 @@ def test_splitk_prepared_launch(torch):
         torch.cuda.synchronize()
         assert not torch.isnan(out).any()
         assert relative_error(out, a.float() @ b.float().T) < TOLERANCE
-
-
-@pytest.mark.parametrize("shape,kernel", [((4096, 576, 7168), "gemm"), ((256, 3072, 4096), "dual_gemm")])
-def test_chooser_split_variant_runs(torch, shape, kernel):
-    """``config=None`` on an under-filled shape: the chooser's split-K variant, correct through the public API."""
-    from ptxgen import dual_gemm, gemm
-    from ptxgen.runtime import driver
-    from ptxgen.runtime.choose import choose
-
-    m, n, k = shape
-    info = driver.device_info(0)
-    picked = choose(m, n, k, info, kernel)
-    print(f"\n{kernel} {m}x{n}x{k} on {info.sm_count} SMs: {picked if isinstance(picked, str) else picked.name}")
-    a, b = random_operands(torch, m, n, k, seed=31)
-    if kernel == "gemm":
-        err = run_twice(torch, lambda out: gemm(a, b, out=out), m, n, a.float() @ b.float().T, f"auto {shape}")
-    else:
-        b2 = random_operands(torch, 1, n, k, seed=32)[1]
-        err = run_twice(torch, lambda out: dual_gemm(a, b, b2, out=out), m, n, dual_reference(torch, a, b, b2),
-                        f"auto dual {shape}")
-    assert err < TOLERANCE

@@ -1123,7 +1123,9 @@ def test_candidates_are_every_shipped_config_of_the_arch():
     from ptxgen.runtime import choose
 
     names = [c.name for c in choose.candidates("sm_90a")]
-    assert names == [n for n in shipped_configs() if load_config(n).arch == "sm_90a" and load_config(n).kernel == "gemm"]
+    gemms = [n for n in shipped_configs() if load_config(n).arch == "sm_90a" and load_config(n).kernel == "gemm"]
+    # ping-pong configs are shipped but measured slower: never chosen (bench/NOTES.md §7.4)
+    assert names == [n for n in gemms if load_config(n).mma.consumers == "cooperative"] and len(names) < len(gemms)
     assert names and all(n.startswith("h100_") for n in names)
     duals = [c.name for c in choose.candidates("sm_90a", "dual_gemm")]
     assert duals and all(n.startswith("dual_h100_") for n in duals)
@@ -1137,11 +1139,9 @@ def test_shipped_candidate_agrees_with_load_config(name):
     from ptxgen.runtime.choose import Candidate, shipped_candidate
 
     cfg = load_config(name)
-    split_ok = (cfg.arch == "sm_90a" and cfg.schedule.persistent and cfg.schedule.split_k == 1
-                and cfg.cluster.size == 1)
     assert shipped_candidate(name) == Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
                                                 cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands,
-                                                cfg.mma.consumers, split_ok)
+                                                cfg.mma.consumers, cfg.schedule.split_k)
 
 
 def test_cost_model_waves_and_tail():
@@ -1156,20 +1156,6 @@ def test_cost_model_waves_and_tail():
     wide = Candidate("w", "sm_90a", 256, 128, 64, 4, 1)
     narrow = Candidate("n", "sm_90a", 128, 128, 64, 4, 1)
     assert predict(narrow, 8192, 8192, 8192, 132)["bytes_per_flop"] > predict(wide, 8192, 8192, 8192, 132)["bytes_per_flop"]
-
-
-def test_cost_model_pingpong_hides_the_store_of_all_but_the_last_tile():
-    from dataclasses import replace
-
-    from ptxgen.runtime.choose import SM90_MODEL, Candidate, predict
-
-    coop = Candidate("c", "sm_90a", 128, 128, 64, 6, 1)
-    pp = replace(coop, consumers="pingpong")
-    store_us = 128 * 128 * 2.0 / (SM90_MODEL.store_tbps * 1e12 / 132) * 1e6
-    one, many = predict(pp, 128, 128, 8192, 132), predict(pp, 8192, 8192, 8192, 132)
-    assert one["us"] == pytest.approx(predict(coop, 128, 128, 8192, 132)["us"])  # one tile: nothing to overlap
-    assert (many["tiles"], many["waves"]) == (predict(coop, 8192, 8192, 8192, 132)["tiles"], 32)  # same tiles per step
-    assert predict(coop, 8192, 8192, 8192, 132)["us"] - many["us"] == pytest.approx(31 * store_us)
 
 
 def test_choice_prefers_user_table_then_shipped_then_model(fresh_choice, monkeypatch):

@@ -50,6 +50,12 @@ def test_split_k_needs_a_persistent_grid():
         load_config("h100_128x128").replace(**{"schedule.split_k": 2})
 
 
+def test_split_k_refuses_pingpong_consumers():
+    with pytest.raises(ConfigError, match=r"^schedule\.split_k=2: split-K's fixup counts partials per \(tile, consumer "
+                                          r"warpgroup\); with mma\.consumers=pingpong .*must be 1"):
+        load_config("h100_128x128_pp").replace(**{"schedule.split_k": 2})
+
+
 def test_split_k_range():
     with pytest.raises(ConfigError, match=r"schedule\.split_k"):
         load_config("h100_128x192").replace(**{"schedule.split_k": 17})
@@ -179,37 +185,28 @@ def test_workspace_is_allocated_once_zeroed_and_bounded(monkeypatch):
         api.split_k_workspace(spec, 65536, 65536, "cpu", 0)
 
 
-@pytest.mark.parametrize("shape,kernel,want", [
-    ((4096, 576, 7168), "gemm", "h100_128x192_sk4"),
-    ((4096, 2112, 7168), "gemm", "h100_128x192_sk3"),
-    ((256, 4096, 7168), "dual_gemm", "dual_h100_128x128_sk2"),
-    ((256, 3072, 4096), "dual_gemm", "dual_h100_128x128_sk2"),
-    ((512, 3072, 7168), "dual_gemm", "dual_h100_128x128_sk4"),
+@pytest.mark.parametrize("shape,kernel", [
+    ((4096, 576, 7168), "gemm"), ((4096, 2112, 7168), "gemm"), ((4096, 4096, 4096), "gemm"),
+    ((256, 4096, 7168), "dual_gemm"), ((512, 3072, 7168), "dual_gemm"), ((1000, 1000, 1000), "gemm"),
 ])
-def test_chooser_picks_split_k_where_the_machine_is_underfilled(shape, kernel, want):
+def test_chooser_never_picks_split_k(shape, kernel, monkeypatch):
+    """Split-K is opt-in (config=): measured slower than the unsplit tile where the model chose it, and a call
+    without a named config cannot promise the residency and no-concurrency it needs (bench/NOTES.md §7.5).
+    A shipped split-K config would not be a candidate either."""
     from ptxgen.runtime import choose
 
-    info = type("Info", (), {"capability": (9, 0), "sm_count": 132})()
-    cfg = choose.choose(*shape, info, kernel)
-    assert not isinstance(cfg, str) and cfg.name == want
-    assert cfg.schedule.split_k == int(want[-1])
-
-
-@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (8192, 8192, 8192), (12288, 12288, 12288),
-                                   (4096, 24576, 1536), (4096, 4096, 7168)])
-def test_chooser_keeps_full_machines_unsplit(shape):
-    from ptxgen.runtime import choose
-
-    info = type("Info", (), {"capability": (9, 0), "sm_count": 132})()
-    assert isinstance(choose.choose(*shape, info), str)
-    assert isinstance(choose.choose(*shape, info, "dual_gemm"), str)
-
-
-def test_split_variant_is_named_and_valid():
-    from ptxgen.runtime.choose import split_variant
-
-    cfg = split_variant("h100_128x192", 4)
-    assert cfg.name == "h100_128x192_sk4" and cfg.schedule.split_k == 4 and split_variant("h100_128x192", 4) is cfg
+    monkeypatch.setattr(choose, "shipped_candidate", lambda name, real=choose.shipped_candidate: (
+        dataclasses.replace(real(name), split_k=4) if name == "h100_128x192" else real(name)))
+    choose.candidates.cache_clear()
+    choose.choose_cached.cache_clear()
+    try:
+        info = type("Info", (), {"capability": (9, 0), "sm_count": 132})()
+        picked = choose.choose(*shape, info, kernel)
+        assert isinstance(picked, str) and load_config(picked).schedule.split_k == 1
+        assert "h100_128x192" not in {c.name for c in choose.candidates("sm_90a", kernel)}
+    finally:
+        choose.candidates.cache_clear()
+        choose.choose_cached.cache_clear()
 
 
 def test_kb1_var_is_bound_per_unit():

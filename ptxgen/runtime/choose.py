@@ -25,17 +25,17 @@ SM (the configs use ~225 KB of shared memory), clusters of ``c`` CTAs occupy
   plus a fixed prologue/epilogue cost (pipeline fill of ``stages`` k-blocks
   and the ``bm * bn * 2 B`` store);
 * the kernel takes ``waves * tile_time``, but never less than the DRAM floor
-  ``2 B * (M*K + N*K + M*N) / HBM bandwidth``;
-* ping-pong consumers (``mma.consumers: pingpong``): a scheduler step is still one
-  ``bm x bn`` tile per CTA, but two are in flight (one warpgroup's epilogue runs
-  under the other's mainloop), so a tile costs its mainloop and fill only and the
-  kernel pays one store at the end: ``waves * (tile_time - store) + store``.
+  ``2 B * (M*K + acc*N*K + M*N) / HBM bandwidth`` (``acc`` = 2 B operands for a dual GEMM).
 
-Split-K (``splits`` work units per tile, sm_90a persistent configs): the mainloop of a unit covers
-``K / splits``, waves count units (``tiles x splits``), fill and D store still count once per tile, and
-fp32 partials cost one partial tile through L2 per unit plus ``splits - 1`` for the last split.  After the
-table or model picked a config, :func:`choose_split` takes a split-K variant when it is predicted at
-least ``1 - SPLIT_GAIN`` faster.
+Not chosen automatically, though they run when passed as ``config=``:
+
+* ping-pong consumer configs (``mma.consumers: pingpong``): 0.45-0.83x torch on an H100 where the
+  cooperative configs reach 0.95-1.05x (bench/NOTES.md §7.4);
+* split-K variants (``schedule.split_k > 1``): slower than the unsplit tile on the GEMM shapes the model
+  predicted them for (4096x576x7168: 0.59x vs 0.82x torch; 4096x2112x7168: 0.67-0.79x vs 0.85-0.90x), a gain
+  only on the dual GEMM's M = 256 shapes (bench/NOTES.md §7.5); and a split-K launch needs its whole grid
+  resident and must not run concurrently with a launch of the same kernel on another stream (they share the
+  workspace counters), which a call made without naming the config cannot promise.
 
 Device constants (:data:`SM90_MODEL`) are for an H100 SXM and only their ratios
 matter for the ranking.  Ties go to the arch's default config.
@@ -63,12 +63,6 @@ DEFAULT_DUAL_SM100 = "dual_sm100_256x128"
 #: shipped tuned table per arch (inside ptxgen/configs)
 SHIPPED_TABLES = {"sm_90a": "tuned_sm90.json", "sm_100a": "tuned_sm100.json"}
 TABLE_VERSION = 1
-#: split-K: the largest ``schedule.split_k`` tried, the fewest k-blocks per split (the pipeline depth: a split
-#: shorter than the ring never overlaps its loads), and the predicted gain a split-K variant needs over the
-#: split_k=1 choice (the model is coarse; the tuned tables were measured without split-K)
-MAX_SPLIT_K = 8
-MIN_KBLOCKS_PER_SPLIT = 4
-SPLIT_GAIN = 0.9
 
 
 @dataclass(frozen=True)
@@ -106,7 +100,7 @@ class Candidate:
     kernel: str = "gemm"
     operands: str = "bf16"
     consumers: str = "cooperative"  # sm_90a mma.consumers (pingpong: never a candidate, see candidates)
-    split_ok: bool = False  # the chooser may raise schedule.split_k (sm_90a, persistent, no cluster: see candidates)
+    split_k: int = 1  # schedule.split_k as shipped (> 1: never a candidate, see candidates)
 
     @property
     def accumulators(self) -> int:
@@ -120,17 +114,13 @@ def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
 
     NVFP4 configs (``operands: nvfp4``) are ``dual_gemm_nvfp4``'s, never a bf16 call's.  Ping-pong consumer configs
     (``mma.consumers: pingpong``) are not candidates: on an H100 they measured 0.45-0.83x torch where the
-    cooperative configs reach 0.95-1.05x (bench/NOTES.md §7.4); they stay for explicit use.  ``split_ok``: split-K
-    variants are chosen only of single-CTA configs.  Split-K is deadlock-free when every CTA of the persistent
-    grid is resident; one CTA per SM always fits, while whether the GPCs hold ``SMs / 2`` CTA pairs at once
-    depends on the chip (an explicit clustered split-K config is allowed, and GPU-tested, but not picked
-    automatically).
+    cooperative configs reach 0.95-1.05x (bench/NOTES.md §7.4); nor are split-K configs (module docstring).
     """
     from ptxgen.shipped import shipped_configs
 
     out = (shipped_candidate(name) for name in shipped_configs())
     return tuple(c for c in out if c.arch == arch and c.kernel == kernel and c.operands == "bf16"
-                 and c.consumers == "cooperative")
+                 and c.consumers == "cooperative" and c.split_k == 1)
 
 
 def shipped_candidate(name: str) -> Candidate:
@@ -150,53 +140,41 @@ def shipped_candidate(name: str) -> Candidate:
     try:
         tile, pipeline, schedule = raw["tile"], raw["pipeline"], raw.get("schedule", {})
         cluster = raw.get("cluster", {}).get("size", 1)
-        split_ok = (raw["arch"] == "sm_90a" and schedule.get("persistent", False) and schedule.get("split_k", 1) == 1
-                    and cluster == 1)
         return Candidate(name, raw["arch"], tile["block_m"], tile["block_n"], tile["block_k"], pipeline["stages"],
                          cluster, raw.get("kernel", "gemm"), raw.get("operands", "bf16"),
-                         raw.get("mma", {}).get("consumers", "cooperative"), split_ok)
+                         raw.get("mma", {}).get("consumers", "cooperative"), schedule.get("split_k", 1))
     except (KeyError, TypeError, AttributeError):
         from ptxgen.config import load_config
 
         cfg = load_config(name)
         return Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
                          cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands, cfg.mma.consumers,
-                         cfg.arch == "sm_90a" and cfg.schedule.persistent and cfg.schedule.split_k == 1
-                         and cfg.cluster.size == 1)
+                         cfg.schedule.split_k)
 
 
-def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceModel = SM90_MODEL,
-            splits: int = 1) -> dict:
-    """Predicted time of one candidate on one shape, with ``splits``-way split-K (see module docstring).
+def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceModel = SM90_MODEL) -> dict:
+    """Predicted time of one candidate on one shape (see module docstring).
 
     Returns:
-        ``{"us", "tiles", "waves", "tail", "bytes_per_flop"}``: microseconds, tile count, waves (of work units),
+        ``{"us", "tiles", "waves", "tail", "bytes_per_flop"}``: microseconds, tile count, waves,
         tail efficiency in (0, 1], operand bytes per FLOP of one tile.
     """
     slots = max(c.cluster, sm_count // c.cluster * c.cluster)
     tiles = math.ceil(m / c.block_m) * math.ceil(n / c.block_n)
-    units = tiles * splits
-    waves = math.ceil(units / slots)
+    waves = math.ceil(tiles / slots)
     acc = c.accumulators
     per_sm_flops = model.peak_tflops * 1e12 / sm_count
     per_sm_l2 = model.l2_tbps * 1e12 / sm_count
     per_sm_store = model.store_tbps * 1e12 / sm_count
-    k_unit = math.ceil(math.ceil(k / c.block_k) / splits) * c.block_k  # the longest split's K
-    math_s = 2.0 * acc * c.block_m * c.block_n * k_unit / per_sm_flops
-    load_s = (c.block_m + acc * c.block_n) * k_unit * 2.0 / per_sm_l2
+    math_s = 2.0 * acc * c.block_m * c.block_n * k / per_sm_flops
+    load_s = (c.block_m + acc * c.block_n) * k * 2.0 / per_sm_l2
     fixed_s = (c.stages * (c.block_m + acc * c.block_n) * c.block_k * 2.0) / per_sm_l2 + c.block_m * c.block_n * 2.0 / per_sm_store
-    # fill and D store once per tile (a split-K tile stores D once; the persistent producer fills the next
-    # unit's stages during the current one's fixup), the mainloop once per unit
-    total_s = waves * max(math_s, load_s) + math.ceil(tiles / slots) * fixed_s
-    if splits > 1:  # fp32 partials through L2: each unit writes or reads about one; the last split reads splits-1
-        partial_s = acc * c.block_m * c.block_n * 4.0 / per_sm_l2
-        total_s += waves * partial_s + (splits - 1) * partial_s
     dram_s = 2.0 * (m * k + acc * n * k + m * n) / (model.hbm_tbps * 1e12)
     return {
-        "us": max(total_s, dram_s) * 1e6,
+        "us": max(waves * (max(math_s, load_s) + fixed_s), dram_s) * 1e6,
         "tiles": tiles,
         "waves": waves,
-        "tail": units / (waves * slots),
+        "tail": tiles / (waves * slots),
         "bytes_per_flop": (c.block_m + acc * c.block_n) * 2.0 / (2.0 * acc * c.block_m * c.block_n),
     }
 
@@ -316,49 +294,6 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     return rank(cands, m, n, k, sm_count, default)[0][1], "cost model"
 
 
-@functools.lru_cache(maxsize=4096)
-def choose_split(m: int, n: int, k: int, capability: tuple[int, int], sm_count: int, kernel: str,
-                 base: str) -> tuple[str, int]:
-    """``(config name, split_k)``: ``(base, 1)``, or the split-K variant the cost model predicts at least
-    ``1 - SPLIT_GAIN`` faster than ``base`` (which :func:`choose_cached` picked by table or model).
-
-    Candidates: the shipped configs of the arch that allow split-K (sm_90a, persistent), ``split_k`` in
-    ``[2, MAX_SPLIT_K]`` with at least ``MIN_KBLOCKS_PER_SPLIT`` k-blocks per split.  Under-filled machines are
-    where it wins: 4096x576x7168 on 132 SMs is 96 tiles of 128x192 (one partial wave), x4 splits 384 units.
-    """
-    arch = ARCH_OF_CAPABILITY.get(tuple(capability))
-    cands = candidates(arch, kernel) if arch else ()
-    by_name = {c.name: c for c in cands}
-    if base not in by_name:
-        return base, 1
-    limit = predict(by_name[base], m, n, k, sm_count)["us"] * SPLIT_GAIN
-    best = (limit, base, 1)
-    for c in cands:
-        if not c.split_ok or (kernel != "gemm" and m <= 256 and c.cluster != 1):  # see choose_cached (dual, M <= 256)
-            continue
-        kblocks = math.ceil(k / c.block_k)
-        for splits in range(2, min(MAX_SPLIT_K, kblocks // MIN_KBLOCKS_PER_SPLIT) + 1):
-            us = predict(c, m, n, k, sm_count, splits=splits)["us"]
-            if us < best[0]:
-                best = (us, c.name, splits)
-    return best[1], best[2]
-
-
-@functools.cache
-def split_variant(name: str, splits: int) -> Any:
-    """The shipped config ``name`` with ``schedule.split_k = splits``, named ``<name>_sk<splits>`` (a ``Config``).
-
-    The kernel cache is keyed by config content, so each variant builds and loads once.
-    """
-    from ptxgen.config import load_config
-
-    return load_config(name).replace(**{"schedule.split_k": splits, "name": f"{name}_sk{splits}"})
-
-
-def choose(m: int, n: int, k: int, info: Any, kernel: str = "gemm") -> Any:
-    """The config for ``(m, n, k)`` on a device (:class:`~ptxgen.runtime.driver.DeviceInfo`) and kernel kind:
-    a shipped config's name, or a split-K variant of one (:func:`split_variant`, a ``Config``)."""
-    cap = tuple(info.capability)
-    base = choose_cached(m, n, k, cap, info.sm_count, kernel)[0]
-    name, splits = choose_split(m, n, k, cap, info.sm_count, kernel, base)
-    return name if splits == 1 else split_variant(name, splits)
+def choose(m: int, n: int, k: int, info: Any, kernel: str = "gemm") -> str:
+    """The config name for ``(m, n, k)`` on a device (:class:`~ptxgen.runtime.driver.DeviceInfo`) and kernel kind."""
+    return choose_cached(m, n, k, tuple(info.capability), info.sm_count, kernel)[0]
