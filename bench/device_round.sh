@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# One device call of the lead's perf round (issues 10, 12): runtime GPU tests, first call (cold/warm),
-# the 11-shape GEMM bench (auto) and the 8-shape dual bench through the public API, plus optional variants.
-# Usage (repo root, device, .whl carried): bash bench/device_round.sh [tests] [first] [gemm] [dual] [dualvar]
+# One device call of a perf/correctness round (issues 9-12), any subset of the parts, in order:
+#   tests     every GPU test: PYTHONPATH=$PWD python3 -m pytest -m gpu tests/ (PTXGEN_GPU_EXAMPLES, default 25)
+#   sanitize  compute-sanitizer memcheck/racecheck/synccheck of each config in $SAN_CONFIGS on 300x520x264
+#   tune      ptxgen tune on the GEMM shapes (writes the user table the chooser reads first; copied to $OUT)
+#   gemm      ptxgen bench on the 11 GEMM shapes, config chosen per shape (JSON + PNG + host overhead)
+#   dual      bench/dual_bench.py on the 8 SwiGLU shapes, config chosen per shape
+#   dualvar   the 4 small-M SwiGLU shapes for each config in $DUAL_VARIANTS (--config flags)
+#   first     bench/first_call.py: first ptxgen.gemm in a fresh process, cold and warm cache
+# Usage (repo root, device, .whl carried): bash bench/device_round.sh tests sanitize ...   (results under $OUT)
 set -o pipefail
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -10,11 +16,24 @@ export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
 for part in "$@"; do
+  echo "==== $part"
   case $part in
-    tests) timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu ${GPU_TESTS:-tests/} 2>&1 | tee "$OUT/gpu_tests.log" | tail -6 ;;
-    first) timeout 200 python3 bench/first_call.py --warm-runs 3 --json "$OUT/first_call.json" 2>&1 | tee "$OUT/first_call.txt" ;;
-    gemm) timeout 400 python3 -m ptxgen.cli bench --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -16 ;;
+    tests) PTXGEN_GPU_EXAMPLES=${EXAMPLES:-25} timeout ${TESTS_TIMEOUT:-420} python3 -m pytest -q -p no:cacheprovider -m gpu \
+             ${GPU_TESTS:-tests/} 2>&1 | tee "$OUT/gpu_tests.log" | tail -8 ;;
+    sanitize)
+      for c in ${SAN_CONFIGS:-h100_128x192 h100_128x144 h100_128x128_pp bench/configs/h100_128x192_sk3.yaml bench/configs/dual_h100_128x128_sk2.yaml}; do
+        for tool in memcheck racecheck synccheck; do
+          extra=""; [ $tool = memcheck ] && extra="--report-api-errors no"
+          timeout 90 compute-sanitizer --tool $tool $extra python3 bench/sanitize_one.py $c 300 520 264 2>&1 \
+            | tee -a "$OUT/sanitizer.log" | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|rel err" | tr '\n' ' ' | sed "s|^|$c $tool: |"
+          echo
+        done
+      done ;;
+    tune) timeout 300 python3 -m ptxgen.cli tune 2>&1 | tee "$OUT/tune.log" | tail -14
+          cp "$(python3 -c 'from ptxgen.runtime.choose import user_table_path; print(user_table_path("sm_90a"))')" "$OUT/tuned_sm90.json" ;;
+    gemm) timeout 400 python3 -m ptxgen.cli bench --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -22 ;;
     dual) timeout 300 python3 bench/dual_bench.py --json "$OUT/dual_bench.json" 2>&1 | tee "$OUT/dual_bench.log" ;;
     dualvar) timeout 300 python3 bench/dual_bench.py --shapes 4,5,6,7 ${DUAL_VARIANTS} 2>&1 | tee "$OUT/dual_variants.log" ;;
+    first) timeout 200 python3 bench/first_call.py --warm-runs 3 --json "$OUT/first_call.json" 2>&1 | tee "$OUT/first_call.txt" ;;
   esac
 done
