@@ -173,6 +173,21 @@ class TmemBaseEv(Ev):
 
 
 @dataclass(slots=True)
+class TcgenFenceEv(Ev):
+    """``tcgen05.fence::before_thread_sync`` (kind ``before``) or ``::after_thread_sync`` (``after``)."""
+
+    kind: str
+
+
+@dataclass(slots=True)
+class SetMaxNRegEv(Ev):
+    """``setmaxnreg.{inc|dec}.sync.aligned.u32 regs`` by the whole warp (its warpgroup's other warps must match)."""
+
+    action: str
+    regs: int
+
+
+@dataclass(slots=True)
 class UmmaEv(Ev):
     d: int
     a_desc: int
@@ -302,7 +317,7 @@ class _OneLane:
         self.lane, self.value = lane, value
 
 
-_SILENT = (O.Comment, O.Nanosleep, O.SetMaxNReg, O.WgmmaFence, O.TcgenFence, O.TmemRelinquish)
+_SILENT = (O.Comment, O.Nanosleep, O.TmemRelinquish)
 _LD_BUSY = "its tcgen05.ld has not been waited for (tcgen05.wait::ld)"
 
 
@@ -334,6 +349,10 @@ class WarpWalker:
         self.vars: dict[str, object] = {}
         self.regs: dict[str, np.ndarray] = {}
         self.busy: dict[str, str] = {}
+        # wgmma.fence bookkeeping (PTX ISA "wgmma.fence"): register arrays a non-wgmma op accessed since the
+        # warp's last wgmma.fence (name -> that op), and whether the warp executed any wgmma.fence yet
+        self.touched: dict[str, str] = {}
+        self.wgmma_fenced = False
         self.lane: int | None = None  # None: all 32 lanes; else the one elected lane
         self.elects: list = []  # enclosing Elect ops, innermost last
         self.roles: list[str] = []
@@ -342,7 +361,8 @@ class WarpWalker:
             O.WarpSwitch: self._warp_switch, O.For: self._for, O.If: self._if, O.Elect: self._elect,
             O.TmemLoad: self._tmem_load, O.TmemBase: self._tmem_base,
         }
-        self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.SiluMul: self._silu_mul}
+        self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.SiluMul: self._silu_mul,
+                       O.WgmmaFence: self._wgmma_fence}
         self._events = {
             O.MbarrierInit: self._init, O.MbarrierArrive: self._arrive, O.MbarrierArriveExpectTx: self._arrive,
             O.MbarrierWait: self._wait, O.FenceMbarrierInit: lambda op: FenceInitEv(op, self._n()),
@@ -350,6 +370,8 @@ class WarpWalker:
             O.BulkCommitGroup: lambda op: BulkCommitEv(op, self._n(), self.thread()),
             O.BulkWaitGroup: lambda op: BulkWaitEv(op, self._n(), op.n, op.read, self.thread()),
             O.FenceProxyAsync: lambda op: FenceProxyEv(op, self._n()),
+            O.TcgenFence: lambda op: TcgenFenceEv(op, self._n(), op.kind),
+            O.SetMaxNReg: lambda op: SetMaxNRegEv(op, self._whole_warp(op), op.action, op.regs),
             O.TmemAlloc: self._alloc, O.TmemDealloc: self._dealloc, O.Umma: self._umma, O.UmmaCommit: self._commit,
             O.Wgmma: self._wgmma, O.WgmmaCommit: lambda op: WgmmaCommitEv(op, self._whole_warp(op)),
             O.WgmmaWait: lambda op: WgmmaWaitEv(op, self._whole_warp(op), op.n),
@@ -432,7 +454,8 @@ class WarpWalker:
             return np.broadcast_to(np.asarray(v, dtype=np.int64), (LANES,))
         return np.array([int(v)], dtype=np.int64)
 
-    def _reg(self, name: str, idx: tuple[int, ...]) -> np.ndarray:
+    def _reg(self, name: str, idx: tuple[int, ...], by: str) -> np.ndarray:
+        self.touched.setdefault(name, by)
         if name in self.busy:
             raise IRFault(f"register array {name!r} read while {self.busy[name]}")
         try:
@@ -532,12 +555,13 @@ class WarpWalker:
             self.regs[op.dst] = old
         old[:, : op.ncols] = values
         self.busy[op.dst] = _LD_BUSY
+        self.touched.setdefault(op.dst, type(op).__name__)
 
     def _silu_mul(self, op):
         """silu(gate) * up in f32, as the emitted PTX computes it (ex2 of -x log2 e, reciprocal, two products)."""
         self._whole_warp(op)
         idx = tuple(range(op.n))
-        x, u = self._reg(op.gate, idx), self._reg(op.up, idx)
+        x, u = self._reg(op.gate, idx, "SiluMul"), self._reg(op.up, idx, "SiluMul")
         with np.errstate(over="ignore", invalid="ignore"):
             t = np.exp2(x * np.float32(-1.4426950408889634)).astype(np.float32)
             s = (x * (np.float32(1) / (np.float32(1) + t))).astype(np.float32)
@@ -547,6 +571,12 @@ class WarpWalker:
             arr = np.full((LANES, op.n), np.nan, dtype=np.float32)
             self.regs[op.dst] = arr
         arr[:, : op.n] = out
+        self.touched.setdefault(op.dst, type(op).__name__)
+
+    def _wgmma_fence(self, op):
+        self._whole_warp(op)
+        self.touched.clear()
+        self.wgmma_fenced = True
 
     def _wait_ld(self, op):
         for name in [n for n, why in self.busy.items() if why is _LD_BUSY]:
@@ -621,13 +651,13 @@ class WarpWalker:
         addrs = self._per_lane(op.addr)
         data = None
         if self.values:
-            vals = self._reg(op.src, op.idx)
+            vals = self._reg(op.src, op.idx, type(op).__name__)
             data = f32_to_bf16_bits(vals).view(np.uint8).reshape(len(addrs), -1)
         return StSharedEv(op, self._n(), addrs, 2 * len(op.idx), data)
 
     def _st_global(self, op):
         rows, cols = self._per_lane(op.row), self._per_lane(op.col)
-        values = f32_to_bf16_bits(self._reg(op.src, op.idx)) if self.values else None
+        values = f32_to_bf16_bits(self._reg(op.src, op.idx, type(op).__name__)) if self.values else None
         return StGlobalEv(op, self._n(), rows, cols, values)
 
     def _named_barrier(self, op):
