@@ -1,6 +1,7 @@
 """CPU simulator of the Kernel IR (numpy): protocol faults and wrong results, under random interleavings.
 
-:func:`simulate` runs one launch: every warp of every CTA is a coroutine
+:func:`simulate` runs one launch under one schedule (policy ``random``, ``latest`` or ``pct``, and a seed):
+every warp of every CTA is a coroutine
 (:mod:`.walker`); the machine (:mod:`.machine`) keeps shared memory with
 per-byte provenance and TMEM (:mod:`.memory`), mbarriers with phase, pending
 arrivals and tx-count (:mod:`.sync`), and completes TMA loads and stores and
@@ -14,7 +15,7 @@ mismatch``, ``wrong result``, ...).
 
 from .numerics import bf16_bits_to_f32, f32_to_bf16_bits, round_bf16
 from .run import SimResult, simulate
-from .sweep import Sweep, default_shapes, sweep
+from .sweep import Fault, Sweep, default_shapes, schedule_plan, sweep
 
-__all__ = ["SimResult", "simulate", "Sweep", "default_shapes", "sweep", "f32_to_bf16_bits", "bf16_bits_to_f32",
-           "round_bf16"]
+__all__ = ["SimResult", "simulate", "Fault", "Sweep", "default_shapes", "schedule_plan", "sweep", "f32_to_bf16_bits",
+           "bf16_bits_to_f32", "round_bf16"]

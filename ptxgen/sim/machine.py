@@ -347,7 +347,7 @@ class Machine:
             W.DeallocEv: self._dealloc, W.TmemBaseEv: self._tmem_base, W.UmmaEv: self._umma, W.CommitEv: self._commit,
             W.TmemLoadEv: self._tmem_load, W.WgmmaEv: self._wgmma, W.WgmmaCommitEv: self._wgmma_commit,
             W.WgmmaWaitEv: self._wgmma_wait, W.StSharedEv: self._st_shared, W.StGlobalEv: self._st_global,
-            W.SyncEv: self._sync, W.TcgenFenceEv: self._tcgen_fence, W.SetMaxNRegEv: self._setmaxnreg,
+            W.SyncEv: self._sync, W.SetMaxNRegEv: self._setmaxnreg,
         }
 
     # ---------------------------------------------------------------- scheduling
@@ -446,6 +446,10 @@ class Machine:
             raise SimError(f"{exc} ({w.walker.where()})") from None
         w.reply = None
         self.ops += 1
+        if w.walker.fences:  # fences the walker passed on its way to this event (no event of their own)
+            for kind in w.walker.fences:
+                self._tcgen_fence(w, kind)
+            w.walker.fences.clear()
         self._handlers[type(ev)](w, ev)
 
     # ---------------------------------------------------------------- barriers
@@ -522,8 +526,10 @@ class Machine:
         if w.unfenced_sync is None:
             w.unfenced_sync = what
 
-    def _tcgen_fence(self, w: Warp, ev: W.TcgenFenceEv) -> None:
-        if ev.kind == "before":
+    def _tcgen_fence(self, w: Warp, kind: str) -> None:
+        """``tcgen05.fence::before_thread_sync``: the next release publishes the warp's tcgen05 ops so far;
+        ``::after_thread_sync``: its tcgen05 ops from now on see what its thread synchronisations acquired."""
+        if kind == "before":
             w.tc_fenced = w.tc_ops
         else:
             w.tvc = dict(w.vc)
@@ -809,11 +815,14 @@ class Machine:
         landed = int(cta.smem.landed[idx].max())
         if landed > w.fence_step:
             off = int(idx.flat[int(np.argmax(cta.smem.landed[idx]))])
-            since = w.unfenced_sync or "no thread synchronisation at all"
+            if w.unfenced_sync is None:  # no wait since: the stage was refilled under the reader
+                raise SimError(f"write after read: {who} reads smem {off:#x} of {cta.name}, which a TMA load refilled "
+                               "after the warp's last wait (and tcgen05.fence::after_thread_sync) for it: the refill "
+                               "was not held back until this read (consumer release before its last read?)")
             raise SimError(f"missing tcgen05.fence::after_thread_sync: {who} reads smem {off:#x} of {cta.name}, which "
                            f"a TMA load landed after the warp's last tcgen05.fence::after_thread_sync; since then it "
-                           f"passed {since} but no fence, so the MMA is not ordered after the wait and may read the "
-                           f"stage before the data lands ({_FENCE_DOC})")
+                           f"passed {w.unfenced_sync} but no fence, so the MMA is not ordered after that wait and may "
+                           f"read the stage before the data lands ({_FENCE_DOC})")
 
     def _commit(self, w: Warp, ev: W.CommitEv) -> None:
         who = w.who("UmmaCommit")

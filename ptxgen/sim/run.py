@@ -86,7 +86,7 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
     cmp = compare(d, ref)
     if check and not cmp.ok:
         i, j = cmp.first_wrong if cmp.first_wrong else (0, 0)
-        raise SimError(f"wrong result: {kernel.name} m={m} n={n} k={k} schedule {policy} {sched}: relative Frobenius error "
+        raise SimError(f"wrong result: {kernel.name} m={m} n={n} k={k} schedule {sched}{'' if policy == 'random' else f' ({policy})'}: relative Frobenius error "
                        f"{cmp.rel_fro:.3e}, max-abs relative error {cmp.max_rel_err:.3e}, {cmp.wrong} of {d.size} "
                        f"elements wrong; first wrong D[{i}, {j}] = {float(d[i, j]):.6g} (expected {float(ref[i, j]):.6g})")
     return SimResult(d=d, d_bits=machine.glob.d, ref=ref, rel_fro=cmp.rel_fro, max_rel_err=cmp.max_rel_err,

@@ -173,13 +173,6 @@ class TmemBaseEv(Ev):
 
 
 @dataclass(slots=True)
-class TcgenFenceEv(Ev):
-    """``tcgen05.fence::before_thread_sync`` (kind ``before``) or ``::after_thread_sync`` (``after``)."""
-
-    kind: str
-
-
-@dataclass(slots=True)
 class SetMaxNRegEv(Ev):
     """``setmaxnreg.{inc|dec}.sync.aligned.u32 regs`` by the whole warp (its warpgroup's other warps must match)."""
 
@@ -353,6 +346,10 @@ class WarpWalker:
         # warp's last wgmma.fence (name -> that op), and whether the warp executed any wgmma.fence yet
         self.touched: dict[str, str] = {}
         self.wgmma_fenced = False
+        # tcgen05.fence kinds ("before"/"after") executed since the consumer last drained the list: they order
+        # the warp's tcgen05 ops against its thread synchronisations, so the machine applies them before the
+        # warp's next event
+        self.fences: list[str] = []
         self.lane: int | None = None  # None: all 32 lanes; else the one elected lane
         self.elects: list = []  # enclosing Elect ops, innermost last
         self.roles: list[str] = []
@@ -362,7 +359,7 @@ class WarpWalker:
             O.TmemLoad: self._tmem_load, O.TmemBase: self._tmem_base,
         }
         self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.SiluMul: self._silu_mul,
-                       O.WgmmaFence: self._wgmma_fence}
+                       O.WgmmaFence: self._wgmma_fence, O.TcgenFence: self._tcgen_fence}
         self._events = {
             O.MbarrierInit: self._init, O.MbarrierArrive: self._arrive, O.MbarrierArriveExpectTx: self._arrive,
             O.MbarrierWait: self._wait, O.FenceMbarrierInit: lambda op: FenceInitEv(op, self._n()),
@@ -370,7 +367,6 @@ class WarpWalker:
             O.BulkCommitGroup: lambda op: BulkCommitEv(op, self._n(), self.thread()),
             O.BulkWaitGroup: lambda op: BulkWaitEv(op, self._n(), op.n, op.read, self.thread()),
             O.FenceProxyAsync: lambda op: FenceProxyEv(op, self._n()),
-            O.TcgenFence: lambda op: TcgenFenceEv(op, self._n(), op.kind),
             O.SetMaxNReg: lambda op: SetMaxNRegEv(op, self._whole_warp(op), op.action, op.regs),
             O.TmemAlloc: self._alloc, O.TmemDealloc: self._dealloc, O.Umma: self._umma, O.UmmaCommit: self._commit,
             O.Wgmma: self._wgmma, O.WgmmaCommit: lambda op: WgmmaCommitEv(op, self._whole_warp(op)),
@@ -572,6 +568,9 @@ class WarpWalker:
             self.regs[op.dst] = arr
         arr[:, : op.n] = out
         self.touched.setdefault(op.dst, type(op).__name__)
+
+    def _tcgen_fence(self, op):
+        self.fences.append(op.kind)
 
     def _wgmma_fence(self, op):
         self._whole_warp(op)
