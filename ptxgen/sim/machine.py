@@ -1,13 +1,27 @@
-"""The simulated machine: a grid of CTAs whose warps run as coroutines under a random scheduler.
+"""The simulated machine: a grid of CTAs whose warps run as coroutines under a seeded scheduler.
 
 Every warp of every CTA is a :class:`~ptxgen.sim.walker.WarpWalker`
-generator.  Time counts warp steps: each step resumes one runnable warp,
-drawn at random, up to its next event.  Asynchronous work completes *later*
-than its issue: each unit gets a random latency (exponential, with a mean
-drawn per run from 1 to 128 steps, and one unit in ten a 20x straggler)
-and fires once due, before the next warp step; with no runnable warp, time
-jumps to the next due unit.  All draws come from one seeded
-``random.Random``, so a schedule seed is an interleaving.  The units:
+generator.  Time counts warp steps: each step resumes one runnable warp up
+to its next event.  Asynchronous work completes *later* than its issue.
+All draws come from one seeded ``random.Random``, so a (policy, seed) pair
+is an interleaving.  Three scheduling policies:
+
+* ``random``: the warp is drawn at random; each async unit gets a random
+  latency (exponential, with a mean drawn per run from 1 to 128 steps, and
+  one unit in ten a 20x straggler) and fires once due, before the next warp
+  step; with no runnable warp, time jumps to the next due unit.
+* ``latest``: the warp is drawn at random; an async unit fires only when no
+  warp can run (the latest legal moment), the oldest first.  A window that
+  needs a slow async op (a release before the reads it guards completed)
+  opens on every seed.
+* ``pct``: PCT (Burckhardt, Kothari, Musuvathi, Nagarakatte, "A randomized
+  scheduler with probabilistic guarantees of finding bugs", ASPLOS 2010):
+  warps get distinct random priorities and the highest runnable one runs;
+  at ``PCT_DEPTH - 1`` random steps (in ``[1, PCT_HORIZON)``) the running
+  warp drops below all others; each async unit draws a priority in the
+  warps' range and fires once it outranks every runnable warp.
+
+The units:
 
 * TMA loads (one unit per destination CTA): write the box into shared memory
   (128B swizzle, out-of-bounds zero fill), then ``complete_tx`` on the
@@ -27,6 +41,36 @@ A warp blocked on an mbarrier, a thread barrier or its own async groups is
 parked and woken when the condition may hold; on resume it re-polls (like
 ``try_wait`` in a loop).  No runnable warp and no in-flight unit while some
 warp has not exited is a deadlock.
+
+Ordering instructions (issue 9) have meaning, and a missing one is a fault
+even when the schedule happened to order the accesses:
+
+* tcgen05 fences (PTX ISA "tcgen05 memory consistency model", "tcgen05.fence"):
+  the machine keeps vector (happens-before) clocks.  Each warp has three
+  components: its program order (bumped at each release), its tcgen05 ops,
+  and its MMAs' completion.  mbarrier arrives and thread barriers release
+  the warp's clock; passing a wait or a barrier acquires it.  A warp's
+  tcgen05 ops see what it acquired only from its last
+  ``tcgen05.fence::after_thread_sync`` on; a release publishes its tcgen05
+  ops only up to its last ``tcgen05.fence::before_thread_sync``; a
+  ``tcgen05.commit``'s arrive publishes the completion of the MMAs issued
+  before it.  Checked: a ``tcgen05.ld`` must be ordered after the MMAs that
+  write its TMEM cells (through a commit issued after them), an MMA after
+  the last ``tcgen05.ld`` of the cells it writes, the TMEM address read
+  after ``tcgen05.alloc``, ``tcgen05.dealloc`` after every TMEM access; and
+  an MMA must not read operand bytes that a TMA load landed after its warp's
+  last after_thread_sync fence.  A violation names the missing fence when
+  the ordering exists but the fence is missing, else the unordered pair.
+* ``wgmma.fence`` (PTX ISA "wgmma.fence"): a warp's first wgmma needs one
+  before it, and a wgmma whose accumulator a non-wgmma op (a store, the
+  epilogue's math) accessed since the warp's last fence is a fault.
+* ``setmaxnreg`` (PTX ISA "setmaxnreg"): each warp starts at ``.maxnreg``;
+  the four warps of a warpgroup meet at the same ``setmaxnreg`` (a
+  different one, or a warp exiting without it, is a fault); ``.dec``
+  returns registers to the CTA's pool, ``.inc`` blocks until the pool has
+  them (never: a deadlock).  A wgmma whose live accumulator fragments (the
+  ``n/2`` f32 per thread of each accumulator the Wgmma ops name) exceed the
+  warp's current limit is a fault.
 """
 
 from __future__ import annotations

@@ -19,6 +19,11 @@ that only records) performs the effect and sends back a reply where the op
 produces a value (``TmemLoad``: the loaded ``(32, ncols)`` f32 values;
 ``TmemBase``: the TMEM address).  Every event is a preemption point.
 
+``TcgenFence`` and ``WgmmaFence`` are warp-local: the walker records the
+fence kinds it passed in :attr:`WarpWalker.fences` (the simulator applies
+them before the warp's next event) and, for ``wgmma.fence``, which register
+arrays a non-wgmma op accessed since (:attr:`WarpWalker.touched`).
+
 Register arrays (``TmemLoad`` destinations, wgmma accumulators) live in
 :attr:`WarpWalker.regs` as ``(32, ncols)`` float32 arrays.  A read of an
 array listed in :attr:`WarpWalker.busy` (a ``tcgen05.ld`` before
