@@ -22,7 +22,7 @@ from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Sreg, ne
 from ptxgen.sim import default_shapes, schedule_plan, simulate, sweep
 from test_sim_planted import _kernel, _release_before_last_load
-from test_sim_support import drop, in_role, where
+from test_sim_support import drop, in_role, is_wait, where
 
 pytestmark = pytest.mark.sim
 
@@ -175,6 +175,43 @@ def test_setmaxnreg_inc_beyond_the_pool_deadlocks() -> None:
                       r"\(rank 0\) has 7168 free", _faults(kernel, shape=0))
 
 
+def test_setmaxnreg_differing_within_the_warpgroup() -> None:
+    kernel = _kernel("h100_256x128", in_role("producer", where(
+        lambda op: isinstance(op, O.SetMaxNReg),
+        lambda op: O.If(ne(Sreg("warp"), 1), (op,), (replace(op, regs=48),)))))
+    assert _all_match(r"^unbalanced setmaxnreg: setmaxnreg\.dec (40|48) by producer \(CTA \d+, rank 0, warp \d\) at outside "
+                      r"loops, while warp\(s\) [0-3, ]+ of warpgroup 0 execute setmaxnreg\.dec (40|48) \(PTX ISA setmaxnreg: "
+                      r"\.sync\.aligned", _faults(kernel, shape=0, seeds=(0,)))
+
+
+@pytest.mark.parametrize("config, regs, error", [
+    ("h100_256x128", 100, r"^bad setmaxnreg: setmaxnreg\.dec 100 by producer .*: the count must be a multiple of 8 in "
+                          r"\[24, 256\]"),
+    ("level9", 40, r"^setmaxnreg without \.maxnreg: setmaxnreg\.dec 40 by producer .*; the per-CTA register pool needs "
+                   r"the kernel's register count fixed by \.maxnreg")])
+def test_setmaxnreg_refused(config, regs, error) -> None:
+    """A count outside the ISA's range; a setmaxnreg in a kernel without .maxnreg (the simulator reads the IR as
+    given: the legalizer would refuse setmaxnreg on sm_100a before any PTX)."""
+    if config == "level9":
+        kernel = _kernel(config, in_role("producer", lambda op: (O.SetMaxNReg("dec", regs), op)
+                                         if isinstance(op, O.Elect) else op))
+    else:
+        kernel = _kernel(config, in_role("producer", where(lambda op: isinstance(op, O.SetMaxNReg),
+                                                           lambda op: replace(op, regs=regs))))
+    assert _all_match(error, _faults(kernel, shape=0, seeds=(0,)))
+
+
+def test_tmem_dealloc_without_after_thread_sync() -> None:
+    """Teardown: before_thread_sync -> barrier -> after_thread_sync -> dealloc; without the last fence the dealloc
+    is not ordered after the epilogue's final tcgen05.ld."""
+    kernel = _kernel("level9")
+    body = list(kernel.body)
+    del body[max(i for i, x in enumerate(body) if isinstance(x, O.TcgenFence) and x.kind == "after")]
+    assert _all_match(r"^missing tcgen05\.fence::after_thread_sync: TmemDealloc by tmem_dealloc \(CTA \d+, rank \d, warp "
+                      r"2\) at outside loops follows the cluster barrier of cluster \d+ .* and may free TMEM before "
+                      r"(Umma|TmemLoad) .* completes", _faults(kernel.with_body(body), shape=0, seeds=(0,)))
+
+
 def test_accumulators_beyond_the_register_limit() -> None:
     kernel = _kernel("h100_256x128", in_role("consumer", where(lambda op: isinstance(op, O.SetMaxNReg),
                                                                lambda op: replace(op, action="dec", regs=120))))
@@ -202,6 +239,16 @@ def test_smem_release_before_last_read_random_misses_latest_and_pct_catch() -> N
     war = r"^write after read: TmaLoad [ab] .* by producer .* writes smem .* while Wgmma .* still reads"
     assert _all_match(war, _faults(kernel, "latest", seeds=range(1, 3)))
     assert _all_match(war, _faults(kernel, "pct", seeds=(0, 1)))
+
+
+def test_missing_producer_tail_latest_catches_random_and_pct_miss() -> None:
+    """Issue 9 finding 5 unfixed: the last tcgen05.commit's arrive on ``empty`` is still pending when the CTA exits.
+    Nobody waits for it, so ``latest`` delays it past the exit on every seed; random latencies almost never do."""
+    kernel = _kernel("level9", where(is_wait("empty", "producer_tail"), drop))
+    assert _faults(kernel, "random") == _faults(kernel, "pct") == [None, None]
+    assert _all_match(r"^exit with an outstanding arrive: CTA \d+ \(rank \d\) exited while the arrive of UmmaCommit by "
+                      r"mma \(CTA \d+, rank 0, warp 1\) .* on empty\[\d\] of CTA \d+ \(rank 0\).* is still pending",
+                      _faults(kernel, "latest"))
 
 
 def test_sweep_reports_the_policy_that_exposed_a_fault() -> None:

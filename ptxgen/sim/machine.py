@@ -11,9 +11,11 @@ is an interleaving.  Three scheduling policies:
   one unit in ten a 20x straggler) and fires once due, before the next warp
   step; with no runnable warp, time jumps to the next due unit.
 * ``latest``: the warp is drawn at random; an async unit fires only when no
-  warp can run (the latest legal moment), the oldest first.  A window that
-  needs a slow async op (a release before the reads it guards completed)
-  opens on every seed.
+  warp can run (the latest legal moment), the newest first, so the oldest
+  pending unit waits longest (until the run cannot go on without it).  A
+  window that needs a slow async op (a release before the reads it guards
+  completed, an arrive nobody waits for still pending at exit) opens on
+  every seed.
 * ``pct``: PCT (Burckhardt, Kothari, Musuvathi, Nagarakatte, "A randomized
   scheduler with probabilistic guarantees of finding bugs", ASPLOS 2010):
   warps get distinct random priorities and the highest runnable one runs;
@@ -377,7 +379,7 @@ class Machine:
                 cta.warps.append(warp)
                 self._make_runnable(warp)
             cta.live = len(cta.warps)
-        self._seq = 0  # async units scheduled so far (the latest policy completes them in this order)
+        self._seq = 0  # async units scheduled so far (the latest policy completes the newest first)
         if policy == "pct":  # PCT (Burckhardt et al., ASPLOS 2010): distinct random priorities, d - 1 change points
             prios = list(range(len(self.warps)))
             self.rng.shuffle(prios)
@@ -429,8 +431,8 @@ class Machine:
         self._check_final_barriers()
 
     def schedule(self, unit) -> None:
-        """Queue async ``unit`` (see the module docstring): ``random`` draws its latency; ``latest`` keeps issue
-        order (it fires only when no warp can run); ``pct`` draws a priority among the warps' initial ones."""
+        """Queue async ``unit`` (see the module docstring): ``random`` draws its latency; ``latest`` orders it
+        newest first (it fires only when no warp can run); ``pct`` draws a priority among the warps' initial ones."""
         self._seq += 1
         if self.policy == "random":
             delay = self.rng.expovariate(1.0 / self.mean_latency)
@@ -438,7 +440,7 @@ class Machine:
                 delay *= 20
             key = self.now + int(delay)
         elif self.policy == "latest":
-            key = self._seq
+            key = -self._seq
         else:
             key = -(PCT_DEPTH + self.rng.random() * len(self.warps))
         heapq.heappush(self.due, (key, self.rng.random(), unit))

@@ -219,27 +219,31 @@ class Tmem:
         self.consumed = np.zeros((self.LANES, self.COLS), dtype=bool)
         self.cols = 0  # allocated columns (from address 0)
         self.freed = False
-        self.wr = np.full((2, self.LANES, self.COLS), -1, dtype=np.int64)  # (warp id, tcgen05 op number)
-        self.rd = np.full((3, self.LANES, self.COLS), -1, dtype=np.int64)  # (warp id, op number, epoch)
+        # per cell: index into ``records`` of its stamp, -1 for none
+        self.wr = np.full((self.LANES, self.COLS), -1, dtype=np.int32)
+        self.rd = np.full((self.LANES, self.COLS), -1, dtype=np.int32)
+        self.records: list[tuple[int, ...]] = []
+
+    def _record(self, stamp: tuple[int, ...]) -> int:
+        self.records.append(stamp)
+        return len(self.records) - 1
 
     def stamp_write(self, lane: int, col: int, rows: int, ncols: int, warp: int, seq: int) -> None:
         """An MMA issued by ``warp`` as its tcgen05 op ``seq`` writes these cells (earlier reads are superseded)."""
-        region = (slice(None), slice(lane, lane + rows), slice(col, col + ncols))
-        self.wr[region] = np.array([warp, seq])[:, None, None]
-        self.rd[region] = -1
+        self.wr[lane:lane + rows, col:col + ncols] = self._record((warp, seq))
+        self.rd[lane:lane + rows, col:col + ncols] = -1
 
     def stamp_read(self, lane: int, col: int, ncols: int, warp: int, seq: int, epoch: int) -> None:
         """A ``tcgen05.ld`` by ``warp`` (its tcgen05 op ``seq``, release epoch ``epoch``) reads these cells."""
-        self.rd[:, lane:lane + 32, col:col + ncols] = np.array([warp, seq, epoch])[:, None, None]
+        self.rd[lane:lane + 32, col:col + ncols] = self._record((warp, seq, epoch))
 
     def stamps(self, which: str, lane: int = 0, col: int = 0, rows: int = LANES, ncols: int = COLS) -> list[tuple]:
-        """Distinct stamps (``"wr"`` or ``"rd"``) of the cells of a region; cells without one are left out."""
-        arr = (self.wr if which == "wr" else self.rd)[:, lane:lane + rows, col:col + ncols]
-        first = arr[:, 0, 0]
-        if (arr == first[:, None, None]).all():
-            return [tuple(int(x) for x in first)] if first[0] >= 0 else []
-        flat = arr.reshape(arr.shape[0], -1)
-        return [tuple(int(x) for x in u) for u in np.unique(flat[:, flat[0] >= 0], axis=1).T]
+        """Distinct stamps of the cells of a region: ``"wr"`` (warp id, op number) of the MMAs writing them,
+        ``"rd"`` (warp id, op number, epoch) of the tcgen05.ld reading them; cells without one are left out."""
+        arr = (self.wr if which == "wr" else self.rd)[lane:lane + rows, col:col + ncols]
+        first = int(arr[0, 0])
+        ids = [first] if (arr == first).all() else np.unique(arr).tolist()
+        return [self.records[i] for i in ids if i >= 0]
 
     def _region(self, lane: int, col: int, rows: int, ncols: int, who: object) -> tuple[slice, slice]:
         if self.freed:
