@@ -17,10 +17,12 @@ from dataclasses import replace
 
 import pytest
 
+from ptxgen import cli
 from ptxgen.errors import SimError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Sreg, ne
-from ptxgen.sim import default_shapes, schedule_plan, simulate, sweep
+from ptxgen.sim import Fault, Sweep, default_shapes, schedule_plan, simulate, sweep
+from test_cli import fast_assemble  # noqa: F401 - the fixture
 from test_sim_planted import _kernel, _release_before_last_load
 from test_sim_support import drop, in_role, is_wait, where
 
@@ -185,10 +187,10 @@ def test_setmaxnreg_differing_within_the_warpgroup() -> None:
 
 
 @pytest.mark.parametrize("config, regs, error", [
-    ("h100_256x128", 100, r"^bad setmaxnreg: setmaxnreg\.dec 100 by producer .*: the count must be a multiple of 8 in "
-                          r"\[24, 256\]"),
-    ("level9", 40, r"^setmaxnreg without \.maxnreg: setmaxnreg\.dec 40 by producer .*; the per-CTA register pool needs "
-                   r"the kernel's register count fixed by \.maxnreg")])
+    ("h100_256x128", 100, (r"^bad setmaxnreg: setmaxnreg\.dec 100 by producer .*: the count must be a multiple of 8 "
+                           r"in \[24, 256\]")),
+    ("level9", 40, (r"^setmaxnreg without \.maxnreg: setmaxnreg\.dec 40 by producer .*; the per-CTA register pool "
+                    r"needs the kernel's register count fixed by \.maxnreg"))])
 def test_setmaxnreg_refused(config, regs, error) -> None:
     """A count outside the ISA's range; a setmaxnreg in a kernel without .maxnreg (the simulator reads the IR as
     given: the legalizer would refuse setmaxnreg on sm_100a before any PTX)."""
@@ -283,3 +285,33 @@ def test_unknown_policy_is_refused() -> None:
         simulate(kernel, *default_shapes(kernel)[0], policy="eager")
     with pytest.raises(ValueError, match=r"^schedule policy 'eager': one of random, latest, pct or all$"):
         schedule_plan("eager", 3)
+
+
+# ------------------------------------------------------------------ ptxgen check --schedule
+
+@pytest.mark.usefixtures("fast_assemble")
+def test_check_runs_one_policy(capsys) -> None:
+    rc = cli.main(["check", "--config", "level1", "--shape", "72x40x64", "--interleavings", "1", "--schedule", "latest"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and err == ""
+    assert "level1: simulated 1 shapes x 1 schedules (1 latest): 0 faults, max rel error " in out
+
+
+@pytest.mark.usefixtures("fast_assemble")
+def test_check_names_the_schedule_that_exposed_a_fault(capsys, monkeypatch) -> None:
+    import ptxgen.sim
+
+    seen = {}
+
+    def planted_sweep(kernel, shapes, interleavings, policies):
+        seen["policies"] = policies
+        out = Sweep(shapes, interleavings, schedule_plan(policies, interleavings))
+        out.faults.append(Fault(shapes[0], "latest", 1, "write after read: planted"))
+        return out
+
+    monkeypatch.setattr(ptxgen.sim, "sweep", planted_sweep)
+    rc = cli.main(["check", "--config", "level1", "--shape", "72x40x64", "--interleavings", "1"])
+    out, err = capsys.readouterr()
+    assert rc == 1 and seen["policies"] == "all"
+    assert err == "level1: fault at shape (72, 40, 64), schedule latest seed 1: write after read: planted\n"
+    assert "level1: simulated 1 shapes x 6 schedules (1 random, 2 latest, 3 pct): 1 faults" in out
