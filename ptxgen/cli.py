@@ -167,7 +167,8 @@ def cmd_check(args) -> int:
         shapes = args.shape or default_shapes(res.kernel)
         result = sweep(res.kernel, shapes=shapes, interleavings=args.interleavings, policies=args.schedule)
         for f in result.faults:
-            _say(f"{res.config.name}: fault at shape {f.shape}, schedule {f.policy} seed {f.seed}: {f.message}", err=True)
+            _say(f"{res.config.name}: fault at shape {f.shape}, schedule {f.policy} seed {f.seed}: {f.message}",
+                 err=True)
         _say(f"{res.config.name}: {result.summary()}")
         if result.faults:
             return 1

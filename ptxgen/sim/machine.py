@@ -131,7 +131,7 @@ class Cta:
         self.exited = False
         self._wgmma_queues: dict[int, WarpgroupQueue] = {}
         self.slot_stamp: tuple[int, int, int] | None = None  # tcgen05.alloc's (warp id, op number, epoch)
-        self.regs = RegPool(self.name)
+        self.regs = RegPool()
 
     def wgmma_queue(self, warpgroup: int) -> "WarpgroupQueue":
         return self._wgmma_queues.setdefault(warpgroup, WarpgroupQueue())
@@ -140,8 +140,7 @@ class Cta:
 class RegPool:
     """A CTA's free registers for ``setmaxnreg`` and the warpgroups' pending ``setmaxnreg`` (PTX ISA setmaxnreg)."""
 
-    def __init__(self, cta: str):
-        self.cta = cta
+    def __init__(self):
         self.free = 0  # registers released by setmaxnreg.dec and not yet taken by an .inc
         self.groups: dict[int, RegGroup] = {}  # warpgroup -> its setmaxnreg still waiting for all four warps
         self.waiters: list = []
@@ -611,7 +610,8 @@ class Machine:
         if link == "before":
             return SimError(f"missing tcgen05.fence::before_thread_sync: {other} is followed by a thread "
                             f"synchronisation (arrive or barrier) with no tcgen05.fence::before_thread_sync between "
-                            f"them, so it is not ordered before that synchronisation ({_FENCE_DOC}) and {who} may {may}")
+                            f"them, so it is not ordered before that synchronisation ({_FENCE_DOC}) and {who} may "
+                            f"{may}")
         return SimError(f"unordered tcgen05 access: {who} may {may}: nothing orders the two (an MMA is ordered "
                         "before a reader by a tcgen05.commit issued after it whose arrive the reader waits for; a read "
                         "before an MMA by tcgen05.fence::before_thread_sync and a release the MMA's warp acquires; "
@@ -762,7 +762,8 @@ class Machine:
             gid, seq, epoch = w.cta.slot_stamp
             link = self._unordered(w, gid, TC, seq, epoch)
             if link:
-                raise self._order_fault(link, w, who, self.tc_who[(gid, seq)], "read the TMEM address slot before {other} wrote it")
+                raise self._order_fault(link, w, who, self.tc_who[(gid, seq)],
+                                        "read the TMEM address slot before {other} wrote it")
         w.reply = int(raw.view(np.uint32)[0])
 
     def _dealloc(self, w: Warp, ev: W.DeallocEv) -> None:
@@ -910,9 +911,10 @@ class Machine:
         if w.nreg:
             live = {acc: w.walker.regs[acc].shape[1] for acc in sorted(w.acc_written)}
             if sum(live.values()) > w.nreg:
+                frags = ", ".join(f"{a}: {r}" for a, r in live.items())
                 raise SimError(f"register budget: {who}: the warp's live accumulator fragments need "
-                               f"{sum(live.values())} registers per thread ({', '.join(f'{a}: {r}' for a, r in live.items())}) "
-                               f"but its limit is {w.nreg} (.maxnreg {self.kernel.maxnreg}, then setmaxnreg)")
+                               f"{sum(live.values())} registers per thread ({frags}) but its limit is {w.nreg} "
+                               f"(.maxnreg {self.kernel.maxnreg}, then setmaxnreg)")
         rows, cols = wgmma_fragment(ev.n)
         regs = w.walker.regs
 
