@@ -18,6 +18,7 @@ from dataclasses import replace
 import pytest
 
 from ptxgen import cli
+from ptxgen.config import shipped_configs
 from ptxgen.errors import SimError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Sreg, ne
@@ -100,8 +101,9 @@ def test_tmem_load_without_after_thread_sync_after_tmem_full(config) -> None:
                       r"completes", _faults(kernel))
 
 
-def test_tmem_empty_arrive_without_before_thread_sync() -> None:
-    kernel = _kernel("level9", in_role("epilogue", _drop_fence_before("tmem_empty")))
+@pytest.mark.parametrize("config", ["level9", "dual_sm100_256x128"])
+def test_tmem_empty_arrive_without_before_thread_sync(config) -> None:
+    kernel = _kernel(config, in_role("epilogue", _drop_fence_before("tmem_empty")))
     assert _all_match(r"^missing tcgen05\.fence::before_thread_sync: TmemLoad 32x32b\.x32 by epilogue \(CTA \d+, rank \d, "
                       r"warp [4-7]\) at t=\d+ is followed by a thread synchronisation .* and Umma by mma .* may overwrite "
                       r"TMEM of CTA \d+ \(rank \d\) columns \[0, \d+\) while TmemLoad .* still reads them",
@@ -263,8 +265,9 @@ def test_sweep_reports_the_policy_that_exposed_a_fault() -> None:
     assert s.summary().startswith(f"simulated 1 shapes x 6 schedules (1 random, 2 latest, 3 pct): {len(s.faults)} faults")
 
 
-@pytest.mark.parametrize("config", ["level9", "dual_sm100_256x128", "h100_256x128", "dual_h100_128x128"])
+@pytest.mark.parametrize("config", shipped_configs())
 def test_shipped_kernels_pass_the_adversarial_policies(config) -> None:
+    """The shape with several tiles per persistent CTA (every smem ring and TMEM stage wraps)."""
     kernel = _kernel(config)
     for policy in ("latest", "pct"):
         assert _faults(kernel, policy, shape=2, seeds=(0,)) == [None], policy
