@@ -110,6 +110,25 @@ def test_tmem_empty_arrive_without_before_thread_sync(config) -> None:
                       _faults(kernel, shape=2))
 
 
+def _wait_ld_after_tmem_empty_arrive(op):
+    """The epilogue's last ``tcgen05.wait::ld`` moved after its fenced tmem_empty release (before any register use)."""
+    if isinstance(op, O.For) and any(_releases(x, "tmem_empty") for x in op.body):
+        body = list(op.body)
+        release = next(i for i, x in enumerate(body) if _releases(x, "tmem_empty"))
+        body.insert(release, body.pop(max(i for i, x in enumerate(body[:release]) if isinstance(x, O.TmemWaitLd))))
+        return replace(op, body=tuple(body))
+
+
+def test_tmem_empty_arrive_before_wait_ld() -> None:
+    """A tcgen05.ld still in flight at the before_thread_sync fence is not ordered before the release: the next
+    MMA into the stage may overwrite the columns it reads (PTX ISA tcgen05.wait::ld)."""
+    kernel = _kernel("level9", in_role("epilogue", _wait_ld_after_tmem_empty_arrive))
+    assert _all_match(r"^missing tcgen05\.wait::ld: TmemLoad 32x32b\.x32 by epilogue \(CTA \d+, rank \d, warp [4-7]\) at "
+                      r"t=\d+ had not completed \(no tcgen05\.wait::ld\) at its warp's tcgen05\.fence::before_thread_sync, "
+                      r".* and Umma by mma .* may overwrite TMEM of CTA \d+ \(rank \d\) columns \[\d+, \d+\) while TmemLoad",
+                      _faults(kernel, shape=2))
+
+
 def test_tmem_address_read_without_before_thread_sync_after_alloc() -> None:
     """Setup: alloc -> before_thread_sync -> cluster barrier -> after_thread_sync -> read the address slot."""
     kernel = _kernel("level9")

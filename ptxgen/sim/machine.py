@@ -54,7 +54,8 @@ even when the schedule happened to order the accesses:
   the warp's clock; passing a wait or a barrier acquires it.  A warp's
   tcgen05 ops see what it acquired only from its last
   ``tcgen05.fence::after_thread_sync`` on; a release publishes its tcgen05
-  ops only up to its last ``tcgen05.fence::before_thread_sync``; a
+  ops only up to its last ``tcgen05.fence::before_thread_sync`` (a
+  ``tcgen05.ld`` only if ``tcgen05.wait::ld`` completed it before); a
   ``tcgen05.commit``'s arrive publishes the completion of the MMAs issued
   before it.  Checked: a ``tcgen05.ld`` must be ordered after the MMAs that
   write its TMEM cells (through a commit issued after them), an MMA after
@@ -172,6 +173,8 @@ class Warp:
         self.vc: dict[int, int] = {}
         self.tvc: dict[int, int] = {}
         self.epoch = self.tc_ops = self.tc_fenced = 0
+        self.ld_pending: int | None = None  # op number of its first tcgen05.ld not waited for (tcgen05.wait::ld)
+        self.unwaited_at_fence: set[int] = set()  # op numbers of loads still pending at a before_thread_sync fence
         self.fence_step = -1  # scheduler step of the last tcgen05.fence::after_thread_sync
         self.unfenced_sync: str | None = None  # first thread synchronisation passed since that fence
         self.index = walker.warp
@@ -491,10 +494,10 @@ class Machine:
             raise SimError(f"{exc} ({w.walker.where()})") from None
         w.reply = None
         self.ops += 1
-        if w.walker.fences:  # fences the walker passed on its way to this event (no event of their own)
-            for kind in w.walker.fences:
-                self._tcgen_fence(w, kind)
-            w.walker.fences.clear()
+        if w.walker.marks:  # fences and waits the walker passed on its way to this event (no event of their own)
+            for kind in w.walker.marks:
+                self._tcgen_mark(w, kind)
+            w.walker.marks.clear()
         self._handlers[type(ev)](w, ev)
 
     # ---------------------------------------------------------------- barriers
@@ -571,11 +574,17 @@ class Machine:
         if w.unfenced_sync is None:
             w.unfenced_sync = what
 
-    def _tcgen_fence(self, w: Warp, kind: str) -> None:
-        """``tcgen05.fence::before_thread_sync``: the next release publishes the warp's tcgen05 ops so far;
-        ``::after_thread_sync``: its tcgen05 ops from now on see what its thread synchronisations acquired."""
-        if kind == "before":
-            w.tc_fenced = w.tc_ops
+    def _tcgen_mark(self, w: Warp, kind: str) -> None:
+        """``before`` (``tcgen05.fence::before_thread_sync``): the next release publishes the warp's tcgen05 ops so
+        far, up to its first ``tcgen05.ld`` not yet waited for; ``wait_ld`` (``tcgen05.wait::ld``): its loads are
+        complete; ``after`` (``::after_thread_sync``): its tcgen05 ops from now on see what its thread
+        synchronisations acquired."""
+        if kind == "wait_ld":
+            w.ld_pending = None
+        elif kind == "before":
+            w.tc_fenced = w.tc_ops if w.ld_pending is None else w.ld_pending - 1
+            if w.ld_pending is not None:
+                w.unwaited_at_fence.update(range(w.ld_pending, w.tc_ops + 1))
         else:
             w.tvc = dict(w.vc)
             w.fence_step = self.steps
@@ -590,7 +599,8 @@ class Machine:
     def _unordered(self, w: Warp, gid: int, comp: int, seq: int, epoch: int) -> str | None:
         """Whether the tcgen05 view of ``w`` orders op ``seq`` of warp ``gid`` (component ``comp``) before it:
         None if so, else the missing link: ``after`` (w knows it but passed no after_thread_sync fence since),
-        ``before`` (the other warp released after the op, but without before_thread_sync), or ``order``."""
+        ``before`` (the other warp released after the op, but without before_thread_sync), or ``order``; the caller
+        refines ``before`` to ``wait_ld`` for a load that was still pending at the fence."""
         if gid == w.gid or w.tvc.get(3 * gid + comp, -1) >= seq:
             return None
         if w.vc.get(3 * gid + comp, -1) >= seq:
@@ -607,6 +617,10 @@ class Machine:
             return SimError(f"missing tcgen05.fence::after_thread_sync: {who} follows {w.unfenced_sync} with no "
                             f"tcgen05.fence::after_thread_sync between them, so it is not ordered after that "
                             f"synchronisation ({_FENCE_DOC}) and may {may}")
+        if link == "wait_ld":
+            return SimError(f"missing tcgen05.wait::ld: {other} had not completed (no tcgen05.wait::ld) at its warp's "
+                            "tcgen05.fence::before_thread_sync, so the release after that fence does not order the "
+                            f"read ({_FENCE_DOC}; PTX ISA tcgen05.wait) and {who} may {may}")
         if link == "before":
             return SimError(f"missing tcgen05.fence::before_thread_sync: {other} is followed by a thread "
                             f"synchronisation (arrive or barrier) with no tcgen05.fence::before_thread_sync between "
@@ -797,13 +811,18 @@ class Machine:
                                 f"read TMEM of {w.cta.name} columns [{col}, {col + ev.ncols}) before {{other}} writing "
                                 "them completes")
         w.reply = tmem.read(lane, col, ev.ncols, who)
-        tmem.stamp_read(lane, col, ev.ncols, w.gid, self._tc_op(w, who), w.epoch)
+        seq = self._tc_op(w, who)
+        tmem.stamp_read(lane, col, ev.ncols, w.gid, seq, w.epoch)
+        if w.ld_pending is None:
+            w.ld_pending = seq
 
     def _check_ordered(self, w: Warp, who: Who, stamps: list[tuple], comp: int, what: str) -> None:
         """Raise the ordering fault of the first stamp (warp id, op number[, epoch]) the tcgen05 view of ``w``
         does not order before ``who``."""
         for gid, seq, *epoch in stamps:
             link = self._unordered(w, gid, comp, seq, epoch[0] if epoch else -1)
+            if link == "before" and seq in self.warps[gid].unwaited_at_fence:
+                link = "wait_ld"
             if link:
                 raise self._order_fault(link, w, who, self.tc_who[(gid, seq)], what)
 

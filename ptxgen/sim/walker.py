@@ -19,10 +19,11 @@ that only records) performs the effect and sends back a reply where the op
 produces a value (``TmemLoad``: the loaded ``(32, ncols)`` f32 values;
 ``TmemBase``: the TMEM address).  Every event is a preemption point.
 
-``TcgenFence`` and ``WgmmaFence`` are warp-local: the walker records the
-fence kinds it passed in :attr:`WarpWalker.fences` (the simulator applies
-them before the warp's next event) and, for ``wgmma.fence``, which register
-arrays a non-wgmma op accessed since (:attr:`WarpWalker.touched`).
+``TcgenFence``, ``TmemWaitLd`` and ``WgmmaFence`` are warp-local: the walker
+records the tcgen05 fences and waits it passed in :attr:`WarpWalker.marks`
+(the simulator applies them before the warp's next event) and, for
+``wgmma.fence``, which register arrays a non-wgmma op accessed since
+(:attr:`WarpWalker.touched`).
 
 Register arrays (``TmemLoad`` destinations, wgmma accumulators) live in
 :attr:`WarpWalker.regs` as ``(32, ncols)`` float32 arrays.  A read of an
@@ -351,10 +352,10 @@ class WarpWalker:
         # warp's last wgmma.fence (name -> that op), and whether the warp executed any wgmma.fence yet
         self.touched: dict[str, str] = {}
         self.wgmma_fenced = False
-        # tcgen05.fence kinds ("before"/"after") executed since the consumer last drained the list: they order
-        # the warp's tcgen05 ops against its thread synchronisations, so the machine applies them before the
-        # warp's next event
-        self.fences: list[str] = []
+        # tcgen05 ordering marks executed since the consumer last drained the list, in order: "before" / "after"
+        # (tcgen05.fence::before/after_thread_sync) and "wait_ld" (tcgen05.wait::ld); they order the warp's
+        # tcgen05 ops against its thread synchronisations, so the machine applies them before the warp's next event
+        self.marks: list[str] = []
         self.lane: int | None = None  # None: all 32 lanes; else the one elected lane
         self.elects: list = []  # enclosing Elect ops, innermost last
         self.roles: list[str] = []
@@ -575,7 +576,7 @@ class WarpWalker:
         self.touched.setdefault(op.dst, type(op).__name__)
 
     def _tcgen_fence(self, op):
-        self.fences.append(op.kind)
+        self.marks.append(op.kind)
 
     def _wgmma_fence(self, op):
         self._whole_warp(op)
@@ -583,6 +584,7 @@ class WarpWalker:
         self.wgmma_fenced = True
 
     def _wait_ld(self, op):
+        self.marks.append("wait_ld")
         for name in [n for n, why in self.busy.items() if why is _LD_BUSY]:
             del self.busy[name]
 
