@@ -165,9 +165,10 @@ def cmd_check(args) -> int:
         _say(f"{res.config.name}: verifier passed")
         _say(format_barrier_table(barrier_table(res.kernel)))
         shapes = args.shape or default_shapes(res.kernel)
-        result = sweep(res.kernel, shapes=shapes, interleavings=args.interleavings)
-        for shape, seed, message in result.faults:
-            _say(f"{res.config.name}: fault at shape {shape}, schedule seed {seed}: {message}", err=True)
+        result = sweep(res.kernel, shapes=shapes, interleavings=args.interleavings, policies=args.schedule)
+        for f in result.faults:
+            _say(f"{res.config.name}: fault at shape {f.shape}, schedule {f.policy} seed {f.seed}: {f.message}",
+                 err=True)
         _say(f"{res.config.name}: {result.summary()}")
         if result.faults:
             return 1
@@ -252,6 +253,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--all", action="store_true")
     c.add_argument("--shape", type=_shape, action="append", help="MxNxK to simulate (repeatable)")
     c.add_argument("--interleavings", type=_at_least_one, default=20, help="scheduler seeds per shape (>= 1)")
+    c.add_argument("--schedule", choices=("all", "random", "latest", "pct"), default="all",
+                   help="scheduling policy: random latencies, latest (async work completes as late as legal), pct "
+                        "(PCT priorities), or all (default: the random seeds plus 2 latest and 3 pct runs per shape)")
     c.set_defaults(fn=cmd_check)
 
     r = with_config(sub.add_parser("run", help="one shape on the GPU, checked against torch "

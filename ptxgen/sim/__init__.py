@@ -1,20 +1,24 @@
-"""CPU simulator of the Kernel IR (numpy): protocol faults and wrong results, under random interleavings.
+"""CPU simulator of the Kernel IR (numpy): protocol faults and wrong results, under many interleavings.
 
-:func:`simulate` runs one launch: every warp of every CTA is a coroutine
-(:mod:`.walker`); the machine (:mod:`.machine`) keeps shared memory with
-per-byte provenance and TMEM (:mod:`.memory`), mbarriers with phase, pending
-arrivals and tx-count (:mod:`.sync`), and completes TMA loads and stores and
-MMAs (:mod:`.mma`) asynchronously, with latencies a seeded scheduler draws.
-:func:`sweep` runs a few shapes x many interleavings for ``ptxgen check``.
-Faults raise :class:`ptxgen.errors.SimError` with a message that starts with
-the fault's name (``deadlock``, ``read before write``, ``TMEM read before
-write``, ``write after read``, ``over-arrival``, ``transaction-byte
-mismatch``, ``wrong result``, ...).
+:func:`simulate` runs one launch under one schedule (policy ``random``, ``latest`` or ``pct``, and a seed):
+every warp of every CTA is a coroutine (:mod:`.walker`); the machine
+(:mod:`.machine`) keeps shared memory with per-byte provenance and TMEM
+(:mod:`.memory`), mbarriers with phase, pending arrivals and tx-count
+(:mod:`.sync`), happens-before clocks for the tcgen05 fences, and completes
+TMA loads and stores and MMAs (:mod:`.mma`) asynchronously, in an order the
+seeded scheduler picks.  :func:`sweep` runs a few shapes x many schedules
+for ``ptxgen check``.  Faults raise :class:`ptxgen.errors.SimError` with a
+message that starts with the fault's name (``deadlock``, ``read before
+write``, ``TMEM read before write``, ``write after read``, ``over-arrival``,
+``transaction-byte mismatch``, ``missing tcgen05.fence::after_thread_sync``,
+``missing tcgen05.fence::before_thread_sync``, ``missing tcgen05.wait::ld``,
+``unordered tcgen05 access``, ``missing wgmma.fence``, ``unbalanced
+setmaxnreg``, ``register budget``, ``wrong result``, ...).
 """
 
 from .numerics import bf16_bits_to_f32, f32_to_bf16_bits, round_bf16
 from .run import SimResult, simulate
-from .sweep import Sweep, default_shapes, sweep
+from .sweep import Fault, Sweep, default_shapes, schedule_plan, sweep
 
-__all__ = ["SimResult", "simulate", "Sweep", "default_shapes", "sweep", "f32_to_bf16_bits", "bf16_bits_to_f32",
-           "round_bf16"]
+__all__ = ["SimResult", "simulate", "Fault", "Sweep", "default_shapes", "schedule_plan", "sweep", "f32_to_bf16_bits",
+           "bf16_bits_to_f32", "round_bf16"]

@@ -1,13 +1,29 @@
-"""The simulated machine: a grid of CTAs whose warps run as coroutines under a random scheduler.
+"""The simulated machine: a grid of CTAs whose warps run as coroutines under a seeded scheduler.
 
 Every warp of every CTA is a :class:`~ptxgen.sim.walker.WarpWalker`
-generator.  Time counts warp steps: each step resumes one runnable warp,
-drawn at random, up to its next event.  Asynchronous work completes *later*
-than its issue: each unit gets a random latency (exponential, with a mean
-drawn per run from 1 to 128 steps, and one unit in ten a 20x straggler)
-and fires once due, before the next warp step; with no runnable warp, time
-jumps to the next due unit.  All draws come from one seeded
-``random.Random``, so a schedule seed is an interleaving.  The units:
+generator.  Time counts warp steps: each step resumes one runnable warp up
+to its next event.  Asynchronous work completes *later* than its issue.
+All draws come from one seeded ``random.Random``, so a (policy, seed) pair
+is an interleaving.  Three scheduling policies:
+
+* ``random``: the warp is drawn at random; each async unit gets a random
+  latency (exponential, with a mean drawn per run from 1 to 128 steps, and
+  one unit in ten a 20x straggler) and fires once due, before the next warp
+  step; with no runnable warp, time jumps to the next due unit.
+* ``latest``: the warp is drawn at random; an async unit fires only when no
+  warp can run (the latest legal moment), the newest first, so the oldest
+  pending unit waits longest (until the run cannot go on without it).  A
+  window that needs a slow async op (a release before the reads it guards
+  completed, an arrive nobody waits for still pending at exit) opens on
+  every seed.
+* ``pct``: PCT (Burckhardt, Kothari, Musuvathi, Nagarakatte, "A randomized
+  scheduler with probabilistic guarantees of finding bugs", ASPLOS 2010):
+  warps get distinct random priorities and the highest runnable one runs;
+  at ``PCT_DEPTH - 1`` random steps (in ``[1, PCT_HORIZON)``) the running
+  warp drops below all others; each async unit draws a priority in the
+  warps' range and fires once it outranks every runnable warp.
+
+The units:
 
 * TMA loads (one unit per destination CTA): write the box into shared memory
   (128B swizzle, out-of-bounds zero fill), then ``complete_tx`` on the
@@ -27,6 +43,37 @@ A warp blocked on an mbarrier, a thread barrier or its own async groups is
 parked and woken when the condition may hold; on resume it re-polls (like
 ``try_wait`` in a loop).  No runnable warp and no in-flight unit while some
 warp has not exited is a deadlock.
+
+Ordering instructions (issue 9) have meaning, and a missing one is a fault
+even when the schedule happened to order the accesses:
+
+* tcgen05 fences (PTX ISA "tcgen05 memory consistency model", "tcgen05.fence"):
+  the machine keeps vector (happens-before) clocks.  Each warp has three
+  components: its program order (bumped at each release), its tcgen05 ops,
+  and its MMAs' completion.  mbarrier arrives and thread barriers release
+  the warp's clock; passing a wait or a barrier acquires it.  A warp's
+  tcgen05 ops see what it acquired only from its last
+  ``tcgen05.fence::after_thread_sync`` on; a release publishes its tcgen05
+  ops only up to its last ``tcgen05.fence::before_thread_sync`` (a
+  ``tcgen05.ld`` only if ``tcgen05.wait::ld`` completed it before); a
+  ``tcgen05.commit``'s arrive publishes the completion of the MMAs issued
+  before it.  Checked: a ``tcgen05.ld`` must be ordered after the MMAs that
+  write its TMEM cells (through a commit issued after them), an MMA after
+  the last ``tcgen05.ld`` of the cells it writes, the TMEM address read
+  after ``tcgen05.alloc``, ``tcgen05.dealloc`` after every TMEM access; and
+  an MMA must not read operand bytes that a TMA load landed after its warp's
+  last after_thread_sync fence.  A violation names the missing fence when
+  the ordering exists but the fence is missing, else the unordered pair.
+* ``wgmma.fence`` (PTX ISA "wgmma.fence"): a warp's first wgmma needs one
+  before it, and a wgmma whose accumulator a non-wgmma op (a store, the
+  epilogue's math) accessed since the warp's last fence is a fault.
+* ``setmaxnreg`` (PTX ISA "setmaxnreg"): each warp starts at ``.maxnreg``;
+  the four warps of a warpgroup meet at the same ``setmaxnreg`` (a
+  different one, or a warp exiting without it, is a fault); ``.dec``
+  returns registers to the CTA's pool, ``.inc`` blocks until the pool has
+  them (never: a deadlock).  A wgmma whose live accumulator fragments (the
+  ``n/2`` f32 per thread of each accumulator the Wgmma ops name) exceed the
+  warp's current limit is a fault.
 """
 
 from __future__ import annotations
@@ -46,6 +93,14 @@ from .sync import Mbarrier, Rendezvous
 from .workspace import Workspace
 
 TMEM_LANE_QUARTER = 32  # tcgen05.ld: warp w of a warpgroup accesses TMEM lanes 32*(w%4) .. +31
+WARPGROUP = 4  # warps per warpgroup (PTX ISA "Warpgroup")
+POLICIES = ("random", "latest", "pct")
+PCT_DEPTH = 3  # PCT bug depth d: d - 1 priority-change points per run
+PCT_HORIZON = 4_000  # scheduler steps over which the change points are drawn
+# happens-before clock components of a warp with id g: 3g its program order (release epochs), 3g+1 its tcgen05 ops
+# published by tcgen05.fence::before_thread_sync + a release, 3g+2 its MMAs completed (published by tcgen05.commit)
+GEN, TC, DONE = 0, 1, 2
+_FENCE_DOC = 'PTX ISA "tcgen05 memory consistency model"'
 
 
 class Who:
@@ -78,16 +133,52 @@ class Cta:
         self.live = 0
         self.exited = False
         self._wgmma_queues: dict[int, WarpgroupQueue] = {}
+        self.slot_stamp: tuple[int, int, int] | None = None  # tcgen05.alloc's (warp id, op number, epoch)
+        self.regs = RegPool()
 
     def wgmma_queue(self, warpgroup: int) -> "WarpgroupQueue":
         return self._wgmma_queues.setdefault(warpgroup, WarpgroupQueue())
 
 
-class Warp:
-    """Machine-side state of one warp: its walker, scheduling state and async queues."""
+class RegPool:
+    """A CTA's free registers for ``setmaxnreg`` and the warpgroups' pending ``setmaxnreg`` (PTX ISA setmaxnreg)."""
 
-    def __init__(self, cta: Cta, walker: W.WarpWalker):
+    def __init__(self):
+        self.free = 0  # registers released by setmaxnreg.dec and not yet taken by an .inc
+        self.groups: dict[int, RegGroup] = {}  # warpgroup -> its setmaxnreg still waiting for all four warps
+        self.waiters: list = []
+
+
+class RegGroup:
+    """One warpgroup's ``setmaxnreg.sync.aligned``: its four warps meet, then the limit changes for all four."""
+
+    def __init__(self, action: str, regs: int):
+        self.action, self.regs = action, regs
+        self.warps: list[Warp] = []
+        self.done = False
+        self.waiters: list = []
+
+
+class Warp:
+    """Machine-side state of one warp: its walker, scheduling state, async queues and ordering state.
+
+    Ordering state (see the module docstring): ``vc`` the happens-before clock the warp acquired, ``tvc`` the
+    part of it its tcgen05 ops see (copied at each ``tcgen05.fence::after_thread_sync``), ``epoch`` its release
+    count, ``tc_ops`` its tcgen05 ops so far, ``tc_fenced`` the ops a ``before_thread_sync`` fence covers.
+    """
+
+    def __init__(self, cta: Cta, walker: W.WarpWalker, gid: int, nreg: int):
         self.cta, self.walker = cta, walker
+        self.gid = gid
+        self.nreg = nreg  # current per-thread register limit (setmaxnreg); 0 when the kernel has no .maxnreg
+        self.prio = 0.0  # PCT priority
+        self.vc: dict[int, int] = {}
+        self.tvc: dict[int, int] = {}
+        self.epoch = self.tc_ops = self.tc_fenced = 0
+        self.ld_pending: int | None = None  # op number of its first tcgen05.ld not waited for (tcgen05.wait::ld)
+        self.unwaited_at_fence: set[int] = set()  # op numbers of loads still pending at a before_thread_sync fence
+        self.fence_step = -1  # scheduler step of the last tcgen05.fence::after_thread_sync
+        self.unfenced_sync: str | None = None  # first thread synchronisation passed since that fence
         self.index = walker.warp
         self.gen = walker.run()
         self.reply = None
@@ -126,7 +217,7 @@ class TmaLoadUnit:
         tensor, col, row, cols, rows = self.box
         data = m.glob.load_box(tensor, col, row, cols, rows)
         _check_alive(self.bar, self.who)
-        self.dst.smem.end_async_write(self.handle, self.idx, data.view(np.uint8).ravel())
+        self.dst.smem.end_async_write(self.handle, self.idx, data.view(np.uint8).ravel(), m.steps)
         if self.bar.complete_tx(data.nbytes, self.issue_phase, self.who):
             m.wake(self.bar)
 
@@ -156,15 +247,16 @@ class CommitArriveUnit:
     against later commits, so it is its own async unit with its own latency (issue 9 finding 5).
     """
 
-    __slots__ = ("bars", "who", "issuer")
+    __slots__ = ("bars", "who", "issuer", "clock")
 
-    def __init__(self, bars: list, who: Who, issuer: Cta):
-        self.bars, self.who, self.issuer = bars, who, issuer
+    def __init__(self, bars: list, who: Who, issuer: Cta, clock: dict[int, int]):
+        self.bars, self.who, self.issuer, self.clock = bars, who, issuer, clock
 
     def fire(self, m: "Machine") -> None:
         m.pending_arrives.discard(self)
         for bar in self.bars:
             _check_alive(bar, self.who)
+            _join(bar.clock, self.clock)
             if bar.arrive(1, 0, f"{self.who.where.who} tcgen05.commit"):
                 m.wake(bar)
 
@@ -249,11 +341,18 @@ class Machine:
         schedule_seed: seeds the interleaving.
         smem_base: shared-window address of the dynamic shared memory (1024-aligned).
         poison: bf16 bits D starts filled with.
+        policy: ``random``, ``latest`` or ``pct`` (see the module docstring).
+
+    Raises:
+        ValueError: an unknown policy.
     """
 
     def __init__(self, kernel, m: int, n: int, k: int, a: np.ndarray, b: np.ndarray, *, num_sms: int,
                  schedule_seed: int, smem_base: int, poison: int, b2: np.ndarray | None = None,
-                 extra: dict[str, np.ndarray] | None = None):
+                 extra: dict[str, np.ndarray] | None = None, policy: str = "random"):
+        if policy not in POLICIES:
+            raise ValueError(f"schedule policy {policy!r}: one of {', '.join(POLICIES)}")
+        self.policy = policy
         self.kernel, self.params = kernel, {"m": m, "n": n, "k": k}
         spec = kernel.launch
         self.maps = {name: (t.box[0], t.box[1], t.swizzle == "128B", t.elem_bytes) for name, t in spec.tensor_maps.items()}
@@ -274,15 +373,25 @@ class Machine:
         ws = spec.workspace
         self.ws = Workspace(ws, spec.grid.cluster_tiles(m, n) * ws.ctas_per_tile) if ws is not None else None
         self.ctas = [Cta(kernel, c, smem_base) for c in range(self.grid)]
+        self.warps: list[Warp] = []  # by warp id
+        self.tc_who: dict[tuple[int, int], Who] = {}  # (warp id, tcgen05 op number) -> the op, for messages
         program = W.Program(kernel)
         for cta in self.ctas:
             for w in range(kernel.threads // W.LANES):
                 walker = W.WarpWalker(program, ctaid=cta.ctaid, nctaid=self.grid, cluster_size=kernel.cluster_size,
                                       warp=w, smem_base=smem_base, params=self.params)
-                warp = Warp(cta, walker)
+                warp = Warp(cta, walker, len(self.warps), kernel.maxnreg)
+                self.warps.append(warp)
                 cta.warps.append(warp)
                 self._make_runnable(warp)
             cta.live = len(cta.warps)
+        self._seq = 0  # async units scheduled so far (the latest policy completes the newest first)
+        if policy == "pct":  # PCT (Burckhardt et al., ASPLOS 2010): distinct random priorities, d - 1 change points
+            prios = list(range(len(self.warps)))
+            self.rng.shuffle(prios)
+            for warp, p in zip(self.warps, prios):
+                warp.prio = PCT_DEPTH + p
+            self.change_points = sorted(self.rng.sample(range(1, PCT_HORIZON), PCT_DEPTH - 1))
         self._handlers = {
             W.InitEv: self._init, W.ArriveEv: self._arrive, W.WaitEv: self._wait, W.FenceInitEv: self._fence_init,
             W.TmaLoadEv: self._tma_load, W.TmaStoreEv: self._tma_store, W.BulkCommitEv: self._bulk_commit,
@@ -290,7 +399,7 @@ class Machine:
             W.DeallocEv: self._dealloc, W.TmemBaseEv: self._tmem_base, W.UmmaEv: self._umma, W.CommitEv: self._commit,
             W.TmemLoadEv: self._tmem_load, W.WgmmaEv: self._wgmma, W.WgmmaCommitEv: self._wgmma_commit,
             W.WgmmaWaitEv: self._wgmma_wait, W.StSharedEv: self._st_shared, W.StGlobalEv: self._st_global,
-            W.SyncEv: self._sync,
+            W.SyncEv: self._sync, W.SetMaxNRegEv: self._setmaxnreg,
             W.TmemCopyEv: lambda w, ev: blockscaled.tmem_copy(self, w, ev),
             W.UmmaBlockScaledEv: lambda w, ev: blockscaled.umma_block_scaled(self, w, ev),
             W.WsStoreEv: self._ws_store, W.WsLoadEv: self._ws_load, W.WsAtomicEv: self._ws_atomic,
@@ -300,21 +409,32 @@ class Machine:
 
     def run(self, max_steps: int) -> None:
         """Run to completion; SimError on any fault, on deadlock, or after ``max_steps`` steps."""
-        rng, runnable, due = self.rng, self.runnable, self.due
+        rng, runnable, due, policy = self.rng, self.runnable, self.due, self.policy
+        changes = self.change_points if policy == "pct" else []
         while runnable or due:
             self.steps += 1
             if self.steps > max_steps:
                 raise SimError(f"step limit: {max_steps} scheduler steps without finishing (livelock?)")
-            if due and (due[0][0] <= self.now or not runnable):
+            if policy == "pct":
+                best = max(runnable, key=_prio) if runnable else None
+                fire = due and (best is None or -due[0][0] > best.prio)
+            else:
+                fire = due and (not runnable or (policy == "random" and due[0][0] <= self.now))
+            if fire:
                 when, tie, unit = heapq.heappop(due)
-                self.now = max(self.now, when)
+                if policy == "random":
+                    self.now = max(self.now, when)
                 self.fingerprint = (self.fingerprint * 1000003 + 2 * int(tie * 65521) + 1) & 0xFFFFFFFFFFFF
                 unit.fire(self)
             else:
-                i = rng.randrange(len(runnable))
+                i = best.pos if policy == "pct" else rng.randrange(len(runnable))
                 self.fingerprint = (self.fingerprint * 1000003 + 2 * i) & 0xFFFFFFFFFFFF
                 self.now += 1
-                self._step(runnable[i])
+                w = runnable[i]
+                self._step(w)
+                if changes and self.steps >= changes[0]:  # a PCT change point: the running warp drops lowest
+                    w.prio = -len(changes)
+                    changes.pop(0)
         if any(not w.done for c in self.ctas for w in c.warps):
             raise SimError(self._deadlock_report())
         self._check_final_barriers()
@@ -322,11 +442,19 @@ class Machine:
             self.ws.check_exit()
 
     def schedule(self, unit) -> None:
-        """Make async ``unit`` fire after a random latency (see module docstring)."""
-        delay = self.rng.expovariate(1.0 / self.mean_latency)
-        if self.rng.random() < 0.1:
-            delay *= 20
-        heapq.heappush(self.due, (self.now + int(delay), self.rng.random(), unit))
+        """Queue async ``unit`` (see the module docstring): ``random`` draws its latency; ``latest`` orders it
+        newest first (it fires only when no warp can run); ``pct`` draws a priority among the warps' initial ones."""
+        self._seq += 1
+        if self.policy == "random":
+            delay = self.rng.expovariate(1.0 / self.mean_latency)
+            if self.rng.random() < 0.1:
+                delay *= 20
+            key = self.now + int(delay)
+        elif self.policy == "latest":
+            key = -self._seq
+        else:
+            key = -(PCT_DEPTH + self.rng.random() * len(self.warps))
+        heapq.heappush(self.due, (key, self.rng.random(), unit))
 
     def _make_runnable(self, w: Warp) -> None:
         w.pos = len(self.runnable)
@@ -375,6 +503,10 @@ class Machine:
             raise SimError(f"{exc} ({w.walker.where()})") from None
         w.reply = None
         self.ops += 1
+        if w.walker.marks:  # fences and waits the walker passed on its way to this event (no event of their own)
+            for kind in w.walker.marks:
+                self._tcgen_mark(w, kind)
+            w.walker.marks.clear()
         self._handlers[type(ev)](w, ev)
 
     # ---------------------------------------------------------------- barriers
@@ -418,16 +550,95 @@ class Machine:
     def _arrive(self, w: Warp, ev: W.ArriveEv) -> None:
         kind = "arrive.expect_tx" if ev.tx else "arrive"
         bar = self._bar(w, ev.bar, f"mbarrier.{kind}")
+        _join(bar.clock, self._release(w))
         if bar.arrive(ev.lanes, ev.tx, f"{w.walker.where().who} {kind}"):
             self.wake(bar)
 
     def _wait(self, w: Warp, ev: W.WaitEv) -> None:
         bar = self._bar(w, ev.bar, f"MbarrierWait ({ev.role})")
-        if not bar.passed(ev.parity):
-            where = w.walker.where()
-            self.park(w, _Blocked(bar, lambda: f"MbarrierWait ({ev.role}) for the phase of parity {ev.parity} of "
-                                               f"{bar.describe()}", where),
-                      lambda: bar.passed(ev.parity))
+        what = f"the MbarrierWait ({ev.role}) on {bar.name}"
+        if bar.passed(ev.parity):
+            self._acquire(w, bar.done_clock, what)
+            return
+        where = w.walker.where()
+        self.park(w, _Blocked(bar, lambda: f"MbarrierWait ({ev.role}) for the phase of parity {ev.parity} of "
+                                           f"{bar.describe()}", where),
+                  lambda: bar.passed(ev.parity))
+        w.after_wait = lambda: self._acquire(w, bar.done_clock, what)
+
+    # ---------------------------------------------------------------- happens-before clocks
+
+    def _release(self, w: Warp) -> dict[int, int]:
+        """The clock a release by ``w`` publishes (its knowledge, its epoch, its fenced tcgen05 ops); next epoch."""
+        clock = dict(w.vc)
+        clock[3 * w.gid + GEN] = w.epoch
+        clock[3 * w.gid + TC] = w.tc_fenced
+        w.epoch += 1
+        return clock
+
+    def _acquire(self, w: Warp, clock: dict[int, int], what: str) -> None:
+        """``w`` passed a thread synchronisation (``what``) that publishes ``clock``; its tcgen05 ops see it only
+        after a ``tcgen05.fence::after_thread_sync``."""
+        _join(w.vc, clock)
+        if w.unfenced_sync is None:
+            w.unfenced_sync = what
+
+    def _tcgen_mark(self, w: Warp, kind: str) -> None:
+        """``before`` (``tcgen05.fence::before_thread_sync``): the next release publishes the warp's tcgen05 ops so
+        far, up to its first ``tcgen05.ld`` not yet waited for; ``wait_ld`` (``tcgen05.wait::ld``): its loads are
+        complete; ``after`` (``::after_thread_sync``): its tcgen05 ops from now on see what its thread
+        synchronisations acquired."""
+        if kind == "wait_ld":
+            w.ld_pending = None
+        elif kind == "before":
+            w.tc_fenced = w.tc_ops if w.ld_pending is None else w.ld_pending - 1
+            if w.ld_pending is not None:
+                w.unwaited_at_fence.update(range(w.ld_pending, w.tc_ops + 1))
+        else:
+            w.tvc = dict(w.vc)
+            w.fence_step = self.steps
+            w.unfenced_sync = None
+
+    def _tc_op(self, w: Warp, who: Who) -> int:
+        """Number the warp's next tcgen05 op (``who``) and return it."""
+        w.tc_ops += 1
+        self.tc_who[(w.gid, w.tc_ops)] = who
+        return w.tc_ops
+
+    def _unordered(self, w: Warp, gid: int, comp: int, seq: int, epoch: int) -> str | None:
+        """Whether the tcgen05 view of ``w`` orders op ``seq`` of warp ``gid`` (component ``comp``) before it:
+        None if so, else the missing link: ``after`` (w knows it but passed no after_thread_sync fence since),
+        ``before`` (the other warp released after the op, but without before_thread_sync), or ``order``; the caller
+        refines ``before`` to ``wait_ld`` for a load that was still pending at the fence."""
+        if gid == w.gid or w.tvc.get(3 * gid + comp, -1) >= seq:
+            return None
+        if w.vc.get(3 * gid + comp, -1) >= seq:
+            return "after"
+        if epoch >= 0 and w.vc.get(3 * gid + GEN, -1) >= epoch:
+            return "before"
+        return "order"
+
+    def _order_fault(self, link: str, w: Warp, who: Who, other: Who, what: str) -> SimError:
+        """The fault of ``who`` (by ``w``) not being ordered against ``other``; ``what`` (with ``{other}``) is what
+        ``who`` may then do."""
+        may = what.format(other=other)
+        if link == "after":
+            return SimError(f"missing tcgen05.fence::after_thread_sync: {who} follows {w.unfenced_sync} with no "
+                            f"tcgen05.fence::after_thread_sync between them, so it is not ordered after that "
+                            f"synchronisation ({_FENCE_DOC}) and may {may}")
+        if link == "wait_ld":
+            return SimError(f"missing tcgen05.wait::ld: {other} had not completed (no tcgen05.wait::ld) at its warp's "
+                            "tcgen05.fence::before_thread_sync, so the release after that fence does not order the "
+                            f"read ({_FENCE_DOC}; PTX ISA tcgen05.wait) and {who} may {may}")
+        if link == "before":
+            return SimError(f"missing tcgen05.fence::before_thread_sync: {other} is followed by a thread "
+                            f"synchronisation (arrive or barrier) with no tcgen05.fence::before_thread_sync between "
+                            f"them, so it is not ordered before that synchronisation ({_FENCE_DOC}) and {who} may "
+                            f"{may}")
+        return SimError(f"unordered tcgen05 access: {who} may {may}: nothing orders the two (an MMA is ordered "
+                        "before a reader by a tcgen05.commit issued after it whose arrive the reader waits for; a read "
+                        "before an MMA by tcgen05.fence::before_thread_sync and a release the MMA's warp acquires; "
+                        f"each followed by tcgen05.fence::after_thread_sync; {_FENCE_DOC})")
 
     # ---------------------------------------------------------------- thread barriers
 
@@ -440,11 +651,15 @@ class Machine:
         rv = self.rendezvous.get(key)
         if rv is None:
             rv = self.rendezvous[key] = Rendezvous(name, ev.threads)
+        _join(rv.clock, self._release(w))
         released = rv.arrive(w, ev.threads, str(w.walker.where()))
         if released is None:
             self.park(w, _Blocked(rv, lambda: f"{rv.name}: {len(rv.arrived)} of {rv.warps} warps arrived",
                                   w.walker.where()), lambda: w not in rv.arrived)
             return
+        clock, rv.clock = rv.clock, {}
+        for x in released:
+            self._acquire(x, clock, rv.name)
         self._publish_inits(ev.kind, cta)
         if self.ws is not None:
             self.ws.barrier(released)
@@ -589,9 +804,17 @@ class Machine:
             raise SimError(f"double TMEM allocation: {w.walker.where()} allocates again in {w.cta.name}")
         tmem.cols = ev.cols
         w.cta.smem.internal_write(self.kernel.tmem_slot, np.array([0], dtype=np.uint32).view(np.uint8))
+        w.cta.slot_stamp = (w.gid, self._tc_op(w, w.who("TmemAlloc")), w.epoch)
 
     def _tmem_base(self, w: Warp, ev) -> None:
-        raw = w.cta.smem.generic_read(self.kernel.tmem_slot, self.kernel.tmem_slot + 4, w.who("TmemBase"))
+        who = w.who("TmemBase")
+        raw = w.cta.smem.generic_read(self.kernel.tmem_slot, self.kernel.tmem_slot + 4, who)
+        if w.cta.slot_stamp is not None:  # the address tcgen05.alloc wrote (PTX ISA tcgen05.alloc: fence pattern)
+            gid, seq, epoch = w.cta.slot_stamp
+            link = self._unordered(w, gid, TC, seq, epoch)
+            if link:
+                raise self._order_fault(link, w, who, self.tc_who[(gid, seq)],
+                                        "read the TMEM address slot before {other} wrote it")
         w.reply = int(raw.view(np.uint32)[0])
 
     def _dealloc(self, w: Warp, ev: W.DeallocEv) -> None:
@@ -602,6 +825,9 @@ class Machine:
                            f"{tmem.cols} columns at 0x0")
         if tmem.busy():
             raise SimError(f"TMEM dealloc while busy: {where} frees TMEM of {cta.name} while MMAs writing it are in flight")
+        who = w.who("TmemDealloc")
+        self._check_ordered(w, who, tmem.stamps("wr"), DONE, "free TMEM before {other} completes")
+        self._check_ordered(w, who, tmem.stamps("rd"), TC, "free TMEM before {other} completes")
         if self.kernel.cta_group == 2:
             peer = self._cta(w, cta.rank ^ 1)
             if not peer.tmem.cols:
@@ -616,7 +842,26 @@ class Machine:
         if lane != quarter:
             raise SimError(f"TMEM lane access: {who} reads TMEM lanes [{lane}, {lane + 32}); warp {w.index} may "
                            f"access lanes [{quarter}, {quarter + 32}) only (PTX ISA tcgen05.ld: warp w%4 of a warpgroup)")
-        w.reply = w.cta.tmem.read(lane, col, ev.ncols, who)
+        tmem = w.cta.tmem
+        if tmem.cols and not tmem.freed:  # (out-of-range accesses are reported by Tmem.read)
+            self._check_ordered(w, who, tmem.stamps("wr", lane, col, 32, ev.ncols), DONE,
+                                f"read TMEM of {w.cta.name} columns [{col}, {col + ev.ncols}) before {{other}} writing "
+                                "them completes")
+        w.reply = tmem.read(lane, col, ev.ncols, who)
+        seq = self._tc_op(w, who)
+        tmem.stamp_read(lane, col, ev.ncols, w.gid, seq, w.epoch)
+        if w.ld_pending is None:
+            w.ld_pending = seq
+
+    def _check_ordered(self, w: Warp, who: Who, stamps: list[tuple], comp: int, what: str) -> None:
+        """Raise the ordering fault of the first stamp (warp id, op number[, epoch]) the tcgen05 view of ``w``
+        does not order before ``who``."""
+        for gid, seq, *epoch in stamps:
+            link = self._unordered(w, gid, comp, seq, epoch[0] if epoch else -1)
+            if link == "before" and seq in self.warps[gid].unwaited_at_fence:
+                link = "wait_ld"
+            if link:
+                raise self._order_fault(link, w, who, self.tc_who[(gid, seq)], what)
 
     # ---------------------------------------------------------------- tcgen05.mma
 
@@ -647,8 +892,15 @@ class Machine:
             a_vals.append(va)
             b_vals.append(vb)
             handles += [(c, ha), (c, hb)]
+            self._check_landed(w, who, c, a.start, a.sbo, 128)
+            self._check_landed(w, who, c, b.start, b.sbo, n_total // group)
+        seq = self._tc_op(w, who)
         for c in ctas:
             c.tmem.begin_write(lane, col, 128, n_total, who)
+            self._check_ordered(w, who, c.tmem.stamps("rd", lane, col, 128, n_total), TC,
+                                f"overwrite TMEM of {c.name} columns [{col}, {col + n_total}) while {{other}} still reads "
+                                "them")
+            c.tmem.stamp_write(lane, col, 128, n_total, w.gid, seq)
         b_t = np.ascontiguousarray(np.concatenate(b_vals).T)  # (a contiguous right operand keeps BLAS fast)
 
         def complete(m: Machine) -> None:
@@ -659,12 +911,30 @@ class Machine:
 
         w.tc.push(self, complete)
 
+    def _check_landed(self, w: Warp, who: Who, cta: Cta, start: int, sbo: int, rows: int) -> None:
+        """An MMA operand's bytes must have landed before the issuing warp's last after_thread_sync fence: bytes
+        landed since are ordered before the MMA only through a thread synchronisation the fence did not follow."""
+        idx = kmajor_sw128_index(start, rows, sbo, self.smem_base)
+        landed = int(cta.smem.landed[idx].max())
+        if landed > w.fence_step:
+            off = int(idx.flat[int(np.argmax(cta.smem.landed[idx]))])
+            if w.unfenced_sync is None:  # no wait since: the stage was refilled under the reader
+                raise SimError(f"write after read: {who} reads smem {off:#x} of {cta.name}, which a TMA load refilled "
+                               "after the warp's last wait (and tcgen05.fence::after_thread_sync) for it: the refill "
+                               "was not held back until this read (consumer release before its last read?)")
+            raise SimError(f"missing tcgen05.fence::after_thread_sync: {who} reads smem {off:#x} of {cta.name}, which "
+                           f"a TMA load landed after the warp's last tcgen05.fence::after_thread_sync; since then it "
+                           f"passed {w.unfenced_sync} but no fence, so the MMA is not ordered after that wait and may "
+                           f"read the stage before the data lands ({_FENCE_DOC})")
+
     def _commit(self, w: Warp, ev: W.CommitEv) -> None:
         who = w.who("UmmaCommit")
         bars = [self._bar(w, ref, who) for ref in ev.bars]
+        clock = self._release(w)  # the arrive fires once the warp's earlier tcgen05 ops completed
+        clock[3 * w.gid + TC] = clock[3 * w.gid + DONE] = self._tc_op(w, who)
 
         def complete(m: Machine) -> None:
-            unit = CommitArriveUnit(bars, who, w.cta)
+            unit = CommitArriveUnit(bars, who, w.cta, clock)
             m.pending_arrives.add(unit)
             m.schedule(unit)
 
@@ -686,7 +956,21 @@ class Machine:
         if ev.accumulate and ev.acc not in w.acc_written:
             raise SimError(f"register read before write: {who} accumulates into {ev.acc}, which no wgmma wrote "
                            "(scale-d set on the first k-step?)")
+        if not w.walker.wgmma_fenced:
+            raise SimError(f"missing wgmma.fence: {who} is the warp's first wgmma and no wgmma.fence precedes it "
+                           "(PTX ISA wgmma.fence: required before the first wgmma.mma_async of a warpgroup)")
+        if ev.acc in w.walker.touched:
+            raise SimError(f"missing wgmma.fence: {who} accesses accumulator {ev.acc}, which {w.walker.touched[ev.acc]} "
+                           "accessed since the warp's last wgmma.fence (PTX ISA wgmma.fence: required between a "
+                           "register access and a wgmma.mma_async that accesses the same registers)")
         w.acc_written.add(ev.acc)
+        if w.nreg:
+            live = {acc: w.walker.regs[acc].shape[1] for acc in sorted(w.acc_written)}
+            if sum(live.values()) > w.nreg:
+                frags = ", ".join(f"{a}: {r}" for a, r in live.items())
+                raise SimError(f"register budget: {who}: the warp's live accumulator fragments need "
+                               f"{sum(live.values())} registers per thread ({frags}) but its limit is {w.nreg} "
+                               f"(.maxnreg {self.kernel.maxnreg}, then setmaxnreg)")
         rows, cols = wgmma_fragment(ev.n)
         regs = w.walker.regs
 
@@ -726,12 +1010,67 @@ class Machine:
                               w.walker.where()), ready)
         w.after_wait = cover
 
+    # ---------------------------------------------------------------- setmaxnreg
+
+    def _setmaxnreg(self, w: Warp, ev: W.SetMaxNRegEv) -> None:
+        """``setmaxnreg`` (PTX ISA setmaxnreg): ``.sync.aligned`` over the warpgroup, whose four warps must execute
+        the same one; ``.dec`` returns registers to the CTA's pool, ``.inc`` blocks until the pool has them."""
+        cta, wg = w.cta, w.index // WARPGROUP
+        what = f"setmaxnreg.{ev.action} {ev.regs}"
+        who = w.who(what)
+        if not self.kernel.maxnreg:
+            raise SimError(f"setmaxnreg without .maxnreg: {who}; the per-CTA register pool needs the kernel's "
+                           "register count fixed by .maxnreg (PTX ISA setmaxnreg)")
+        if ev.regs % 8 or not 24 <= ev.regs <= 256:
+            raise SimError(f"bad setmaxnreg: {who}: the count must be a multiple of 8 in [24, 256] (PTX ISA setmaxnreg)")
+        gone = [x.index for x in cta.warps[WARPGROUP * wg: WARPGROUP * (wg + 1)] if x.done]
+        if gone:
+            raise SimError(f"unbalanced setmaxnreg: {who}, but warp(s) {', '.join(map(str, gone))} of warpgroup {wg} "
+                           "exited without it (PTX ISA setmaxnreg: every warp of the warpgroup executes it)")
+        pool = cta.regs
+        grp = pool.groups.setdefault(wg, RegGroup(ev.action, ev.regs))
+        if (grp.action, grp.regs) != (ev.action, ev.regs):
+            raise SimError(f"unbalanced setmaxnreg: {who}, while warp(s) {', '.join(str(x.index) for x in grp.warps)} "
+                           f"of warpgroup {wg} execute setmaxnreg.{grp.action} {grp.regs} (PTX ISA setmaxnreg: "
+                           ".sync.aligned, every warp of the warpgroup executes the same setmaxnreg)")
+        grp.warps.append(w)
+        if len(grp.warps) < WARPGROUP:
+            self.park(w, _Blocked(grp, lambda: f"{what}: {len(grp.warps)} of {WARPGROUP} warps of warpgroup {wg} "
+                                               "arrived", w.walker.where()), lambda: grp.done)
+            return
+        del pool.groups[wg]
+        cur = w.nreg  # .dec only lowers the limit, .inc only raises it ("from its current value to imm-reg-count")
+        new = min(cur, ev.regs) if ev.action == "dec" else max(cur, ev.regs)
+        delta = (new - cur) * W.LANES * WARPGROUP  # registers the warpgroup takes from the pool (< 0: returns)
+
+        def take() -> bool:
+            if not grp.done:
+                if pool.free < delta:
+                    return False
+                pool.free -= delta
+                for x in grp.warps:
+                    x.nreg = new
+                grp.done = True
+                self.wake(grp)
+                if delta < 0:  # (an .inc runs inside wake(pool): only a .dec wakes the pool's waiters)
+                    self.wake(pool)
+            return True
+
+        if not take():
+            self.park(w, _Blocked(pool, lambda: f"{what}: warpgroup {wg} needs {delta} registers, the pool of "
+                                                f"{cta.name} has {pool.free} free", w.walker.where()), take)
+
     # ---------------------------------------------------------------- exit and final checks
 
     def _exit(self, w: Warp) -> None:
         w.done = True
         self._unrun(w)
         cta = w.cta
+        grp = cta.regs.groups.get(w.index // WARPGROUP)
+        if grp is not None:
+            raise SimError(f"unbalanced setmaxnreg: warp {w.index} of {cta.name} exits without the setmaxnreg."
+                           f"{grp.action} {grp.regs} that warp(s) {', '.join(str(x.index) for x in grp.warps)} of its "
+                           "warpgroup wait in (PTX ISA setmaxnreg: every warp of the warpgroup executes it)")
         cta.live -= 1
         if cta.live:
             return
@@ -768,6 +1107,17 @@ class Machine:
             text += ("\ntransaction-byte mismatch: TMA bytes landed on barriers whose expect_tx did not announce them:\n"
                      + "\n".join(over[:8]) + (f"\n  ... and {len(over) - 8} more" if len(over) > 8 else ""))
         return text
+
+
+def _join(dst: dict[int, int], src: dict[int, int]) -> None:
+    """``dst = max(dst, src)`` per component (happens-before clocks)."""
+    for k, v in src.items():
+        if dst.get(k, -1) < v:
+            dst[k] = v
+
+
+def _prio(w: Warp) -> float:
+    return w.prio
 
 
 def _check_alive(bar: Mbarrier, who) -> None:

@@ -90,6 +90,7 @@ class SharedMemory:
         self.size, self.base, self.cta = size, base, cta
         self.data = np.zeros(size, dtype=np.uint8)
         self.state = np.zeros(size, dtype=np.uint8)
+        self.landed = np.full(size, -1, dtype=np.int64)  # scheduler step at which a TMA load last landed the byte
         self.reserved = reserved
         self.readers: dict[int, tuple[int, int, str]] = {}  # handle -> (lo, hi, who)
         self.writers: dict[int, tuple[int, int, str]] = {}
@@ -134,10 +135,12 @@ class SharedMemory:
         self.writers[h] = (lo, hi, who)
         return h
 
-    def end_async_write(self, handle: int, idx: np.ndarray, values: np.ndarray) -> None:
+    def end_async_write(self, handle: int, idx: np.ndarray, values: np.ndarray, when: int) -> None:
+        """The async write completed at scheduler step ``when``: its bytes become VALID."""
         lo, hi, _ = self.writers.pop(handle)
         self.data[idx] = values
         self.state[lo:hi] = VALID
+        self.landed[lo:hi] = when
 
     # ---------------------------------------------------------------- generic writes (st.shared)
 
@@ -200,6 +203,10 @@ class Tmem:
     read it since an MMA last overwrote it (accumulate flag off).  In these
     kernels the epilogue reads each accumulator cell once per tile, so a
     second read before the next tile's first MMA completes is a stale read.
+
+    Per cell also the happens-before stamps of the machine's ordering checks: the last MMA that writes it
+    (issuing warp id, that warp's tcgen05 op number) and the last ``tcgen05.ld`` since (reading warp id, its
+    tcgen05 op number, its release epoch at the read); -1: none.
     """
 
     LANES, COLS = 128, 512
@@ -212,6 +219,31 @@ class Tmem:
         self.consumed = np.zeros((self.LANES, self.COLS), dtype=bool)
         self.cols = 0  # allocated columns (from address 0)
         self.freed = False
+        # per cell: index into ``records`` of its stamp, -1 for none
+        self.wr = np.full((self.LANES, self.COLS), -1, dtype=np.int32)
+        self.rd = np.full((self.LANES, self.COLS), -1, dtype=np.int32)
+        self.records: list[tuple[int, ...]] = []
+
+    def _record(self, stamp: tuple[int, ...]) -> int:
+        self.records.append(stamp)
+        return len(self.records) - 1
+
+    def stamp_write(self, lane: int, col: int, rows: int, ncols: int, warp: int, seq: int) -> None:
+        """An MMA issued by ``warp`` as its tcgen05 op ``seq`` writes these cells (earlier reads are superseded)."""
+        self.wr[lane:lane + rows, col:col + ncols] = self._record((warp, seq))
+        self.rd[lane:lane + rows, col:col + ncols] = -1
+
+    def stamp_read(self, lane: int, col: int, ncols: int, warp: int, seq: int, epoch: int) -> None:
+        """A ``tcgen05.ld`` by ``warp`` (its tcgen05 op ``seq``, release epoch ``epoch``) reads these cells."""
+        self.rd[lane:lane + 32, col:col + ncols] = self._record((warp, seq, epoch))
+
+    def stamps(self, which: str, lane: int = 0, col: int = 0, rows: int = LANES, ncols: int = COLS) -> list[tuple]:
+        """Distinct stamps of the cells of a region: ``"wr"`` (warp id, op number) of the MMAs writing them,
+        ``"rd"`` (warp id, op number, epoch) of the tcgen05.ld reading them; cells without one are left out."""
+        arr = (self.wr if which == "wr" else self.rd)[lane:lane + rows, col:col + ncols]
+        first = int(arr[0, 0])
+        ids = [first] if (arr == first).all() else np.unique(arr).tolist()
+        return [self.records[i] for i in ids if i >= 0]
 
     def _region(self, lane: int, col: int, rows: int, ncols: int, who: object) -> tuple[slice, slice]:
         if self.freed:

@@ -25,7 +25,8 @@ class SimResult:
     rel_fro: relative Frobenius error ||D - ref||_F / ||ref||_F.
     max_rel_err: max-abs relative error max|D - ref| / max|ref|.
     steps: scheduler steps; ops_executed: IR events the warps executed.
-    grid: CTAs launched; schedule_seed: the interleaving; mean_latency: its drawn mean async latency (steps);
+    grid: CTAs launched; schedule_seed: the interleaving; policy: the scheduling policy (``random``, ``latest``,
+    ``pct``); mean_latency: its drawn mean async latency (steps, ``random`` policy);
     fingerprint: hash of the scheduler's choices (two runs with equal fingerprints interleaved identically).
     """
 
@@ -38,12 +39,14 @@ class SimResult:
     ops_executed: int
     grid: int
     schedule_seed: int
+    policy: str
     mean_latency: float
     fingerprint: int
 
 
 def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4, schedule_seed: int | None = None,
-             a: np.ndarray | None = None, b: np.ndarray | None = None, check: bool = True) -> SimResult:
+             a: np.ndarray | None = None, b: np.ndarray | None = None, check: bool = True,
+             policy: str = "random") -> SimResult:
     """Execute ``kernel`` for D[m, n] = A[m, k] @ B[n, k]^T and compare D with an fp32 reference.
 
     Args:
@@ -52,6 +55,8 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
         seed: seeds the random bf16 inputs (ignored for an operand passed explicitly).
         num_sms: SM count the persistent grid policy sees (small: CTAs loop over several tiles).
         schedule_seed: seeds the interleaving (default: ``seed``).
+        policy: how the scheduler orders warps and async units: ``random`` (random latencies), ``latest``
+            (every async unit completes as late as legal), ``pct`` (PCT priorities); see :mod:`.machine`.
         a, b: float inputs ``[m, k]`` / ``[n, k]`` (rounded to bf16), instead of random ones.
         check: raise SimError on a wrong result (else just report the errors).
 
@@ -61,10 +66,12 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
             (relative Frobenius error >= 1e-2 or any element off by more than
             2e-2 * (|ref| + rms(ref))), with the first wrong element.
         ShapeError: a shape the kernel's tensor maps cannot describe.
+        ValueError: an unknown policy.
     """
     spec = kernel.launch
     if "sfa" in spec.tensor_maps:  # the NVFP4 block-scaled dual GEMM: its own operands and reference
-        return simulate_nvfp4(kernel, m, n, k, seed=seed, num_sms=num_sms, schedule_seed=schedule_seed, check=check)
+        return simulate_nvfp4(kernel, m, n, k, seed=seed, num_sms=num_sms, schedule_seed=schedule_seed, check=check,
+                              policy=policy)
     if min(m, n, k) < 1 or k % spec.k_multiple:
         raise ShapeError(f"m={m}, n={n}, k={k}: all must be >= 1 and k a multiple of {spec.k_multiple}")
     a_bits, b_bits = random_operands(m, n, k, seed)
@@ -76,7 +83,7 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
     b2_bits = random_operands(m, n, k, seed + 7919)[1] if dual else None
     sched = seed if schedule_seed is None else schedule_seed
     machine = Machine(kernel, m, n, k, a_bits, b_bits, num_sms=num_sms, schedule_seed=sched,
-                      smem_base=SMEM_BASE, poison=POISON, b2=b2_bits)
+                      smem_base=SMEM_BASE, poison=POISON, b2=b2_bits, policy=policy)
     machine.run(MAX_STEPS)
     d = bf16_bits_to_f32(machine.glob.d)
     ref = silu_mul_reference(a_bits, b_bits, b2_bits) if dual else reference(a_bits, b_bits)
@@ -105,7 +112,7 @@ def nvfp4_inputs(m: int, n: int, k: int, seed: int, masked: bool = True) -> dict
 
 def simulate_nvfp4(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
                    schedule_seed: int | None = None, masked: bool = True,
-                   inputs: dict[str, np.ndarray] | None = None, check: bool = True) -> SimResult:
+                   inputs: dict[str, np.ndarray] | None = None, check: bool = True, policy: str = "random") -> SimResult:
     """Execute the NVFP4 dual GEMM ``kernel`` for C[m, n] and compare C with :func:`nvfp4_dual_gemm_reference`.
 
     Args:
@@ -113,7 +120,7 @@ def simulate_nvfp4(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: in
         m, n, k: problem shape: m, n multiples of 128, k a multiple of the kernel's ``k_multiple`` (256).
         seed: seeds the random inputs (:func:`nvfp4_inputs`); masked: the problem's value mask (else any e2m1).
         inputs: the operands instead (keys of :func:`nvfp4_inputs`).
-        num_sms, schedule_seed, check: as :func:`ptxgen.sim.simulate`.
+        num_sms, schedule_seed, check, policy: as :func:`ptxgen.sim.simulate`.
 
     Returns:
         SimResult with ``d`` the fp16 C as float32, ``ref`` the reference's fp16 C as float32.
@@ -133,7 +140,7 @@ def simulate_nvfp4(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: in
         raise ShapeError(f"sfa holds {x['sfa'].size} bytes; [{m}, {k // SF_VEC}] blocked scales need {m * k // SF_VEC}")
     sched = seed if schedule_seed is None else schedule_seed
     machine = Machine(kernel, m, n, k, x["a"], x["b1"], num_sms=num_sms, schedule_seed=sched, smem_base=SMEM_BASE,
-                      poison=POISON, b2=x["b2"], extra=extra)
+                      poison=POISON, b2=x["b2"], extra=extra, policy=policy)
     machine.run(MAX_STEPS)
     d = machine.glob.d.view(np.float16).astype(np.float32)
     ref = nvfp4_dual_gemm_reference(x["a"], x["b1"], x["b2"], x["sfa"], x["sfb1"], x["sfb2"]).astype(np.float32)
@@ -144,13 +151,15 @@ def _result(kernel, machine: Machine, d: np.ndarray, ref: np.ndarray, shape: tup
             check: bool, out: str = "D") -> SimResult:
     """Compare the output ``d`` with ``ref``; SimError (``wrong result``, first wrong element of ``out``) if asked."""
     m, n, k = shape
+    policy = machine.policy
     cmp = compare(d, ref)
     if check and not cmp.ok:
         i, j = cmp.first_wrong if cmp.first_wrong else (0, 0)
-        raise SimError(f"wrong result: {kernel.name} m={m} n={n} k={k} schedule {sched}: relative Frobenius error "
+        schedule = f"schedule {sched}" + ("" if policy == "random" else f" ({policy})")
+        raise SimError(f"wrong result: {kernel.name} m={m} n={n} k={k} {schedule}: relative Frobenius error "
                        f"{cmp.rel_fro:.3e}, max-abs relative error {cmp.max_rel_err:.3e}, {cmp.wrong} of {d.size} "
                        f"elements wrong; first wrong {out}[{i}, {j}] = {float(d[i, j]):.6g} "
                        f"(expected {float(ref[i, j]):.6g})")
     return SimResult(d=d, d_bits=machine.glob.d, ref=ref, rel_fro=cmp.rel_fro, max_rel_err=cmp.max_rel_err,
                      steps=machine.steps, ops_executed=machine.ops, grid=machine.grid, schedule_seed=sched,
-                     mean_latency=machine.mean_latency, fingerprint=machine.fingerprint)
+                     policy=policy, mean_latency=machine.mean_latency, fingerprint=machine.fingerprint)

@@ -17,6 +17,12 @@ or arrivals while the phase only waits for bytes), and a complete_tx that
 lands after the phase it was issued in has already completed (the phase
 completed without those bytes: expect_tx announced fewer bytes than the TMA
 loads deliver).
+
+Both kinds of barrier also carry a happens-before clock for the simulator's
+ordering checks (:mod:`.machine`): arrivals join their clock into the
+current phase's ``clock``; a completed phase's clock becomes ``done_clock``,
+which a waiter that passes acquires (``mbarrier.arrive`` has release and
+``try_wait`` acquire semantics, PTX ISA "mbarrier.arrive", "mbarrier.try_wait").
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ class Mbarrier:
     """One mbarrier instance (see module docstring).  ``phase`` counts completed phases; ``owner``: its CTA."""
 
     __slots__ = ("name", "owner", "count", "pending", "tx", "phase", "initialized", "init_warp", "fenced",
-                 "cta_visible", "cluster_visible", "waiters", "arrivals", "bytes_in", "bytes_expected")
+                 "cta_visible", "cluster_visible", "waiters", "arrivals", "bytes_in", "bytes_expected", "clock",
+                 "done_clock")
 
     def __init__(self, name: str, owner=None):
         self.name, self.owner = name, owner
@@ -40,6 +47,8 @@ class Mbarrier:
         self.waiters: list = []
         self.arrivals: Counter = Counter()  # this phase: who -> arrivals
         self.bytes_in = self.bytes_expected = 0  # this phase
+        self.clock: dict[int, int] = {}  # joined clocks of this phase's arrivals
+        self.done_clock: dict[int, int] = {}  # clock of the last completed phase
 
     def init(self, count: int, warp) -> None:
         if count < 1:
@@ -77,6 +86,7 @@ class Mbarrier:
         if self.pending or self.tx:
             return False
         self.phase += 1
+        self.done_clock, self.clock = self.clock, {}
         self.pending = self.count
         self.arrivals.clear()
         self.bytes_in = self.bytes_expected = 0
@@ -104,16 +114,17 @@ class Mbarrier:
 class Rendezvous:
     """A thread barrier (``bar.sync``, ``barrier.cluster``): ``warps`` whole warps meet, then all go on."""
 
-    __slots__ = ("name", "warps", "threads", "arrived", "waiters")
+    __slots__ = ("name", "warps", "threads", "arrived", "waiters", "clock")
 
     def __init__(self, name: str, threads: int):
         self.name, self.threads = name, threads
         self.warps = threads // 32
         self.arrived: list = []
         self.waiters: list = []
+        self.clock: dict[int, int] = {}  # joined clocks of this round's arrivals (the machine resets it)
 
     def arrive(self, warp, threads: int, who: str) -> list | None:
-        """Add ``warp``; the released warps when it was the last one, else None."""
+        """Add ``warp``; the released warps when it was the last one, else None (the caller joins clocks)."""
         if threads != self.threads:
             raise SimError(f"{who} reaches {self.name} expecting {threads} threads, but other warps there expect "
                            f"{self.threads}")

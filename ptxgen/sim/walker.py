@@ -19,6 +19,12 @@ that only records) performs the effect and sends back a reply where the op
 produces a value (``TmemLoad``: the loaded ``(32, ncols)`` f32 values;
 ``TmemBase``: the TMEM address).  Every event is a preemption point.
 
+``TcgenFence``, ``TmemWaitLd`` and ``WgmmaFence`` are warp-local: the walker
+records the tcgen05 fences and waits it passed in :attr:`WarpWalker.marks`
+(the simulator applies them before the warp's next event) and, for
+``wgmma.fence``, which register arrays a non-wgmma op accessed since
+(:attr:`WarpWalker.touched`).
+
 Register arrays (``TmemLoad`` destinations, wgmma accumulators) live in
 :attr:`WarpWalker.regs` as ``(32, ncols)`` float32 arrays.  A read of an
 array listed in :attr:`WarpWalker.busy` (a ``tcgen05.ld`` before
@@ -173,6 +179,14 @@ class DeallocEv(Ev):
 @dataclass(slots=True)
 class TmemBaseEv(Ev):
     pass
+
+
+@dataclass(slots=True)
+class SetMaxNRegEv(Ev):
+    """``setmaxnreg.{inc|dec}.sync.aligned.u32 regs`` by the whole warp (its warpgroup's other warps must match)."""
+
+    action: str
+    regs: int
 
 
 @dataclass(slots=True)
@@ -354,7 +368,7 @@ class _OneLane:
         self.lane, self.value = lane, value
 
 
-_SILENT = (O.Comment, O.Nanosleep, O.SetMaxNReg, O.WgmmaFence, O.TcgenFence, O.TmemRelinquish)
+_SILENT = (O.Comment, O.Nanosleep, O.TmemRelinquish)
 _LD_BUSY = "its tcgen05.ld has not been waited for (tcgen05.wait::ld)"
 
 
@@ -386,6 +400,14 @@ class WarpWalker:
         self.vars: dict[str, object] = {}
         self.regs: dict[str, np.ndarray] = {}
         self.busy: dict[str, str] = {}
+        # wgmma.fence bookkeeping (PTX ISA "wgmma.fence"): register arrays a non-wgmma op accessed since the
+        # warp's last wgmma.fence (name -> that op), and whether the warp executed any wgmma.fence yet
+        self.touched: dict[str, str] = {}
+        self.wgmma_fenced = False
+        # tcgen05 ordering marks executed since the consumer last drained the list, in order: "before" / "after"
+        # (tcgen05.fence::before/after_thread_sync) and "wait_ld" (tcgen05.wait::ld); they order the warp's
+        # tcgen05 ops against its thread synchronisations, so the machine applies them before the warp's next event
+        self.marks: list[str] = []
         self.lane: int | None = None  # None: all 32 lanes; else the one elected lane
         self.elects: list = []  # enclosing Elect ops, innermost last
         self.roles: list[str] = []
@@ -394,7 +416,8 @@ class WarpWalker:
             O.WarpSwitch: self._warp_switch, O.For: self._for, O.If: self._if, O.Elect: self._elect,
             O.TmemLoad: self._tmem_load, O.TmemBase: self._tmem_base, O.LdGlobalF32: self._ws_load,
         }
-        self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.SiluMul: self._silu_mul}
+        self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.SiluMul: self._silu_mul,
+                       O.WgmmaFence: self._wgmma_fence, O.TcgenFence: self._tcgen_fence}
         self._events = {
             O.MbarrierInit: self._init, O.MbarrierArrive: self._arrive, O.MbarrierArriveExpectTx: self._arrive,
             O.MbarrierWait: self._wait, O.FenceMbarrierInit: lambda op: FenceInitEv(op, self._n()),
@@ -402,6 +425,7 @@ class WarpWalker:
             O.BulkCommitGroup: lambda op: BulkCommitEv(op, self._n(), self.thread()),
             O.BulkWaitGroup: lambda op: BulkWaitEv(op, self._n(), op.n, op.read, self.thread()),
             O.FenceProxyAsync: lambda op: FenceProxyEv(op, self._n()),
+            O.SetMaxNReg: lambda op: SetMaxNRegEv(op, self._whole_warp(op), op.action, op.regs),
             O.TmemAlloc: self._alloc, O.TmemDealloc: self._dealloc, O.Umma: self._umma, O.UmmaCommit: self._commit,
             O.TmemCopy: self._tmem_copy, O.UmmaBlockScaled: self._umma_block_scaled,
             O.Wgmma: self._wgmma, O.WgmmaCommit: lambda op: WgmmaCommitEv(op, self._whole_warp(op)),
@@ -489,7 +513,8 @@ class WarpWalker:
             return np.broadcast_to(np.asarray(v, dtype=np.int64), (LANES,))
         return np.array([int(v)], dtype=np.int64)
 
-    def _reg(self, name: str, idx: tuple[int, ...]) -> np.ndarray:
+    def _reg(self, name: str, idx: tuple[int, ...], by: str) -> np.ndarray:
+        self.touched.setdefault(name, by)
         if name in self.busy:
             raise IRFault(f"register array {name!r} read while {self.busy[name]}")
         try:
@@ -593,12 +618,13 @@ class WarpWalker:
             self.regs[op.dst] = old
         old[:, : op.ncols] = values
         self.busy[op.dst] = _LD_BUSY
+        self.touched.setdefault(op.dst, type(op).__name__)
 
     def _silu_mul(self, op):
         """silu(gate) * up in f32, as the emitted PTX computes it (ex2 of -x log2 e, reciprocal, two products)."""
         self._whole_warp(op)
         idx = tuple(range(op.n))
-        x, u = self._reg(op.gate, idx), self._reg(op.up, idx)
+        x, u = self._reg(op.gate, idx, "SiluMul"), self._reg(op.up, idx, "SiluMul")
         with np.errstate(over="ignore", invalid="ignore"):
             t = np.exp2(x * np.float32(-1.4426950408889634)).astype(np.float32)
             s = (x * (np.float32(1) / (np.float32(1) + t))).astype(np.float32)
@@ -608,8 +634,18 @@ class WarpWalker:
             arr = np.full((LANES, op.n), np.nan, dtype=np.float32)
             self.regs[op.dst] = arr
         arr[:, : op.n] = out
+        self.touched.setdefault(op.dst, type(op).__name__)
+
+    def _tcgen_fence(self, op):
+        self.marks.append(op.kind)
+
+    def _wgmma_fence(self, op):
+        self._whole_warp(op)
+        self.touched.clear()
+        self.wgmma_fenced = True
 
     def _wait_ld(self, op):
+        self.marks.append("wait_ld")
         for name in [n for n, why in self.busy.items() if why is _LD_BUSY]:
             del self.busy[name]
 
@@ -693,23 +729,23 @@ class WarpWalker:
         addrs = self._per_lane(op.addr)
         data = None
         if self.values:
-            vals = self._reg(op.src, op.idx)
+            vals = self._reg(op.src, op.idx, type(op).__name__)
             data = _STORE_BITS[op.fmt](vals).view(np.uint8).reshape(len(addrs), -1)
         return StSharedEv(op, self._n(), addrs, 2 * len(op.idx), data)
 
     def _st_global(self, op):
         rows, cols = self._per_lane(op.row), self._per_lane(op.col)
-        values = _STORE_BITS[op.fmt](self._reg(op.src, op.idx)) if self.values else None
+        values = _STORE_BITS[op.fmt](self._reg(op.src, op.idx, type(op).__name__)) if self.values else None
         return StGlobalEv(op, self._n(), rows, cols, values)
 
     def _ws_store(self, op):
-        values = self._reg(op.src, op.idx) if self.values else None
+        values = self._reg(op.src, op.idx, type(op).__name__) if self.values else None
         return WsStoreEv(op, self._n(), self._per_lane(op.offset), values)
 
     def _ws_load(self, op):
         if op.pred is not None and not self.uniform(op.pred, "LdGlobalF32 predicate"):
             return  # a skipped load adds 0.0
-        old = self._reg(op.dst, op.idx)  # the registers the loads add into: written, not in flight
+        old = self._reg(op.dst, op.idx, type(op).__name__)  # the registers the loads add into: written, not in flight
         values = yield WsLoadEv(op, self._n(), self._per_lane(op.offset))
         if values is not None:
             self.regs[op.dst][self._lane_ids()[:, None], list(op.idx)] = old + values
