@@ -58,12 +58,17 @@ def _b2_into_b1_slot():
     return fn
 
 
-def _issuer(fn):
-    """Apply ``fn(list of ops)`` to the MMA issuer's Elect body (the one holding the UMMAs)."""
+def body_holding(container, member, fn):
+    """A rewrite applying ``fn(list of ops)`` to the body of each ``container`` op that directly holds a ``member``."""
     def rw(op):
-        if isinstance(op, O.Elect) and any(isinstance(x, O.Umma) for x in op.body):
+        if isinstance(op, container) and any(isinstance(x, member) for x in op.body):
             return replace(op, body=tuple(fn(list(op.body))))
     return rw
+
+
+def _issuer(fn):
+    """Apply ``fn(list of ops)`` to the MMA issuer's Elect body (the one holding the UMMAs)."""
+    return body_holding(O.Elect, O.Umma, fn)
 
 
 def _release_after_first_mma(body):

@@ -15,7 +15,7 @@ from ptxgen.ir import ops as O
 from ptxgen.sim import default_shapes, simulate
 from ptxgen.verify import verify
 
-from test_dual_planted import _kernel
+from test_dual_planted import _kernel, body_holding
 
 pytestmark = pytest.mark.sim
 
@@ -35,10 +35,7 @@ def _sim_faults(kernel) -> list[str]:
 
 def _k_loop(fn):
     """Apply ``fn(list of ops)`` to the MMA issuer's k-block loop body (the one holding the tcgen05.cp ops)."""
-    def rw(op):
-        if isinstance(op, O.For) and any(isinstance(x, O.TmemCopy) for x in op.body):
-            return replace(op, body=tuple(fn(list(op.body))))
-    return rw
+    return body_holding(O.For, O.TmemCopy, fn)
 
 
 def _mmas(change):
