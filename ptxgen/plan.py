@@ -120,8 +120,8 @@ class SplitKPlan:
     ``c`` is blocked at a unit ``>= u > v`` or finished, so it has already passed ``v``, and a non-last
     split never blocks after its mainloop (store, sync, increment): ``v`` completed.  Contradiction.
     Residency is the assumption: one CTA per SM always fits an idle GPU; a CTA pair (cluster of 2) needs the
-    GPCs to hold ``SMs / 2`` pairs at once (true of the H100's 2-SM TPCs; the chooser picks split-K only for
-    single-CTA configs); two split-K launches running concurrently on different streams share the SMs and
+    GPCs to hold ``SMs / 2`` pairs at once (true of the H100's 2-SM TPCs; the chooser never picks split-K,
+    see ptxgen/runtime/choose.py); two split-K launches running concurrently on different streams share the SMs and
     can leave both grids partly resident (run them on one stream).
 
     Attributes:

@@ -464,11 +464,7 @@ class WgmmaConsumer:
                                         accumulate, a_hi=a.desc_hi, b_hi=bo.desc_hi))
         prev = Var("it") - 1
         k_body += [WgmmaCommit(), WgmmaWait(1), If(ne(KB, k0), tuple(self.release(PipelineState(prev % p.stages, None))))]
-        if p.split is not None:
-            last = ring_iteration(p, Var("kb1") - 1)
-        else:
-            last = Var("tc") * Var("num_k") + Var("num_k") - 1
-        release = self.release(PipelineState(last % p.stages, None))
+        release = self.release(PipelineState(ring_iteration(p, k1 - 1) % p.stages, None))
         if self.fixup is not None:  # an empty split (num_k < splits) has no stage to release
             release = [If(lt(k0, k1), tuple(release))]
         out = [*self.math_order(arrive=False), k_loop(k_body, (k0, k1)), *self.math_order(arrive=True),
