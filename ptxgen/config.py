@@ -157,7 +157,8 @@ class Mma:
         ``all`` — all 32 lanes wait, per-stage descriptors are shared with
         ``shfl.sync`` (lane i holds stage i's), one elected lane issues (level 9).
     tc_util_percent: 100 = no throttle; below, idle cycles after each commit (level 8).
-    warpgroups: sm_90a consumer warpgroups (1 or 2); sm_100a ignores it (must be 1).
+    warpgroups: sm_90a consumer warpgroups, 1 to 3 (with the producer warpgroup, 3 make 512 threads: 128
+        registers each at launch, 152 per consumer thread after ``setmaxnreg``); sm_100a ignores it (must be 1).
     consumers: sm_90a schedule of the consumer warpgroups (CUTLASS's kernel schedules):
         ``cooperative`` — all warpgroups compute one tile, each ``block_m / warpgroups`` of its rows
         (KernelTmaWarpSpecializedCooperative); ``pingpong`` — each warpgroup computes whole
@@ -168,7 +169,7 @@ class Mma:
 
     lanes: OneOf("one", "all") = "one"
     tc_util_percent: Range(1, 100) = 100
-    warpgroups: OneOf(1, 2) = 1
+    warpgroups: OneOf(1, 2, 3) = 1
     consumers: OneOf("cooperative", "pingpong") = "cooperative"
 
 

@@ -104,6 +104,12 @@ def test_sm90_rules():
         from_dict({**base, "cluster": {"size": 2}})
     with pytest.raises(ConfigError, match=r"pipeline.stages=1: sm_90a: must be >= 2"):
         from_dict({**base, "pipeline": {"stages": 1}})
+    three = {**base, "tile": {"block_m": 192, "block_n": 176}, "mma": {"warpgroups": 3}}
+    assert from_dict(three).mma.warpgroups == 3  # three 64-row consumer warpgroups (h100_192x176)
+    with pytest.raises(ConfigError, match=r"^tile\.block_m=128: sm_90a: a multiple of 64 x mma\.warpgroups=3 in \[64, 256\]"):
+        from_dict({**three, "tile": {"block_m": 128, "block_n": 176}})
+    with pytest.raises(ConfigError, match=r"^mma\.warpgroups=4: must be one of \[1, 2, 3\]"):
+        from_dict({**three, "mma": {"warpgroups": 4}})
 
 
 def test_files(tmp_path):
