@@ -10,27 +10,16 @@ from dataclasses import replace
 
 import pytest
 
-from ptxgen.errors import SimError, VerifyError
+from ptxgen.errors import VerifyError
 from ptxgen.ir import ops as O
-from ptxgen.sim import default_shapes, simulate
 from ptxgen.verify import verify
 
-from test_dual_planted import _kernel, body_holding
+from test_dual_planted import _kernel, _sim_faults, body_holding
 
 pytestmark = pytest.mark.sim
 
 ONE, PAIR = "nvfp4_dual_128x128", "nvfp4_dual_256x128"
 BOTH = pytest.mark.parametrize("config", [ONE, PAIR])
-
-
-def _sim_faults(kernel) -> list[str]:
-    out = []
-    for s in (0, 1, 2):
-        try:
-            simulate(kernel, *default_shapes(kernel)[1], seed=s, schedule_seed=s)
-        except SimError as exc:
-            out.append(str(exc))
-    return out
 
 
 def _k_loop(fn):
