@@ -718,12 +718,17 @@ def test_image_key_of_a_name_is_its_yaml_text(tmp_path):
     from ptxgen.shipped import configs_dir
 
     text = (configs_dir() / "h100_128x128.yaml").read_text()
-    assert loader.config_content("h100_128x128") == loader.config_content("h100_128x128.yaml") == "yaml:" + text
-    copy = tmp_path / "mine.yaml"
+    assert loader.config_content("h100_128x128") == loader.config_content("h100_128x128.yaml") == \
+        "yaml:h100_128x128\n" + text
+    copy = tmp_path / "h100_128x128.yaml"
     copy.write_text(text)
     assert loader.image_key(str(copy), 13000, (9, 0)) == loader.image_key("h100_128x128", 13000, (9, 0))
     copy.write_text(text.replace("stages: 4", "stages: 3"))
     assert loader.image_key(copy, 13000, (9, 0)) != loader.image_key("h100_128x128", 13000, (9, 0))
+    # a YAML without ``name`` is named after its file: same text, other stem, other kernel
+    (tmp_path / "a.yaml").write_text("arch: sm_90a\n")
+    (tmp_path / "b.yaml").write_text("arch: sm_90a\n")
+    assert loader.config_content(tmp_path / "a.yaml") != loader.config_content(tmp_path / "b.yaml")
     with pytest.raises(ConfigError, match="no such file, and not a shipped config"):
         loader.config_content(tmp_path / "absent.yaml")
 

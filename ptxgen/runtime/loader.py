@@ -110,16 +110,17 @@ def source_fingerprint() -> str:
 def config_content(config: Any) -> str:
     """Canonical text of a config for the cache key: equal configs give equal text.
 
-    A name or path (``str`` / ``os.PathLike``) gives ``yaml:`` + the file's text, read without parsing or
-    validating it (a cache hit then needs no schema); a :class:`~ptxgen.config.Config` gives ``config:`` +
-    its JSON (sorted keys).  A file that cannot be located or read falls through to ``load_config``, which
-    raises the user-facing :class:`ConfigError`.
+    A name or path (``str`` / ``os.PathLike``) gives ``yaml:`` + the file's stem (the config's name when the
+    YAML has no ``name``) + its text, read without parsing or validating it (a cache hit then needs no
+    schema); a :class:`~ptxgen.config.Config` gives ``config:`` + its JSON (sorted keys).  A file that cannot
+    be located or read falls through to ``load_config``, which raises the user-facing :class:`ConfigError`.
     """
     if isinstance(config, (str, os.PathLike)):
         from ptxgen.shipped import resolve_config_path
 
         try:
-            return "yaml:" + resolve_config_path(config).read_text(encoding="utf-8")
+            path = resolve_config_path(config)
+            return f"yaml:{path.stem}\n" + path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             pass
     from ptxgen.config import load_config, to_dict
