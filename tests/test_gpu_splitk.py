@@ -171,6 +171,8 @@ def test_splitk_prepared_launch(torch):
     a, b = random_operands(torch, m, n, k, seed=21)
     out = _poisoned(torch, m, n)
     prepared = prepare(a, b, out=out, config=split_config("h100_128x192", 4))
+    spec = prepared.kernel.spec  # ptxgen bench names a row by its prepared kernel's spec
+    assert (spec.name, spec.grid.split_k) == ("h100_128x192", 4)
     for _ in range(3):  # counters reset by each launch
         out.fill_(float("nan"))
         prepared.launch()

@@ -368,7 +368,8 @@ def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm
     d_map = "d" in maps and n % ELEMS_PER_16B == 0
     if loaded.spec.workspace is not None:  # the split-K signature: packed by the fast-path launcher
         pd = out.data_ptr()
-        launch = _Packed(loaded.launcher, ((a.data_ptr(), m, k, k), (b.data_ptr(), n, k, k), (pd, m, n, n) if d_map else None),
+        launch = _Packed(loaded.launcher, loaded.spec,
+                         ((a.data_ptr(), m, k, k), (b.data_ptr(), n, k, k), (pd, m, n, n) if d_map else None),
                          (pd, m, n, k, *split_k_workspace(loaded.spec, m, n, a.device, ordinal)))
         return PreparedGemm(a=a, b=b, out=out, kernel=launch, params=None, grid_x=grid_x, ordinal=ordinal)
     tmaps = (encode_tiled(a, maps["a"]), encode_tiled(b, maps["b"]), encode_tiled(out, maps["d"]) if d_map else None)
@@ -378,10 +379,13 @@ def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm
 
 
 class _Packed:
-    """A prepared launch through the fast-path launcher (kernels whose signature KernelParams does not pack)."""
+    """A prepared launch through the fast-path launcher (kernels whose signature KernelParams does not pack).
 
-    def __init__(self, launcher: Any, maps: tuple, scalars: tuple):
-        self.launcher, self.maps, self.scalars = launcher, maps, scalars
+    Stands where :class:`~ptxgen.runtime.module.Kernel` does in a :class:`PreparedGemm`: ``spec`` and ``launch``.
+    """
+
+    def __init__(self, launcher: Any, spec: Any, maps: tuple, scalars: tuple):
+        self.launcher, self.spec, self.maps, self.scalars = launcher, spec, maps, scalars
 
     def launch(self, grid_x: int, params: Any, stream: int) -> None:
         self.launcher.launch(grid_x, self.maps, self.scalars, stream)
