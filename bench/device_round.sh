@@ -7,6 +7,9 @@
 #   dual      bench/dual_bench.py on the 8 SwiGLU shapes, config chosen per shape
 #   dualvar   the 4 small-M SwiGLU shapes for each config in $DUAL_VARIANTS (--config flags)
 #   first     bench/first_call.py: first ptxgen.gemm in a fresh process, cold and warm cache
+#   cublas    bench/cublas_kernels.py: the cuBLAS kernel torch.matmul runs per shape (name encodes tile/cluster)
+#   ncu       ncu SpeedOfLight/WarpStateStats of ours (auto) and cuBLAS per shape in $NCU_SHAPES (bench/ncu_compare.py)
+#   configs   ptxgen bench of the configs in $BENCH_CONFIGS (--config flags) on the 11 shapes, kernel + API
 # Usage (repo root, device, .whl carried): bash bench/device_round.sh tests sanitize ...   (results under $OUT)
 set -o pipefail
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -34,6 +37,14 @@ for part in "$@"; do
     gemm) timeout 400 python3 -m ptxgen.cli bench --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -22 ;;
     dual) timeout 300 python3 bench/dual_bench.py --json "$OUT/dual_bench.json" 2>&1 | tee "$OUT/dual_bench.log" ;;
     dualvar) timeout 300 python3 bench/dual_bench.py --shapes 4,5,6,7 ${DUAL_VARIANTS} 2>&1 | tee "$OUT/dual_variants.log" ;;
+    cublas) timeout 120 python3 bench/cublas_kernels.py --json "$OUT/cublas_kernels.json" 2>&1 | tee "$OUT/cublas_kernels.txt" ;;
+    configs) timeout 500 python3 -m ptxgen.cli bench ${BENCH_CONFIGS} --json "$OUT/bench_configs.json" 2>&1 | tee "$OUT/bench_configs.log" | tail -40 ;;
+    ncu) for s in ${NCU_SHAPES:-4096x576x7168}; do
+           timeout 180 ncu --kernel-name regex:'ptxgen|nvjet' --section SpeedOfLight --section WarpStateStats \
+             --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,sm__cycles_elapsed.avg.per_second \
+             python3 bench/ncu_compare.py $s ${NCU_CONFIG} > "$OUT/ncu_$s.txt" 2>&1
+           echo "== $s"; grep -E "ptxgen_gemm|nvjet|Duration|Throughput|gmma|lts__t_bytes|per_second|Stall|Warp Cycles Per Issued" "$OUT/ncu_$s.txt" | grep -v "^ *-" | head -60
+         done ;;
     first) timeout 200 python3 bench/first_call.py --warm-runs 3 --json "$OUT/first_call.json" 2>&1 | tee "$OUT/first_call.txt" ;;
   esac
 done

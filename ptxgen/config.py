@@ -187,7 +187,10 @@ class Epilogue:
     warps: 0 — the mainloop warps run the epilogue after the k-loop; 4 — a
         dedicated epilogue warpgroup (warps 4-7).  sm_90a: 0 (consumers store).
     store: ``direct`` (st.global from registers) or ``tma`` (smem staging + TMA store).
-    swizzle: CD staging swizzle, ``none`` or ``128`` (chunk i of row r stored at i ^ (r % 8)).
+    swizzle: CD staging swizzle, ``none`` or ``128`` (chunk i of row r stored at i ^ (r % 8)).  ``128``
+        needs ``store_block_n`` = 64 (one 128-byte swizzle row); ``none`` takes any store_block_n, and on
+        sm_90a its fragment stores (8 rows x 4 lanes x 4 B per warp) are bank-conflict free when a staging
+        row is an odd number of 16-byte chunks (store_block_n / 8 odd: 72, 88, ...), 2- to 8-way otherwise.
     store_block_n: D columns per TMA store (0 = block_n).
     stages: CD staging buffers (TMA store pipelining).
     early_release: arrive on ``tmem_empty`` right after the TMEM reads, before the stores.
@@ -603,7 +606,4 @@ def _validate_sm90(cfg: Config) -> None:
     _rule(not cfg.tma.multicast or c.size == 2, "tma.multicast", True, "needs cluster.size=2")
     _rule(cfg.epilogue.release == "elected" and not cfg.epilogue.early_release, "epilogue", "release/early_release",
           "sm_90a: accumulators are registers; no tmem_empty to release")
-    if cfg.epilogue.store == "tma":
-        _rule(cfg.epilogue.swizzle == "128", "epilogue.swizzle", cfg.epilogue.swizzle,
-              "sm_90a TMA-store epilogue stages fragments through 128B-swizzled smem; set 128")
 

@@ -191,12 +191,13 @@ PLANTS = [
           lambda: _kernel("level4", where(lambda op: isinstance(op, O.FenceProxyAsync), drop)),
           verify=None,
           sim=r"^read before write: TmaStore d .* but written by st\.shared without fence\.proxy\.async"),
+    # the staging ring's producer_acquire (wait_group.read 1) dropped; the exit drain (wait_group.read 0) stays
     Plant("CD buffer reused before wait_group.read",
-          lambda: _kernel("level9", in_role("epilogue", where(lambda op: isinstance(op, O.BulkWaitGroup) and op.read,
-                                                              drop))),
+          lambda: _kernel("level9", in_role("epilogue", where(lambda op: isinstance(op, O.BulkWaitGroup) and op.read
+                                                              and op.n > 0, drop))),
           verify=r"^consumer release before the last read: StSharedBf16 .* by epilogue \(CTA 0, rank 0, warp 4\) at t=0 "
                  r"writes CD stage 0 while TmaStore d .* may still read it: the cp\.async\.bulk\.wait_group that "
-                 r"retires its bulk group \(BulkWaitGroup 0 at outside loops\) is not ordered before the write",
+                 r"retires its bulk group \(BulkWaitGroupRead 0 at outside loops\) is not ordered before the write",
           sim=r"^(write after read: StSharedBf16 by epilogue .* while TmaStore d|wrong result)",
           sim_exact=r"^write after read: StSharedBf16 by epilogue .* while TmaStore d .* still reads", always=False),
     Plant("bulk wait_group under a second elect.sync (issue 9 finding 2, the unfixed epilogue)",

@@ -158,8 +158,14 @@ class BulkStoreRing:
         return [BulkCommitGroup()]
 
     def drain(self) -> list:
-        """Every store complete (not only its reads): before the CTA exits."""
-        return [BulkWaitGroup(0, read=False)]
+        """Before the CTA exits: every store has read its staging buffer (``cp.async.bulk.wait_group.read 0``).
+
+        Shared memory is released at exit, so the reads must be done; the global writes need not be: they
+        are visible to the host and to later kernels once the grid completes (CUTLASS's epilogue
+        ``store_tail`` waits the same way, ``tma_store_wait<0>``).  Waiting for the writes as well kept every
+        CTA's last tile on the critical path for a full global-write round trip (bench/NOTES.md §10).
+        """
+        return [BulkWaitGroup(0, read=True)]
 
     def buffer(self, sequence) -> Expr:
         """Staging buffer of store number ``sequence`` (counted over the kernel)."""
