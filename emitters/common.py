@@ -122,12 +122,17 @@ def tma_load(lw: Lowering, op: ops.TmaLoad) -> None:
         bar, group = masked, ".cta_group::2"
     head = f"cp.async.bulk.tensor.2d{group}.shared::cluster.global.mbarrier::complete_tx::bytes"
     operands = f"[{dst}], [%tmap_{op.tensor}, {{{col}, {row}}}], [{bar}]"
+    hint, policy = "", ""
+    if op.cache_hint:  # PTX ISA "createpolicy": the whole (fraction 1.0) access gets the eviction priority
+        policy = lw.tmp64()
+        lw.emit(f"createpolicy.fractional.L2::{op.cache_hint}.b64 {policy}, 1.0;")
+        hint, policy = ".L2::cache_hint", f", {policy}"
     if op.multicast:
         mask = lw.tmp16()
         lw.emit(f"mov.b16 {mask}, {op.multicast:#x};")
-        lw.emit(f"{head}.multicast::cluster {operands}, {mask};")
+        lw.emit(f"{head}.multicast::cluster{hint} {operands}, {mask}{policy};")
     else:
-        lw.emit(f"{head} {operands};")
+        lw.emit(f"{head}{hint} {operands}{policy};")
 
 
 def tma_store(lw: Lowering, op: ops.TmaStore) -> None:

@@ -455,17 +455,21 @@ def tune(
     *,
     configs: Sequence[str] | None = None,
     warmup: int = 5,
-    iters: int = 20,
+    iters: int = 60,
     output: str | Path | None = None,
     progress: bool | None = None,
     stream: TextIO | None = sys.stdout,
 ) -> dict:
     """Time every candidate config on every shape (prepared launch, kernel time) and write the tuned table.
 
+    The candidates of one shape are timed together in alternating rounds (:func:`time_interleaved`) on the
+    same rotated inputs, so clock and thermal drift hit them alike: timed one after the other, two kernels
+    within 5 % of each other swapped places from run to run (bench/NOTES.md §10).
+
     Args:
         shapes: ``(M, N, K)`` triples to tune.
         configs: config names to try (default: every shipped config for the device's arch).
-        warmup, iters: as :func:`time_ms`.
+        warmup, iters: per candidate, as :func:`time_interleaved`.
         output: table path (default: :func:`ptxgen.runtime.choose.user_table_path`, which the
             chooser prefers over the shipped table).
         progress: tqdm progress bar on stderr (default: when stderr is a terminal; needs tqdm).
@@ -509,21 +513,24 @@ def tune(
         a_sets = [_random_bf16(m, k, device) for _ in range(n_sets)]
         b_sets = [_random_bf16(n, k, device) for _ in range(n_sets)]
         d_sets = [torch.empty((m, n), device=device, dtype=torch.bfloat16) for _ in range(n_sets)]
-        timings = {}
+        launches = {}
         for name in names:
             if bar is not None:
                 bar.set_postfix_str(f"{m}x{n}x{k} {name}")
-            launches = [prepare(a_sets[i], b_sets[i], d_sets[i], name) for i in range(n_sets)]
-            timings[name] = time_ms(lambda i: launches[i].launch(), n_sets, warmup=warmup, iters=iters)
+            launches[name] = [prepare(a_sets[i], b_sets[i], d_sets[i], name) for i in range(n_sets)]
             if bar is not None:
                 bar.update(1)
+        timings = time_interleaved({name: (lambda i, ls=ls: ls[i].launch()) for name, ls in launches.items()},
+                                   n_sets, warmup=warmup, iters=iters)
+        del launches
         best = min(timings, key=timings.get)
         entries.append({"m": m, "n": n, "k": k, "config": best, "ms": timings[best], "all_ms": timings})
         del a_sets, b_sets, d_sets
         torch.cuda.empty_cache()
     if bar is not None:
         bar.close()
-    doc = choose.table_doc(arch, info.name, entries, f"ptxgen tune (prepared launch, median of {iters})")
+    doc = choose.table_doc(arch, info.name, entries,
+                           f"ptxgen tune (prepared launches timed in alternating rounds, median of {iters})")
     path = Path(output) if output is not None else choose.user_table_path(arch)
     choose.write_table(path, doc)
     if stream is not None:

@@ -281,7 +281,7 @@ def parser() -> argparse.ArgumentParser:
                                                 "into the user cache (the runtime's choice prefers it)"))
     t.add_argument("--shape", type=_shape, action="append", help="MxNxK (repeatable; default: the bench shapes)")
     t.add_argument("--warmup", type=int, default=5)
-    t.add_argument("--iters", type=int, default=20)
+    t.add_argument("--iters", type=int, default=60, help="timed launches per candidate (interleaved rounds)")
     t.add_argument("-o", "--output", help="table path (default: <cache dir>/tuned/<arch>.json)")
     t.set_defaults(fn=cmd_tune, needs_gpu=True)
 

@@ -229,11 +229,17 @@ class Tma:
     two_sm: sm_100a 2-SM loads (``.cta_group::2``, barrier address masked with 0xFEFFFFFF).
     multicast: sm_90a: the CTA pair multicasts halves of the shared B tile.
     l2_promotion: ``none``, ``64``, ``128`` or ``256`` (bytes).
+    cache_hint_a, cache_hint_b: L2 eviction priority of the A and of the B (and B2) loads: ``none`` (the
+        default policy), ``evict_first`` or ``evict_last``; a ``createpolicy.fractional.L2::<hint>`` policy
+        (fraction 1.0) passed with ``.L2::cache_hint`` (PTX ISA "createpolicy", "cp.async.bulk.tensor").
+        A hint changes which lines L2 keeps, never a result.
     """
 
     two_sm: Bool = False
     multicast: Bool = False
     l2_promotion: OneOf("none", "64", "128", "256") = "none"
+    cache_hint_a: OneOf("none", "evict_first", "evict_last") = "none"
+    cache_hint_b: OneOf("none", "evict_first", "evict_last") = "none"
 
 
 @section

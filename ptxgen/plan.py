@@ -53,6 +53,8 @@ class OperandPlan:
     scales: for a scale-factor tile (NVFP4), the name of the operand it scales (``a``, ``b``, ``b2``); "" for a
         matrix operand.  Its box rows are then 128-byte lines of the blocked scale layout (4 per 512-B atom).
     tmem_col: a scale tile's first TMEM column (relative to the allocation); its atoms follow, ``sf_cols_per_atom`` apart.
+    cache_hint: L2 eviction priority of its loads (``tma.cache_hint_a`` / ``cache_hint_b``): ``none``,
+        ``evict_first`` or ``evict_last``.
     """
 
     name: str
@@ -64,6 +66,7 @@ class OperandPlan:
     split: str = "none"
     scales: str = ""
     tmem_col: int = 0
+    cache_hint: str = "none"
 
     # split: how a CTA pair shares the operand: ``none`` (each CTA loads its own tile),
     # ``cta_group`` (sm_100a cta_group::2: each CTA loads its half of the rows into its own stage),
@@ -569,8 +572,9 @@ def make_plan(cfg: Config) -> Plan:
     b_split = "cta_group" if sm100 and cs == 2 else ("multicast" if cfg.tma.multicast else "none")
     sf_lines = sf_stage // SF_LINE_BYTES
     sf_hi = descriptors.sf_copy_desc_hi() if nvfp4 else 0
-    operands = (OperandPlan("a", a, "m", t.block_m, a_stage, desc_hi),
-                *(OperandPlan(r.name, r, "n", b_box_rows, b_load, desc_hi, b_split) for r in bs),
+    operands = (OperandPlan("a", a, "m", t.block_m, a_stage, desc_hi, cache_hint=cfg.tma.cache_hint_a),
+                *(OperandPlan(r.name, r, "n", b_box_rows, b_load, desc_hi, b_split, cache_hint=cfg.tma.cache_hint_b)
+                  for r in bs),
                 *(OperandPlan(nm, regions[nm], "m" if of == "a" else "n", sf_lines, sf_stage, sf_hi, scales=of,
                               tmem_col=sf_col0 + i * sf_cols) for i, (nm, of) in enumerate(sf_names)))
     sf_of = {of: nm for nm, of in sf_names}

@@ -44,7 +44,7 @@ Effect kinds (``E`` is one tuple; addresses are ints, ``G`` the cta_group):
 ``("mbarrier.init", addr, count)``, ``("mbarrier.arrive", space, addr, tx, scope)``
 (space ``cta``/``cluster``, tx 0 for a plain arrive, scope of ``.release``: ``cta`` (default) or ``cluster``),
 ``("mbarrier.try_wait", addr, parity, scope)`` (scope of ``.acquire``), ``("fence.mbarrier_init",)``,
-``("tma.load", tensor, dst, col, row, bar, G, mask)`` (mask 0: no multicast),
+``("tma.load", tensor, dst, col, row, bar, G, mask, policy)`` (mask 0: no multicast; policy: the L2 hint or "none"),
 ``("tma.store", tensor, src, col, row)``, ``("bulk.commit",)``,
 ``("bulk.wait", n, read)``, ``("fence.proxy.async",)``, ``("bar.sync", id, threads|None)``,
 ``("barrier.cluster.arrive",)``, ``("barrier.cluster.wait",)``, ``("nanosleep", ns)``,
@@ -793,9 +793,11 @@ def _cp(insn: Insn):
             name, (col, row) = _tensor(ops[1])
             bar = _addr(ops[2])
             mask = _src(ops[3]) if "multicast::cluster" in parts else _const(0)
-            if "multicast::cluster" in parts and len(ops) != 4:
-                raise PtxInterpError(f"line {insn.line}: multicast without a CTA mask")
-            return _effect(insn, "tma.load", name, dst, col, row, bar, _const(_cta_group(parts)), mask)
+            hinted = "L2::cache_hint" in parts
+            if len(ops) != 3 + ("multicast::cluster" in parts) + hinted:
+                raise PtxInterpError(f"line {insn.line}: operands do not match the form (CTA mask, cache policy)")
+            policy = _src(ops[-1]) if hinted else _const("none")
+            return _effect(insn, "tma.load", name, dst, col, row, bar, _const(_cta_group(parts)), mask, policy)
     raise PtxInterpError(f"line {insn.line}: cp form not interpreted: {insn.text}")
 
 
@@ -913,6 +915,18 @@ def _bar(insn: Insn):
     return _effect(insn, "bar.sync", _src(insn.ops[0]), n)
 
 
+def _createpolicy(insn: Insn):
+    """``createpolicy.fractional.L2::<hint>.b64 d, 1.0``: the policy register holds the hint's name (the
+    ``tma.load`` effect that uses it reports it)."""
+    if insn.parts[1] != "fractional" or not insn.parts[2].startswith("L2::") or insn.ops[1:] != ("1.0",):
+        raise PtxInterpError(f"line {insn.line}: createpolicy form not interpreted: {insn.text}")
+    d, hint = insn.ops[0], insn.parts[2].removeprefix("L2::")
+
+    def create(t):
+        t.regs[d] = hint
+    return create
+
+
 def _fence(insn: Insn):
     if insn.parts[1] == "proxy" and insn.parts[2] == "async":
         return _effect(insn, "fence.proxy.async")
@@ -928,7 +942,7 @@ _FAMILIES = {
     "setp": _setp, "selp": _selp, "mov": _mov, "cvt": _cvt, "cvta": _cvt, "ld": _ld, "bra": _bra,
     "ret": lambda insn: (lambda t: "ret"), "exit": lambda insn: (lambda t: "ret"),
     "elect": _elect, "shfl": _shfl, "mapa": _mapa, "mbarrier": _mbarrier, "cp": _cp, "tcgen05": _tcgen05,
-    "wgmma": _wgmma, "st": _st, "atom": _atom, "red": _red, "bar": _bar, "barrier": _bar, "fence": _fence,
+    "wgmma": _wgmma, "createpolicy": _createpolicy, "st": _st, "atom": _atom, "red": _red, "bar": _bar, "barrier": _bar, "fence": _fence,
     "nanosleep": lambda insn: _effect(insn, "nanosleep", _src(insn.ops[0])),
     "setmaxnreg": lambda insn: _effect(insn, "setmaxnreg", _const(insn.parts[1]), _src(insn.ops[0])),
 }
