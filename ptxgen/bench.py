@@ -348,7 +348,7 @@ def bench(
     shapes: Sequence[tuple[int, int, int]] = DEFAULT_SHAPES,
     *,
     warmup: int = 10,
-    iters: int = 50,
+    iters: int = 150,
     json_path: str | Path | None = None,
     plot_path: str | Path | None = None,
     host: bool = True,

@@ -268,7 +268,8 @@ def parser() -> argparse.ArgumentParser:
                                                   "(no --config: chosen per shape; no --shape: the 11 issue-12 shapes)"))
     be.add_argument("--shape", type=_shape, action="append")
     be.add_argument("--warmup", type=int, default=10)
-    be.add_argument("--iters", type=int, default=50)
+    be.add_argument("--iters", type=int, default=150,
+                    help="timed calls per side, in alternating rounds (50 left sub-ms shapes at +-5 %%)")
     be.add_argument("--json", help="write the results as JSON here")
     be.add_argument("--plot", help="write a PNG of the ratio per shape here (needs matplotlib: ptxgen[plot])")
     be.add_argument("--host-overhead", action="store_true",
