@@ -1,23 +1,78 @@
-"""A/B/n of configs on the GPU without torch in the loop: prepared launches of every config timed in
-alternating rounds on the same rotated inputs, so clock and thermal drift hit all alike and the ratio between
-two kernels is steadier than two separate ratios to torch (device only).
+"""A/B/n of kernels on the GPU without torch in the loop (device only).
 
-Usage: PYTHONPATH=$PWD python3 bench/ab.py --config BASE --config OTHER ... --shape MxNxK ... [--iters N] [--repeat R]
-Prints, per shape, each config's median ms and its time relative to the first config (< 1: faster), R times.
+Every side is timed per call in alternating rounds (``ptxgen.bench.time_interleaved``) on the same inputs, rotated
+past L2, so clock and thermal drift hit all sides alike and the ratio between two kernels is steadier than two
+separate ratios to torch (which move 2-5 % between runs on the H100, bench/NOTES.md §10).  Each side is first
+checked once against an fp32 reference on a NaN-poisoned output.
+
+Sides are either configs (``--config``, prepared launches, the first is the base) or, with ``--rewrite R``, each
+``--config`` against an IR rewrite of itself (``ptxgen.sim.rewrite``; both loaded with ``kernel_call``):
+  drain    the exit drain ``cp.async.bulk.wait_group 0`` (before session 16) instead of ``wait_group.read 0``
+  release  every consumer warp's elected lane arrives on ``empty`` (count x4) instead of warp 0's only
+           (one-CTA configs: a pair's remote arrivals would need the peer's count changed too)
+
+Usage: PYTHONPATH=$PWD python3 bench/ab.py --config A [--config B ...] --shape MxNxK ... [--rewrite R]
+       [--iters N] [--repeat R].  Prints per shape and repeat each side's median ms and its time relative to the first.
 """
 import argparse
 import math
+from dataclasses import replace
 
 import torch
 
-from ptxgen.bench import _random_bf16, input_sets_needed, time_interleaved, warm_gpu
+from ptxgen.bench import _random_bf16, input_sets_needed, relative_error, time_interleaved, warm_gpu
+from ptxgen.build import build
+from ptxgen.ir import expr as ex
+from ptxgen.ir import ops as O
 from ptxgen.runtime import driver, prepare
+from ptxgen.runtime.api import kernel_call
+from ptxgen.sim.rewrite import rewrite
+
+WARP_IN_WG_IS_0 = ex.Bin("eq", ex.Bin("mod", ex.Sreg("warp"), ex.Const(4)), ex.Const(0))
+
+
+def full_drain(kernel):
+    return rewrite(kernel, lambda op: replace(op, read=False) if isinstance(op, O.BulkWaitGroup) and op.n == 0 else None)
+
+
+def per_warp_release(kernel):
+    assert kernel.cluster_size == 1, "release rewrite: one-CTA configs only"
+
+    def fn(op):
+        if isinstance(op, O.MbarrierInit) and op.bar.name == "empty":
+            return replace(op, count=ex.Const(op.count.value * 4))
+        if (isinstance(op, O.If) and op.cond == WARP_IN_WG_IS_0 and len(op.then) == 1 and isinstance(op.then[0], O.Elect)
+                and all(isinstance(x, O.MbarrierArrive) and x.bar.name == "empty" for x in op.then[0].body)):
+            return op.then
+        return None
+    return rewrite(kernel, fn)
+
+
+REWRITES = {"drain": full_drain, "release": per_warp_release}
+
+
+def sides(configs, rewrite_name, a, b, d):
+    """label -> per-set launch callables."""
+    sets = range(len(a))
+    if rewrite_name is None:
+        return {c.split("/")[-1].removesuffix(".yaml"): [prepare(a[i], b[i], d[i], c).launch for i in sets]
+                for c in configs}
+    out = {}
+    for c in configs:
+        shipped = build(c).kernel
+        variant = REWRITES[rewrite_name](shipped)
+        assert variant != shipped, f"{rewrite_name}: nothing to rewrite in {c}"
+        for label, kernel in ((c, shipped), (f"{c}+{rewrite_name}", variant)):
+            call = kernel_call(kernel, a[0], b[0], d[0])
+            out[label] = [(lambda i=i, call=call: call(a[i], b[i], d[i])) for i in sets]
+    return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--config", action="append", required=True)
     p.add_argument("--shape", action="append", required=True)
+    p.add_argument("--rewrite", choices=sorted(REWRITES))
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--repeat", type=int, default=2)
     args = p.parse_args()
@@ -27,24 +82,24 @@ def main() -> None:
     for shape in args.shape:
         m, n, k = map(int, shape.split("x"))
         free, _ = torch.cuda.mem_get_info(dev)
-        sets = input_sets_needed(2 * (m * k + n * k + 2 * m * n), info.l2_bytes, free)
-        a = [_random_bf16(m, k, dev) for _ in range(sets)]
-        b = [_random_bf16(n, k, dev) for _ in range(sets)]
-        d = [torch.full((m, n), math.nan, device=dev, dtype=torch.bfloat16) for _ in range(sets)]
-        launches = {c: [prepare(a[i], b[i], d[i], c) for i in range(sets)] for c in args.config}
+        n_sets = input_sets_needed(2 * (m * k + n * k + 2 * m * n), info.l2_bytes, free)
+        a = [_random_bf16(m, k, dev) for _ in range(n_sets)]
+        b = [_random_bf16(n, k, dev) for _ in range(n_sets)]
+        d = [torch.empty(m, n, device=dev, dtype=torch.bfloat16) for _ in range(n_sets)]
+        launches = sides(args.config, args.rewrite, a, b, d)
         ref = a[0].float() @ b[0].float().T
-        for c, ls in launches.items():
+        for label, ls in launches.items():
             d[0].fill_(math.nan)
-            ls[0].launch()
+            ls[0]()
             torch.cuda.synchronize()
-            err = ((d[0].float() - ref).norm() / ref.norm()).item()
-            assert err < 1e-2, f"{c} {shape}: rel err {err}"
+            err = relative_error(d[0], ref)
+            assert err < 1e-2, f"{label} {shape}: rel err {err}"  # NaN fails too
         for r in range(args.repeat):
-            t = time_interleaved({c: (lambda i, ls=ls: ls[i].launch()) for c, ls in launches.items()}, sets,
+            t = time_interleaved({label: (lambda i, ls=ls: ls[i]()) for label, ls in launches.items()}, n_sets,
                                  warmup=10, iters=args.iters)
-            base = t[args.config[0]]
-            print(f"{shape} run {r}: " + ", ".join(f"{c.split('/')[-1].removesuffix('.yaml')} {ms:.4f} ms ({ms / base:.3f})"
-                                                   for c, ms in t.items()), flush=True)
+            base = next(iter(t.values()))
+            print(f"{shape} run {r}: " + ", ".join(f"{label} {ms:.4f} ms ({ms / base:.3f})" for label, ms in t.items()),
+                  flush=True)
         del a, b, d, launches
         torch.cuda.empty_cache()
 
