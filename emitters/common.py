@@ -123,7 +123,7 @@ def tma_load(lw: Lowering, op: ops.TmaLoad) -> None:
     head = f"cp.async.bulk.tensor.2d{group}.shared::cluster.global.mbarrier::complete_tx::bytes"
     operands = f"[{dst}], [%tmap_{op.tensor}, {{{col}, {row}}}], [{bar}]"
     hint, policy = "", ""
-    if op.cache_hint:  # PTX ISA "createpolicy": the whole (fraction 1.0) access gets the eviction priority
+    if op.cache_hint != "none":  # PTX ISA "createpolicy": the whole (fraction 1.0) access gets the eviction priority
         policy = lw.tmp64()
         lw.emit(f"createpolicy.fractional.L2::{op.cache_hint}.b64 {policy}, 1.0;")
         hint, policy = ".L2::cache_hint", f", {policy}"

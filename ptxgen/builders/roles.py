@@ -86,10 +86,10 @@ class TmaProducer:
             row = Var("n_col")
         else:
             row = Var("n_col") + c.rank * o.box_rows
-        hint = "" if o.cache_hint == "none" else o.cache_hint
         if o.split == "multicast":
-            return TmaLoad(o.name, fold(dst + c.rank * o.load_bytes), col, row, full, multicast=0b11, cache_hint=hint)
-        return TmaLoad(o.name, dst, col, row, full, two_sm=p.is_sm100 and p.two_sm, cache_hint=hint)
+            return TmaLoad(o.name, fold(dst + c.rank * o.load_bytes), col, row, full, multicast=0b11,
+                           cache_hint=o.cache_hint)
+        return TmaLoad(o.name, dst, col, row, full, two_sm=p.is_sm100 and p.two_sm, cache_hint=o.cache_hint)
 
 
 class UmmaIssuer:

@@ -266,7 +266,7 @@ class TmaLoad(Op):
         (0xFEFFFFFF) so completion lands on rank 0's barrier; ``dst`` is not masked.
     multicast: CTA mask (0 = none): data lands at ``dst`` in every CTA of the
         mask and completes on each one's ``bar``.
-    cache_hint: ``""`` (none), ``"evict_first"`` or ``"evict_last"``: the L2 eviction priority of the
+    cache_hint: ``"none"``, ``"evict_first"`` or ``"evict_last"``: the L2 eviction priority of the
         loaded lines (``.L2::cache_hint`` with a ``createpolicy.fractional`` policy; no effect on data).
     """
 
@@ -277,12 +277,12 @@ class TmaLoad(Op):
     bar: Bar
     two_sm: bool = False
     multicast: int = 0
-    cache_hint: str = ""
+    cache_hint: str = "none"
 
     def describe(self) -> str:
         extra = " 2sm(peer-bit masked barrier)" if self.two_sm else ""
         extra += f" multicast={self.multicast:#x}" if self.multicast else ""
-        extra += f" L2::{self.cache_hint}" if self.cache_hint else ""
+        extra += f" L2::{self.cache_hint}" if self.cache_hint != "none" else ""
         return f"TmaLoad {self.tensor} box at (col={_s(self.col)}, row={_s(self.row)}) -> smem+{_s(self.dst)} bar={self.bar}{extra}"
 
 

@@ -125,7 +125,7 @@ def ir_effects(kernel, launch: Launch) -> list[P.Effect]:
             bar = W.BarRef(rank & ~1 if op.two_sm else rank, ev.bars[0].name, ev.bars[0].index)
             mask = sum(1 << r for r in ev.dst_ranks) if op.multicast else 0
             out.append(("tma.load", op.tensor, base + ev.dst, ev.col, ev.row, bar_addr(bar), 2 if op.two_sm else 1,
-                        mask, op.cache_hint or "none"))
+                        mask, op.cache_hint))
         elif isinstance(ev, W.TmaStoreEv):
             out.append(("tma.store", ev.tensor, base + ev.src, ev.col, ev.row))
         elif isinstance(ev, W.BulkCommitEv):
