@@ -64,3 +64,16 @@ def test_dropped_hint_is_caught():
 def test_bad_hint_is_refused():
     with pytest.raises(ConfigError, match="cache_hint_b"):
         _hinted("h100_128x144", "none", "evict_sometimes")
+
+
+def test_interpreter_refuses_a_policy_form_it_does_not_model():
+    """Only ``createpolicy.fractional.L2::<hint>.b64 d, 1.0`` (what the emitter writes) is interpreted."""
+    with pytest.raises(ptxinterp.PtxInterpError, match="createpolicy form not interpreted"):
+        ptxinterp.parse(".visible .entry t() {\n createpolicy.fractional.L2::evict_last.b64 %rd1, 0.5;\n}")
+
+
+def test_interpreter_refuses_a_load_whose_operands_do_not_match_its_form():
+    load = ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+            ".L2::cache_hint [%r1], [%tmap_a, {%r2, %r3}], [%r4], %rs1;")  # the policy operand is missing
+    with pytest.raises(ptxinterp.PtxInterpError, match="operands do not match the form"):
+        ptxinterp.parse(f".visible .entry t() {{\n {load}\n}}")
