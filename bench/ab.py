@@ -10,6 +10,7 @@ Sides are either configs (``--config``, prepared launches, the first is the base
   drain    the exit drain ``cp.async.bulk.wait_group 0`` (before session 16) instead of ``wait_group.read 0``
   release  every consumer warp's elected lane arrives on ``empty`` (count x4) instead of warp 0's only
            (one-CTA configs: a pair's remote arrivals would need the peer's count changed too)
+  elect    the sm_90a TMA store issued under ``elect.sync`` (before session 16's end) instead of by lane 0
 
 Usage: PYTHONPATH=$PWD python3 bench/ab.py --config A [--config B ...] --shape MxNxK ... [--rewrite R]
        [--iters N] [--repeat R].  Prints per shape and repeat each side's median ms and its time relative to the first.
@@ -48,7 +49,11 @@ def per_warp_release(kernel):
     return rewrite(kernel, fn)
 
 
-REWRITES = {"drain": full_drain, "release": per_warp_release}
+def elect_sync_store(kernel):
+    return rewrite(kernel, lambda op: replace(op, fixed=False) if isinstance(op, O.Elect) and op.fixed else None)
+
+
+REWRITES = {"drain": full_drain, "release": per_warp_release, "elect": elect_sync_store}
 
 
 def sides(configs, rewrite_name, a, b, d):

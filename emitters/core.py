@@ -382,7 +382,7 @@ def _elect(lw: Lowering, op: ops.Elect) -> None:
     lw.comment(op.describe())
     skip = lw.label("not_elected")
     p = lw.pred()
-    lw.emit(f"elect.sync _|{p}, 0xffffffff;")
+    lw.emit(f"setp.eq.u32 {p}, %lane, 0;" if op.fixed else f"elect.sync _|{p}, 0xffffffff;")
     lw.emit(f"@!{p} bra {skip};")
     lw.depth += 1
     lw.body(op.body)

@@ -307,11 +307,18 @@ class Epilogue:
         return [If(self.epi_leader(group), tuple(self.p.cd_ring.producer_acquire())), self.named_sync(group)]
 
     def cd_commit(self, col: Expr, row: Expr, seq: int, group: Expr | None) -> list:
-        """Make the staged tile visible to the async proxy, then one thread stores it and commits the bulk group."""
+        """Make the staged tile visible to the async proxy, then one thread stores it and commits the bulk group.
+
+        sm_90a: that thread is lane 0 of the storing warp, not an ``elect.sync`` lane.  With ``elect.sync`` in the
+        epilogue, ptxas 13 stopped treating the next tile's mainloop as warp-uniform: it put three
+        ``WARPSYNC.ALL`` and twice the ``R2UR`` moves into every k-block and did the stage and descriptor
+        arithmetic per thread instead of on the uniform datapath (bench/NOTES.md §11).  A fixed lane is also the
+        plainest owner of the bulk groups it commits (PTX_FACTS: commit and wait from the same thread).
+        """
         p = self.p
         store = TmaStore("d", fold(p.cd.offset + self.cd_buffer(seq, group) * p.cd.stride), col, row)
-        return [FenceProxyAsync(), self.named_sync(group),
-                If(self.epi_leader(group), (Elect((store, *p.cd_ring.producer_commit())),))]
+        issue = (store, *p.cd_ring.producer_commit())
+        return [FenceProxyAsync(), self.named_sync(group), If(self.epi_leader(group), (Elect(issue, fixed=not p.is_sm100),))]
 
     def named_sync(self, group: Expr | None) -> NamedBarrier:
         p = self.p

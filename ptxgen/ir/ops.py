@@ -117,12 +117,17 @@ class Let(Op):
 
 @dataclass(frozen=True)
 class Elect(Op):
-    """One lane of the warp runs ``body`` (``elect.sync``)."""
+    """One lane of the warp runs ``body``: the lane ``elect.sync`` picks, or with ``fixed`` always lane 0.
+
+    fixed: ``%lane == 0`` instead of ``elect.sync``: the same thread every time, so the bulk async-groups it
+        commits have one known owner; and ptxas keeps the code after it warp-uniform (bench/NOTES.md §11).
+    """
 
     body: tuple
+    fixed: bool = False
 
     def describe(self) -> str:
-        return "Elect one lane"
+        return "Elect lane 0" if self.fixed else "Elect one lane"
 
 
 @dataclass(frozen=True)

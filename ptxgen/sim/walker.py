@@ -588,9 +588,14 @@ class WarpWalker:
 
         None: every lane.  Inside ``Elect``: the Elect op, not a lane number: ``elect.sync`` may pick a
         different lane each time it runs (PTX ISA "elect.sync" promises one active lane, not which), so
-        two different Elect blocks are two different, unknown threads (issue 9 finding 2).
+        two different Elect blocks are two different, unknown threads (issue 9 finding 2); a ``fixed`` Elect
+        is lane 0, the same thread every time.
         """
-        return None if self.lane is None else ("elect", id(self.elects[-1]) if self.elects else self.lane)
+        if self.lane is None:
+            return None
+        if self.elects and not self.elects[-1].fixed:
+            return ("elect", id(self.elects[-1]))
+        return ("lane", self.lane)
 
     def loads_pending(self) -> bool:
         """Whether a ``tcgen05.ld`` of this warp has not been waited for (``tcgen05.wait::ld``) yet."""
