@@ -318,7 +318,8 @@ class Epilogue:
         p = self.p
         store = TmaStore("d", fold(p.cd.offset + self.cd_buffer(seq, group) * p.cd.stride), col, row)
         issue = (store, *p.cd_ring.producer_commit())
-        return [FenceProxyAsync(), self.named_sync(group), If(self.epi_leader(group), (Elect(issue, fixed=not p.is_sm100),))]
+        return [FenceProxyAsync(), self.named_sync(group),
+                If(self.epi_leader(group), (Elect(issue, fixed=not p.is_sm100),))]
 
     def named_sync(self, group: Expr | None) -> NamedBarrier:
         p = self.p

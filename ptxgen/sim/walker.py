@@ -591,11 +591,9 @@ class WarpWalker:
         two different Elect blocks are two different, unknown threads (issue 9 finding 2); a ``fixed`` Elect
         is lane 0, the same thread every time.
         """
-        if self.lane is None:
-            return None
-        if self.elects and not self.elects[-1].fixed:
+        if self.lane is not None and self.elects and not self.elects[-1].fixed:
             return ("elect", id(self.elects[-1]))
-        return ("lane", self.lane)
+        return self.lane
 
     def loads_pending(self) -> bool:
         """Whether a ``tcgen05.ld`` of this warp has not been waited for (``tcgen05.wait::ld``) yet."""
