@@ -42,6 +42,25 @@ def _is_pow2(v: int) -> bool:
     return v > 0 and v & (v - 1) == 0
 
 
+def udiv_magic(d: int) -> tuple[int, int] | None:
+    """``(m, s)`` with ``n // d == (n * m) >> (32 + s)`` for every u32 ``n``, ``m < 2**32``; None when ``d`` needs a
+    33-bit multiplier (7, 14, ...) or is below 2.
+
+    Granlund and Montgomery, "Division by invariant integers using multiplication" (PLDI 1994); Hacker's Delight
+    §10-9: with ``m = ceil(2**(32+s) / d)`` and ``e = m*d - 2**(32+s) <= 2**s``, the product overshoots ``n / d``
+    by less than ``1/d`` for ``n < 2**32``, so the floor is exact.
+    """
+    if d < 2:
+        return None
+    for s in range(33):
+        m = -(-(1 << (32 + s)) // d)
+        if m >= 1 << 32:
+            return None
+        if m * d - (1 << (32 + s)) <= 1 << s:
+            return m, s
+    return None
+
+
 @dataclass
 class Lowering:
     """State of one kernel's lowering.  ``lines`` is the body text; ``decls`` is filled at the end."""
@@ -147,6 +166,10 @@ class Lowering:
             self.emit(f"selp.u32 {d}, 1, 0, {p};")
             return d
         op, b_expr = e.op, e.b
+        if isinstance(b_expr, ex.Const) and op in ("div", "mod") and not _is_pow2(b_expr.value):
+            magic = udiv_magic(b_expr.value)
+            if magic is not None:
+                return self._div_by_constant(op, self.value(e.a), b_expr.value, *magic)
         if isinstance(b_expr, ex.Const) and op in _POW2 and _is_pow2(b_expr.value):
             # unsigned x / 2^s, x % 2^s, x * 2^s: ptxas does not always strength-reduce these
             op, shift = _POW2[op], b_expr.value.bit_length() - 1
@@ -159,6 +182,23 @@ class Lowering:
         d = self.tmp()
         self.emit(f"{_ARITH[op]} {d}, {a}, {b};")
         return d
+
+    def _div_by_constant(self, op: str, a: str, d: int, m: int, s: int) -> str:
+        """``a / d`` or ``a % d`` (u32) by a multiply-high and a shift (:func:`udiv_magic`): ``div.u32``/``rem.u32``
+        by a constant made ptxas 13 compute a reciprocal at run time and correct the quotient twice, a chain of
+        about 12 dependent instructions in the k-loop's stage and phase (bench/NOTES.md §12)."""
+        if a.isdigit():
+            a = self.into_reg(a)
+        q = self.tmp()
+        self.emit(f"mul.hi.u32 {q}, {a}, {m};")
+        if s:
+            self.emit(f"shr.u32 {q}, {q}, {s};")
+        if op == "div":
+            return q
+        r = self.tmp()
+        self.emit(f"mul.lo.u32 {r}, {q}, {d};")
+        self.emit(f"sub.u32 {r}, {a}, {r};")
+        return r
 
     def into_reg(self, operand: str) -> str:
         if operand.startswith("%"):

@@ -73,6 +73,37 @@ def test_loop_invariants_are_hoisted(name):
     assert text.count("mov.u32 %desc_hi, ") == 1
 
 
+@pytest.mark.parametrize("d", [3, 5, 6, 10, 11, 144, 176, 384, 1000, 4097, 65535])
+def test_udiv_magic_is_exact(d):
+    """Division by a constant as multiply-high and shift: exact on every u32 edge (0, multiples of d and their
+    neighbours, the top of the range) and on random values; the check fails for a multiplier one too small."""
+    import random
+
+    from emitters.core import udiv_magic
+
+    m, s = udiv_magic(d)
+    top = (1 << 32) - 1
+    ns = {0, 1, d - 1, d, d + 1, top, top - 1, 1 << 31} | {q * d + j for q in (1, 2, 1000, top // d) for j in (-1, 0, 1)}
+    ns |= {random.Random(d).randrange(1 << 32) for _ in range(2000)}
+    ns = sorted(n for n in ns if 0 <= n <= top)
+    assert all((n * m) >> (32 + s) == n // d for n in ns)
+    assert any((n * (m - 1)) >> (32 + s) != n // d for n in ns)
+
+
+def test_udiv_magic_declines_33_bit_multipliers():
+    from emitters.core import udiv_magic
+
+    assert udiv_magic(7) is None and udiv_magic(1) is None and udiv_magic(0) is None
+
+
+def test_constant_division_is_multiply_high():
+    """The k-loop's ``it % 5`` / ``it / 5`` (5 stages) and the tile counts ``/ 144``: no div.u32 or rem.u32 by a
+    constant (ptxas 13 turned those into a run-time reciprocal and two corrections, bench/NOTES.md §12)."""
+    text = ptx("h100_128x144")
+    assert not re.search(r"(div|rem)\.u32 %\w+, %\w+, \d+;", text)
+    assert "mul.hi.u32" in text and re.search(r"// Let stage = it % 5\n\s*mul\.hi\.u32 %x\d+, %it, 3435973837;", text)
+
+
 def test_hoist_bases_only_where_ptxas_gains():
     """The per-config back-out (ptxas registers and SASS mix, bench/NOTES.md): bases stay in place on sm_90a
     and in register-store epilogues."""
