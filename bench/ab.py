@@ -11,6 +11,7 @@ Sides are either configs (``--config``, prepared launches, the first is the base
   release  every consumer warp's elected lane arrives on ``empty`` (count x4) instead of warp 0's only
            (one-CTA configs: a pair's remote arrivals would need the peer's count changed too)
   elect    the sm_90a TMA store issued under ``elect.sync`` (before session 16's end) instead of by lane 0
+  store_first  (``epilogue.overlap`` configs) the previous tile's store before the first k-block's issue
 
 Usage: PYTHONPATH=$PWD python3 bench/ab.py --config A [--config B ...] --shape MxNxK ... [--rewrite R]
        [--iters N] [--repeat R].  Prints per shape and repeat each side's median ms and its time relative to the first.
@@ -53,7 +54,26 @@ def elect_sync_store(kernel):
     return rewrite(kernel, lambda op: replace(op, fixed=False) if isinstance(op, O.Elect) and op.fixed else None)
 
 
-REWRITES = {"drain": full_drain, "release": per_warp_release, "elect": elect_sync_store}
+def store_first(kernel):
+    """epilogue.overlap kernels: the previous tile's deferred store before the first k-block's issue (no overlap,
+    same pack and registers)."""
+    deferred = ex.Bin("ne", ex.Var("tc"), ex.Const(0))
+
+    def fn(op):
+        if not isinstance(op, O.For):
+            return None
+        body = list(op.body)
+        store = next((x for x in body if isinstance(x, O.If) and x.cond == deferred), None)
+        first = next((i for i, x in enumerate(body) if isinstance(x, O.Let) and x.var == "kb"), None)
+        if store is None or first is None:
+            return None
+        body.remove(store)
+        body.insert(first, store)
+        return replace(op, body=tuple(body))
+    return rewrite(kernel, fn)
+
+
+REWRITES = {"drain": full_drain, "release": per_warp_release, "elect": elect_sync_store, "store_first": store_first}
 
 
 def sides(configs, rewrite_name, a, b, d):

@@ -173,8 +173,16 @@ def nanosleep(lw: Lowering, op: ops.Nanosleep) -> None:
     lw.emit(f"nanosleep.u32 {op.ns};")
 
 
-def _pack_bf16(lw: Lowering, src: str, idx: tuple[int, ...], fmt: str) -> list[str]:
-    """Pairs of f32 -> ``fmt``x2 words (bf16x2 or f16x2; element idx[2j] in the low half, as memory order wants)."""
+def _pack_bf16(lw: Lowering, src: str, idx: tuple[int, ...], fmt: str, packed: bool = False) -> list[str]:
+    """Pairs of f32 -> ``fmt``x2 words (bf16x2 or f16x2; element idx[2j] in the low half, as memory order wants).
+
+    ``packed``: ``src`` holds such words already (:class:`~ptxgen.ir.ops.PackBf16`): the words of the pairs.
+    """
+    if packed:
+        if any(lo % 2 or hi != lo + 1 for lo, hi in zip(idx[0::2], idx[1::2])):
+            raise ValueError(f"packed store of {src}{list(idx)}: elements must come in (even, odd) pairs of one word")
+        words = lw.array(src, max(idx) // 2 + 1, ".b32")
+        return [words[lo // 2] for lo in idx[0::2]]
     regs = lw.array(src, max(idx) + 1, _array_type(lw, src))
     words = []
     for lo, hi in zip(idx[0::2], idx[1::2]):
@@ -184,12 +192,20 @@ def _pack_bf16(lw: Lowering, src: str, idx: tuple[int, ...], fmt: str) -> list[s
     return words
 
 
+def pack_bf16(lw: Lowering, op: ops.PackBf16) -> None:
+    """One ``cvt.rn.{fmt}x2.f32`` per pair into the ``.b32`` array ``dst`` (word j = elements 2j, 2j+1)."""
+    src = lw.array(op.src, op.n, _array_type(lw, op.src))
+    dst = lw.array(op.dst, op.n // 2, ".b32")
+    for j in range(op.n // 2):
+        lw.emit(f"cvt.rn.{op.fmt}x2.f32 {dst[j]}, {src[2 * j + 1]}, {src[2 * j]};")
+
+
 def _array_type(lw: Lowering, name: str) -> str:
     return lw.arrays.get(name, (".b32", 0))[0]
 
 
 def st_shared_bf16(lw: Lowering, op: ops.StSharedBf16) -> None:
-    words = _pack_bf16(lw, op.src, op.idx, op.fmt)
+    words = _pack_bf16(lw, op.src, op.idx, op.fmt, op.packed)
     addr = lw.smem(op.addr)
     vec = {1: "", 2: ".v2", 4: ".v4"}[len(words)]
     data = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
@@ -200,8 +216,7 @@ def st_global_bf16(lw: Lowering, op: ops.StGlobalBf16) -> None:
     """Vector store when the whole run is inside D and aligned (n % len == 0); else per element with masks."""
     n_el = len(op.idx)
     row, col = lw.reg(op.row), lw.reg(op.col)
-    words = _pack_bf16(lw, op.src, op.idx, op.fmt)
-    regs = lw.array(op.src, max(op.idx) + 1, _array_type(lw, op.src))
+    words = _pack_bf16(lw, op.src, op.idx, op.fmt, op.packed)
     done = lw.label("st_done")
     p_row = lw.pred()
     lw.emit(f"setp.ge.u32 {p_row}, {row}, %m;")
@@ -221,11 +236,23 @@ def st_global_bf16(lw: Lowering, op: ops.StGlobalBf16) -> None:
     data = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
     lw.emit(f"@{p_vec} st.global{vec} [{addr}], {data};")
     lw.emit(f"@{p_vec} bra {done};")
+    if op.packed:  # the halves of each word: mov.b32 {lo, hi} (element 2j in the low half)
+        halves = []
+        for w in words:
+            lo, hi = lw.tmp16(), lw.tmp16()
+            lw.emit(f"mov.b32 {{{lo}, {hi}}}, {w};")
+            halves += [lo, hi]
+    else:
+        regs = lw.array(op.src, max(op.idx) + 1, _array_type(lw, op.src))
     for j, i in enumerate(op.idx):
-        p, c, h = lw.pred(), lw.tmp(), lw.tmp16()
+        p, c = lw.pred(), lw.tmp()
         lw.emit(f"add.u32 {c}, {col}, {j};")
         lw.emit(f"setp.lt.u32 {p}, {c}, %n;")
-        lw.emit(f"cvt.rn.{op.fmt}.f32 {h}, {regs[i]};")
+        if op.packed:
+            h = halves[j]
+        else:
+            h = lw.tmp16()
+            lw.emit(f"cvt.rn.{op.fmt}.f32 {h}, {regs[i]};")
         lw.emit(f"@{p} st.global.b16 [{addr}+{2 * j}], {h};")
     lw.place(done)
 
@@ -306,6 +333,7 @@ def silu_mul(lw: Lowering, op: ops.SiluMul) -> None:
 
 COMMON = {
     ops.SiluMul: silu_mul,
+    ops.PackBf16: pack_bf16,
     ops.MbarrierInit: mbarrier_init,
     ops.FenceMbarrierInit: fence_mbarrier_init,
     ops.MbarrierArrive: mbarrier_arrive,

@@ -5,8 +5,8 @@ boosted before anything is timed), for each shape, allocate enough ``(A, B, D)``
 sets that together they exceed twice the GPU's L2 and rotate through them, so
 neither side is timed on L2-resident operands.  Four timings per shape and
 config, all medians of ``iters`` calls after ``warmup`` untimed ones, each
-call bracketed by its own pair of CUDA events; ours and torch are timed in
-alternating rounds (:func:`time_interleaved`), so drift of clocks and
+call bracketed by its own pair of CUDA events; ours and torch alternate call
+by call (A B B A ..., :func:`time_interleaved`), so drift of clocks and
 temperature during a shape hits both sides alike:
 
 * ``api_ms``: the public call ``ptxgen.gemm(a, b, out=d, config=...)``, host
@@ -86,23 +86,6 @@ def input_sets_needed(set_bytes: int, l2_bytes: int, free_bytes: int) -> int:
     return max(1, min(wanted, MAX_SETS, budget // set_bytes))
 
 
-def _samples_ms(fn: Callable[[int], Any], n_sets: int, first: int, iters: int, queue_ahead: bool) -> list[float]:
-    """CUDA-event times (ms) of ``iters`` calls ``fn(first % n_sets)``, ``fn((first + 1) % n_sets)``, ..."""
-    import torch
-
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    sleep = getattr(torch.cuda, "_sleep", None)
-    if queue_ahead and sleep is not None:
-        sleep(SLEEP_CYCLES_PER_ITER * iters)
-    for i in range(iters):
-        starts[i].record()
-        fn((first + i) % n_sets)
-        ends[i].record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
-
-
 def time_ms(fn: Callable[[int], Any], n_sets: int, *, warmup: int, iters: int, queue_ahead: bool = True) -> float:
     """Median time of ``fn(set_index)`` over ``iters`` calls (after ``warmup``), in ms, by CUDA events.
 
@@ -114,35 +97,48 @@ def time_ms(fn: Callable[[int], Any], n_sets: int, *, warmup: int, iters: int, q
         queue_ahead: sleep on the GPU first so the host queues the calls ahead (kernel time only);
             False times the calls as a user's loop sees them (host overhead included when it dominates).
     """
-    return time_interleaved({"fn": fn}, n_sets, warmup=warmup, iters=iters, rounds=1, queue_ahead=queue_ahead)["fn"]
+    return time_interleaved({"fn": fn}, n_sets, warmup=warmup, iters=iters, queue_ahead=queue_ahead)["fn"]
 
 
-def time_interleaved(fns: dict[str, Callable[[int], Any]], n_sets: int, *, warmup: int, iters: int, rounds: int = 5,
-                     queue_ahead: bool = True) -> dict[str, float]:
+def time_interleaved(fns: dict[str, Callable[[int], Any]], n_sets: int, *, warmup: int, iters: int,
+                     rounds: int | None = None, queue_ahead: bool = True) -> dict[str, float]:
     """Median times (ms) of several calls measured in alternating rounds, so clock and thermal drift hit all alike.
 
     Each function gets ``warmup`` untimed calls, then ``rounds`` rounds of about ``iters / rounds`` timed calls
-    each; the order of the functions within a round reverses every round (A B, B A, A B, ...).  A kernel of
-    milliseconds heats the card: timing one side fully before the other biases the ratio by several per cent
-    (bench/NOTES.md §4).  Arguments as :func:`time_ms`.
+    each; the order of the functions within a round reverses every round (A B, B A, A B, ...).  The default,
+    one call per round (``rounds = iters``: A B B A A B ...), cancels drift at the finest grain: a kernel of
+    milliseconds heats the card, and rounds of 30 calls (0.15 s at 12288^3) let the ratio of two kernels move by
+    several per cent between runs (bench/NOTES.md §4, §12).  Every timed call is enqueued back to back, each between
+    its own pair of CUDA events, with one synchronize at the end; the k-th call of the whole sequence uses input
+    set ``(warmup + k) % n_sets``, so consecutive calls never share their operands.  Arguments as :func:`time_ms`.
 
     Raises:
         ValueError: ``iters`` < 1 or ``rounds`` < 1.
     """
     import torch
 
+    rounds = iters if rounds is None else rounds
     if iters < 1 or rounds < 1:
         raise ValueError(f"iters={iters}, rounds={rounds}: both must be >= 1")
     for fn in fns.values():
         for i in range(warmup):
             fn(i % n_sets)
     torch.cuda.synchronize()
-    samples: dict[str, list[float]] = {name: [] for name in fns}
     per_round = max(1, -(-iters // rounds))
     order = list(fns)
-    for r in range(rounds):
-        for name in order if r % 2 == 0 else order[::-1]:
-            samples[name] += _samples_ms(fns[name], n_sets, warmup + r * per_round, per_round, queue_ahead)
+    calls = [name for r in range(rounds) for name in (order if r % 2 == 0 else order[::-1]) for _ in range(per_round)]
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in calls]
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if queue_ahead and sleep is not None:
+        sleep(SLEEP_CYCLES_PER_ITER * len(calls))
+    for k, (name, (start, end)) in enumerate(zip(calls, events)):
+        start.record()
+        fns[name]((warmup + k) % n_sets)
+        end.record()
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for name, (start, end) in zip(calls, events):
+        samples[name].append(start.elapsed_time(end))
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
@@ -176,7 +172,8 @@ def config_label(config: Any) -> str:
     return AUTO if config is None else str(getattr(config, "name", config))
 
 
-def bench_shape(configs: Sequence[Any], m: int, n: int, k: int, *, warmup: int, iters: int) -> list[dict]:
+def bench_shape(configs: Sequence[Any], m: int, n: int, k: int, *, warmup: int, iters: int,
+                rounds: int | None = None) -> list[dict]:
     """Time every config (None = auto) and torch on one shape; one result dict per config (see :func:`bench`)."""
     import torch
 
@@ -201,9 +198,9 @@ def bench_shape(configs: Sequence[Any], m: int, n: int, k: int, *, warmup: int, 
         launches = [prepare(a_sets[i], b_sets[i], d_ours[i], config) for i in range(n_sets)]
         user = time_interleaved({"torch": torch_call, "api": lambda i: ptxgen.gemm(a_sets[i], b_sets[i],
                                                                                     out=d_ours[i], config=config)},
-                                n_sets, warmup=warmup, iters=iters, queue_ahead=False)
+                                n_sets, warmup=warmup, iters=iters, rounds=rounds, queue_ahead=False)
         queued = time_interleaved({"torch": torch_call, "prepared": lambda i: launches[i].launch()},
-                                  n_sets, warmup=warmup, iters=iters)
+                                  n_sets, warmup=warmup, iters=iters, rounds=rounds)
         torch_ms, api_ms, torch_kernel_ms, prepared_ms = user["torch"], user["api"], queued["torch"], queued["prepared"]
         rows.append({
             "config": config_label(config),
@@ -215,7 +212,7 @@ def bench_shape(configs: Sequence[Any], m: int, n: int, k: int, *, warmup: int, 
             "ratio": torch_ms / api_ms, "kernel_ratio": torch_kernel_ms / prepared_ms,
             # set 0 is always among the calls (index 0 of the warm-up, or of the timed calls)
             "rel_err_vs_torch": relative_error(d_ours[0], d_torch[0]),
-            "input_sets": n_sets, "warmup": warmup, "iters": iters,
+            "input_sets": n_sets, "warmup": warmup, "iters": iters, "rounds": rounds or iters,
         })
     del a_sets, b_sets, d_torch, d_ours
     torch.cuda.empty_cache()
@@ -349,6 +346,7 @@ def bench(
     *,
     warmup: int = 10,
     iters: int = 150,
+    rounds: int | None = None,
     json_path: str | Path | None = None,
     plot_path: str | Path | None = None,
     host: bool = True,
@@ -361,6 +359,7 @@ def bench(
         shapes: ``(M, N, K)`` triples.
         warmup: untimed calls per implementation and shape.
         iters: timed calls; the median is reported.
+        rounds: alternating rounds per side (:func:`time_interleaved`; default one call per round).
         json_path: where to write the JSON document; None writes nothing.
         plot_path: where to write a PNG (needs matplotlib; skipped with a message without it).
         host: also run :func:`host_overhead` (with the first config).
@@ -383,7 +382,7 @@ def bench(
     results: list[dict] = []
     warm_gpu()
     for m, n, k in shapes:
-        rows = bench_shape(configs, m, n, k, warmup=warmup, iters=iters)
+        rows = bench_shape(configs, m, n, k, warmup=warmup, iters=iters, rounds=rounds)
         results.extend(rows)
         for r in rows:
             say(f"  {r['config']} ({r['kernel']}) {m}x{n}x{k}: ratio {r['ratio']:.3f}, kernel ratio {r['kernel_ratio']:.3f}")

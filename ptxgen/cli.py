@@ -200,8 +200,8 @@ def cmd_bench(args) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps({"host_overhead": doc}, indent=2) + "\n")
         return 0
-    bench(configs, args.shape or DEFAULT_SHAPES, warmup=args.warmup, iters=args.iters, json_path=args.json,
-          plot_path=args.plot, host=not args.no_host_overhead)
+    bench(configs, args.shape or DEFAULT_SHAPES, warmup=args.warmup, iters=args.iters, rounds=args.rounds,
+          json_path=args.json, plot_path=args.plot, host=not args.no_host_overhead)
     return 0
 
 
@@ -270,6 +270,9 @@ def parser() -> argparse.ArgumentParser:
     be.add_argument("--warmup", type=int, default=10)
     be.add_argument("--iters", type=int, default=150,
                     help="timed calls per side, in alternating rounds (50 left sub-ms shapes at +-5 %%)")
+    be.add_argument("--rounds", type=int, default=None,
+                    help="alternating rounds per side (default: one per call, A B B A ...; 5 was the method "
+                         "before session 17, bench/NOTES.md §12)")
     be.add_argument("--json", help="write the results as JSON here")
     be.add_argument("--plot", help="write a PNG of the ratio per shape here (needs matplotlib: ptxgen[plot])")
     be.add_argument("--host-overhead", action="store_true",

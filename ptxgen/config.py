@@ -197,6 +197,10 @@ class Epilogue:
     op: ``none`` (D = accumulator) or ``silu_mul`` (D = silu(acc0) * acc1: the SwiGLU of a dual GEMM).
     release: ``elected`` — one thread per CTA arrives on ``tmem_empty``;
         ``per_thread`` — every epilogue thread arrives after its own fence (level 9).
+    overlap: sm_90a cooperative consumers: pack a finished tile's accumulator to bf16 words (half the registers),
+        issue the next tile's first k-block of wgmma, and store the packed tile while it runs; the last tile is
+        stored after the tile loop.  The tensor cores idle only for the pack, not for the whole store (sm_100a
+        gets this from its TMEM accumulator stages and dedicated epilogue warpgroup).
     """
 
     warps: OneOf(0, 4) = 0
@@ -207,6 +211,7 @@ class Epilogue:
     early_release: Bool = False
     release: OneOf("elected", "per_thread") = "elected"
     op: OneOf("none", "silu_mul") = "none"
+    overlap: Bool = False
 
 
 @section
@@ -578,6 +583,8 @@ def _validate_sm100(cfg: Config) -> None:
               cfg.accumulator.stages, "more than one accumulator stage needs a dedicated epilogue (epilogue.warps=4)")
     if cfg.epilogue.early_release:
         _rule(cfg.epilogue.store == "tma", "epilogue.early_release", True, "applies to TMA-store epilogues")
+    _rule(not cfg.epilogue.overlap, "epilogue.overlap", True,
+          "sm_90a register accumulators only: sm_100a overlaps through accumulator.stages and a dedicated epilogue")
 
 
 def _validate_sm90(cfg: Config) -> None:
@@ -612,4 +619,11 @@ def _validate_sm90(cfg: Config) -> None:
     _rule(not cfg.tma.multicast or c.size == 2, "tma.multicast", True, "needs cluster.size=2")
     _rule(cfg.epilogue.release == "elected" and not cfg.epilogue.early_release, "epilogue", "release/early_release",
           "sm_90a: accumulators are registers; no tmem_empty to release")
+    if cfg.epilogue.overlap:
+        _rule(not pingpong, "epilogue.overlap", True,
+              "pingpong already overlaps one warpgroup's epilogue with the other's mainloop; needs mma.consumers=cooperative")
+        _rule(cfg.schedule.split_k == 1, "epilogue.overlap", True,
+              "split-K's fixup reads the accumulator after the mainloop; needs schedule.split_k=1")
+        _rule(cfg.schedule.persistent, "epilogue.overlap", True,
+              "the stores overlap the CTA's next tile; needs schedule.persistent=true")
 

@@ -36,6 +36,9 @@ SM100_CLOCK_GHZ = 1.9
 SF_LINE_BYTES = 128  # a scale map's inner box: one 128-byte line (a quarter of a 512-B atom)
 Region = SmemRegion  # a shared-memory region of the plan (the IR's type: the kernel carries it)
 BarrierSpec = BarrierArray  # an mbarrier array of the plan (the IR's type)
+#: registers an sm_90a consumer thread needs beside its accumulator and packed arrays under epilogue.overlap
+#: (descriptors, stage/phase, tile origin, staging addresses): ptxas 13 fit 88 + 44 in 152, spilled 96 + 48
+OVERLAP_SPARE_REGS = 16
 STORE_N_MULTIPLE = 16 // BF16_BYTES  # a D tensor map needs 16-byte row strides: N % 8 == 0 (PTX ISA "Tensor maps")
 K_MULTIPLE_BF16 = 16 // BF16_BYTES  # the A/B maps need 16-byte row strides: K % 8 == 0
 
@@ -185,6 +188,7 @@ class Plan:
     multicast: bool  # sm_90a: B halves multicast across the CTA pair
     tma_store: bool  # D through smem staging + TMA stores (else st.global)
     early_release: bool  # release tmem_empty right after the last TMEM read
+    epi_overlap: bool  # sm_90a: tile t's packed accumulator is stored while tile t+1's first k-block runs
     cd_swizzle128: bool  # CD staging rows 128B-swizzled
     # shapes
     block_m: int
@@ -595,6 +599,14 @@ def make_plan(cfg: Config) -> Plan:
     consumer_regs = 0
     if not sm100:
         consumer_regs = min(240, ((65536 - 128 * producer_regs) // (128 * wgs)) // 8 * 8)
+    if e.overlap:  # the accumulators and the previous tile's packed output live together
+        acc_regs = m_waves * t.block_n // 2 * nb
+        words = m_waves * t.block_n // 4
+        if acc_regs + words + OVERLAP_SPARE_REGS > consumer_regs:
+            raise ConfigError(
+                f"epilogue.overlap=True: {acc_regs} accumulator + {words} packed registers + {OVERLAP_SPARE_REGS} for "
+                f"addresses and loop state per thread > the {consumer_regs} each of {wgs} consumer warpgroups gets "
+                f"(setmaxnreg); ptxas would spill (a 192x192 tile on 3 warpgroups spilled 56 B)")
 
     # sm_100a: ``.minnctapersm 1`` is the seed's ``__launch_bounds__(256, 1)``; without it ptxas
     # (CUDA 13.0) picks 64 registers for an occupancy it never gets (TMEM and shared memory allow 1-4
@@ -616,7 +628,7 @@ def make_plan(cfg: Config) -> Plan:
         epilogue_warp0=epi_warp0, epilogue_warps=epi_warps, consumer_warpgroups=wgs,
         lockstep=cfg.pipeline.roles == "lockstep", mma_all_lanes=cfg.mma.lanes == "all",
         dedicated_epilogue=e.warps == 4, two_sm=cfg.tma.two_sm, multicast=cfg.tma.multicast,
-        tma_store=tma_store, early_release=e.early_release, cd_swizzle128=e.swizzle == "128",
+        tma_store=tma_store, early_release=e.early_release, epi_overlap=e.overlap, cd_swizzle128=e.swizzle == "128",
         block_m=t.block_m, block_n=t.block_n, block_k=t.block_k,
         m_waves=m_waves, wave_rows=wave_rows, consumer_rows=m_waves * wave_rows, umma_m=umma_m, k_steps=t.block_k // mma_k,
         a_box_rows=t.block_m, b_box_rows=b_box_rows, b_smem_rows=b_smem_rows,

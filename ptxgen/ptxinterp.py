@@ -470,6 +470,16 @@ def _arith(insn: Insn):
         def mad(t):
             t.regs[d] = (_need_int(a(t), ops[1]) * _need_int(b(t), ops[2]) + _need_int(c(t), ops[3])) & mask
         return mad
+    if op == "mul" and "hi" in parts:  # mul.hi: the upper half of the double-width product
+        a, b = map(_src, ops[1:3])
+        mask = MASKS[bits]
+
+        def high(t):
+            x, y = _need_int(a(t), ops[1]), _need_int(b(t), ops[2])
+            if signed:
+                x, y = _to_signed(x, bits), _to_signed(y, bits)
+            t.regs[d] = ((x * y) >> bits) & mask
+        return high
     if op == "mul" and "wide" in parts:
         a, b = map(_src, ops[1:3])
         wmask = MASKS[2 * bits]
@@ -544,6 +554,17 @@ def _selp(insn: Insn):
 def _mov(insn: Insn):
     d, s = insn.ops[0], insn.ops[1]
     bits = _width(insn.parts)
+    if d.startswith("{"):  # mov.b32 {lo, hi}, w: the 16-bit halves of a packed word (element 0 in the low half)
+        dsts = _vec(d)
+        a = _src(s)
+
+        def unpack(t):
+            v = a(t)
+            if not isinstance(v, Packed) or len(v.elements) != len(dsts):
+                raise PtxInterpError(f"line {insn.line}: unpacking {v!r}: only packed 16-bit pairs are interpreted")
+            for r, e in zip(dsts, v.elements):
+                t.regs[r] = Packed((e,))
+        return unpack
     if s.startswith("{"):  # mov.b64 d, {lo, hi}: element 0 in the low bits
         halves = [_src(x) for x in _vec(s)]
         w = bits // len(halves)

@@ -19,6 +19,7 @@ from ptxgen.plan import make_plan
 from ptxgen.sim import default_shapes, simulate
 from ptxgen.sim.rewrite import rewrite
 from ptxgen.verify import verify
+from test_sim_support import before_wgmma_wait
 
 pytestmark = pytest.mark.sim
 
@@ -79,13 +80,8 @@ def _release_after_first_mma(body):
     return body
 
 
-def _silu_before_wgmma_wait(op):
-    """The epilogue computes silu(acc0) * acc1 before wgmma.wait_group 0: the accumulators are still being written."""
-    if isinstance(op, O.For) and any(isinstance(x, O.SiluMul) for x in op.body):
-        body = [x for x in op.body if not isinstance(x, O.SiluMul)]
-        at = next(i for i, x in enumerate(body) if isinstance(x, O.WgmmaWait) and x.n == 0)
-        body[at:at] = [x for x in op.body if isinstance(x, O.SiluMul)]
-        return replace(op, body=tuple(body))
+#: the epilogue computes silu(acc0) * acc1 before wgmma.wait_group 0: the accumulators are still being written
+_silu_before_wgmma_wait = before_wgmma_wait(O.SiluMul)
 
 
 def _tmem_full_before_last_b2_mma(body):

@@ -23,6 +23,9 @@ pytestmark = pytest.mark.gpu
 
 DUAL_SM90 = [c for c in config_mod.shipped_configs()
              if config_mod.load_config(c).arch == "sm_90a" and config_mod.load_config(c).kernel == "dual_gemm"]
+#: the overlapped epilogue (epilogue.overlap, shipped by no config; bench/NOTES.md §12) on the SwiGLU pair
+OVERLAP_DUAL = [config_mod.load_config("dual_h100_128x128_c2").replace(**{"epilogue.overlap": True},
+                                                                      name="dual_h100_128x128_c2_ov")]
 EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "100"))
 TOLERANCE = 1e-2
 
@@ -54,7 +57,7 @@ def run_checked(torch, config, a, b1, b2) -> float:
     return relative_error(out, reference(torch, a, b1, b2))
 
 
-@pytest.mark.parametrize("config", DUAL_SM90)
+@pytest.mark.parametrize("config", DUAL_SM90 + OVERLAP_DUAL, ids=lambda c: getattr(c, "name", c))
 @settings(max_examples=EXAMPLES)
 @given(data=st.data())
 def test_dual_gemm_matches_reference(torch, config, data):

@@ -27,6 +27,9 @@ pytestmark = pytest.mark.gpu
 
 SM90_CONFIGS = [c for c in config_mod.shipped_configs()
                 if config_mod.load_config(c).arch == "sm_90a" and config_mod.load_config(c).kernel == "gemm"]
+#: the overlapped epilogue (epilogue.overlap, shipped by no config; bench/NOTES.md §12): a pair and a 2-wave tile
+OVERLAP_CONFIGS = [config_mod.load_config(c).replace(**{"epilogue.overlap": True}, name=f"{c}_ov")
+                   for c in ("h100_128x256", "h100_256x128")]
 EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "100"))
 MAX_DIM = 4096
 TOLERANCE = 1e-2
@@ -78,7 +81,7 @@ def check_against_reference(torch, config, a, b) -> float:
     return relative_error(out, ref)
 
 
-@pytest.mark.parametrize("config", SM90_CONFIGS)
+@pytest.mark.parametrize("config", SM90_CONFIGS + OVERLAP_CONFIGS, ids=lambda c: getattr(c, "name", c))
 @settings(max_examples=EXAMPLES)
 @given(data=st.data())
 def test_gemm_matches_reference(torch, config, data):

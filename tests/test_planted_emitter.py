@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 from ptx_filecheck import GOLDEN, CheckError, check_golden
-from test_ptx_vs_ir import SPLIT_K, split_config, sweep
+from test_ptx_vs_ir import OVERLAP, SPLIT_K, VARIANTS, sweep, variant_config
 
 import emitters
 import emitters.common as common
@@ -24,8 +24,9 @@ from ptxgen.ir import ops
 
 
 def differential_failure() -> str | None:
-    """First PTX-vs-IR difference over every shipped config and the split-K variants, emitted now; None when all agree."""
-    configs = sorted(shipped_configs(), key=lambda c: c.startswith("h100")) + [split_config(*c) for c in SPLIT_K]
+    """First PTX-vs-IR difference over every shipped config and the variants (split-K, overlapped epilogue), emitted
+    now; None when all agree."""
+    configs = sorted(shipped_configs(), key=lambda c: c.startswith("h100")) + [variant_config(*v) for v in VARIANTS]
     for config in configs:  # the cheap sweeps first
         res = build(config)
         msg = sweep(res.kernel, ptxinterp.parse(res.ptx))
@@ -73,6 +74,12 @@ def pow2_mod_and(mp):
 def pow2_div_shl(mp):
     """Strength reduction of ``x / 2^s`` shifts the wrong way (``shl`` instead of ``shr``)."""
     mp.setitem(core._POW2, "div", "shl")
+
+
+def constant_division_off_by_one(mp):
+    """Division by a constant with a multiplier one too small: some quotients (stage, phase, tile counts) one short."""
+    magic = core.udiv_magic
+    mp.setattr(core, "udiv_magic", lambda d: None if magic(d) is None else (magic(d)[0] - 1, magic(d)[1]))
 
 
 def peer_bit_mask(mp):
@@ -146,7 +153,11 @@ def mapa_own_rank(mp):
 
 def bf16_pair_swapped(mp):
     """``cvt.rn.bf16x2.f32`` with its sources swapped: element pairs land reversed in memory."""
-    def pack(lw, src, idx, fmt):
+    original = common._pack_bf16
+
+    def pack(lw, src, idx, fmt, packed=False):
+        if packed:
+            return original(lw, src, idx, fmt, packed)
         regs = lw.array(src, max(idx) + 1, common._array_type(lw, src))
         words = []
         for lo, hi in zip(idx[0::2], idx[1::2]):
@@ -155,6 +166,20 @@ def bf16_pair_swapped(mp):
             words.append(w)
         return words
     mp.setattr(common, "_pack_bf16", pack)
+
+
+def packed_words_swapped(mp):
+    """The overlapped epilogue's ``PackBf16`` packs each pair high element first: D's column pairs land swapped."""
+    def pack(lw, op):
+        src, dst = lw.array(op.src, op.n, common._array_type(lw, op.src)), lw.array(op.dst, op.n // 2, ".b32")
+        for j in range(op.n // 2):
+            lw.emit(f"cvt.rn.{op.fmt}x2.f32 {dst[j]}, {src[2 * j]}, {src[2 * j + 1]};")
+    _patch_op(mp, ops.PackBf16, lambda f: pack)
+
+
+def packed_store_unpacked(mp):
+    """A packed store emitted like an f32 one: it converts registers of the packed array as if they held f32."""
+    _patch_op(mp, ops.StSharedBf16, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, packed=False)))
 
 
 def cluster_scope_dropped(mp):
@@ -171,7 +196,7 @@ def scale_operands_swapped(mp):
 def f16_stored_as_bf16(mp):
     """NVFP4's fp16 C converted with ``cvt.rn.bf16x2.f32``: the right bits for the wrong type."""
     pack = common._pack_bf16
-    mp.setattr(common, "_pack_bf16", lambda lw, src, idx, fmt: pack(lw, src, idx, "bf16"))
+    mp.setattr(common, "_pack_bf16", lambda lw, src, idx, fmt, packed=False: pack(lw, src, idx, "bf16", packed))
 
 
 def release_dropped(mp):
@@ -188,6 +213,7 @@ def partial_chunk_off_by_one(mp):
 BUGS = {
     pow2_mod_and: "differential",
     pow2_div_shl: "differential",
+    constant_division_off_by_one: "differential",
     peer_bit_mask: "differential",
     tma_coords_swapped: "differential",
     loop_bound_gt: "differential",
@@ -197,6 +223,8 @@ BUGS = {
     barrier_stride: "differential",
     mapa_own_rank: "differential",
     bf16_pair_swapped: "differential",
+    packed_words_swapped: "differential",
+    packed_store_unpacked: "differential",
     cluster_scope_dropped: "differential",
     scale_operands_swapped: "differential",
     f16_stored_as_bf16: "differential",
@@ -217,7 +245,8 @@ def test_unpatched_emitter_passes():
 @pytest.mark.parametrize("bug", list(BUGS), ids=lambda f: f.__name__)
 def test_planted_bug_is_caught(bug, monkeypatch):
     configs = {name: name for name in ("level9", "h100_128x256", "level1", "nvfp4_dual_128x128")}
-    configs["split-K"] = split_config(*SPLIT_K[0])
+    configs["split-K"] = variant_config(*SPLIT_K[0])
+    configs["overlap"] = variant_config(*OVERLAP[0])
     before = {name: build(c).ptx for name, c in configs.items()}
     bug(monkeypatch)
     after = {name: build(c).ptx for name, c in configs.items()}

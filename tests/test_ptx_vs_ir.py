@@ -25,21 +25,34 @@ from ptxgen.ir import ops
 from ptxgen.sim.ptxdiff import Launch, diff_thread, ir_effects, ptx_effects
 
 EXAMPLES = 10  # per config; every example runs one thread of every role (see draw_case)
-#: split-K variants (no shipped config carries split_k; the chooser makes them): one CTA, and a multicast pair
-SPLIT_K = (("h100_128x192", 3), ("dual_h100_128x128_c2", 2))
+#: variants no shipped config carries, compared like the shipped ones: (shipped config, name suffix, changes).
+#: Split-K (one CTA, and a multicast pair) and the overlapped epilogue (a GEMM pair, and the SwiGLU pair)
+VARIANTS = (("h100_128x192", "sk3", {"schedule.split_k": 3}),
+            ("dual_h100_128x128_c2", "sk2", {"schedule.split_k": 2}),
+            ("h100_128x256", "ov", {"epilogue.overlap": True}),
+            ("dual_h100_128x128_c2", "ov", {"epilogue.overlap": True}))
+SPLIT_K = VARIANTS[:2]
+OVERLAP = VARIANTS[2:]
 
 
-def split_config(name: str, splits: int):
+def variant_config(name: str, suffix: str, changes: dict):
+    """The shipped config ``name`` with ``changes`` (dotted keys), named ``<name>_<suffix>``."""
     from ptxgen.config import load_config
 
-    return load_config(name).replace(**{"schedule.split_k": splits, "name": f"{name}_sk{splits}"})
+    return load_config(name).replace(**changes, name=f"{name}_{suffix}")
 
 
 @functools.cache
-def built(name: str, splits: int = 1):
-    """(kernel, parsed PTX) of a shipped config (or its split-K variant), emitted now by the current emitter."""
-    res = build(name if splits == 1 else split_config(name, splits))
+def built(name: str, suffix: str = "", changes: tuple = ()):
+    """(kernel, parsed PTX) of a shipped config (or a variant: ``suffix`` and ``changes`` as ``(key, value)`` pairs),
+    emitted now by the current emitter."""
+    res = build(variant_config(name, suffix, dict(changes)) if changes else name)
     return res.kernel, ptxinterp.parse(res.ptx)
+
+
+def built_variant(variant: tuple):
+    name, suffix, changes = variant
+    return built(name, suffix, tuple(changes.items()))
 
 
 def role_ranges(kernel) -> list[tuple[str, int, int]]:
@@ -97,11 +110,14 @@ def check(kernel, prog, m, n, k, grid, ctaid, tids) -> None:
         assert msg is None, msg
 
 
-@pytest.mark.parametrize("name,splits", [(c, 1) for c in shipped_configs()] + list(SPLIT_K))
-def test_ptx_effects_equal_ir_effects(name, splits):
+@pytest.mark.parametrize("variant", [(c, "", {}) for c in shipped_configs()] + list(VARIANTS),
+                         ids=lambda v: v[0] + (f"_{v[1]}" if v[1] else ""))
+def test_ptx_effects_equal_ir_effects(variant):
     """Split-K variants compare workspace addresses (partial chunks, counters), the counter ops and their
-    .release/.acquire scopes, and the k-block ranges of each split (K draws as few k-blocks as stages + 1)."""
-    kernel, prog = built(name, splits)
+    .release/.acquire scopes, and the k-block ranges of each split (K draws as few k-blocks as stages + 1).
+    Overlapped-epilogue variants compare the deferred stores of packed words (each stored element names the
+    accumulator register its ``cvt.rn.bf16x2.f32`` read) and the last tile's store after the tile loop."""
+    kernel, prog = built_variant(variant) if variant[1] else built(variant[0])
 
     @settings(max_examples=EXAMPLES)
     @given(case=draw_case(kernel))
@@ -152,7 +168,7 @@ def test_nvfp4_traces_are_not_trivial(name):
 
 def test_split_k_traces_are_not_trivial():
     """The split-K comparison sees the fixup: partial stores and loads, the release increment, the acquire spin."""
-    kernel, prog = built(*SPLIT_K[0])
+    kernel, prog = built_variant(SPLIT_K[0])
     g = kernel.launch.grid
     m, n, k = g.tile_rows * 2 - 3, g.tile_cols * 2 - 8, kernel.block_k * (kernel.stages + 2) - 8
     launch = Launch(m, n, k, g.grid_x(m, n, 1), 0, 4 * 32)  # a consumer warp's elected lane

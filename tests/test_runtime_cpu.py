@@ -567,6 +567,39 @@ def test_bench_helpers(torch_mod):
     assert table[0].split()[:5] == ["config", "kernel", "M", "N", "K"] and table[2].split()[:2] == ["c", "h100_x"]
 
 
+def test_time_interleaved_alternates_call_by_call(torch_mod, monkeypatch):
+    """Timed calls alternate A B B A ... (drift hits both sides alike), consecutive calls never share an input set,
+    and each side's median is over its own calls (faked CUDA events: a call's elapsed time is its set index)."""
+    from ptxgen import bench
+
+    log = []
+
+    class Event:  # records the input set of the last call enqueued before it
+        def __init__(self, enable_timing=False):
+            self.set = None
+
+        def record(self):
+            self.set = log[-1][1] if log else None
+
+        def elapsed_time(self, end):
+            return float(end.set)
+
+    def side(name):
+        return lambda i: log.append((name, i))
+
+    monkeypatch.setattr(torch_mod.cuda, "Event", Event)
+    monkeypatch.setattr(torch_mod.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch_mod.cuda, "_sleep", lambda cycles: None, raising=False)
+    medians = bench.time_interleaved({"a": side("a"), "b": side("b")}, 3, warmup=2, iters=4)
+    timed = log[4:]  # after 2 warm-up calls of each side
+    assert [name for name, _ in timed] == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert [i for _, i in timed] == [(2 + k) % 3 for k in range(8)]  # consecutive calls: different sets
+    assert medians == {"a": 1.0, "b": 1.0}  # a: sets 2, 2, 0, 0; b: 0, 1, 1, 2
+    log.clear()
+    bench.time_interleaved({"a": side("a"), "b": side("b")}, 3, warmup=0, iters=4, rounds=2)
+    assert [name for name, _ in log] == ["a", "a", "b", "b", "b", "b", "a", "a"]
+
+
 def test_driver_init_raises_only_cuda_error():
     """Without a driver (CPU CI), cuInit's library failure surfaces as CudaError, not a raw RuntimeError."""
     pytest.importorskip("cuda.bindings.driver")

@@ -39,3 +39,15 @@ def is_wait(bar: str, role_word: str):
 def drop(op):
     """As a ``change``: delete the op."""
     return ()
+
+
+def before_wgmma_wait(op_type):
+    """A rewrite function moving the ``op_type`` ops of a loop body (the epilogue op or the pack that reads the
+    accumulator) to just before its ``wgmma.wait_group 0``, while the last k-block's wgmma still writes it."""
+    def fn(op):
+        if isinstance(op, O.For) and any(isinstance(x, op_type) for x in op.body):
+            body = [x for x in op.body if not isinstance(x, op_type)]
+            at = next(i for i, x in enumerate(body) if isinstance(x, O.WgmmaWait) and x.n == 0)
+            body[at:at] = [x for x in op.body if isinstance(x, op_type)]
+            return replace(op, body=tuple(body))
+    return fn

@@ -72,5 +72,5 @@ def _sm90_roles(plan: Plan, cluster: Cluster, sched: TileScheduler) -> list:
     producer_role = Role("producer", 0, 4, (SetMaxNReg("dec", plan.producer_regs),
                                             If(eq(WARP, plan.producer_warp), (Elect((sched.loop([loads]),)),))))
     consumer_role = Role("consumer", 4, 4 + 4 * plan.consumer_warpgroups,
-                         (*consumer.prologue(), sched.loop(consumer.owned_tile()), *epi.drain()))
+                         (*consumer.prologue(), sched.loop(consumer.owned_tile()), *consumer.tail(sched), *epi.drain()))
     return [WarpSwitch((producer_role, consumer_role))]

@@ -14,17 +14,37 @@ epilogue stores fp16.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, For, If, LdGlobalAcquireWait, LdGlobalF32, Let,
-                  MbarrierArrive, MbarrierWait, NamedBarrier, Nanosleep, Param, RedGlobal, SetMaxNReg, Shfl, SiluMul,
-                  StGlobalBf16, StGlobalF32, StGlobalU32, StSharedBf16, TcgenFence, TmaLoad, TmaStore, TmemCopy,
-                  TmemLoad, TmemWaitLd, Umma, UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait, eq,
-                  fold, land, lift, lt, ne)
+                  MbarrierArrive, MbarrierWait, NamedBarrier, Nanosleep, PackBf16, Param, RedGlobal, SetMaxNReg, Shfl,
+                  SiluMul, StGlobalBf16, StGlobalF32, StGlobalU32, StSharedBf16, TcgenFence, TmaLoad, TmaStore,
+                  TmemCopy, TmemLoad, TmemWaitLd, Umma, UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence,
+                  WgmmaWait, eq, fold, land, lift, lt, ne)
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
 from .common import (KB, LANE, TMEM, WARP, Cluster, TileScheduler, acc_state, desc_lo, k_bounds, k_loop, ring_iteration,
                      ring_state, stage_offset)
 
 EPI_BAR_ID = 1  # named barrier of the epilogue threads (sm_90a: 1 + consumer warpgroup)
+
+
+@dataclass(frozen=True)
+class StoredTile:
+    """What an sm_90a fragment store reads: register arrays ``{array}{wave}`` (f32, or bf16 words when
+    ``packed``), the tile's origin in D (``m_row``, ``n_col``) and its CTA tile count (the CD ring position)."""
+
+    array: str
+    packed: bool
+    m_row: Expr
+    n_col: Expr
+    count: Expr
+
+
+#: the current tile's f32 accumulators
+CURRENT_TILE = StoredTile("acc", False, Var("m_row"), Var("n_col"), Var("tc"))
+#: the overlapped epilogue's previous tile: packed words, its origin kept in ``m_prev``/``n_prev``
+PREVIOUS_TILE = StoredTile("pk", True, Var("m_prev"), Var("n_prev"), Var("tc") - 1)
 
 
 def relay(plan: Plan, cluster: Cluster) -> bool:
@@ -244,31 +264,37 @@ class Epilogue:
 
     # -------------------------------------------------------------- sm_90a
 
-    def fragment_store(self, wg: Expr, tma: bool) -> list:
-        """Fragments -> bf16 -> D: direct st.global, or 128B-swizzled staging + one TMA store per box."""
+    def fragment_store(self, wg: Expr, tma: bool, tile: StoredTile | None = None) -> list:
+        """Fragments -> bf16 -> D: direct st.global, or 128B-swizzled staging + one TMA store per box.
+
+        ``tile``: which registers hold the tile and where it goes (default: the f32 accumulators of the
+        current tile, :data:`CURRENT_TILE`).
+        """
         p = self.p
+        t = tile or CURRENT_TILE
         out = []
         # wgmma m64nN fragment of lane l, warp w, value i: row 16*(w%4) + l/4 + 8*((i/2)&1), col 8*(i/4) + 2*(l%4) + (i&1)
         frag_row = (WARP % 4) * 16 + LANE // 4
         frag_col = (LANE % 4) * 2
-        row0 = Var("m_row") + wg * p.wg_row_stride
+        row0 = t.m_row + wg * p.wg_row_stride
         sbn = p.store_block_n
         for v in range(p.m_waves):
+            src = f"{t.array}{v}"
             if not tma:
                 for i in range(0, p.block_n // 2, 2):
                     out.append(StGlobalBf16(fold(row0 + v * p.wave_rows + frag_row + 8 * ((i // 2) & 1)),
-                                            fold(Var("n_col") + 8 * (i // 4) + frag_col), f"acc{v}", (i, i + 1)))
+                                            fold(t.n_col + 8 * (i // 4) + frag_col), src, (i, i + 1), packed=t.packed))
                 continue
             for c in range(p.block_n // sbn):
                 seq = v * (p.block_n // sbn) + c
                 out += self.cd_acquire(wg)
-                buf = self.cd_buffer(seq, wg)
+                buf = self.cd_buffer(seq, wg, t.count)
                 for i in range(c * sbn // 2, (c + 1) * sbn // 2, 2):
                     row = fold(frag_row + 8 * ((i // 2) & 1))
                     chunk = i // 4 - c * sbn // 8
                     addr = fold(self.cd_addr(buf, row, chunk) + (LANE % 4) * 4)
-                    out.append(StSharedBf16(addr, f"acc{v}", (i, i + 1)))
-                out += self.cd_commit(fold(Var("n_col") + c * sbn), fold(row0 + v * p.wave_rows), seq, wg)
+                    out.append(StSharedBf16(addr, src, (i, i + 1), packed=t.packed))
+                out += self.cd_commit(fold(t.n_col + c * sbn), fold(row0 + v * p.wave_rows), seq, wg, t.count)
         return out
 
     # -------------------------------------------------------------- the CD staging ring (both arches)
@@ -277,11 +303,16 @@ class Epilogue:
         p = self.p
         return p.m_waves * (p.block_n // p.store_block_n)
 
-    def cd_buffer(self, seq: int, group: Expr | None) -> Expr:
-        """CD staging buffer of store ``seq`` of the tile (rotating through the ring's stages)."""
+    def cd_buffer(self, seq: int, group: Expr | None, count: Expr | None = None) -> Expr:
+        """CD staging buffer of store ``seq`` of the tile (rotating through the ring's stages).
+
+        ``count``: the stored tile's count ``tc`` (default: the current tile's; the overlapped epilogue stores
+        tile ``tc - 1``).
+        """
         ring = self.p.cd_ring
         # split-K: only a tile's last split stores; pingpong: the storing warpgroup's own tiles
-        tiles = Var("tiles_stored") if self.p.split is not None else Var("tc") // self.p.tile_owners
+        tc = Var("tc") if count is None else count
+        tiles = Var("tiles_stored") if self.p.split is not None else tc // self.p.tile_owners
         buf = ring.buffer(tiles * self.stores_per_tile() + seq)
         return fold(buf if group is None else group * ring.stages + buf)
 
@@ -306,7 +337,7 @@ class Epilogue:
         """
         return [If(self.epi_leader(group), tuple(self.p.cd_ring.producer_acquire())), self.named_sync(group)]
 
-    def cd_commit(self, col: Expr, row: Expr, seq: int, group: Expr | None) -> list:
+    def cd_commit(self, col: Expr, row: Expr, seq: int, group: Expr | None, count: Expr | None = None) -> list:
         """Make the staged tile visible to the async proxy, then one thread stores it and commits the bulk group.
 
         sm_90a: that thread is lane 0 of the storing warp, not an ``elect.sync`` lane.  With ``elect.sync`` in the
@@ -316,7 +347,7 @@ class Epilogue:
         plainest owner of the bulk groups it commits (PTX_FACTS: commit and wait from the same thread).
         """
         p = self.p
-        store = TmaStore("d", fold(p.cd.offset + self.cd_buffer(seq, group) * p.cd.stride), col, row)
+        store = TmaStore("d", fold(p.cd.offset + self.cd_buffer(seq, group, count) * p.cd.stride), col, row)
         issue = (store, *p.cd_ring.producer_commit())
         return [FenceProxyAsync(), self.named_sync(group),
                 If(self.epi_leader(group), (Elect(issue, fixed=not p.is_sm100),))]
@@ -454,12 +485,13 @@ class WgmmaConsumer:
             return [If(eq(WARP % 4, 0), (Elect((MbarrierArrive(nxt),)),))]
         return [If(ne(tc, 0), (MbarrierWait(Bar(p.math_order.name, Var("wg")), ((tc - 1) // owners) & 1, "math_order_wait"),))]
 
-    def tile(self) -> list:
+    def issue(self) -> list:
+        """The wgmma issue of k-block ``kb``: consumer_wait ``full``, fence, every wave x k-step x MMA, commit."""
         p = self.p
         wg = Var("wg")
         lets, st = ring_state(p)
-        k0, k1 = k_bounds(p)
-        k_body = [*lets, *p.ab.consumer_wait(st), WgmmaFence()]
+        k0, _ = k_bounds(p)
+        out = [*lets, *p.ab.consumer_wait(st), WgmmaFence()]
         a = p.operand("a")
         for v in range(p.m_waves):
             a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + wg * p.wg_a_stride + v * p.a_wave_bytes))
@@ -467,28 +499,64 @@ class WgmmaConsumer:
                 accumulate = Const(1) if ks else ne(KB, k0)
                 for mma in p.mmas:
                     bo = p.operand(mma.b)
-                    k_body.append(Wgmma(self.acc_name(mma.acc, v), p.block_n,
-                                        fold(a_base + ks * p.k_step_desc),
-                                        fold(desc_lo(p, stage_offset(p, mma.b, st.index)) + ks * p.k_step_desc),
-                                        accumulate, a_hi=a.desc_hi, b_hi=bo.desc_hi))
-        prev = Var("it") - 1
-        k_body += [WgmmaCommit(), WgmmaWait(1), If(ne(KB, k0), tuple(self.release(PipelineState(prev % p.stages, None))))]
+                    out.append(Wgmma(self.acc_name(mma.acc, v), p.block_n,
+                                     fold(a_base + ks * p.k_step_desc),
+                                     fold(desc_lo(p, stage_offset(p, mma.b, st.index)) + ks * p.k_step_desc),
+                                     accumulate, a_hi=a.desc_hi, b_hi=bo.desc_hi))
+        return out + [WgmmaCommit()]
+
+    def tile(self) -> list:
+        """One tile: the k-loop (each k-block releases the previous one's stage after ``wgmma.wait_group 1``),
+        the last release, the epilogue op, then the stores (or, with ``epilogue.overlap``, the pack).
+
+        ``epilogue.overlap``: the first k-block is issued before the previous tile's packed words are stored
+        (:meth:`deferred_store`), so the tensor cores run it during the stores; the tile ends with the pack of
+        its own result and its origin in ``m_prev``/``n_prev``, stored by the next tile or by :meth:`tail`.
+        """
+        p = self.p
+        wg = Var("wg")
+        k0, k1 = k_bounds(p)
+        release_prev = self.release(PipelineState((Var("it") - 1) % p.stages, None))
         release = self.release(PipelineState(ring_iteration(p, k1 - 1) % p.stages, None))
         if self.fixup is not None:  # an empty split (num_k < splits) has no stage to release
             release = [If(lt(k0, k1), tuple(release))]
-        out = [*self.math_order(arrive=False), k_loop(k_body, (k0, k1)), *self.math_order(arrive=True),
-               WgmmaWait(0), *release]
         fused = []
         for v in range(p.m_waves):
             fused += self.epi.fuse(f"acc{v}", f"acc1_{v}", p.block_n // 2)
-        if p.tma_store:  # the D tensor map needs 16-byte rows; other N store directly
-            n_ok = eq(Param("n") % p.store_n_multiple, 0)
-            stores = [If(n_ok, tuple(self.epi.fragment_store(wg, tma=True)), tuple(self.epi.fragment_store(wg, tma=False)))]
-        else:
-            stores = self.epi.fragment_store(wg, tma=False)
+        if p.epi_overlap:  # config: cooperative, unsplit, persistent
+            first = [Let("kb", k0), *self.issue(), If(ne(Var("tc"), 0), tuple(self.deferred_store()))]
+            k_body = [*self.issue(), WgmmaWait(1), *release_prev]
+            pack = [PackBf16(f"{PREVIOUS_TILE.array}{v}", f"acc{v}", p.block_n // 2, p.out_dtype)
+                    for v in range(p.m_waves)]
+            return [*first, k_loop(k_body, (k0 + 1, k1)), WgmmaWait(0), *release, *fused, *pack,
+                    Let("m_prev", Var("m_row")), Let("n_prev", Var("n_col"))]
+        k_body = [*self.issue(), WgmmaWait(1), If(ne(KB, k0), tuple(release_prev))]
+        out = [*self.math_order(arrive=False), k_loop(k_body, (k0, k1)), *self.math_order(arrive=True),
+               WgmmaWait(0), *release]
+        stores = self.stores(CURRENT_TILE)
         if self.fixup is None:
             return out + fused + stores
         return out + self.fixup.step(wg, (fused, stores))
+
+    def stores(self, tile: StoredTile) -> list:
+        """The fragment stores of ``tile``: TMA stores when N allows the D tensor map, else direct."""
+        p, wg = self.p, Var("wg")
+        if p.tma_store:  # the D tensor map needs 16-byte rows; other N store directly
+            n_ok = eq(Param("n") % p.store_n_multiple, 0)
+            return [If(n_ok, tuple(self.epi.fragment_store(wg, True, tile)),
+                       tuple(self.epi.fragment_store(wg, False, tile)))]
+        return self.epi.fragment_store(wg, False, tile)
+
+    def deferred_store(self) -> list:
+        """``epilogue.overlap``: store the previous tile's packed words (tile count ``tc - 1``)."""
+        return self.stores(PREVIOUS_TILE)
+
+    def tail(self, sched: TileScheduler) -> list:
+        """After the tile loop: with ``epilogue.overlap``, store the CTA's last tile (none when it had no tile)."""
+        if not self.p.epi_overlap:
+            return []
+        last = replace(PREVIOUS_TILE, count=Var("tiles_done") - 1)
+        return [Let("tiles_done", sched.tiles_done()), If(ne(Var("tiles_done"), 0), tuple(self.stores(last)))]
 
     def release(self, st: PipelineState) -> list:
         """consumer_release: one thread per consumer warpgroup arrives on ``empty`` (both CTAs' when B is multicast)."""

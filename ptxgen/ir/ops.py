@@ -508,20 +508,43 @@ class SiluMul(Op):
 
 
 @dataclass(frozen=True)
+class PackBf16(Op):
+    """``dst[i] = fmt(src[i])`` for ``i < n`` (n even): f32 values rounded to nearest even and packed two per
+    32-bit register, element ``2j`` in the low half of word ``j`` (``cvt.rn.{bf16|f16}x2.f32``; whole warp).
+
+    The sm_90a overlapped epilogue (``epilogue.overlap``) packs a finished tile's accumulator here, so the next
+    tile's wgmma may overwrite the accumulator while these words are stored.  Stores read ``dst`` with
+    ``packed=True``, by element index.
+    """
+
+    dst: str
+    src: str
+    n: int
+    fmt: str = "bf16"
+
+    def describe(self) -> str:
+        return f"PackBf16 {self.dst}[0:{self.n}] = {self.fmt}({self.src}[0:{self.n}])"
+
+
+@dataclass(frozen=True)
 class StSharedBf16(Op):
     """Convert ``src[idx]`` (f32) to bf16 (round to nearest even) and store them contiguously at smem+``addr``.
 
     len(idx) in (2, 4, 8): one ``st.shared`` of 4, 8 or 16 bytes.
     fmt: the 16-bit store type, ``"bf16"`` (default) or ``"f16"`` (``cvt.rn.f16x2.f32``; the NVFP4 kernel's C).
+    packed: ``src`` was written by :class:`PackBf16` (values already ``fmt``, two per register); ``idx`` are
+        element indices in (even, odd) pairs of one word each.
     """
 
     addr: Expr
     src: str
     idx: tuple[int, ...]
     fmt: str = "bf16"
+    packed: bool = False
 
     def describe(self) -> str:
-        return f"StSharedBf16 smem+{_s(self.addr)} <- {self.fmt}({self.src}[{self.idx[0]}..{self.idx[-1]}])"
+        what = "packed " if self.packed else ""
+        return f"StSharedBf16 smem+{_s(self.addr)} <- {what}{self.fmt}({self.src}[{self.idx[0]}..{self.idx[-1]}])"
 
 
 @dataclass(frozen=True)
@@ -529,6 +552,7 @@ class StGlobalBf16(Op):
     """``D[row, col + j] = bf16(src[idx[j]])`` for each j with row < m and col + j < n (D row-major, ld = n).
 
     fmt: ``"bf16"`` (default) or ``"f16"``, as :class:`StSharedBf16`.
+    packed: ``src`` was written by :class:`PackBf16`, as :class:`StSharedBf16`.
     """
 
     row: Expr
@@ -536,10 +560,12 @@ class StGlobalBf16(Op):
     src: str
     idx: tuple[int, ...]
     fmt: str = "bf16"
+    packed: bool = False
 
     def describe(self) -> str:
+        what = "packed " if self.packed else ""
         return (f"StGlobalBf16 D[{_s(self.row)}, {_s(self.col)}:+{len(self.idx)}] <- "
-                f"{self.fmt}({self.src}[{self.idx[0]}..{self.idx[-1]}])")
+                f"{what}{self.fmt}({self.src}[{self.idx[0]}..{self.idx[-1]}])")
 
 
 # ------------------------------------------------------------------ global workspace (split-K fixup)

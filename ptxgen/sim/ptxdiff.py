@@ -164,12 +164,13 @@ def ir_effects(kernel, launch: Launch) -> list[P.Effect]:
         elif isinstance(ev, W.WgmmaWaitEv):
             out.append(("wgmma.wait", ev.n))
         elif isinstance(ev, W.StSharedEv):
-            out.append(("st.shared", base + at_lane(ev.addrs), tuple(P.stored((op.src, i), op.fmt) for i in op.idx)))
+            src = stored_array(wk, op)
+            out.append(("st.shared", base + at_lane(ev.addrs), tuple(P.stored((src, i), op.fmt) for i in op.idx)))
         elif isinstance(ev, W.StGlobalEv):
-            row, col = at_lane(ev.rows), at_lane(ev.cols)
+            row, col, src = at_lane(ev.rows), at_lane(ev.cols), stored_array(wk, op)
             for j, i in enumerate(op.idx):
                 if row < launch.m and col + j < launch.n:
-                    out.append(("st.global", D_PTR + 2 * (row * launch.n + col + j), P.stored((op.src, i), op.fmt)))
+                    out.append(("st.global", D_PTR + 2 * (row * launch.n + col + j), P.stored((src, i), op.fmt)))
         elif isinstance(ev, W.WsStoreEv):
             out.append(("st.global.f32", WORKSPACE_PTR + at_lane(ev.offsets), tuple((op.src, i) for i in op.idx)))
         elif isinstance(ev, W.WsLoadEv):
@@ -193,6 +194,20 @@ def ir_effects(kernel, launch: Launch) -> list[P.Effect]:
         else:
             raise W.IRFault(f"ir_effects has no normal form for {op.describe()}")
     return out
+
+
+def stored_array(wk: W.WarpWalker, op) -> str:
+    """The f32 array whose elements a store writes: ``op.src``, or for a packed store the array its
+    :class:`~ptxgen.ir.ops.PackBf16` converted (the interpreter names a ``cvt``'s f32 sources, not the words).
+
+    Raises IRFault: a packed store of an array no PackBf16 wrote.
+    """
+    if not op.packed:
+        return op.src
+    try:
+        return wk.packed_from[op.src]
+    except KeyError:
+        raise W.IRFault(f"{op.describe()}: no PackBf16 wrote {op.src!r}") from None
 
 
 MAX_STEPS = 200_000  # instructions one thread may run (the test shapes need < 15k; an endless loop stops here)

@@ -41,7 +41,7 @@ import numpy as np
 from ..ir import ops as O
 from ..ir.expr import Bin, Const, Param, Select, Sreg, Var, apply_binop, lift
 from ..ir.printer import expr_str
-from .numerics import f32_to_bf16_bits
+from .numerics import bf16_bits_to_f32, f32_to_bf16_bits
 
 LANES = 32
 _STORE_BITS = {"bf16": f32_to_bf16_bits,
@@ -399,6 +399,9 @@ class WarpWalker:
         self.params = params
         self.vars: dict[str, object] = {}
         self.regs: dict[str, np.ndarray] = {}
+        # PackBf16 provenance: packed array -> the f32 array its elements were converted from (same indices);
+        # a packed array holds the rounded values as f32, so a store's conversion of them is exact
+        self.packed_from: dict[str, str] = {}
         self.busy: dict[str, str] = {}
         # wgmma.fence bookkeeping (PTX ISA "wgmma.fence"): register arrays a non-wgmma op accessed since the
         # warp's last wgmma.fence (name -> that op), and whether the warp executed any wgmma.fence yet
@@ -417,6 +420,7 @@ class WarpWalker:
             O.TmemLoad: self._tmem_load, O.TmemBase: self._tmem_base, O.LdGlobalF32: self._ws_load,
         }
         self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.SiluMul: self._silu_mul,
+                       O.PackBf16: self._pack,
                        O.WgmmaFence: self._wgmma_fence, O.TcgenFence: self._tcgen_fence}
         self._events = {
             O.MbarrierInit: self._init, O.MbarrierArrive: self._arrive, O.MbarrierArriveExpectTx: self._arrive,
@@ -637,6 +641,22 @@ class WarpWalker:
             arr = np.full((LANES, op.n), np.nan, dtype=np.float32)
             self.regs[op.dst] = arr
         arr[:, : op.n] = out
+        self.touched.setdefault(op.dst, type(op).__name__)
+
+    def _pack(self, op):
+        """``fmt`` rounding of ``src[0:n]`` into ``dst`` (kept as f32 values; see ``packed_from``)."""
+        self._whole_warp(op)
+        vals = self._reg(op.src, tuple(range(op.n)), "PackBf16")
+        if op.fmt == "bf16":
+            out = bf16_bits_to_f32(f32_to_bf16_bits(vals))
+        else:
+            out = _STORE_BITS[op.fmt](vals).view(np.float16).astype(np.float32)
+        arr = self.regs.get(op.dst)
+        if arr is None or arr.shape[1] < op.n:
+            arr = np.full((LANES, op.n), np.nan, dtype=np.float32)
+            self.regs[op.dst] = arr
+        arr[:, : op.n] = out
+        self.packed_from[op.dst] = op.src
         self.touched.setdefault(op.dst, type(op).__name__)
 
     def _tcgen_fence(self, op):
