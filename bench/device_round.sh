@@ -10,6 +10,8 @@
 #   cublas    bench/cublas_kernels.py: the cuBLAS kernel torch.matmul runs per shape (name encodes tile/cluster)
 #   ncu       ncu SpeedOfLight/WarpStateStats of ours (auto) and cuBLAS per shape in $NCU_SHAPES (bench/ncu_compare.py)
 #   configs   ptxgen bench of the configs in $BENCH_CONFIGS (--config flags) on the 11 shapes, kernel + API
+#   ab        bench/ab.py once per line of $AB_SPECS ("--config A --config B --shape MxNxK ..." per line)
+#   run       ptxgen run of each "config:MxNxK" in $RUN_CASES (checked against an fp32 reference, NaN-poisoned D)
 # Usage (repo root, device, .whl carried): bash bench/device_round.sh tests sanitize ...   (results under $OUT)
 set -o pipefail
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -44,6 +46,13 @@ for part in "$@"; do
              --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,sm__cycles_elapsed.avg.per_second \
              python3 bench/ncu_compare.py $s ${NCU_CONFIG} > "$OUT/ncu_$s.txt" 2>&1
            echo "== $s"; grep -E "ptxgen_gemm|nvjet|Duration|Throughput|gmma|lts__t_bytes|per_second|Stall|Warp Cycles Per Issued" "$OUT/ncu_$s.txt" | grep -v "^ *-" | head -60
+         done ;;
+    ab) while IFS= read -r spec; do
+          [ -n "$spec" ] || continue
+          echo "== ab $spec"; timeout 300 python3 bench/ab.py $spec 2>&1 | tee -a "$OUT/ab.log"
+        done <<< "$AB_SPECS" ;;
+    run) for case in $RUN_CASES; do
+           timeout 120 python3 -m ptxgen.cli run --config "${case%%:*}" --shape "${case##*:}" 2>&1 | tee -a "$OUT/run.log" | tail -2
          done ;;
     first) timeout 200 python3 bench/first_call.py --warm-runs 3 --json "$OUT/first_call.json" 2>&1 | tee "$OUT/first_call.txt" ;;
   esac
