@@ -11,7 +11,8 @@ Sides are either configs (``--config``, prepared launches, the first is the base
   release  every consumer warp's elected lane arrives on ``empty`` (count x4) instead of warp 0's only
            (one-CTA configs: a pair's remote arrivals would need the peer's count changed too)
   elect    the sm_90a TMA store issued under ``elect.sync`` (before session 16's end) instead of by lane 0
-  store_first  (``epilogue.overlap`` configs) the previous tile's store before the first k-block's issue
+  store_first, store_after_full_wait, wait_before_store  (``epilogue.overlap`` configs) the previous tile's store
+           before the first k-block, between its ``full`` wait and its wgmma, or after its wgmma completed
 
 Usage: PYTHONPATH=$PWD python3 bench/ab.py --config A [--config B ...] --shape MxNxK ... [--rewrite R]
        [--iters N] [--repeat R].  Prints per shape and repeat each side's median ms and its time relative to the first.
@@ -54,26 +55,38 @@ def elect_sync_store(kernel):
     return rewrite(kernel, lambda op: replace(op, fixed=False) if isinstance(op, O.Elect) and op.fixed else None)
 
 
-def store_first(kernel):
-    """epilogue.overlap kernels: the previous tile's deferred store before the first k-block's issue (no overlap,
-    same pack and registers)."""
-    deferred = ex.Bin("ne", ex.Var("tc"), ex.Const(0))
+DEFERRED_STORE = ex.Bin("ne", ex.Var("tc"), ex.Const(0))  # epilogue.overlap: the previous tile's store
 
+
+def move_deferred_store(kernel, place):
+    """epilogue.overlap kernels: the tile loop's deferred store moved to ``place(body)`` (an index into the tile
+    loop's body without the store); ``place`` returning None inserts ``wgmma.wait_group 0`` before it instead."""
     def fn(op):
-        if not isinstance(op, O.For):
+        if not isinstance(op, O.For) or not any(isinstance(x, O.If) and x.cond == DEFERRED_STORE for x in op.body):
             return None
         body = list(op.body)
-        store = next((x for x in body if isinstance(x, O.If) and x.cond == deferred), None)
-        first = next((i for i, x in enumerate(body) if isinstance(x, O.Let) and x.var == "kb"), None)
-        if store is None or first is None:
-            return None
-        body.remove(store)
-        body.insert(first, store)
+        at = next(i for i, x in enumerate(body) if isinstance(x, O.If) and x.cond == DEFERRED_STORE)
+        store = body.pop(at)
+        to = place(body)
+        body[at:at] = [O.WgmmaWait(0), store] if to is None else []
+        if to is not None:
+            body.insert(to, store)
         return replace(op, body=tuple(body))
     return rewrite(kernel, fn)
 
 
-REWRITES = {"drain": full_drain, "release": per_warp_release, "elect": elect_sync_store, "store_first": store_first}
+def _first(kind, pred=lambda op: True):
+    return lambda body: next(i for i, x in enumerate(body) if isinstance(x, kind) and pred(x))
+
+
+REWRITES = {
+    "drain": full_drain, "release": per_warp_release, "elect": elect_sync_store,
+    # epilogue.overlap (bench/NOTES.md §12): the store before the first k-block (no overlap), after its full wait,
+    # or after its wgmma completed (issued, then waited: as slow as the overlap)
+    "store_first": lambda k: move_deferred_store(k, _first(O.Let, lambda x: x.var == "kb")),
+    "store_after_full_wait": lambda k: move_deferred_store(k, lambda body: _first(O.MbarrierWait)(body) + 1),
+    "wait_before_store": lambda k: move_deferred_store(k, lambda body: None),
+}
 
 
 def sides(configs, rewrite_name, a, b, d):
