@@ -510,7 +510,7 @@ class WgmmaConsumer:
         the last release, the epilogue op, then the stores (or, with ``epilogue.overlap``, the pack).
 
         ``epilogue.overlap``: the first k-block is issued before the previous tile's packed words are stored
-        (:meth:`deferred_store`), so the tensor cores run it during the stores; the tile ends with the pack of
+        (:data:`PREVIOUS_TILE`), so the tensor cores run it during the stores; the tile ends with the pack of
         its own result and its origin in ``m_prev``/``n_prev``, stored by the next tile or by :meth:`tail`.
         """
         p = self.p
@@ -524,7 +524,7 @@ class WgmmaConsumer:
         for v in range(p.m_waves):
             fused += self.epi.fuse(f"acc{v}", f"acc1_{v}", p.block_n // 2)
         if p.epi_overlap:  # config: cooperative, unsplit, persistent
-            first = [Let("kb", k0), *self.issue(), If(ne(Var("tc"), 0), tuple(self.deferred_store()))]
+            first = [Let("kb", k0), *self.issue(), If(ne(Var("tc"), 0), tuple(self.stores(PREVIOUS_TILE)))]
             k_body = [*self.issue(), WgmmaWait(1), *release_prev]
             pack = [PackBf16(f"{PREVIOUS_TILE.array}{v}", f"acc{v}", p.block_n // 2, p.out_dtype)
                     for v in range(p.m_waves)]
@@ -546,10 +546,6 @@ class WgmmaConsumer:
             return [If(n_ok, tuple(self.epi.fragment_store(wg, True, tile)),
                        tuple(self.epi.fragment_store(wg, False, tile)))]
         return self.epi.fragment_store(wg, False, tile)
-
-    def deferred_store(self) -> list:
-        """``epilogue.overlap``: store the previous tile's packed words (tile count ``tc - 1``)."""
-        return self.stores(PREVIOUS_TILE)
 
     def tail(self, sched: TileScheduler) -> list:
         """After the tile loop: with ``epilogue.overlap``, store the CTA's last tile (none when it had no tile)."""
