@@ -212,6 +212,11 @@ def st_shared_bf16(lw: Lowering, op: ops.StSharedBf16) -> None:
     lw.emit(f"st.shared{vec}.b32 [{addr}], {data};")
 
 
+def st_matrix(lw: Lowering, op: ops.StMatrix) -> None:
+    words = _pack_bf16(lw, op.src, op.idx, op.fmt, op.packed)
+    lw.emit(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{lw.smem(op.addr)}], {{{', '.join(words)}}};")
+
+
 def st_global_bf16(lw: Lowering, op: ops.StGlobalBf16) -> None:
     """Vector store when the whole run is inside D and aligned (n % len == 0); else per element with masks."""
     n_el = len(op.idx)
@@ -350,6 +355,7 @@ COMMON = {
     ops.Shfl: shfl,
     ops.Nanosleep: nanosleep,
     ops.StSharedBf16: st_shared_bf16,
+    ops.StMatrix: st_matrix,
     ops.StGlobalBf16: st_global_bf16,
     ops.StGlobalF32: st_global_f32,
     ops.LdGlobalF32: ld_global_f32,

@@ -199,8 +199,11 @@ class Epilogue:
         ``per_thread`` — every epilogue thread arrives after its own fence (level 9).
     overlap: sm_90a cooperative consumers: pack a finished tile's accumulator to bf16 words (half the registers),
         issue the next tile's first k-block of wgmma, and store the packed tile while it runs; the last tile is
-        stored after the tile loop.  The tensor cores idle only for the pack, not for the whole store (sm_100a
-        gets this from its TMEM accumulator stages and dedicated epilogue warpgroup).
+        stored after the tile loop.  Meant to idle the tensor cores only for the pack, not for the whole store
+        (sm_100a gets that from its TMEM accumulator stages); measured 1-40 % slower on the H100
+        (bench/NOTES.md §12.1), so no shipped config sets it.
+    stmatrix: sm_90a TMA-store staging through ``stmatrix.sync.aligned.m8n8.x4`` (four 8x8 bf16 matrices, 16 bytes
+        per lane per instruction) instead of ``st.shared.b32`` (4 bytes): a quarter of the staging instructions.
     """
 
     warps: OneOf(0, 4) = 0
@@ -212,6 +215,7 @@ class Epilogue:
     release: OneOf("elected", "per_thread") = "elected"
     op: OneOf("none", "silu_mul") = "none"
     overlap: Bool = False
+    stmatrix: Bool = False
 
 
 @section
@@ -585,6 +589,8 @@ def _validate_sm100(cfg: Config) -> None:
         _rule(cfg.epilogue.store == "tma", "epilogue.early_release", True, "applies to TMA-store epilogues")
     _rule(not cfg.epilogue.overlap, "epilogue.overlap", True,
           "sm_90a register accumulators only: sm_100a overlaps through accumulator.stages and a dedicated epilogue")
+    _rule(not cfg.epilogue.stmatrix, "epilogue.stmatrix", True,
+          "sm_90a register fragments only: the sm_100a epilogue reads TMEM (tcgen05.ld) per thread row")
 
 
 def _validate_sm90(cfg: Config) -> None:
@@ -619,6 +625,11 @@ def _validate_sm90(cfg: Config) -> None:
     _rule(not cfg.tma.multicast or c.size == 2, "tma.multicast", True, "needs cluster.size=2")
     _rule(cfg.epilogue.release == "elected" and not cfg.epilogue.early_release, "epilogue", "release/early_release",
           "sm_90a: accumulators are registers; no tmem_empty to release")
+    if cfg.epilogue.stmatrix:
+        sbn = cfg.epilogue.store_block_n or t.block_n
+        _rule(cfg.epilogue.store == "tma", "epilogue.stmatrix", True, "stages D in shared memory: needs epilogue.store=tma")
+        _rule(sbn % 16 == 0, "epilogue.stmatrix", True,
+              f"one stmatrix.x4 covers 16 columns of a warp's 16 rows; epilogue.store_block_n={sbn} must be a multiple of 16")
     if cfg.epilogue.overlap:
         _rule(not pingpong, "epilogue.overlap", True,
               "pingpong already overlaps one warpgroup's epilogue with the other's mainloop; needs mma.consumers=cooperative")

@@ -189,6 +189,7 @@ class Plan:
     tma_store: bool  # D through smem staging + TMA stores (else st.global)
     early_release: bool  # release tmem_empty right after the last TMEM read
     epi_overlap: bool  # sm_90a: tile t's packed accumulator is stored while tile t+1's first k-block runs
+    epi_stmatrix: bool  # sm_90a: CD staging through stmatrix.x4 (four 8x8 matrices) instead of st.shared.b32
     cd_swizzle128: bool  # CD staging rows 128B-swizzled
     # shapes
     block_m: int
@@ -628,7 +629,8 @@ def make_plan(cfg: Config) -> Plan:
         epilogue_warp0=epi_warp0, epilogue_warps=epi_warps, consumer_warpgroups=wgs,
         lockstep=cfg.pipeline.roles == "lockstep", mma_all_lanes=cfg.mma.lanes == "all",
         dedicated_epilogue=e.warps == 4, two_sm=cfg.tma.two_sm, multicast=cfg.tma.multicast,
-        tma_store=tma_store, early_release=e.early_release, epi_overlap=e.overlap, cd_swizzle128=e.swizzle == "128",
+        tma_store=tma_store, early_release=e.early_release, epi_overlap=e.overlap, epi_stmatrix=e.stmatrix,
+        cd_swizzle128=e.swizzle == "128",
         block_m=t.block_m, block_n=t.block_n, block_k=t.block_k,
         m_waves=m_waves, wave_rows=wave_rows, consumer_rows=m_waves * wave_rows, umma_m=umma_m, k_steps=t.block_k // mma_k,
         a_box_rows=t.block_m, b_box_rows=b_box_rows, b_smem_rows=b_smem_rows,

@@ -48,7 +48,7 @@ Effect kinds (``E`` is one tuple; addresses are ints, ``G`` the cta_group):
 ``("tma.store", tensor, src, col, row)``, ``("bulk.commit",)``,
 ``("bulk.wait", n, read)``, ``("fence.proxy.async",)``, ``("bar.sync", id, threads|None)``,
 ``("barrier.cluster.arrive",)``, ``("barrier.cluster.wait",)``, ``("nanosleep", ns)``,
-``("st.shared", addr, elements)``, ``("st.global", addr, element)`` (one per element),
+``("st.shared", addr, elements)``, ``("stmatrix", addr, elements)`` (the lane's operands), ``("st.global", addr, element)`` (one per element),
 ``("ld.shared", addr)``, ``("tcgen05.alloc", G, slot, cols)``, ``("tcgen05.relinquish", G)``,
 ``("tcgen05.dealloc", G, taddr, cols)``, ``("tcgen05.fence", before|after)``,
 ``("tcgen05.mma", G, d, adesc, bdesc, idesc, accumulate)``, ``("tcgen05.commit", G, bar, mask)``,
@@ -765,6 +765,19 @@ def _tensor(text: str):
     return name, cs
 
 
+def _stmatrix(insn: Insn):
+    """``stmatrix.sync.aligned.m8n8.x4.shared.b16 [a], {w0..w3}``: this lane's operands, ``("stmatrix", addr,
+    elements)`` (where another lane's words land is the simulator's business, not one thread's)."""
+    if tuple(insn.parts[1:]) != ("sync", "aligned", "m8n8", "x4", "shared", "b16"):
+        raise PtxInterpError(f"line {insn.line}: stmatrix form not interpreted: {insn.text}")
+    a = _addr(insn.ops[0])
+    vals = [_src(x) for x in _vec(insn.ops[1])]
+
+    def st(t):
+        t.effects.append(("stmatrix", a(t), tuple(e for v in vals for e in _elements(v(t)))))
+    return st
+
+
 def _sem_scope(insn: Insn, sem: str) -> str:
     """Scope of the ``.release``/``.acquire`` qualifier (``cta`` when absent: the PTX default), e.g.
     ``mbarrier.arrive.release.cluster`` -> ``cluster``.  PTX ISA "mbarrier.arrive", "mbarrier.test_wait/try_wait"."""
@@ -966,6 +979,7 @@ _FAMILIES = {
     "wgmma": _wgmma, "createpolicy": _createpolicy, "st": _st, "atom": _atom, "red": _red, "bar": _bar,
     "barrier": _bar, "fence": _fence,
     "nanosleep": lambda insn: _effect(insn, "nanosleep", _src(insn.ops[0])),
+    "stmatrix": _stmatrix,
     "setmaxnreg": lambda insn: _effect(insn, "setmaxnreg", _const(insn.parts[1]), _src(insn.ops[0])),
 }
 

@@ -21,13 +21,11 @@ from ptxgen.shipped import shipped_configs
 BANKS = 32
 
 
-def _fragment_stores(kernel) -> list[ops.StSharedBf16]:
-    return [op for op in ops.walk(kernel.body) if isinstance(op, ops.StSharedBf16)]
+def _fragment_stores(kernel) -> list[ops.StSharedBf16 | ops.StMatrix]:
+    return [op for op in ops.walk(kernel.body) if isinstance(op, (ops.StSharedBf16, ops.StMatrix))]
 
 
-def wavefronts(op: ops.StSharedBf16, warp: int = 4) -> int:
-    """Wavefronts of one warp's ``st.shared.b32`` of ``op`` (lanes 0-31 of ``warp``, tile 0, warpgroup 0)."""
-    assert len(op.idx) == 2, "sm_90a fragment stores are 4 bytes (2 bf16) per lane"
+def _lane_addresses(addr, warp: int) -> np.ndarray:
     lane = np.arange(32, dtype=np.int64)
 
     def env(leaf):
@@ -36,9 +34,26 @@ def wavefronts(op: ops.StSharedBf16, warp: int = 4) -> int:
         assert isinstance(leaf, Var), leaf
         return 0
 
-    addr = np.broadcast_to(np.asarray(evaluate(op.addr, env), dtype=np.int64), lane.shape)
-    words = addr // 4
+    return np.broadcast_to(np.asarray(evaluate(addr, env), dtype=np.int64), lane.shape)
+
+
+def wavefronts(op: ops.StSharedBf16 | ops.StMatrix, warp: int = 4) -> int:
+    """Wavefronts of one warp's ``st.shared.b32`` of ``op`` (lanes 0-31 of ``warp``, tile 0, warpgroup 0); of its
+    worst matrix for a ``stmatrix`` (:func:`matrix_wavefronts`)."""
+    if isinstance(op, ops.StMatrix):
+        return matrix_wavefronts(op, warp)
+    assert len(op.idx) == 2, "sm_90a fragment stores are 4 bytes (2 bf16) per lane"
+    words = _lane_addresses(op.addr, warp) // 4
     return max(len(set(words[(words % BANKS) == b].tolist())) for b in range(BANKS))
+
+
+def matrix_wavefronts(op: ops.StMatrix, warp: int = 4) -> int:
+    """Worst wavefronts of one 8x8 matrix of a ``stmatrix.x4`` (8 rows of 16 bytes, from lanes 8j..8j+7): rows in
+    the same 16-byte bank group (4 of the 32 banks) serialize."""
+    addr = _lane_addresses(op.addr, warp)
+    assert (addr % 16 == 0).all(), "stmatrix rows are 16-byte aligned"
+    groups = (addr // 16) % (BANKS // 4)
+    return max(int(np.bincount(groups[8 * j:8 * j + 8], minlength=BANKS // 4).max()) for j in range(4))
 
 
 def _sm90_tma_store_configs() -> list[str]:

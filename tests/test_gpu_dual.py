@@ -23,9 +23,9 @@ pytestmark = pytest.mark.gpu
 
 DUAL_SM90 = [c for c in config_mod.shipped_configs()
              if config_mod.load_config(c).arch == "sm_90a" and config_mod.load_config(c).kernel == "dual_gemm"]
-#: the overlapped epilogue (epilogue.overlap, shipped by no config; bench/NOTES.md §12) on the SwiGLU pair
-OVERLAP_DUAL = [config_mod.load_config("dual_h100_128x128_c2").replace(**{"epilogue.overlap": True},
-                                                                      name="dual_h100_128x128_c2_ov")]
+#: knobs no shipped config sets (bench/NOTES.md §12) on the SwiGLU pair: the overlapped epilogue, stmatrix staging
+OVERLAP_DUAL = [config_mod.load_config("dual_h100_128x128_c2").replace(**changes, name=f"dual_h100_128x128_c2_{suffix}")
+                for suffix, changes in (("ov", {"epilogue.overlap": True}), ("sm", {"epilogue.stmatrix": True}))]
 EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "100"))
 TOLERANCE = 1e-2
 

@@ -27,9 +27,12 @@ pytestmark = pytest.mark.gpu
 
 SM90_CONFIGS = [c for c in config_mod.shipped_configs()
                 if config_mod.load_config(c).arch == "sm_90a" and config_mod.load_config(c).kernel == "gemm"]
-#: the overlapped epilogue (epilogue.overlap, shipped by no config; bench/NOTES.md §12): a pair and a 2-wave tile
-OVERLAP_CONFIGS = [config_mod.load_config(c).replace(**{"epilogue.overlap": True}, name=f"{c}_ov")
-                   for c in ("h100_128x256", "h100_256x128")]
+#: knobs no shipped config sets (bench/NOTES.md §12): the overlapped epilogue on a pair and a 2-wave tile, stmatrix
+#: staging on a pair and, with the overlap (packed words), on a 2-wave tile
+VARIANT_CONFIGS = [config_mod.load_config(c).replace(**changes, name=f"{c}_{suffix}") for c, suffix, changes in (
+    ("h100_128x256", "ov", {"epilogue.overlap": True}), ("h100_256x128", "ov", {"epilogue.overlap": True}),
+    ("h100_128x256", "sm", {"epilogue.stmatrix": True}),
+    ("h100_256x128", "ovsm", {"epilogue.overlap": True, "epilogue.stmatrix": True}))]
 EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "100"))
 MAX_DIM = 4096
 TOLERANCE = 1e-2
@@ -81,7 +84,7 @@ def check_against_reference(torch, config, a, b) -> float:
     return relative_error(out, ref)
 
 
-@pytest.mark.parametrize("config", SM90_CONFIGS + OVERLAP_CONFIGS, ids=lambda c: getattr(c, "name", c))
+@pytest.mark.parametrize("config", SM90_CONFIGS + VARIANT_CONFIGS, ids=lambda c: getattr(c, "name", c))
 @settings(max_examples=EXAMPLES)
 @given(data=st.data())
 def test_gemm_matches_reference(torch, config, data):

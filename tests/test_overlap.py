@@ -87,8 +87,8 @@ def test_first_kblock_is_issued_before_the_previous_tile_is_stored():
     deferred = next(i for i, op in enumerate(body) if isinstance(op, O.If) and op.cond == ne(Var("tc"), 0))
     k_loop = next(i for i, op in enumerate(body) if isinstance(op, O.For) and op.var == "kb")
     assert first_wgmma < kinds.index("WgmmaCommit") < deferred < k_loop
-    stores = [op for op in O.walk(body[deferred].then) if isinstance(op, O.StSharedBf16)]
-    assert stores and all(op.packed and op.src in ("pk0",) for op in stores)
+    stores = [op for op in O.walk(body[deferred].then) if isinstance(op, (O.StSharedBf16, O.StMatrix))]
+    assert stores and all(op.packed and op.src == "pk0" for op in stores)
     # the tile ends: wait for every wgmma, release, pack, remember the origin
     tail = kinds[k_loop + 1:]
     assert tail[0] == "WgmmaWait" and tail.index("PackBf16") < tail.index("Let")

@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 from ptx_filecheck import GOLDEN, CheckError, check_golden
-from test_ptx_vs_ir import OVERLAP, SPLIT_K, VARIANTS, sweep, variant_config
+from test_ptx_vs_ir import OVERLAP, SPLIT_K, STMATRIX, VARIANTS, sweep, variant_config
 
 import emitters
 import emitters.common as common
@@ -179,7 +179,16 @@ def packed_words_swapped(mp):
 
 def packed_store_unpacked(mp):
     """A packed store emitted like an f32 one: it converts registers of the packed array as if they held f32."""
-    _patch_op(mp, ops.StSharedBf16, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, packed=False)))
+    for op_type in (ops.StSharedBf16, ops.StMatrix):
+        _patch_op(mp, op_type, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, packed=False)))
+
+
+def stmatrix_words_reversed(mp):
+    """``stmatrix`` given its four words last first: each lane's matrices 0-3 written as 3-0."""
+    def bad(lw, op):
+        words = common._pack_bf16(lw, op.src, op.idx, op.fmt, op.packed)
+        lw.emit(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{lw.smem(op.addr)}], {{{', '.join(reversed(words))}}};")
+    _patch_op(mp, ops.StMatrix, lambda f: bad)
 
 
 def cluster_scope_dropped(mp):
@@ -225,6 +234,7 @@ BUGS = {
     bf16_pair_swapped: "differential",
     packed_words_swapped: "differential",
     packed_store_unpacked: "differential",
+    stmatrix_words_reversed: "differential",
     cluster_scope_dropped: "differential",
     scale_operands_swapped: "differential",
     f16_stored_as_bf16: "differential",
@@ -247,6 +257,7 @@ def test_planted_bug_is_caught(bug, monkeypatch):
     configs = {name: name for name in ("level9", "h100_128x256", "level1", "nvfp4_dual_128x128")}
     configs["split-K"] = variant_config(*SPLIT_K[0])
     configs["overlap"] = variant_config(*OVERLAP[0])
+    configs["stmatrix"] = variant_config(*STMATRIX[0])
     before = {name: build(c).ptx for name, c in configs.items()}
     bug(monkeypatch)
     after = {name: build(c).ptx for name, c in configs.items()}

@@ -26,13 +26,17 @@ from ptxgen.sim.ptxdiff import Launch, diff_thread, ir_effects, ptx_effects
 
 EXAMPLES = 10  # per config; every example runs one thread of every role (see draw_case)
 #: variants no shipped config carries, compared like the shipped ones: (shipped config, name suffix, changes).
-#: Split-K (one CTA, and a multicast pair) and the overlapped epilogue (a GEMM pair, and the SwiGLU pair)
+#: Split-K (one CTA, and a multicast pair), the overlapped epilogue (a GEMM pair, and the SwiGLU pair) and stmatrix
+#: staging (a pair; a 2-wave tile with the overlapped epilogue: packed words)
 VARIANTS = (("h100_128x192", "sk3", {"schedule.split_k": 3}),
             ("dual_h100_128x128_c2", "sk2", {"schedule.split_k": 2}),
             ("h100_128x256", "ov", {"epilogue.overlap": True}),
-            ("dual_h100_128x128_c2", "ov", {"epilogue.overlap": True}))
+            ("dual_h100_128x128_c2", "ov", {"epilogue.overlap": True}),
+            ("h100_128x256", "sm", {"epilogue.stmatrix": True}),
+            ("h100_256x128", "ovsm", {"epilogue.overlap": True, "epilogue.stmatrix": True}))
 SPLIT_K = VARIANTS[:2]
-OVERLAP = VARIANTS[2:]
+OVERLAP = VARIANTS[2:4]
+STMATRIX = VARIANTS[4:]
 
 
 def variant_config(name: str, suffix: str, changes: dict):
@@ -142,7 +146,8 @@ def test_traces_are_not_trivial(name):
         kinds |= {e[0] for e in effects}
         parities |= {e[2] for e in effects if e[0] == "mbarrier.try_wait"}
     mma = "tcgen05.mma" if kernel.is_sm100 else "wgmma"
-    assert {"tma.load", mma, "mbarrier.arrive", "mbarrier.try_wait", "st.shared", "tma.store"} <= kinds
+    staging = "stmatrix" if any(isinstance(op, ops.StMatrix) for op in ops.walk(kernel.body)) else "st.shared"
+    assert {"tma.load", mma, "mbarrier.arrive", "mbarrier.try_wait", staging, "tma.store"} <= kinds
     assert parities == {0, 1}
 
 

@@ -179,7 +179,7 @@ def test_wgmma_fence_before_the_epilogue_read_not_after() -> None:
             return (O.WgmmaFence(), op)
     kernel = _kernel("h100_256x128", in_role("consumer", fence_first))
     assert _all_match(r"^missing wgmma\.fence: Wgmma m64n128k16 acc0 by consumer .* at t=\d+ kb=0 accesses accumulator "
-                      r"acc0, which StSharedBf16 accessed since the warp's last wgmma\.fence", _faults(kernel, shape=2,
+                      r"acc0, which StMatrix accessed since the warp's last wgmma\.fence", _faults(kernel, shape=2,
                                                                                                      seeds=(0,)))
 
 

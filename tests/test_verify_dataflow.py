@@ -258,7 +258,7 @@ PLANTS = {
          r"retires its bulk group")),
     "h100_256x128: no thread barrier after the TMA-store wait_group.read": (
         lambda: _kernel("h100_256x128", fn=in_role("consumer", _no_barrier_after_store_wait)),
-        (r"^consumer release before the last read: StSharedBf16 .*" + _by("consumer", 5, "t=0")
+        (r"^consumer release before the last read: StMatrix x4 .*" + _by("consumer", 5, "t=0")
          + r" writes CD stage 0 while TmaStore d .*" + _by("consumer", 4, "t=0") + r" may still read it: the "
          r"cp\.async\.bulk\.wait_group that retires its bulk group \(BulkWaitGroupRead 1 at t=0\) is not ordered "
          r"before the write")),

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, For, If, LdGlobalAcquireWait, LdGlobalF32, Let,
                   MbarrierArrive, MbarrierWait, NamedBarrier, Nanosleep, PackBf16, Param, RedGlobal, SetMaxNReg, Shfl,
-                  SiluMul, StGlobalBf16, StGlobalF32, StGlobalU32, StSharedBf16, TcgenFence, TmaLoad, TmaStore,
+                  SiluMul, StGlobalBf16, StGlobalF32, StGlobalU32, StMatrix, StSharedBf16, TcgenFence, TmaLoad, TmaStore,
                   TmemCopy, TmemLoad, TmemWaitLd, Umma, UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence,
                   WgmmaWait, eq, fold, land, lift, lt, ne)
 from ..ir.pipeline import PipelineState
@@ -289,6 +289,13 @@ class Epilogue:
                 seq = v * (p.block_n // sbn) + c
                 out += self.cd_acquire(wg)
                 buf = self.cd_buffer(seq, wg, t.count)
+                if p.epi_stmatrix:  # values 8q..8q+7: 16 rows x 16 columns; lane l addresses row l % 8 of matrix l // 8
+                    row = fold((WARP % 4) * 16 + 8 * ((LANE // 8) % 2) + LANE % 8)
+                    for i in range(c * sbn // 2, (c + 1) * sbn // 2, 8):
+                        chunk = fold(LANE // 16 + (i // 4 - c * sbn // 8))
+                        out.append(StMatrix(self.cd_addr(buf, row, chunk), src, tuple(range(i, i + 8)), packed=t.packed))
+                    out += self.cd_commit(fold(t.n_col + c * sbn), fold(row0 + v * p.wave_rows), seq, wg, t.count)
+                    continue
                 for i in range(c * sbn // 2, (c + 1) * sbn // 2, 2):
                     row = fold(frag_row + 8 * ((i // 2) & 1))
                     chunk = i // 4 - c * sbn // 8

@@ -25,6 +25,7 @@ Execution model (what the simulator implements and the emitters lower):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from .expr import Expr, expr_str, lift
 
@@ -527,15 +528,15 @@ class PackBf16(Op):
 
 
 @dataclass(frozen=True)
-class StSharedBf16(Op):
-    """Convert ``src[idx]`` (f32) to bf16 (round to nearest even) and store them contiguously at smem+``addr``.
+class _SharedStore16(Op):
+    """Fields of the 16-bit stores of register values into shared memory (:class:`StSharedBf16`, :class:`StMatrix`).
 
-    len(idx) in (2, 4, 8): one ``st.shared`` of 4, 8 or 16 bytes.
     fmt: the 16-bit store type, ``"bf16"`` (default) or ``"f16"`` (``cvt.rn.f16x2.f32``; the NVFP4 kernel's C).
     packed: ``src`` was written by :class:`PackBf16` (values already ``fmt``, two per register); ``idx`` are
         element indices in (even, odd) pairs of one word each.
     """
 
+    label: ClassVar[str]
     addr: Expr
     src: str
     idx: tuple[int, ...]
@@ -544,7 +545,32 @@ class StSharedBf16(Op):
 
     def describe(self) -> str:
         what = "packed " if self.packed else ""
-        return f"StSharedBf16 smem+{_s(self.addr)} <- {what}{self.fmt}({self.src}[{self.idx[0]}..{self.idx[-1]}])"
+        return f"{self.label} smem+{_s(self.addr)} <- {what}{self.fmt}({self.src}[{self.idx[0]}..{self.idx[-1]}])"
+
+
+@dataclass(frozen=True)
+class StSharedBf16(_SharedStore16):
+    """Convert ``src[idx]`` (f32) to bf16 (round to nearest even) and store them contiguously at smem+``addr``.
+
+    len(idx) in (2, 4, 8): one ``st.shared`` of 4, 8 or 16 bytes.  fmt, packed: see :class:`_SharedStore16`.
+    """
+
+    label: ClassVar[str] = "StSharedBf16"
+
+
+@dataclass(frozen=True)
+class StMatrix(_SharedStore16):
+    """``stmatrix.sync.aligned.m8n8.x4.shared.b16 [addr], {w0, w1, w2, w3}``: the warp stores four 8x8 bf16 matrices
+    (whole warp; PTX ISA "stmatrix").
+
+    Lane ``l`` supplies ``addr``, the smem byte offset of row ``l % 8`` of matrix ``l // 8`` (16 contiguous bytes),
+    and its word ``j`` = ``fmt``-pair (``src[idx[2j]]``, ``src[idx[2j+1]]``) holds row ``l // 4``, columns
+    ``2 (l % 4)`` and ``2 (l % 4) + 1`` of matrix ``j``: the accumulator fragment layout of ``wgmma`` (and ``mma``),
+    so one instruction stores 8 values per lane where ``st.shared.b32`` stores 2.  len(idx) == 8.
+    fmt, packed: see :class:`_SharedStore16`.
+    """
+
+    label: ClassVar[str] = "StMatrix x4"
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,9 @@ def ir_effects(kernel, launch: Launch) -> list[P.Effect]:
             out.append(("wgmma.commit",))
         elif isinstance(ev, W.WgmmaWaitEv):
             out.append(("wgmma.wait", ev.n))
+        elif isinstance(ev, W.StSharedEv) and isinstance(op, O.StMatrix):  # the lane's operands: address, words
+            src = stored_array(wk, op)
+            out.append(("stmatrix", base + at_lane(ev.addrs), tuple(P.stored((src, i), op.fmt) for i in op.idx)))
         elif isinstance(ev, W.StSharedEv):
             src = stored_array(wk, op)
             out.append(("st.shared", base + at_lane(ev.addrs), tuple(P.stored((src, i), op.fmt) for i in op.idx)))

@@ -434,7 +434,7 @@ class WarpWalker:
             O.TmemCopy: self._tmem_copy, O.UmmaBlockScaled: self._umma_block_scaled,
             O.Wgmma: self._wgmma, O.WgmmaCommit: lambda op: WgmmaCommitEv(op, self._whole_warp(op)),
             O.WgmmaWait: lambda op: WgmmaWaitEv(op, self._whole_warp(op), op.n),
-            O.StSharedBf16: self._st_shared, O.StGlobalBf16: self._st_global,
+            O.StSharedBf16: self._st_shared, O.StMatrix: self._st_matrix, O.StGlobalBf16: self._st_global,
             O.CtaSync: lambda op: SyncEv(op, self._whole_warp(op), "cta", 0, self.kernel.threads),
             O.NamedBarrier: self._named_barrier,
             O.ClusterSync: lambda op: SyncEv(op, self._whole_warp(op), "cluster", 0, self.kernel.threads * self.cs),
@@ -755,6 +755,19 @@ class WarpWalker:
             vals = self._reg(op.src, op.idx, type(op).__name__)
             data = _STORE_BITS[op.fmt](vals).view(np.uint8).reshape(len(addrs), -1)
         return StSharedEv(op, self._n(), addrs, 2 * len(op.idx), data)
+
+    def _st_matrix(self, op):
+        """As one 16-byte store per lane: lane ``L`` supplied the address of row ``L % 8`` of matrix ``L // 8``, whose
+        16 bytes are word ``L // 8`` of lanes ``4 (L % 8)`` .. ``4 (L % 8) + 3`` (see :class:`~ptxgen.ir.ops.StMatrix`)."""
+        lanes = self._whole_warp(op)
+        addrs = self._per_lane(op.addr)
+        data = None
+        if self.values:
+            bits = _STORE_BITS[op.fmt](self._reg(op.src, op.idx, type(op).__name__)).reshape(LANES, 4, 2)
+            rows = LANE_IDS % 8
+            data = bits[4 * rows[:, None] + np.arange(4), (LANE_IDS // 8)[:, None]]  # [L, t, 2]: lane 4r+t, word j
+            data = np.ascontiguousarray(data).view(np.uint8).reshape(LANES, 16)
+        return StSharedEv(op, lanes, addrs, 16, data)
 
     def _st_global(self, op):
         rows, cols = self._per_lane(op.row), self._per_lane(op.col)
