@@ -265,7 +265,8 @@ class Epilogue:
     # -------------------------------------------------------------- sm_90a
 
     def fragment_store(self, wg: Expr, tma: bool, tile: StoredTile | None = None) -> list:
-        """Fragments -> bf16 -> D: direct st.global, or 128B-swizzled staging + one TMA store per box.
+        """Fragments -> bf16 -> D: direct st.global, or staging (st.shared, or stmatrix with ``epilogue.stmatrix``)
+        + one TMA store per box.
 
         ``tile``: which registers hold the tile and where it goes (default: the f32 accumulators of the
         current tile, :data:`CURRENT_TILE`).
@@ -294,13 +295,12 @@ class Epilogue:
                     for i in range(c * sbn // 2, (c + 1) * sbn // 2, 8):
                         chunk = fold(LANE // 16 + (i // 4 - c * sbn // 8))
                         out.append(StMatrix(self.cd_addr(buf, row, chunk), src, tuple(range(i, i + 8)), packed=t.packed))
-                    out += self.cd_commit(fold(t.n_col + c * sbn), fold(row0 + v * p.wave_rows), seq, wg, t.count)
-                    continue
-                for i in range(c * sbn // 2, (c + 1) * sbn // 2, 2):
-                    row = fold(frag_row + 8 * ((i // 2) & 1))
-                    chunk = i // 4 - c * sbn // 8
-                    addr = fold(self.cd_addr(buf, row, chunk) + (LANE % 4) * 4)
-                    out.append(StSharedBf16(addr, src, (i, i + 1), packed=t.packed))
+                else:
+                    for i in range(c * sbn // 2, (c + 1) * sbn // 2, 2):
+                        row = fold(frag_row + 8 * ((i // 2) & 1))
+                        chunk = i // 4 - c * sbn // 8
+                        addr = fold(self.cd_addr(buf, row, chunk) + (LANE % 4) * 4)
+                        out.append(StSharedBf16(addr, src, (i, i + 1), packed=t.packed))
                 out += self.cd_commit(fold(t.n_col + c * sbn), fold(row0 + v * p.wave_rows), seq, wg, t.count)
         return out
 
