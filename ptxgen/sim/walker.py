@@ -636,12 +636,17 @@ class WarpWalker:
             t = np.exp2(x * np.float32(-1.4426950408889634)).astype(np.float32)
             s = (x * (np.float32(1) / (np.float32(1) + t))).astype(np.float32)
             out = (s * u).astype(np.float32)
-        arr = self.regs.get(op.dst)
-        if arr is None or arr.shape[1] < op.n:
-            arr = np.full((LANES, op.n), np.nan, dtype=np.float32)
-            self.regs[op.dst] = arr
-        arr[:, : op.n] = out
-        self.touched.setdefault(op.dst, type(op).__name__)
+        self._write_array(op.dst, out, type(op).__name__)
+
+    def _write_array(self, name: str, values: np.ndarray, by: str) -> None:
+        """``name[:, 0:n] = values`` (``n`` = values' columns; a shorter or missing array grows, NaN-filled)."""
+        n = values.shape[1]
+        arr = self.regs.get(name)
+        if arr is None or arr.shape[1] < n:
+            arr = np.full((LANES, n), np.nan, dtype=np.float32)
+            self.regs[name] = arr
+        arr[:, :n] = values
+        self.touched.setdefault(name, by)
 
     def _pack(self, op):
         """``fmt`` rounding of ``src[0:n]`` into ``dst`` (kept as f32 values; see ``packed_from``)."""
@@ -651,13 +656,8 @@ class WarpWalker:
             out = bf16_bits_to_f32(f32_to_bf16_bits(vals))
         else:
             out = _STORE_BITS[op.fmt](vals).view(np.float16).astype(np.float32)
-        arr = self.regs.get(op.dst)
-        if arr is None or arr.shape[1] < op.n:
-            arr = np.full((LANES, op.n), np.nan, dtype=np.float32)
-            self.regs[op.dst] = arr
-        arr[:, : op.n] = out
+        self._write_array(op.dst, out, type(op).__name__)
         self.packed_from[op.dst] = op.src
-        self.touched.setdefault(op.dst, type(op).__name__)
 
     def _tcgen_fence(self, op):
         self.marks.append(op.kind)
