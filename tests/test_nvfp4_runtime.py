@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+torch = pytest.importorskip("torch")
 
 import ptxgen
 from ptxgen.errors import ConfigError, ShapeError
