@@ -613,7 +613,7 @@ def kernel_call(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
     Raises:
         ShapeError / CudaError: as :func:`ptxgen.runtime.api.gemm`.
     """
-    from emitters import emit
+    from ptxgen.build import kernel_ptx
     from ptxgen.runtime import driver
     from ptxgen.runtime.fastpath import Launcher
     from ptxgen.runtime.module import Kernel, jit_ptx
@@ -624,7 +624,7 @@ def kernel_call(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
     driver.ensure_context(ordinal)
     spec = kernel.launch
     check_gemm_inputs(a, b, out, spec.k_multiple, n_multiple=spec.n_multiple)
-    loaded_k = Kernel.from_cubin(jit_ptx(emit(kernel)), spec, ordinal)
+    loaded_k = Kernel.from_cubin(jit_ptx(kernel_ptx(kernel)), spec, ordinal)
     launcher = Launcher.for_kernel(loaded_k)
     if "watchdog" in spec.extra:
         launcher = WatchedLauncher(launcher, spec, ordinal)
