@@ -2,15 +2,15 @@
 
 Every side is timed per call in alternating rounds (``ptxgen.bench.time_interleaved``) on the same inputs, rotated
 past L2, so clock and thermal drift hit all sides alike and the ratio between two kernels is steadier than two
-separate ratios to torch (which move 2-5 % between runs on the H100, bench/NOTES.md §10).  Each side is first
+separate ratios to torch (which move 2-5 % between runs on the H100; docs/performance.md, "Method").  Each side is first
 checked once against an fp32 reference on a NaN-poisoned output.
 
 Sides are either configs (``--config``, prepared launches, the first is the base) or, with ``--rewrite R``, each
 ``--config`` against an IR rewrite of itself (``ptxgen.sim.rewrite``; both loaded with ``kernel_call``):
-  drain    the exit drain ``cp.async.bulk.wait_group 0`` (before session 16) instead of ``wait_group.read 0``
+  drain    the exit drain ``cp.async.bulk.wait_group 0`` (every write done) instead of ``wait_group.read 0``
   release  every consumer warp's elected lane arrives on ``empty`` (count x4) instead of warp 0's only
            (one-CTA configs: a pair's remote arrivals would need the peer's count changed too)
-  elect    the sm_90a TMA store issued under ``elect.sync`` (before session 16's end) instead of by lane 0
+  elect    the sm_90a TMA store issued under ``elect.sync`` instead of by lane 0
   store_first, store_after_full_wait, wait_before_store  (``epilogue.overlap`` configs) the previous tile's store
            before the first k-block, between its ``full`` wait and its wgmma, or after its wgmma completed
 
@@ -81,7 +81,7 @@ def _first(kind, pred=lambda op: True):
 
 REWRITES = {
     "drain": full_drain, "release": per_warp_release, "elect": elect_sync_store,
-    # epilogue.overlap (bench/NOTES.md §12): the store before the first k-block (no overlap), after its full wait,
+    # epilogue.overlap (docs/performance.md, "Overlapped epilogue"): the store before the first k-block (no overlap), after its full wait,
     # or after its wgmma completed (issued, then waited: as slow as the overlap)
     "store_first": lambda k: move_deferred_store(k, _first(O.Let, lambda x: x.var == "kb")),
     "store_after_full_wait": lambda k: move_deferred_store(k, lambda body: _first(O.MbarrierWait)(body) + 1),

@@ -1,4 +1,4 @@
-"""Which cuBLAS kernel torch.matmul(a, b.T) runs for each of issue 12's shapes (device only).
+"""Which cuBLAS kernel torch.matmul(a, b.T) runs for each default bench shape (device only).
 
 Prints the kernel name (nvjet / sm90_xmma names encode tile, stages, cluster and schedule) and its
 CUDA time, from torch.profiler, so our tile choice can be compared with cuBLAS's.

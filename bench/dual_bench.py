@@ -32,7 +32,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     # 150 timed calls (30 per round): with 30 (6 per round) one run of the 70-100 us shapes moved the geomean
-    # from 1.20x to 1.06x; three runs at 150 agree within 1 % (bench/NOTES.md §7.6)
+    # from 1.20x to 1.06x; three runs at 150 agree within 1 % (docs/performance.md, "SwiGLU dual GEMM")
     ap.add_argument("--iters", type=int, default=150)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--shapes", default="all", help="indices into the shape list, e.g. 0,2,3 (default all)")

@@ -17,8 +17,8 @@ for comparison, a second call).  The cache directory is a fresh temporary
 
 Before the first child, the ``ptxgen`` and ``emitters`` sources are byte-compiled (``compileall``), as
 ``pip install`` does: a source tree that is never compiled (the device copy of the repository, with
-bytecode writes off) recompiles every module in every process, about 260 ms of a first call (H100,
-2026-11-24; bench/NOTES.md §4), which no installed package pays.
+bytecode writes off) recompiles every module in every process, about 260 ms of a first call (H100;
+docs/performance.md, "First call"), which no installed package pays.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """NVFP4 dual GEMM on paper: bytes, FLOPs, speed of light and schedule arithmetic for the four problem shapes.
 
 Usage (from the repository root): ``PYTHONPATH=. python bench/nvfp4_paper.py`` (prints the Markdown tables of
-bench/NVFP4_PAPER.md; the shipped schedules are read from this checkout's plans).
+docs/nvfp4.md; the shipped schedules are read from this checkout's plans).
 
 Every hardware number is an explicit assumption below; change one and rerun.
 """

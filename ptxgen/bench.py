@@ -44,7 +44,7 @@ MAX_SETS = 1024
 #: GPU cycles of pre-sleep per timed iteration (about 20 us at ~2 GHz)
 SLEEP_CYCLES_PER_ITER = 40_000
 TOLERANCE = 1e-2
-#: squares, then the DeepGEMM M=4096 shapes (N x K) of issue 12
+#: squares, then the DeepGEMM M=4096 shapes (N x K)
 DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = (
     (4096, 4096, 4096), (6144, 6144, 6144), (8192, 8192, 8192), (10240, 10240, 10240), (12288, 12288, 12288),
     (4096, 2112, 7168), (4096, 7168, 16384), (4096, 24576, 1536), (4096, 7168, 2048), (4096, 576, 7168),
@@ -108,9 +108,9 @@ def time_interleaved(fns: dict[str, Callable[[int], Any]], n_sets: int, *, warmu
     each; the order of the functions within a round reverses every round (A B, B A, A B, ...).  The default,
     one call per round (``rounds = iters``: A B B A A B ...), cancels drift at the finest grain: a kernel of
     milliseconds heats the card, and rounds of 30 calls (0.15 s at 12288^3) let the ratio of two kernels move by
-    several per cent between runs (bench/NOTES.md §4, §12).  Every timed call is enqueued back to back, each between
-    its own pair of CUDA events, with one synchronize at the end; the k-th call of the whole sequence uses input
-    set ``(warmup + k) % n_sets``, so consecutive calls never share their operands.  Arguments as :func:`time_ms`.
+    several per cent between runs (docs/performance.md, "Method").  Every timed call is enqueued back to back,
+    each between its own pair of CUDA events, with one synchronize at the end; the k-th call of the whole sequence
+    uses input set ``(warmup + k) % n_sets``, so consecutive calls never share their operands.  Arguments as :func:`time_ms`.
 
     Raises:
         ValueError: ``iters`` < 1 or ``rounds`` < 1.
@@ -463,7 +463,7 @@ def tune(
 
     The candidates of one shape are timed together in alternating rounds (:func:`time_interleaved`) on the
     same rotated inputs, so clock and thermal drift hit them alike: timed one after the other, two kernels
-    within 5 % of each other swapped places from run to run (bench/NOTES.md §10).
+    within 5 % of each other swapped places from run to run (docs/performance.md, "Swizzle groups").
 
     Args:
         shapes: ``(M, N, K)`` triples to tune.

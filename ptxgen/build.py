@@ -1,4 +1,8 @@
-"""config -> plan -> IR -> PTX + launch metadata, and the files ``ptxgen build`` writes."""
+"""config -> plan -> IR -> PTX + launch metadata, and the files ``ptxgen build`` writes.
+
+The one door into ``emitters``: every PTX text of the package comes from :func:`kernel_ptx` (a config's kernel
+through :func:`build`, a Kernel IR made or changed elsewhere, such as a planted or instrumented kernel, directly).
+"""
 
 from __future__ import annotations
 
@@ -32,8 +36,6 @@ def build(config: Config | str, *, watchdog_ns: int = 0) -> BuildResult:
     watchdog_ns: 0 (default) builds the shipped kernel; a positive budget (ns) builds the hang-watchdog
         variant (:func:`ptxgen.ir.watchdog.instrument`: one more ``.u64`` parameter, bounded waits).
     """
-    from emitters import emit
-
     cfg = load_config(config)
     t0 = time.perf_counter()
     plan = make_plan(cfg)
@@ -44,8 +46,19 @@ def build(config: Config | str, *, watchdog_ns: int = 0) -> BuildResult:
 
         kernel = instrument(kernel, watchdog_ns)
         launch = kernel.launch
-    ptx = emit(kernel)
+    ptx = kernel_ptx(kernel)
     return BuildResult(cfg, plan, kernel, ptx, launch, time.perf_counter() - t0)
+
+
+def kernel_ptx(kernel: Kernel) -> str:
+    """The PTX module text of a Kernel IR (``emitters.emit``: legalized for its target, one ``.entry``).
+
+    Raises:
+        NotImplementedError: an op has no lowering on the kernel's target.
+    """
+    from emitters import emit
+
+    return emit(kernel)
 
 
 def write(result: BuildResult, out_dir: str | Path) -> tuple[Path, Path]:

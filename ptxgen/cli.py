@@ -272,7 +272,7 @@ def parser() -> argparse.ArgumentParser:
                     help="timed calls per side, in alternating rounds (50 left sub-ms shapes at +-5 %%)")
     be.add_argument("--rounds", type=int, default=None,
                     help="alternating rounds per side (default: one per call, A B B A ...; 5 was the method "
-                         "before session 17, bench/NOTES.md §12)")
+                         "of earlier tables: coarser rounds of several calls per side)")
     be.add_argument("--json", help="write the results as JSON here")
     be.add_argument("--plot", help="write a PNG of the ratio per shape here (needs matplotlib: ptxgen[plot])")
     be.add_argument("--host-overhead", action="store_true",

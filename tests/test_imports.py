@@ -15,7 +15,8 @@ Contract checked:
 (a) no cycle among modules (the failure names the cycle);
 (b) ``emitters`` imports from ptxgen only ``ptxgen.ir*`` and ``ptxgen.errors``, never ``ptxgen`` itself,
     and nothing it reaches (transitively) is ``ptxgen``'s ``__init__``;
-(c) ``ptxgen.sim*`` and ``emitters*`` reach (transitively) nothing of ``ptxgen.plan`` or ``ptxgen.config``.
+(c) ``ptxgen.sim*`` and ``emitters*`` reach (transitively) nothing of ``ptxgen.plan`` or ``ptxgen.config``;
+(d) ``ptxgen.build`` is the one door into the emitters: no other ``ptxgen`` module imports ``emitters*``.
 
 Planted violations in synthetic graphs prove each check fails.
 """
@@ -151,7 +152,7 @@ def _under(name: str, pkg: str) -> bool:
 
 
 def contract_violations(graph: dict[str, set[str]]) -> list[str]:
-    """Every breach of rules (a)-(c) of the module doc, as one line each (empty when the contract holds)."""
+    """Every breach of rules (a)-(d) of the module doc, as one line each (empty when the contract holds)."""
     out = []
     cycle = find_cycle(graph)
     if cycle:
@@ -172,6 +173,11 @@ def contract_violations(graph: dict[str, set[str]]) -> list[str]:
         for dep in sorted(parents):
             if _under(dep, "ptxgen.plan") or _under(dep, "ptxgen.config"):
                 out.append(f"{mod} reaches {dep}: {_chain(parents, dep)}")
+    for mod in sorted(graph):
+        if _under(mod, "ptxgen") and mod != "ptxgen.build":
+            for dep in sorted(graph[mod]):
+                if _under(dep, "emitters"):
+                    out.append(f"{mod} imports {dep}: only ptxgen.build calls the emitters")
     return out
 
 
@@ -232,6 +238,9 @@ def test_synthetic_clean_graph_passes():
     ({"ptxgen__sim__walker": {"ptxgen.config"}}, "ptxgen.sim.walker reaches ptxgen.config"),
     # transitive: the IR (allowed for emitters) pulling in the plan still breaks (c)
     ({"ptxgen__ir__ops": {"ptxgen.plan"}}, "emitters.core reaches ptxgen.plan: emitters.core -> ptxgen.ir"),
+    # a second door into the emitters (the runtime emitting a kernel itself instead of through ptxgen.build)
+    ({"ptxgen__runtime": {"emitters"}},
+     "ptxgen.runtime imports emitters: only ptxgen.build calls the emitters"),
 ])
 def test_planted_violation_is_caught(extra, expected):
     violations = contract_violations(_plant(**extra))

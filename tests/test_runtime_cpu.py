@@ -1070,9 +1070,9 @@ def fake_setup(monkeypatch, torch_mod):
     launcher = FakeLauncher()
     setups = []
 
-    def setup(a, b, out, config):
-        m, n, k = api.check_gemm_inputs(a, b, out, require_cuda=False)
-        setups.append((tuple(a.shape), tuple(b.shape), config))
+    def setup(family, a, bs, out, config):
+        m, n, k = api.check_gemm_inputs(a, bs[0], out, require_cuda=False)
+        setups.append((tuple(a.shape), tuple(bs[0].shape), config))
         return api.LoadedKernel(None, launcher, launch_spec), 0, m, n, k, 7
 
     monkeypatch.setattr(api, "_checked_setup", setup)

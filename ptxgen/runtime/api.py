@@ -12,7 +12,7 @@ shapes, strides, devices) signature runs every check, resolves the config
 (``config=None``: :func:`ptxgen.runtime.choose.choose` for the shape and
 device), loads the kernel (:func:`loaded_kernel`: from the disk cache by
 config content, see :mod:`ptxgen.runtime.loader`) and stores a
-:class:`_GemmCall`.  Later calls with the same signature do only the
+:class:`_Call`.  Later calls with the same signature do only the
 per-pointer checks (16-byte alignment, ``out`` not overlapping A or B) and
 one :meth:`ptxgen.runtime.fastpath.Launcher.launch`: tensor maps come from
 an LRU keyed by (address, shape, stride), parameters go into a reused buffer,
@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,8 +44,8 @@ _lock = threading.Lock()
 _builds: dict[tuple[str, str], Any] = {}
 #: (ordinal, config identity) -> LoadedKernel
 _loaded: dict[tuple[int, Any], "LoadedKernel"] = {}
-#: call signature -> _GemmCall (cleared when it grows past _MAX_CALLS)
-_calls: dict[tuple, "_GemmCall"] = {}
+#: call signature -> _Call, for every kernel family (cleared when it grows past _MAX_CALLS)
+_calls: dict[tuple, "_Call"] = {}
 _MAX_CALLS = 4096
 _tls = threading.local()
 #: (ordinal, config name, kernel, WorkspaceSpec, bytes) -> the zero-filled split-K workspace (a torch uint8 tensor)
@@ -143,6 +144,25 @@ def check_gemm_inputs(
         for name, operand in (("a", a), (b_name, b)):
             if _overlaps(out, operand):
                 raise ShapeError(f"out: memory overlaps {name}: D must not alias an input")
+    return m, n, k
+
+
+def check_dual_gemm_inputs(a: Any, b1: Any, b2: Any, out: Any = None, k_multiple: int = ELEMS_PER_16B, *,
+                           n_multiple: int = 1, require_cuda: bool = True) -> tuple[int, int, int]:
+    """Validate ``dual_gemm`` operands (the rules of :func:`check_gemm_inputs`, B2 like B1); pure.
+
+    Raises:
+        ShapeError: the first rule broken, naming the argument (``a``, ``b1``, ``b2``, ``out``).
+    """
+    m, n, k = check_gemm_inputs(a, b1, out, k_multiple, n_multiple=n_multiple, require_cuda=require_cuda,
+                                b_name="b1")
+    _check_tensor("b2", b2, "[N, K]", require_cuda)
+    if b2.device != a.device:
+        raise ShapeError(f"b2: device={b2.device}: must be on a's device {a.device}")
+    if tuple(b2.shape) != tuple(b1.shape):
+        raise ShapeError(f"b2: shape={tuple(b2.shape)}: must equal b1's shape {tuple(b1.shape)} ([N, K])")
+    if out is not None and _overlaps(out, b2):
+        raise ShapeError("out: memory overlaps b2: D must not alias an input")
     return m, n, k
 
 
@@ -323,20 +343,56 @@ class PreparedGemm:
         return self.out
 
 
-def _checked_setup(a: Any, b: Any, out: Any, config: Any) -> tuple[LoadedKernel, int, int, int, int, int]:
+@dataclass(frozen=True)
+class _Family:
+    """What a kernel family's call adds to the common path: its input check and the configs it runs.
+
+    Attributes:
+        kernel: the family's name for the chooser (``"gemm"``, ``"dual_gemm"``).
+        check: ``check(a, *bs, out, k_multiple, *, n_multiple)`` -> ``(M, N, K)``, raising ShapeError;
+            ``bs`` are the family's B operands (``b``; ``b1, b2``), each ``[N, K]`` with one tensor map.
+        refuse: ``refuse(spec)`` -> the ConfigError message for a launch spec of another family, or None.
+    """
+
+    kernel: str
+    check: Callable[..., tuple[int, int, int]]
+    refuse: Callable[[Any], str | None]
+
+
+def _gemm_refuses(spec: Any) -> str | None:
+    if "b2" in spec.tensor_maps:
+        return f"config {spec.name}: a dual GEMM config; use ptxgen.dual_gemm(a, b1, b2)"
+    return None
+
+
+def _dual_refuses(spec: Any) -> str | None:
+    if "b2" not in spec.tensor_maps:
+        return f"config {spec.name}: a GEMM config; dual_gemm needs a dual_* config (kernel: dual_gemm)"
+    if "sfa" in spec.tensor_maps:
+        return f"config {spec.name}: an NVFP4 config (operands: nvfp4); use ptxgen.dual_gemm_nvfp4"
+    return None
+
+
+_GEMM = _Family("gemm", check_gemm_inputs, _gemm_refuses)
+_DUAL = _Family("dual_gemm", check_dual_gemm_inputs, _dual_refuses)
+
+
+def _checked_setup(family: _Family, a: Any, bs: tuple, out: Any,
+                   config: Any) -> tuple[LoadedKernel, int, int, int, int, int]:
     """Every input check, the config resolved, the kernel loaded: ``(loaded, ordinal, m, n, k, grid_x)``."""
     from ptxgen.runtime import driver
 
-    m, n, k = check_gemm_inputs(a, b, out)
+    m, n, k = family.check(a, *bs, out)
     ordinal = _ordinal(a)
     driver.ensure_context(ordinal)
     info = driver.device_info(ordinal)
-    loaded = loaded_kernel(resolve_config(config, m, n, k, ordinal), ordinal)
+    loaded = loaded_kernel(resolve_config(config, m, n, k, ordinal, family.kernel), ordinal)
     spec = loaded.spec
-    if "b2" in spec.tensor_maps:
-        raise ConfigError(f"config {spec.name}: a dual GEMM config; use ptxgen.dual_gemm(a, b1, b2)")
+    refused = family.refuse(spec)
+    if refused:
+        raise ConfigError(refused)
     check_arch(spec.name, spec.arch, info.capability)
-    check_gemm_inputs(a, b, out, spec.k_multiple, n_multiple=spec.n_multiple)
+    family.check(a, *bs, out, spec.k_multiple, n_multiple=spec.n_multiple)
     return loaded, ordinal, m, n, k, spec.grid.grid_x(m, n, info.sm_count)
 
 
@@ -355,7 +411,7 @@ def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm
     from ptxgen.runtime.module import KernelParams
     from ptxgen.runtime.tensormap import encode_tiled
 
-    loaded, ordinal, m, n, k, grid_x = _checked_setup(a, b, out, config)
+    loaded, ordinal, m, n, k, grid_x = _checked_setup(_GEMM, a, (b,), out, config)
     if "watchdog" in loaded.spec.extra:
         from ptxgen import knobs
 
@@ -391,50 +447,77 @@ class _Packed:
         self.launcher.launch(grid_x, self.maps, self.scalars, stream)
 
 
-class _GemmCall:
-    """Everything about a call signature that does not depend on the pointers (see module docstring)."""
+class _Call:
+    """Everything about a call signature that does not depend on the pointers (see module docstring), for any
+    kernel family: A, the family's B operands and D, one tensor map each, one launch.
 
-    __slots__ = ("config", "by_id", "launcher", "spec", "ordinal", "device", "m", "n", "k", "grid_x", "d_map",
-                 "a_bytes", "b_bytes", "d_bytes", "new_out", "extra")
+    ``call(a, b, out)`` (GEMM) or ``call(a, b1, out, b2)`` (dual GEMM; the second B last, so a GEMM call needs
+    no tuple of operands): the per-pointer checks (16-byte alignment,
+    ``out`` not overlapping an input; a failure re-runs the family's full check, which raises its ShapeError),
+    ``out`` allocated when None, then one :meth:`ptxgen.runtime.fastpath.Launcher.launch` on torch's current stream.
+    """
 
-    def __init__(self, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
+    __slots__ = ("config", "by_id", "launcher", "spec", "ordinal", "m", "n", "k", "grid_x", "d_map",
+                 "a_bytes", "b_bytes", "d_bytes", "new_out", "check", "extra")
+
+    def __init__(self, family: _Family, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
                  m: int, n: int, k: int, grid_x: int):
+        import torch
+
         self.config, self.by_id = config, by_id
         self.launcher, self.spec = loaded.launcher, loaded.spec
-        self.ordinal, self.device = ordinal, device
+        self.ordinal = ordinal
         self.m, self.n, self.k, self.grid_x = m, n, k, grid_x
         self.d_map = "d" in loaded.spec.tensor_maps and n % ELEMS_PER_16B == 0
         self.a_bytes, self.b_bytes, self.d_bytes = 2 * m * k, 2 * n * k, 2 * m * n
-        self.extra = split_k_workspace(loaded.spec, m, n, device, ordinal)
-        import torch
-
         self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
+        self.check = functools.partial(family.check, k_multiple=loaded.spec.k_multiple,
+                                       n_multiple=loaded.spec.n_multiple)
+        self.extra = split_k_workspace(loaded.spec, m, n, device, ordinal)
 
-    def __call__(self, a: Any, b: Any, out: Any) -> Any:
-        pa, pb = a.data_ptr(), b.data_ptr()
+    def __call__(self, a: Any, b: Any, out: Any, b2: Any = None) -> Any:
         m, n, k = self.m, self.n, self.k
+        pa, pb = a.data_ptr(), b.data_ptr()
         if out is None:
             out = self.new_out()
-            pd = out.data_ptr()
+            pd, d_end = out.data_ptr(), -1  # a fresh D overlaps nothing
         else:
             pd = out.data_ptr()
-            if (pd < pa + self.a_bytes and pa < pd + self.d_bytes) or (pd < pb + self.b_bytes and pb < pd + self.d_bytes):
-                check_gemm_inputs(a, b, out)  # raises the overlap ShapeError
-        if (pa | pb | pd) & (_ALIGN - 1):
-            check_gemm_inputs(a, b, out)  # raises the alignment ShapeError
+            d_end = pd + self.d_bytes
+        b_bytes = self.b_bytes
+        bad = ((pa | pb | pd) & (_ALIGN - 1) or (pa < d_end and pd < pa + self.a_bytes)
+               or (pb < d_end and pd < pb + b_bytes))
+        d_map = (pd, m, n, n) if self.d_map else None
+        if b2 is None:
+            maps = ((pa, m, k, k), (pb, n, k, k), d_map)
+        else:
+            p2 = b2.data_ptr()
+            bad = bad or p2 & (_ALIGN - 1) or (p2 < d_end and pd < p2 + b_bytes)
+            maps = ((pa, m, k, k), (pb, n, k, k), (p2, n, k, k), d_map)
+        if bad:  # re-run the family's full check, which raises the overlap or alignment ShapeError
+            self.check(a, b, out) if b2 is None else self.check(a, b, b2, out)
         ordinal = self.ordinal
         if getattr(_tls, "ordinal", None) != ordinal or _current_device() != ordinal:
             from ptxgen.runtime import driver
 
             driver.ensure_context(ordinal)
             _tls.ordinal = ordinal
-        self.launcher.launch(
-            self.grid_x,
-            ((pa, m, k, k), (pb, n, k, k), (pd, m, n, n) if self.d_map else None),
-            (pd, m, n, k, *self.extra),
-            current_stream(ordinal),
-        )
+        self.launcher.launch(self.grid_x, maps, (pd, m, n, k, *self.extra), current_stream(ordinal))
         return out
+
+
+def _new_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: tuple, out: Any) -> _Call:
+    """The full setup of a call signature not seen yet (or a ``Config`` object not the cached one): every check,
+    the kernel loaded, the :class:`_Call` stored under ``key`` (None: not cacheable)."""
+    loaded, ordinal, m, n, k, grid_x = _checked_setup(family, a, bs, out, config)
+    call = _Call(family, config, key is not None and key[0].__class__ is tuple, loaded, ordinal, a.device,
+                 m, n, k, grid_x)
+    if key is not None:
+        with _lock:
+            if len(_calls) >= _MAX_CALLS:
+                _calls.clear()
+            _calls[key] = call
+    return call
 
 
 def _current_device() -> int:
@@ -473,81 +556,11 @@ def gemm(a: Any, b: Any, out: Any = None, config: Any = None) -> Any:
     try:
         key = _signature(a, b, out, config)
         call = _calls.get(key)
-    except (AttributeError, TypeError):  # not tensors: the full check below names the problem
+    except (AttributeError, TypeError):  # not tensors: the full check names the problem
         key, call = None, None
     if call is None or (call.by_id and call.config is not config):
-        loaded, ordinal, m, n, k, grid_x = _checked_setup(a, b, out, config)
-        call = _GemmCall(config, key is not None and key[0].__class__ is tuple, loaded, ordinal, a.device,
-                         m, n, k, grid_x)
-        if key is not None:
-            with _lock:
-                if len(_calls) >= _MAX_CALLS:
-                    _calls.clear()
-                _calls[key] = call
+        call = _new_call(_GEMM, key, config, a, (b,), out)
     return call(a, b, out)
-
-
-# --------------------------------------------------------------------------- the dual GEMM (SwiGLU)
-
-
-def check_dual_gemm_inputs(a: Any, b1: Any, b2: Any, out: Any = None, k_multiple: int = ELEMS_PER_16B, *,
-                           n_multiple: int = 1, require_cuda: bool = True) -> tuple[int, int, int]:
-    """Validate ``dual_gemm`` operands (the rules of :func:`check_gemm_inputs`, B2 like B1); pure.
-
-    Raises:
-        ShapeError: the first rule broken, naming the argument (``a``, ``b1``, ``b2``, ``out``).
-    """
-    m, n, k = check_gemm_inputs(a, b1, out, k_multiple, n_multiple=n_multiple, require_cuda=require_cuda,
-                                b_name="b1")
-    _check_tensor("b2", b2, "[N, K]", require_cuda)
-    if b2.device != a.device:
-        raise ShapeError(f"b2: device={b2.device}: must be on a's device {a.device}")
-    if tuple(b2.shape) != tuple(b1.shape):
-        raise ShapeError(f"b2: shape={tuple(b2.shape)}: must equal b1's shape {tuple(b1.shape)} ([N, K])")
-    if out is not None and _overlaps(out, b2):
-        raise ShapeError("out: memory overlaps b2: D must not alias an input")
-    return m, n, k
-
-
-class _DualCall:
-    """A dual-GEMM call signature's fixed part (as :class:`_GemmCall`): four tensor maps, one launch."""
-
-    __slots__ = ("config", "by_id", "launcher", "ordinal", "m", "n", "k", "grid_x", "d_map", "new_out", "check", "extra")
-
-    def __init__(self, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
-                 m: int, n: int, k: int, grid_x: int):
-        import torch
-
-        self.config, self.by_id, self.launcher, self.ordinal = config, by_id, loaded.launcher, ordinal
-        self.m, self.n, self.k, self.grid_x = m, n, k, grid_x
-        self.d_map = "d" in loaded.spec.tensor_maps and n % ELEMS_PER_16B == 0
-        self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
-        self.check = functools.partial(check_dual_gemm_inputs, k_multiple=loaded.spec.k_multiple,
-                                       n_multiple=loaded.spec.n_multiple)
-        self.extra = split_k_workspace(loaded.spec, m, n, device, ordinal)
-
-    def __call__(self, a: Any, b1: Any, b2: Any, out: Any) -> Any:
-        m, n, k = self.m, self.n, self.k
-        if out is None:
-            out = self.new_out()
-        else:
-            self.check(a, b1, b2, out)  # overlap rules; the cheap checks of gemm's fast path are not worth a copy
-        pa, p1, p2, pd = a.data_ptr(), b1.data_ptr(), b2.data_ptr(), out.data_ptr()
-        if (pa | p1 | p2 | pd) & (_ALIGN - 1):
-            self.check(a, b1, b2, out)  # raises the alignment ShapeError
-        ordinal = self.ordinal
-        if getattr(_tls, "ordinal", None) != ordinal or _current_device() != ordinal:
-            from ptxgen.runtime import driver
-
-            driver.ensure_context(ordinal)
-            _tls.ordinal = ordinal
-        self.launcher.launch(self.grid_x,
-                             ((pa, m, k, k), (p1, n, k, k), (p2, n, k, k), (pd, m, n, n) if self.d_map else None),
-                             (pd, m, n, k, *self.extra), current_stream(ordinal))
-        return out
-
-
-_dual_calls: dict[tuple, _DualCall] = {}
 
 
 def dual_gemm(a: Any, b1: Any, b2: Any, out: Any = None, config: Any = None) -> Any:
@@ -568,34 +581,14 @@ def dual_gemm(a: Any, b1: Any, b2: Any, out: Any = None, config: Any = None) -> 
         ConfigError: no dual config for the device, a GEMM config passed, or the arch does not match.
         CudaError: a driver call failed.
     """
-    from ptxgen.runtime import driver
-
     try:
         key = _signature(a, b1, out, config) + (b2.dtype, b2.shape, b2.stride(), b2.device)
-        call = _dual_calls.get(key)
-    except (AttributeError, TypeError):
+        call = _calls.get(key)
+    except (AttributeError, TypeError):  # not tensors: the full check names the problem
         key, call = None, None
     if call is None or (call.by_id and call.config is not config):
-        m, n, k = check_dual_gemm_inputs(a, b1, b2, out)
-        ordinal = _ordinal(a)
-        driver.ensure_context(ordinal)
-        info = driver.device_info(ordinal)
-        loaded = loaded_kernel(resolve_config(config, m, n, k, ordinal, "dual_gemm"), ordinal)
-        spec = loaded.spec
-        if "b2" not in spec.tensor_maps:
-            raise ConfigError(f"config {spec.name}: a GEMM config; dual_gemm needs a dual_* config (kernel: dual_gemm)")
-        if "sfa" in spec.tensor_maps:
-            raise ConfigError(f"config {spec.name}: an NVFP4 config (operands: nvfp4); use ptxgen.dual_gemm_nvfp4")
-        check_arch(spec.name, spec.arch, info.capability)
-        check_dual_gemm_inputs(a, b1, b2, out, spec.k_multiple, n_multiple=spec.n_multiple)
-        call = _DualCall(config, key is not None and key[0].__class__ is tuple, loaded, ordinal, a.device,
-                         m, n, k, spec.grid.grid_x(m, n, info.sm_count))
-        if key is not None:
-            with _lock:
-                if len(_dual_calls) >= _MAX_CALLS:
-                    _dual_calls.clear()
-                _dual_calls[key] = call
-    return call(a, b1, b2, out)
+        call = _new_call(_DUAL, key, config, a, (b1, b2), out)
+    return call(a, b1, out, b2)
 
 
 # --------------------------------------------------------------------------- planted kernels (watchdog tests)
@@ -620,24 +613,21 @@ def kernel_call(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
     Raises:
         ShapeError / CudaError: as :func:`ptxgen.runtime.api.gemm`.
     """
-    import torch
-
-    from emitters import emit
+    from ptxgen.build import kernel_ptx
     from ptxgen.runtime import driver
-    from ptxgen.runtime.watchdog import WatchedLauncher
     from ptxgen.runtime.fastpath import Launcher
     from ptxgen.runtime.module import Kernel, jit_ptx
+    from ptxgen.runtime.watchdog import WatchedLauncher
 
     m, n, k = check_gemm_inputs(a, b, out)
-    ordinal = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    ordinal = _ordinal(a)
     driver.ensure_context(ordinal)
     spec = kernel.launch
     check_gemm_inputs(a, b, out, spec.k_multiple, n_multiple=spec.n_multiple)
-    loaded_k = Kernel.from_cubin(jit_ptx(emit(kernel)), spec, ordinal)
+    loaded_k = Kernel.from_cubin(jit_ptx(kernel_ptx(kernel)), spec, ordinal)
     launcher = Launcher.for_kernel(loaded_k)
     if "watchdog" in spec.extra:
         launcher = WatchedLauncher(launcher, spec, ordinal)
     loaded = LoadedKernel(kernel=loaded_k, launcher=launcher, spec=spec)
     grid_x = spec.grid.grid_x(m, n, driver.device_info(ordinal).sm_count)
-    return _GemmCall(None, False, loaded, ordinal, a.device, m, n, k, grid_x)
-
+    return _Call(_GEMM, None, False, loaded, ordinal, a.device, m, n, k, grid_x)

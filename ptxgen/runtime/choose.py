@@ -30,10 +30,10 @@ SM (the configs use ~225 KB of shared memory), clusters of ``c`` CTAs occupy
 Not chosen automatically, though they run when passed as ``config=``:
 
 * ping-pong consumer configs (``mma.consumers: pingpong``): 0.45-0.83x torch on an H100 where the
-  cooperative configs reach 0.95-1.05x (bench/NOTES.md §7.4);
+  cooperative configs reach 0.95-1.05x (docs/performance.md, "Ping-pong consumers");
 * split-K variants (``schedule.split_k > 1``): slower than the unsplit tile on the GEMM shapes the model
   predicted them for (4096x576x7168: 0.59x vs 0.82x torch; 4096x2112x7168: 0.67-0.79x vs 0.85-0.90x), a gain
-  only on the dual GEMM's M = 256 shapes (bench/NOTES.md §7.5); and a split-K launch needs its whole grid
+  only on the dual GEMM's M = 256 shapes (docs/performance.md, "Split-K"); and a split-K launch needs its whole grid
   resident and must not run concurrently with a launch of the same kernel on another stream (they share the
   workspace counters), which a call made without naming the config cannot promise.
 
@@ -72,7 +72,8 @@ class DeviceModel:
     Attributes:
         peak_tflops: dense bf16 tensor-core peak, TFLOP/s (H100 SXM: 989, Hopper whitepaper).
         l2_tbps: effective operand bandwidth into the SMs (L2 hits and multicast included), TB/s;
-            calibrated so that a 256x128 tile at 8192^3 is math-bound, as measured on an H200 (bench/results).
+            calibrated so that a 256x128 tile at 8192^3 is math-bound, as measured on an H200
+            (docs/performance.md, "Remote arrives under multicast").
         hbm_tbps: DRAM bandwidth, TB/s (H100 SXM HBM3: 3.35).
         store_tbps: bandwidth of the epilogue store, TB/s.
     """
@@ -114,7 +115,8 @@ def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
 
     NVFP4 configs (``operands: nvfp4``) are ``dual_gemm_nvfp4``'s, never a bf16 call's.  Ping-pong consumer configs
     (``mma.consumers: pingpong``) are not candidates: on an H100 they measured 0.45-0.83x torch where the
-    cooperative configs reach 0.95-1.05x (bench/NOTES.md §7.4); nor are split-K configs (module docstring).
+    cooperative configs reach 0.95-1.05x (docs/performance.md, "Ping-pong consumers"); nor are split-K configs
+    (module docstring).
     """
     from ptxgen.shipped import shipped_configs
 
@@ -279,8 +281,8 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
         cands = candidates(arch, kernel) if arch else ()
         if not cands:
             return default, "default"
-        if m <= 256:  # one pair of m-blocks: B multicast has nothing to amortise (H100: 1.22x vs 1.08x over
-            cands = tuple(c for c in cands if c.cluster == 1) or cands  # torch at 256x4096x7168, bench/NOTES.md)
+        if m <= 256:  # one pair of m-blocks: B multicast has nothing to amortise (H100: 1.13-1.26x vs 1.08-1.24x
+            cands = tuple(c for c in cands if c.cluster == 1) or cands  # over torch; docs/performance.md)
         return rank(cands, m, n, k, sm_count, default)[0][1], "cost model"
     shipped = set(shipped_configs())  # a glob; the YAMLs are parsed only when the cost model runs
     for why, path in (("user table", user_table_path(arch) if arch else None),

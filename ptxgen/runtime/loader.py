@@ -16,7 +16,7 @@ The payload (:func:`pack_image` / :func:`unpack_image`) holds the launch spec
 (JSON), the PTX and the cubin the driver's JIT produced, so a hit loads the
 cubin and launches without running plan/IR/emitter, and — for a config given
 by name or path — without importing the config schema at all (pydantic, plan:
-about 100 ms of a first call; bench/NOTES.md §4).  A miss validates and builds
+about 100 ms of a first call; docs/performance.md, "First call").  A miss validates and builds
 the config (``ptxgen.build.build``), JIT-compiles the PTX with the driver
 (:func:`ptxgen.runtime.module.jit_ptx`) and stores the three; the store is
 atomic and locked (:mod:`ptxgen.runtime.cache`).  A payload that does not

@@ -1,4 +1,4 @@
-"""``dual_gemm_nvfp4``: the torch-facing shell of the NVFP4 block-scaled dual GEMM (issue 11), and its TMA maps.
+"""``dual_gemm_nvfp4``: the torch-facing shell of the NVFP4 block-scaled dual GEMM, and its TMA maps.
 
 ``C = silu(A @ B1.T) * (A @ B2.T)`` with the operands of the public ``nvfp4_dual_gemm`` problem:
 
