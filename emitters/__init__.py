@@ -60,7 +60,7 @@ def hoist_bases(kernel) -> bool:
 
     Constants (``%idesc``, ``%desc_hi``, ``%true``) are always hoisted.  The bases only on sm_100a kernels
     whose epilogue goes through a TMA store (level4-9), where it costs no register and saves SASS
-    instructions.  Measured with ptxas (bench/ptx_stats.py; bench/NOTES.md "Lean PTX"), the bases stay in
+    instructions.  Measured with ptxas (bench/ptx_stats.py; docs/performance.md, "Lean PTX"), the bases stay in
     place (``%smem_base + offset`` at each use, which ptxas rematerializes) where hoisting them hurt:
     kernels that store D straight from registers (level1-3: 52 -> 54/54/53 registers per thread, ptxas
     keeps the hoisted bases live across the per-element store epilogue) and sm_90a (h100_256x128: ptxas

@@ -1,7 +1,7 @@
 """Lowering of the families both arches share: mbarrier, TMA, cluster and CTA sync, fences, data stores.
 
 Sources: PTX ISA 8.8 sections "mbarrier", "cp.async.bulk.tensor", "barrier.cluster", "bar.sync",
-"fence.proxy", "mapa", "shfl.sync", "cvt" (bf16x2); ../shared/PTX_FACTS.md.
+"fence.proxy", "mapa", "shfl.sync", "cvt" (bf16x2).
 """
 
 from __future__ import annotations

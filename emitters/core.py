@@ -186,7 +186,7 @@ class Lowering:
     def _div_by_constant(self, op: str, a: str, d: int, m: int, s: int) -> str:
         """``a / d`` or ``a % d`` (u32) by a multiply-high and a shift (:func:`udiv_magic`): ``div.u32``/``rem.u32``
         by a constant made ptxas 13 compute a reciprocal at run time and correct the quotient twice, a chain of
-        about 12 dependent instructions in the k-loop's stage and phase (bench/NOTES.md §12)."""
+        about 12 dependent instructions in the k-loop's stage and phase (docs/performance.md, "Constant division")."""
         if a.isdigit():
             a = self.into_reg(a)
         q = self.tmp()

@@ -1,7 +1,7 @@
 """Lowering of the tcgen05 family (sm_100a): TMEM allocation, UMMA issue and commit, TMEM loads, fences.
 
 Sources: PTX ISA 8.8 "Tensor Memory", "tcgen05.alloc", "tcgen05.mma", "tcgen05.commit", "tcgen05.ld",
-"tcgen05.fence"; ../shared/PTX_FACTS.md.  One kernel uses one cta_group for all of these (ptxas
+"tcgen05.fence".  One kernel uses one cta_group for all of these (ptxas
 refuses a mix), taken from the kernel.
 """
 

@@ -1,7 +1,7 @@
 """Lowering of the wgmma family (sm_90a): register-split, fences, async MMA into register fragments.
 
 Sources: PTX ISA 8.8 "wgmma.mma_async" (m64nNk16, scale-d predicate, descriptor operands),
-"wgmma.fence", "wgmma.commit_group", "wgmma.wait_group", "setmaxnreg"; ../shared/PTX_FACTS.md.
+"wgmma.fence", "wgmma.commit_group", "wgmma.wait_group", "setmaxnreg".
 """
 
 from __future__ import annotations

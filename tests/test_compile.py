@@ -124,4 +124,4 @@ def test_config_space_accepted_assembles_rejected_raises(raw):
     asm = assemble(res.ptx, cfg.arch)  # raises AssembleError on rejection (and on wgmma serialization)
     assert asm.cubin and asm.registers > 0
     # spills are reported, not failed, off the shipped set: ptxas 13.5 spills a few bytes at
-    # reconvergence points in some sm_100a shapes (bench/NOTES.md); shipped configs must have none.
+    # reconvergence points in some sm_100a shapes (docs/performance.md, "Power-of-two strength reduction"); shipped configs must have none.

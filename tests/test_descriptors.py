@@ -1,4 +1,4 @@
-"""Descriptors bit for bit against published values (PTX_FACTS.md, PTX ISA, CUTLASS), and encode/decode laws."""
+"""Descriptors bit for bit against published values (PTX ISA, CUTLASS, DeepGEMM), and encode/decode laws."""
 
 from __future__ import annotations
 

@@ -98,14 +98,14 @@ def test_udiv_magic_declines_33_bit_multipliers():
 
 def test_constant_division_is_multiply_high():
     """The k-loop's ``it % 5`` / ``it / 5`` (5 stages) and the tile counts ``/ 144``: no div.u32 or rem.u32 by a
-    constant (ptxas 13 turned those into a run-time reciprocal and two corrections, bench/NOTES.md §12)."""
+    constant (ptxas 13 turned those into a run-time reciprocal and two corrections, docs/performance.md, "Constant division")."""
     text = ptx("h100_128x144")
     assert not re.search(r"(div|rem)\.u32 %\w+, %\w+, \d+;", text)
     assert "mul.hi.u32" in text and re.search(r"// Let stage = it % 5\n\s*mul\.hi\.u32 %x\d+, %it, 3435973837;", text)
 
 
 def test_hoist_bases_only_where_ptxas_gains():
-    """The per-config back-out (ptxas registers and SASS mix, bench/NOTES.md): bases stay in place on sm_90a
+    """The per-config back-out (ptxas registers and SASS mix, docs/performance.md, "Lean PTX"): bases stay in place on sm_90a
     and in register-store epilogues."""
     from emitters import hoist_bases
 

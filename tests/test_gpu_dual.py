@@ -23,7 +23,8 @@ pytestmark = pytest.mark.gpu
 
 DUAL_SM90 = [c for c in config_mod.shipped_configs()
              if config_mod.load_config(c).arch == "sm_90a" and config_mod.load_config(c).kernel == "dual_gemm"]
-#: knobs no shipped config sets (bench/NOTES.md §12) on the SwiGLU pair: the overlapped epilogue, stmatrix staging
+#: knobs no shipped config sets on the SwiGLU pair: the overlapped epilogue, stmatrix staging
+#: (docs/performance.md, "Overlapped epilogue", "stmatrix staging")
 OVERLAP_DUAL = [config_mod.load_config("dual_h100_128x128_c2").replace(**changes, name=f"dual_h100_128x128_c2_{suffix}")
                 for suffix, changes in (("ov", {"epilogue.overlap": True}), ("sm", {"epilogue.stmatrix": True}))]
 EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "100"))

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.gpu
 
 SM90_CONFIGS = [c for c in config_mod.shipped_configs()
                 if config_mod.load_config(c).arch == "sm_90a" and config_mod.load_config(c).kernel == "gemm"]
-#: knobs no shipped config sets (bench/NOTES.md §12): the overlapped epilogue on a pair and a 2-wave tile, stmatrix
-#: staging on a pair and, with the overlap (packed words), on a 2-wave tile
+#: knobs no shipped config sets (docs/performance.md, "Overlapped epilogue", "stmatrix staging"):
+#: the overlapped epilogue on a pair and a 2-wave tile, stmatrix staging on a pair and, with the overlap (packed words), on a 2-wave tile
 VARIANT_CONFIGS = [config_mod.load_config(c).replace(**changes, name=f"{c}_{suffix}") for c, suffix, changes in (
     ("h100_128x256", "ov", {"epilogue.overlap": True}), ("h100_256x128", "ov", {"epilogue.overlap": True}),
     ("h100_128x256", "sm", {"epilogue.stmatrix": True}),

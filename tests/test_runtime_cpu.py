@@ -1162,7 +1162,7 @@ def test_candidates_are_every_shipped_config_of_the_arch():
 
     names = [c.name for c in choose.candidates("sm_90a")]
     gemms = [n for n in shipped_configs() if load_config(n).arch == "sm_90a" and load_config(n).kernel == "gemm"]
-    # ping-pong configs are shipped but measured slower: never chosen (bench/NOTES.md §7.4)
+    # ping-pong configs are shipped but measured slower: never chosen (docs/performance.md, "Ping-pong consumers")
     assert names == [n for n in gemms if load_config(n).mma.consumers == "cooperative"] and len(names) < len(gemms)
     assert names and all(n.startswith("h100_") for n in names)
     duals = [c.name for c in choose.candidates("sm_90a", "dual_gemm")]

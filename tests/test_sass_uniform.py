@@ -2,7 +2,7 @@
 
 With ``elect.sync`` there, ptxas 13 stopped treating the next tile's mainloop as warp-uniform: ``WARPSYNC.ALL``
 in every k-block, the stage/descriptor arithmetic per thread instead of on the uniform datapath, and about 1.6x
-the ``R2UR`` moves (bench/NOTES.md §11; 0.2-0.8 % of kernel time on the H100).  The SASS is checked on the CPU
+the ``R2UR`` moves (docs/performance.md, "TMA-store epilogue and elect"; 0.2-0.8 % of kernel time on the H100).  The SASS is checked on the CPU
 (ptxas from the PyPI wheel); the same kernel rebuilt with ``elect.sync`` shows the regression, so the check can fail.
 """
 
