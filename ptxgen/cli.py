@@ -117,7 +117,7 @@ def _check_names(results: list, sources: list[str], out_dir: Path) -> None:
 def cmd_build(args) -> int:
     from .assemble import assemble
     from .build import build, write
-    from .verify import verify
+    from .check.verify import verify
 
     out_dir = _output_dir(args.output)
     names = _configs(args)
@@ -153,8 +153,8 @@ def cmd_build(args) -> int:
 
 def cmd_check(args) -> int:
     from .build import build
-    from .sim import default_shapes, sweep
-    from .verify import barrier_table, format_barrier_table, verify
+    from .check.sim import default_shapes, sweep
+    from .check.verify import barrier_table, format_barrier_table, verify
 
     for name in _progress(_configs(args), "check"):
         res = build(name)

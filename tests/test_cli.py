@@ -176,12 +176,12 @@ def test_other_import_errors_are_bugs_not_hidden(monkeypatch):
 
 
 def test_multiline_error_is_cut_to_one_line(capsys, monkeypatch):
-    import ptxgen.verify
+    import ptxgen.check.verify
 
     def fail(kernel):
         raise VerifyError("circular wait: producer and MMA\n  producer ...\n  mma ...")
 
-    monkeypatch.setattr(ptxgen.verify, "verify", fail)
+    monkeypatch.setattr(ptxgen.check.verify, "verify", fail)
     rc, _, err = _run(capsys, "check", "--config", "level1")
     assert rc == 1
     assert _one_error_line(err) == ("ptxgen: error: VerifyError: level1: circular wait: producer and MMA "
@@ -254,16 +254,16 @@ def test_progress_bar_only_on_a_terminal(capsys, monkeypatch, tmp_path, tty, fas
 
 
 def test_build_verifies_every_kernel(capsys, monkeypatch, tmp_path, fast_assemble):
-    import ptxgen.verify
+    import ptxgen.check.verify
 
     seen = []
-    real = ptxgen.verify.verify
-    monkeypatch.setattr(ptxgen.verify, "verify", lambda kernel: (seen.append(kernel.config_name), real(kernel)))
+    real = ptxgen.check.verify.verify
+    monkeypatch.setattr(ptxgen.check.verify, "verify", lambda kernel: (seen.append(kernel.config_name), real(kernel)))
     rc, _, _ = _run(capsys, "build", "-c", "level1", "-c", "h100_128x128", "-o", str(tmp_path))
     assert rc == 0 and seen == ["level1", "h100_128x128"]
 
 
-@pytest.mark.parametrize("stage, error", [("ptxgen.verify.verify", VerifyError("full[0]: 3 arrivals, init 2")),
+@pytest.mark.parametrize("stage, error", [("ptxgen.check.verify.verify", VerifyError("full[0]: 3 arrivals, init 2")),
                                           ("ptxgen.assemble.assemble", AssembleError("ptxas: syntax error, line 7"))])
 def test_build_writes_nothing_when_one_kernel_fails(capsys, monkeypatch, tmp_path, stage, error):
     import importlib

@@ -4,8 +4,8 @@ For every shipped config (sm_100a and sm_90a) Hypothesis draws a problem shape (
 the tile; more k-blocks than stages so the smem ring wraps; several tiles per persistent cluster so the
 accumulator ring and the tile loop wrap), a CTA (either cluster rank) and, for every warp role of the
 kernel, one warp of that role (lane 0, the elected lane) plus one more thread of any warp and lane.  For
-each thread, the effects of the freshly emitted PTX (``emitters.emit``, run by ``ptxgen.ptxinterp``) must
-equal the effects of the IR (run by the simulator's walker, ``ptxgen.sim.ptxdiff.ir_effects``): the same
+each thread, the effects of the freshly emitted PTX (``emitters.emit``, run by ``ptxgen.check.ptx.interp``) must
+equal the effects of the IR (run by the simulator's walker, ``ptxgen.check.ptx.diff.ir_effects``): the same
 barrier addresses, parities, tx bytes, TMA coordinates, descriptors, TMEM addresses and stores, in the
 same order.  generated/ is never read.
 """
@@ -18,11 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ptxgen import ptxinterp
+from ptxgen.check.ptx import interp as ptxinterp
 from ptxgen.build import build
 from ptxgen.config import shipped_configs
 from ptxgen.ir import ops
-from ptxgen.sim.ptxdiff import Launch, diff_thread, ir_effects, ptx_effects
+from ptxgen.check.ptx.diff import Launch, diff_thread, ir_effects, ptx_effects
 
 EXAMPLES = 10  # per config; every example runs one thread of every role (see draw_case)
 #: variants no shipped config carries, compared like the shipped ones: (shipped config, name suffix, changes).

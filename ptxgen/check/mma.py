@@ -3,7 +3,7 @@
 The simulator reads MMA operands the way the tensor cores do: from the
 64-bit descriptors the kernel built at runtime (decoded with the bitfield
 specs of :mod:`ptxgen.descriptors`), through the K-major 128B-swizzle
-layout of :func:`ptxgen.sim.memory.kmajor_sw128_index`.  Any descriptor
+layout of :func:`ptxgen.check.swizzle.kmajor_sw128_index`.  Any descriptor
 outside that one layout is reported, not guessed at.
 """
 

@@ -1,14 +1,14 @@
 """Emitted PTX against the Kernel IR, one thread at a time, on the CPU.
 
 :func:`ir_effects` walks the IR for one thread with the simulator's
-:class:`~ptxgen.sim.walker.WarpWalker` and writes what it does in the
-normal form of :mod:`ptxgen.ptxinterp` (``(kind, operands...)`` tuples);
+:class:`~ptxgen.check.walker.WarpWalker` and writes what it does in the
+normal form of :mod:`ptxgen.check.ptx.interp` (``(kind, operands...)`` tuples);
 :func:`ptx_effects` runs the emitted PTX for the same thread with the PTX
 interpreter; :func:`diff_thread` compares the two and names the first
 difference.  Used by tests/test_ptx_vs_ir.py and tests/test_planted_emitter.py.
 
 The address model is the interpreter's: CTA rank ``r`` of a cluster sees its
-dynamic shared memory at ``SMEM_BASE | r << 24`` (ptxgen.ptxinterp module
+dynamic shared memory at ``SMEM_BASE | r << 24`` (ptxgen.check.ptx.interp module
 docstring); the IR side places barrier ``name[i]`` of rank ``r`` at
 ``SMEM_BASE | r << 24`` + the barrier array's offset + 8 i.
 """
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import ptxinterp as P
-from ..ir import ops as O
-from . import walker as W
+from . import interp as P
+from ...ir import ops as O
+from .. import walker as W
 
 SMEM_BASE = 0x400  # shared-window address of the dynamic base of rank 0 (1024-aligned, as in the verifier)
 TMEM_BASE = 0x20  # what the TMEM slot holds after tcgen05.alloc (nonzero, so a dropped base shows)
@@ -69,7 +69,7 @@ def ir_effects(kernel, launch: Launch) -> list[P.Effect]:
     The one adapter between the simulator's walker events and the PTX side: it runs the thread's warp with
     :class:`WarpWalker` (dry run: no data), keeps the events the thread takes part in (whole-warp events, and
     ``Elect`` bodies when the thread is the elected lane 0), and writes each as a ``(kind, operands...)``
-    tuple.  Raises :class:`ptxgen.sim.walker.IRFault` where the IR breaks its execution model.
+    tuple.  Raises :class:`ptxgen.check.walker.IRFault` where the IR breaks its execution model.
     """
     f = kernel_facts(kernel)
     cs, g = f["cluster_size"], f["cta_group"]
@@ -217,9 +217,9 @@ MAX_STEPS = 200_000  # instructions one thread may run (the test shapes need < 1
 
 
 def ptx_effects(prog: P.Program | str, kernel, launch: Launch) -> list[P.Effect]:
-    """Effects of the same thread per the emitted PTX (``prog``: text or :func:`ptxgen.ptxinterp.parse` result).
+    """Effects of the same thread per the emitted PTX (``prog``: text or :func:`ptxgen.check.ptx.interp.parse` result).
 
-    Raises PtxInterpError (see :func:`ptxgen.ptxinterp.run_thread`), also after MAX_STEPS instructions."""
+    Raises PtxInterpError (see :func:`ptxgen.check.ptx.interp.run_thread`), also after MAX_STEPS instructions."""
     f = kernel_facts(kernel)
     rank = launch.ctaid % f["cluster_size"]
     return P.run_thread(prog, tid=launch.tid, ctaid=launch.ctaid, nctaid=launch.grid, ntid=f["threads"], rank=rank,
