@@ -5,7 +5,8 @@
 normal form of :mod:`ptxgen.check.ptx.interp` (``(kind, operands...)`` tuples);
 :func:`ptx_effects` runs the emitted PTX for the same thread with the PTX
 interpreter; :func:`diff_thread` compares the two and names the first
-difference.  Used by tests/test_ptx_vs_ir.py and tests/test_planted_emitter.py.
+difference; :func:`default_launches` picks the threads ``ptxgen check --ptx`` and the tests compare (every
+warp role of the first and the last cluster) and :func:`sweep_threads` compares them.
 
 The address model is the interpreter's: CTA rank ``r`` of a cluster sees its
 dynamic shared memory at ``SMEM_BASE | r << 24`` (ptxgen.check.ptx.interp module
@@ -246,3 +247,48 @@ def diff_thread(kernel, prog: P.Program | str, launch: Launch) -> str | None:
     i = next((j for j, (a, b) in enumerate(zip(ptx, ir)) if a != b), min(len(ptx), len(ir)))
     return (f"PTX != IR at effect #{i} of {launch} ({len(ptx)} vs {len(ir)} effects): "
             f"PTX {_fmt(ptx[i] if i < len(ptx) else None)} vs IR {_fmt(ir[i] if i < len(ir) else None)}")
+
+
+def role_ranges(kernel) -> list[tuple[str, int, int]]:
+    """(name, warp_lo, warp_hi) of every distinct warp range a WarpSwitch of the kernel names, in program order."""
+    seen: dict[tuple[int, int], str] = {}
+    for op in O.walk(kernel.body):
+        if isinstance(op, O.WarpSwitch):
+            for r in op.roles:
+                seen.setdefault((r.warp_lo, r.warp_hi), r.name)
+    return [(name, lo, hi) for (lo, hi), name in seen.items()]
+
+
+def default_shape(kernel) -> tuple[int, int, int]:
+    """(m, n, k) of the deterministic sweep: 2 x 2 tiles with ragged edges and ``stages + 2`` k-blocks, so the smem
+    ring wraps and the edge tiles clip."""
+    grid = kernel.launch.grid
+    return 2 * grid.tile_rows - 3, 2 * grid.tile_cols - 8, kernel.block_k * (kernel.stages + 2) - 8
+
+
+def default_launches(kernel, shape: tuple[int, int, int] | None = None) -> list[Launch]:
+    """The threads the deterministic sweep compares at ``shape`` (default :func:`default_shape`): every rank of the
+    first and the last cluster, lane 0 of the first and lane 5 of the last warp of every role range."""
+    m, n, k = shape or default_shape(kernel)
+    cs = kernel.cluster_size
+    grid = kernel.launch.grid.grid_x(m, n, cs)
+    ctaids = sorted({*range(cs), *range(grid - cs, grid)})
+    tids = sorted({t for _, lo, hi in role_ranges(kernel) for t in (lo * W.LANES, (hi - 1) * W.LANES + 5)})
+    return [Launch(m, n, k, grid, ctaid, tid) for ctaid in ctaids for tid in tids]
+
+
+def role_of(kernel, tid: int) -> str:
+    """The names of the roles whose warp range holds thread ``tid``, in program order (``/``-joined; ``-``: none)."""
+    warp = tid // W.LANES
+    names = [r.name for op in O.walk(kernel.body) if isinstance(op, O.WarpSwitch) for r in op.roles
+             if r.warp_lo <= warp < r.warp_hi]
+    return "/".join(dict.fromkeys(names)) or "-"
+
+
+def sweep_threads(kernel, prog: P.Program | str, launches: list[Launch] | None = None) -> str | None:
+    """The first difference over ``launches`` (default :func:`default_launches`), or None when PTX and IR agree."""
+    for launch in launches if launches is not None else default_launches(kernel):
+        msg = diff_thread(kernel, prog, launch)
+        if msg is not None:
+            return msg
+    return None
