@@ -17,10 +17,13 @@ docstring); the IR side places barrier ``name[i]`` of rank ``r`` at
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
+from . import effects as E
 from . import interp as P
+from .effects import Effect
 from ...ir import ops as O
 from .. import walker as W
 
@@ -64,26 +67,123 @@ def kernel_facts(kernel) -> dict:
             "tmem_slot": k.tmem_slot, "barriers": {b.name: b.offset for b in k.barriers}}
 
 
-def ir_effects(kernel, launch: Launch) -> list[P.Effect]:
+class _Thread:
+    """What the rows of :data:`IR_EFFECTS` read besides the event: the walker, the launch and the address model."""
+
+    def __init__(self, kernel, launch: Launch, wk: W.WarpWalker):
+        f = kernel_facts(kernel)
+        self.wk, self.launch = wk, launch
+        self.rank = launch.ctaid % f["cluster_size"]
+        self.base = smem_base(self.rank)
+        self.lane = launch.tid % W.LANES
+        self.g = f["cta_group"]
+        self.slot = self.base + f["tmem_slot"]
+        self._bars = f["barriers"]
+
+    def bar_addr(self, ref: W.BarRef) -> int:
+        return smem_base(ref.rank) + self._bars[ref.name] + 8 * ref.index
+
+    def at_lane(self, values) -> int:
+        arr = np.asarray(values)
+        return int(arr[self.lane] if arr.shape[0] == W.LANES else arr[0])
+
+    def elements(self, op) -> tuple:
+        src = stored_array(self.wk, op)
+        return tuple(P.stored((src, i), op.fmt) for i in op.idx)
+
+
+def _tma_load(c: _Thread, ev, op) -> list[Effect]:
+    # the instruction names this CTA's barrier (masked to the even rank for 2-SM) and the CTA mask
+    bar = W.BarRef(c.rank & ~1 if op.two_sm else c.rank, ev.bars[0].name, ev.bars[0].index)
+    mask = sum(1 << r for r in ev.dst_ranks) if op.multicast else 0
+    return [E.TmaLoad(op.tensor, c.base + ev.dst, ev.col, ev.row, c.bar_addr(bar), 2 if op.two_sm else 1, mask,
+                      op.cache_hint)]
+
+
+def _sync(c: _Thread, ev, op) -> list[Effect]:
+    if ev.kind == "cluster":
+        return [E.BarrierClusterArrive(), E.BarrierClusterWait()]
+    return [E.BarSync(ev.id, ev.threads if ev.kind == "named" else None)]
+
+
+def _umma_commit(c: _Thread, ev, op) -> list[Effect]:
+    mask = sum(1 << b.rank for b in ev.bars) if op.multicast else 0
+    return [E.UmmaCommit(c.g, c.bar_addr(W.BarRef(c.rank, ev.bars[0].name, ev.bars[0].index)), mask)]
+
+
+def _st_global(c: _Thread, ev, op) -> list[Effect]:
+    launch, row, col = c.launch, c.at_lane(ev.rows), c.at_lane(ev.cols)
+    return [E.StGlobal(D_PTR + 2 * (row * launch.n + col + j), e) for j, e in enumerate(c.elements(op))
+            if row < launch.m and col + j < launch.n]
+
+
+def _ws_atomic(c: _Thread, ev, op) -> list[Effect]:
+    addr = WORKSPACE_PTR + ev.offset
+    if ev.kind == "red":
+        return [E.RedGlobal(ev.sem, ev.scope, addr, ev.value)]
+    if ev.kind == "wait":
+        return [E.LdGlobalU32(ev.sem, ev.scope, addr)]
+    return [E.StGlobalSemU32(ev.sem, ev.scope, addr, ev.value)]
+
+
+#: IR op type -> its effects for one thread (``row(thread, event, op)``), in the interpreter's normal form: the IR
+#: side of the differential, one row per op that acts outside the thread (like the emitters' op -> PTX tables)
+IR_EFFECTS: dict[type, Callable[[_Thread, W.Ev, O.Op], list[Effect]]] = {
+    O.MbarrierInit: lambda c, ev, op: [E.MbarrierInit(c.bar_addr(ev.bar), ev.count)],
+    O.MbarrierArrive: lambda c, ev, op: [E.MbarrierArrive("cta" if op.cta is None else "cluster", c.bar_addr(ev.bar),
+                                                          ev.tx // ev.lanes, getattr(op, "scope", "cta"))],
+    O.MbarrierWait: lambda c, ev, op: [E.MbarrierTryWait(c.bar_addr(ev.bar), ev.parity, op.scope)],
+    O.FenceMbarrierInit: lambda c, ev, op: [E.FenceMbarrierInit()],
+    O.TmaLoad: _tma_load,
+    O.TmaStore: lambda c, ev, op: [E.TmaStore(ev.tensor, c.base + ev.src, ev.col, ev.row)],
+    O.BulkCommitGroup: lambda c, ev, op: [E.BulkCommit()],
+    O.BulkWaitGroup: lambda c, ev, op: [E.BulkWait(ev.n, ev.read)],
+    O.FenceProxyAsync: lambda c, ev, op: [E.FenceProxyAsync()],
+    O.CtaSync: _sync, O.NamedBarrier: _sync, O.ClusterSync: _sync,
+    O.TmemAlloc: lambda c, ev, op: [E.TmemAlloc(c.g, c.slot, ev.cols)],
+    O.TmemDealloc: lambda c, ev, op: [E.TmemDealloc(c.g, ev.taddr, ev.cols)],
+    O.TmemBase: lambda c, ev, op: [E.LdShared(c.slot)],
+    O.Umma: lambda c, ev, op: [E.Umma(c.g, ev.d, ev.a_desc, ev.b_desc, ev.idesc, ev.accumulate)],
+    O.UmmaBlockScaled: lambda c, ev, op: [E.UmmaBlockScaled(op.cta_group, op.kind, op.scale_vec, ev.d, ev.a_desc,
+                                                            ev.b_desc, ev.idesc, ev.sfa, ev.sfb, ev.accumulate)],
+    O.TmemCopy: lambda c, ev, op: [E.TmemCopy(op.cta_group, ev.taddr, ev.desc, op.shape)],
+    O.UmmaCommit: _umma_commit,
+    O.TmemLoad: lambda c, ev, op: [E.TmemLoad(ev.taddr, ev.ncols, op.dst)],
+    O.Wgmma: lambda c, ev, op: [E.Wgmma(ev.acc, ev.n, ev.a_desc, ev.b_desc, ev.accumulate)],
+    O.WgmmaCommit: lambda c, ev, op: [E.WgmmaCommit()],
+    O.WgmmaWait: lambda c, ev, op: [E.WgmmaWait(ev.n)],
+    # the lane's operands: address, words
+    O.StMatrix: lambda c, ev, op: [E.StMatrix(c.base + c.at_lane(ev.addrs), c.elements(op))],
+    O.StSharedBf16: lambda c, ev, op: [E.StShared(c.base + c.at_lane(ev.addrs), c.elements(op))],
+    O.StGlobalBf16: _st_global,
+    O.StGlobalF32: lambda c, ev, op: [E.StGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offsets),
+                                                    tuple((op.src, i) for i in op.idx))],
+    O.LdGlobalF32: lambda c, ev, op: [E.LdGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offsets), len(op.idx))],
+    O.RedGlobal: _ws_atomic, O.LdGlobalAcquireWait: _ws_atomic, O.StGlobalU32: _ws_atomic,
+    # ops the walker treats as silent or thread-local (ir_effects makes them events)
+    O.Nanosleep: lambda c, ev, op: [E.Nanosleep(op.ns)],
+    O.SetMaxNReg: lambda c, ev, op: [E.SetMaxNReg(op.action, op.regs)],
+    O.WgmmaFence: lambda c, ev, op: [E.WgmmaFence()],
+    O.TcgenFence: lambda c, ev, op: [E.TcgenFence(op.kind)],
+    O.TmemRelinquish: lambda c, ev, op: [E.TmemRelinquish(c.g)],
+    O.TmemWaitLd: lambda c, ev, op: [E.TmemWaitLd()],
+}
+IR_EFFECTS[O.MbarrierArriveExpectTx] = IR_EFFECTS[O.MbarrierArrive]
+
+
+def ir_effects(kernel, launch: Launch) -> list[Effect]:
     """Effects of thread ``launch.tid`` of CTA ``launch.ctaid`` per the IR, in the interpreter's normal form.
 
-    The one adapter between the simulator's walker events and the PTX side: it runs the thread's warp with
+    The one adapter between the walker's events and the PTX side: it runs the thread's warp with
     :class:`WarpWalker` (dry run: no data), keeps the events the thread takes part in (whole-warp events, and
-    ``Elect`` bodies when the thread is the elected lane 0), and writes each as a ``(kind, operands...)``
-    tuple.  Raises :class:`ptxgen.check.walker.IRFault` where the IR breaks its execution model.
+    ``Elect`` bodies when the thread is the elected lane 0), and writes each through its op's row of
+    :data:`IR_EFFECTS`.  Raises :class:`ptxgen.check.walker.IRFault` where the IR breaks its execution model or
+    an op has no row.
     """
     f = kernel_facts(kernel)
-    cs, g = f["cluster_size"], f["cta_group"]
-    rank = launch.ctaid % cs
-    base = smem_base(rank)
-    lane = launch.tid % W.LANES
-
-    def bar_addr(ref: W.BarRef) -> int:
-        return smem_base(ref.rank) + f["barriers"][ref.name] + 8 * ref.index
-
-    wk = W.WarpWalker(W.Program(kernel), ctaid=launch.ctaid, nctaid=launch.grid, cluster_size=cs,
-                      warp=launch.tid // W.LANES, smem_base=base, params={"m": launch.m, "n": launch.n, "k": launch.k},
-                      values=False)
+    wk = W.WarpWalker(W.Program(kernel), ctaid=launch.ctaid, nctaid=launch.grid, cluster_size=f["cluster_size"],
+                      warp=launch.tid // W.LANES, smem_base=smem_base(launch.ctaid % f["cluster_size"]),
+                      params={"m": launch.m, "n": launch.n, "k": launch.k}, values=False)
     # ops the walker treats as silent or thread-local have effects in PTX: make them events too
     for t in (O.Nanosleep, O.SetMaxNReg, O.WgmmaFence, O.TcgenFence, O.TmemRelinquish):
         wk._events[t] = lambda op: W.Ev(op, wk._n())
@@ -93,11 +193,8 @@ def ir_effects(kernel, launch: Launch) -> list[P.Effect]:
         return W.Ev(op, wk._n())
     wk._events[O.TmemWaitLd] = wait_ld
 
-    def at_lane(values) -> int:
-        arr = np.asarray(values)
-        return int(arr[lane] if arr.shape[0] == W.LANES else arr[0])
-
-    out: list[P.Effect] = []
+    thread = _Thread(kernel, launch, wk)
+    out: list[Effect] = []
     gen, reply = wk.run(), None
     while True:
         try:
@@ -109,94 +206,12 @@ def ir_effects(kernel, launch: Launch) -> list[P.Effect]:
             reply = TMEM_BASE
         elif isinstance(ev, W.TmemLoadEv):
             reply = np.zeros((W.LANES, ev.ncols), dtype=np.float32)
-        if wk.lane is not None and wk.lane != lane:
+        if wk.lane is not None and wk.lane != thread.lane:
             continue  # an Elect body: only the elected lane
-        op = ev.op
-        if isinstance(ev, W.InitEv):
-            out.append(("mbarrier.init", bar_addr(ev.bar), ev.count))
-        elif isinstance(ev, W.ArriveEv):
-            out.append(("mbarrier.arrive", "cta" if op.cta is None else "cluster", bar_addr(ev.bar),
-                        ev.tx // ev.lanes, getattr(op, "scope", "cta")))
-        elif isinstance(ev, W.WaitEv):
-            out.append(("mbarrier.try_wait", bar_addr(ev.bar), ev.parity, op.scope))
-        elif isinstance(ev, W.FenceInitEv):
-            out.append(("fence.mbarrier_init",))
-        elif isinstance(ev, W.TmaLoadEv):
-            # the instruction names this CTA's barrier (masked to the even rank for 2-SM) and the CTA mask
-            bar = W.BarRef(rank & ~1 if op.two_sm else rank, ev.bars[0].name, ev.bars[0].index)
-            mask = sum(1 << r for r in ev.dst_ranks) if op.multicast else 0
-            out.append(("tma.load", op.tensor, base + ev.dst, ev.col, ev.row, bar_addr(bar), 2 if op.two_sm else 1,
-                        mask, op.cache_hint))
-        elif isinstance(ev, W.TmaStoreEv):
-            out.append(("tma.store", ev.tensor, base + ev.src, ev.col, ev.row))
-        elif isinstance(ev, W.BulkCommitEv):
-            out.append(("bulk.commit",))
-        elif isinstance(ev, W.BulkWaitEv):
-            out.append(("bulk.wait", ev.n, ev.read))
-        elif isinstance(ev, W.FenceProxyEv):
-            out.append(("fence.proxy.async",))
-        elif isinstance(ev, W.SyncEv):
-            if ev.kind == "cluster":
-                out += [("barrier.cluster.arrive",), ("barrier.cluster.wait",)]
-            else:
-                out.append(("bar.sync", ev.id, ev.threads if ev.kind == "named" else None))
-        elif isinstance(ev, W.AllocEv):
-            out.append(("tcgen05.alloc", g, base + f["tmem_slot"], ev.cols))
-        elif isinstance(ev, W.DeallocEv):
-            out.append(("tcgen05.dealloc", g, ev.taddr, ev.cols))
-        elif isinstance(ev, W.TmemBaseEv):
-            out.append(("ld.shared", base + f["tmem_slot"]))
-        elif isinstance(ev, W.UmmaEv):
-            out.append(("tcgen05.mma", g, ev.d, ev.a_desc, ev.b_desc, ev.idesc, ev.accumulate))
-        elif isinstance(ev, W.UmmaBlockScaledEv):
-            out.append(("tcgen05.mma.block_scale", op.cta_group, op.kind, op.scale_vec, ev.d, ev.a_desc, ev.b_desc,
-                        ev.idesc, ev.sfa, ev.sfb, ev.accumulate))
-        elif isinstance(ev, W.TmemCopyEv):
-            out.append(("tcgen05.cp", op.cta_group, ev.taddr, ev.desc, op.shape))
-        elif isinstance(ev, W.CommitEv):
-            mask = sum(1 << b.rank for b in ev.bars) if op.multicast else 0
-            out.append(("tcgen05.commit", g, bar_addr(W.BarRef(rank, ev.bars[0].name, ev.bars[0].index)), mask))
-        elif isinstance(ev, W.TmemLoadEv):
-            out.append(("tcgen05.ld", ev.taddr, ev.ncols, op.dst))
-        elif isinstance(ev, W.WgmmaEv):
-            out.append(("wgmma", ev.acc, ev.n, ev.a_desc, ev.b_desc, ev.accumulate))
-        elif isinstance(ev, W.WgmmaCommitEv):
-            out.append(("wgmma.commit",))
-        elif isinstance(ev, W.WgmmaWaitEv):
-            out.append(("wgmma.wait", ev.n))
-        elif isinstance(ev, W.StSharedEv) and isinstance(op, O.StMatrix):  # the lane's operands: address, words
-            src = stored_array(wk, op)
-            out.append(("stmatrix", base + at_lane(ev.addrs), tuple(P.stored((src, i), op.fmt) for i in op.idx)))
-        elif isinstance(ev, W.StSharedEv):
-            src = stored_array(wk, op)
-            out.append(("st.shared", base + at_lane(ev.addrs), tuple(P.stored((src, i), op.fmt) for i in op.idx)))
-        elif isinstance(ev, W.StGlobalEv):
-            row, col, src = at_lane(ev.rows), at_lane(ev.cols), stored_array(wk, op)
-            for j, i in enumerate(op.idx):
-                if row < launch.m and col + j < launch.n:
-                    out.append(("st.global", D_PTR + 2 * (row * launch.n + col + j), P.stored((src, i), op.fmt)))
-        elif isinstance(ev, W.WsStoreEv):
-            out.append(("st.global.f32", WORKSPACE_PTR + at_lane(ev.offsets), tuple((op.src, i) for i in op.idx)))
-        elif isinstance(ev, W.WsLoadEv):
-            out.append(("ld.global.f32", WORKSPACE_PTR + at_lane(ev.offsets), len(op.idx)))
-        elif isinstance(ev, W.WsAtomicEv):
-            addr = WORKSPACE_PTR + ev.offset
-            kind = {"red": "red.global", "wait": "ld.global.u32", "store": "st.global.sem.u32"}[ev.kind]
-            out.append((kind, ev.sem, ev.scope, addr) + (() if ev.kind == "wait" else (ev.value,)))
-        elif isinstance(op, O.Nanosleep):
-            out.append(("nanosleep", op.ns))
-        elif isinstance(op, O.SetMaxNReg):
-            out.append(("setmaxnreg", op.action, op.regs))
-        elif isinstance(op, O.WgmmaFence):
-            out.append(("wgmma.fence",))
-        elif isinstance(op, O.TcgenFence):
-            out.append(("tcgen05.fence", op.kind))
-        elif isinstance(op, O.TmemRelinquish):
-            out.append(("tcgen05.relinquish", g))
-        elif isinstance(op, O.TmemWaitLd):
-            out.append(("tcgen05.wait_ld",))
-        else:
-            raise W.IRFault(f"ir_effects has no normal form for {op.describe()}")
+        row = IR_EFFECTS.get(type(ev.op))
+        if row is None:
+            raise W.IRFault(f"ir_effects has no normal form for {ev.op.describe()}")
+        out += row(thread, ev, ev.op)
     return out
 
 
@@ -217,7 +232,7 @@ def stored_array(wk: W.WarpWalker, op) -> str:
 MAX_STEPS = 200_000  # instructions one thread may run (the test shapes need < 15k; an endless loop stops here)
 
 
-def ptx_effects(prog: P.Program | str, kernel, launch: Launch) -> list[P.Effect]:
+def ptx_effects(prog: P.Program | str, kernel, launch: Launch) -> list[Effect]:
     """Effects of the same thread per the emitted PTX (``prog``: text or :func:`ptxgen.check.ptx.interp.parse` result).
 
     Raises PtxInterpError (see :func:`ptxgen.check.ptx.interp.run_thread`), also after MAX_STEPS instructions."""
