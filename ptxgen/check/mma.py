@@ -69,7 +69,7 @@ def umma_shape(idesc: int, who: object) -> tuple[int, int]:
 def wgmma_fragment(n: int) -> tuple[np.ndarray, np.ndarray]:
     """Row (within the warp's 16 rows) and column of value i of lane l of an m64nNk16 f32 accumulator.
 
-    PTX ISA "wgmma: Matrix fragments for .m64nNk16" (PTX_FACTS.md): lane l of
+    PTX ISA "wgmma: Matrix fragments for .m64nNk16": lane l of
     warp w, value i: row = 16*(w%4) + l/4 + 8*((i/2)&1),
     col = 8*(i/4) + 2*(l%4) + (i&1).  Returns ``[32, n/2]`` arrays.
     """

@@ -58,7 +58,8 @@ LdGlobalF32 = _effect("LdGlobalF32", "ld.global.f32", "addr count", "A split-K p
 RedGlobal = _effect("RedGlobal", "red.global", "sem scope addr value", "``red.SEM.SCOPE.global.add.u32``.")
 LdGlobalU32 = _effect("LdGlobalU32", "ld.global.u32", "sem scope addr",
                       "``ld.SEM.SCOPE.global.u32`` (a spin passes at once, like ``try_wait``).")
-StGlobalSemU32 = _effect("StGlobalSemU32", "st.global.sem.u32", "sem scope addr value", "``st.relaxed.SCOPE.global.u32``.")
+StGlobalSemU32 = _effect("StGlobalSemU32", "st.global.sem.u32", "sem scope addr value",
+                         "``st.relaxed.SCOPE.global.u32``.")
 # tcgen05 (PTX ISA "tcgen05.alloc", "tcgen05.fence", "tcgen05.mma", "tcgen05.commit", "tcgen05.ld", "tcgen05.cp")
 TmemAlloc = _effect("TmemAlloc", "tcgen05.alloc", "cta_group slot cols", "``tcgen05.alloc``.")
 TmemRelinquish = _effect("TmemRelinquish", "tcgen05.relinquish", "cta_group", "``tcgen05.relinquish_alloc_permit``.")

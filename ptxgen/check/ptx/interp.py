@@ -19,8 +19,8 @@ Model (what the effects' numbers mean):
 * Shared-memory addresses are the thread's 32-bit shared-window addresses.
   The caller gives ``smem_base`` (the value of ``mov.u32 %r, smem``); in a
   cluster, the CTA rank sits in bits 24..27 of a shared::cluster address (so
-  the 2-SM peer-bit mask 0xFEFFFFFF selects the even CTA of a pair, seed level
-  2), and ``mapa.shared::cluster.u32 d, a, r`` is modelled as
+  the 2-SM peer-bit mask 0xFEFFFFFF selects the even CTA of a pair), and
+  ``mapa.shared::cluster.u32 d, a, r`` is modelled as
   ``(a & ~0x0F000000) | r << 24``.  Callers pass ``smem_base`` with the rank
   bits of the executing CTA set.
 * ``ld.shared`` (the TMEM slot read after ``tcgen05.alloc``) returns

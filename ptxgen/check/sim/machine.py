@@ -44,7 +44,7 @@ parked and woken when the condition may hold; on resume it re-polls (like
 ``try_wait`` in a loop).  No runnable warp and no in-flight unit while some
 warp has not exited is a deadlock.
 
-Ordering instructions (issue 9) have meaning, and a missing one is a fault
+Ordering instructions have meaning, and a missing one is a fault
 even when the schedule happened to order the accesses:
 
 * tcgen05 fences (PTX ISA "tcgen05 memory consistency model", "tcgen05.fence"):
@@ -209,7 +209,7 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
                 raise SimError(f"exit with an outstanding arrive: {cta.name} exited while the arrive of {unit.who} on "
                                f"{', '.join(bar.name for bar in unit.bars)} is still pending; a CTA waits for every "
                                "asynchronous arrive aimed at its barriers before exit (the producer waits each empty "
-                               "stage's final phase: CUTLASS producer_tail; issue 9 finding 5)")
+                               "stage's final phase, CUTLASS producer_tail; PTX ISA tcgen05.commit: the arrive is asynchronous)")
         if cta.tmem is not None and cta.tmem.cols and not cta.tmem.freed:
             raise SimError(f"TMEM leak: {cta.name} exited without tcgen05.dealloc of its {cta.tmem.cols} columns")
 

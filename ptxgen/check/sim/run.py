@@ -91,7 +91,7 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
     return _result(kernel, machine, d, ref, (m, n, k), sched, check)
 
 
-# ------------------------------------------------------------------ NVFP4 (issue 11): the block-scaled dual GEMM
+# ------------------------------------------------------------------ NVFP4: the block-scaled dual GEMM
 # Inputs are NVFP4 as the public ``nvfp4_dual_gemm`` problem defines them (packed e2m1 ``[rows, K/2]``, e4m3
 # scales in the 128x4 atom layout); the global tensors the kernel's TMA maps read are those bytes (the scale
 # maps: the blocked buffer as ``[lines, 128]``); C is fp16.

@@ -59,7 +59,7 @@ class CommitArriveUnit:
     """The mbarrier arrive-on of a ``tcgen05.commit``, once the MMAs before it completed.
 
     PTX ISA "tcgen05.commit": the arrive is triggered after those MMAs complete; nothing orders it
-    against later commits, so it is its own async unit with its own latency (issue 9 finding 5).
+    against later commits, so it is its own async unit with its own latency.
     """
 
     __slots__ = ("bars", "who", "issuer", "clock")

@@ -265,7 +265,7 @@ def _check_barriers(bs: _Barriers) -> int:
                 f"unwaited asynchronous arrive: {b.label}, phase {late[0]}: tcgen05.commit arrivals "
                 f"({ph.sources(ph.arrivals)}) that no warp of CTA {b.ctaid} waits for; the CTA may exit (and the "
                 "pair pass its last cluster barrier) with the arrive pending: the producer waits each empty "
-                "stage's final phase before exit (CUTLASS producer_tail; issue 9 finding 5)")
+                "stage's final phase before exit (CUTLASS producer_tail; PTX ISA \"tcgen05.commit\": the arrive is asynchronous)")
     return checked
 
 

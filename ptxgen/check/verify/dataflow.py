@@ -125,7 +125,7 @@ def _check_dataflow(trace: _Trace) -> None:
                         f"bulk async-group ownership: {ev.op.describe()} by one elect.sync lane of {rec.where} waits "
                         f"for groups that another elect.sync committed (at {other.where.at}); bulk async-groups "
                         "belong to the committing thread and elect.sync does not promise the same lane twice: "
-                        "commit and wait from one fixed thread, or wait in every lane (issue 9 finding 2)")
+                        "commit and wait from one fixed thread, or wait in every lane (PTX ISA elect.sync, cp.async.bulk.wait_group)")
             _check_issuers(ev, rec)
 
 

@@ -45,8 +45,9 @@ def _check_layout(kernel: Kernel) -> None:
 
 def _check_residency(kernel: Kernel) -> None:
     """sm_100a: the CTAs an SM can hold (:func:`ptxgen.hw.resident_ctas` of the kernel's shared memory and
-    threads) fit their TMEM in 512 columns (issue 9 finding 4), and the kernel bounds CTAs per SM for ptxas
-    (``.minnctapersm``; issue 9 finding 6: without it ptxas 13.0 budgets 64 registers and level 9 spills)."""
+    threads) fit their TMEM in 512 columns (PTX ISA tcgen05.alloc: an allocation beyond the free columns blocks
+    until another CTA frees them), and the kernel bounds CTAs per SM for ptxas (``.minnctapersm``, PTX ISA
+    "Performance-tuning directives": without it ptxas 13.0 budgets 64 registers and the largest kernels spill)."""
     if not kernel.is_sm100:
         return
     ctas = resident_ctas(kernel.smem_bytes, kernel.threads)
@@ -81,7 +82,7 @@ def _check_tmem_lifetime(trace: _Trace) -> None:
             raise VerifyError(f"paired TMEM allocation before the cluster is known running: {a.where} issues "
                               "tcgen05.alloc.cta_group::2 before any cluster barrier; the peer CTA must be running "
                               "(PTX ISA tcgen05.alloc): init barriers, fence.mbarrier_init, cluster arrive/wait, then "
-                              "alloc (issue 9 finding 1)")
+                              "alloc")
         cols = a.ev.cols
         if cols < 32 or cols > TMEM_COLS or cols & (cols - 1) or cols != kernel.tmem_cols or d.ev.cols != cols:
             raise VerifyError(f"TMEM allocation: {a.where} allocates {cols} and frees {d.ev.cols} columns; needs the "
@@ -110,14 +111,14 @@ def _check_tmem_lifetime(trace: _Trace) -> None:
 
 
 def _check_scopes(trace: _Trace) -> None:
-    """A cross-CTA data hand-off synchronizes at cluster scope (issue 9 finding 3).
+    """A cross-CTA data hand-off synchronizes at cluster scope (PTX ISA "Memory Consistency Model: scope").
 
     A plain remote arrive (no tx bytes) on a barrier that a ``consumer_wait`` waits on hands that
     consumer the arriving CTA's data (level 1's relay: the leader's MMA then reads the peer's shared
     memory): the arrive needs ``.release.cluster`` and the consumer's wait ``.acquire.cluster``; the
     default ``.cta`` forms order nothing across CTAs (PTX ISA "Memory Consistency Model: scope").
     Remote arrives that only release a resource (``empty``, ``tmem_empty``: waited by producers) keep
-    the default form (bench/NOTES.md: a cluster-scope release there serializes the pair).
+    the default form (a cluster-scope release there measurably serializes the pair).
     """
     cs = trace.kernel.cluster_size
     remote: dict[tuple, _Rec] = {}
@@ -138,13 +139,13 @@ def _check_scopes(trace: _Trace) -> None:
         if arrive.ev.op.scope != "cluster":
             raise VerifyError(f"cross-CTA hand-off at CTA scope: {arrive.ev.op.describe()} by {arrive.where} hands "
                               f"{bar} to {consumers[0].where.who}'s consumer_wait with the default .release.cta; a "
-                              "cross-CTA data hand-off needs mbarrier.arrive.release.cluster (issue 9 finding 3)")
+                              "cross-CTA data hand-off needs mbarrier.arrive.release.cluster (PTX ISA \"Memory Consistency Model: scope\")")
         narrow = next((w for w in consumers if w.ev.op.scope != "cluster"), None)
         if narrow is not None:
             raise VerifyError(f"cross-CTA hand-off at CTA scope: {narrow.ev.op.describe()} by {narrow.where} "
                               f"completes on {arrive.where.who}'s remote arrive on {bar} with the default "
                               ".acquire.cta; a cross-CTA data hand-off needs try_wait .acquire.cluster "
-                              "(issue 9 finding 3)")
+                              "(PTX ISA \"Memory Consistency Model: scope\")")
 
 
 def _check_teardown(trace: _Trace) -> None:

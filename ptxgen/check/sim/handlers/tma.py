@@ -22,8 +22,9 @@ class Tma:
         align = 1024 if swizzled else 128
         if (self.smem_base + off) % align:
             raise SimError(f"misaligned: {who} uses smem+{off:#x}; a TMA {'128B-swizzled ' if swizzled else ''}box "
-                           f"needs a {align}-byte aligned shared address (PTX_FACTS: 128B swizzle destinations "
-                           "are 1024-byte aligned)")
+                           f"needs a {align}-byte aligned shared address (PTX ISA \"Tensor copy: swizzle modes\": "
+                           "a 128B-swizzled destination is 1024-byte aligned; cp.async.bulk.tensor: 128-byte "
+                           "aligned otherwise)")
         if swizzled and cols * eb != 128:
             raise SimError(f"unsupported box: {who}: a 128B-swizzled box of {cols * eb} B per row; "
                            "the simulator models 128-byte rows")
