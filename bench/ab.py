@@ -6,7 +6,7 @@ separate ratios to torch (which move 2-5 % between runs on the H100; docs/perfor
 checked once against an fp32 reference on a NaN-poisoned output.
 
 Sides are either configs (``--config``, prepared launches, the first is the base) or, with ``--rewrite R``, each
-``--config`` against an IR rewrite of itself (``ptxgen.sim.rewrite``; both loaded with ``kernel_call``):
+``--config`` against an IR rewrite of itself (``ptxgen.ir.rewrite``; both loaded with ``kernel_call``):
   drain    the exit drain ``cp.async.bulk.wait_group 0`` (every write done) instead of ``wait_group.read 0``
   release  every consumer warp's elected lane arrives on ``empty`` (count x4) instead of warp 0's only
            (one-CTA configs: a pair's remote arrivals would need the peer's count changed too)
@@ -29,7 +29,7 @@ from ptxgen.ir import expr as ex
 from ptxgen.ir import ops as O
 from ptxgen.runtime import driver, prepare
 from ptxgen.runtime.api import kernel_call
-from ptxgen.sim.rewrite import rewrite
+from ptxgen.ir.rewrite import rewrite
 
 WARP_IN_WG_IS_0 = ex.Bin("eq", ex.Bin("mod", ex.Sreg("warp"), ex.Const(4)), ex.Const(0))
 

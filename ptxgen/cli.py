@@ -48,6 +48,16 @@ def _shape(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
+def _thread(text: str) -> tuple[int, int]:
+    try:
+        cta, tid = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"thread {text!r}: expected CTA:TID, e.g. 0:128") from None
+    if min(cta, tid) < 0:
+        raise argparse.ArgumentTypeError(f"thread {text!r}: CTA and TID must be >= 0")
+    return cta, tid
+
+
 def _configs(args) -> list[str]:
     from .config import shipped_configs
 
@@ -117,7 +127,7 @@ def _check_names(results: list, sources: list[str], out_dir: Path) -> None:
 def cmd_build(args) -> int:
     from .assemble import assemble
     from .build import build, write
-    from .verify import verify
+    from .check.verify import verify
 
     out_dir = _output_dir(args.output)
     names = _configs(args)
@@ -152,9 +162,11 @@ def cmd_build(args) -> int:
 
 
 def cmd_check(args) -> int:
+    if args.ptx:
+        return _check_ptx(args)
     from .build import build
-    from .sim import default_shapes, sweep
-    from .verify import barrier_table, format_barrier_table, verify
+    from .check.sim import default_shapes, sweep
+    from .check.verify import barrier_table, format_barrier_table, verify
 
     for name in _progress(_configs(args), "check"):
         res = build(name)
@@ -172,6 +184,35 @@ def cmd_check(args) -> int:
         _say(f"{res.config.name}: {result.summary()}")
         if result.faults:
             return 1
+    return 0
+
+
+def _check_ptx(args) -> int:
+    """``check --ptx``: the emitted PTX against the IR, thread by thread (:mod:`ptxgen.check.ptx`)."""
+    from .build import build
+    from .check.ptx import interp
+    from .check.ptx.diff import Launch, default_launches, diff_thread, role_of
+
+    for name in _progress(_configs(args), "check"):
+        res = build(name)
+        kernel, prog = res.kernel, interp.parse(res.ptx)
+        for shape in args.shape or [None]:
+            launches = default_launches(kernel, shape)
+            if args.thread:
+                m, n, k, grid = launches[0].m, launches[0].n, launches[0].k, launches[0].grid
+                for cta, tid in args.thread:
+                    if cta >= grid or tid >= kernel.threads:
+                        raise ConfigError(f"--thread {cta}:{tid}: {res.config.name} at {m}x{n}x{k} has CTAs 0-{grid - 1}"
+                                          f" and threads 0-{kernel.threads - 1}")
+                launches = [Launch(m, n, k, grid, cta, tid) for cta, tid in args.thread]
+            for launch in launches:
+                where = (f"{res.config.name} {launch.m}x{launch.n}x{launch.k}: CTA {launch.ctaid} thread {launch.tid} "
+                         f"({role_of(kernel, launch.tid)})")
+                msg = diff_thread(kernel, prog, launch)
+                if msg is not None:
+                    _say(f"{where}: {msg}", err=True)
+                    return 1
+                _say(f"{where}: PTX effects equal IR effects")
     return 0
 
 
@@ -249,13 +290,19 @@ def parser() -> argparse.ArgumentParser:
                         "but differing from it is refused there, allowed with -o elsewhere")
     b.set_defaults(fn=cmd_build)
 
-    c = with_config(sub.add_parser("check", help="static verifier + CPU simulation"))
+    c = with_config(sub.add_parser("check", help="static verifier + CPU simulation, or (--ptx) emitted PTX vs IR"))
     c.add_argument("--all", action="store_true")
     c.add_argument("--shape", type=_shape, action="append", help="MxNxK to simulate (repeatable)")
     c.add_argument("--interleavings", type=_at_least_one, default=20, help="scheduler seeds per shape (>= 1)")
     c.add_argument("--schedule", choices=("all", "random", "latest", "pct"), default="all",
                    help="scheduling policy: random latencies, latest (async work completes as late as legal), pct "
                         "(PCT priorities), or all (default: the random seeds plus 2 latest and 3 pct runs per shape)")
+    c.add_argument("--ptx", action="store_true",
+                   help="instead of the verifier and the simulation, compare the effects of the emitted PTX with the "
+                        "IR's, thread by thread (default threads: lane 0 of the first and lane 5 of the last warp of "
+                        "every role, in every CTA of the first and the last cluster; default shape: 2x2 ragged tiles)")
+    c.add_argument("--thread", type=_thread, action="append", metavar="CTA:TID",
+                   help="with --ptx: the thread to compare instead of the default set (repeatable)")
     c.set_defaults(fn=cmd_check)
 
     r = with_config(sub.add_parser("run", help="one shape on the GPU, checked against torch "

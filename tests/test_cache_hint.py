@@ -11,7 +11,7 @@ import re
 import pytest
 from test_ptx_vs_ir import sweep
 
-from ptxgen import ptxinterp
+from ptxgen.check.ptx import interp as ptxinterp
 from ptxgen.build import build
 from ptxgen.config import ConfigError, load_config
 

@@ -176,12 +176,12 @@ def test_other_import_errors_are_bugs_not_hidden(monkeypatch):
 
 
 def test_multiline_error_is_cut_to_one_line(capsys, monkeypatch):
-    import ptxgen.verify
+    import ptxgen.check.verify
 
     def fail(kernel):
         raise VerifyError("circular wait: producer and MMA\n  producer ...\n  mma ...")
 
-    monkeypatch.setattr(ptxgen.verify, "verify", fail)
+    monkeypatch.setattr(ptxgen.check.verify, "verify", fail)
     rc, _, err = _run(capsys, "check", "--config", "level1")
     assert rc == 1
     assert _one_error_line(err) == ("ptxgen: error: VerifyError: level1: circular wait: producer and MMA "
@@ -254,16 +254,16 @@ def test_progress_bar_only_on_a_terminal(capsys, monkeypatch, tmp_path, tty, fas
 
 
 def test_build_verifies_every_kernel(capsys, monkeypatch, tmp_path, fast_assemble):
-    import ptxgen.verify
+    import ptxgen.check.verify
 
     seen = []
-    real = ptxgen.verify.verify
-    monkeypatch.setattr(ptxgen.verify, "verify", lambda kernel: (seen.append(kernel.config_name), real(kernel)))
+    real = ptxgen.check.verify.verify
+    monkeypatch.setattr(ptxgen.check.verify, "verify", lambda kernel: (seen.append(kernel.config_name), real(kernel)))
     rc, _, _ = _run(capsys, "build", "-c", "level1", "-c", "h100_128x128", "-o", str(tmp_path))
     assert rc == 0 and seen == ["level1", "h100_128x128"]
 
 
-@pytest.mark.parametrize("stage, error", [("ptxgen.verify.verify", VerifyError("full[0]: 3 arrivals, init 2")),
+@pytest.mark.parametrize("stage, error", [("ptxgen.check.verify.verify", VerifyError("full[0]: 3 arrivals, init 2")),
                                           ("ptxgen.assemble.assemble", AssembleError("ptxas: syntax error, line 7"))])
 def test_build_writes_nothing_when_one_kernel_fails(capsys, monkeypatch, tmp_path, stage, error):
     import importlib
@@ -330,3 +330,40 @@ def test_output_directory_problems(capsys, monkeypatch, tmp_path, fast_assemble)
     assert rc == 1
     assert _one_error_line(err) == (f"ptxgen: error: OutputError: output directory {str(tmp_path)!r}: not writable; "
                                     "pass -o DIR with a writable directory")
+
+
+# --------------------------------------------------------------------------- check --ptx
+
+
+def test_check_ptx_passes_on_a_shipped_config(capsys):
+    rc, out, _ = _run(capsys, "check", "--ptx", "--config", "level1")
+    lines = out.splitlines()
+    assert rc == 0 and len(lines) == 16  # 2 threads x 2 role ranges x 4 CTAs (first and last cluster)
+    assert all(line.endswith(": PTX effects equal IR effects") for line in lines)
+    assert lines[0] == "level1 253x248x184: CTA 0 thread 0 (init/mainloop/producer): PTX effects equal IR effects"
+
+
+def test_check_ptx_chosen_thread_and_shape(capsys):
+    rc, out, _ = _run(capsys, "check", "--ptx", "--config", "level1", "--thread", "1:64", "--shape", "300x300x300")
+    assert (rc, out) == (0, "level1 300x300x300: CTA 1 thread 64 (tmem_alloc/tmem_dealloc): PTX effects equal IR "
+                            "effects\n")
+    rc, _, err = _run(capsys, "check", "--ptx", "--config", "level1", "--thread", "99:0")
+    assert rc == 1 and "--thread 99:0: level1 at 253x248x184 has CTAs 0-7" in err
+
+
+def test_check_ptx_fails_on_a_planted_emitter_bug(capsys, monkeypatch):
+    """TMA load coordinates emitted as {row, col}: the first producer thread's effects differ; exit 1."""
+    import dataclasses
+
+    import emitters
+    from ptxgen.ir import ops
+
+    for table in emitters.TABLES.values():
+        if ops.TmaLoad in table:
+            f = table[ops.TmaLoad]
+            monkeypatch.setitem(table, ops.TmaLoad,
+                                lambda lw, op, f=f: f(lw, dataclasses.replace(op, col=op.row, row=op.col)))
+    rc, out, err = _run(capsys, "check", "--ptx", "--config", "level1")
+    assert rc == 1 and out == ""
+    assert err.startswith("level1 253x248x184: CTA 0 thread 0 (init/mainloop/producer): PTX != IR at effect #")
+    assert "tma.load" in err

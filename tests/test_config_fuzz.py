@@ -162,7 +162,7 @@ def test_mutated_configs_raise_config_error_or_build(outcome):
 
 def test_accepted_sample_verifies_and_assembles(outcome):
     from ptxgen.assemble import assemble
-    from ptxgen.verify import verify
+    from ptxgen.check.verify import verify
 
     picked = {}
     for cfg in _sample(outcome, len(outcome.accepted), seed=3):
@@ -176,7 +176,7 @@ def test_accepted_sample_verifies_and_assembles(outcome):
 
 @pytest.mark.slow
 def test_every_accepted_config_builds_and_verifies(outcome):
-    from ptxgen.verify import verify
+    from ptxgen.check.verify import verify
 
     for cfg in outcome.accepted.values():
         verify(build(cfg).kernel)

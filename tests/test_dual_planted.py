@@ -16,9 +16,9 @@ from ptxgen.config import load_config
 from ptxgen.errors import SimError, VerifyError
 from ptxgen.ir import ops as O
 from ptxgen.plan import make_plan
-from ptxgen.sim import default_shapes, simulate
-from ptxgen.sim.rewrite import rewrite
-from ptxgen.verify import verify
+from ptxgen.check.sim import default_shapes, simulate
+from ptxgen.ir.rewrite import rewrite
+from ptxgen.check.verify import verify
 from test_sim_support import before_wgmma_wait
 
 pytestmark = pytest.mark.sim

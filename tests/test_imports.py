@@ -1,4 +1,4 @@
-"""Import contract of ``ptxgen/`` and ``emitters/`` (issue 8 item 4), read from the source with :mod:`ast`.
+"""Import contract of ``ptxgen/`` and ``emitters/``, read from the source with :mod:`ast`.
 
 The module graph has an edge ``a -> b`` for every ``import`` / ``from ... import`` statement in ``a``
 (module level or inside a function: lazy imports count) that names a module ``b`` of the two packages:
@@ -15,8 +15,12 @@ Contract checked:
 (a) no cycle among modules (the failure names the cycle);
 (b) ``emitters`` imports from ptxgen only ``ptxgen.ir*`` and ``ptxgen.errors``, never ``ptxgen`` itself,
     and nothing it reaches (transitively) is ``ptxgen``'s ``__init__``;
-(c) ``ptxgen.sim*`` and ``emitters*`` reach (transitively) nothing of ``ptxgen.plan`` or ``ptxgen.config``;
-(d) ``ptxgen.build`` is the one door into the emitters: no other ``ptxgen`` module imports ``emitters*``.
+(c) ``ptxgen.check*`` and ``emitters*`` reach (transitively) nothing of ``ptxgen.plan`` or ``ptxgen.config``;
+(d) the check wing stands beside the compile path: nothing in ``ptxgen.config``, ``ptxgen.plan``,
+    ``ptxgen.builders*``, ``ptxgen.ir*``, ``emitters*``, ``ptxgen.assemble`` or ``ptxgen.runtime*`` imports
+    ``ptxgen.check*``, and ``ptxgen.check*`` imports from ptxgen only itself, ``ptxgen.ir*``,
+    ``ptxgen.descriptors``, ``ptxgen.errors``, ``ptxgen.hw`` and ``ptxgen.formats``;
+(e) ``ptxgen.build`` is the one door into the emitters: no other ``ptxgen`` module imports ``emitters*``.
 
 Planted violations in synthetic graphs prove each check fails.
 """
@@ -30,6 +34,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("ptxgen", "emitters")
+COMPILE_PATH = ("ptxgen.config", "ptxgen.plan", "ptxgen.builders", "ptxgen.ir", "emitters", "ptxgen.assemble",
+                "ptxgen.runtime")
+CHECK_MAY_IMPORT = ("ptxgen.check", "ptxgen.ir", "ptxgen.descriptors", "ptxgen.errors", "ptxgen.hw", "ptxgen.formats")
 
 
 def module_files(root: Path = ROOT) -> dict[str, Path]:
@@ -167,17 +174,20 @@ def contract_violations(graph: dict[str, set[str]]) -> list[str]:
         if "ptxgen" in parents:
             out.append(f"{mod} reaches ptxgen/__init__: {_chain(parents, 'ptxgen')}")
     for mod in sorted(graph):
-        if not (_under(mod, "emitters") or _under(mod, "ptxgen.sim")):
+        if not (_under(mod, "emitters") or _under(mod, "ptxgen.check")):
             continue
         parents = reach(graph, mod)
         for dep in sorted(parents):
             if _under(dep, "ptxgen.plan") or _under(dep, "ptxgen.config"):
                 out.append(f"{mod} reaches {dep}: {_chain(parents, dep)}")
     for mod in sorted(graph):
-        if _under(mod, "ptxgen") and mod != "ptxgen.build":
-            for dep in sorted(graph[mod]):
-                if _under(dep, "emitters"):
-                    out.append(f"{mod} imports {dep}: only ptxgen.build calls the emitters")
+        for dep in sorted(graph[mod]):
+            if any(_under(mod, p) for p in COMPILE_PATH) and _under(dep, "ptxgen.check"):
+                out.append(f"{mod} imports {dep}: the compile path never imports the check wing")
+            if _under(mod, "ptxgen.check") and _under(dep, "ptxgen") and not any(_under(dep, p) for p in CHECK_MAY_IMPORT):
+                out.append(f"{mod} imports {dep}: the check wing may import only {', '.join(CHECK_MAY_IMPORT)}")
+            if _under(mod, "ptxgen") and mod != "ptxgen.build" and _under(dep, "emitters"):
+                out.append(f"{mod} imports {dep}: only ptxgen.build calls the emitters")
     return out
 
 
@@ -187,7 +197,7 @@ def contract_violations(graph: dict[str, set[str]]) -> list[str]:
 def test_graph_sees_the_packages():
     """The graph is built from the real tree (guards against a checker that reads nothing)."""
     graph = module_graph()
-    assert {"ptxgen", "ptxgen.ir", "ptxgen.ir.ops", "emitters", "emitters.core", "ptxgen.sim.walker"} <= set(graph)
+    assert {"ptxgen", "ptxgen.ir", "ptxgen.ir.ops", "emitters", "emitters.core", "ptxgen.check.walker"} <= set(graph)
     assert "ptxgen.ir.ops" in graph["emitters.core"]
     assert "ptxgen.runtime.api" in graph["ptxgen"]  # the package __init__'s re-export is an edge
     # function-level (lazy) imports count: ptxgen/__init__'s dual_gemm_nvfp4 imports runtime.nvfp4 inside
@@ -210,8 +220,8 @@ _CLEAN = {
     "ptxgen.errors": set(),
     "ptxgen.ir": {"ptxgen.ir.ops"},
     "ptxgen.ir.ops": set(),
-    "ptxgen.sim": {"ptxgen.sim.walker"},
-    "ptxgen.sim.walker": {"ptxgen.ir.ops", "ptxgen.errors"},
+    "ptxgen.check.sim": {"ptxgen.check.walker"},
+    "ptxgen.check.walker": {"ptxgen.ir.ops", "ptxgen.errors"},
     "emitters": {"emitters.core"},
     "emitters.core": {"ptxgen.ir", "ptxgen.errors"},
 }
@@ -229,13 +239,16 @@ def test_synthetic_clean_graph_passes():
 
 
 @pytest.mark.parametrize("extra, expected", [
-    # the circle of issue 8: emitters -> ptxgen/__init__ -> runtime -> build -> emitters
+    # a circle through the package: emitters -> ptxgen/__init__ -> runtime -> build -> emitters
     ({"emitters": {"ptxgen"}}, "import cycle: emitters -> ptxgen -> ptxgen.runtime -> ptxgen.build -> emitters"),
     ({"ptxgen__config": {"ptxgen.plan"}}, "import cycle: ptxgen.config -> ptxgen.plan -> ptxgen.config"),
     ({"ptxgen__ir__ops": {"ptxgen.ir"}}, "import cycle: ptxgen.ir -> ptxgen.ir.ops -> ptxgen.ir"),
     ({"emitters__core": {"ptxgen.runtime"}}, "emitters.core imports ptxgen.runtime: emitters may import only"),
     ({"emitters__core": {"ptxgen.plan"}}, "emitters.core imports ptxgen.plan"),
-    ({"ptxgen__sim__walker": {"ptxgen.config"}}, "ptxgen.sim.walker reaches ptxgen.config"),
+    ({"ptxgen__check__walker": {"ptxgen.config"}}, "ptxgen.check.walker reaches ptxgen.config"),
+    # the check wing beside the compile path: neither side imports across in the wrong direction
+    ({"ptxgen__runtime": {"ptxgen.check.sim"}}, "ptxgen.runtime imports ptxgen.check.sim: the compile path never"),
+    ({"ptxgen__check__walker": {"ptxgen.runtime"}}, "ptxgen.check.walker imports ptxgen.runtime: the check wing may"),
     # transitive: the IR (allowed for emitters) pulling in the plan still breaks (c)
     ({"ptxgen__ir__ops": {"ptxgen.plan"}}, "emitters.core reaches ptxgen.plan: emitters.core -> ptxgen.ir"),
     # a second door into the emitters (the runtime emitting a kernel itself instead of through ptxgen.build)

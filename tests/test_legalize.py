@@ -10,7 +10,7 @@ from ptxgen.errors import LegalizeError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Const, fold
 from ptxgen.ir.legalize import legalize
-from ptxgen.sim.rewrite import rewrite
+from ptxgen.ir.rewrite import rewrite
 
 
 def _has_constant_if(body) -> bool:

@@ -1,4 +1,4 @@
-"""NVFP4 numerics (ptxgen.sim.nvfp4): decode tables bit for bit, the 128x4 scale atom layout, the dual-GEMM
+"""NVFP4 numerics (ptxgen.formats, ptxgen.check.nvfp4): decode tables bit for bit, the 128x4 scale atom layout, the dual-GEMM
 reference against float64, and the block-scaled MMA semantics on a 128xNx256 block."""
 
 from __future__ import annotations
@@ -14,21 +14,18 @@ from ptxgen.descriptors import (
     umma_smem_desc,
 )
 from ptxgen.errors import SimError
-from ptxgen.sim.memory import box_index
-from ptxgen.sim.nvfp4 import (
+from ptxgen.check.nvfp4 import block_scaled_mma, nvfp4_dual_gemm_reference, random_nvfp4, tmem_copy_32x128b_warpx4
+from ptxgen.check.swizzle import box_index
+from ptxgen.formats import (
     E2M1_VALUES,
-    block_scaled_mma,
     dequantize,
     e2m1_decode,
     e4m3_decode,
-    nvfp4_dual_gemm_reference,
     pack_e2m1,
-    random_nvfp4,
     sf_from_blocked,
     sf_from_blocked_torch,
     sf_to_blocked,
     sf_to_blocked_torch,
-    tmem_copy_32x128b_warpx4,
     unpack_e2m1,
 )
 

@@ -1,6 +1,6 @@
 """Planted bugs in the NVFP4 dual GEMM's new parts (issue 11 item 4), each caught by the verifier or the simulator.
 
-Each plant is a plan change or an IR rewrite (:func:`ptxgen.sim.rewrite.rewrite`) of a shipped ``nvfp4_dual_*``
+Each plant is a plan change or an IR rewrite (:func:`ptxgen.ir.rewrite.rewrite`) of a shipped ``nvfp4_dual_*``
 kernel; the unplanted kernels verify (tests/test_compile.py builds them) and simulate (tests/test_nvfp4_sim.py).
 """
 
@@ -12,7 +12,7 @@ import pytest
 
 from ptxgen.errors import VerifyError
 from ptxgen.ir import ops as O
-from ptxgen.verify import verify
+from ptxgen.check.verify import verify
 
 from test_dual_planted import _kernel, _sim_faults, body_holding
 

@@ -10,7 +10,7 @@ import ptxgen
 from ptxgen.errors import ConfigError, ShapeError
 from ptxgen.build import build
 from ptxgen.runtime.nvfp4 import check_capability, check_nvfp4_inputs, map_args, map_slots, resolve_config
-from ptxgen.sim.nvfp4 import sf_from_blocked, sf_to_blocked
+from ptxgen.formats import sf_from_blocked, sf_to_blocked
 
 FP4 = getattr(torch, "float4_e2m1fn_x2", torch.uint8)
 

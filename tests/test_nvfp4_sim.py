@@ -1,6 +1,6 @@
 """Issue 11 item 4: the simulator runs the NVFP4 dual GEMM's IR (tcgen05.cp of the scale atoms, block-scaled
 MMAs with exact e2m1 x ue4m3 numerics, fp32 TMEM accumulators, silu*mul, fp16 C) and matches the problem's
-reference (:func:`ptxgen.sim.nvfp4.nvfp4_dual_gemm_reference`), masked (|values| <= 1.5) and unrestricted."""
+reference (:func:`ptxgen.check.nvfp4.nvfp4_dual_gemm_reference`), masked (|values| <= 1.5) and unrestricted."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from ptxgen.build import build
 from ptxgen.errors import ShapeError, SimError
-from ptxgen.sim import simulate, sweep
-from ptxgen.sim.run import nvfp4_inputs, simulate_nvfp4
+from ptxgen.check.sim import simulate, sweep
+from ptxgen.check.sim.run import nvfp4_inputs, simulate_nvfp4
 
 NVFP4 = ("nvfp4_dual_128x128", "nvfp4_dual_256x128")
 # the benchmark shapes (M, N, K) of the public nvfp4_dual_gemm problem

@@ -22,9 +22,9 @@ from ptxgen.errors import ConfigError, SimError, VerifyError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Var, ne
 from ptxgen.plan import make_plan
-from ptxgen.sim import default_shapes, simulate
-from ptxgen.sim.rewrite import rewrite
-from ptxgen.verify import verify
+from ptxgen.check.sim import default_shapes, simulate
+from ptxgen.ir.rewrite import rewrite
+from ptxgen.check.verify import verify
 from test_sim_support import before_wgmma_wait
 
 GEMM, DUAL = "h100_128x256", "dual_h100_128x128_c2"

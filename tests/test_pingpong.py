@@ -18,9 +18,10 @@ from ptxgen.errors import ConfigError, SimError, VerifyError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Var, eq
 from ptxgen.plan import make_plan
-from ptxgen.sim import simulate
-from ptxgen.sim.rewrite import rewrite
-from ptxgen.verify import _walk_order, verify
+from ptxgen.check.sim import simulate
+from ptxgen.ir.rewrite import rewrite
+from ptxgen.check.verify import verify
+from ptxgen.check.verify.barriers import _walk_order
 from test_sim_support import drop, in_role, is_wait, kernel_for, where
 
 PP = "h100_128x128_pp"

@@ -16,7 +16,7 @@ import emitters
 import emitters.common as common
 import emitters.core as core
 import emitters.tcgen05 as tcgen05
-from ptxgen import ptxinterp
+from ptxgen.check.ptx import interp as ptxinterp
 from ptxgen.build import build
 from ptxgen.config import shipped_configs
 from ptxgen.ir import expr as ex

@@ -4,8 +4,8 @@ For every shipped config (sm_100a and sm_90a) Hypothesis draws a problem shape (
 the tile; more k-blocks than stages so the smem ring wraps; several tiles per persistent cluster so the
 accumulator ring and the tile loop wrap), a CTA (either cluster rank) and, for every warp role of the
 kernel, one warp of that role (lane 0, the elected lane) plus one more thread of any warp and lane.  For
-each thread, the effects of the freshly emitted PTX (``emitters.emit``, run by ``ptxgen.ptxinterp``) must
-equal the effects of the IR (run by the simulator's walker, ``ptxgen.sim.ptxdiff.ir_effects``): the same
+each thread, the effects of the freshly emitted PTX (``emitters.emit``, run by ``ptxgen.check.ptx.interp``) must
+equal the effects of the IR (run by the simulator's walker, ``ptxgen.check.ptx.diff.ir_effects``): the same
 barrier addresses, parities, tx bytes, TMA coordinates, descriptors, TMEM addresses and stores, in the
 same order.  generated/ is never read.
 """
@@ -18,11 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ptxgen import ptxinterp
+from ptxgen.check.ptx import interp as ptxinterp
 from ptxgen.build import build
 from ptxgen.config import shipped_configs
 from ptxgen.ir import ops
-from ptxgen.sim.ptxdiff import Launch, diff_thread, ir_effects, ptx_effects
+from ptxgen.check.ptx.diff import Launch, diff_thread, ir_effects, ptx_effects, role_ranges
+from ptxgen.check.ptx.diff import sweep_threads as sweep  # noqa: F401 (the planted-bug tests import it from here)
 
 EXAMPLES = 10  # per config; every example runs one thread of every role (see draw_case)
 #: variants no shipped config carries, compared like the shipped ones: (shipped config, name suffix, changes).
@@ -59,16 +60,6 @@ def built_variant(variant: tuple):
     return built(name, suffix, tuple(changes.items()))
 
 
-def role_ranges(kernel) -> list[tuple[str, int, int]]:
-    """(name, warp_lo, warp_hi) of every distinct warp range a WarpSwitch of the kernel names."""
-    seen = {}
-    for op in ops.walk(kernel.body):
-        if isinstance(op, ops.WarpSwitch):
-            for r in op.roles:
-                seen.setdefault((r.warp_lo, r.warp_hi), r.name)
-    return [(name, lo, hi) for (lo, hi), name in seen.items()]
-
-
 @st.composite
 def draw_case(draw, kernel, *, kblocks=None, tiles=None):
     """A launch shape and the threads to compare in it (see module docstring).
@@ -88,24 +79,6 @@ def draw_case(draw, kernel, *, kblocks=None, tiles=None):
     tids = [draw(st.integers(lo, hi - 1)) * 32 for _, lo, hi in role_ranges(kernel)]
     tids += [draw(st.integers(0, kernel.threads - 1)) for _ in range(2)]
     return m, n, k, grid, ctaid, sorted(set(tids))
-
-
-def sweep(kernel, prog) -> str | None:
-    """Deterministic sweep (the planted-bug tests): 2 x 2 tiles with ragged edges, stages + 2 k-blocks, every
-    rank of the first and the last cluster, lane 0 of the first and lane 5 of the last warp of every role range.
-    Returns the first difference, or None."""
-    grid_policy = kernel.launch.grid
-    rows, cols, cs = grid_policy.tile_rows, grid_policy.tile_cols, kernel.cluster_size
-    m, n, k = 2 * rows - 3, 2 * cols - 8, kernel.block_k * (kernel.stages + 2) - 8
-    grid = grid_policy.grid_x(m, n, cs)
-    ctaids = sorted({*range(cs), *range(grid - cs, grid)})
-    tids = sorted({t for _, lo, hi in role_ranges(kernel) for t in (lo * 32, (hi - 1) * 32 + 5)})
-    for ctaid in ctaids:
-        for tid in tids:
-            msg = diff_thread(kernel, prog, Launch(m, n, k, grid, ctaid, tid))
-            if msg is not None:
-                return msg
-    return None
 
 
 def check(kernel, prog, m, n, k, grid, ctaid, tids) -> None:

@@ -14,7 +14,7 @@ from emitters import emit
 from ptxgen.assemble import assemble
 from ptxgen.build import build
 from ptxgen.ir import ops as O
-from ptxgen.sim.rewrite import rewrite
+from ptxgen.ir.rewrite import rewrite
 
 
 def _with_elect_sync(kernel):

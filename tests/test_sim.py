@@ -20,11 +20,11 @@ from ptxgen.errors import ShapeError, SimError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Const, Sreg, Var, eq
 from ptxgen.plan import make_plan
-from ptxgen.sim import bf16_bits_to_f32, default_shapes, f32_to_bf16_bits, round_bf16, simulate, sweep
-from ptxgen.sim.memory import box_index, kmajor_sw128_index, swizzle128
-from ptxgen.sim.mma import Operand, umma_operand, umma_shape, wgmma_fragment, wgmma_operand
-from ptxgen.sim.sync import Mbarrier
-from ptxgen.sim.walker import IRFault, Program, WarpWalker
+from ptxgen.check.sim import bf16_bits_to_f32, default_shapes, f32_to_bf16_bits, round_bf16, simulate, sweep
+from ptxgen.check.swizzle import box_index, kmajor_sw128_index, swizzle128
+from ptxgen.check.mma import Operand, umma_operand, umma_shape, wgmma_fragment, wgmma_operand
+from ptxgen.check.sim.sync import Mbarrier
+from ptxgen.check.walker import IRFault, Program, WarpWalker
 from test_sim_support import kernel_for
 
 pytestmark = pytest.mark.sim

@@ -22,7 +22,7 @@ from ptxgen.config import shipped_configs
 from ptxgen.errors import SimError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Sreg, ne
-from ptxgen.sim import Fault, Sweep, default_shapes, schedule_plan, simulate, sweep
+from ptxgen.check.sim import Fault, Sweep, default_shapes, schedule_plan, simulate, sweep
 from test_cli import fast_assemble  # noqa: F401 - the fixture
 from test_sim_planted import _kernel, _release_before_last_load
 from test_sim_support import drop, in_role, is_wait, where
@@ -321,7 +321,7 @@ def test_check_runs_one_policy(capsys) -> None:
 
 @pytest.mark.usefixtures("fast_assemble")
 def test_check_names_the_schedule_that_exposed_a_fault(capsys, monkeypatch) -> None:
-    import ptxgen.sim
+    import ptxgen.check.sim
 
     seen = {}
 
@@ -331,7 +331,7 @@ def test_check_names_the_schedule_that_exposed_a_fault(capsys, monkeypatch) -> N
         out.faults.append(Fault(shapes[0], "latest", 1, "write after read: planted"))
         return out
 
-    monkeypatch.setattr(ptxgen.sim, "sweep", planted_sweep)
+    monkeypatch.setattr(ptxgen.check.sim, "sweep", planted_sweep)
     rc = cli.main(["check", "--config", "level1", "--shape", "72x40x64", "--interleavings", "1"])
     out, err = capsys.readouterr()
     assert rc == 1 and seen["policies"] == "all"

@@ -21,9 +21,9 @@ from ptxgen.ir import Kernel
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Const, Sreg, Var, eq
 from ptxgen.plan import make_plan
-from ptxgen.sim import default_shapes, simulate
-from ptxgen.sim.rewrite import rewrite
-from ptxgen.verify import verify
+from ptxgen.check.sim import default_shapes, simulate
+from ptxgen.ir.rewrite import rewrite
+from ptxgen.check.verify import verify
 from test_sim_support import drop, in_role, is_wait, kernel_for, where
 
 pytestmark = pytest.mark.sim

@@ -9,7 +9,7 @@ from ptxgen.config import load_config
 from ptxgen.ir import Kernel
 from ptxgen.ir import ops as O
 from ptxgen.plan import make_plan
-from ptxgen.sim.rewrite import rewrite_body
+from ptxgen.ir.rewrite import rewrite_body
 
 
 def kernel_for(config: str, plan=None) -> Kernel:

@@ -1,7 +1,7 @@
 """Split-K on CPU: config rules, plan numbers, the simulator's answer and the planted protocol bugs it catches,
 the verifier's counter replay, the runtime workspace and the chooser's picks.
 
-A planted bug rewrites the builder's IR (:func:`ptxgen.sim.rewrite.rewrite`); each must fail with its message:
+A planted bug rewrites the builder's IR (:func:`ptxgen.ir.rewrite.rewrite`); each must fail with its message:
 the last split adds partials without waiting for the counter, the counter is not reset, a partial is stored
 after the counter increment, the increment loses its release, a split's k-block range is off by one.
 """
@@ -18,9 +18,9 @@ from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Var
 from ptxgen.launch import LaunchSpec
 from ptxgen.plan import make_plan
-from ptxgen.sim import simulate
-from ptxgen.sim.rewrite import rewrite
-from ptxgen.verify import verify
+from ptxgen.check.sim import simulate
+from ptxgen.ir.rewrite import rewrite
+from ptxgen.check.verify import verify
 
 #: a few shapes per kernel: off-tile M and N, several tiles per CTA (num_sms=4), K with 7, 3 and 1 k-blocks
 #: (one k-block leaves every split but the last empty), N not a multiple of 8 (direct stores)

@@ -21,9 +21,9 @@ from ptxgen.errors import ConfigError, SimError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Bin, Const, Sreg
 from ptxgen.plan import make_plan
-from ptxgen.sim import default_shapes, simulate
-from ptxgen.sim.rewrite import rewrite
-from ptxgen.verify import verify
+from ptxgen.check.sim import default_shapes, simulate
+from ptxgen.ir.rewrite import rewrite
+from ptxgen.check.verify import verify
 
 ON = {"epilogue.stmatrix": True}
 

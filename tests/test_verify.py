@@ -20,9 +20,9 @@ from ptxgen.ir import ops as O
 from ptxgen.ir import Kernel
 from ptxgen.ir.expr import Const
 from ptxgen.plan import make_plan
-from ptxgen.sim import default_shapes, simulate
-from ptxgen.sim.rewrite import rewrite
-from ptxgen.verify import barrier_table, format_barrier_table, verify
+from ptxgen.check.sim import default_shapes, simulate
+from ptxgen.ir.rewrite import rewrite
+from ptxgen.check.verify import barrier_table, format_barrier_table, verify
 from test_sim_support import kernel_for
 
 pytestmark = pytest.mark.sim

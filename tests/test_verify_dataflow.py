@@ -19,7 +19,7 @@ import pytest
 from ptxgen.errors import VerifyError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Const, Var
-from ptxgen.verify import verify
+from ptxgen.check.verify import verify
 from test_dual_planted import (_issuer, _kernel, _release_after_first_mma, _silu_before_wgmma_wait,
                                _tmem_full_before_last_b2_mma)
 from test_sim_planted import _release_before_last_load

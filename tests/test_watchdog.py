@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ptxgen import knobs, ptxinterp
+from ptxgen import knobs
+from ptxgen.check.ptx import interp as ptxinterp
 from ptxgen.assemble import assemble
 from ptxgen.build import build
 from ptxgen.builders.kernel import build_kernel
@@ -23,7 +24,7 @@ from ptxgen.ir import ops as O
 from ptxgen.ir.watchdog import FIELDS, PARAM, RECORD_WORDS, UNBOUND, WORD, decode, instrument
 from ptxgen.plan import make_plan
 from ptxgen.runtime.watchdog import raise_if_expired
-from ptxgen.sim import simulate
+from ptxgen.check.sim import simulate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_ptx_vs_ir import sweep  # noqa: E402
@@ -126,7 +127,7 @@ def test_knob_rejects(value):
 
 def test_watched_kernel_still_verifies_and_simulates():
     """The rewrite only annotates waits: the static verifier and the simulator accept the watched kernel as before."""
-    from ptxgen.verify import verify
+    from ptxgen.check.verify import verify
 
     k = build("h100_128x128", watchdog_ns=BUDGET).kernel
     verify(k)

@@ -15,11 +15,10 @@ The simulator runs the builders' IR unlegalized: the rewrites here do not change
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ..errors import LegalizeError
 from . import expr as ex
 from . import ops as O
+from .rewrite import rewrite_body
 
 TCGEN05_OPS = (O.TmemAlloc, O.TmemRelinquish, O.TmemBase, O.TmemDealloc, O.TcgenFence, O.Umma, O.UmmaCommit,
                O.TmemLoad, O.TmemWaitLd, O.TmemCopy, O.UmmaBlockScaled)
@@ -38,22 +37,13 @@ def legalize(kernel):
         if isinstance(op, illegal):
             raise LegalizeError(f"{kernel.name}: {op.describe()} is not an {kernel.arch} instruction "
                                 f"({type(op).__name__} belongs to the {'wgmma' if kernel.arch == 'sm_100a' else 'tcgen05'} family)")
-    return kernel.with_body(_body(kernel.body))
+    return kernel.with_body(rewrite_body(kernel.body, _fold))
 
 
-def _body(body) -> tuple:
-    out: list = []
-    for op in body:
-        if isinstance(op, O.If):
-            cond = ex.fold(op.cond)
-            if isinstance(cond, ex.Const):
-                out.extend(_body(op.then if cond.value else op.orelse))
-                continue
-            out.append(replace(op, then=_body(op.then), orelse=_body(op.orelse)))
-        elif isinstance(op, O.WarpSwitch):
-            out.append(replace(op, roles=tuple(replace(r, body=_body(r.body)) for r in op.roles)))
-        elif isinstance(op, (O.For, O.Elect)):
-            out.append(replace(op, body=_body(op.body)))
-        else:
-            out.append(op)
-    return tuple(out)
+def _fold(op):
+    """An ``If`` whose condition folds to a constant: the branch it takes (spliced in its place)."""
+    if isinstance(op, O.If):
+        cond = ex.fold(op.cond)
+        if isinstance(cond, ex.Const):
+            return op.then if cond.value else op.orelse
+    return None

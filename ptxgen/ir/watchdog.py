@@ -37,7 +37,8 @@ from dataclasses import dataclass
 
 from .expr import Var
 from .kernel import Kernel
-from .ops import Let, MbarrierWait, Op, Role, WaitSite
+from .ops import MbarrierWait, WaitSite
+from .rewrite import rewrite_body
 
 PARAM: tuple[str, str] = ("watchdog_ptr", "u64")
 #: u32 words of the record, in order
@@ -65,28 +66,15 @@ def instrument(kernel: Kernel, budget_ns: int) -> Kernel:
         raise ValueError(f"kernel {kernel.name} is already instrumented")
     sites: list[tuple[str, str]] = []
 
-    def walk(body, bound: frozenset) -> tuple:
-        out = []
-        for op in body:
-            if isinstance(op, MbarrierWait):
-                op = dataclasses.replace(op, watch=WaitSite(len(sites), Var("t") if "t" in bound else None,
-                                                            Var("kb") if "kb" in bound else None))
-                sites.append((op.bar.name, op.role))
-            elif isinstance(op, (Op, Role)):
-                changes = {}
-                inner = bound | {op.var} if hasattr(op, "var") and hasattr(op, "body") else bound
-                for f in dataclasses.fields(op):
-                    v = getattr(op, f.name)
-                    if isinstance(v, tuple) and v and all(isinstance(x, (Op, Role)) for x in v):
-                        changes[f.name] = walk(v, inner)
-                if changes:
-                    op = dataclasses.replace(op, **changes)
-                if isinstance(op, Let):
-                    bound = bound | {op.var}
-            out.append(op)
-        return tuple(out)
+    def watch(op, bound: frozenset):
+        if not isinstance(op, MbarrierWait):
+            return None
+        op = dataclasses.replace(op, watch=WaitSite(len(sites), Var("t") if "t" in bound else None,
+                                                    Var("kb") if "kb" in bound else None))
+        sites.append((op.bar.name, op.role))
+        return op
 
-    body = walk(kernel.body, frozenset())
+    body = rewrite_body(kernel.body, watch, scoped=True)
     launch = kernel.launch
     table = {"budget_ns": budget_ns, "sites": [list(s) for s in sites], "record_words": RECORD_WORDS,
              "fields": list(FIELDS)}

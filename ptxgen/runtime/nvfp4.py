@@ -7,7 +7,7 @@
   row-major contiguous (K-major).
 * SFA ``[M, K/16]``, SFB1 and SFB2 ``[N, K/16]``: ``torch.float8_e4m3fn`` scales, one per 16 K
   elements, whose bytes are in the 128x4 block-scaling atom layout (cuBLAS "1D Block Scaling
-  Factors Layout", ``ptxgen.sim.nvfp4.sf_to_blocked``).  Accepted as a contiguous 2-D
+  Factors Layout", ``ptxgen.formats.sf_to_blocked``).  Accepted as a contiguous 2-D
   ``[rows, K/16]`` tensor holding the blocked bytes, or as the problem's permuted 6-D view
   ``(32, 4, rows/128, 4, K/64, 1)`` of a blocked buffer.
 * C ``[M, N]`` float16.

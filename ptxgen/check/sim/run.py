@@ -6,11 +6,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ShapeError, SimError
+from ...errors import ShapeError, SimError
 from .machine import Machine
-from .numerics import (POISON, bf16_bits_to_f32, compare, f32_to_bf16_bits, random_operands, reference,
+from ..numerics import (POISON, bf16_bits_to_f32, compare, f32_to_bf16_bits, random_operands, reference,
                        silu_mul_reference)
-from .nvfp4 import SF_VEC, nvfp4_dual_gemm_reference, random_nvfp4, sf_to_blocked
+from ...formats import SF_VEC, sf_to_blocked
+from ..nvfp4 import nvfp4_dual_gemm_reference, random_nvfp4
 
 SMEM_BASE = 0x400  # shared-window address of the dynamic shared memory (1024-aligned; 1 KB reserved below it)
 MAX_STEPS = 20_000_000
@@ -90,7 +91,7 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
     return _result(kernel, machine, d, ref, (m, n, k), sched, check)
 
 
-# ------------------------------------------------------------------ NVFP4 (issue 11): the block-scaled dual GEMM
+# ------------------------------------------------------------------ NVFP4: the block-scaled dual GEMM
 # Inputs are NVFP4 as the public ``nvfp4_dual_gemm`` problem defines them (packed e2m1 ``[rows, K/2]``, e4m3
 # scales in the 128x4 atom layout); the global tensors the kernel's TMA maps read are those bytes (the scale
 # maps: the blocked buffer as ``[lines, 128]``); C is fp16.
@@ -120,7 +121,7 @@ def simulate_nvfp4(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: in
         m, n, k: problem shape: m, n multiples of 128, k a multiple of the kernel's ``k_multiple`` (256).
         seed: seeds the random inputs (:func:`nvfp4_inputs`); masked: the problem's value mask (else any e2m1).
         inputs: the operands instead (keys of :func:`nvfp4_inputs`).
-        num_sms, schedule_seed, check, policy: as :func:`ptxgen.sim.simulate`.
+        num_sms, schedule_seed, check, policy: as :func:`ptxgen.check.sim.simulate`.
 
     Returns:
         SimResult with ``d`` the fp16 C as float32, ``ref`` the reference's fp16 C as float32.

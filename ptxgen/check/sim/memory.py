@@ -28,52 +28,13 @@ same way, so a misplaced destination shows up as wrong data.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
-from ..errors import SimError
+from ...errors import SimError
 
 UNDEF, VALID, INFLIGHT, GENERIC = 0, 1, 2, 3
 _STATE_WORDS = {UNDEF: "never written", INFLIGHT: "its async write (TMA) has not completed",
                 GENERIC: "written by st.shared without fence.proxy.async before the async-proxy read"}
-
-
-def swizzle128(addr: np.ndarray) -> np.ndarray:
-    """128-byte swizzle of absolute shared addresses: bits [4:6] ^= bits [7:9]."""
-    return addr ^ (((addr >> 7) & 7) << 4)
-
-
-@lru_cache(maxsize=4096)
-def box_index(dst_abs: int, rows: int, row_bytes: int, swizzled: bool, base: int) -> np.ndarray:
-    """Byte offsets (from the smem base) of a TMA box's bytes, row-major: row r, byte j at ``dst + r*row_bytes + j``.
-
-    The box is dense in shared memory (row pitch = inner box bytes); with 128B
-    swizzle the inner extent is exactly 128 bytes, so rows are 128-B lines.
-    """
-    lin = dst_abs + np.arange(rows * row_bytes, dtype=np.int64)
-    if swizzled:
-        lin = swizzle128(lin)
-    lin -= base
-    lin.setflags(write=False)
-    return lin
-
-
-@lru_cache(maxsize=4096)
-def kmajor_sw128_index(start_abs: int, rows: int, sbo: int, base: int) -> np.ndarray:
-    """Byte offsets ``[rows, 16]`` of element (r, k) of a K-major, 128B-swizzled bf16 operand, one k16 slice.
-
-    Element (r, k) lies at ``start + (r // 8) * SBO + (r % 8) * 128 + 2 * k``
-    before the swizzle (8-row core-matrix groups of 128-byte rows; PTX ISA
-    "tcgen05 Shared memory descriptor", "wgmma Matrix Descriptor": K-major,
-    128B swizzle, the leading byte offset unused inside one swizzle atom).
-    A k16 step is ``start + 32``.
-    """
-    r = np.arange(rows, dtype=np.int64)[:, None]
-    k = np.arange(16, dtype=np.int64)[None, :]
-    idx = swizzle128(start_abs + (r // 8) * sbo + (r % 8) * 128 + 2 * k) - base
-    idx.setflags(write=False)
-    return idx
 
 
 class SharedMemory:

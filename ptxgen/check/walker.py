@@ -592,7 +592,7 @@ class WarpWalker:
 
         None: every lane.  Inside ``Elect``: the Elect op, not a lane number: ``elect.sync`` may pick a
         different lane each time it runs (PTX ISA "elect.sync" promises one active lane, not which), so
-        two different Elect blocks are two different, unknown threads (issue 9 finding 2); a ``fixed`` Elect
+        two different Elect blocks are two different, unknown threads; a ``fixed`` Elect
         is lane 0, the same thread every time.
         """
         if self.lane is not None and self.elects and not self.elects[-1].fixed:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import SimError
+from ...errors import SimError
 from .machine import POLICIES
 from .run import simulate
 

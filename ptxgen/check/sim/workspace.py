@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import SimError
+from ...errors import SimError
 
 UNDEF, STORED, PUBLISHED = 0, 1, 2
 WORD = 4

@@ -1,25 +1,7 @@
-"""NVFP4 numerics: e2m1 values, e4m3 scales, the 128x4 scale-factor atom layout, the dual-GEMM reference,
-and the block-scaled MMA semantics the simulator calls.
+"""NVFP4 semantics the checks read: ue4m3 scales as the MMA reads them, random inputs, the dual-GEMM
+reference, and the block-scaled MMA (``tcgen05.mma ... .kind::mxf4nvf4.block_scale``) the simulator calls.
 
-Formats (PTX ISA "Alternate Floating Point Data Formats"; OCP MX spec; cuBLAS "1D Block Scaling"):
-
-* **e2m1** (``.e2m1``, torch ``float4_e2m1fn_x2`` packs two): sign bit 3, exponent bits 2-1 (bias 1),
-  mantissa bit 0; codes 0-7 are ``0, 0.5, 1, 1.5, 2, 3, 4, 6`` (0.5 is the subnormal), 8-15 their
-  negatives (8 is -0).  No inf or NaN.  Packing: element ``2j`` in the **low** nibble of byte ``j``,
-  element ``2j+1`` in the high nibble (torch ``pack_uint4``: ``data[1::2] << 4 | data[::2]``; the same
-  little-endian order the tensor cores read).
-* **e4m3** (torch ``float8_e4m3fn``): sign bit 7, exponent bits 6-3 (bias 7), mantissa bits 2-0;
-  exponent 0 is subnormal (``m/8 * 2^-6``); ``0x7F``/``0xFF`` are NaN; no inf; max 448.  The MMA's
-  ``ue4m3`` scale is the unsigned reading of the same byte; a scale byte with bit 7 set is outside
-  the format and the simulator reports it instead of guessing.
-* **NVFP4 block scaling**: one scale per 16 consecutive K elements of a row of A (or of B):
-  ``A[m, k] = e2m1(a[m, k]) * e4m3(sfa[m, k // 16])``.
-* **scale-factor atom** (cuBLAS "1D Block Scaling Factors Layout", torch ``to_blocked``): the
-  scale matrix ``[R, K/16]`` is cut into atoms of 128 rows x 4 scale columns (512 bytes); atoms are
-  stored row-block-major (``rb * (K/64) + kb``); inside an atom, scale ``(r, c)`` is at byte
-  ``(r % 32) * 16 + (r // 32) * 4 + c``, i.e. 32 lines of 16 B: the ``32 x 4 x rest_mn x 4 x rest_k``
-  view of the problem statement.  A line is exactly what ``tcgen05.cp ... 32x128b.warpx4`` moves to
-  one TMEM lane (4 columns): column ``j`` of lane ``l`` holds the 4 scales of row ``l + 32 j``.
+The host-side formats (e2m1, e4m3, the 128x4 scale-factor atom layout) are :mod:`ptxgen.formats`.
 """
 
 from __future__ import annotations
@@ -30,70 +12,12 @@ import numpy as np
 
 from ..descriptors import MXF4_MMA_K, SCALE_VEC, UMMA_IDESC_MXF4, UMMA_SMEM_DESC
 from ..errors import SimError
-from .memory import swizzle128
+from ..formats import E4M3_VALUES, SF_VEC, dequantize, e2m1_decode, sf_from_blocked, unpack_e2m1
+from .swizzle import swizzle128
 
-SF_VEC = 16
-"""K elements per NVFP4 scale factor (``.block16``)."""
-ATOM_ROWS, ATOM_COLS = 128, 4
-ATOM_BYTES = ATOM_ROWS * ATOM_COLS
-
-E2M1_VALUES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
-                        -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float32)
-"""float32 value of each e2m1 code 0-15."""
 
 MASKED_BYTE = 0xBB
 """Byte mask keeping sign and the two low bits of each nibble: e2m1 magnitudes {0, 0.5, 1, 1.5}."""
-
-
-def _e4m3_table() -> np.ndarray:
-    codes = np.arange(256)
-    sign = np.where(codes & 0x80, -1.0, 1.0)
-    exp, man = (codes >> 3) & 0xF, codes & 0x7
-    mag = np.where(exp == 0, man / 8.0 * 2.0 ** -6, (1 + man / 8.0) * 2.0 ** (exp - 7.0))
-    out = (sign * mag).astype(np.float32)
-    out[[0x7F, 0xFF]] = np.nan
-    out.setflags(write=False)
-    return out
-
-
-E4M3_VALUES = _e4m3_table()
-"""float32 value of each e4m3fn byte 0-255 (``0x7F``, ``0xFF`` NaN)."""
-
-
-# --------------------------------------------------------------------------- decode / pack
-
-
-def e2m1_decode(codes) -> np.ndarray:
-    """float32 values of e2m1 codes (any integer array with values 0-15)."""
-    return E2M1_VALUES[np.asarray(codes, dtype=np.uint8)]
-
-
-def unpack_e2m1(packed) -> np.ndarray:
-    """Codes ``[..., 2C]`` (uint8, 0-15) of packed bytes ``[..., C]``: low nibble = even element."""
-    p = np.asarray(packed, dtype=np.uint8)
-    out = np.empty(p.shape[:-1] + (2 * p.shape[-1],), dtype=np.uint8)
-    out[..., 0::2] = p & 0xF
-    out[..., 1::2] = p >> 4
-    return out
-
-
-def pack_e2m1(codes) -> np.ndarray:
-    """Packed bytes ``[..., C/2]`` of codes ``[..., C]`` (inverse of :func:`unpack_e2m1`).
-
-    Raises:
-        ValueError: odd last dimension or a code above 15.
-    """
-    c = np.asarray(codes, dtype=np.uint8)
-    if c.shape[-1] % 2:
-        raise ValueError(f"pack_e2m1: last dimension {c.shape[-1]} must be even")
-    if (c > 15).any():
-        raise ValueError("pack_e2m1: codes must be 0-15")
-    return (c[..., 0::2] | (c[..., 1::2] << 4)).astype(np.uint8)
-
-
-def e4m3_decode(bits) -> np.ndarray:
-    """float32 values of e4m3fn bytes (torch ``float8_e4m3fn``)."""
-    return E4M3_VALUES[np.asarray(bits, dtype=np.uint8)]
 
 
 def ue4m3_decode(bits, who: object = "scale") -> np.ndarray:
@@ -108,83 +32,6 @@ def ue4m3_decode(bits, who: object = "scale") -> np.ndarray:
         raise SimError(f"bad scale factor: {who}: byte {bad:#04x} is not a finite ue4m3 value "
                        "(sign bit set or NaN); NVFP4 scales are positive e4m3")
     return E4M3_VALUES[b]
-
-
-def dequantize(packed, sf) -> np.ndarray:
-    """float32 ``[R, K]`` of packed e2m1 ``[R, K/2]`` times its scales ``sf [R, K/16]`` (row-major, not blocked).
-
-    Every product is exact in float32 (2-bit x 4-bit significands).
-
-    Raises:
-        ValueError: ``sf`` is not ``[R, K/16]``.
-    """
-    vals = e2m1_decode(unpack_e2m1(packed))
-    r, k = vals.shape
-    sf = np.asarray(sf, dtype=np.uint8)
-    if sf.shape != (r, k // SF_VEC):
-        raise ValueError(f"dequantize: scales shape {sf.shape} must be {(r, k // SF_VEC)} for values {(r, k)}")
-    return vals * np.repeat(e4m3_decode(sf), SF_VEC, axis=1)
-
-
-# --------------------------------------------------------------------------- scale-factor atom layout
-
-
-def _check_sf_shape(rows: int, cols: int) -> None:
-    if rows % ATOM_ROWS or cols % ATOM_COLS:
-        raise ValueError(f"scale matrix [{rows}, {cols}]: rows must be a multiple of {ATOM_ROWS} and columns "
-                         f"(K/16) of {ATOM_COLS} (K a multiple of 64) for the 128x4 atom layout")
-
-
-def sf_to_blocked(sf) -> np.ndarray:
-    """Flat blocked bytes (``R * C``) of a row-major scale matrix ``[R, C]`` (numpy; torch ``to_blocked``).
-
-    Raises:
-        ValueError: R not a multiple of 128 or C not a multiple of 4.
-    """
-    s = np.asarray(sf)
-    rows, cols = s.shape
-    _check_sf_shape(rows, cols)
-    # [rb, 4(i), 32(r), cb, 4(c)] -> [rb, cb, r, i, c]; row = 128 rb + 32 i + r
-    return np.ascontiguousarray(
-        s.reshape(rows // 128, 4, 32, cols // 4, 4).transpose(0, 3, 2, 1, 4)).reshape(-1)
-
-
-def sf_from_blocked(blocked, rows: int, cols: int) -> np.ndarray:
-    """Row-major ``[rows, cols]`` scale matrix of blocked bytes (inverse of :func:`sf_to_blocked`).
-
-    Raises:
-        ValueError: bad shape, or ``blocked`` does not hold ``rows * cols`` elements.
-    """
-    _check_sf_shape(rows, cols)
-    b = np.asarray(blocked).reshape(-1)
-    if b.size != rows * cols:
-        raise ValueError(f"blocked scales hold {b.size} elements; [{rows}, {cols}] needs {rows * cols}")
-    return np.ascontiguousarray(
-        b.reshape(rows // 128, cols // 4, 32, 4, 4).transpose(0, 3, 2, 1, 4)).reshape(rows, cols)
-
-
-def sf_to_blocked_torch(sf: Any) -> Any:
-    """torch version of :func:`sf_to_blocked` (any dtype/device): flat blocked tensor of ``[R, C]``.
-
-    Raises:
-        ValueError: R not a multiple of 128 or C not a multiple of 4.
-    """
-    rows, cols = sf.shape
-    _check_sf_shape(rows, cols)
-    return sf.reshape(rows // 128, 4, 32, cols // 4, 4).permute(0, 3, 2, 1, 4).contiguous().reshape(-1)
-
-
-def sf_from_blocked_torch(blocked: Any, rows: int, cols: int) -> Any:
-    """torch version of :func:`sf_from_blocked`.
-
-    Raises:
-        ValueError: bad shape or element count.
-    """
-    _check_sf_shape(rows, cols)
-    b = blocked.reshape(-1)
-    if b.numel() != rows * cols:
-        raise ValueError(f"blocked scales hold {b.numel()} elements; [{rows}, {cols}] needs {rows * cols}")
-    return b.reshape(rows // 128, cols // 4, 32, 4, 4).permute(0, 3, 2, 1, 4).contiguous().reshape(rows, cols)
 
 
 # --------------------------------------------------------------------------- inputs and reference

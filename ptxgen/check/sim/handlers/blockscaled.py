@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import SimError
-from . import walker as W
-from .nvfp4 import block_scaled_product, mma_shape, operand_index, scale_rows, sf_copy_index, sf_copy_words, unpack_e2m1
+from ....errors import SimError
+from ... import walker as W
+from ....formats import unpack_e2m1
+from ...nvfp4 import block_scaled_product, mma_shape, operand_index, scale_rows, sf_copy_index, sf_copy_words
 
 SF_COLS = 4  # TMEM columns of one 32x128b.warpx4 copy
 

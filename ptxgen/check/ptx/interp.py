@@ -19,8 +19,8 @@ Model (what the effects' numbers mean):
 * Shared-memory addresses are the thread's 32-bit shared-window addresses.
   The caller gives ``smem_base`` (the value of ``mov.u32 %r, smem``); in a
   cluster, the CTA rank sits in bits 24..27 of a shared::cluster address (so
-  the 2-SM peer-bit mask 0xFEFFFFFF selects the even CTA of a pair, seed level
-  2), and ``mapa.shared::cluster.u32 d, a, r`` is modelled as
+  the 2-SM peer-bit mask 0xFEFFFFFF selects the even CTA of a pair), and
+  ``mapa.shared::cluster.u32 d, a, r`` is modelled as
   ``(a & ~0x0F000000) | r << 24``.  Callers pass ``smem_base`` with the rank
   bits of the executing CTA set.
 * ``ld.shared`` (the TMEM slot read after ``tcgen05.alloc``) returns
@@ -40,32 +40,13 @@ Model (what the effects' numbers mean):
   its own j-th shfl and its source register read there (lanes of a warp run
   the same shfls in the same order, as ``.sync`` with a full mask requires).
 
-Effect kinds (``E`` is one tuple; addresses are ints, ``G`` the cta_group):
-``("mbarrier.init", addr, count)``, ``("mbarrier.arrive", space, addr, tx, scope)``
-(space ``cta``/``cluster``, tx 0 for a plain arrive, scope of ``.release``: ``cta`` (default) or ``cluster``),
-``("mbarrier.try_wait", addr, parity, scope)`` (scope of ``.acquire``), ``("fence.mbarrier_init",)``,
-``("tma.load", tensor, dst, col, row, bar, G, mask, policy)`` (mask 0: no multicast; policy: the L2 hint or "none"),
-``("tma.store", tensor, src, col, row)``, ``("bulk.commit",)``,
-``("bulk.wait", n, read)``, ``("fence.proxy.async",)``, ``("bar.sync", id, threads|None)``,
-``("barrier.cluster.arrive",)``, ``("barrier.cluster.wait",)``, ``("nanosleep", ns)``,
-``("st.shared", addr, elements)``, ``("stmatrix", addr, elements)`` (the lane's operands), ``("st.global", addr, element)`` (one per element),
-``("ld.shared", addr)``, ``("tcgen05.alloc", G, slot, cols)``, ``("tcgen05.relinquish", G)``,
-``("tcgen05.dealloc", G, taddr, cols)``, ``("tcgen05.fence", before|after)``,
-``("tcgen05.mma", G, d, adesc, bdesc, idesc, accumulate)``, ``("tcgen05.commit", G, bar, mask)``,
-``("tcgen05.ld", taddr, ncols, array)``, ``("tcgen05.wait_ld",)``, ``("setmaxnreg", action, regs)``,
-``("tcgen05.cp", G, taddr, sdesc, shape)``, ``("tcgen05.mma.block_scale", G, kind, scale_vec, d, adesc, bdesc,
-idesc, sfa, sfb, accumulate)`` (NVFP4; an f16 store's elements are tagged ``("f16", array, index)``),
-``("wgmma.fence",)``, ``("wgmma", array, n, adesc, bdesc, accumulate)``, ``("wgmma.commit",)``,
-``("wgmma.wait", n)``; the hang watchdog's (never reached here: ``try_wait`` succeeds at once)
-``("ld.global", addr)`` (reads 0), ``("atom.cas", addr, cmp, new)`` (old value 0),
-``("st.global.u32", addr, value)``; ``%globaltimer`` reads 0.  The split-K workspace:
-``("st.global.f32", addr, elements)`` (``st.global.v4.f32``), ``("ld.global.f32", addr, count)``
-(``ld.global.v4.f32``; a predicated-off load has no effect), ``("red.global", sem, scope, addr, value)``
-(``red.SEM.SCOPE.global.add.u32``), ``("ld.global.u32", sem, scope, addr)`` (``ld.SEM.SCOPE.global.u32``: a
-spin reads the value the ``setp.ne`` after it waits for, so it passes at once, like ``try_wait``) and
-``("st.global.sem.u32", sem, scope, addr, value)`` (``st.relaxed.SCOPE.global.u32``).
+Effects are the typed tuples of :mod:`ptxgen.check.ptx.effects` (``(kind, operands...)``; addresses are
+ints).  The hang watchdog's loads read 0 (never reached here: ``try_wait`` succeeds at once), its
+``atom.cas`` returns 0 and ``%globaltimer`` reads 0; a predicated-off ``ld.global.v4.f32`` has no effect;
+a split-K spin (``ld.SEM.SCOPE.global.u32``) reads the value the ``setp.ne`` after it waits for, so it
+passes at once, like ``try_wait``.
 
-Sources: PTX ISA 8.8 (the instruction sections named above); ../shared/PTX_FACTS.md.
+Sources: PTX ISA 8.8, the instruction sections named above and in :mod:`.effects`.
 """
 
 from __future__ import annotations
@@ -73,10 +54,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from . import effects as E
+from .effects import Effect
+
 MASKS = {8: 0xFF, 16: 0xFFFF, 32: 0xFFFFFFFF, 64: 0xFFFFFFFFFFFFFFFF}
 RANK_SHIFT = 24
 RANK_BITS = 0xF << RANK_SHIFT
-Effect = tuple
 
 
 class PtxInterpError(Exception):
@@ -638,7 +621,7 @@ def _ld(insn: Insn):
 
         def ld_shared(t):
             addr = a(t)
-            t.effects.append(("ld.shared", addr))
+            t.effects.append(E.LdShared(addr))
             t.regs[d] = t.tmem_base
         return ld_shared
     if parts[1] in ("acquire", "relaxed") and tuple(parts[3:]) == ("global", "u32"):  # a split-K counter spin
@@ -648,7 +631,7 @@ def _ld(insn: Insn):
         n = len(_vec(ops[0]))
 
         def ld_partial(t):
-            t.effects.append(("ld.global.f32", a(t), n))
+            t.effects.append(E.LdGlobalF32(a(t), n))
             for r in _vec(ops[0]):
                 t.regs.pop(r, None)  # an f32 value the interpreter does not model
         return ld_partial
@@ -656,7 +639,7 @@ def _ld(insn: Insn):
         a = _addr(ops[1])
 
         def ld_global(t):  # the watchdog's abort flag: no wait expires in this model, so it reads 0
-            t.effects.append(("ld.global", a(t)))
+            t.effects.append(E.LdGlobal(a(t)))
             t.regs[d] = 0
         return ld_global
     raise PtxInterpError(f"line {insn.line}: load not interpreted: {insn.text}")
@@ -669,7 +652,7 @@ def _ld_spin(insn: Insn):
     d, a, sem, scope = ops[0], _addr(ops[1]), parts[1], parts[2]
 
     def ld_spin(t):
-        t.effects.append(("ld.global.u32", sem, scope, a(t)))
+        t.effects.append(E.LdGlobalU32(sem, scope, a(t)))
         nxt = t.prog.insns[t.pc + 1] if t.pc + 1 < len(t.prog.insns) else None
         awaited = _int(nxt.ops[2]) if nxt is not None and nxt.parts[:2] == ("setp", "ne") and nxt.ops[1] == d else None
         t.regs[d] = awaited if awaited is not None else 0
@@ -681,7 +664,7 @@ def _red(insn: Insn):
     parts, ops = insn.parts, insn.ops
     if len(parts) != 6 or parts[3:] != ("global", "add", "u32"):
         raise PtxInterpError(f"line {insn.line}: red form not interpreted: {insn.text}")
-    return _effect(insn, "red.global", _const(parts[1]), _const(parts[2]), _addr(ops[0]), _src(ops[1]))
+    return _effect(insn, E.RedGlobal, _const(parts[1]), _const(parts[2]), _addr(ops[0]), _src(ops[1]))
 
 
 def _atom(insn: Insn):
@@ -692,7 +675,7 @@ def _atom(insn: Insn):
     d, a, cmp_, new = ops[0], _addr(ops[1]), _src(ops[2]), _src(ops[3])
 
     def atom(t):
-        t.effects.append(("atom.cas", a(t), cmp_(t), new(t)))
+        t.effects.append(E.AtomCas(a(t), cmp_(t), new(t)))
         t.regs[d] = 0
     return atom
 
@@ -740,9 +723,10 @@ def _mapa(insn: Insn):
     return mapa
 
 
-def _effect(insn: Insn, kind: str, *getters):
+def _effect(insn: Insn, effect: type, *getters):
+    """An instruction whose execution records ``effect`` (an :mod:`.effects` type) of the getters' values."""
     def eff(t):
-        t.effects.append((kind, *(g(t) for g in getters)))
+        t.effects.append(effect(*(g(t) for g in getters)))
     return eff
 
 
@@ -774,7 +758,7 @@ def _stmatrix(insn: Insn):
     vals = [_src(x) for x in _vec(insn.ops[1])]
 
     def st(t):
-        t.effects.append(("stmatrix", a(t), tuple(e for v in vals for e in _elements(v(t)))))
+        t.effects.append(E.StMatrix(a(t), tuple(e for v in vals for e in _elements(v(t)))))
     return st
 
 
@@ -794,18 +778,18 @@ def _mbarrier(insn: Insn):
     parts, ops = insn.parts, insn.ops
     space = "cluster" if "shared::cluster" in parts else "cta"
     if parts[1] == "init":
-        return _effect(insn, "mbarrier.init", _addr(ops[0]), _src(ops[1]))
+        return _effect(insn, E.MbarrierInit, _addr(ops[0]), _src(ops[1]))
     if parts[1] == "arrive":
         if ops[0] != "_":
             raise PtxInterpError(f"line {insn.line}: arrive state register not interpreted")
         tx = _src(ops[2]) if parts[2] == "expect_tx" else _const(0)
-        return _effect(insn, "mbarrier.arrive", _const(space), _addr(ops[1]), tx, _const(_sem_scope(insn, "release")))
+        return _effect(insn, E.MbarrierArrive, _const(space), _addr(ops[1]), tx, _const(_sem_scope(insn, "release")))
     if parts[1] == "try_wait" and parts[2] == "parity":
         p, a, ph = ops[0], _addr(ops[1]), _src(ops[2])
         scope = _sem_scope(insn, "acquire")
 
         def try_wait(t):
-            t.effects.append(("mbarrier.try_wait", a(t), ph(t), scope))
+            t.effects.append(E.MbarrierTryWait(a(t), ph(t), scope))
             t.regs[p] = True
         return try_wait
     raise PtxInterpError(f"line {insn.line}: mbarrier form not interpreted: {insn.text}")
@@ -815,14 +799,14 @@ def _cp(insn: Insn):
     parts, ops = insn.parts, insn.ops
     if parts[1:3] == ("async", "bulk"):
         if parts[3] == "commit_group":
-            return _effect(insn, "bulk.commit")
+            return _effect(insn, E.BulkCommit)
         if parts[3] == "wait_group":
-            return _effect(insn, "bulk.wait", _src(ops[0]), _const("read" in parts))
+            return _effect(insn, E.BulkWait, _src(ops[0]), _const("read" in parts))
         if parts[3] == "tensor" and parts[4] == "2d":
             rest = parts[5:]
             if rest[:2] == ("global", "shared::cta"):  # store: [tmap, {c, r}], [src]
                 name, (col, row) = _tensor(ops[0])
-                return _effect(insn, "tma.store", name, _addr(ops[1]), col, row)
+                return _effect(insn, E.TmaStore, name, _addr(ops[1]), col, row)
             dst = _addr(ops[0])
             name, (col, row) = _tensor(ops[1])
             bar = _addr(ops[2])
@@ -831,7 +815,7 @@ def _cp(insn: Insn):
             if len(ops) != 3 + ("multicast::cluster" in parts) + hinted:
                 raise PtxInterpError(f"line {insn.line}: operands do not match the form (CTA mask, cache policy)")
             policy = _src(ops[-1]) if hinted else _const("none")
-            return _effect(insn, "tma.load", name, dst, col, row, bar, _const(_cta_group(parts)), mask, policy)
+            return _effect(insn, E.TmaLoad, name, dst, col, row, bar, _const(_cta_group(parts)), mask, policy)
     raise PtxInterpError(f"line {insn.line}: cp form not interpreted: {insn.text}")
 
 
@@ -839,40 +823,40 @@ def _tcgen05(insn: Insn):
     parts, ops = insn.parts, insn.ops
     what, g = parts[1], _const(_cta_group(parts))
     if what == "alloc":
-        return _effect(insn, "tcgen05.alloc", g, _addr(ops[0]), _src(ops[1]))
+        return _effect(insn, E.TmemAlloc, g, _addr(ops[0]), _src(ops[1]))
     if what == "relinquish_alloc_permit":
-        return _effect(insn, "tcgen05.relinquish", g)
+        return _effect(insn, E.TmemRelinquish, g)
     if what == "dealloc":
-        return _effect(insn, "tcgen05.dealloc", g, _src(ops[0]), _src(ops[1]))
+        return _effect(insn, E.TmemDealloc, g, _src(ops[0]), _src(ops[1]))
     if what.startswith("fence::"):
-        return _effect(insn, "tcgen05.fence", _const(what.split("::")[1].removesuffix("_thread_sync")))
+        return _effect(insn, E.TcgenFence, _const(what.split("::")[1].removesuffix("_thread_sync")))
     if what == "mma" and "block_scale" in parts:  # [d], adesc, bdesc, idesc, [sfa], [sfb], p
         kind = next((p.split("::")[1] for p in parts if p.startswith("kind::")), None)
         scale_vec = parts[parts.index("block_scale") + 1] if parts[-1] != "block_scale" else None
         if len(ops) != 7:
             raise PtxInterpError(f"line {insn.line}: block-scaled mma takes 7 operands: {insn.text}")
-        return _effect(insn, "tcgen05.mma.block_scale", g, _const(kind), _const(scale_vec), _addr(ops[0]),
+        return _effect(insn, E.UmmaBlockScaled, g, _const(kind), _const(scale_vec), _addr(ops[0]),
                        _src(ops[1]), _src(ops[2]), _src(ops[3]), _addr(ops[4]), _addr(ops[5]), _pred(insn, ops[6]))
     if what == "mma":
-        return _effect(insn, "tcgen05.mma", g, _addr(ops[0]), _src(ops[1]), _src(ops[2]), _src(ops[3]),
+        return _effect(insn, E.Umma, g, _addr(ops[0]), _src(ops[1]), _src(ops[2]), _src(ops[3]),
                        _pred(insn, ops[4]))
     if what == "cp":  # tcgen05.cp.cta_group::G.<shape>[.<multicast>] [taddr], sdesc
         shape = ".".join(p for p in parts[2:] if not p.startswith("cta_group"))
-        return _effect(insn, "tcgen05.cp", g, _addr(ops[0]), _src(ops[1]), _const(shape))
+        return _effect(insn, E.TmemCopy, g, _addr(ops[0]), _src(ops[1]), _const(shape))
     if what == "commit":
         mask = _src(ops[1]) if "multicast::cluster" in parts else _const(0)
         if ("multicast::cluster" in parts) != (len(ops) == 2):
             raise PtxInterpError(f"line {insn.line}: commit operands do not match its multicast qualifier")
-        return _effect(insn, "tcgen05.commit", g, _addr(ops[0]), mask)
+        return _effect(insn, E.UmmaCommit, g, _addr(ops[0]), mask)
     if what == "ld":
         regs = _vec(ops[0])
         n = int(next(p for p in parts if p.startswith("x") and p[1:].isdigit())[1:])
         if n != len(regs):
             raise PtxInterpError(f"line {insn.line}: .x{n} with {len(regs)} destination registers")
         array = Sym(regs[0]).element()[0]
-        return _effect(insn, "tcgen05.ld", _addr(ops[1]), _const(n), _const(array))
+        return _effect(insn, E.TmemLoad, _addr(ops[1]), _const(n), _const(array))
     if what.startswith("wait::ld"):
-        return _effect(insn, "tcgen05.wait_ld")
+        return _effect(insn, E.TmemWaitLd)
     raise PtxInterpError(f"line {insn.line}: tcgen05 form not interpreted: {insn.text}")
 
 
@@ -888,11 +872,11 @@ def _pred(insn: Insn, name: str):
 def _wgmma(insn: Insn):
     parts, ops = insn.parts, insn.ops
     if parts[1] == "fence":
-        return _effect(insn, "wgmma.fence")
+        return _effect(insn, E.WgmmaFence)
     if parts[1] == "commit_group":
-        return _effect(insn, "wgmma.commit")
+        return _effect(insn, E.WgmmaCommit)
     if parts[1] == "wait_group":
-        return _effect(insn, "wgmma.wait", _src(ops[0]))
+        return _effect(insn, E.WgmmaWait, _src(ops[0]))
     if parts[1] == "mma_async":
         shape = next(p for p in parts if p.startswith("m64n"))
         n = int(shape[4:].split("k")[0])
@@ -901,7 +885,7 @@ def _wgmma(insn: Insn):
             raise PtxInterpError(f"line {insn.line}: m64n{n} takes {n // 2} accumulator registers, got {len(regs)}")
         if tuple(ops[4:]) != ("1", "1", "0", "0"):
             raise PtxInterpError(f"line {insn.line}: wgmma scale/transpose immediates {ops[4:]} not the bf16 K-major form")
-        return _effect(insn, "wgmma", _const(Sym(regs[0]).element()[0]), _const(n), _src(ops[1]), _src(ops[2]),
+        return _effect(insn, E.Wgmma, _const(Sym(regs[0]).element()[0]), _const(n), _src(ops[1]), _src(ops[2]),
                        _pred(insn, ops[3]))
     raise PtxInterpError(f"line {insn.line}: wgmma form not interpreted: {insn.text}")
 
@@ -912,41 +896,39 @@ def _st(insn: Insn):
     a = _addr(ops[0])
     vals = [_src(x) for x in _vec(ops[1])]
     if parts[1] in ("relaxed", "release") and tuple(parts[3:]) == ("global", "u32"):  # a split-K counter reset
-        return _effect(insn, "st.global.sem.u32", _const(parts[1]), _const(parts[2]), a, vals[0])
+        return _effect(insn, E.StGlobalSemU32, _const(parts[1]), _const(parts[2]), a, vals[0])
     if space == "global" and parts[-1] == "f32":  # a split-K partial chunk (st.global.v4.f32)
         def st_partial(t):
-            t.effects.append(("st.global.f32", a(t), tuple(e for v in vals for e in _elements(v(t)))))
+            t.effects.append(E.StGlobalF32(a(t), tuple(e for v in vals for e in _elements(v(t)))))
         return st_partial
     if space == "global" and parts[-1] == "u32":  # a 32-bit word (the watchdog record)
         def st_global_word(t):
-            t.effects.append(("st.global.u32", a(t), vals[0](t)))
+            t.effects.append(E.StGlobalU32(a(t), vals[0](t)))
         return st_global_word
     if space == "shared":
         def st_shared(t):
             els = tuple(e for v in vals for e in _elements(v(t)))
-            t.effects.append(("st.shared", a(t), els))
+            t.effects.append(E.StShared(a(t), els))
         return st_shared
     if space == "global":
         def st_global(t):
             base = a(t)
             els = [e for v in vals for e in _elements(v(t))]
             for j, e in enumerate(els):  # bf16 elements, 2 bytes each
-                t.effects.append(("st.global", base + 2 * j, e))
+                t.effects.append(E.StGlobal(base + 2 * j, e))
         return st_global
     raise PtxInterpError(f"line {insn.line}: store not interpreted: {insn.text}")
 
 
-def _misc(kind):
-    return lambda insn: _effect(insn, kind)
-
-
 def _bar(insn: Insn):
     if insn.parts[0] == "barrier" and insn.parts[1] == "cluster":
-        return _effect(insn, f"barrier.cluster.{insn.parts[2]}")
+        if insn.parts[2] not in ("arrive", "wait"):
+            raise PtxInterpError(f"line {insn.line}: barrier.cluster form not interpreted: {insn.text}")
+        return _effect(insn, E.BarrierClusterArrive if insn.parts[2] == "arrive" else E.BarrierClusterWait)
     if insn.parts[1] not in ("sync",):
         raise PtxInterpError(f"line {insn.line}: barrier form not interpreted: {insn.text}")
     n = _src(insn.ops[1]) if len(insn.ops) > 1 else _const(None)
-    return _effect(insn, "bar.sync", _src(insn.ops[0]), n)
+    return _effect(insn, E.BarSync, _src(insn.ops[0]), n)
 
 
 def _createpolicy(insn: Insn):
@@ -963,9 +945,9 @@ def _createpolicy(insn: Insn):
 
 def _fence(insn: Insn):
     if insn.parts[1] == "proxy" and insn.parts[2] == "async":
-        return _effect(insn, "fence.proxy.async")
+        return _effect(insn, E.FenceProxyAsync)
     if insn.parts[1] == "mbarrier_init":
-        return _effect(insn, "fence.mbarrier_init")
+        return _effect(insn, E.FenceMbarrierInit)
     raise PtxInterpError(f"line {insn.line}: fence form not interpreted: {insn.text}")
 
 
@@ -978,9 +960,9 @@ _FAMILIES = {
     "elect": _elect, "shfl": _shfl, "mapa": _mapa, "mbarrier": _mbarrier, "cp": _cp, "tcgen05": _tcgen05,
     "wgmma": _wgmma, "createpolicy": _createpolicy, "st": _st, "atom": _atom, "red": _red, "bar": _bar,
     "barrier": _bar, "fence": _fence,
-    "nanosleep": lambda insn: _effect(insn, "nanosleep", _src(insn.ops[0])),
+    "nanosleep": lambda insn: _effect(insn, E.Nanosleep, _src(insn.ops[0])),
     "stmatrix": _stmatrix,
-    "setmaxnreg": lambda insn: _effect(insn, "setmaxnreg", _const(insn.parts[1]), _src(insn.ops[0])),
+    "setmaxnreg": lambda insn: _effect(insn, E.SetMaxNReg, _const(insn.parts[1]), _src(insn.ops[0])),
 }
 
 

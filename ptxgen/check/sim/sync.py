@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..errors import SimError
+from ...errors import SimError
 
 
 class Mbarrier:

@@ -3,7 +3,7 @@
 The simulator reads MMA operands the way the tensor cores do: from the
 64-bit descriptors the kernel built at runtime (decoded with the bitfield
 specs of :mod:`ptxgen.descriptors`), through the K-major 128B-swizzle
-layout of :func:`ptxgen.sim.memory.kmajor_sw128_index`.  Any descriptor
+layout of :func:`ptxgen.check.swizzle.kmajor_sw128_index`.  Any descriptor
 outside that one layout is reported, not guessed at.
 """
 
@@ -69,7 +69,7 @@ def umma_shape(idesc: int, who: object) -> tuple[int, int]:
 def wgmma_fragment(n: int) -> tuple[np.ndarray, np.ndarray]:
     """Row (within the warp's 16 rows) and column of value i of lane l of an m64nNk16 f32 accumulator.
 
-    PTX ISA "wgmma: Matrix fragments for .m64nNk16" (PTX_FACTS.md): lane l of
+    PTX ISA "wgmma: Matrix fragments for .m64nNk16": lane l of
     warp w, value i: row = 16*(w%4) + l/4 + 8*((i/2)&1),
     col = 8*(i/4) + 2*(l%4) + (i&1).  Returns ``[32, n/2]`` arrays.
     """

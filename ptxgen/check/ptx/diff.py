@@ -1,0 +1,309 @@
+"""Emitted PTX against the Kernel IR, one thread at a time, on the CPU.
+
+:func:`ir_effects` walks the IR for one thread with the simulator's
+:class:`~ptxgen.check.walker.WarpWalker` and writes what it does in the
+normal form of :mod:`ptxgen.check.ptx.interp` (``(kind, operands...)`` tuples);
+:func:`ptx_effects` runs the emitted PTX for the same thread with the PTX
+interpreter; :func:`diff_thread` compares the two and names the first
+difference; :func:`default_launches` picks the threads ``ptxgen check --ptx`` and the tests compare (every
+warp role of the first and the last cluster) and :func:`sweep_threads` compares them.
+
+The address model is the interpreter's: CTA rank ``r`` of a cluster sees its
+dynamic shared memory at ``SMEM_BASE | r << 24`` (ptxgen.check.ptx.interp module
+docstring); the IR side places barrier ``name[i]`` of rank ``r`` at
+``SMEM_BASE | r << 24`` + the barrier array's offset + 8 i.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from . import effects as E
+from . import interp as P
+from .effects import Effect
+from ...ir import ops as O
+from .. import walker as W
+
+SMEM_BASE = 0x400  # shared-window address of the dynamic base of rank 0 (1024-aligned, as in the verifier)
+TMEM_BASE = 0x20  # what the TMEM slot holds after tcgen05.alloc (nonzero, so a dropped base shows)
+D_PTR = 0x7F00_0000_0000  # global address of D
+WATCHDOG_PTR = 0x7E00_0000_0000  # global address of the hang watchdog's record (watched kernels only)
+WORKSPACE_PTR = 0x7D00_0000_0000  # global address of the split-K workspace (split-K kernels only)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One thread of one launch: problem shape, grid, and the thread's CTA and index."""
+
+    m: int
+    n: int
+    k: int
+    grid: int  # gridDim.x
+    ctaid: int
+    tid: int
+
+    @property
+    def params(self) -> dict[str, int]:
+        return {"m": self.m, "n": self.n, "k": self.k, "d_ptr": D_PTR, "watchdog_ptr": WATCHDOG_PTR,
+                "workspace": WORKSPACE_PTR}
+
+
+def smem_base(rank: int) -> int:
+    """Shared-window address of the dynamic shared memory of cluster rank ``rank`` (interpreter model)."""
+    return SMEM_BASE | rank << P.RANK_SHIFT
+
+
+def kernel_facts(kernel) -> dict:
+    """The kernel-level numbers the IR side needs besides the op tree (the Kernel's own resources).
+
+    Keys: arch, threads, cluster_size, cta_group, tmem_slot (byte offset of the TMEM-address slot),
+    barriers (name -> byte offset of the array).
+    """
+    k = kernel
+    return {"arch": k.arch, "threads": k.threads, "cluster_size": k.cluster_size, "cta_group": k.cta_group,
+            "tmem_slot": k.tmem_slot, "barriers": {b.name: b.offset for b in k.barriers}}
+
+
+class _Thread:
+    """What the rows of :data:`IR_EFFECTS` read besides the event: the walker, the launch and the address model."""
+
+    def __init__(self, kernel, launch: Launch, wk: W.WarpWalker):
+        f = kernel_facts(kernel)
+        self.wk, self.launch = wk, launch
+        self.rank = launch.ctaid % f["cluster_size"]
+        self.base = smem_base(self.rank)
+        self.lane = launch.tid % W.LANES
+        self.g = f["cta_group"]
+        self.slot = self.base + f["tmem_slot"]
+        self._bars = f["barriers"]
+
+    def bar_addr(self, ref: W.BarRef) -> int:
+        return smem_base(ref.rank) + self._bars[ref.name] + 8 * ref.index
+
+    def at_lane(self, values) -> int:
+        arr = np.asarray(values)
+        return int(arr[self.lane] if arr.shape[0] == W.LANES else arr[0])
+
+    def elements(self, op) -> tuple:
+        src = stored_array(self.wk, op)
+        return tuple(P.stored((src, i), op.fmt) for i in op.idx)
+
+
+def _tma_load(c: _Thread, ev, op) -> list[Effect]:
+    # the instruction names this CTA's barrier (masked to the even rank for 2-SM) and the CTA mask
+    bar = W.BarRef(c.rank & ~1 if op.two_sm else c.rank, ev.bars[0].name, ev.bars[0].index)
+    mask = sum(1 << r for r in ev.dst_ranks) if op.multicast else 0
+    return [E.TmaLoad(op.tensor, c.base + ev.dst, ev.col, ev.row, c.bar_addr(bar), 2 if op.two_sm else 1, mask,
+                      op.cache_hint)]
+
+
+def _sync(c: _Thread, ev, op) -> list[Effect]:
+    if ev.kind == "cluster":
+        return [E.BarrierClusterArrive(), E.BarrierClusterWait()]
+    return [E.BarSync(ev.id, ev.threads if ev.kind == "named" else None)]
+
+
+def _umma_commit(c: _Thread, ev, op) -> list[Effect]:
+    mask = sum(1 << b.rank for b in ev.bars) if op.multicast else 0
+    return [E.UmmaCommit(c.g, c.bar_addr(W.BarRef(c.rank, ev.bars[0].name, ev.bars[0].index)), mask)]
+
+
+def _st_global(c: _Thread, ev, op) -> list[Effect]:
+    launch, row, col = c.launch, c.at_lane(ev.rows), c.at_lane(ev.cols)
+    return [E.StGlobal(D_PTR + 2 * (row * launch.n + col + j), e) for j, e in enumerate(c.elements(op))
+            if row < launch.m and col + j < launch.n]
+
+
+def _ws_atomic(c: _Thread, ev, op) -> list[Effect]:
+    addr = WORKSPACE_PTR + ev.offset
+    if ev.kind == "red":
+        return [E.RedGlobal(ev.sem, ev.scope, addr, ev.value)]
+    if ev.kind == "wait":
+        return [E.LdGlobalU32(ev.sem, ev.scope, addr)]
+    return [E.StGlobalSemU32(ev.sem, ev.scope, addr, ev.value)]
+
+
+#: IR op type -> its effects for one thread (``row(thread, event, op)``), in the interpreter's normal form: the IR
+#: side of the differential, one row per op that acts outside the thread (like the emitters' op -> PTX tables)
+IR_EFFECTS: dict[type, Callable[[_Thread, W.Ev, O.Op], list[Effect]]] = {
+    O.MbarrierInit: lambda c, ev, op: [E.MbarrierInit(c.bar_addr(ev.bar), ev.count)],
+    O.MbarrierArrive: lambda c, ev, op: [E.MbarrierArrive("cta" if op.cta is None else "cluster", c.bar_addr(ev.bar),
+                                                          ev.tx // ev.lanes, getattr(op, "scope", "cta"))],
+    O.MbarrierWait: lambda c, ev, op: [E.MbarrierTryWait(c.bar_addr(ev.bar), ev.parity, op.scope)],
+    O.FenceMbarrierInit: lambda c, ev, op: [E.FenceMbarrierInit()],
+    O.TmaLoad: _tma_load,
+    O.TmaStore: lambda c, ev, op: [E.TmaStore(ev.tensor, c.base + ev.src, ev.col, ev.row)],
+    O.BulkCommitGroup: lambda c, ev, op: [E.BulkCommit()],
+    O.BulkWaitGroup: lambda c, ev, op: [E.BulkWait(ev.n, ev.read)],
+    O.FenceProxyAsync: lambda c, ev, op: [E.FenceProxyAsync()],
+    O.CtaSync: _sync, O.NamedBarrier: _sync, O.ClusterSync: _sync,
+    O.TmemAlloc: lambda c, ev, op: [E.TmemAlloc(c.g, c.slot, ev.cols)],
+    O.TmemDealloc: lambda c, ev, op: [E.TmemDealloc(c.g, ev.taddr, ev.cols)],
+    O.TmemBase: lambda c, ev, op: [E.LdShared(c.slot)],
+    O.Umma: lambda c, ev, op: [E.Umma(c.g, ev.d, ev.a_desc, ev.b_desc, ev.idesc, ev.accumulate)],
+    O.UmmaBlockScaled: lambda c, ev, op: [E.UmmaBlockScaled(op.cta_group, op.kind, op.scale_vec, ev.d, ev.a_desc,
+                                                            ev.b_desc, ev.idesc, ev.sfa, ev.sfb, ev.accumulate)],
+    O.TmemCopy: lambda c, ev, op: [E.TmemCopy(op.cta_group, ev.taddr, ev.desc, op.shape)],
+    O.UmmaCommit: _umma_commit,
+    O.TmemLoad: lambda c, ev, op: [E.TmemLoad(ev.taddr, ev.ncols, op.dst)],
+    O.Wgmma: lambda c, ev, op: [E.Wgmma(ev.acc, ev.n, ev.a_desc, ev.b_desc, ev.accumulate)],
+    O.WgmmaCommit: lambda c, ev, op: [E.WgmmaCommit()],
+    O.WgmmaWait: lambda c, ev, op: [E.WgmmaWait(ev.n)],
+    # the lane's operands: address, words
+    O.StMatrix: lambda c, ev, op: [E.StMatrix(c.base + c.at_lane(ev.addrs), c.elements(op))],
+    O.StSharedBf16: lambda c, ev, op: [E.StShared(c.base + c.at_lane(ev.addrs), c.elements(op))],
+    O.StGlobalBf16: _st_global,
+    O.StGlobalF32: lambda c, ev, op: [E.StGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offsets),
+                                                    tuple((op.src, i) for i in op.idx))],
+    O.LdGlobalF32: lambda c, ev, op: [E.LdGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offsets), len(op.idx))],
+    O.RedGlobal: _ws_atomic, O.LdGlobalAcquireWait: _ws_atomic, O.StGlobalU32: _ws_atomic,
+    # ops the walker treats as silent or thread-local (ir_effects makes them events)
+    O.Nanosleep: lambda c, ev, op: [E.Nanosleep(op.ns)],
+    O.SetMaxNReg: lambda c, ev, op: [E.SetMaxNReg(op.action, op.regs)],
+    O.WgmmaFence: lambda c, ev, op: [E.WgmmaFence()],
+    O.TcgenFence: lambda c, ev, op: [E.TcgenFence(op.kind)],
+    O.TmemRelinquish: lambda c, ev, op: [E.TmemRelinquish(c.g)],
+    O.TmemWaitLd: lambda c, ev, op: [E.TmemWaitLd()],
+}
+IR_EFFECTS[O.MbarrierArriveExpectTx] = IR_EFFECTS[O.MbarrierArrive]
+
+
+def ir_effects(kernel, launch: Launch) -> list[Effect]:
+    """Effects of thread ``launch.tid`` of CTA ``launch.ctaid`` per the IR, in the interpreter's normal form.
+
+    The one adapter between the walker's events and the PTX side: it runs the thread's warp with
+    :class:`WarpWalker` (dry run: no data), keeps the events the thread takes part in (whole-warp events, and
+    ``Elect`` bodies when the thread is the elected lane 0), and writes each through its op's row of
+    :data:`IR_EFFECTS`.  Raises :class:`ptxgen.check.walker.IRFault` where the IR breaks its execution model or
+    an op has no row.
+    """
+    f = kernel_facts(kernel)
+    wk = W.WarpWalker(W.Program(kernel), ctaid=launch.ctaid, nctaid=launch.grid, cluster_size=f["cluster_size"],
+                      warp=launch.tid // W.LANES, smem_base=smem_base(launch.ctaid % f["cluster_size"]),
+                      params={"m": launch.m, "n": launch.n, "k": launch.k}, values=False)
+    # ops the walker treats as silent or thread-local have effects in PTX: make them events too
+    for t in (O.Nanosleep, O.SetMaxNReg, O.WgmmaFence, O.TcgenFence, O.TmemRelinquish):
+        wk._events[t] = lambda op: W.Ev(op, wk._n())
+
+    def wait_ld(op):
+        wk._wait_ld(op)
+        return W.Ev(op, wk._n())
+    wk._events[O.TmemWaitLd] = wait_ld
+
+    thread = _Thread(kernel, launch, wk)
+    out: list[Effect] = []
+    gen, reply = wk.run(), None
+    while True:
+        try:
+            ev = gen.send(reply)
+        except StopIteration:
+            break
+        reply = None
+        if isinstance(ev, W.TmemBaseEv):
+            reply = TMEM_BASE
+        elif isinstance(ev, W.TmemLoadEv):
+            reply = np.zeros((W.LANES, ev.ncols), dtype=np.float32)
+        if wk.lane is not None and wk.lane != thread.lane:
+            continue  # an Elect body: only the elected lane
+        row = IR_EFFECTS.get(type(ev.op))
+        if row is None:
+            raise W.IRFault(f"ir_effects has no normal form for {ev.op.describe()}")
+        out += row(thread, ev, ev.op)
+    return out
+
+
+def stored_array(wk: W.WarpWalker, op) -> str:
+    """The f32 array whose elements a store writes: ``op.src``, or for a packed store the array its
+    :class:`~ptxgen.ir.ops.PackBf16` converted (the interpreter names a ``cvt``'s f32 sources, not the words).
+
+    Raises IRFault: a packed store of an array no PackBf16 wrote.
+    """
+    if not op.packed:
+        return op.src
+    try:
+        return wk.packed_from[op.src]
+    except KeyError:
+        raise W.IRFault(f"{op.describe()}: no PackBf16 wrote {op.src!r}") from None
+
+
+MAX_STEPS = 200_000  # instructions one thread may run (the test shapes need < 15k; an endless loop stops here)
+
+
+def ptx_effects(prog: P.Program | str, kernel, launch: Launch) -> list[Effect]:
+    """Effects of the same thread per the emitted PTX (``prog``: text or :func:`ptxgen.check.ptx.interp.parse` result).
+
+    Raises PtxInterpError (see :func:`ptxgen.check.ptx.interp.run_thread`), also after MAX_STEPS instructions."""
+    f = kernel_facts(kernel)
+    rank = launch.ctaid % f["cluster_size"]
+    return P.run_thread(prog, tid=launch.tid, ctaid=launch.ctaid, nctaid=launch.grid, ntid=f["threads"], rank=rank,
+                        cluster_size=f["cluster_size"], params=launch.params, smem_base=smem_base(rank),
+                        tmem_base=TMEM_BASE, max_steps=MAX_STEPS)
+
+
+def _fmt(e) -> str:
+    if e is None:
+        return "(nothing)"
+    return "(" + ", ".join(hex(x) if isinstance(x, int) and not isinstance(x, bool) and x > 4096 else repr(x)
+                           for x in e) + ")"
+
+
+def diff_thread(kernel, prog: P.Program | str, launch: Launch) -> str | None:
+    """None when PTX and IR give the same effects for the thread; else a message naming the first difference."""
+    try:
+        ptx = ptx_effects(prog, kernel, launch)
+    except P.PtxInterpError as exc:
+        return f"PTX cannot be interpreted for {launch}: {exc}"
+    ir = ir_effects(kernel, launch)
+    if ptx == ir:
+        return None
+    i = next((j for j, (a, b) in enumerate(zip(ptx, ir)) if a != b), min(len(ptx), len(ir)))
+    return (f"PTX != IR at effect #{i} of {launch} ({len(ptx)} vs {len(ir)} effects): "
+            f"PTX {_fmt(ptx[i] if i < len(ptx) else None)} vs IR {_fmt(ir[i] if i < len(ir) else None)}")
+
+
+def role_ranges(kernel) -> list[tuple[str, int, int]]:
+    """(name, warp_lo, warp_hi) of every distinct warp range a WarpSwitch of the kernel names, in program order."""
+    seen: dict[tuple[int, int], str] = {}
+    for op in O.walk(kernel.body):
+        if isinstance(op, O.WarpSwitch):
+            for r in op.roles:
+                seen.setdefault((r.warp_lo, r.warp_hi), r.name)
+    return [(name, lo, hi) for (lo, hi), name in seen.items()]
+
+
+def default_shape(kernel) -> tuple[int, int, int]:
+    """(m, n, k) of the deterministic sweep: 2 x 2 tiles with ragged edges and ``stages + 2`` k-blocks, so the smem
+    ring wraps and the edge tiles clip."""
+    grid = kernel.launch.grid
+    return 2 * grid.tile_rows - 3, 2 * grid.tile_cols - 8, kernel.block_k * (kernel.stages + 2) - 8
+
+
+def default_launches(kernel, shape: tuple[int, int, int] | None = None) -> list[Launch]:
+    """The threads the deterministic sweep compares at ``shape`` (default :func:`default_shape`): every rank of the
+    first and the last cluster, lane 0 of the first and lane 5 of the last warp of every role range."""
+    m, n, k = shape or default_shape(kernel)
+    cs = kernel.cluster_size
+    grid = kernel.launch.grid.grid_x(m, n, cs)
+    ctaids = sorted({*range(cs), *range(grid - cs, grid)})
+    tids = sorted({t for _, lo, hi in role_ranges(kernel) for t in (lo * W.LANES, (hi - 1) * W.LANES + 5)})
+    return [Launch(m, n, k, grid, ctaid, tid) for ctaid in ctaids for tid in tids]
+
+
+def role_of(kernel, tid: int) -> str:
+    """The names of the roles whose warp range holds thread ``tid``, in program order (``/``-joined; ``-``: none)."""
+    warp = tid // W.LANES
+    names = [r.name for op in O.walk(kernel.body) if isinstance(op, O.WarpSwitch) for r in op.roles
+             if r.warp_lo <= warp < r.warp_hi]
+    return "/".join(dict.fromkeys(names)) or "-"
+
+
+def sweep_threads(kernel, prog: P.Program | str, launches: list[Launch] | None = None) -> str | None:
+    """The first difference over ``launches`` (default :func:`default_launches`), or None when PTX and IR agree."""
+    for launch in launches if launches is not None else default_launches(kernel):
+        msg = diff_thread(kernel, prog, launch)
+        if msg is not None:
+            return msg
+    return None

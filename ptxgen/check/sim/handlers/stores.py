@@ -1,0 +1,36 @@
+"""The machine's epilogue stores: ``st.shared`` into the CD staging (generic proxy, visible to the TMA store
+only after ``fence.proxy.async``) and ``st.global`` into D, clipped at M and N.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ....errors import SimError
+from ... import walker as W
+from ..state import Warp
+
+
+class Stores:
+    """Handlers of the epilogue store events (a mixin of :class:`~ptxgen.check.sim.machine.Machine`)."""
+
+    def _st_shared(self, w: Warp, ev: W.StSharedEv) -> None:
+        if ev.nbytes not in (4, 8, 16) or (ev.addrs % ev.nbytes).any():
+            raise SimError(f"misaligned: StSharedBf16 by {w.walker.where()} stores {ev.nbytes} B at smem offsets "
+                           f"{sorted(set((ev.addrs[ev.addrs % ev.nbytes != 0]).tolist()))[:4]}; st.shared.v of "
+                           f"{ev.nbytes} B needs {ev.nbytes}-byte alignment")
+        idx = (ev.addrs[:, None] + np.arange(ev.nbytes)).ravel()
+        w.cta.smem.generic_write(idx, ev.data.ravel(), w.who("StSharedBf16"))
+        w.unfenced.append(idx)
+
+    def _fence_proxy(self, w: Warp, ev) -> None:
+        if w.unfenced:
+            w.cta.smem.fence_proxy_async(np.concatenate(w.unfenced))
+            w.unfenced = []
+
+    def _st_global(self, w: Warp, ev: W.StGlobalEv) -> None:
+        m, n = self.glob.d.shape
+        cols = ev.cols[:, None] + np.arange(ev.values.shape[1])
+        rows = np.broadcast_to(ev.rows[:, None], cols.shape)
+        ok = (rows < m) & (cols < n)
+        self.glob.d[rows[ok], cols[ok]] = ev.values[ok]

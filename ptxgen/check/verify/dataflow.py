@@ -1,0 +1,210 @@
+"""Data flow: every stage access after the wait that hands the stage to the accessing role.
+
+Data flow.  An MMA reads an A/B stage only after a consumer wait on that
+stage's ``full`` barrier in the same iteration; a TMA load fills a stage only
+after a producer_acquire on its ``empty`` barrier and signals that stage's
+``full``; MMAs write an accumulator stage after waiting ``tmem_empty``, the
+epilogue reads it after waiting ``tmem_full``.  NVFP4: a ``tcgen05.cp`` reads a scale stage only after
+the consumer wait on its ``full``, outside the accumulator columns; a block-scaled MMA reads scale columns
+that a ``tcgen05.cp`` of the same thread wrote earlier in the same k-block, with the idesc's scale format
+and scale-factor ids matching ``.block16``.
+"""
+
+from __future__ import annotations
+
+from ...descriptors import SF_ATOM_BYTES, SF_TMEM_COLS_PER_ATOM, UMMA_IDESC_MXF4, UMMA_SMEM_DESC
+from ...errors import VerifyError
+from ...ir import Kernel
+from .. import walker as W
+from ..mma import umma_operand, umma_shape, wgmma_operand
+from .trace import SMEM_BASE, _Rec, _Trace
+
+
+# ------------------------------------------------------------------ data flow: wait before use
+
+
+class _Slots:
+    """Which region slot (A/B/CD stage) a shared-memory byte range lies in."""
+
+    def __init__(self, kernel: Kernel):
+        self.regions = [(r.name.upper(), r.offset, r.stride, r.count, r.slot_bytes) for r in kernel.regions]
+        self.operands = tuple(name for name, *_ in self.regions if name != "CD")
+        self._kernel = kernel
+
+    def align(self, off: int) -> int:
+        """Required alignment of the slot at ``off`` (1 outside every region)."""
+        return next((r.align for r in self._kernel.regions if r.offset <= off < r.end), 1)
+
+    def find(self, lo: int, hi: int) -> tuple[str, int] | None:
+        for name, off, stride, count, size in self.regions:
+            if stride and off <= lo:
+                i = (lo - off) // stride
+                if i < count and hi <= off + i * stride + size:
+                    return name, i
+        return None
+
+    def slot(self, lo: int, hi: int, what: str, where: W.Where, kinds: tuple[str, ...]) -> tuple[str, int]:
+        """The (region, slot) holding [lo, hi); VerifyError unless it is one slot of a region in ``kinds``."""
+        hit = self.find(lo, hi)
+        if hit is None or hit[0] not in kinds:
+            inside = f"{hit[0]} stage {hit[1]}" if hit else "no single A, B or CD slot"
+            raise VerifyError(f"smem access outside its region: {what} by {where} touches [{lo:#x}, {hi:#x}), which "
+                              f"lies in {inside}; it must stay inside one {' or '.join(kinds)} slot")
+        return hit
+
+
+def _operand_extent(start: int, rows: int, sbo: int) -> tuple[int, int]:
+    """Byte range [lo, hi) (from the smem base) of a k16 slice of a K-major SW128 operand of ``rows`` rows."""
+    lo = start - SMEM_BASE
+    return lo, lo + (rows // 8 - 1) * sbo + 7 * 128 + 32
+
+
+def _check_dataflow(trace: _Trace) -> None:
+    """Wait-before-use, TMA stage/barrier pairing, smem slots and TMEM bounds, warp by warp.
+
+    Records each stage access in its event's ``uses`` for :func:`_check_handovers`."""
+    kernel = trace.kernel
+    slots = _Slots(kernel)
+    acc_cols = kernel.tmem_acc_stage_cols or 1
+    for (ctaid, warp), recs in trace.warps.items():
+        last_wait: dict[tuple[str, int], tuple] = {}
+        committed: dict[object, _Rec] = {}  # bulk async groups: issuing thread -> its last commit
+        copied: dict[int, _Rec] = {}  # TMEM column -> the tcgen05.cp that last wrote it (NVFP4 scales)
+
+        def require(name: str, index: int, rec: _Rec, what: str) -> None:
+            got = last_wait.get((name, index))
+            if got is None or rec.key[: len(got)] != got:
+                raise VerifyError(f"missing wait: {what} by {rec.where} without a wait on {name}[{index}] in this "
+                                  f"iteration (last wait on it: {'never' if got is None else got})")
+            rec.uses.append((name, index))
+
+        for rec in recs:
+            ev = rec.ev
+            if isinstance(ev, W.WaitEv):
+                last_wait[(ev.bar.name, ev.bar.index)] = rec.key
+            elif isinstance(ev, W.TmaLoadEv):
+                size = kernel.launch.tensor_maps[ev.tensor]
+                region, s = slots.slot(ev.dst, ev.dst + size.box_bytes, f"TmaLoad {ev.tensor}", rec.where,
+                                       slots.operands)
+                _aligned(ev.dst, slots.align(ev.dst), f"TmaLoad {ev.tensor}", rec.where)
+                if any(ref.index != s or ref.name != "full" for ref in ev.bars):
+                    raise VerifyError(f"TMA into the wrong stage: TmaLoad {ev.tensor} by {rec.where} writes {region} "
+                                      f"stage {s} but completes on {', '.join(map(str, ev.bars))}")
+                require("empty", s, rec, f"TmaLoad {ev.tensor} into {region} stage {s}")
+            elif isinstance(ev, W.UmmaEv):
+                _check_umma(kernel, slots, ev, rec, require, acc_cols)
+            elif isinstance(ev, W.TmemCopyEv):
+                _check_tmem_copy(kernel, slots, ev, rec, require, copied)
+            elif isinstance(ev, W.UmmaBlockScaledEv):
+                _check_umma_block_scaled(kernel, slots, ev, rec, require, acc_cols, copied)
+            elif isinstance(ev, W.WgmmaEv):
+                for operand, desc, rows in (("A", ev.a_desc, 64), ("B", ev.b_desc, ev.n)):
+                    op = wgmma_operand(desc, rec.where, operand)
+                    region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo), f"Wgmma operand {operand}", rec.where,
+                                           slots.operands)
+                    require("full", s, rec, f"Wgmma reads {region} stage {s}")
+            elif isinstance(ev, W.TmemLoadEv):
+                lane, col = ev.taddr >> 16, ev.taddr & 0xFFFF
+                if lane != 32 * (warp % 4) or col + ev.ncols > kernel.tmem_cols:
+                    raise VerifyError(f"TMEM access out of bounds: TmemLoad by {rec.where} reads lanes [{lane}, "
+                                      f"{lane + 32}) columns [{col}, {col + ev.ncols}); warp {warp} owns lanes "
+                                      f"[{32 * (warp % 4)}, {32 * (warp % 4) + 32}), {kernel.tmem_cols} columns allocated")
+                require("tmem_full", col // acc_cols, rec, f"TmemLoad of accumulator stage {col // acc_cols}")
+            elif isinstance(ev, W.StSharedEv):
+                rec.uses += sorted({slots.slot(addr, addr + ev.nbytes, "StSharedBf16", rec.where, ("CD",))
+                                    for addr in set(ev.addrs.tolist())})
+            elif isinstance(ev, W.TmaStoreEv):
+                rec.uses.append(slots.slot(ev.src, ev.src + kernel.launch.tensor_maps[ev.tensor].box_bytes,
+                                           f"TmaStore {ev.tensor}", rec.where, ("CD",)))
+            elif isinstance(ev, W.BulkCommitEv):
+                committed[ev.thread] = rec
+            elif isinstance(ev, W.BulkWaitEv) and ev.thread is not None:
+                other = next((r for t, r in committed.items() if t != ev.thread), None)
+                if other is not None:
+                    raise VerifyError(
+                        f"bulk async-group ownership: {ev.op.describe()} by one elect.sync lane of {rec.where} waits "
+                        f"for groups that another elect.sync committed (at {other.where.at}); bulk async-groups "
+                        "belong to the committing thread and elect.sync does not promise the same lane twice: "
+                        "commit and wait from one fixed thread, or wait in every lane (PTX ISA elect.sync, cp.async.bulk.wait_group)")
+            _check_issuers(ev, rec)
+
+
+def _check_umma(kernel: Kernel, slots: _Slots, ev: W.UmmaEv, rec: _Rec, require, acc_cols: int) -> None:
+    m_total, n_total = umma_shape(ev.idesc, rec.where)
+    for operand, desc, rows in (("A", ev.a_desc, 128), ("B", ev.b_desc, n_total // kernel.cta_group)):
+        op = umma_operand(desc, rec.where, operand)
+        region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo), f"Umma operand {operand}", rec.where,
+                               slots.operands)
+        require("full", s, rec, f"Umma reads {region} stage {s}")
+    lane, col = ev.d >> 16, ev.d & 0xFFFF
+    if lane or col + n_total > kernel.tmem_cols:
+        raise VerifyError(f"TMEM access out of bounds: Umma by {rec.where} writes lanes [{lane}, {lane + 128}) columns "
+                          f"[{col}, {col + n_total}); {kernel.tmem_cols} columns are allocated")
+    require("tmem_empty", col // acc_cols, rec, f"Umma into accumulator stage {col // acc_cols}")
+    if kernel.cta_group == 2 and rec.where.rank % 2:
+        raise VerifyError(f"tcgen05.mma.cta_group::2 issued by the odd CTA of the pair: {rec.where}")
+
+
+def _check_tmem_copy(kernel: Kernel, slots: _Slots, ev: W.TmemCopyEv, rec: _Rec, require, copied: dict) -> None:
+    """A ``tcgen05.cp`` of one 512-B scale atom: source inside one landed scale stage, target inside the allocation."""
+    f = UMMA_SMEM_DESC.decode(ev.desc)
+    lo = (f["start"] << 4) - SMEM_BASE
+    region, s = slots.slot(lo, lo + SF_ATOM_BYTES, "TmemCopy source", rec.where, slots.operands)
+    require("full", s, rec, f"TmemCopy reads {region} stage {s}")
+    lane, col = ev.taddr >> 16, ev.taddr & 0xFFFF
+    if lane or col + SF_TMEM_COLS_PER_ATOM > kernel.tmem_cols:
+        raise VerifyError(f"TMEM access out of bounds: TmemCopy by {rec.where} writes lanes [{lane}, 128) columns "
+                          f"[{col}, {col + SF_TMEM_COLS_PER_ATOM}); {kernel.tmem_cols} columns are allocated")
+    if col < kernel.tmem_acc_stage_cols * kernel.acc_stages:
+        raise VerifyError(f"scale factors over an accumulator: TmemCopy by {rec.where} writes TMEM columns "
+                          f"[{col}, {col + SF_TMEM_COLS_PER_ATOM}), inside the accumulator stages "
+                          f"[0, {kernel.tmem_acc_stage_cols * kernel.acc_stages})")
+    for c in range(col, col + SF_TMEM_COLS_PER_ATOM):
+        copied[c] = rec
+
+
+def _check_umma_block_scaled(kernel: Kernel, slots: _Slots, ev: W.UmmaBlockScaledEv, rec: _Rec, require,
+                             acc_cols: int, copied: dict) -> None:
+    """As :func:`_check_umma`, plus: the scale vector matches the idesc's scale format, and both scale-factor
+    column groups were written by this thread's ``tcgen05.cp`` in the same k-block iteration, before the MMA
+    (PTX ISA "tcgen05.mma" block scaling: the scales are read from TMEM when the MMA executes)."""
+    f = UMMA_IDESC_MXF4.decode(ev.idesc)
+    m_total, n_total = f["m_dim"] << 7, f["n_dim"] << 3
+    fmt = {"block16": 0, "block32": 1}.get(ev.scale_vec)
+    if fmt != f["scale_format"] or f["a_sf_id"] or f["b_sf_id"]:
+        raise VerifyError(f"block-scale mismatch: {ev.op.describe()} by {rec.where}: .{ev.scale_vec} with idesc "
+                          f"scale format {f['scale_format']} and scale-factor ids A={f['a_sf_id']} B={f['b_sf_id']}; "
+                          "NVFP4 is .block16 with ue4m3 scales (format 0) and ids 0 (PTX ISA 'Instruction descriptor')")
+    for operand, desc, rows in (("A", ev.a_desc, 128), ("B", ev.b_desc, n_total // kernel.cta_group)):
+        op = umma_operand(desc, rec.where, operand)
+        region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo), f"UmmaBlockScaled operand {operand}",
+                               rec.where, slots.operands)
+        require("full", s, rec, f"UmmaBlockScaled reads {region} stage {s}")
+    lane, col = ev.d >> 16, ev.d & 0xFFFF
+    if lane or col + n_total > kernel.tmem_acc_stage_cols * kernel.acc_stages:
+        raise VerifyError(f"TMEM access out of bounds: UmmaBlockScaled by {rec.where} writes lanes [{lane}, 128) "
+                          f"columns [{col}, {col + n_total}), outside the accumulator stages")
+    require("tmem_empty", col // acc_cols, rec, f"UmmaBlockScaled into accumulator stage {col // acc_cols}")
+    for what, taddr, rows in (("scale_A", ev.sfa, m_total // kernel.cta_group), ("scale_B", ev.sfb, n_total)):
+        c0 = taddr & 0xFFFF
+        for c in range(c0, c0 + rows // 32):  # row x of the scales at lane x % 32, column c0 + x // 32
+            got = copied.get(c)
+            if got is None or got.key != rec.key:
+                raise VerifyError(f"scale factors not copied before the MMA: {ev.op.describe()} by {rec.where} reads "
+                                  f"{what} at TMEM column {c}, which no tcgen05.cp of this thread wrote in this k-block "
+                                  f"(last copy: {'never' if got is None else got.where.at}); copy the scale atoms "
+                                  "after the consumer_wait and before the MMAs that read them")
+    if kernel.cta_group == 2 and rec.where.rank % 2:
+        raise VerifyError(f"tcgen05.mma.cta_group::2 issued by the odd CTA of the pair: {rec.where}")
+
+
+def _check_issuers(ev: W.Ev, rec: _Rec) -> None:
+    if isinstance(ev, (W.UmmaEv, W.UmmaBlockScaledEv, W.TmemCopyEv, W.CommitEv, W.TmaLoadEv, W.TmaStoreEv)) \
+            and ev.lanes != 1:
+        raise VerifyError(f"issued by {ev.lanes} threads: {ev.op.describe()} by {rec.where}; one elected thread "
+                          "issues it (each thread would issue its own copy)")
+
+
+def _aligned(off: int, align: int, what: str, where: W.Where) -> None:
+    if off % align:
+        raise VerifyError(f"misaligned: {what} by {where} at smem+{off:#x}; needs {align}-byte alignment")

@@ -1,0 +1,129 @@
+"""The trace: every warp of every CTA of one small launch, walked by the IR's reference interpreter.
+
+The verifier *traces* the kernel: it walks every warp of every CTA of one
+small launch with :class:`ptxgen.check.walker.WarpWalker` (the simulator's
+interpreter, without timing or data; in these kernels control flow never
+depends on barrier state, so each warp's event sequence is fixed), and then
+checks the traces.  The launch has ``accumulator.stages + 2`` tiles per
+cluster (persistent kernels: one cluster; otherwise one tile per cluster) and
+``2 * stages + 1`` k-blocks, so every ring wraps and every parity is used.
+A second, ragged launch (one column less, so ``n % 8 != 0``) takes the
+branches that depend on the shape (sm_90a: the st.global epilogue) and is
+checked for data flow and hand-overs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...errors import VerifyError
+from ...ir import Kernel
+from .. import walker as W
+
+
+SMEM_BASE = 0x400  # shared-window address used for the trace (descriptor start fields are absolute)
+TMEM_COLS = 512
+
+
+# ------------------------------------------------------------------ the trace
+
+
+@dataclass
+class _Rec:
+    ev: W.Ev
+    where: W.Where
+    key: tuple  # loop-variable values
+    syncs: int  # all-CTA / cluster barriers the warp passed before this event
+    thread: object = None  # issuing thread (:meth:`ptxgen.check.walker.WarpWalker.thread`)
+    ld_pending: bool = False  # a tcgen05.ld issued before this event is not yet waited (tcgen05.wait::ld)
+    uses: list = field(default_factory=list)  # (waited barrier, stage) of each stage access (_check_dataflow)
+    retires: list = field(default_factory=list)  # wgmma.wait_group: the wgmma events (_Rec) it retires
+
+
+@dataclass
+class _Trace:
+    kernel: Kernel
+    m: int
+    n: int
+    k: int
+    grid: int
+    warps: dict[tuple[int, int], list[_Rec]]  # (ctaid, warp) -> events in program order
+
+    @property
+    def events(self) -> int:
+        return sum(len(r) for r in self.warps.values())
+
+
+def _launch(kernel: Kernel, ragged: bool = False) -> tuple[int, int, int, int]:
+    """(m, n, k, num_sms) of the traced launch (see module docstring); ``ragged``: one column less."""
+    tiles = kernel.acc_stages + 2 if kernel.is_sm100 else 3
+    m, n = kernel.launch.grid.tile_rows * tiles, kernel.launch.grid.tile_cols - ragged
+    k = kernel.block_k * (2 * kernel.stages + 1)
+    return m, n, k, kernel.cluster_size
+
+
+#: why a wgmma accumulator may not be read (the simulator's wording, :mod:`ptxgen.check.sim.machine`)
+_WGMMA_BUSY = "a wgmma writing it is not covered by a wgmma.wait_group"
+
+
+class _WgmmaGroups:
+    """One warp's wgmma-groups during the trace: a ``wgmma.mma_async`` reads its smem operands and writes its
+    register accumulator asynchronously until a ``wgmma.wait_group N`` retires its wgmma-group (PTX ISA
+    wgmma.wait_group; uncommitted wgmmas are in no group).  Each wait's ``retires`` lists the wgmma events it
+    retires (for :func:`_check_handovers`).  Accumulators are the register arrays' producer_commit: a busy
+    array is marked in the walker (which faults on a read: SiluMul), and a st.shared / st.global of one is a
+    fault here (a dry run stores no values, so the walker does not read them)."""
+
+    def __init__(self, wk: W.WarpWalker):
+        self.wk, self.pending, self.committed = wk, [], 0  # pending: (wgmma-group index, wgmma _Rec)
+
+    def see(self, rec: _Rec) -> None:
+        ev, busy = rec.ev, self.wk.busy
+        if isinstance(ev, W.WgmmaEv):
+            busy[ev.acc] = _WGMMA_BUSY
+            self.pending.append((self.committed, rec))
+        elif isinstance(ev, W.WgmmaCommitEv):
+            self.committed += 1
+        elif isinstance(ev, W.WgmmaWaitEv):
+            oldest_kept = self.committed - ev.n
+            rec.retires = [r for g, r in self.pending if g < oldest_kept]
+            self.pending = [(g, r) for g, r in self.pending if g >= oldest_kept]
+            still = {r.ev.acc for _, r in self.pending}
+            for acc in [a for a, why in busy.items() if why is _WGMMA_BUSY and a not in still]:
+                del busy[acc]
+        elif isinstance(ev, (W.StSharedEv, W.StGlobalEv)) and busy.get(ev.op.src) is _WGMMA_BUSY:
+            raise W.IRFault(f"register array {ev.op.src!r} read while {_WGMMA_BUSY}")
+
+
+def _trace(kernel, ragged: bool = False) -> _Trace:
+    m, n, k, num_sms = _launch(kernel, ragged)
+    grid = kernel.launch.grid.grid_x(m, n, num_sms)
+    program = W.Program(kernel)
+    counted = ("cluster",) if kernel.cta_group == 2 else ("cta", "cluster")  # barriers that order TMEM use
+    warps: dict[tuple[int, int], list[_Rec]] = {}
+    for ctaid in range(grid):
+        for warp in range(kernel.threads // W.LANES):
+            wk = W.WarpWalker(program, ctaid=ctaid, nctaid=grid, cluster_size=kernel.cluster_size, warp=warp,
+                              smem_base=SMEM_BASE, params={"m": m, "n": n, "k": k}, values=False)
+            recs, syncs, gen, reply = [], 0, wk.run(), None
+            wgmma = _WgmmaGroups(wk)
+            try:
+                while True:
+                    ev = gen.send(reply)
+                    reply = None
+                    recs.append(_Rec(ev, wk.where(), wk.loop_key(), syncs, wk.thread(), wk.loads_pending()))
+                    wgmma.see(recs[-1])
+                    if isinstance(ev, W.TmemBaseEv):
+                        reply = 0
+                    elif isinstance(ev, W.TmemLoadEv):
+                        reply = np.zeros((W.LANES, ev.ncols), dtype=np.float32)
+                    elif isinstance(ev, W.SyncEv) and ev.kind in counted:
+                        syncs += 1
+            except StopIteration:
+                pass
+            except W.IRFault as exc:
+                raise VerifyError(f"{exc} ({wk.where()})") from None
+            warps[(ctaid, warp)] = recs
+    return _Trace(kernel, m, n, k, grid, warps)
