@@ -29,7 +29,7 @@ from typing import Union
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-import cutlass.utils as utils
+import cutlass.memory as memory
 import cutlass.utils.blackwell_helpers as sm100_utils
 import cutlass.utils.blockscaled_layout as blockscaled_utils
 from cutlass.cute.nvgpu import cpasync, tcgen05
@@ -84,15 +84,15 @@ class _Gemm:
     def __call__(self, a: cute.Tensor, b: cute.Tensor, sfa: cute.Tensor, sfb: cute.Tensor, c: cute.Tensor):
         if cutlass.const_expr(self.nvfp4):
             tiled_mma = sm100_utils.make_blockscaled_trivial_tiled_mma(
-                self.ab_dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K,
+                self.ab_dtype, self.ab_dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K,
                 self.sf_dtype, SF_VEC, self.cta_group, self.mma_mn)
             # the scale factors of B are partitioned as one CTA's worth of a 128-row atom (CuTe's SFB view)
             tiled_mma_sfb = sm100_utils.make_blockscaled_trivial_tiled_mma(
-                self.ab_dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K,
+                self.ab_dtype, self.ab_dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K,
                 self.sf_dtype, SF_VEC, tcgen05.CtaGroup.ONE, (self.mma_mn[0] // cute.size(self.cluster), 128))
         else:
             tiled_mma = sm100_utils.make_trivial_tiled_mma(
-                self.ab_dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K,
+                self.ab_dtype, self.ab_dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K,
                 cutlass.Float32, self.cta_group, self.mma_mn)
             tiled_mma_sfb = tiled_mma
         k_block = cute.size(tiled_mma.shape_mnk, mode=[2]) * 4  # four MMAs per K block: 64 bf16 / 256 fp4
@@ -163,7 +163,7 @@ class _Gemm:
             dealloc_bar: cutlass.Int64
             tmem_slot: cutlass.Int32
 
-        smem = utils.SmemAllocator()
+        smem = memory.SmemAllocator()
         st = smem.allocate(Storage)
         sA = smem.allocate_tensor(element_type=self.ab_dtype, layout=a_layout.outer, byte_alignment=128,
                                   swizzle=a_layout.inner)
@@ -180,9 +180,9 @@ class _Gemm:
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
                                                      THREADS * cute.size(tiled_mma.thr_id.shape)),
             barrier_storage=st.acc_bar.data_ptr(), cta_layout_vmnk=vmnk).make_participants()
-        tmem = utils.TmemAllocator(st.tmem_slot,
+        tmem = memory.TmemAllocator(st.tmem_slot.ptr,
                                    barrier_for_retrieve=pipeline.NamedBarrier(barrier_id=1, num_threads=THREADS),
-                                   is_two_cta=self.two_cta, two_cta_tmem_dealloc_mbar_ptr=st.dealloc_bar)
+                                   is_two_cta=self.two_cta, two_cta_tmem_dealloc_mbar_ptr=st.dealloc_bar.ptr)
 
         # global tiles -> MMA partitions -> TMA partitions (multicast modes have one CTA here)
         thr_mma = tiled_mma.get_slice(v)
@@ -201,7 +201,7 @@ class _Gemm:
         tCrA = tiled_mma.make_fragment_A(sA)
         tCrB = tiled_mma.make_fragment_B(sB)
         acc_fake = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C(cute.slice_(tiler, (None, None, 0))))
-        acc_cols = utils.get_num_tmem_alloc_cols(acc_fake)
+        acc_cols = memory.get_num_tmem_alloc_cols(acc_fake)
         self.facts["acc_tmem_cols"] = acc_cols
 
         tmem.allocate(512 if cutlass.const_expr(self.nvfp4) else acc_cols)

@@ -19,6 +19,7 @@ Fields (PTX ISA "tcgen05.mma" Instruction descriptor; "Shared memory descriptor"
 * ``sfa_cols`` / ``sfb_cols``: TMEM column offsets (from the allocation base) of the scale-factor operands.
 * ``alloc_cols``, ``expect_tx``: values of ``tcgen05.alloc`` column counts and ``mbarrier.arrive.expect_tx``.
 * ``*_forms``: instruction spellings (``tcgen05.mma``, ``.cp``, ``.ld``, ``.commit``).
+* ``tma_multicast``: how many ``cp.async.bulk.tensor`` loads multicast to the cluster.
 """
 
 from __future__ import annotations
@@ -228,6 +229,7 @@ class Constants:
     commit_forms: set = field(default_factory=set)
     alloc_cols: set = field(default_factory=set)
     expect_tx: set = field(default_factory=set)
+    tma_multicast: int = 0
     cluster_wait_before_alloc: bool = False
     tcgen05_fences: int = 0
     tcgen05_wait_ld: int = 0
@@ -280,6 +282,8 @@ def extract(ptx: str) -> Constants:
         op = ins.op
         if op.startswith("barrier.cluster.wait"):
             cluster_waits.append(ins.line)
+        if op.startswith("cp.async.bulk.tensor") and ".multicast::cluster" in op:
+            out.tma_multicast += 1
         if op.startswith("tcgen05.fence"):
             out.tcgen05_fences += 1
         if op.startswith("tcgen05.wait::ld"):
