@@ -114,8 +114,10 @@ def compare(fam: Family, ours: Constants, cute: Constants, ref) -> list[Row]:
     rows.append(Row("resolved", _h(len(ours.unresolved)), _h(len(cute.unresolved)),
                     "equal" if not ours.unresolved and not cute.unresolved else "differs",
                     "; ".join(ours.unresolved + cute.unresolved), not ours.unresolved and not cute.unresolved))
-    row("mma form", ours.mma_forms, cute.mma_forms, ours.mma_forms == cute.mma_forms and len(ours.mma_forms) == 1,
-        "CuTe also spells .collector::a::discard, the default")
+    row("mma form", ours.mma_forms, cute.mma_forms, ours.mma_forms == cute.mma_forms and len(ours.mma_forms) == 1)
+    row("mma A collector", ours.mma_collectors, cute.mma_collectors, False,
+        expected_diff=not ours.mma_collectors and cute.mma_collectors == {".collector::a::discard"},
+        why_diff="CuTe spells .collector::a::discard, the default when no collector qualifier is given")
 
     # instruction descriptor: ours is one literal; CuTe's known part once its run-time bits are masked
     runtime_bits = NEGATE_BITS | (SF_ID_BITS if nv else 0)

@@ -18,7 +18,8 @@ Fields (PTX ISA "tcgen05.mma" Instruction descriptor; "Shared memory descriptor"
 * ``sf_desc_hi`` / ``sf_desc_lbo`` / ``sf_k_steps``: the same for the ``tcgen05.cp`` source descriptors.
 * ``sfa_cols`` / ``sfb_cols``: TMEM column offsets (from the allocation base) of the scale-factor operands.
 * ``alloc_cols``, ``expect_tx``: values of ``tcgen05.alloc`` column counts and ``mbarrier.arrive.expect_tx``.
-* ``*_forms``: instruction spellings (``tcgen05.mma``, ``.cp``, ``.ld``, ``.commit``).
+* ``*_forms``: instruction spellings (``tcgen05.mma``, ``.cp``, ``.ld``, ``.commit``); ``mma_forms`` without the
+  ``.collector::*`` qualifiers, which ``mma_collectors`` lists.
 * ``tma_multicast``: how many ``cp.async.bulk.tensor`` loads multicast to the cluster.
 """
 
@@ -61,21 +62,12 @@ def _literal(tok: str) -> int | None:
     return None
 
 
+_OPERAND = re.compile(r"\{[^}]*\}|\[[^\]]*\]|[^,{\[]+")  # a vector, an address, or a plain token
+
+
 def _split_operands(text: str) -> list[str]:
-    out, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    if "".join(cur).strip():
-        out.append("".join(cur).strip())
-    return out
+    """Comma-separated operands; vectors ``{..}`` and addresses ``[..]`` stay whole (PTX never nests them)."""
+    return [t.strip() for t in _OPERAND.findall(text) if t.strip()]
 
 
 @dataclass
@@ -212,6 +204,7 @@ class Constants:
     """What :func:`extract` read from one PTX text (see the module docstring for each field)."""
 
     mma_forms: set = field(default_factory=set)
+    mma_collectors: set = field(default_factory=set)
     idesc: set = field(default_factory=set)
     idesc_runtime: bool = False
     idesc_choices: set = field(default_factory=set)
@@ -290,6 +283,7 @@ def extract(ptx: str) -> Constants:
             out.tcgen05_wait_ld += 1
         if op.startswith("tcgen05.mma"):
             out.mma_forms.add(_COLLECTOR.sub("", op))
+            out.mma_collectors.update(_COLLECTOR.findall(op))
             o = ins.operands
             for d in (o[1], o[2]):
                 descs.extend(_known(vals.values(d), f"line {ins.line}: smem descriptor {d}", out))
