@@ -2,10 +2,11 @@
 
 Each reference is the smallest kernel that makes CuTe pick the constants ptxgen hard-codes: one tiled MMA atom
 (``cute.nvgpu.tcgen05``), TMA load atoms for the K-major operands with CuTe's own 128B-swizzled shared-memory
-layouts, a TMEM allocation sized by CuTe from the accumulator fragment, and a ``tcgen05.ld 32x32b.x32``
-epilogue; the NVFP4 kernels add the scale-factor atoms (smem -> TMEM by ``tcgen05.cp``) and the block-scaled
-MMA.  They are compiled, never launched: ``cute.compile`` with the ``GPUArch("sm_100a")`` and ``KeepPTX``
-options lowers to PTX through the wheel's own NVVM and needs no driver.
+layouts, a TMEM allocation sized by CuTe from the accumulator fragment (the block-scaled kernels take all
+512 columns, as NVIDIA's block-scaled examples do) and a ``tcgen05.ld 32x32b.x32`` epilogue; the NVFP4 kernels
+add the scale-factor atoms (smem -> TMEM by ``tcgen05.cp``) and the block-scaled MMA.  They are compiled,
+never launched: ``cute.compile`` with the ``GPUArch("sm_100a")`` and ``KeepPTX`` options lowers to PTX through
+the wheel's own NVVM and needs no driver.
 
 Shapes (PTX ISA "tcgen05.mma", "Instruction descriptor"):
 
