@@ -5,8 +5,8 @@ Each reference is the smallest kernel that makes CuTe pick the constants ptxgen 
 layouts, a TMEM allocation sized by CuTe from the accumulator fragment (the block-scaled kernels take all
 512 columns, as NVIDIA's block-scaled examples do) and a ``tcgen05.ld 32x32b.x32`` epilogue; the NVFP4 kernels
 add the scale-factor atoms (smem -> TMEM by ``tcgen05.cp``) and the block-scaled MMA.  They are compiled,
-never launched: ``cute.compile`` with the ``GPUArch("sm_100a")`` and ``KeepPTX`` options lowers to PTX through
-the wheel's own NVVM and needs no driver.
+never launched: ``cute.compile`` with ``--gpu-arch sm_100a --keep-ptx`` lowers to PTX through the wheel's own
+NVVM and needs no driver.
 
 Shapes (PTX ISA "tcgen05.mma", "Instruction descriptor"):
 
@@ -22,7 +22,6 @@ accumulator tile.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from dataclasses import dataclass, field
 from typing import Union
@@ -314,13 +313,8 @@ def compile_reference(operands: str, cta_group: int, mma_n: int) -> Reference:
     b = make_fake_compact_tensor(ab, (n, k, 1), stride_order=(1, 0, 2), assumed_align=32)
     sf = make_fake_compact_tensor(gemm.sf_dtype, (m * k // SF_VEC,), assumed_align=32)
     c = make_fake_compact_tensor(cutlass.BFloat16, (m, n, 1), stride_order=(1, 0, 2), assumed_align=32)
-    cwd = os.getcwd()
-    with tempfile.TemporaryDirectory(prefix="cute-ref-") as dump:  # KeepPTX writes its file into the cwd
-        os.chdir(dump)
-        try:
-            compiled = cute.compile[cute.GPUArch("sm_100a"), cute.KeepPTX](gemm, a, b, sf, sf, c)
-        finally:
-            os.chdir(cwd)
-    ptx = compiled.__ptx__
+    with tempfile.TemporaryDirectory(prefix="cute-ref-") as dump:  # --keep-ptx also writes the PTX to a file
+        compiled = cute.compile(gemm, a, b, sf, sf, c, options=f"--gpu-arch sm_100a --keep-ptx --dump-dir={dump}")
+        ptx = compiled.__ptx__
     tx = {k: facts[k] for k in ("a", "b", "sfa", "sfb") if k in facts}
     return Reference(operands, cta_group, gemm.mma_mn[0], mma_n, ptx, tx, facts["expect_tx"], facts["acc_tmem_cols"])
