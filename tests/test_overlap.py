@@ -67,8 +67,8 @@ def test_refusals_name_the_field(name, changes, message):
 
 
 def test_plan_reads_the_knob():
-    assert make_plan(overlapped(GEMM)).epi_overlap
-    assert not make_plan(load_config(GEMM)).epi_overlap
+    assert make_plan(overlapped(GEMM)).epilogue.overlap
+    assert not make_plan(load_config(GEMM)).epilogue.overlap
 
 
 # ------------------------------------------------------------------ the IR's order
