@@ -17,7 +17,7 @@ from . import descriptors
 from .hw import SM_SMEM_BYTES, SMEM_LIMIT_BYTES, SMEM_RESERVED_PER_CTA, TMEM_COLUMNS, resident_ctas
 from .errors import ConfigError
 from .ir.kernel import BarrierArray, Kernel, SmemRegion
-from .ir.pipeline import ARRIVE, EXPECT_TX, UMMA_COMMIT, BulkStoreRing, Pipeline
+from .ir.pipeline import BulkStoreRing, Pipeline, PipelineTmaAsync, PipelineTmaUmma, PipelineUmmaAsync
 from .launch import PARAMS, GridPolicy, LaunchSpec, TensorMapSpec, WorkspaceSpec
 from .version import __version__
 
@@ -857,12 +857,15 @@ def _pipelines(cfg: Config, f: _Basics, bars: _Barriers) -> tuple[Pipeline, Pipe
     """The operand ring (TMA producer -> MMA), the accumulator ring (MMA -> epilogue), the CD staging ring."""
     mc = 0b11 if f.cs == 2 else 0
     writers = 2 if cfg.cluster.dual_tile else 1
-    ab = Pipeline("ab", cfg.pipeline.stages, bars.full, bars.empty, EXPECT_TX, UMMA_COMMIT if f.sm100 else ARRIVE,
-                  multicast=mc if f.sm100 else 0)
+    S = cfg.pipeline.stages
+    if f.sm100:
+        ab = PipelineTmaUmma(name="ab", stages=S, full=bars.full, empty=bars.empty, multicast=mc)
+    else:
+        ab = PipelineTmaAsync(name="ab", stages=S, full=bars.full, empty=bars.empty)
     # tmem_full commits go only to CTAs whose epilogue waits (an arrive nobody waits for may still be pending
     # when its CTA exits); with one writing CTA that is the leader alone
-    acc = Pipeline("acc", cfg.accumulator.stages, bars.tmem_full, bars.tmem_empty, UMMA_COMMIT, ARRIVE,
-                   multicast=mc if writers == 2 else 0, label="accumulator") if f.sm100 else None
+    acc = PipelineUmmaAsync(name="acc", stages=cfg.accumulator.stages, full=bars.tmem_full, empty=bars.tmem_empty,
+                            multicast=mc if writers == 2 else 0) if f.sm100 else None
     cd_ring = BulkStoreRing(cfg.epilogue.stages) if cfg.epilogue.store == "tma" else None
     return ab, acc, cd_ring
 

@@ -20,7 +20,7 @@ from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, For, If, LdGlobalAcq
                   MbarrierArrive, MbarrierWait, NamedBarrier, Nanosleep, PackBf16, Param, RedGlobal, SetMaxNReg, Shfl,
                   SiluMul, StGlobalBf16, StGlobalF32, StGlobalU32, StMatrix, StSharedBf16, TcgenFence, TmaLoad, TmaStore,
                   TmemCopy, TmemLoad, TmemWaitLd, Umma, UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence,
-                  WgmmaWait, eq, fold, land, lift, lt, ne)
+                  WaitRole, WgmmaWait, eq, fold, land, lift, lt, ne)
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
 from .common import (KB, LANE, TMEM, WARP, Cluster, TileScheduler, acc_state, desc_lo, k_bounds, k_loop, ring_iteration,
@@ -72,7 +72,7 @@ class TmaProducer:
         if relay(p, c):  # level 1: the peer relays its landed stage to the leader
             # issue 9 finding 3: the leader's MMA then reads this CTA's shared memory, a cross-CTA data
             # hand-off: the relay arrive releases at cluster scope (the leader acquires at cluster scope)
-            out.append(If(ne(c.rank, 0), (*p.ab.consumer_wait(st, role="relay_wait"),
+            out.append(If(ne(c.rank, 0), (*p.ab.consumer_wait(st, role=WaitRole.RELAY_WAIT),
                                           *p.ab.relay(st, cta=Const(0), scope="cluster"))))
         return out
 
@@ -90,7 +90,7 @@ class TmaProducer:
         return [Let("tiles_done", sched.tiles_done()),
                 Let("it_end", Var("tiles_done") * Var("num_k")),
                 For("i", Const(0), Const(p.stages), Const(1),
-                    (Let("it", Var("it_end") + Var("i")), *lets, *p.ab.producer_acquire(st, role="producer_tail")))]
+                    (Let("it", Var("it_end") + Var("i")), *lets, *p.ab.producer_acquire(st, role=WaitRole.PRODUCER_TAIL)))]
 
     def load(self, o, st: PipelineState) -> TmaLoad:
         p, c = self.p, self.c
@@ -486,7 +486,7 @@ class WgmmaConsumer:
         if arrive:
             nxt = Bar(p.math_order.name, fold((Var("wg") + 1) % owners))
             return [If(eq(WARP % 4, 0), (Elect((MbarrierArrive(nxt),)),))]
-        return [If(ne(tc, 0), (MbarrierWait(Bar(p.math_order.name, Var("wg")), ((tc - 1) // owners) & 1, "math_order_wait"),))]
+        return [If(ne(tc, 0), (MbarrierWait(Bar(p.math_order.name, Var("wg")), ((tc - 1) // owners) & 1, WaitRole.MATH_ORDER_WAIT),))]
 
     def issue(self) -> list:
         """The wgmma issue of k-block ``kb``: consumer_wait ``full``, fence, every wave x k-step x MMA, commit."""
