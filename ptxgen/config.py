@@ -14,9 +14,13 @@ Validation has two layers, and every way of making a :class:`Config` runs both
    ``tile.block_n='x': expected int, got str`` or
    ``tile.blockn: unknown key (did you mean 'block_n'?)``.
 2. the hardware rules (:func:`validate`, hand-written below), run from
-   ``Config.__post_init__``: divisibility, per-arch limits, cross-field rules,
-   then the plan's budgets (stages x bytes + CD + barriers <= 232448 B), so the
-   number an error quotes is the number the kernel would use.
+   ``Config.__post_init__``: divisibility, per-arch limits, cross-field rules.
+
+The budgets (stages x bytes + CD + barriers <= 232448 B of shared memory, TMEM
+columns, registers) need the plan's numbers, so :func:`ptxgen.plan.make_plan`
+raises them (the number an error quotes is the number the kernel would use):
+when building, or at load time through :func:`ptxgen.build.load_config` /
+:func:`ptxgen.build.from_dict`.  This module never imports the plan.
 
 Adding a field is one line in its section (``op: Literal["none", "silu_mul"] = "none"``);
 adding a section is its class plus one line in :class:`Config`.
@@ -44,7 +48,6 @@ from pydantic.dataclasses import dataclass as _pydantic_dataclass
 
 from .errors import ConfigError
 from .shipped import configs_dir, resolve_config_path, shipped_configs  # noqa: F401 - re-exported
-from .plan import make_plan
 
 ARCHS = ("sm_100a", "sm_90a")
 from .hw import SMEM_LIMIT_BYTES  # noqa: E402,F401 - re-exported (older imports)
@@ -484,9 +487,10 @@ def accumulators(cfg: Config) -> int:
 
 
 def validate(cfg: Config) -> None:
-    """Check the hardware and cross-field rules, then the plan's budgets.  Raises ConfigError.
+    """Check the hardware and cross-field rules.  Raises ConfigError.
 
-    Types, ranges and choices are already checked by the schema (every Config construction).
+    Types, ranges and choices are already checked by the schema (every Config construction).  The budgets
+    (shared memory, TMEM columns, registers) are the plan's: :func:`ptxgen.plan.make_plan` raises them.
     """
     t, p, e = cfg.tile, cfg.pipeline, cfg.epilogue
     if cfg.kernel == "dual_gemm":
@@ -521,8 +525,6 @@ def validate(cfg: Config) -> None:
         _validate_sm90(cfg)
     if cfg.schedule.split_k > 1:
         _validate_split_k(cfg)
-
-    make_plan(cfg)  # budgets are the plan's real numbers (plan.py never imports config at run time)
 
 
 def _validate_nvfp4(cfg: Config) -> None:

@@ -11,18 +11,15 @@ Units: bytes for shared memory, columns (32-bit) for TMEM, elements for tiles.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from . import descriptors
+from .config import Config
 from .hw import SM_SMEM_BYTES, SMEM_LIMIT_BYTES, SMEM_RESERVED_PER_CTA, TMEM_COLUMNS, resident_ctas
 from .errors import ConfigError
 from .ir.kernel import BarrierArray, Kernel, SmemRegion
 from .ir.pipeline import BulkStoreRing, Pipeline, PipelineTmaAsync, PipelineTmaUmma, PipelineUmmaAsync
 from .launch import PARAMS, GridPolicy, LaunchSpec, TensorMapSpec, WorkspaceSpec
 from .version import __version__
-
-if TYPE_CHECKING:  # the plan reads a validated Config; config.validate() calls make_plan (one-way import)
-    from .config import Config
 
 BF16_BYTES = 2
 SWIZZLE_ATOM_BYTES = 1024  # 8 rows x 128 B: a 128B-swizzle atom (PTX ISA "Tensor copy: swizzle modes")

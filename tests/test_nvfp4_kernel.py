@@ -11,7 +11,8 @@ import pytest
 
 from ptxgen import descriptors
 from ptxgen.builders.kernel import build_kernel
-from ptxgen.config import from_dict, load_config, to_dict
+from ptxgen.build import from_dict  # with the plan's budgets
+from ptxgen.config import load_config, to_dict
 from ptxgen.errors import ConfigError
 from ptxgen.ir import ops as O
 from ptxgen.plan import make_plan

@@ -25,13 +25,9 @@ The verbs return IR ops (lists, since a remote release can be two arrives):
 
 The rings, by producer and consumer (CuTe's names), differ in how they commit and release:
 
-======================  ======================================  =====================================
-ring                    ``producer_commit``                     ``consumer_release``
-======================  ======================================  =====================================
-:class:`PipelineTmaUmma`   ``mbarrier.arrive.expect_tx`` (TMA)     ``tcgen05.commit`` (sm_100a MMA)
-:class:`PipelineTmaAsync`  ``mbarrier.arrive.expect_tx`` (TMA)     ``mbarrier.arrive`` (sm_90a wgmma threads)
-:class:`PipelineUmmaAsync` ``tcgen05.commit`` (MMA -> TMEM)        ``mbarrier.arrive`` (epilogue threads)
-======================  ======================================  =====================================
+* :class:`PipelineTmaUmma` (sm_100a operands): TMA fills (``arrive.expect_tx``), ``tcgen05.commit`` releases;
+* :class:`PipelineTmaAsync` (sm_90a operands): TMA fills, the wgmma threads release (``mbarrier.arrive``);
+* :class:`PipelineUmmaAsync` (sm_100a accumulators): ``tcgen05.commit`` fills, epilogue threads release.
 
 Waits carry a :class:`~ptxgen.ir.ops.WaitRole`.  :class:`BulkStoreRing` is the epilogue's staging ring: its consumer is the TMA
 store unit, so its barrier is the issuing thread's bulk async-group count
