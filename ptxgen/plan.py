@@ -369,7 +369,7 @@ class EpiloguePlan:
 
     Units: threads, CTAs, elements (columns of D), rows, bytes, 32-bit TMEM columns, 16-byte chunks.
 
-    op: ``none`` or ``silu_mul`` (D = silu(acc0) * acc1).
+    op: ``none``, or ``silu_mul`` for ``kernel=dual_gemm`` (D = silu(acc0) * acc1).
     out_dtype: D's element type, ``bf16`` or ``f16`` (NVFP4).
     tma_store: D through shared-memory staging and TMA stores (else ``st.global``).
     early_release: release ``tmem_empty`` right after the last TMEM read.
@@ -709,7 +709,7 @@ def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan)
     threads = 32 * roles.epilogue_warps
     stores_per_wave = mma.block_n // sbn
     return EpiloguePlan(
-        op=e.op, out_dtype="f16" if f.nvfp4 else "bf16", tma_store=tma_store, early_release=e.early_release,
+        op="silu_mul" if cfg.kernel == "dual_gemm" else "none", out_dtype="f16" if f.nvfp4 else "bf16", tma_store=tma_store, early_release=e.early_release,
         overlap=e.overlap, stmatrix=e.stmatrix, swizzle128=e.swizzle == "128", threads=threads, groups=f.wgs,
         writers=(2 if cfg.cluster.dual_tile else 1) if f.sm100 else 1, store_block_n=sbn,
         store_n_multiple=STORE_N_MULTIPLE, box_rows=mma.wave_rows, row_bytes=sbn * BF16_BYTES,

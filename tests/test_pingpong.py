@@ -119,18 +119,18 @@ def test_shipped_pingpong_verifies_and_simulates(config):
 @pytest.mark.sim
 @pytest.mark.parametrize("patch", [
     {"cluster": {"size": 2, "dual_tile": True}, "tma": {"multicast": True}},  # both CTAs' owners release both
-    {"kernel": "dual_gemm", "tile": {"block_m": 64, "block_n": 128}, "epilogue": {"op": "silu_mul"}},
+    {"kernel": "dual_gemm", "tile": {"block_m": 64, "block_n": 128}},
 ], ids=["multicast-pair", "dual-gemm"])
 def test_pingpong_composes_with_multicast_and_dual_gemm(patch):
     """Not shipped, but accepted: a CTA pair multicasting B (``empty`` counts the owner of each CTA) and the SwiGLU
     dual GEMM (two accumulators per warpgroup tile) verify and simulate; 3 tiles per cluster, num_k > 2 x stages."""
-    from ptxgen.builders.gemm import build_gemm
+    from ptxgen.builders.kernel import build_kernel
 
     raw = {**BASE, "pipeline": {"stages": 3}, "schedule": {"persistent": True},
            "epilogue": {"store": "tma", "swizzle": "128", "store_block_n": 64, "stages": 2}}
     raw.update({k: ({**raw.get(k, {}), **v} if isinstance(v, dict) else v) for k, v in patch.items()})
     plan = make_plan(from_dict(raw))
-    k = build_gemm(plan)
+    k = build_kernel(plan)
     verify(k)
     simulate(k, 3 * plan.schedule.cluster_tile_rows - 8, plan.mma.block_n, 64 * 7, seed=2, num_sms=plan.roles.cluster_size)
 

@@ -134,7 +134,8 @@ def stage_offset(plan: Plan, operand: str, stage: Expr) -> Expr:
 def setup(plan: Plan, cluster: Cluster, scheduler: TileScheduler) -> list:
     """Barrier init (one elected thread), TMEM allocation (sm_100a), then a CTA/cluster sync.
 
-    With ``cta_group::2`` the paired allocation waits for a cluster barrier after the inits (issue 9 finding 1).
+    With ``cta_group::2`` the paired allocation waits for a cluster barrier after the inits: the peer CTA must be
+    running (PTX ISA "tcgen05.alloc").
     """
     inits = []
     for spec in plan.barrier_specs():
@@ -144,8 +145,7 @@ def setup(plan: Plan, cluster: Cluster, scheduler: TileScheduler) -> list:
     alloc = Role("tmem_alloc", plan.roles.alloc_warp, plan.roles.alloc_warp + 1, (TmemAlloc(plan.tmem.cols), TmemRelinquish()))
     out = [Let("num_k", ceil_div(Param("k"), plan.mma.block_k)), *scheduler.setup()]
     if plan.is_sm100 and plan.roles.cta_group == 2:
-        # Issue 9 finding 1: tcgen05.alloc.cta_group::2 needs the peer CTA running (PTX ISA tcgen05.alloc;
-        # CUTLASS PR #3316, Triton PR #10735).  Order: barrier init + fence.mbarrier_init -> cluster
+        # tcgen05.alloc.cta_group::2 needs the peer CTA running (PTX ISA "tcgen05.alloc").  Order: barrier init + fence.mbarrier_init -> cluster
         # arrive.release/wait.acquire -> alloc + relinquish -> fence::before -> cluster sync (peer's alloc
         # done, address slot written) -> fence::after -> read the address slot.
         out += [WarpSwitch(tuple(roles)), ClusterSync(), WarpSwitch((alloc,))]

@@ -39,8 +39,8 @@ def _sm100_roles(plan: Plan, cluster: Cluster, sched: TileScheduler) -> list:
     """
     producer, mma, epi = TmaProducer(plan, cluster), UmmaIssuer(plan, cluster), Epilogue(plan, cluster)
     loop = (lambda body: [sched.loop(body)]) if plan.roles.dedicated_epilogue else (lambda body: body)  # noqa: E731
-    # issue 9 finding 5: the producer waits each empty stage's final phase before exit (producer_tail); with a
-    # dedicated epilogue inside its role, otherwise after the shared tile loop
+    # the producer waits each empty stage's final phase before exit (producer_tail: no arrive may be pending when
+    # the CTA exits); with a dedicated epilogue inside its role, otherwise after the shared tile loop
     tail = producer.tail(sched)
     if plan.roles.lockstep:
         tile = [*mma.tile_head(), k_loop(producer.kblock() + mma.kblock())]

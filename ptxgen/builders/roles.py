@@ -70,8 +70,8 @@ class TmaProducer:
             out += p.ab.producer_commit(st, tx_bytes=p.loads.load_bytes if p.is_sm100 else None)
         out += [self.load(o, st) for o in p.loads.operands]
         if relay(p, c):  # level 1: the peer relays its landed stage to the leader
-            # issue 9 finding 3: the leader's MMA then reads this CTA's shared memory, a cross-CTA data
-            # hand-off: the relay arrive releases at cluster scope (the leader acquires at cluster scope)
+            # the leader's MMA then reads this CTA's shared memory, a cross-CTA data hand-off: the relay arrive
+            # releases at cluster scope and the leader acquires at cluster scope (PTX ISA "Memory Consistency Model")
             out.append(If(ne(c.rank, 0), (*p.ab.consumer_wait(st, role=WaitRole.RELAY_WAIT),
                                           *p.ab.relay(st, cta=Const(0), scope="cluster"))))
         return out
@@ -79,7 +79,7 @@ class TmaProducer:
     def tail(self, sched: TileScheduler) -> list:
         """CUTLASS's producer_tail: after its last tile the producer waits each ``empty`` stage's final phase.
 
-        Issue 9 finding 5: the last ``tcgen05.commit`` of each stage arrives on ``empty`` asynchronously (on
+        The last ``tcgen05.commit`` of each stage arrives on ``empty`` asynchronously (on
         both CTAs' barriers with cta_group::2); without these waits a CTA may exit, and the pair pass the
         final cluster barrier, with that arrive still pending.  The ring continues for ``stages`` more
         iterations past ``it_end`` (this CTA's tiles x num_k) with producer_acquire waits only: at most
@@ -182,7 +182,7 @@ class UmmaIssuer:
         issue += [*p.ab.consumer_release(st), If(eq(KB, Var("num_k") - 1), tuple(p.acc.producer_commit(acc)))]
         if p.mma.throttle_ns:
             issue.append(Nanosleep(p.mma.throttle_ns))
-        # issue 9 finding 3: with the level-1 relay, full[] completes on the peer's release.cluster arrive
+        # with the level-1 relay, full[] completes on the peer's release.cluster arrive: acquire at cluster scope
         body = [*p.ab.consumer_wait(st, scope="cluster" if relay(p, self.c) else "cta"), TcgenFence("after"), *descs]
         body += [Elect(tuple(issue))] if p.roles.mma_all_lanes else issue
         if p.roles.lockstep:
@@ -334,7 +334,7 @@ class Epilogue:
     def cd_acquire(self, group: Expr | None) -> list:
         """producer_acquire of a staging buffer: at most stages-1 stores of the storing warp still read smem.
 
-        Issue 9 finding 2: bulk async-groups belong to the thread that committed them, and the store and
+        Bulk async-groups belong to the thread that committed them (PTX ISA "cp.async.bulk.commit_group"), and the store and
         commit are issued under ``elect.sync``, which need not pick the same lane again; so every lane of
         the storing warp waits (a lane without groups passes at once) instead of a second ``Elect``.
         """
@@ -346,8 +346,8 @@ class Epilogue:
         sm_90a: that thread is lane 0 of the storing warp, not an ``elect.sync`` lane.  With ``elect.sync`` in the
         epilogue, ptxas 13 stopped treating the next tile's mainloop as warp-uniform: it put three
         ``WARPSYNC.ALL`` and twice the ``R2UR`` moves into every k-block and did the stage and descriptor
-        arithmetic per thread instead of on the uniform datapath (bench/NOTES.md §11).  A fixed lane is also the
-        plainest owner of the bulk groups it commits (PTX_FACTS: commit and wait from the same thread).
+        arithmetic per thread instead of on the uniform datapath.  A fixed lane is also the plainest owner of the
+        bulk groups it commits and waits for (PTX ISA "cp.async.bulk.commit_group": groups are per thread).
         """
         p = self.p
         store = TmaStore("d", fold(p.smem.cd.offset + self.cd_buffer(seq, group, count) * p.smem.cd.stride), col, row)
@@ -366,7 +366,7 @@ class Epilogue:
         p = self.p
         if not p.epilogue.tma_store:
             return []
-        # every lane of the storing warp waits: see cd_acquire (issue 9 finding 2)
+        # every lane of the storing warp waits: see cd_acquire (bulk groups are per thread)
         return [If(self.epi_leader(None) if p.is_sm100 else eq(WARP % 4, 0), tuple(p.cd_ring.drain()))]
 
 

@@ -181,7 +181,7 @@ class BulkStoreRing:
     ``cp.async.bulk.commit_group`` after the store.  Bulk groups belong to the issuing
     thread (PTX ISA "cp.async.bulk.commit_group") and the store + commit run under
     ``elect.sync``, which need not pick the same lane twice, so the builders issue the
-    waits (``producer_acquire``, ``drain``) in every lane of the storing warp (issue 9 finding 2).
+    waits (``producer_acquire``, ``drain``) in every lane of the storing warp.
     """
 
     stages: int
@@ -198,7 +198,7 @@ class BulkStoreRing:
         Shared memory is released at exit, so the reads must be done; the global writes need not be: they
         are visible to the host and to later kernels once the grid completes (CUTLASS's epilogue
         ``store_tail`` waits the same way, ``tma_store_wait<0>``).  Waiting for the writes as well kept every
-        CTA's last tile on the critical path for a full global-write round trip (bench/NOTES.md §10).
+        CTA's last tile on the critical path for a full global-write round trip.
         """
         return [BulkWaitGroup(0, read=True)]
 
