@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ptxgen.build import build
-from ptxgen.config import from_dict, shipped_configs
+from ptxgen.build import build, from_dict  # from_dict: with the plan's budgets
+from ptxgen.config import shipped_configs
 from ptxgen.errors import ConfigError
 
 pytest.importorskip("cuda.pathfinder", reason="assembler wheels (pip install .[cuda]) are not installed")

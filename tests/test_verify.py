@@ -146,9 +146,10 @@ def test_config_variants_verify_and_simulate(variant: dict) -> None:
     assume(not (base.arch == "sm_90a" and changes["pipeline.stages"] == 1))  # see test_sm90_single_stage
     try:
         cfg = base.replace(**changes)
+        plan = make_plan(cfg)  # the budgets are the plan's
     except ConfigError:
         return
-    kernel = kernel_for(cfg.name, make_plan(cfg))
+    kernel = kernel_for(cfg.name, plan)
     verify(kernel)
     simulate(kernel, *default_shapes(kernel)[1], seed=1)
 
