@@ -1,11 +1,19 @@
 """The plan: every number derived from a config, computed once.
 
-Builders, emitters, the verifier, the simulator and the runtime read these
-fields; none of them recomputes an offset, a byte count, a barrier count or a
-shape.  :func:`make_plan` raises :class:`ConfigError` when a budget (shared
-memory, TMEM, registers) is exceeded, quoting the plan's real numbers.
+The builders read these numbers (and, through the kernel IR, the emitters, the
+verifier, the simulator and the runtime); none of them recomputes an offset, a
+byte count, a barrier count or a shape.  A :class:`Plan` is nested by concern,
+each part a frozen dataclass built by its own function and composed by
+:func:`make_plan`: ``roles`` (threads and warps), ``loads`` (TMA operands per
+stage), ``mma`` (tile shape, waves, k-steps, descriptors), ``tmem``,
+``scales`` (NVFP4), ``smem`` (layout, residency), ``epilogue`` (stores and the
+CD staging), ``schedule``, ``registers`` and ``split`` (split-K), beside the
+pipelines the roles hand work through (``ab``, ``acc``, ``cd_ring``,
+``math_order``).  Each part's docstring states its units.
 
-Units: bytes for shared memory, columns (32-bit) for TMEM, elements for tiles.
+The plan imports the config, never the reverse: :func:`make_plan` is where the
+budgets (shared memory, TMEM columns, registers) are checked, raising
+:class:`ConfigError` with the plan's real numbers.
 """
 
 from __future__ import annotations

@@ -334,9 +334,9 @@ class Epilogue:
     def cd_acquire(self, group: Expr | None) -> list:
         """producer_acquire of a staging buffer: at most stages-1 stores of the storing warp still read smem.
 
-        Bulk async-groups belong to the thread that committed them (PTX ISA "cp.async.bulk.commit_group"), and the store and
-        commit are issued under ``elect.sync``, which need not pick the same lane again; so every lane of
-        the storing warp waits (a lane without groups passes at once) instead of a second ``Elect``.
+        Bulk async-groups belong to the thread that committed them (PTX ISA "cp.async.bulk.commit_group"), and
+        the store and commit are issued under ``elect.sync``, which need not pick the same lane again; so every
+        lane of the storing warp waits (a lane without groups passes at once) instead of a second ``Elect``.
         """
         return [If(self.epi_leader(group), tuple(self.p.cd_ring.producer_acquire())), self.named_sync(group)]
 

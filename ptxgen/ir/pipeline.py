@@ -29,9 +29,10 @@ The rings, by producer and consumer (CuTe's names), differ in how they commit an
 * :class:`PipelineTmaAsync` (sm_90a operands): TMA fills, the wgmma threads release (``mbarrier.arrive``);
 * :class:`PipelineUmmaAsync` (sm_100a accumulators): ``tcgen05.commit`` fills, epilogue threads release.
 
-Waits carry a :class:`~ptxgen.ir.ops.WaitRole`.  :class:`BulkStoreRing` is the epilogue's staging ring: its consumer is the TMA
-store unit, so its barrier is the issuing thread's bulk async-group count
-(``cp.async.bulk.wait_group.read``) rather than an mbarrier.
+Waits carry a :class:`~ptxgen.ir.ops.WaitRole`.  :class:`BulkStoreRing` is the
+epilogue's staging ring: its consumer is the TMA store unit, so its barrier is
+the issuing thread's bulk async-group count (``cp.async.bulk.wait_group.read``)
+rather than an mbarrier.
 """
 
 from __future__ import annotations
