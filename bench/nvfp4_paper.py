@@ -42,7 +42,7 @@ def shipped_plans() -> list:
 
 
 def shipped_schedules() -> list[tuple]:
-    return [(p.cfg.name, p.block_m, p.b_box_rows, p.cta_group, p.cluster_tile_rows, p.block_n) for p in shipped_plans()]
+    return [(p.cfg.name, p.mma.block_m, p.loads.b_box_rows, p.roles.cta_group, p.schedule.cluster_tile_rows, p.mma.block_n) for p in shipped_plans()]
 
 
 def print_shipped_kernels() -> None:
@@ -52,11 +52,11 @@ def print_shipped_kernels() -> None:
           "per stage | dynamic smem B | TMEM columns used / allocated | per k-step: tcgen05.cp + block-scaled MMAs |")
     print("|---|---|---|---|---|---|---|---|")
     for p in shipped_plans():
-        parts = " + ".join(str(o.load_bytes) for o in p.operands)
-        used = p.acc_stage_cols * p.acc_stages + sum(p.k_steps * p.sf_cols_per_atom for _ in p.scale_operands)
-        print(f"| {p.cfg.name} | {p.cta_group} | {p.stages} | {parts} = {p.load_bytes} | {p.full_tx_bytes} | "
-              f"{p.smem_bytes} | {used} / {p.tmem_cols} | {len(p.scale_operands) * p.k_steps} + "
-              f"{len(p.mmas) * p.k_steps} (K = {p.block_k}) |")
+        parts = " + ".join(str(o.load_bytes) for o in p.loads.operands)
+        used = p.tmem.acc_stage_cols * p.acc_stages + sum(p.mma.k_steps * p.scales.cols_per_atom for _ in p.loads.scale_operands)
+        print(f"| {p.cfg.name} | {p.roles.cta_group} | {p.stages} | {parts} = {p.loads.load_bytes} | {p.loads.full_tx_bytes} | "
+              f"{p.smem.bytes} | {used} / {p.tmem.cols} | {len(p.loads.scale_operands) * p.mma.k_steps} + "
+              f"{len(p.mma.streams) * p.mma.k_steps} (K = {p.mma.block_k}) |")
     print()
 
 

@@ -2,20 +2,47 @@
 
 The one door into ``emitters``: every PTX text of the package comes from :func:`kernel_ptx` (a config's kernel
 through :func:`build`, a Kernel IR made or changed elsewhere, such as a planted or instrumented kernel, directly).
+Also the loaders that check a config against the plan's budgets at load time (:func:`load_config`,
+:func:`from_dict`): they live here, above the plan, because :mod:`ptxgen.config` never imports it.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import config as _config
 from .builders.kernel import build_kernel
-from .config import Config, load_config
-from .errors import OutputError
+from .config import Config
+from .errors import ConfigError, OutputError
 from .ir import Kernel
 from .launch import LaunchSpec
 from .plan import Plan, make_plan
+
+
+def load_config(name_or_path: str | os.PathLike | Config) -> Config:
+    """Load a config and check that its plan fits: :func:`ptxgen.config.load_config` (schema, hardware rules),
+    then the budgets of :func:`ptxgen.plan.make_plan` (shared memory, TMEM columns, registers).
+
+    Raises ConfigError; a budget error read from a file names the file, as the config rules' errors do.
+    """
+    cfg = _config.load_config(name_or_path)
+    try:
+        make_plan(cfg)
+    except ConfigError as exc:
+        if isinstance(name_or_path, Config):
+            raise
+        raise ConfigError(f"{_config.resolve_config_path(name_or_path).name}: {exc}") from None
+    return cfg
+
+
+def from_dict(raw: dict) -> Config:
+    """:func:`ptxgen.config.from_dict` (schema, hardware rules), then the plan's budgets.  Raises ConfigError."""
+    cfg = _config.from_dict(raw)
+    make_plan(cfg)
+    return cfg
 
 
 @dataclass(frozen=True)
@@ -36,7 +63,7 @@ def build(config: Config | str, *, watchdog_ns: int = 0) -> BuildResult:
     watchdog_ns: 0 (default) builds the shipped kernel; a positive budget (ns) builds the hang-watchdog
         variant (:func:`ptxgen.ir.watchdog.instrument`: one more ``.u64`` parameter, bounded waits).
     """
-    cfg = load_config(config)
+    cfg = _config.load_config(config)
     t0 = time.perf_counter()
     plan = make_plan(cfg)
     kernel = build_kernel(plan)

@@ -146,9 +146,9 @@ def cmd_build(args) -> int:
         ptx_path, json_path = write(res, out_dir)
         counts = {k: asm.count(k) for k in SASS_KEYS[res.plan.arch]}
         print(f"{res.config.name} ({res.plan.arch}): verified; wrote {ptx_path} and {json_path.name}")
-        print(f"  registers {asm.registers}/thread, dynamic smem {res.plan.smem_bytes} B, "
-              f"TMEM {res.plan.tmem_cols} columns, {res.plan.ctas_per_sm} CTA(s)/SM"
-              + (f" ({res.plan.ctas_per_sm * res.plan.tmem_cols}/512 TMEM columns)" if res.plan.is_sm100 else "")
+        print(f"  registers {asm.registers}/thread, dynamic smem {res.plan.smem.bytes} B, "
+              f"TMEM {res.plan.tmem.cols} columns, {res.plan.smem.ctas_per_sm} CTA(s)/SM"
+              + (f" ({res.plan.smem.ctas_per_sm * res.plan.tmem.cols}/512 TMEM columns)" if res.plan.is_sm100 else "")
               + f", spills {asm.spill_store_bytes}+{asm.spill_load_bytes} B, "
               f"emit {res.emit_seconds * 1000:.0f} ms, assemble {asm.assemble_seconds * 1000:.0f} ms")
         print("  SASS: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
@@ -265,7 +265,7 @@ def cmd_inspect(args) -> int:
         print(res.ptx)
     asm = assemble(res.ptx, res.plan.arch, sass=True)
     print(f"// registers {asm.registers}, spills {asm.spill_store_bytes}+{asm.spill_load_bytes} B, "
-          f"dynamic smem {res.plan.smem_bytes} B")
+          f"dynamic smem {res.plan.smem.bytes} B")
     for op, count in sorted(asm.opcodes.items(), key=lambda kv: -kv[1]):
         print(f"// SASS {op:<40} {count}")
     return 0

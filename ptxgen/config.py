@@ -14,17 +14,21 @@ Validation has two layers, and every way of making a :class:`Config` runs both
    ``tile.block_n='x': expected int, got str`` or
    ``tile.blockn: unknown key (did you mean 'block_n'?)``.
 2. the hardware rules (:func:`validate`, hand-written below), run from
-   ``Config.__post_init__``: divisibility, per-arch limits, cross-field rules,
-   then the plan's budgets (stages x bytes + CD + barriers <= 232448 B), so the
-   number an error quotes is the number the kernel would use.
+   ``Config.__post_init__``: divisibility, per-arch limits, cross-field rules.
 
-Adding a field is one line in its section (``op: Literal["none", "silu_mul"] = "none"``);
+The budgets (stages x bytes + CD + barriers <= 232448 B of shared memory, TMEM
+columns, registers) need the plan's numbers, so :func:`ptxgen.plan.make_plan`
+raises them (the number an error quotes is the number the kernel would use):
+when building, or at load time through :func:`ptxgen.build.load_config` /
+:func:`ptxgen.build.from_dict`.  This module never imports the plan.
+
+Adding a field is one line in its section (``stmatrix: Bool = False``);
 adding a section is its class plus one line in :class:`Config`.
 
 Sources of the hardware rules: PTX ISA "tcgen05 Matrix shapes" (UMMA M/N per
 cta_group), "Tensor Memory" (512 columns, power-of-two allocation >= 32),
 "wgmma shapes" (m64nNk16, N % 8 == 0, N <= 256), "Tensor copy: swizzle"
-(128B swizzle inner box <= 128 bytes); the project's PTX facts notes.
+(128B swizzle inner box <= 128 bytes).
 """
 
 from __future__ import annotations
@@ -44,7 +48,6 @@ from pydantic.dataclasses import dataclass as _pydantic_dataclass
 
 from .errors import ConfigError
 from .shipped import configs_dir, resolve_config_path, shipped_configs  # noqa: F401 - re-exported
-from .plan import make_plan
 
 ARCHS = ("sm_100a", "sm_90a")
 from .hw import SMEM_LIMIT_BYTES  # noqa: E402,F401 - re-exported (older imports)
@@ -194,14 +197,13 @@ class Epilogue:
     store_block_n: D columns per TMA store (0 = block_n).
     stages: CD staging buffers (TMA store pipelining).
     early_release: arrive on ``tmem_empty`` right after the TMEM reads, before the stores.
-    op: ``none`` (D = accumulator) or ``silu_mul`` (D = silu(acc0) * acc1: the SwiGLU of a dual GEMM).
     release: ``elected`` — one thread per CTA arrives on ``tmem_empty``;
         ``per_thread`` — every epilogue thread arrives after its own fence (level 9).
     overlap: sm_90a cooperative consumers: pack a finished tile's accumulator to bf16 words (half the registers),
         issue the next tile's first k-block of wgmma, and store the packed tile while it runs; the last tile is
         stored after the tile loop.  Meant to idle the tensor cores only for the pack, not for the whole store
-        (sm_100a gets that from its TMEM accumulator stages); measured 1-40 % slower on the H100
-        (bench/NOTES.md §12.1), so no shipped config sets it.
+        (sm_100a gets that from its TMEM accumulator stages); measured 1-40 % slower on the H100,
+        so no shipped config sets it.
     stmatrix: sm_90a TMA-store staging through ``stmatrix.sync.aligned.m8n8.x4`` (four 8x8 bf16 matrices, 16 bytes
         per lane per instruction) instead of ``st.shared.b32`` (4 bytes): a quarter of the staging instructions.
     """
@@ -213,7 +215,6 @@ class Epilogue:
     stages: Range(1, 4) = 1
     early_release: Bool = False
     release: OneOf("elected", "per_thread") = "elected"
-    op: OneOf("none", "silu_mul") = "none"
     overlap: Bool = False
     stmatrix: Bool = False
 
@@ -254,6 +255,9 @@ class Tma:
 @section
 class Config:
     """One GEMM pipeline: D[M,N] = A[M,K] @ B[N,K]^T, fp32 accumulate.
+
+    kernel: ``gemm``, or ``dual_gemm``: D = silu(A @ B1^T) * (A @ B2^T) (the SwiGLU of two accumulators, fused in
+    the epilogue).
 
     operands: ``bf16`` (bf16 A/B, bf16 D) or ``nvfp4`` (packed e2m1 A/B with one e4m3 scale per 16 K
     elements in the 128x4 atom layout, block-scaled ``tcgen05.mma .kind::mxf4nvf4``, fp16 D; sm_100a
@@ -484,16 +488,12 @@ def accumulators(cfg: Config) -> int:
 
 
 def validate(cfg: Config) -> None:
-    """Check the hardware and cross-field rules, then the plan's budgets.  Raises ConfigError.
+    """Check the hardware and cross-field rules.  Raises ConfigError.
 
-    Types, ranges and choices are already checked by the schema (every Config construction).
+    Types, ranges and choices are already checked by the schema (every Config construction).  The budgets
+    (shared memory, TMEM columns, registers) are the plan's: :func:`ptxgen.plan.make_plan` raises them.
     """
     t, p, e = cfg.tile, cfg.pipeline, cfg.epilogue
-    if cfg.kernel == "dual_gemm":
-        _rule(e.op == "silu_mul", "epilogue.op", e.op,
-              "kernel=dual_gemm fuses its two accumulators: must be silu_mul (silu(A@B1^T) * (A@B2^T))")
-    else:
-        _rule(e.op == "none", "epilogue.op", e.op, "silu_mul needs kernel=dual_gemm (two accumulators)")
     if cfg.operands == "nvfp4":
         _validate_nvfp4(cfg)
     else:
@@ -521,8 +521,6 @@ def validate(cfg: Config) -> None:
         _validate_sm90(cfg)
     if cfg.schedule.split_k > 1:
         _validate_split_k(cfg)
-
-    make_plan(cfg)  # budgets are the plan's real numbers (plan.py never imports config at run time)
 
 
 def _validate_nvfp4(cfg: Config) -> None:

@@ -1,28 +1,33 @@
 """The plan: every number derived from a config, computed once.
 
-Builders, emitters, the verifier, the simulator and the runtime read these
-fields; none of them recomputes an offset, a byte count, a barrier count or a
-shape.  :func:`make_plan` raises :class:`ConfigError` when a budget (shared
-memory, TMEM, registers) is exceeded, quoting the plan's real numbers.
+The builders read these numbers (and, through the kernel IR, the emitters, the
+verifier, the simulator and the runtime); none of them recomputes an offset, a
+byte count, a barrier count or a shape.  A :class:`Plan` is nested by concern,
+each part a frozen dataclass built by its own function and composed by
+:func:`make_plan`: ``roles`` (threads and warps), ``loads`` (TMA operands per
+stage), ``mma`` (tile shape, waves, k-steps, descriptors), ``tmem``,
+``scales`` (NVFP4), ``smem`` (layout, residency), ``epilogue`` (stores and the
+CD staging), ``schedule``, ``registers`` and ``split`` (split-K), beside the
+pipelines the roles hand work through (``ab``, ``acc``, ``cd_ring``,
+``math_order``).  Each part's docstring states its units.
 
-Units: bytes for shared memory, columns (32-bit) for TMEM, elements for tiles.
+The plan imports the config, never the reverse: :func:`make_plan` is where the
+budgets (shared memory, TMEM columns, registers) are checked, raising
+:class:`ConfigError` with the plan's real numbers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from . import descriptors
+from .config import Config
 from .hw import SM_SMEM_BYTES, SMEM_LIMIT_BYTES, SMEM_RESERVED_PER_CTA, TMEM_COLUMNS, resident_ctas
 from .errors import ConfigError
 from .ir.kernel import BarrierArray, Kernel, SmemRegion
-from .ir.pipeline import ARRIVE, EXPECT_TX, UMMA_COMMIT, BulkStoreRing, Pipeline
+from .ir.pipeline import BulkStoreRing, Pipeline, PipelineTmaAsync, PipelineTmaUmma, PipelineUmmaAsync
 from .launch import PARAMS, GridPolicy, LaunchSpec, TensorMapSpec, WorkspaceSpec
 from .version import __version__
-
-if TYPE_CHECKING:  # the plan reads a validated Config; config.validate() calls make_plan (one-way import)
-    from .config import Config
 
 BF16_BYTES = 2
 SWIZZLE_ATOM_BYTES = 1024  # 8 rows x 128 B: a 128B-swizzle atom (PTX ISA "Tensor copy: swizzle modes")
@@ -159,137 +164,77 @@ class SplitKPlan:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """All derived numbers of one config (see module docstring).  Build with :func:`make_plan`.
+class RolesPlan:
+    """Who runs what: the CTA's threads, the warp of each role and the knobs the roles branch on.
 
-    Builders read only the plan (never ``cfg``); the kernel's resources come from :meth:`kernel`.
+    Units: threads, warp indices inside the CTA, CTAs (cluster), warpgroups (128 threads).
+
+    threads: threads per CTA.
+    cluster_size: CTAs per cluster (1 or 2).
+    cta_group: sm_100a ``tcgen05`` cta_group (1 or 2); 1 on sm_90a.
+    producer_warp, mma_warp, alloc_warp: the TMA producer's, the MMA issuer's (sm_100a; sm_90a: the first consumer
+        warp) and the TMEM allocator's warp.
+    epilogue_warp0, epilogue_warps: the first epilogue (sm_90a: consumer) warp and how many there are.
+    consumer_warpgroups: sm_90a consumer warpgroups (1 on sm_100a).
+    pingpong: sm_90a ``mma.consumers=pingpong``: each consumer warpgroup computes whole tiles, taking turns.
+    tile_owners: warpgroups the CTA's tiles are dealt among (CTA-local tile ``tc`` belongs to ``tc % tile_owners``).
+    lockstep: one warp issues a k-block's loads and MMAs in program order (levels 1-2).
+    mma_all_lanes: the whole MMA warp waits; descriptors shared by ``shfl.sync`` (level 9).
+    dedicated_epilogue: a separate epilogue warpgroup with its own tile loop.
     """
 
-    cfg: Config
-    kernel_name: str
-    arch: str
-    cluster_size: int
-    cta_group: int  # sm_100a tcgen05 cta_group (1|2); 1 on sm_90a
     threads: int
-    # warp roles (warp indices)
+    cluster_size: int
+    cta_group: int
     producer_warp: int
     mma_warp: int
     alloc_warp: int
     epilogue_warp0: int
     epilogue_warps: int
-    consumer_warpgroups: int  # sm_90a
-    pingpong: bool  # sm_90a mma.consumers=pingpong: each consumer warpgroup computes whole tiles, taking turns
-    tile_owners: int  # warpgroups the CTA's tiles are dealt among: CTA-local tile tc belongs to warpgroup tc % tile_owners
-    # knobs the roles branch on (decided here, from the config)
-    lockstep: bool  # one warp issues a k-block's loads and MMAs in program order (levels 1-2)
-    mma_all_lanes: bool  # the whole MMA warp waits; descriptors shared by shfl (level 9)
-    dedicated_epilogue: bool  # a separate epilogue warpgroup with its own tile loop
-    two_sm: bool  # sm_100a cta_group::2 TMA loads, completing on the leader's barrier
-    multicast: bool  # sm_90a: B halves multicast across the CTA pair
-    tma_store: bool  # D through smem staging + TMA stores (else st.global)
-    early_release: bool  # release tmem_empty right after the last TMEM read
-    epi_overlap: bool  # sm_90a: tile t's packed accumulator is stored while tile t+1's first k-block runs
-    epi_stmatrix: bool  # sm_90a: CD staging through stmatrix.x4 (four 8x8 matrices) instead of st.shared.b32
-    cd_swizzle128: bool  # CD staging rows 128B-swizzled
-    # shapes
-    block_m: int
-    block_n: int
-    block_k: int
-    m_waves: int  # sm_100a: 128-row UMMA waves per CTA; sm_90a: 64-row wgmma waves per consumer warpgroup
-    wave_rows: int
-    consumer_rows: int  # sm_90a: rows of the tile each consumer warpgroup computes (m_waves x wave_rows)
-    wg_row_stride: int  # sm_90a: tile rows between consecutive consumer warpgroups' slices (pingpong: 0, whole tiles)
-    wg_a_stride: int  # sm_90a: bytes of an A stage between consecutive consumer warpgroups' slices (pingpong: 0)
-    umma_m: int
-    k_steps: int
+    consumer_warpgroups: int
+    pingpong: bool
+    tile_owners: int
+    lockstep: bool
+    mma_all_lanes: bool
+    dedicated_epilogue: bool
+
+    @property
+    def epilogue_warp_end(self) -> int:
+        """One past the last epilogue (sm_90a: consumer) warp."""
+        return self.epilogue_warp0 + self.epilogue_warps
+
+
+@dataclass(frozen=True)
+class LoadsPlan:
+    """The operands the TMA producer loads into each stage of the operand ring, and what one stage weighs.
+
+    Units: rows, bytes per stage per CTA, elements of the operand map (``k_coord_step``, ``k_multiple``).
+
+    operands: every TMA-loaded operand (A, B, B2, then NVFP4 scale tiles), in parameter order.
+    a_box_rows, b_box_rows: rows of A / of each B one CTA's load moves; b_smem_rows: rows of B in a CTA's stage.
+    a_stage_bytes, b_stage_bytes: bytes of one stage of A / of each B in one CTA's shared memory.
+    b_load_bytes: bytes of each B one CTA's load moves (a multicast half: half the stage).
+    load_bytes: bytes one CTA's loads move per stage (every operand): its ``arrive.expect_tx``.
+    full_tx_bytes: bytes the waited-on ``full`` barrier receives per phase.
+    k_coord_step: TMA inner coordinate advance per k-block (bf16 elements, or bytes of packed e2m1).
+    k_multiple: K must be a multiple of this (elements).
+    two_sm: sm_100a ``cta_group::2`` loads completing on the leader's barrier.
+    multicast: sm_90a: B halves multicast across the CTA pair.
+    """
+
+    operands: tuple[OperandPlan, ...]
     a_box_rows: int
-    b_box_rows: int  # rows of B each CTA loads per stage
-    b_smem_rows: int  # rows of B in each CTA's stage
+    b_box_rows: int
+    b_smem_rows: int
     a_stage_bytes: int
     b_stage_bytes: int
-    b_load_bytes: int  # bytes of B one CTA's TMA load moves
-    load_bytes: int  # bytes one CTA's TMA loads move per stage (all operands)
-    full_tx_bytes: int  # bytes the waited-on full barrier receives per phase
-    operands: tuple[OperandPlan, ...]
-    mmas: tuple[MmaPlan, ...]
-    mma_order: str  # "interleaved": per k-step, one MMA of every stream (B1 then B2) reading the same A slice
-    epilogue_op: str  # "none" or "silu_mul" (D = silu(acc0) * acc1)
-    operand_format: str  # "bf16" or "nvfp4" (packed e2m1, block-scaled MMA)
-    out_dtype: str  # D's element type: "bf16" or "f16" (NVFP4)
-    k_coord_step: int  # TMA inner coordinate advance per k-block (elements of the operand map: bf16 or bytes)
-    k_multiple: int  # K must be a multiple of this (elements)
-    # shared memory (operand regions live in ``operands``: see the ``a`` and ``b`` properties)
-    cd: SmemRegion
-    barriers: SmemRegion
-    tmem_slot: int
-    smem_bytes: int
-    # pipelines and their barriers
-    ab: Pipeline  # the smem operand ring
-    math_order: BarrierArray | None  # pingpong: warpgroup w waits math_order[w] before its mainloop (CUTLASS math_wg_order_barrier)
-    acc: Pipeline | None  # the TMEM accumulator ring (sm_100a)
-    cd_ring: BulkStoreRing | None  # the epilogue staging ring (TMA stores)
-    # TMEM
-    tmem_cols: int
-    acc_stage_cols: int
-    acc_cols: int  # TMEM columns of one accumulator (block_n x m_waves)
-    # descriptors (constant parts)
-    idesc: int
-    a_desc_hi: int
-    b_desc_hi: int
-    desc_lbo_field: int  # bits 16-29 of the low word (LBO >> 4)
-    k_step_desc: int  # low-word increment per UMMA_K step (32 B >> 4)
-    # block-scaled MMA (NVFP4; see ptxgen.descriptors): scale tiles are OperandPlans with ``scales`` set
-    scale_vec: str  # "" (plain MMA) or "block16" (one ue4m3 scale per 16 K)
-    sf_lbo_field: int  # its LBO field (bits 16-29 of the low word)
-    sf_atom_bytes: int  # bytes of one 128-row x 4-scale atom (one tcgen05.cp.32x128b.warpx4)
-    sf_cols_per_atom: int  # TMEM columns one atom fills
-    sf_rows_per_atom: int  # rows of A or B one atom row covers (128)
-    sf_k_per_line: int  # K elements per 128-byte line of a row block (the scale map's row pitch is K / this)
-    a_wave_bytes: int  # bytes of one M-wave of A rows in a stage (wave_rows x block_k x 2)
-    wave_desc: int  # low-word increment per M-wave of A rows (a_wave_bytes >> 4)
-    # epilogue
-    epi_threads: int
-    epi_groups: int  # sm_90a: one per consumer warpgroup; 1 on sm_100a
-    epi_writers: int  # CTAs of a cluster whose epilogue writes D
-    store_block_n: int
-    store_n_multiple: int  # N must be a multiple of this for the D tensor map (16-byte rows)
-    cd_box_rows: int
-    cd_row_bytes: int
-    cd_stage_bytes: int
-    cd_stages: int
-    tmem_ld_cols: int
-    release_per_thread: bool
-    tmem_empty_arrivals_per_cta: int
-    # schedule
-    cluster_tile_rows: int
-    m_ctas: int  # CTAs of a cluster along M that compute different m-blocks
-    group_clusters: int  # swizzle group, in cluster m-blocks
-    throttle_ns: int
-    # residency
-    ctas_per_sm: int  # CTAs one SM can hold (shared memory, threads); sm_100a: TMEM-bounded, see make_plan
-    # registers (sm_90a setmaxnreg)
-    maxnreg: int
-    min_ctas_per_sm: int  # sm_100a: ``.minnctapersm`` (0: none); see make_plan
-    producer_regs: int
-    consumer_regs: int
-    split: SplitKPlan | None = None  # serial split-K (schedule.split_k > 1)
-
-    @property
-    def kernel(self) -> str:
-        """The ``.entry`` name."""
-        return self.kernel_name
-
-    @property
-    def is_sm100(self) -> bool:
-        return self.arch == "sm_100a"
-
-    @property
-    def stages(self) -> int:
-        return self.ab.stages
-
-    @property
-    def acc_stages(self) -> int:
-        return self.acc.stages if self.acc is not None else 1
+    b_load_bytes: int
+    load_bytes: int
+    full_tx_bytes: int
+    k_coord_step: int
+    k_multiple: int
+    two_sm: bool
+    multicast: bool
 
     def operand(self, name: str) -> OperandPlan:
         return next(o for o in self.operands if o.name == name)
@@ -306,11 +251,256 @@ class Plan:
 
     @property
     def a(self) -> SmemRegion:
+        """A's shared-memory stages."""
         return self.operand("a").region
 
     @property
     def b(self) -> SmemRegion:
+        """B's shared-memory stages."""
         return self.operand("b").region
+
+
+@dataclass(frozen=True)
+class MmaIssuePlan:
+    """The mainloop's MMAs: tile shape, M-waves, k-steps, the MMA streams and the descriptors' constant parts.
+
+    Units: elements (tile and MMA shapes), rows, bytes (strides), descriptor fields (16-byte units), ns.
+
+    block_m, block_n, block_k: the CTA's output tile and its K per stage.
+    umma_m: M of one MMA instruction (sm_100a ``128 x cta_group``; sm_90a wgmma 64).
+    m_waves: sm_100a 128-row UMMA waves per CTA; sm_90a 64-row wgmma waves per consumer warpgroup.
+    wave_rows: rows of one wave; consumer_rows: sm_90a rows one consumer warpgroup computes (m_waves x wave_rows).
+    k_steps: MMAs along K per k-block (block_k / MMA K).
+    wg_row_stride: sm_90a tile rows between consecutive consumer warpgroups' slices (pingpong: 0, whole tiles).
+    wg_a_stride: sm_90a bytes of an A stage between consecutive consumer warpgroups' slices (pingpong: 0).
+    a_wave_bytes: bytes of one M-wave of A rows in a stage; wave_desc: its descriptor increment (a_wave_bytes >> 4).
+    fragment_regs: sm_90a fp32 registers per thread of one wave's wgmma m64nN fragment (block_n / 2).
+    streams: the MMA streams (one per accumulator).
+    order: ``interleaved``: per k-step one MMA of every stream (B1 then B2) reading the same A slice.
+    operand_format: ``bf16`` or ``nvfp4`` (packed e2m1, block-scaled MMA).
+    idesc: sm_100a instruction descriptor (0 on sm_90a).
+    a_desc_hi, b_desc_hi: constant high words of the smem descriptors.
+    desc_lbo_field: bits 16-29 of a descriptor's low word (LBO >> 4).
+    k_step_desc: low-word increment per MMA k-step (bytes >> 4).
+    throttle_ns: level 8's idle time after each commit (0: none).
+    """
+
+    block_m: int
+    block_n: int
+    block_k: int
+    umma_m: int
+    m_waves: int
+    wave_rows: int
+    consumer_rows: int
+    k_steps: int
+    wg_row_stride: int
+    wg_a_stride: int
+    a_wave_bytes: int
+    wave_desc: int
+    fragment_regs: int
+    streams: tuple[MmaPlan, ...]
+    order: str
+    operand_format: str
+    idesc: int
+    a_desc_hi: int
+    b_desc_hi: int
+    desc_lbo_field: int
+    k_step_desc: int
+    throttle_ns: int
+
+
+@dataclass(frozen=True)
+class TmemPlan:
+    """sm_100a Tensor Memory (PTX ISA "Tensor Memory"); zeros on sm_90a.  Units: 32-bit columns.
+
+    cols: columns ``tcgen05.alloc`` takes (a power of two >= 32).
+    wave_cols: columns of one M-wave of an accumulator (block_n: one fp32 column per output column).
+    acc_cols: columns of one accumulator (wave_cols x m_waves).
+    acc_stage_cols: columns of one accumulator stage (every accumulator of a tile, side by side).
+    """
+
+    cols: int
+    wave_cols: int
+    acc_cols: int
+    acc_stage_cols: int
+
+    def acc_col(self, acc: int, wave: int) -> int:
+        """First column, inside a stage, of accumulator ``acc``'s M-wave ``wave``."""
+        return acc * self.acc_cols + wave * self.wave_cols
+
+
+@dataclass(frozen=True)
+class ScalesPlan:
+    """NVFP4 block scaling (see :mod:`ptxgen.descriptors`); scale tiles are :class:`OperandPlan` s with ``scales`` set.
+
+    Units: bytes, 32-bit TMEM columns, rows, K elements.
+
+    vec: ``""`` (plain MMA) or ``block16`` (one ue4m3 scale per 16 K).
+    lbo_field: the ``tcgen05.cp`` source descriptor's LBO field (bits 16-29 of the low word).
+    atom_bytes: bytes of one 128-row x 4-scale atom (one ``tcgen05.cp.32x128b.warpx4``).
+    cols_per_atom: TMEM columns one atom fills.
+    rows_per_atom: rows of A or B one atom row covers (128).
+    k_per_line: K elements per 128-byte line of a row block (the scale map's row pitch is K / this).
+    """
+
+    vec: str
+    lbo_field: int
+    atom_bytes: int
+    cols_per_atom: int
+    rows_per_atom: int
+    k_per_line: int
+
+
+@dataclass(frozen=True)
+class SmemPlan:
+    """Dynamic shared memory: ``[CD staging][operand stages][barriers][TMEM address slot]``, and residency.
+
+    Units: bytes (offsets from the dynamic ``smem`` base), CTAs.
+
+    cd: the epilogue's staging region (empty without TMA stores).
+    barriers: the mbarrier region (8 bytes each).
+    tmem_slot: where ``tcgen05.alloc`` writes the TMEM address.
+    bytes: the dynamic allocation (sm_100a: padded so that resident CTAs fit their TMEM columns in 512).
+    ctas_per_sm: CTAs one SM holds at once (shared memory, threads).
+    """
+
+    cd: SmemRegion
+    barriers: SmemRegion
+    tmem_slot: int
+    bytes: int
+    ctas_per_sm: int
+
+
+@dataclass(frozen=True)
+class EpiloguePlan:
+    """Accumulator -> D: the epilogue op, the store path and the CD staging ring.
+
+    Units: threads, CTAs, elements (columns of D), rows, bytes, 32-bit TMEM columns, 16-byte chunks.
+
+    op: ``none``, or ``silu_mul`` for ``kernel=dual_gemm`` (D = silu(acc0) * acc1).
+    out_dtype: D's element type, ``bf16`` or ``f16`` (NVFP4).
+    tma_store: D through shared-memory staging and TMA stores (else ``st.global``).
+    early_release: release ``tmem_empty`` right after the last TMEM read.
+    overlap: sm_90a: tile t's packed accumulator is stored while tile t+1's first k-block runs.
+    stmatrix: sm_90a: CD staging through ``stmatrix.x4`` (four 8x8 matrices) instead of ``st.shared.b32``.
+    swizzle128: CD staging rows 128B-swizzled (chunk i of row r at i ^ (r % 8)).
+    threads: epilogue threads (the named barrier's count); groups: staging groups (sm_90a: one per consumer
+        warpgroup; 1 on sm_100a); writers: CTAs of a cluster whose epilogue writes D.
+    store_block_n: D columns per store box; store_n_multiple: N must be a multiple of this for the D tensor map.
+    box_rows, row_bytes, stage_bytes, stages: one staging box's rows, row bytes, bytes, and the ring's stages.
+    stores_per_wave: store boxes per M-wave (block_n / store_block_n); stores_per_tile: per tile (x m_waves).
+    box_values: fragment values per thread per store box (store_block_n / 2, sm_90a).
+    row_chunks: 16-byte chunks of one staging row (store_block_n / 8).
+    tmem_ld_cols: columns of one ``tcgen05.ld`` (32x32b.xN); loads_per_box: per store box (store_block_n / tmem_ld_cols);
+        chunks_per_load: 16-byte chunks of 8 bf16 values per load (tmem_ld_cols / 8).
+    release_per_thread: every epilogue thread arrives on ``tmem_empty`` (else one elected thread).
+    tmem_empty_arrivals_per_cta: arrivals one writing CTA makes on ``tmem_empty`` per phase.
+    """
+
+    op: str
+    out_dtype: str
+    tma_store: bool
+    early_release: bool
+    overlap: bool
+    stmatrix: bool
+    swizzle128: bool
+    threads: int
+    groups: int
+    writers: int
+    store_block_n: int
+    store_n_multiple: int
+    box_rows: int
+    row_bytes: int
+    stage_bytes: int
+    stages: int
+    stores_per_wave: int
+    stores_per_tile: int
+    box_values: int
+    row_chunks: int
+    tmem_ld_cols: int
+    loads_per_box: int
+    chunks_per_load: int
+    release_per_thread: bool
+    tmem_empty_arrivals_per_cta: int
+
+
+@dataclass(frozen=True)
+class SchedulePlan:
+    """The tile walk.  Units: rows, CTAs, cluster m-blocks.
+
+    persistent: grid = SM count, CTAs loop over tiles.
+    cluster_tile_rows: rows of D one cluster covers (block_m x m_ctas).
+    m_ctas: CTAs of a cluster along M that compute different m-blocks.
+    group_clusters: swizzle group, in cluster m-blocks.
+    """
+
+    persistent: bool
+    cluster_tile_rows: int
+    m_ctas: int
+    group_clusters: int
+
+
+@dataclass(frozen=True)
+class RegistersPlan:
+    """Register budget (PTX ISA "setmaxnreg", "Performance-tuning directives").  Units: registers per thread, CTAs.
+
+    maxnreg: ``.maxnreg`` of the sm_90a kernel (65536 / threads, a multiple of 8, at most 255).
+    min_ctas_per_sm: sm_100a ``.minnctapersm`` (0: none).
+    producer_regs, consumer_regs: sm_90a ``setmaxnreg`` of the producer and of each consumer warpgroup.
+    """
+
+    maxnreg: int
+    min_ctas_per_sm: int
+    producer_regs: int
+    consumer_regs: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """All derived numbers of one config (see module docstring), nested by concern.  Build with :func:`make_plan`.
+
+    Builders read only the plan (never ``cfg``); the kernel's resources come from :meth:`kernel_resources`.
+    The pipelines are the roles' hand-offs: ``ab`` the smem operand ring, ``acc`` the TMEM accumulator ring
+    (sm_100a), ``cd_ring`` the epilogue staging ring (TMA stores), ``math_order`` pingpong's mainloop order
+    barriers (warpgroup w waits ``math_order[w]`` before its mainloop: CUTLASS's math_wg_order_barrier).
+    """
+
+    cfg: Config
+    kernel_name: str
+    arch: str
+    roles: RolesPlan
+    loads: LoadsPlan
+    mma: MmaIssuePlan
+    tmem: TmemPlan
+    scales: ScalesPlan
+    smem: SmemPlan
+    epilogue: EpiloguePlan
+    schedule: SchedulePlan
+    registers: RegistersPlan
+    ab: Pipeline
+    acc: Pipeline | None
+    cd_ring: BulkStoreRing | None
+    math_order: BarrierArray | None
+    split: SplitKPlan | None = None  # serial split-K (schedule.split_k > 1)
+
+    @property
+    def kernel(self) -> str:
+        """The ``.entry`` name."""
+        return self.kernel_name
+
+    @property
+    def is_sm100(self) -> bool:
+        return self.arch == "sm_100a"
+
+    @property
+    def stages(self) -> int:
+        """Stages of the operand ring."""
+        return self.ab.stages
+
+    @property
+    def acc_stages(self) -> int:
+        """Stages of the accumulator ring (1 on sm_90a)."""
+        return self.acc.stages if self.acc is not None else 1
 
     @property
     def full(self) -> BarrierArray:
@@ -335,62 +525,63 @@ class Plan:
     @property
     def params(self) -> tuple[tuple[str, str], ...]:
         """Kernel parameters in order: one tensor map per operand, D's, then ``d_ptr``, ``m``, ``n``, ``k``."""
-        maps = tuple((f"tmap_{o.name}", "tensor_map") for o in self.operands) + (("tmap_d", "tensor_map"),)
+        maps = tuple((f"tmap_{o.name}", "tensor_map") for o in self.loads.operands) + (("tmap_d", "tensor_map"),)
         return maps + tuple(p for p in PARAMS if p[1] != "tensor_map") + ((WORKSPACE_PARAM,) if self.split else ())
 
     def launch_spec(self) -> LaunchSpec:
         """Launch metadata for the runtime (``generated/<name>.json``)."""
-        cfg = self.cfg
-        swz = "128B" if self.cd_swizzle128 else "none"
+        cfg, e, r = self.cfg, self.epilogue, self.roles
+        swz = "128B" if e.swizzle128 else "none"
         l2 = "none" if cfg.tma.l2_promotion == "none" else f"{cfg.tma.l2_promotion}B"
-        in_dtype = "u8" if self.operand_format == "nvfp4" else "bf16"
+        in_dtype = "u8" if self.mma.operand_format == "nvfp4" else "bf16"
         maps = {o.name: (TensorMapSpec(o.name, (SF_LINE_BYTES, o.box_rows), "none", l2, "u8") if o.scales else
-                         TensorMapSpec(o.name, (self.k_coord_step, o.box_rows), "128B", l2, in_dtype))
-                for o in self.operands}
-        maps["d"] = TensorMapSpec("d", (self.store_block_n, self.cd_box_rows), swz, "none", self.out_dtype)
+                         TensorMapSpec(o.name, (self.loads.k_coord_step, o.box_rows), "128B", l2, in_dtype))
+                for o in self.loads.operands}
+        maps["d"] = TensorMapSpec("d", (e.store_block_n, e.box_rows), swz, "none", e.out_dtype)
         return LaunchSpec(
             name=cfg.name,
             arch=self.arch,
             kernel=self.kernel_name,
-            block=(self.threads, 1, 1),
-            cluster=(self.cluster_size, 1, 1),
-            dynamic_smem_bytes=self.smem_bytes,
+            block=(r.threads, 1, 1),
+            cluster=(r.cluster_size, 1, 1),
+            dynamic_smem_bytes=self.smem.bytes,
             grid=GridPolicy(
-                persistent=cfg.schedule.persistent,
-                tile_rows=self.cluster_tile_rows,
-                tile_cols=self.block_n,
-                cluster_size=self.cluster_size,
+                persistent=self.schedule.persistent,
+                tile_rows=self.schedule.cluster_tile_rows,
+                tile_cols=self.mma.block_n,
+                cluster_size=r.cluster_size,
                 split_k=self.split.splits if self.split else 1,
             ),
             tensor_maps=maps,
             params=self.params,
-            k_multiple=self.k_multiple,
-            n_multiple=self.store_n_multiple if self.is_sm100 and self.tma_store else 1,
+            k_multiple=self.loads.k_multiple,
+            n_multiple=e.store_n_multiple if self.is_sm100 and e.tma_store else 1,
             workspace=self.split.workspace if self.split else None,
         )
 
     def kernel_resources(self, body) -> Kernel:
         """The self-contained :class:`Kernel` with ``body``: every resource number the emitters and simulator read."""
-        cd_align = SWIZZLE_ATOM_BYTES if self.cd_swizzle128 else 128
+        e, m, r, cd = self.epilogue, self.mma, self.roles, self.smem.cd
+        cd_align = SWIZZLE_ATOM_BYTES if e.swizzle128 else 128
         regions = tuple(SmemRegion(o.region.name, o.region.offset, o.region.stride, o.region.count,
-                                   o.region.slot_bytes, SWIZZLE_ATOM_BYTES) for o in self.operands)
-        if self.cd.count:
-            regions += (SmemRegion("cd", self.cd.offset, self.cd.stride, self.cd.count, self.cd_stage_bytes, cd_align),)
+                                   o.region.slot_bytes, SWIZZLE_ATOM_BYTES) for o in self.loads.operands)
+        if cd.count:
+            regions += (SmemRegion("cd", cd.offset, cd.stride, cd.count, e.stage_bytes, cd_align),)
         io = ("NVFP4 in (packed e2m1, one ue4m3 scale per 16 K, scales copied to TMEM by tcgen05.cp, block-scaled "
-              "MMAs), fp16 out" if self.operand_format == "nvfp4" else "bf16 in and out")
-        what = (f"D[M,N] = A[M,K] @ B[N,K]^T, {io}, fp32 accumulate." if self.epilogue_op == "none" else
+              "MMAs), fp16 out" if m.operand_format == "nvfp4" else "bf16 in and out")
+        what = (f"D[M,N] = A[M,K] @ B[N,K]^T, {io}, fp32 accumulate." if e.op == "none" else
                 f"D[M,N] = silu(A @ B1^T) * (A @ B2^T), A[M,K], B1/B2[N,K], {io}, fp32 accumulate; "
-                f"{len(self.mmas)} accumulators, MMAs {self.mma_order} per k-step (one A slice feeds B1 then B2).")
+                f"{len(m.streams)} accumulators, MMAs {m.order} per k-step (one A slice feeds B1 then B2).")
         title = (what,
-                 f"tile {self.block_m}x{self.block_n}x{self.block_k}, {self.stages} stages, cluster {self.cluster_size}, "
-                 f"{self.threads} threads, {self.smem_bytes} B dynamic shared memory")
+                 f"tile {m.block_m}x{m.block_n}x{m.block_k}, {self.stages} stages, cluster {r.cluster_size}, "
+                 f"{r.threads} threads, {self.smem.bytes} B dynamic shared memory")
         return Kernel(
             name=self.kernel_name, config_name=self.cfg.name, arch=self.arch, title=title,
-            threads=self.threads, cluster_size=self.cluster_size, cta_group=self.cta_group,
-            smem_bytes=self.smem_bytes, regions=regions, barriers=tuple(self.barrier_specs()),
-            tmem_slot=self.tmem_slot, tmem_cols=self.tmem_cols, tmem_acc_stage_cols=self.acc_stage_cols,
-            maxnreg=self.maxnreg if not self.is_sm100 else 0, minnctapersm=self.min_ctas_per_sm,
-            params=self.params, launch=self.launch_spec(), block_k=self.block_k, generator=f"ptxgen {__version__}",
+            threads=r.threads, cluster_size=r.cluster_size, cta_group=r.cta_group,
+            smem_bytes=self.smem.bytes, regions=regions, barriers=tuple(self.barrier_specs()),
+            tmem_slot=self.smem.tmem_slot, tmem_cols=self.tmem.cols, tmem_acc_stage_cols=self.tmem.acc_stage_cols,
+            maxnreg=self.registers.maxnreg if not self.is_sm100 else 0, minnctapersm=self.registers.min_ctas_per_sm,
+            params=self.params, launch=self.launch_spec(), block_k=m.block_k, generator=f"ptxgen {__version__}",
             body=tuple(body),
         )
 
@@ -399,92 +590,188 @@ def _align(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
-def make_plan(cfg: Config) -> Plan:
-    """Derive the plan of a validated config.  Raises ConfigError when a budget is exceeded."""
-    sm100 = cfg.arch == "sm_100a"
-    t, e = cfg.tile, cfg.epilogue
-    cs = cfg.cluster.size
-    cta_group = cs if sm100 else 1
+@dataclass(frozen=True)
+class _Basics:
+    """The config facts every part of the plan starts from (private to :func:`make_plan`)."""
+
+    sm100: bool
+    nvfp4: bool
+    cs: int  # cluster size
+    wgs: int  # consumer warpgroups (1 on sm_100a)
+    pingpong: bool
+    row_split: int  # warpgroups sharing one tile's rows (cooperative: all of them; pingpong: 1)
+    b_names: tuple[str, ...]  # the B operands, one per accumulator
+    row_bytes: int  # one operand row of a stage: 128 B (one swizzle-atom row)
+    elem_bits: int  # operand element bits (bf16 16; NVFP4 packed e2m1, mapped as bytes: 4)
+    mma_k: int  # K per MMA instruction (NVFP4: 64 per block-scaled MMA, PTX ISA tcgen05.mma)
+    sf_names: tuple[tuple[str, str], ...]  # NVFP4 scale tiles: (name, operand it scales)
+
+
+def _basics(cfg: Config) -> _Basics:
+    sm100, nvfp4 = cfg.arch == "sm_100a", cfg.operands == "nvfp4"
     wgs = 1 if sm100 else cfg.mma.warpgroups
     pingpong = cfg.mma.consumers == "pingpong"
-    tile_owners = wgs if pingpong else 1  # pingpong: tiles dealt round-robin to the consumer warpgroups
-    row_split = 1 if pingpong else wgs  # warpgroups sharing one tile's rows (cooperative: all of them)
-    S = cfg.pipeline.stages
-    tma_store = e.store == "tma"
-    b_names = ("b", "b2") if cfg.kernel == "dual_gemm" else ("b",)  # the B operands (one per accumulator)
-    nb = len(b_names)
-    nvfp4 = cfg.operands == "nvfp4"
-    # NVFP4: packed e2m1 (two per byte), mapped as bytes; K = 64 per block-scaled MMA (PTX ISA tcgen05.mma)
+    b_names = ("b", "b2") if cfg.kernel == "dual_gemm" else ("b",)
     elem_bits = 4 if nvfp4 else 8 * BF16_BYTES
-    row_bytes = t.block_k * elem_bits // 8  # one operand row of a stage: 128 B (one swizzle-atom row)
-    mma_k = descriptors.MXF4_MMA_K if nvfp4 else UMMA_K
+    return _Basics(sm100=sm100, nvfp4=nvfp4, cs=cfg.cluster.size, wgs=wgs, pingpong=pingpong,
+                   row_split=1 if pingpong else wgs, b_names=b_names, row_bytes=cfg.tile.block_k * elem_bits // 8,
+                   elem_bits=elem_bits, mma_k=descriptors.MXF4_MMA_K if nvfp4 else UMMA_K,
+                   sf_names=(("sfa", "a"), *((f"sf{nm}", nm) for nm in b_names)) if nvfp4 else ())
 
-    # ---- roles and threads
-    if sm100:
-        epi_warps = 4
-        epi_warp0 = 4 if e.warps == 4 else 0
+
+def _roles_plan(cfg: Config, f: _Basics) -> RolesPlan:
+    e = cfg.epilogue
+    if f.sm100:
+        epi_warps, epi_warp0 = 4, (4 if e.warps == 4 else 0)
         threads = 256 if e.warps == 4 else 128
         producer_warp, mma_warp, alloc_warp = 0, (0 if cfg.pipeline.roles == "lockstep" else 1), 2
     else:
-        epi_warps, epi_warp0 = 4 * wgs, 4
-        threads = 128 * (1 + wgs)
+        epi_warps, epi_warp0 = 4 * f.wgs, 4
+        threads = 128 * (1 + f.wgs)
         producer_warp, mma_warp, alloc_warp = 0, 4, 0
+    return RolesPlan(threads=threads, cluster_size=f.cs, cta_group=f.cs if f.sm100 else 1,
+                     producer_warp=producer_warp, mma_warp=mma_warp, alloc_warp=alloc_warp,
+                     epilogue_warp0=epi_warp0, epilogue_warps=epi_warps, consumer_warpgroups=f.wgs,
+                     pingpong=f.pingpong, tile_owners=f.wgs if f.pingpong else 1,
+                     lockstep=cfg.pipeline.roles == "lockstep", mma_all_lanes=cfg.mma.lanes == "all",
+                     dedicated_epilogue=e.warps == 4)
 
-    # ---- operand shapes
-    wave_rows = 128 if sm100 else 64
-    m_waves = t.block_m // wave_rows if sm100 else t.block_m // row_split // 64
-    a_stage = t.block_m * row_bytes
-    if sm100:
-        b_smem_rows = t.block_n // cta_group
-        b_box_rows = b_smem_rows
+
+def _mma_plan(cfg: Config, f: _Basics, roles: RolesPlan) -> MmaIssuePlan:
+    t = cfg.tile
+    wave_rows = 128 if f.sm100 else 64
+    m_waves = t.block_m // wave_rows if f.sm100 else t.block_m // f.row_split // 64
+    if f.sm100:
+        umma_m = 128 * roles.cta_group
+        idesc = (descriptors.umma_idesc_mxf4nvf4(umma_m, t.block_n) if f.nvfp4 else
+                 descriptors.umma_idesc_f16(umma_m, t.block_n))
+        desc_hi = descriptors.umma_smem_desc_hi(sbo_bytes=SWIZZLE_ATOM_BYTES)
+        lbo_field = 0
+    else:
+        umma_m, idesc, lbo_field = 64, 0, 1
+        desc_hi = descriptors.wgmma_smem_desc_hi(sbo_bytes=SWIZZLE_ATOM_BYTES)
+    a_wave_bytes = wave_rows * f.row_bytes
+    sf_of = {of: nm for nm, of in f.sf_names}
+    streams = tuple(MmaPlan(i, "a", nm, sf_of.get("a", ""), sf_of.get(nm, "")) for i, nm in enumerate(f.b_names))
+    # throttle (level 8): idle after each commit so MMA busy time is tc_util_percent of the k-block
+    pct = cfg.mma.tc_util_percent
+    mma_cycles = 2 * TMEM_LANES * t.block_n * t.block_k * m_waves / SM100_FLOPS_PER_CYCLE
+    throttle_ns = 0 if pct >= 100 else int(-(-mma_cycles * (100 - pct) // pct) / SM100_CLOCK_GHZ + 0.999)
+    return MmaIssuePlan(
+        block_m=t.block_m, block_n=t.block_n, block_k=t.block_k, umma_m=umma_m, m_waves=m_waves, wave_rows=wave_rows,
+        consumer_rows=m_waves * wave_rows, k_steps=t.block_k // f.mma_k,
+        wg_row_stride=0 if f.pingpong else m_waves * wave_rows, wg_a_stride=0 if f.pingpong else m_waves * a_wave_bytes,
+        a_wave_bytes=a_wave_bytes, wave_desc=a_wave_bytes >> 4, fragment_regs=t.block_n // 2,
+        streams=streams, order="interleaved", operand_format=cfg.operands, idesc=idesc, a_desc_hi=desc_hi,
+        b_desc_hi=desc_hi, desc_lbo_field=lbo_field, k_step_desc=descriptors.desc_advance(f.mma_k * f.elem_bits // 8),
+        throttle_ns=throttle_ns)
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """One operand stage's shapes (private to :func:`make_plan`); bytes per CTA."""
+
+    a_bytes: int
+    b_bytes: int  # each B's slot
+    b_load: int  # each B's load
+    b_box_rows: int
+    b_smem_rows: int
+    sf_atoms: int  # NVFP4: scale atoms per operand per stage
+    sf_bytes: int  # NVFP4: each scale tile's slot
+    load_bytes: int
+    full_tx: int
+    sizes: tuple[tuple[str, int], ...]  # (operand, slot bytes) in layout order
+
+
+def _stage(cfg: Config, f: _Basics) -> _Stage:
+    t = cfg.tile
+    a_bytes = t.block_m * f.row_bytes
+    if f.sm100:
+        b_smem_rows = b_box_rows = t.block_n // f.cs
     else:
         b_smem_rows = t.block_n
         b_box_rows = t.block_n // 2 if cfg.tma.multicast else t.block_n
-    b_stage = b_smem_rows * row_bytes
-    b_load = b_box_rows * row_bytes
+    b_bytes, b_load = b_smem_rows * f.row_bytes, b_box_rows * f.row_bytes
     # NVFP4 scale tiles: per operand, the atoms of its 128-row block for this stage's K (block_k / 64 atoms of
     # 512 B = 128 rows x 4 scales); each CTA loads whole atom rows (a cta_group::2 CTA: all of B's scales)
-    sf_atoms = t.block_k // descriptors.MXF4_MMA_K if nvfp4 else 0
-    sf_stage = sf_atoms * descriptors.SF_ATOM_BYTES
-    sf_names = (("sfa", "a"), *((f"sf{nm}", nm) for nm in b_names)) if nvfp4 else ()
-    load_bytes = a_stage + nb * b_load + len(sf_names) * sf_stage
-    if sm100:
+    sf_atoms = t.block_k // descriptors.MXF4_MMA_K if f.nvfp4 else 0
+    sf_bytes = sf_atoms * descriptors.SF_ATOM_BYTES
+    nb = len(f.b_names)
+    load_bytes = a_bytes + nb * b_load + len(f.sf_names) * sf_bytes
+    if f.sm100:
         full_tx = load_bytes * (2 if cfg.tma.two_sm else 1)
     else:
-        full_tx = a_stage + nb * b_stage  # own A + both halves of each B (multicast) or own Bs
-    stage_sizes = [("a", a_stage), *((nm, b_stage) for nm in b_names), *((nm, sf_stage) for nm, _ in sf_names)]
-    if a_stage % SWIZZLE_ATOM_BYTES or b_stage % SWIZZLE_ATOM_BYTES:
-        raise ConfigError(f"tile: A stage {a_stage} B / B stage {b_stage} B must be multiples of 1024 B (128B swizzle atoms)")
+        full_tx = a_bytes + nb * b_bytes  # own A + both halves of each B (multicast) or own Bs
+    if a_bytes % SWIZZLE_ATOM_BYTES or b_bytes % SWIZZLE_ATOM_BYTES:
+        raise ConfigError(f"tile: A stage {a_bytes} B / B stage {b_bytes} B must be multiples of 1024 B (128B swizzle atoms)")
+    sizes = (("a", a_bytes), *((nm, b_bytes) for nm in f.b_names), *((nm, sf_bytes) for nm, _ in f.sf_names))
+    return _Stage(a_bytes, b_bytes, b_load, b_box_rows, b_smem_rows, sf_atoms, sf_bytes, load_bytes, full_tx, sizes)
 
-    # ---- epilogue shapes
-    sbn = e.store_block_n or t.block_n
-    cd_box_rows = wave_rows
-    cd_row_bytes = sbn * BF16_BYTES
-    epi_groups = wgs
-    cd_stage = cd_box_rows * cd_row_bytes if tma_store else 0
-    cd_count = e.stages * epi_groups if tma_store else 0
+
+def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan) -> EpiloguePlan:
+    e = cfg.epilogue
+    tma_store = e.store == "tma"
+    sbn = e.store_block_n or mma.block_n
     tmem_ld_cols = 32 if sbn % 32 == 0 else (16 if sbn % 16 == 0 else 8)
+    per_thread = e.release == "per_thread"
+    threads = 32 * roles.epilogue_warps
+    stores_per_wave = mma.block_n // sbn
+    return EpiloguePlan(
+        op="silu_mul" if cfg.kernel == "dual_gemm" else "none", out_dtype="f16" if f.nvfp4 else "bf16", tma_store=tma_store, early_release=e.early_release,
+        overlap=e.overlap, stmatrix=e.stmatrix, swizzle128=e.swizzle == "128", threads=threads, groups=f.wgs,
+        writers=(2 if cfg.cluster.dual_tile else 1) if f.sm100 else 1, store_block_n=sbn,
+        store_n_multiple=STORE_N_MULTIPLE, box_rows=mma.wave_rows, row_bytes=sbn * BF16_BYTES,
+        stage_bytes=mma.wave_rows * sbn * BF16_BYTES if tma_store else 0, stages=e.stages,
+        stores_per_wave=stores_per_wave, stores_per_tile=mma.m_waves * stores_per_wave, box_values=sbn // 2,
+        row_chunks=sbn * BF16_BYTES // 16, tmem_ld_cols=tmem_ld_cols, loads_per_box=sbn // tmem_ld_cols,
+        chunks_per_load=tmem_ld_cols * BF16_BYTES // 16, release_per_thread=per_thread,
+        tmem_empty_arrivals_per_cta=threads if per_thread else 1)
 
-    # ---- shared memory layout: [CD][A/B stages][barriers][tmem slot]
-    cd = SmemRegion("cd", 0, cd_stage, cd_count, cd_stage)
+
+@dataclass(frozen=True)
+class _Layout:
+    """Shared-memory offsets (private to :func:`make_plan`); bytes."""
+
+    cd: SmemRegion
+    regions: dict  # operand name -> its stages
+    ab_end: int  # end of the operand stages
+    stage_bytes: int  # one stage of every operand
+
+
+def _layout(cfg: Config, stage: _Stage, epi: EpiloguePlan) -> _Layout:
+    """``[CD][A/B stages]``: the CD staging first, then the operand stages, interleaved or separated."""
+    S = cfg.pipeline.stages
+    cd_count = epi.stages * epi.groups if epi.tma_store else 0
+    cd = SmemRegion("cd", 0, epi.stage_bytes, cd_count, epi.stage_bytes)
     base = _align(cd.end, SWIZZLE_ATOM_BYTES)
-    stage_bytes = sum(size for _, size in stage_sizes)
+    stage_bytes = sum(size for _, size in stage.sizes)
     regions, off = {}, base
-    for nm, size in stage_sizes:
+    for nm, size in stage.sizes:
         if cfg.smem.layout == "separated":  # [A0..A(S-1)][B0..][B2_0..]([SFA0..][SFB0..][SFB2_0..])
             regions[nm] = SmemRegion(nm, off, size, S, size)
             off += S * size
         else:  # [A0 B0 (B2_0 SFA0 ...)][A1 B1 ...]...
             regions[nm] = SmemRegion(nm, off, stage_bytes, S, size)
             off += size
-    a, bs = regions["a"], [regions[nm] for nm in b_names]
-    ab_end = base + S * stage_bytes
+    return _Layout(cd, regions, base + S * stage_bytes, stage_bytes)
 
-    # ---- barriers
-    writers = (2 if cfg.cluster.dual_tile else 1) if sm100 else 1
-    per_thread = e.release == "per_thread"
-    epi_threads = 32 * epi_warps
-    if sm100:
+
+@dataclass(frozen=True)
+class _Barriers:
+    """The mbarrier arrays after the operand stages, and the TMEM address slot after them (private)."""
+
+    full: BarrierArray
+    empty: BarrierArray
+    tmem_full: BarrierArray | None
+    tmem_empty: BarrierArray | None
+    math_order: BarrierArray | None
+    region: SmemRegion
+    tmem_slot: int
+
+
+def _barriers(cfg: Config, f: _Basics, stage: _Stage, epi: EpiloguePlan, ab_end: int) -> _Barriers:
+    cs, S, mc = f.cs, cfg.pipeline.stages, cfg.tma.multicast
+    if f.sm100:
         if cs == 2 and cfg.tma.two_sm:
             full_init, full_doc = (2, 2), "leader: own arrive.expect_tx + peer's remote arrive.expect_tx; 2-SM TMA of both CTAs completes here; MMA waits (leader)"
         elif cs == 2:
@@ -493,168 +780,191 @@ def make_plan(cfg: Config) -> Plan:
             full_init, full_doc = (1,), "producer arrive.expect_tx; TMA completes here; MMA waits"
         empty_init, empty_doc = (1,) * cs, "tcgen05.commit" + (" multicast to both CTAs" if cs == 2 else "") + "; producer waits"
     else:
-        full_init, full_doc = (1,) * cs, "producer arrive.expect_tx; TMA" + (" (own A, multicast B halves)" if cfg.tma.multicast else "") + " completes here; consumers wait"
-        n_empty = row_split * (cs if cfg.tma.multicast else 1)  # pingpong: only the stage's tile owner releases it
-        empty_init, empty_doc = (n_empty,) * cs, ("one elected thread of the tile's owner warpgroup" if pingpong else "one elected thread per consumer warpgroup") + (" of both CTAs (remote arrive)" if cfg.tma.multicast else "") + "; producer waits"
+        full_init, full_doc = (1,) * cs, "producer arrive.expect_tx; TMA" + (" (own A, multicast B halves)" if mc else "") + " completes here; consumers wait"
+        n_empty = f.row_split * (cs if mc else 1)  # pingpong: only the stage's tile owner releases it
+        empty_init, empty_doc = (n_empty,) * cs, ("one elected thread of the tile's owner warpgroup" if f.pingpong else "one elected thread per consumer warpgroup") + (" of both CTAs (remote arrive)" if mc else "") + "; producer waits"
     bar_off = _align(ab_end, 8)
-    full = BarrierArray("full", S, bar_off, full_init, full_tx, full_doc)
-    empty = BarrierArray("empty", S, full.offset + 8 * S, empty_init, 0, empty_doc)
-    tmem_full = tmem_empty = None
-    nxt = empty.offset + 8 * S
+    full = BarrierArray("full", S, bar_off, full_init, stage.full_tx, full_doc)
+    empty = BarrierArray("empty", S, full.offset + MBARRIER_BYTES * S, empty_init, 0, empty_doc)
+    tmem_full = tmem_empty = math_order = None
+    nxt = empty.offset + MBARRIER_BYTES * S
     A = cfg.accumulator.stages
-    arrivals_per_cta = epi_threads if per_thread else 1
-    mc = 0b11 if cs == 2 else 0
-    if sm100:
+    if f.sm100:
         tmem_full = BarrierArray("tmem_full", A, nxt, (1,) * cs, 0,
                                  "tcgen05.commit after a tile's last k-block" + (" (multicast)" if cs == 2 else "") + "; epilogue waits")
-        te_init = writers * arrivals_per_cta
-        tmem_empty = BarrierArray("tmem_empty", A, nxt + 8 * A, (te_init,) * cs, 0,
-                                  f"{'every epilogue thread' if per_thread else 'one epilogue thread'} of "
-                                  f"{'both CTAs (peer via mapa)' if writers == 2 else 'the writing CTA'}; MMA waits (leader)")
-        nxt = tmem_empty.offset + 8 * A
-    math_order = None
-    if pingpong:  # one per warpgroup: the previous tile's owner arrives once its mainloop passed every full wait
-        math_order = BarrierArray("math_order", wgs, nxt, (1,) * cs, 0,
+        te_init = epi.writers * epi.tmem_empty_arrivals_per_cta
+        tmem_empty = BarrierArray("tmem_empty", A, nxt + MBARRIER_BYTES * A, (te_init,) * cs, 0,
+                                  f"{'every epilogue thread' if epi.release_per_thread else 'one epilogue thread'} of "
+                                  f"{'both CTAs (peer via mapa)' if epi.writers == 2 else 'the writing CTA'}; MMA waits (leader)")
+        nxt = tmem_empty.offset + MBARRIER_BYTES * A
+    if f.pingpong:  # one per warpgroup: the previous tile's owner arrives once its mainloop passed every full wait
+        math_order = BarrierArray("math_order", f.wgs, nxt, (1,) * cs, 0,
                                   "one elected thread of the warpgroup whose mainloop ran the CTA's previous tile; "
                                   "the next tile's owner waits before its mainloop")
-        nxt = math_order.offset + 8 * wgs
-    tmem_slot = nxt
-    bar_region = SmemRegion("barriers", bar_off, 8, (tmem_slot - bar_off) // 8, 8)
-    smem_bytes = _align(tmem_slot + 4, 16)
+        nxt = math_order.offset + MBARRIER_BYTES * f.wgs
+    region = SmemRegion("barriers", bar_off, MBARRIER_BYTES, (nxt - bar_off) // MBARRIER_BYTES, MBARRIER_BYTES)
+    return _Barriers(full, empty, tmem_full, tmem_empty, math_order, region, nxt)
+
+
+def _smem_bytes(cfg: Config, layout: _Layout, bars: _Barriers) -> int:
+    """The dynamic allocation before residency padding: up to the TMEM slot (4 B), 16-byte aligned.
+
+    Raises ConfigError past ``SMEM_LIMIT_BYTES`` (CUDA C Programming Guide, "Compute capabilities").
+    """
+    S = cfg.pipeline.stages
+    smem_bytes = _align(bars.tmem_slot + 4, 16)
     if smem_bytes > SMEM_LIMIT_BYTES:
         raise ConfigError(
-            f"pipeline.stages={S}: operand stages need {S * stage_bytes} B + CD {cd.bytes} B + barriers "
-            f"{smem_bytes - ab_end} B = {smem_bytes} B > {SMEM_LIMIT_BYTES} B of shared memory"
+            f"pipeline.stages={S}: operand stages need {S * layout.stage_bytes} B + CD {layout.cd.bytes} B + barriers "
+            f"{smem_bytes - layout.ab_end} B = {smem_bytes} B > {SMEM_LIMIT_BYTES} B of shared memory"
         )
+    return smem_bytes
 
-    # ---- pipelines: the operand ring (TMA producer -> MMA), the accumulator ring (MMA -> epilogue), CD staging
-    ab = Pipeline("ab", S, full, empty, EXPECT_TX, UMMA_COMMIT if sm100 else ARRIVE, multicast=mc if sm100 else 0)
-    # issue 9 finding 5: tmem_full commits go only to CTAs whose epilogue waits (an arrive nobody waits for may
-    # still be pending when its CTA exits); with one writing CTA that is the leader alone
-    acc = Pipeline("acc", A, tmem_full, tmem_empty, UMMA_COMMIT, ARRIVE, multicast=mc if writers == 2 else 0,
-                   label="accumulator") if sm100 else None
-    cd_ring = BulkStoreRing(e.stages) if tma_store else None
 
-    # ---- TMEM
-    acc_cols = t.block_n * m_waves if sm100 else 0
-    acc_stage_cols = acc_cols * nb  # one accumulator per B operand, side by side in TMEM
-    # NVFP4: after the accumulator stages, each scale tile's atoms (tcgen05.cp targets; one buffer, rewritten
-    # every k-block: the copies and MMAs of one issuing thread execute in order on the tensor pipe)
-    sf_cols = sf_atoms * descriptors.SF_TMEM_COLS_PER_ATOM
+def _tmem_plan(cfg: Config, f: _Basics, mma: MmaIssuePlan, stage: _Stage) -> tuple[TmemPlan, int, int]:
+    """The TMEM plan, the first scale-tile column and the columns of one scale tile.
+
+    NVFP4: after the accumulator stages, each scale tile's atoms (tcgen05.cp targets; one buffer, rewritten
+    every k-block: the copies and MMAs of one issuing thread execute in order on the tensor pipe).
+    Raises ConfigError past 512 columns (PTX ISA "Tensor Memory").
+    """
+    A = cfg.accumulator.stages
+    acc_cols = mma.block_n * mma.m_waves if f.sm100 else 0
+    acc_stage_cols = acc_cols * len(f.b_names)  # one accumulator per B operand, side by side in TMEM
+    sf_cols = stage.sf_atoms * descriptors.SF_TMEM_COLS_PER_ATOM
     sf_col0 = acc_stage_cols * A
-    tmem_need = sf_col0 + len(sf_names) * sf_cols
-    if sm100 and tmem_need > TMEM_COLUMNS:
+    need = sf_col0 + len(f.sf_names) * sf_cols
+    if f.sm100 and need > TMEM_COLUMNS:
         raise ConfigError(f"accumulator.stages={A}: TMEM columns {acc_stage_cols} x {A} accumulator stage(s) + "
-                          f"{len(sf_names)} scale tiles x {sf_cols} = {tmem_need} > {TMEM_COLUMNS} "
+                          f"{len(f.sf_names)} scale tiles x {sf_cols} = {need} > {TMEM_COLUMNS} "
                           "(PTX ISA 'Tensor Memory': 512 columns)")
-    tmem_cols = (1 << (tmem_need - 1).bit_length()) if sm100 else 0  # tcgen05.alloc: a power of two >= 32
+    cols = (1 << (need - 1).bit_length()) if f.sm100 else 0  # tcgen05.alloc: a power of two >= 32
+    return TmemPlan(cols=cols, wave_cols=mma.block_n if f.sm100 else 0, acc_cols=acc_cols, acc_stage_cols=acc_stage_cols), sf_col0, sf_cols
 
-    # ---- residency.  Issue 9 finding 4: CTAs sharing an SM must fit their TMEM columns in 512, or a
-    # tcgen05.alloc blocks (two CTA pairs can then wait on each other).  Shared memory is the bound we
-    # control: pad the dynamic allocation so that at most 512 // tmem_cols CTAs are resident.
+
+def _residency(f: _Basics, smem_bytes: int, threads: int, tmem: TmemPlan) -> tuple[int, int]:
+    """(dynamic shared memory bytes, CTAs per SM).
+
+    CTAs sharing an SM must fit their TMEM columns in 512, or a ``tcgen05.alloc`` blocks until another CTA
+    deallocates, and two CTA pairs can then wait on each other (PTX ISA "tcgen05.alloc").  Shared memory is
+    the bound we control: pad the dynamic allocation so that at most ``512 // tmem.cols`` CTAs are resident.
+    """
     ctas_per_sm = resident_ctas(smem_bytes, threads)
-    if sm100 and ctas_per_sm * tmem_cols > TMEM_COLUMNS:
-        fit = TMEM_COLUMNS // tmem_cols
+    if f.sm100 and ctas_per_sm * tmem.cols > TMEM_COLUMNS:
+        fit = TMEM_COLUMNS // tmem.cols
         smem_bytes = _align(SM_SMEM_BYTES // (fit + 1) - SMEM_RESERVED_PER_CTA + 1, 16)
         ctas_per_sm = resident_ctas(smem_bytes, threads)
-        assert ctas_per_sm * tmem_cols <= TMEM_COLUMNS and smem_bytes <= SMEM_LIMIT_BYTES
+        assert ctas_per_sm * tmem.cols <= TMEM_COLUMNS and smem_bytes <= SMEM_LIMIT_BYTES
+    return smem_bytes, ctas_per_sm
 
-    # ---- descriptors
-    if sm100:
-        umma_m = 128 * cta_group
-        idesc = (descriptors.umma_idesc_mxf4nvf4(umma_m, t.block_n) if nvfp4 else
-                 descriptors.umma_idesc_f16(umma_m, t.block_n))
-        desc_hi = descriptors.umma_smem_desc_hi(sbo_bytes=SWIZZLE_ATOM_BYTES)
-        lbo_field = 0
+
+def _pipelines(cfg: Config, f: _Basics, bars: _Barriers) -> tuple[Pipeline, Pipeline | None, BulkStoreRing | None]:
+    """The operand ring (TMA producer -> MMA), the accumulator ring (MMA -> epilogue), the CD staging ring."""
+    mc = 0b11 if f.cs == 2 else 0
+    writers = 2 if cfg.cluster.dual_tile else 1
+    S = cfg.pipeline.stages
+    if f.sm100:
+        ab = PipelineTmaUmma(name="ab", stages=S, full=bars.full, empty=bars.empty, multicast=mc)
     else:
-        umma_m = 64
-        idesc = 0
-        desc_hi = descriptors.wgmma_smem_desc_hi(sbo_bytes=SWIZZLE_ATOM_BYTES)
-        lbo_field = 1
-    k_step_desc = descriptors.desc_advance(mma_k * elem_bits // 8)
-    a_wave_bytes = wave_rows * row_bytes
-    wave_desc = a_wave_bytes >> 4
-    b_split = "cta_group" if sm100 and cs == 2 else ("multicast" if cfg.tma.multicast else "none")
-    sf_lines = sf_stage // SF_LINE_BYTES
-    sf_hi = descriptors.sf_copy_desc_hi() if nvfp4 else 0
-    operands = (OperandPlan("a", a, "m", t.block_m, a_stage, desc_hi, cache_hint=cfg.tma.cache_hint_a),
-                *(OperandPlan(r.name, r, "n", b_box_rows, b_load, desc_hi, b_split, cache_hint=cfg.tma.cache_hint_b)
-                  for r in bs),
-                *(OperandPlan(nm, regions[nm], "m" if of == "a" else "n", sf_lines, sf_stage, sf_hi, scales=of,
-                              tmem_col=sf_col0 + i * sf_cols) for i, (nm, of) in enumerate(sf_names)))
-    sf_of = {of: nm for nm, of in sf_names}
-    mmas = tuple(MmaPlan(i, "a", nm, sf_of.get("a", ""), sf_of.get(nm, "")) for i, nm in enumerate(b_names))
+        ab = PipelineTmaAsync(name="ab", stages=S, full=bars.full, empty=bars.empty)
+    # tmem_full commits go only to CTAs whose epilogue waits (an arrive nobody waits for may still be pending
+    # when its CTA exits); with one writing CTA that is the leader alone
+    acc = PipelineUmmaAsync(name="acc", stages=cfg.accumulator.stages, full=bars.tmem_full, empty=bars.tmem_empty,
+                            multicast=mc if writers == 2 else 0) if f.sm100 else None
+    cd_ring = BulkStoreRing(cfg.epilogue.stages) if cfg.epilogue.store == "tma" else None
+    return ab, acc, cd_ring
 
-    # ---- schedule
+
+def _loads_plan(cfg: Config, f: _Basics, stage: _Stage, layout: _Layout, mma: MmaIssuePlan,
+                sf_col0: int, sf_cols: int) -> LoadsPlan:
+    t, regions = cfg.tile, layout.regions
+    b_split = "cta_group" if f.sm100 and f.cs == 2 else ("multicast" if cfg.tma.multicast else "none")
+    sf_lines = stage.sf_bytes // SF_LINE_BYTES
+    sf_hi = descriptors.sf_copy_desc_hi() if f.nvfp4 else 0
+    operands = (OperandPlan("a", regions["a"], "m", t.block_m, stage.a_bytes, mma.a_desc_hi, cache_hint=cfg.tma.cache_hint_a),
+                *(OperandPlan(nm, regions[nm], "n", stage.b_box_rows, stage.b_load, mma.b_desc_hi, b_split,
+                              cache_hint=cfg.tma.cache_hint_b) for nm in f.b_names),
+                *(OperandPlan(nm, regions[nm], "m" if of == "a" else "n", sf_lines, stage.sf_bytes, sf_hi, scales=of,
+                              tmem_col=sf_col0 + i * sf_cols) for i, (nm, of) in enumerate(f.sf_names)))
+    return LoadsPlan(operands=operands, a_box_rows=t.block_m, b_box_rows=stage.b_box_rows, b_smem_rows=stage.b_smem_rows,
+                     a_stage_bytes=stage.a_bytes, b_stage_bytes=stage.b_bytes, b_load_bytes=stage.b_load,
+                     load_bytes=stage.load_bytes, full_tx_bytes=stage.full_tx,
+                     k_coord_step=f.row_bytes if f.nvfp4 else t.block_k,
+                     k_multiple=t.block_k if f.nvfp4 else K_MULTIPLE_BF16, two_sm=cfg.tma.two_sm,
+                     multicast=cfg.tma.multicast)
+
+
+def _scales_plan(f: _Basics) -> ScalesPlan:
+    return ScalesPlan(vec="block16" if f.nvfp4 else "", lbo_field=descriptors.SF_COPY_LBO >> 4, atom_bytes=descriptors.SF_ATOM_BYTES,
+                      cols_per_atom=descriptors.SF_TMEM_COLS_PER_ATOM, rows_per_atom=descriptors.SF_ATOM_ROWS,
+                      k_per_line=descriptors.SF_ATOM_K * descriptors.SCALE_VEC["block16"]
+                      // (descriptors.SF_ATOM_BYTES // SF_LINE_BYTES))
+
+
+def _schedule_plan(cfg: Config) -> SchedulePlan:
     m_ctas = 2 if cfg.cluster.dual_tile else 1
-    group_clusters = max(1, cfg.schedule.group // m_ctas)
+    return SchedulePlan(persistent=cfg.schedule.persistent, cluster_tile_rows=cfg.tile.block_m * m_ctas, m_ctas=m_ctas,
+                        group_clusters=max(1, cfg.schedule.group // m_ctas))
 
-    # ---- throttle (level 8): idle after each commit so MMA busy time is tc_util_percent of the k-block
-    pct = cfg.mma.tc_util_percent
-    mma_cycles = 2 * TMEM_LANES * t.block_n * t.block_k * m_waves / SM100_FLOPS_PER_CYCLE
-    throttle_ns = 0 if pct >= 100 else int(-(-mma_cycles * (100 - pct) // pct) / SM100_CLOCK_GHZ + 0.999)
 
-    # ---- registers (sm_90a setmaxnreg; PTX ISA "setmaxnreg": multiple of 8 in [24, 256])
-    maxnreg = min(255, (65536 // threads) // 8 * 8)
-    producer_regs = 40 if not sm100 else 0
+def _registers_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan) -> RegistersPlan:
+    """Registers: sm_90a ``setmaxnreg`` (PTX ISA "setmaxnreg": a multiple of 8 in [24, 256]).
+
+    Raises ConfigError when ``epilogue.overlap``'s accumulators, packed words and loop state exceed a consumer's.
+    """
+    maxnreg = min(255, (65536 // roles.threads) // 8 * 8)
+    producer_regs = 40 if not f.sm100 else 0
     consumer_regs = 0
-    if not sm100:
-        consumer_regs = min(240, ((65536 - 128 * producer_regs) // (128 * wgs)) // 8 * 8)
-    if e.overlap:  # the accumulators and the previous tile's packed output live together
-        acc_regs = m_waves * t.block_n // 2 * nb
-        words = m_waves * t.block_n // 4
+    if not f.sm100:
+        consumer_regs = min(240, ((65536 - 128 * producer_regs) // (128 * f.wgs)) // 8 * 8)
+    if cfg.epilogue.overlap:  # the accumulators and the previous tile's packed output live together
+        acc_regs = mma.m_waves * mma.fragment_regs * len(mma.streams)
+        words = mma.m_waves * mma.block_n // 4
         if acc_regs + words + OVERLAP_SPARE_REGS > consumer_regs:
             raise ConfigError(
                 f"epilogue.overlap=True: {acc_regs} accumulator + {words} packed registers + {OVERLAP_SPARE_REGS} for "
-                f"addresses and loop state per thread > the {consumer_regs} each of {wgs} consumer warpgroups gets "
+                f"addresses and loop state per thread > the {consumer_regs} each of {f.wgs} consumer warpgroups gets "
                 f"(setmaxnreg); ptxas would spill (a 192x192 tile on 3 warpgroups spilled 56 B)")
+    # sm_100a: ``.minnctapersm 1`` is the seed's ``__launch_bounds__(256, 1)``; without it ptxas (CUDA 13.0)
+    # picks 64 registers for an occupancy it never gets (TMEM and shared memory allow 1-4 CTAs) and level 9
+    # spills 16 B.  PTX ISA "Performance-tuning directives".
+    return RegistersPlan(maxnreg=maxnreg, min_ctas_per_sm=1 if f.sm100 else 0, producer_regs=producer_regs,
+                         consumer_regs=consumer_regs)
 
-    # sm_100a: ``.minnctapersm 1`` is the seed's ``__launch_bounds__(256, 1)``; without it ptxas
-    # (CUDA 13.0) picks 64 registers for an occupancy it never gets (TMEM and shared memory allow 1-4
-    # CTAs) and level 9 spills 16 B (issue 9, finding 6).  PTX ISA "Performance-tuning directives".
-    min_ctas_per_sm = 1 if sm100 else 0
 
-    # ---- split-K (sm_90a; config.validate checks arch and persistence)
-    split = None
+def _split_plan(cfg: Config, f: _Basics, mma: MmaIssuePlan) -> SplitKPlan | None:
+    """Serial split-K (sm_90a; the config rules check arch and persistence)."""
     sk = cfg.schedule.split_k
-    if sk > 1:
-        group_bytes = m_waves * wave_rows * t.block_n * F32_BYTES * nb
-        ws = WorkspaceSpec(sk, group_bytes * wgs, wgs, 2 if cfg.cluster.dual_tile else 1)
-        split = SplitKPlan(sk, ws, group_bytes, 128, PARTIAL_CHUNK_VALUES, t.block_n // 2 // PARTIAL_CHUNK_VALUES)
+    if sk <= 1:
+        return None
+    group_bytes = mma.m_waves * mma.wave_rows * mma.block_n * F32_BYTES * len(f.b_names)
+    ws = WorkspaceSpec(sk, group_bytes * f.wgs, f.wgs, 2 if cfg.cluster.dual_tile else 1)
+    return SplitKPlan(sk, ws, group_bytes, 128, PARTIAL_CHUNK_VALUES, mma.fragment_regs // PARTIAL_CHUNK_VALUES)
 
+
+def make_plan(cfg: Config) -> Plan:
+    """Derive the plan of a config that passed the config rules (:func:`ptxgen.config.validate`).
+
+    Raises ConfigError when a budget is exceeded, in this order: an operand stage that is not whole 128B-swizzle
+    atoms, shared memory (232448 B), TMEM columns (512), registers (``epilogue.overlap``).
+    """
+    f = _basics(cfg)
+    roles = _roles_plan(cfg, f)
+    mma = _mma_plan(cfg, f, roles)
+    stage = _stage(cfg, f)
+    epilogue = _epilogue_plan(cfg, f, roles, mma)
+    layout = _layout(cfg, stage, epilogue)
+    bars = _barriers(cfg, f, stage, epilogue, layout.ab_end)
+    smem_bytes = _smem_bytes(cfg, layout, bars)
+    ab, acc, cd_ring = _pipelines(cfg, f, bars)
+    tmem, sf_col0, sf_cols = _tmem_plan(cfg, f, mma, stage)
+    smem_bytes, ctas_per_sm = _residency(f, smem_bytes, roles.threads, tmem)
     return Plan(
         cfg=cfg, kernel_name=f"ptxgen_{cfg.kernel}_{cfg.name.replace('-', '_')}", arch=cfg.arch,
-        cluster_size=cs, cta_group=cta_group, threads=threads,
-        producer_warp=producer_warp, mma_warp=mma_warp, alloc_warp=alloc_warp,
-        epilogue_warp0=epi_warp0, epilogue_warps=epi_warps, consumer_warpgroups=wgs,
-        lockstep=cfg.pipeline.roles == "lockstep", mma_all_lanes=cfg.mma.lanes == "all",
-        dedicated_epilogue=e.warps == 4, two_sm=cfg.tma.two_sm, multicast=cfg.tma.multicast,
-        tma_store=tma_store, early_release=e.early_release, epi_overlap=e.overlap, epi_stmatrix=e.stmatrix,
-        cd_swizzle128=e.swizzle == "128",
-        block_m=t.block_m, block_n=t.block_n, block_k=t.block_k,
-        m_waves=m_waves, wave_rows=wave_rows, consumer_rows=m_waves * wave_rows, umma_m=umma_m, k_steps=t.block_k // mma_k,
-        a_box_rows=t.block_m, b_box_rows=b_box_rows, b_smem_rows=b_smem_rows,
-        a_stage_bytes=a_stage, b_stage_bytes=b_stage, b_load_bytes=b_load, load_bytes=load_bytes,
-        full_tx_bytes=full_tx, operands=operands, mmas=mmas, mma_order="interleaved", epilogue_op=e.op,
-        operand_format=cfg.operands, out_dtype="f16" if nvfp4 else "bf16",
-        k_coord_step=row_bytes if nvfp4 else t.block_k, k_multiple=t.block_k if nvfp4 else K_MULTIPLE_BF16,
-        cd=cd, barriers=bar_region, tmem_slot=tmem_slot, smem_bytes=smem_bytes,
-        ab=ab, acc=acc, cd_ring=cd_ring,
-        tmem_cols=tmem_cols, acc_stage_cols=acc_stage_cols, acc_cols=acc_cols,
-        idesc=idesc, a_desc_hi=desc_hi, b_desc_hi=desc_hi, desc_lbo_field=lbo_field,
-        k_step_desc=k_step_desc, a_wave_bytes=a_wave_bytes, wave_desc=wave_desc,
-        scale_vec="block16" if nvfp4 else "",
-        sf_lbo_field=descriptors.SF_COPY_LBO >> 4, sf_atom_bytes=descriptors.SF_ATOM_BYTES,
-        sf_cols_per_atom=descriptors.SF_TMEM_COLS_PER_ATOM, sf_rows_per_atom=descriptors.SF_ATOM_ROWS,
-        sf_k_per_line=descriptors.SF_ATOM_K * descriptors.SCALE_VEC["block16"] // (descriptors.SF_ATOM_BYTES // SF_LINE_BYTES),
-        wg_row_stride=0 if pingpong else m_waves * wave_rows, wg_a_stride=0 if pingpong else m_waves * a_wave_bytes,
-        pingpong=pingpong, tile_owners=tile_owners, math_order=math_order,
-        epi_threads=epi_threads, epi_groups=epi_groups, epi_writers=writers,
-        store_block_n=sbn, store_n_multiple=STORE_N_MULTIPLE,
-        cd_box_rows=cd_box_rows, cd_row_bytes=cd_row_bytes, cd_stage_bytes=cd_stage, cd_stages=e.stages,
-        tmem_ld_cols=tmem_ld_cols, release_per_thread=per_thread, tmem_empty_arrivals_per_cta=arrivals_per_cta,
-        cluster_tile_rows=t.block_m * m_ctas, m_ctas=m_ctas, group_clusters=group_clusters,
-        throttle_ns=throttle_ns, ctas_per_sm=ctas_per_sm,
-        maxnreg=maxnreg, min_ctas_per_sm=min_ctas_per_sm, producer_regs=producer_regs, consumer_regs=consumer_regs,
-        split=split,
+        roles=roles, loads=_loads_plan(cfg, f, stage, layout, mma, sf_col0, sf_cols), mma=mma, tmem=tmem,
+        scales=_scales_plan(f),
+        smem=SmemPlan(cd=layout.cd, barriers=bars.region, tmem_slot=bars.tmem_slot, bytes=smem_bytes,
+                      ctas_per_sm=ctas_per_sm),
+        epilogue=epilogue, schedule=_schedule_plan(cfg), registers=_registers_plan(cfg, f, roles, mma),
+        ab=ab, acc=acc, cd_ring=cd_ring, math_order=bars.math_order, split=_split_plan(cfg, f, mma),
     )

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ptxgen.build import build
-from ptxgen.config import from_dict, shipped_configs
+from ptxgen.build import build, from_dict  # from_dict: with the plan's budgets
+from ptxgen.config import shipped_configs
 from ptxgen.errors import ConfigError
 
 pytest.importorskip("cuda.pathfinder", reason="assembler wheels (pip install .[cuda]) are not installed")
@@ -19,16 +19,16 @@ pytestmark = pytest.mark.compile
 
 def _sass_expect(res) -> dict:
     p = res.plan
-    if p.is_sm100 and p.operand_format == "nvfp4":
+    if p.is_sm100 and p.mma.operand_format == "nvfp4":
         # per k-block: one block-scaled MMA per stream and k-step (UTCOMMA, .4X = block16), one tcgen05.cp per
         # scale atom (UTCCP); six TMA loads (A, B1, B2, SFA, SFB1, SFB2)
-        mmas = len(p.mmas) * p.k_steps
-        expect = {"UTCOMMA": mmas, "UTCCP": len(p.scale_operands) * p.k_steps, "UTCBAR": 2,
-                  "UTMALDG": len(p.operands), "LDTM": 1}
+        mmas = len(p.mma.streams) * p.mma.k_steps
+        expect = {"UTCOMMA": mmas, "UTCCP": len(p.loads.scale_operands) * p.mma.k_steps, "UTCBAR": 2,
+                  "UTMALDG": len(p.loads.operands), "LDTM": 1}
     elif p.is_sm100:
-        expect = {"UTCHMMA": p.m_waves * p.k_steps, "UTCBAR": 2, "UTMALDG": 2, "LDTM": 1}
+        expect = {"UTCHMMA": p.mma.m_waves * p.mma.k_steps, "UTCBAR": 2, "UTMALDG": 2, "LDTM": 1}
     else:
-        expect = {"HGMMA": p.m_waves * p.k_steps, "UTMALDG": 2}
+        expect = {"HGMMA": p.mma.m_waves * p.mma.k_steps, "UTMALDG": 2}
     if p.cfg.epilogue.store == "tma":
         expect["UTMASTG"] = 1
     return expect
@@ -43,10 +43,10 @@ def test_shipped_config_assembles_without_spills(name):
         assert asm.count(opcode) >= at_least, f"{name}: SASS has {asm.count(opcode)} {opcode}, expected >= {at_least}"
     if res.plan.is_sm100:
         assert asm.count("HGMMA") == 0
-        if res.plan.operand_format == "nvfp4":  # block-scaled only: no bf16 UTCHMMA, .4X = .block16 (ue4m3 per 16 K)
+        if res.plan.mma.operand_format == "nvfp4":  # block-scaled only: no bf16 UTCHMMA, .4X = .block16 (ue4m3 per 16 K)
             assert asm.count("UTCHMMA") == 0 and asm.count("UTCOMMA") == asm.count("UTCOMMA.2CTA.4X" if
-                                                                             res.plan.cta_group == 2 else "UTCOMMA.4X")
-            assert asm.count("UTCCP") == asm.count("UTCCP.T.S." + ("2CTA." if res.plan.cta_group == 2 else "")
+                                                                             res.plan.roles.cta_group == 2 else "UTCOMMA.4X")
+            assert asm.count("UTCCP") == asm.count("UTCCP.T.S." + ("2CTA." if res.plan.roles.cta_group == 2 else "")
                                                    + "4x32dp128bit")
     else:
         assert asm.count("UTCHMMA") == 0

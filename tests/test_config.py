@@ -8,7 +8,8 @@ import sys
 import pytest
 import yaml
 
-from ptxgen.config import from_dict, load_config, shipped_configs, to_dict
+from ptxgen.build import from_dict  # with the plan's budgets
+from ptxgen.config import load_config, shipped_configs, to_dict
 from ptxgen.errors import ConfigError
 
 LEVEL_DIFFS = {  # LEVELS.md: each level differs from the one before by these knobs only

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from ptxgen.build import build
+from ptxgen.build import from_dict as checked_from_dict  # with the plan's budgets
 from ptxgen.config import Config, from_dict, load_config, shipped_configs, to_dict
 from ptxgen.errors import ConfigError
 
@@ -76,7 +77,7 @@ class Outcome:
 def _try(raw, outcome: Outcome, names_field: str | None = None) -> None:
     outcome.cases += 1
     try:
-        cfg = from_dict(raw)
+        cfg = checked_from_dict(raw)
     except ConfigError as exc:
         message = str(exc)
         assert "\n" not in message and len(message) < 400, message

@@ -44,7 +44,7 @@ def _sim_faults(kernel) -> list[str]:
 
 def _tx_without_b2(plan):
     """The ``full`` barrier announces A + B1 only: B2's bytes are missing from expect_tx."""
-    return replace(plan, ab=replace(plan.ab, full=replace(plan.full, tx_bytes=plan.full.tx_bytes - plan.b_stage_bytes)))
+    return replace(plan, ab=replace(plan.ab, full=replace(plan.full, tx_bytes=plan.full.tx_bytes - plan.loads.b_stage_bytes)))
 
 
 def _b2_into_b1_slot():

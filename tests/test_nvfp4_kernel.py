@@ -11,7 +11,8 @@ import pytest
 
 from ptxgen import descriptors
 from ptxgen.builders.kernel import build_kernel
-from ptxgen.config import from_dict, load_config, to_dict
+from ptxgen.build import from_dict  # with the plan's budgets
+from ptxgen.config import load_config, to_dict
 from ptxgen.errors import ConfigError
 from ptxgen.ir import ops as O
 from ptxgen.plan import make_plan
@@ -32,7 +33,7 @@ def _with(name: str, **changes) -> dict:
 
 @pytest.mark.parametrize("changes, message", [
     ({"arch": "sm_90a"}, "operands='nvfp4': block-scaled tcgen05.mma .kind::mxf4nvf4 needs arch=sm_100a"),
-    ({"kernel": "gemm", "epilogue.op": "none"}, "operands='nvfp4': the NVFP4 kernel is the SwiGLU dual GEMM"),
+    ({"kernel": "gemm"}, "operands='nvfp4': the NVFP4 kernel is the SwiGLU dual GEMM"),
     ({"tile.block_k": 64}, "tile.block_k=64: operands=nvfp4: must be 256"),
     ({"tile.block_m": 256}, "tile.block_m=256: operands=nvfp4: must be 128 per CTA"),
     ({"tile.block_n": 64}, "tile.block_n=64: operands=nvfp4: must be 128"),
@@ -49,20 +50,20 @@ def test_config_rules_name_the_field(changes, message):
 @pytest.mark.parametrize("name", NVFP4)
 def test_plan_numbers(name):
     p = make_plan(load_config(name))
-    cg = p.cta_group
-    assert p.operand_format == "nvfp4" and p.out_dtype == "f16" and p.k_multiple == 256
-    assert [o.name for o in p.operands] == ["a", "b", "b2", "sfa", "sfb", "sfb2"]
-    assert p.k_steps == 4 and p.k_step_desc == 2 and p.k_coord_step == 128  # 4 MMAs of K=64, +32 B each
-    assert p.idesc == descriptors.umma_idesc_mxf4nvf4(128 * cg, 128) == (0x08200480 if cg == 1 else 0x10200480)
+    cg = p.roles.cta_group
+    assert p.mma.operand_format == "nvfp4" and p.epilogue.out_dtype == "f16" and p.loads.k_multiple == 256
+    assert [o.name for o in p.loads.operands] == ["a", "b", "b2", "sfa", "sfb", "sfb2"]
+    assert p.mma.k_steps == 4 and p.mma.k_step_desc == 2 and p.loads.k_coord_step == 128  # 4 MMAs of K=64, +32 B each
+    assert p.mma.idesc == descriptors.umma_idesc_mxf4nvf4(128 * cg, 128) == (0x08200480 if cg == 1 else 0x10200480)
     # operand stages: 128 B rows of packed e2m1; B halves with cta_group::2; each scale tile 4 atoms of 512 B
-    assert p.operand("a").load_bytes == 128 * 128 and p.operand("b").load_bytes == 128 * 128 // cg
-    assert all(s.load_bytes == 2048 and s.box_rows == 16 for s in p.scale_operands)
+    assert p.loads.operand("a").load_bytes == 128 * 128 and p.loads.operand("b").load_bytes == 128 * 128 // cg
+    assert all(s.load_bytes == 2048 and s.box_rows == 16 for s in p.loads.scale_operands)
     # tx bytes count the scale tiles: both CTAs' loads land on the leader's full barrier with 2-SM TMA
-    assert p.load_bytes == 128 * 128 + 2 * 128 * 128 // cg + 3 * 2048
-    assert p.full_tx_bytes == p.load_bytes * cg
+    assert p.loads.load_bytes == 128 * 128 + 2 * 128 * 128 // cg + 3 * 2048
+    assert p.loads.full_tx_bytes == p.loads.load_bytes * cg
     # TMEM: two 128-column accumulators, then 3 x 16 scale columns; 512 allocated (a power of two)
-    assert [s.tmem_col for s in p.scale_operands] == [256, 272, 288] and p.tmem_cols == 512
-    assert [(m.acc, m.b, m.sfa, m.sfb) for m in p.mmas] == [(0, "b", "sfa", "sfb"), (1, "b2", "sfa", "sfb2")]
+    assert [s.tmem_col for s in p.loads.scale_operands] == [256, 272, 288] and p.tmem.cols == 512
+    assert [(m.acc, m.b, m.sfa, m.sfb) for m in p.mma.streams] == [(0, "b", "sfa", "sfb"), (1, "b2", "sfa", "sfb2")]
     maps = p.launch_spec().tensor_maps
     assert maps["sfa"].box_bytes == 2048 and maps["a"].box_bytes == 128 * 128 and maps["d"].dtype == "f16"
 

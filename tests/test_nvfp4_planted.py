@@ -50,14 +50,14 @@ def _copies_before_the_wait(body):
 
 def _tx_without_scales(plan):
     """expect_tx announces A + B1 + B2 only: the three scale tiles' bytes are missing."""
-    sf = sum(s.load_bytes for s in plan.scale_operands)
-    full = replace(plan.full, tx_bytes=plan.full.tx_bytes - sf * plan.cta_group)
-    return replace(plan, load_bytes=plan.load_bytes - sf, ab=replace(plan.ab, full=full))
+    sf = sum(s.load_bytes for s in plan.loads.scale_operands)
+    full = replace(plan.full, tx_bytes=plan.full.tx_bytes - sf * plan.roles.cta_group)
+    return replace(plan, loads=replace(plan.loads, load_bytes=plan.loads.load_bytes - sf), ab=replace(plan.ab, full=full))
 
 
 def _b2_reads_b1_scales(plan):
     """The B2 MMAs read SFB1's TMEM columns (a wrong scale-factor column)."""
-    return replace(plan, mmas=tuple(replace(m, sfb="sfb") for m in plan.mmas))
+    return replace(plan, mma=replace(plan.mma, streams=tuple(replace(m, sfb="sfb") for m in plan.mma.streams)))
 
 
 @BOTH

@@ -143,7 +143,7 @@ def test_map_args_of_every_map(name) -> None:
     assert d.dtype == "CU_TENSOR_MAP_DATA_TYPE_FLOAT16" and d.dims == (n, m)
     # the bytes one stage's boxes move are the plan's expect_tx share of one CTA
     box_bytes = sum(spec.tensor_maps[t].box_bytes for t in ("a", "b", "b2", "sfa", "sfb", "sfb2"))
-    assert box_bytes == build(name).plan.load_bytes
+    assert box_bytes == build(name).plan.loads.load_bytes
     with pytest.raises(ShapeError, match="tensor map 'a': data address 0x10008"):
         map_args(spec, m, n, k, {**ADDRS, "a": 0x10008})
 

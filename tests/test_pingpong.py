@@ -67,14 +67,14 @@ def test_pingpong_accumulator_budget_is_per_warpgroup_tile():
 
 def test_plan_numbers_of_pingpong_and_cooperative():
     pp, coop = make_plan(load_config(PP)), make_plan(load_config("h100_256x128"))
-    assert (pp.pingpong, pp.tile_owners, pp.m_waves, pp.consumer_rows) == (True, 2, 2, 128)
-    assert (pp.wg_row_stride, pp.wg_a_stride) == (0, 0)  # each warpgroup computes the whole tile
+    assert (pp.roles.pingpong, pp.roles.tile_owners, pp.mma.m_waves, pp.mma.consumer_rows) == (True, 2, 2, 128)
+    assert (pp.mma.wg_row_stride, pp.mma.wg_a_stride) == (0, 0)  # each warpgroup computes the whole tile
     assert pp.empty.init == (1,)  # only the stage's tile owner releases it
     assert pp.math_order is not None and pp.math_order.num == 2 and pp.math_order.init == (1,)
-    assert pp.cd.count == 2 * pp.cd_stages  # each warpgroup its own staging buffers
-    assert pp.smem_bytes <= 232448 and pp.smem_bytes + pp.a_stage_bytes + pp.b_stage_bytes > 232448  # most stages
-    assert (coop.pingpong, coop.tile_owners, coop.m_waves, coop.empty.init, coop.math_order) == (False, 1, 2, (2,), None)
-    assert (coop.wg_row_stride, coop.wg_a_stride) == (128, 2 * coop.a_wave_bytes)
+    assert pp.smem.cd.count == 2 * pp.epilogue.stages  # each warpgroup its own staging buffers
+    assert pp.smem.bytes <= 232448 and pp.smem.bytes + pp.loads.a_stage_bytes + pp.loads.b_stage_bytes > 232448  # most stages
+    assert (coop.roles.pingpong, coop.roles.tile_owners, coop.mma.m_waves, coop.empty.init, coop.math_order) == (False, 1, 2, (2,), None)
+    assert (coop.mma.wg_row_stride, coop.mma.wg_a_stride) == (128, 2 * coop.mma.a_wave_bytes)
 
 
 def test_consumer_tile_loop_is_filtered_by_ownership():
@@ -112,7 +112,7 @@ def test_shipped_pingpong_verifies_and_simulates(config):
     k = kernel_for(config)
     verify(k)
     p = make_plan(load_config(config))
-    tm, tn, kk = p.block_m, p.block_n, p.block_k * (2 * p.stages + 1)
+    tm, tn, kk = p.mma.block_m, p.mma.block_n, p.mma.block_k * (2 * p.stages + 1)
     for (m, n, kdim), sms in (((tm // 2 + 8, tn - 8, 64), 2), ((3 * tm - 8, tn + 0, kk), 1), ((2 * tm, 2 * tn - 24, 136), 1)):
         simulate(k, m, n, kdim, seed=1, num_sms=sms)
 
@@ -120,20 +120,20 @@ def test_shipped_pingpong_verifies_and_simulates(config):
 @pytest.mark.sim
 @pytest.mark.parametrize("patch", [
     {"cluster": {"size": 2, "dual_tile": True}, "tma": {"multicast": True}},  # both CTAs' owners release both
-    {"kernel": "dual_gemm", "tile": {"block_m": 64, "block_n": 128}, "epilogue": {"op": "silu_mul"}},
+    {"kernel": "dual_gemm", "tile": {"block_m": 64, "block_n": 128}},
 ], ids=["multicast-pair", "dual-gemm"])
 def test_pingpong_composes_with_multicast_and_dual_gemm(patch):
     """Not shipped, but accepted: a CTA pair multicasting B (``empty`` counts the owner of each CTA) and the SwiGLU
     dual GEMM (two accumulators per warpgroup tile) verify and simulate; 3 tiles per cluster, num_k > 2 x stages."""
-    from ptxgen.builders.gemm import build_gemm
+    from ptxgen.builders.kernel import build_kernel
 
     raw = {**BASE, "pipeline": {"stages": 3}, "schedule": {"persistent": True},
            "epilogue": {"store": "tma", "swizzle": "128", "store_block_n": 64, "stages": 2}}
     raw.update({k: ({**raw.get(k, {}), **v} if isinstance(v, dict) else v) for k, v in patch.items()})
     plan = make_plan(from_dict(raw))
-    k = build_gemm(plan)
+    k = build_kernel(plan)
     verify(k)
-    simulate(k, 3 * plan.cluster_tile_rows - 8, plan.block_n, 64 * 7, seed=2, num_sms=plan.cluster_size)
+    simulate(k, 3 * plan.schedule.cluster_tile_rows - 8, plan.mma.block_n, 64 * 7, seed=2, num_sms=plan.roles.cluster_size)
 
 
 # ------------------------------------------------------------------ planted bugs

@@ -68,7 +68,7 @@ class Plant:
 def _stage_plus_one(plan):
     def change(op):
         stage = (Var("stage") + 1) % plan.stages
-        return replace(op, dst=plan.a.offset + stage * plan.a.stride)
+        return replace(op, dst=plan.loads.a.offset + stage * plan.loads.a.stride)
     return change
 
 
@@ -103,14 +103,14 @@ def _wrap_peer_arrive(op):
 def _cd_row_per_store_block(plan):
     """The level8/9 builder bug the simulator found: CD staging of store block c used the tile row's 16-byte
     chunk index (8c + q) instead of q; through the swizzle XOR that is c staging rows (128c bytes) further on."""
-    per_block = plan.store_block_n // 8
-    chunks = plan.block_n // plan.store_block_n
+    per_block = plan.epilogue.store_block_n // 8
+    chunks = plan.mma.block_n // plan.epilogue.store_block_n
     seen = [0]
 
     def change(op):
         c = (seen[0] // per_block) % chunks
         seen[0] += 1
-        return replace(op, addr=op.addr + c * plan.cd_row_bytes)
+        return replace(op, addr=op.addr + c * plan.epilogue.row_bytes)
     return change
 
 

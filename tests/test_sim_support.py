@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ptxgen.builders.gemm import build_gemm
+from ptxgen.builders.kernel import build_kernel
 from ptxgen.config import load_config
 from ptxgen.ir import Kernel
 from ptxgen.ir import ops as O
@@ -14,7 +14,7 @@ from ptxgen.ir.rewrite import rewrite_body
 
 def kernel_for(config: str, plan=None) -> Kernel:
     """The builder's kernel of a shipped config, or of ``plan``."""
-    return build_gemm(plan or make_plan(load_config(config)))
+    return build_kernel(plan or make_plan(load_config(config)))
 
 
 def in_role(role: str, fn):

@@ -90,7 +90,7 @@ def test_misaligned_region() -> None:
 
 
 def test_tmem_out_of_bounds() -> None:
-    kernel = _with_plan("level9", lambda p: replace(p, tmem_cols=256))
+    kernel = _with_plan("level9", lambda p: replace(p, tmem=replace(p.tmem, cols=256)))
     with pytest.raises(VerifyError, match=r"^TMEM access out of bounds: Umma by mma \(CTA 0, rank 0, warp 1\) at t=0 "
                                           r"kb=0 writes lanes \[0, 128\) columns \[256, 512\); 256 columns"):
         verify(kernel)
@@ -146,9 +146,10 @@ def test_config_variants_verify_and_simulate(variant: dict) -> None:
     assume(not (base.arch == "sm_90a" and changes["pipeline.stages"] == 1))  # see test_sm90_single_stage
     try:
         cfg = base.replace(**changes)
+        plan = make_plan(cfg)  # the budgets are the plan's
     except ConfigError:
         return
-    kernel = kernel_for(cfg.name, make_plan(cfg))
+    kernel = kernel_for(cfg.name, plan)
     verify(kernel)
     simulate(kernel, *default_shapes(kernel)[1], seed=1)
 
@@ -176,7 +177,7 @@ def test_sm90_single_stage(config: str) -> None:
 
 def test_tmem_oversubscription() -> None:
     """Level 1's unpadded shared memory (24624 B) lets 9 CTAs share an SM: 9 x 128 TMEM columns > 512."""
-    kernel = _with_plan("level1", lambda p: replace(p, smem_bytes=24624))
+    kernel = _with_plan("level1", lambda p: replace(p, smem=replace(p.smem, bytes=24624)))
     with pytest.raises(VerifyError, match=r"^TMEM oversubscription: 24624 B of shared memory lets 9 CTAs share an "
                                           r"SM, each allocating 128 TMEM columns \(1152 > 512\)"):
         verify(kernel)
@@ -184,11 +185,11 @@ def test_tmem_oversubscription() -> None:
 
 def test_level1_shared_memory_bounds_ctas_per_sm() -> None:
     plan = make_plan(load_config("level1"))
-    assert plan.ctas_per_sm == 4 and plan.ctas_per_sm * plan.tmem_cols == 512
-    assert plan.launch_spec().dynamic_smem_bytes == plan.smem_bytes == 45680
+    assert plan.smem.ctas_per_sm == 4 and plan.smem.ctas_per_sm * plan.tmem.cols == 512
+    assert plan.launch_spec().dynamic_smem_bytes == plan.smem.bytes == 45680
 
 
 def test_sm100_without_minnctapersm() -> None:
-    kernel = _with_plan("level9", lambda p: replace(p, min_ctas_per_sm=0))
+    kernel = _with_plan("level9", lambda p: replace(p, registers=replace(p.registers, min_ctas_per_sm=0)))
     with pytest.raises(VerifyError, match=r"^register budget: \.minnctapersm missing; an sm_100a kernel declares"):
         verify(kernel)

@@ -22,13 +22,13 @@ class Cluster:
     """This CTA's place in its cluster: ``rank`` (0 without a cluster) and ``is_leader``."""
 
     def __init__(self, plan: Plan):
-        self.size = plan.cluster_size
+        self.size = plan.roles.cluster_size
         self.rank = RANK if self.size == 2 else Const(0)
         self.is_leader = eq(self.rank, 0)
 
 
 class TileScheduler:
-    """Persistent, swizzled walk over cluster tiles (group of ``plan.group_clusters`` m-blocks).
+    """Persistent, swizzled walk over cluster tiles (group of ``plan.schedule.group_clusters`` m-blocks).
 
     ``setup()`` binds ``num_m``, ``num_n``, ``num_tiles``, ``cluster_id``, ``num_clusters``;
     ``loop(body)`` binds ``tc`` (the CTA's tile count), ``m_row`` and ``n_col`` for each tile.
@@ -45,8 +45,8 @@ class TileScheduler:
     def setup(self) -> list:
         cs = self.c.size
         return [
-            Let("num_m", ceil_div(Param("m"), self.p.cluster_tile_rows)),
-            Let("num_n", ceil_div(Param("n"), self.p.block_n)),
+            Let("num_m", ceil_div(Param("m"), self.p.schedule.cluster_tile_rows)),
+            Let("num_n", ceil_div(Param("n"), self.p.mma.block_n)),
             Let("num_tiles", Var("num_m") * Var("num_n")),
             Let("cluster_id", Sreg("ctaid") // cs),
             Let("num_clusters", Sreg("nctaid") // cs),
@@ -63,8 +63,8 @@ class TileScheduler:
         return (Var("num_tiles") + Var("num_clusters") - 1 - Var("cluster_id")) // Var("num_clusters")
 
     def loop(self, body: list) -> For:
-        p, g = self.p, self.p.group_clusters
-        m_cta = (Var("cm") * p.m_ctas + self.c.rank) if p.m_ctas == 2 else Var("cm")
+        p, g = self.p, self.p.schedule.group_clusters
+        m_cta = (Var("cm") * p.schedule.m_ctas + self.c.rank) if p.schedule.m_ctas == 2 else Var("cm")
         tile, units, split_lets, after = T, Var("num_tiles"), [], []
         if p.split is not None:
             s = p.split.splits
@@ -80,8 +80,8 @@ class TileScheduler:
             Let("gm", emin(Var("num_m") - Var("grp") * g, g)),
             Let("r", tile % (Var("num_n") * g)),
             Let("cm", Var("grp") * g + Var("r") % Var("gm")),
-            Let("m_row", m_cta * p.block_m),
-            Let("n_col", (Var("r") // Var("gm")) * p.block_n),
+            Let("m_row", m_cta * p.mma.block_m),
+            Let("n_col", (Var("r") // Var("gm")) * p.mma.block_n),
         ]
         return For("t", Var("cluster_id"), units, Var("num_clusters"), tuple(sched + body + after))
 
@@ -121,31 +121,31 @@ def acc_state(plan: Plan) -> tuple[list, PipelineState]:
 
 def desc_lo(plan: Plan, offset: Expr, lbo_field: int | None = None) -> Expr:
     """Descriptor low word for smem+offset: start >> 4 | LBO field << 16 (the plan's operand LBO unless given)."""
-    lbo = plan.desc_lbo_field if lbo_field is None else lbo_field
+    lbo = plan.mma.desc_lbo_field if lbo_field is None else lbo_field
     return fold(((Sreg("smem") + offset) >> 4) | (lbo << 16))
 
 
 def stage_offset(plan: Plan, operand: str, stage: Expr) -> Expr:
     """Byte offset of operand ``operand``'s slot ``stage``."""
-    region = plan.operand(operand).region
+    region = plan.loads.operand(operand).region
     return fold(region.offset + stage * region.stride)
 
 
 def setup(plan: Plan, cluster: Cluster, scheduler: TileScheduler) -> list:
     """Barrier init (one elected thread), TMEM allocation (sm_100a), then a CTA/cluster sync.
 
-    With ``cta_group::2`` the paired allocation waits for a cluster barrier after the inits (issue 9 finding 1).
+    With ``cta_group::2`` the paired allocation waits for a cluster barrier after the inits: the peer CTA must be
+    running (PTX ISA "tcgen05.alloc").
     """
     inits = []
     for spec in plan.barrier_specs():
         count = lift(spec.init[0]) if len(set(spec.init)) == 1 else select(cluster.is_leader, spec.init[0], spec.init[1])
         inits.append(For("i", Const(0), Const(spec.num), Const(1), (MbarrierInit(Bar(spec.name, Var("i")), count),)))
     roles = [Role("init", 0, 1, (Elect((*inits, FenceMbarrierInit())),))]
-    alloc = Role("tmem_alloc", plan.alloc_warp, plan.alloc_warp + 1, (TmemAlloc(plan.tmem_cols), TmemRelinquish()))
-    out = [Let("num_k", ceil_div(Param("k"), plan.block_k)), *scheduler.setup()]
-    if plan.is_sm100 and plan.cta_group == 2:
-        # Issue 9 finding 1: tcgen05.alloc.cta_group::2 needs the peer CTA running (PTX ISA tcgen05.alloc;
-        # CUTLASS PR #3316, Triton PR #10735).  Order: barrier init + fence.mbarrier_init -> cluster
+    alloc = Role("tmem_alloc", plan.roles.alloc_warp, plan.roles.alloc_warp + 1, (TmemAlloc(plan.tmem.cols), TmemRelinquish()))
+    out = [Let("num_k", ceil_div(Param("k"), plan.mma.block_k)), *scheduler.setup()]
+    if plan.is_sm100 and plan.roles.cta_group == 2:
+        # tcgen05.alloc.cta_group::2 needs the peer CTA running (PTX ISA "tcgen05.alloc").  Order: barrier init + fence.mbarrier_init -> cluster
         # arrive.release/wait.acquire -> alloc + relinquish -> fence::before -> cluster sync (peer's alloc
         # done, address slot written) -> fence::after -> read the address slot.
         out += [WarpSwitch(tuple(roles)), ClusterSync(), WarpSwitch((alloc,))]
@@ -164,7 +164,7 @@ def teardown(plan: Plan, cluster: Cluster) -> list:
     if not plan.is_sm100:
         return [ClusterSync()] if cluster.size == 2 else []
     out = [TcgenFence("before"), ClusterSync() if cluster.size == 2 else CtaSync(), TcgenFence("after"),
-           WarpSwitch((Role("tmem_dealloc", plan.alloc_warp, plan.alloc_warp + 1, (TmemDealloc(TMEM, plan.tmem_cols),)),))]
+           WarpSwitch((Role("tmem_dealloc", plan.roles.alloc_warp, plan.roles.alloc_warp + 1, (TmemDealloc(TMEM, plan.tmem.cols),)),))]
     if cluster.size == 2:
         out.append(ClusterSync())  # no CTA exits while its peer may still touch its barriers or TMEM
     return out

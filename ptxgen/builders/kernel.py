@@ -38,29 +38,29 @@ def _sm100_roles(plan: Plan, cluster: Cluster, sched: TileScheduler) -> list:
     otherwise one tile loop holds the mainloop roles followed by the epilogue on the same four warps.
     """
     producer, mma, epi = TmaProducer(plan, cluster), UmmaIssuer(plan, cluster), Epilogue(plan, cluster)
-    loop = (lambda body: [sched.loop(body)]) if plan.dedicated_epilogue else (lambda body: body)  # noqa: E731
-    # issue 9 finding 5: the producer waits each empty stage's final phase before exit (producer_tail); with a
-    # dedicated epilogue inside its role, otherwise after the shared tile loop
+    loop = (lambda body: [sched.loop(body)]) if plan.roles.dedicated_epilogue else (lambda body: body)  # noqa: E731
+    # the producer waits each empty stage's final phase before exit (producer_tail: no arrive may be pending when
+    # the CTA exits); with a dedicated epilogue inside its role, otherwise after the shared tile loop
     tail = producer.tail(sched)
-    if plan.lockstep:
+    if plan.roles.lockstep:
         tile = [*mma.tile_head(), k_loop(producer.kblock() + mma.kblock())]
-        roles = [Role("mainloop", plan.producer_warp, plan.producer_warp + 1,
-                      (Elect((*loop(tile), *(tail if plan.dedicated_epilogue else []))),))]
+        roles = [Role("mainloop", plan.roles.producer_warp, plan.roles.producer_warp + 1,
+                      (Elect((*loop(tile), *(tail if plan.roles.dedicated_epilogue else []))),))]
     else:
         issuer = loop(mma.tile_head() + [k_loop(mma.kblock())])
-        issuer = [*mma.lane_descriptors(), *issuer] if plan.mma_all_lanes else [Elect(tuple(issuer))]
+        issuer = [*mma.lane_descriptors(), *issuer] if plan.roles.mma_all_lanes else [Elect(tuple(issuer))]
         if cluster.size == 2:
             issuer = [If(cluster.is_leader, tuple(issuer))]
-        roles = [Role("producer", plan.producer_warp, plan.producer_warp + 1,
-                      (Elect((*loop([k_loop(producer.kblock())]), *(tail if plan.dedicated_epilogue else []))),)),
-                 Role("mma", plan.mma_warp, plan.mma_warp + 1, tuple(issuer))]
+        roles = [Role("producer", plan.roles.producer_warp, plan.roles.producer_warp + 1,
+                      (Elect((*loop([k_loop(producer.kblock())]), *(tail if plan.roles.dedicated_epilogue else []))),)),
+                 Role("mma", plan.roles.mma_warp, plan.roles.mma_warp + 1, tuple(issuer))]
     tile = epi.tmem_tile()
-    if plan.epi_writers == 1 and cluster.size == 2:
+    if plan.epilogue.writers == 1 and cluster.size == 2:
         tile = [If(cluster.is_leader, tuple(tile))]
-    if plan.dedicated_epilogue:
-        roles.append(Role("epilogue", plan.epilogue_warp0, plan.epilogue_warp0 + 4, (sched.loop(tile), *epi.drain())))
+    if plan.roles.dedicated_epilogue:
+        roles.append(Role("epilogue", plan.roles.epilogue_warp0, plan.roles.epilogue_warp_end, (sched.loop(tile), *epi.drain())))
         return [WarpSwitch(tuple(roles))]
-    tail_role = WarpSwitch((Role("producer", plan.producer_warp, plan.producer_warp + 1, (Elect(tuple(tail)),)),))
+    tail_role = WarpSwitch((Role("producer", plan.roles.producer_warp, plan.roles.producer_warp + 1, (Elect(tuple(tail)),)),))
     return [sched.loop([WarpSwitch(tuple(roles)), *tile]), tail_role, *epi.drain()]
 
 
@@ -69,8 +69,8 @@ def _sm90_roles(plan: Plan, cluster: Cluster, sched: TileScheduler) -> list:
     producer, epi = TmaProducer(plan, cluster), Epilogue(plan, cluster)
     consumer = WgmmaConsumer(plan, cluster, epi, sched)
     loads = k_loop(producer.kblock(), k_bounds(plan))
-    producer_role = Role("producer", 0, 4, (SetMaxNReg("dec", plan.producer_regs),
-                                            If(eq(WARP, plan.producer_warp), (Elect((sched.loop([loads]),)),))))
-    consumer_role = Role("consumer", 4, 4 + 4 * plan.consumer_warpgroups,
+    producer_role = Role("producer", 0, 4, (SetMaxNReg("dec", plan.registers.producer_regs),
+                                            If(eq(WARP, plan.roles.producer_warp), (Elect((sched.loop([loads]),)),))))
+    consumer_role = Role("consumer", plan.roles.epilogue_warp0, plan.roles.epilogue_warp_end,
                          (*consumer.prologue(), sched.loop(consumer.owned_tile()), *consumer.tail(sched), *epi.drain()))
     return [WarpSwitch((producer_role, consumer_role))]

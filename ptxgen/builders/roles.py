@@ -3,8 +3,8 @@
 Each role reads its numbers from the plan and speaks to the others only
 through the plan's pipelines (``plan.ab``: operand stages, ``plan.acc``: TMEM
 accumulator stages, ``plan.cd_ring``: epilogue staging buffers).  An extra
-operand is one more entry in ``plan.operands`` (one more TMA load per stage),
-an extra accumulator one more entry in ``plan.mmas`` (one more MMA stream), an
+operand is one more entry in ``plan.loads.operands`` (one more TMA load per stage),
+an extra accumulator one more entry in ``plan.mma.streams`` (one more MMA stream), an
 epilogue op one more step in :class:`Epilogue` — no role is copied.  NVFP4
 (seed 003) is such a plan: its scale-factor tiles are operands too (loaded into
 the same stage behind the same ``full`` barrier), the MMA issuer copies them
@@ -20,13 +20,14 @@ from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, For, If, LdGlobalAcq
                   MbarrierArrive, MbarrierWait, NamedBarrier, Nanosleep, PackBf16, Param, RedGlobal, SetMaxNReg, Shfl,
                   SiluMul, StGlobalBf16, StGlobalF32, StGlobalU32, StMatrix, StSharedBf16, TcgenFence, TmaLoad, TmaStore,
                   TmemCopy, TmemLoad, TmemWaitLd, Umma, UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence,
-                  WgmmaWait, eq, fold, land, lift, lt, ne)
+                  WaitRole, WgmmaWait, eq, fold, land, lift, lt, ne)
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
 from .common import (KB, LANE, TMEM, WARP, Cluster, TileScheduler, acc_state, desc_lo, k_bounds, k_loop, ring_iteration,
                      ring_state, stage_offset)
 
 EPI_BAR_ID = 1  # named barrier of the epilogue threads (sm_90a: 1 + consumer warpgroup)
+CHUNK_VALUES = 8  # bf16 / f16 values of one 16-byte store
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ PREVIOUS_TILE = StoredTile("pk", True, Var("m_prev"), Var("n_prev"), Var("tc") -
 
 def relay(plan: Plan, cluster: Cluster) -> bool:
     """Level 1's ``full`` relay: a CTA pair without 2-SM TMA; the peer forwards its landed stage to the leader."""
-    return plan.is_sm100 and cluster.size == 2 and not plan.two_sm
+    return plan.is_sm100 and cluster.size == 2 and not plan.loads.two_sm
 
 
 class TmaProducer:
@@ -62,23 +63,23 @@ class TmaProducer:
         p, c = self.p, self.c
         lets, st = ring_state(p)
         out = [*lets, *p.ab.producer_acquire(st)]
-        if p.is_sm100 and p.two_sm:  # both CTAs' loads complete on the leader's barrier
-            out.append(If(c.is_leader, tuple(p.ab.producer_commit(st, tx_bytes=p.load_bytes)),
-                          tuple(p.ab.producer_commit(st, tx_bytes=p.load_bytes, cta=Const(0)))))
+        if p.is_sm100 and p.loads.two_sm:  # both CTAs' loads complete on the leader's barrier
+            out.append(If(c.is_leader, tuple(p.ab.producer_commit(st, tx_bytes=p.loads.load_bytes)),
+                          tuple(p.ab.producer_commit(st, tx_bytes=p.loads.load_bytes, cta=Const(0)))))
         else:
-            out += p.ab.producer_commit(st, tx_bytes=p.load_bytes if p.is_sm100 else None)
-        out += [self.load(o, st) for o in p.operands]
+            out += p.ab.producer_commit(st, tx_bytes=p.loads.load_bytes if p.is_sm100 else None)
+        out += [self.load(o, st) for o in p.loads.operands]
         if relay(p, c):  # level 1: the peer relays its landed stage to the leader
-            # issue 9 finding 3: the leader's MMA then reads this CTA's shared memory, a cross-CTA data
-            # hand-off: the relay arrive releases at cluster scope (the leader acquires at cluster scope)
-            out.append(If(ne(c.rank, 0), (*p.ab.consumer_wait(st, role="relay_wait"),
+            # the leader's MMA then reads this CTA's shared memory, a cross-CTA data hand-off: the relay arrive
+            # releases at cluster scope and the leader acquires at cluster scope (PTX ISA "Memory Consistency Model")
+            out.append(If(ne(c.rank, 0), (*p.ab.consumer_wait(st, role=WaitRole.RELAY_WAIT),
                                           *p.ab.relay(st, cta=Const(0), scope="cluster"))))
         return out
 
     def tail(self, sched: TileScheduler) -> list:
         """CUTLASS's producer_tail: after its last tile the producer waits each ``empty`` stage's final phase.
 
-        Issue 9 finding 5: the last ``tcgen05.commit`` of each stage arrives on ``empty`` asynchronously (on
+        The last ``tcgen05.commit`` of each stage arrives on ``empty`` asynchronously (on
         both CTAs' barriers with cta_group::2); without these waits a CTA may exit, and the pair pass the
         final cluster barrier, with that arrive still pending.  The ring continues for ``stages`` more
         iterations past ``it_end`` (this CTA's tiles x num_k) with producer_acquire waits only: at most
@@ -89,17 +90,17 @@ class TmaProducer:
         return [Let("tiles_done", sched.tiles_done()),
                 Let("it_end", Var("tiles_done") * Var("num_k")),
                 For("i", Const(0), Const(p.stages), Const(1),
-                    (Let("it", Var("it_end") + Var("i")), *lets, *p.ab.producer_acquire(st, role="producer_tail")))]
+                    (Let("it", Var("it_end") + Var("i")), *lets, *p.ab.producer_acquire(st, role=WaitRole.PRODUCER_TAIL)))]
 
     def load(self, o, st: PipelineState) -> TmaLoad:
         p, c = self.p, self.c
-        col = KB * p.k_coord_step
+        col = KB * p.loads.k_coord_step
         dst = stage_offset(p, o.name, st.index)
         full = Bar(p.ab.full.name, st.index)
         if o.scales:  # 128-byte lines of the blocked scales: row block (m_row or n_col) / 128, then this k-block's atoms
-            block = (Var("m_row") if o.rows_along == "m" else Var("n_col")) // p.sf_rows_per_atom
-            row = fold(block * (Param("k") // p.sf_k_per_line) + KB * o.box_rows)
-            return TmaLoad(o.name, dst, Const(0), row, full, two_sm=p.is_sm100 and p.two_sm)
+            block = (Var("m_row") if o.rows_along == "m" else Var("n_col")) // p.scales.rows_per_atom
+            row = fold(block * (Param("k") // p.scales.k_per_line) + KB * o.box_rows)
+            return TmaLoad(o.name, dst, Const(0), row, full, two_sm=p.is_sm100 and p.loads.two_sm)
         if o.rows_along == "m":
             row = Var("m_row")
         elif o.split == "none":
@@ -109,7 +110,7 @@ class TmaProducer:
         if o.split == "multicast":
             return TmaLoad(o.name, fold(dst + c.rank * o.load_bytes), col, row, full, multicast=0b11,
                            cache_hint=o.cache_hint)
-        return TmaLoad(o.name, dst, col, row, full, two_sm=p.is_sm100 and p.two_sm, cache_hint=o.cache_hint)
+        return TmaLoad(o.name, dst, col, row, full, two_sm=p.is_sm100 and p.loads.two_sm, cache_hint=o.cache_hint)
 
 
 class UmmaIssuer:
@@ -120,7 +121,7 @@ class UmmaIssuer:
 
     def lockstep_guard(self, body: list) -> list:
         """In a lockstep mainloop warp, MMA work runs on the leader CTA only (cta_group::2)."""
-        if self.p.lockstep and self.c.size == 2:
+        if self.p.roles.lockstep and self.c.size == 2:
             return [If(self.c.is_leader, tuple(body))]
         return body
 
@@ -133,7 +134,7 @@ class UmmaIssuer:
         """mma.lanes=all: lane i holds stage i's descriptor low word of every operand (shared by shfl)."""
         p = self.p
         return [Let(f"{o.name}_desc_lane", desc_lo(p, stage_offset(p, o.name, LANE % p.stages)))
-                for o in p.matrix_operands]
+                for o in p.loads.matrix_operands]
 
     def scale_copies(self, st: PipelineState) -> list:
         """NVFP4: ``tcgen05.cp`` of each scale tile's atoms (one per K=64 MMA) from the landed stage into TMEM.
@@ -144,47 +145,47 @@ class UmmaIssuer:
         tcgen05.mma), so no wait sits between them; the k-block's commit to ``empty`` covers both.
         """
         p = self.p
-        return [TmemCopy(fold(TMEM + (s.tmem_col + j * p.sf_cols_per_atom)),
-                         desc_lo(p, fold(stage_offset(p, s.name, st.index) + j * p.sf_atom_bytes), p.sf_lbo_field),
-                         s.desc_hi, p.cta_group)
-                for s in p.scale_operands for j in range(p.k_steps)]
+        return [TmemCopy(fold(TMEM + (s.tmem_col + j * p.scales.cols_per_atom)),
+                         desc_lo(p, fold(stage_offset(p, s.name, st.index) + j * p.scales.atom_bytes), p.scales.lbo_field),
+                         s.desc_hi, p.roles.cta_group)
+                for s in p.loads.scale_operands for j in range(p.mma.k_steps)]
 
     def mma(self, mma, d: Expr, a_lo: Expr, b_lo: Expr, ks: int, accumulate: Expr):
         """One MMA of stream ``mma`` at k-step ``ks``: ``tcgen05.mma .kind::f16``, or block-scaled when it has scales."""
         p = self.p
-        a, b = p.operand(mma.a), p.operand(mma.b)
+        a, b = p.loads.operand(mma.a), p.loads.operand(mma.b)
         if not mma.sfa:
-            return Umma(d, a_lo, b_lo, accumulate, idesc=p.idesc, a_hi=a.desc_hi, b_hi=b.desc_hi)
-        sf = {nm: fold(TMEM + (p.operand(nm).tmem_col + ks * p.sf_cols_per_atom)) for nm in (mma.sfa, mma.sfb)}
-        return UmmaBlockScaled(d, a_lo, b_lo, sf[mma.sfa], sf[mma.sfb], accumulate, p.idesc, a.desc_hi, b.desc_hi,
-                               p.cta_group, scale_vec=p.scale_vec)
+            return Umma(d, a_lo, b_lo, accumulate, idesc=p.mma.idesc, a_hi=a.desc_hi, b_hi=b.desc_hi)
+        sf = {nm: fold(TMEM + (p.loads.operand(nm).tmem_col + ks * p.scales.cols_per_atom)) for nm in (mma.sfa, mma.sfb)}
+        return UmmaBlockScaled(d, a_lo, b_lo, sf[mma.sfa], sf[mma.sfb], accumulate, p.mma.idesc, a.desc_hi, b.desc_hi,
+                               p.roles.cta_group, scale_vec=p.scales.vec)
 
     def kblock(self) -> list:
         """consumer_wait on ``full``, scale copies (NVFP4), the MMAs of every stream, M-wave and k-step, consumer_release by commit."""
         p = self.p
         lets, st = ring_state(p)
-        if p.mma_all_lanes:
-            lo = {o.name: Var(f"{o.name}_lo") for o in p.matrix_operands}
-            descs = [Shfl(f"{o.name}_lo", f"{o.name}_desc_lane", st.index) for o in p.matrix_operands]
+        if p.roles.mma_all_lanes:
+            lo = {o.name: Var(f"{o.name}_lo") for o in p.loads.matrix_operands}
+            descs = [Shfl(f"{o.name}_lo", f"{o.name}_desc_lane", st.index) for o in p.loads.matrix_operands]
         else:
-            lo = {o.name: desc_lo(p, stage_offset(p, o.name, st.index)) for o in p.matrix_operands}
+            lo = {o.name: desc_lo(p, stage_offset(p, o.name, st.index)) for o in p.loads.matrix_operands}
             descs = []
         issue = self.scale_copies(st)
-        for w in range(p.m_waves):
-            for ks in range(p.k_steps):
+        for w in range(p.mma.m_waves):
+            for ks in range(p.mma.k_steps):
                 accumulate = Const(1) if ks else ne(KB, 0)
-                for mma in p.mmas:
-                    d = fold(TMEM + Var("acc") * p.acc_stage_cols + (mma.acc * p.acc_cols + w * p.block_n))
-                    issue.append(self.mma(mma, d, fold(lo[mma.a] + (w * p.wave_desc + ks * p.k_step_desc)),
-                                          fold(lo[mma.b] + ks * p.k_step_desc), ks, accumulate))
+                for mma in p.mma.streams:
+                    d = fold(TMEM + Var("acc") * p.tmem.acc_stage_cols + p.tmem.acc_col(mma.acc, w))
+                    issue.append(self.mma(mma, d, fold(lo[mma.a] + (w * p.mma.wave_desc + ks * p.mma.k_step_desc)),
+                                          fold(lo[mma.b] + ks * p.mma.k_step_desc), ks, accumulate))
         acc = PipelineState(Var("acc"), Var("acc_phase"))
         issue += [*p.ab.consumer_release(st), If(eq(KB, Var("num_k") - 1), tuple(p.acc.producer_commit(acc)))]
-        if p.throttle_ns:
-            issue.append(Nanosleep(p.throttle_ns))
-        # issue 9 finding 3: with the level-1 relay, full[] completes on the peer's release.cluster arrive
+        if p.mma.throttle_ns:
+            issue.append(Nanosleep(p.mma.throttle_ns))
+        # with the level-1 relay, full[] completes on the peer's release.cluster arrive: acquire at cluster scope
         body = [*p.ab.consumer_wait(st, scope="cluster" if relay(p, self.c) else "cta"), TcgenFence("after"), *descs]
-        body += [Elect(tuple(issue))] if p.mma_all_lanes else issue
-        if p.lockstep:
+        body += [Elect(tuple(issue))] if p.roles.mma_all_lanes else issue
+        if p.roles.lockstep:
             return self.lockstep_guard(body)  # the producer half of the k-block already bound it/stage/phase
         return lets + body
 
@@ -200,56 +201,55 @@ class Epilogue:
     def tmem_tile(self) -> list:
         """consumer_wait ``tmem_full``, read TMEM in 32x32b pieces, store D, consumer_release ``tmem_empty``.
 
-        TMA-store configs need ``n % plan.store_n_multiple == 0`` here (launch ``n_multiple``); the sm_90a
+        TMA-store configs need ``n % plan.epilogue.store_n_multiple == 0`` here (launch ``n_multiple``); the sm_90a
         epilogue instead falls back to direct stores in-kernel (duplicating this epilogue made ptxas spill).
         """
         p = self.p
         lets, st = acc_state(p)
         head = [*lets, *p.acc.consumer_wait(st), TcgenFence("after"), Let("erow", (WARP % 4) * 32 + LANE)]
-        body = self.tmem_store(tma=p.tma_store)
-        return head + body + ([] if p.early_release else self.release_tmem(st))
+        body = self.tmem_store(tma=p.epilogue.tma_store)
+        return head + body + ([] if p.epilogue.early_release else self.release_tmem(st))
 
     def tmem_store(self, tma: bool) -> list:
-        p = self.p
+        p, e = self.p, self.p.epilogue
         erow = Var("erow")
         out = []
-        chunks = p.block_n // p.store_block_n
         lane_field = ((WARP % 4) * 32) << 16
-        pieces = p.store_block_n // p.tmem_ld_cols
+        ld = e.tmem_ld_cols
         st = PipelineState(Var("acc"), Var("acc_phase"))
-        for w in range(p.m_waves):
-            for c in range(chunks):
-                last_read = w == p.m_waves - 1 and c == chunks - 1
-                seq = w * chunks + c
+        for w in range(p.mma.m_waves):
+            for c in range(e.stores_per_wave):
+                last_read = w == p.mma.m_waves - 1 and c == e.stores_per_wave - 1
+                seq = w * e.stores_per_wave + c
                 if tma:
                     out += self.cd_acquire(group=None)
-                for j in range(pieces):
-                    col0 = w * p.block_n + c * p.store_block_n + j * p.tmem_ld_cols
-                    base = fold(TMEM + lane_field + Var("acc") * p.acc_stage_cols + col0)
-                    out.append(TmemLoad("v", base, p.tmem_ld_cols))
-                    if p.epilogue_op == "silu_mul":  # the second accumulator, acc_cols further on
-                        out.append(TmemLoad("u", fold(base + p.acc_cols), p.tmem_ld_cols))
+                for j in range(e.loads_per_box):
+                    col0 = p.tmem.acc_col(0, w) + c * e.store_block_n + j * ld
+                    base = fold(TMEM + lane_field + Var("acc") * p.tmem.acc_stage_cols + col0)
+                    out.append(TmemLoad("v", base, ld))
+                    if e.op == "silu_mul":  # the second accumulator, acc_cols further on
+                        out.append(TmemLoad("u", fold(base + p.tmem.acc_cols), ld))
                     out.append(TmemWaitLd())
-                    if last_read and j == pieces - 1 and p.early_release:
+                    if last_read and j == e.loads_per_box - 1 and e.early_release:
                         out += self.release_tmem(st)
-                    out += self.fuse("v", "u", p.tmem_ld_cols)
-                    for q in range(p.tmem_ld_cols // 8):
-                        idx = tuple(range(q * 8, q * 8 + 8))
-                        col_in_chunk = j * p.tmem_ld_cols + q * 8  # staging rows hold one store chunk
+                    out += self.fuse("v", "u", ld)
+                    for q in range(e.chunks_per_load):  # one 16-byte store of 8 values each
+                        idx = tuple(range(q * CHUNK_VALUES, (q + 1) * CHUNK_VALUES))
+                        chunk = j * e.chunks_per_load + q  # 16-byte chunk of the box row (staging rows hold one box)
                         if tma:
-                            out.append(StSharedBf16(self.cd_addr(self.cd_buffer(seq, None), erow, col_in_chunk // 8), "v",
-                                                    idx, p.out_dtype))
+                            out.append(StSharedBf16(self.cd_addr(self.cd_buffer(seq, None), erow, chunk), "v",
+                                                    idx, e.out_dtype))
                         else:
-                            col = c * p.store_block_n + col_in_chunk
-                            out.append(StGlobalBf16(Var("m_row") + (w * p.wave_rows) + erow, Var("n_col") + col, "v", idx,
-                                                    p.out_dtype))
+                            col = c * e.store_block_n + chunk * CHUNK_VALUES
+                            out.append(StGlobalBf16(Var("m_row") + (w * p.mma.wave_rows) + erow, Var("n_col") + col, "v", idx,
+                                                    e.out_dtype))
                 if tma:
-                    out += self.cd_commit(Var("n_col") + c * p.store_block_n, Var("m_row") + w * p.wave_rows, seq, group=None)
+                    out += self.cd_commit(Var("n_col") + c * e.store_block_n, Var("m_row") + w * p.mma.wave_rows, seq, group=None)
         return out
 
     def fuse(self, acc: str, other: str, n: int) -> list:
         """The epilogue op on ``n`` values of the per-thread accumulator ``acc`` (``other``: the second one)."""
-        if self.p.epilogue_op == "silu_mul":
+        if self.p.epilogue.op == "silu_mul":
             return [SiluMul(acc, acc, other, n)]
         return []
 
@@ -257,10 +257,10 @@ class Epilogue:
         """consumer_release of the accumulator stage: fence, then per-thread or one elected arrive (leader's barrier)."""
         p = self.p
         ctas = (Const(0),) if self.c.size == 2 else (None,)
-        if p.release_per_thread:
+        if p.epilogue.release_per_thread:
             return [TcgenFence("before"), *p.acc.consumer_release(st, ctas=ctas)]
-        return [TcgenFence("before"), NamedBarrier(Const(EPI_BAR_ID + 1), p.epi_threads),
-                If(eq(WARP, p.epilogue_warp0), (Elect(tuple(p.acc.consumer_release(st, ctas=ctas))),))]
+        return [TcgenFence("before"), NamedBarrier(Const(EPI_BAR_ID + 1), p.epilogue.threads),
+                If(eq(WARP, p.roles.epilogue_warp0), (Elect(tuple(p.acc.consumer_release(st, ctas=ctas))),))]
 
     # -------------------------------------------------------------- sm_90a
 
@@ -271,44 +271,40 @@ class Epilogue:
         ``tile``: which registers hold the tile and where it goes (default: the f32 accumulators of the
         current tile, :data:`CURRENT_TILE`).
         """
-        p = self.p
+        p, e = self.p, self.p.epilogue
         t = tile or CURRENT_TILE
         out = []
         # wgmma m64nN fragment of lane l, warp w, value i: row 16*(w%4) + l/4 + 8*((i/2)&1), col 8*(i/4) + 2*(l%4) + (i&1)
         frag_row = (WARP % 4) * 16 + LANE // 4
         frag_col = (LANE % 4) * 2
-        row0 = t.m_row + wg * p.wg_row_stride
-        sbn = p.store_block_n
-        for v in range(p.m_waves):
+        row0 = t.m_row + wg * p.mma.wg_row_stride
+        for v in range(p.mma.m_waves):
             src = f"{t.array}{v}"
             if not tma:
-                for i in range(0, p.block_n // 2, 2):
-                    out.append(StGlobalBf16(fold(row0 + v * p.wave_rows + frag_row + 8 * ((i // 2) & 1)),
+                for i in range(0, p.mma.fragment_regs, 2):
+                    out.append(StGlobalBf16(fold(row0 + v * p.mma.wave_rows + frag_row + 8 * ((i // 2) & 1)),
                                             fold(t.n_col + 8 * (i // 4) + frag_col), src, (i, i + 1), packed=t.packed))
                 continue
-            for c in range(p.block_n // sbn):
-                seq = v * (p.block_n // sbn) + c
+            for c in range(e.stores_per_wave):
+                seq = v * e.stores_per_wave + c
                 out += self.cd_acquire(wg)
                 buf = self.cd_buffer(seq, wg, t.count)
-                if p.epi_stmatrix:  # values 8q..8q+7: 16 rows x 16 columns; lane l addresses row l % 8 of matrix l // 8
+                values = range(c * e.box_values, (c + 1) * e.box_values)  # this box's fragment values
+                if e.stmatrix:  # values 8q..8q+7: 16 rows x 16 columns; lane l addresses row l % 8 of matrix l // 8
                     row = fold((WARP % 4) * 16 + 8 * ((LANE // 8) % 2) + LANE % 8)
-                    for i in range(c * sbn // 2, (c + 1) * sbn // 2, 8):
-                        chunk = fold(LANE // 16 + (i // 4 - c * sbn // 8))
+                    for i in values[::8]:
+                        chunk = fold(LANE // 16 + (i // 4 - c * e.row_chunks))
                         out.append(StMatrix(self.cd_addr(buf, row, chunk), src, tuple(range(i, i + 8)), packed=t.packed))
                 else:
-                    for i in range(c * sbn // 2, (c + 1) * sbn // 2, 2):
+                    for i in values[::2]:
                         row = fold(frag_row + 8 * ((i // 2) & 1))
-                        chunk = i // 4 - c * sbn // 8
+                        chunk = i // 4 - c * e.row_chunks
                         addr = fold(self.cd_addr(buf, row, chunk) + (LANE % 4) * 4)
                         out.append(StSharedBf16(addr, src, (i, i + 1), packed=t.packed))
-                out += self.cd_commit(fold(t.n_col + c * sbn), fold(row0 + v * p.wave_rows), seq, wg, t.count)
+                out += self.cd_commit(fold(t.n_col + c * e.store_block_n), fold(row0 + v * p.mma.wave_rows), seq, wg, t.count)
         return out
 
     # -------------------------------------------------------------- the CD staging ring (both arches)
-
-    def stores_per_tile(self) -> int:
-        p = self.p
-        return p.m_waves * (p.block_n // p.store_block_n)
 
     def cd_buffer(self, seq: int, group: Expr | None, count: Expr | None = None) -> Expr:
         """CD staging buffer of store ``seq`` of the tile (rotating through the ring's stages).
@@ -319,28 +315,28 @@ class Epilogue:
         ring = self.p.cd_ring
         # split-K: only a tile's last split stores; pingpong: the storing warpgroup's own tiles
         tc = Var("tc") if count is None else count
-        tiles = Var("tiles_stored") if self.p.split is not None else tc // self.p.tile_owners
-        buf = ring.buffer(tiles * self.stores_per_tile() + seq)
+        tiles = Var("tiles_stored") if self.p.split is not None else tc // self.p.roles.tile_owners
+        buf = ring.buffer(tiles * self.p.epilogue.stores_per_tile + seq)
         return fold(buf if group is None else group * ring.stages + buf)
 
     def cd_addr(self, buf: Expr, row: Expr, chunk16) -> Expr:
         """Byte offset of 16-byte chunk ``chunk16`` of staging row ``row`` (128B swizzle: chunk ^ row % 8)."""
         p = self.p
-        base = p.cd.offset + buf * p.cd.stride + row * p.cd_row_bytes
-        if p.cd_swizzle128:
+        base = p.smem.cd.offset + buf * p.smem.cd.stride + row * p.epilogue.row_bytes
+        if p.epilogue.swizzle128:
             return fold(base + ((lift(chunk16) ^ (row % 8)) << 4))
         return fold(base + lift(chunk16) * 16)
 
     def epi_leader(self, group: Expr | None) -> Expr:
         p = self.p
-        return eq(WARP, p.epilogue_warp0) if group is None else eq(WARP, p.epilogue_warp0 + group * 4)
+        return eq(WARP, p.roles.epilogue_warp0) if group is None else eq(WARP, p.roles.epilogue_warp0 + group * 4)
 
     def cd_acquire(self, group: Expr | None) -> list:
         """producer_acquire of a staging buffer: at most stages-1 stores of the storing warp still read smem.
 
-        Issue 9 finding 2: bulk async-groups belong to the thread that committed them, and the store and
-        commit are issued under ``elect.sync``, which need not pick the same lane again; so every lane of
-        the storing warp waits (a lane without groups passes at once) instead of a second ``Elect``.
+        Bulk async-groups belong to the thread that committed them (PTX ISA "cp.async.bulk.commit_group"), and
+        the store and commit are issued under ``elect.sync``, which need not pick the same lane again; so every
+        lane of the storing warp waits (a lane without groups passes at once) instead of a second ``Elect``.
         """
         return [If(self.epi_leader(group), tuple(self.p.cd_ring.producer_acquire())), self.named_sync(group)]
 
@@ -350,11 +346,11 @@ class Epilogue:
         sm_90a: that thread is lane 0 of the storing warp, not an ``elect.sync`` lane.  With ``elect.sync`` in the
         epilogue, ptxas 13 stopped treating the next tile's mainloop as warp-uniform: it put three
         ``WARPSYNC.ALL`` and twice the ``R2UR`` moves into every k-block and did the stage and descriptor
-        arithmetic per thread instead of on the uniform datapath (bench/NOTES.md §11).  A fixed lane is also the
-        plainest owner of the bulk groups it commits (PTX_FACTS: commit and wait from the same thread).
+        arithmetic per thread instead of on the uniform datapath.  A fixed lane is also the plainest owner of the
+        bulk groups it commits and waits for (PTX ISA "cp.async.bulk.commit_group": groups are per thread).
         """
         p = self.p
-        store = TmaStore("d", fold(p.cd.offset + self.cd_buffer(seq, group, count) * p.cd.stride), col, row)
+        store = TmaStore("d", fold(p.smem.cd.offset + self.cd_buffer(seq, group, count) * p.smem.cd.stride), col, row)
         issue = (store, *p.cd_ring.producer_commit())
         return [FenceProxyAsync(), self.named_sync(group),
                 If(self.epi_leader(group), (Elect(issue, fixed=not p.is_sm100),))]
@@ -362,15 +358,15 @@ class Epilogue:
     def named_sync(self, group: Expr | None) -> NamedBarrier:
         p = self.p
         if group is None:
-            return NamedBarrier(Const(EPI_BAR_ID), p.epi_threads)
+            return NamedBarrier(Const(EPI_BAR_ID), p.epilogue.threads)
         return NamedBarrier(fold(EPI_BAR_ID + group), 128)
 
     def drain(self) -> list:
         """After the last tile: stores complete before the CTA exits."""
         p = self.p
-        if not p.tma_store:
+        if not p.epilogue.tma_store:
             return []
-        # every lane of the storing warp waits: see cd_acquire (issue 9 finding 2)
+        # every lane of the storing warp waits: see cd_acquire (bulk groups are per thread)
         return [If(self.epi_leader(None) if p.is_sm100 else eq(WARP % 4, 0), tuple(p.cd_ring.drain()))]
 
 
@@ -389,7 +385,7 @@ class SplitKFixup:
     def arrays(self) -> list[str]:
         """The fragment arrays of one thread, in workspace order."""
         p = self.p
-        return [WgmmaConsumer.acc_name(mma.acc, v) for v in range(p.m_waves) for mma in p.mmas]
+        return [WgmmaConsumer.acc_name(mma.acc, v) for v in range(p.mma.m_waves) for mma in p.mma.streams]
 
     def counter(self, wg: Expr) -> Expr:
         ws = self.sp.workspace
@@ -463,14 +459,14 @@ class WgmmaConsumer:
 
     def prologue(self) -> list:
         stored = [Let("tiles_stored", Const(0))] if self.fixup is not None else []  # split-K: the CD ring's tile count
-        return [SetMaxNReg("inc", self.p.consumer_regs), Let("wg", WARP // 4 - 1), *stored]
+        return [SetMaxNReg("inc", self.p.registers.consumer_regs), Let("wg", WARP // 4 - 1), *stored]
 
     def owned_tile(self) -> list:
         """The tile loop's body: :meth:`tile`, on pingpong only in the tile's owner warpgroup (``tc % tile_owners``)."""
         p = self.p
-        if not p.pingpong:
+        if not p.roles.pingpong:
             return self.tile()
-        return [If(eq(Var("tc") % p.tile_owners, Var("wg")), tuple(self.tile()))]
+        return [If(eq(Var("tc") % p.roles.tile_owners, Var("wg")), tuple(self.tile()))]
 
     def math_order(self, arrive: bool) -> list:
         """Pingpong's mainloop order (CUTLASS ``math_wg_order_barrier``): tile tc's mainloop after tile tc-1's.
@@ -484,13 +480,13 @@ class WgmmaConsumer:
         Cooperative consumers share every tile: no order, no ops.
         """
         p = self.p
-        if not p.pingpong:
+        if not p.roles.pingpong:
             return []
-        tc, owners = Var("tc"), p.tile_owners
+        tc, owners = Var("tc"), p.roles.tile_owners
         if arrive:
             nxt = Bar(p.math_order.name, fold((Var("wg") + 1) % owners))
             return [If(eq(WARP % 4, 0), (Elect((MbarrierArrive(nxt),)),))]
-        return [If(ne(tc, 0), (MbarrierWait(Bar(p.math_order.name, Var("wg")), ((tc - 1) // owners) & 1, "math_order_wait"),))]
+        return [If(ne(tc, 0), (MbarrierWait(Bar(p.math_order.name, Var("wg")), ((tc - 1) // owners) & 1, WaitRole.MATH_ORDER_WAIT),))]
 
     def issue(self) -> list:
         """The wgmma issue of k-block ``kb``: consumer_wait ``full``, fence, every wave x k-step x MMA, commit."""
@@ -499,16 +495,16 @@ class WgmmaConsumer:
         lets, st = ring_state(p)
         k0, _ = k_bounds(p)
         out = [*lets, *p.ab.consumer_wait(st), WgmmaFence()]
-        a = p.operand("a")
-        for v in range(p.m_waves):
-            a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + wg * p.wg_a_stride + v * p.a_wave_bytes))
-            for ks in range(p.k_steps):
+        a = p.loads.operand("a")
+        for v in range(p.mma.m_waves):
+            a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + wg * p.mma.wg_a_stride + v * p.mma.a_wave_bytes))
+            for ks in range(p.mma.k_steps):
                 accumulate = Const(1) if ks else ne(KB, k0)
-                for mma in p.mmas:
-                    bo = p.operand(mma.b)
-                    out.append(Wgmma(self.acc_name(mma.acc, v), p.block_n,
-                                     fold(a_base + ks * p.k_step_desc),
-                                     fold(desc_lo(p, stage_offset(p, mma.b, st.index)) + ks * p.k_step_desc),
+                for mma in p.mma.streams:
+                    bo = p.loads.operand(mma.b)
+                    out.append(Wgmma(self.acc_name(mma.acc, v), p.mma.block_n,
+                                     fold(a_base + ks * p.mma.k_step_desc),
+                                     fold(desc_lo(p, stage_offset(p, mma.b, st.index)) + ks * p.mma.k_step_desc),
                                      accumulate, a_hi=a.desc_hi, b_hi=bo.desc_hi))
         return out + [WgmmaCommit()]
 
@@ -528,13 +524,13 @@ class WgmmaConsumer:
         if self.fixup is not None:  # an empty split (num_k < splits) has no stage to release
             release = [If(lt(k0, k1), tuple(release))]
         fused = []
-        for v in range(p.m_waves):
-            fused += self.epi.fuse(f"acc{v}", f"acc1_{v}", p.block_n // 2)
-        if p.epi_overlap:  # config: cooperative, unsplit, persistent
+        for v in range(p.mma.m_waves):
+            fused += self.epi.fuse(f"acc{v}", f"acc1_{v}", p.mma.fragment_regs)
+        if p.epilogue.overlap:  # config: cooperative, unsplit, persistent
             first = [Let("kb", k0), *self.issue(), If(ne(Var("tc"), 0), tuple(self.stores(PREVIOUS_TILE)))]
             k_body = [*self.issue(), WgmmaWait(1), *release_prev]
-            pack = [PackBf16(f"{PREVIOUS_TILE.array}{v}", f"acc{v}", p.block_n // 2, p.out_dtype)
-                    for v in range(p.m_waves)]
+            pack = [PackBf16(f"{PREVIOUS_TILE.array}{v}", f"acc{v}", p.mma.fragment_regs, p.epilogue.out_dtype)
+                    for v in range(p.mma.m_waves)]
             return [*first, k_loop(k_body, (k0 + 1, k1)), WgmmaWait(0), *release, *fused, *pack,
                     Let("m_prev", Var("m_row")), Let("n_prev", Var("n_col"))]
         k_body = [*self.issue(), WgmmaWait(1), If(ne(KB, k0), tuple(release_prev))]
@@ -548,15 +544,15 @@ class WgmmaConsumer:
     def stores(self, tile: StoredTile) -> list:
         """The fragment stores of ``tile``: TMA stores when N allows the D tensor map, else direct."""
         p, wg = self.p, Var("wg")
-        if p.tma_store:  # the D tensor map needs 16-byte rows; other N store directly
-            n_ok = eq(Param("n") % p.store_n_multiple, 0)
+        if p.epilogue.tma_store:  # the D tensor map needs 16-byte rows; other N store directly
+            n_ok = eq(Param("n") % p.epilogue.store_n_multiple, 0)
             return [If(n_ok, tuple(self.epi.fragment_store(wg, True, tile)),
                        tuple(self.epi.fragment_store(wg, False, tile)))]
         return self.epi.fragment_store(wg, False, tile)
 
     def tail(self, sched: TileScheduler) -> list:
         """After the tile loop: with ``epilogue.overlap``, store the CTA's last tile (none when it had no tile)."""
-        if not self.p.epi_overlap:
+        if not self.p.epilogue.overlap:
             return []
         last = replace(PREVIOUS_TILE, count=Var("tiles_done") - 1)
         return [Let("tiles_done", sched.tiles_done()), If(ne(Var("tiles_done"), 0), tuple(self.stores(last)))]
@@ -565,5 +561,5 @@ class WgmmaConsumer:
         """consumer_release: one thread per consumer warpgroup arrives on ``empty`` (both CTAs' when B is multicast)."""
         p = self.p
         st = PipelineState(fold(st.index), st.phase)
-        ctas = (Const(0), Const(1)) if p.multicast else (None,)
+        ctas = (Const(0), Const(1)) if p.loads.multicast else (None,)
         return [If(eq(WARP % 4, 0), (Elect(tuple(p.ab.consumer_release(st, ctas=ctas))),))]

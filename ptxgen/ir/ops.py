@@ -25,6 +25,7 @@ Execution model (what the simulator implements and the emitters lower):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import ClassVar
 
 from .expr import Expr, expr_str, lift
@@ -227,20 +228,42 @@ class MbarrierArriveExpectTx(Op):
         return f"MbarrierArriveExpectTx {self.bar} tx={self.tx_bytes} B{where}"
 
 
+class WaitRole(StrEnum):
+    """What an ``MbarrierWait`` waits for, in CuTe's pipeline words; the value is its printed form (IR, PTX comments,
+    watchdog records).  The accumulator ring's waits carry the ring's name."""
+
+    PRODUCER_ACQUIRE = "producer_acquire"  # a producer waits for a free slot (``empty``)
+    PRODUCER_TAIL = "producer_tail"  # the producer's waits for the final releases before it exits
+    CONSUMER_WAIT = "consumer_wait"  # a consumer waits for a filled slot (``full``)
+    RELAY_WAIT = "relay_wait"  # level 1's peer waits its own ``full`` before relaying it to the leader
+    MATH_ORDER_WAIT = "math_order_wait"  # pingpong: a warpgroup waits its turn for the mainloop
+    ACC_PRODUCER_ACQUIRE = "producer_acquire (accumulator)"  # the MMA issuer waits for a free TMEM stage
+    ACC_CONSUMER_WAIT = "consumer_wait (accumulator)"  # the epilogue waits for a finished TMEM stage
+    WAIT = "wait"  # none of the above
+
+    @property
+    def is_producer(self) -> bool:
+        """A producer's wait: on ``empty``, parity ``phase ^ 1`` (passes at once on a fresh barrier)."""
+        return self in (WaitRole.PRODUCER_ACQUIRE, WaitRole.PRODUCER_TAIL, WaitRole.ACC_PRODUCER_ACQUIRE)
+
+
 @dataclass(frozen=True)
 class MbarrierWait(Op):
     """Spin on ``mbarrier.try_wait.parity`` until the phase of parity ``phase`` of ``bar`` completed.
 
-    ``role`` is the CuTe pipeline word for the wait (producer_acquire, consumer_wait, ...).
+    ``role``: the :class:`WaitRole` of the wait (a string of its values is taken as that role).
     ``scope``: ``"cta"`` (default ``.acquire.cta``) or ``"cluster"`` (``.acquire.cluster``: the wait
-    completes a cross-CTA data hand-off, issue 9 finding 3).
+    completes a cross-CTA data hand-off: the arrive it waits for released at cluster scope).
     """
 
     bar: Bar
     phase: Expr
-    role: str = "wait"
+    role: WaitRole = WaitRole.WAIT
     scope: str = "cta"
     watch: "WaitSite | None" = None  # set only by :func:`ptxgen.ir.watchdog.instrument` (bounded wait)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "role", WaitRole(self.role))
 
     def describe(self) -> str:
         return (f"MbarrierWait {self.bar} phase={_s(self.phase)} ({self.role})"

@@ -23,9 +23,16 @@ The verbs return IR ops (lists, since a remote release can be two arrives):
                        (``mbarrier.arrive.release.cluster``; level 1's peer -> leader)
 =====================  ===========================================================
 
-:class:`BulkStoreRing` is the epilogue's staging ring: its consumer is the TMA
-store unit, so its barrier is the issuing thread's bulk async-group count
-(``cp.async.bulk.wait_group.read``) rather than an mbarrier.
+The rings, by producer and consumer (CuTe's names), differ in how they commit and release:
+
+* :class:`PipelineTmaUmma` (sm_100a operands): TMA fills (``arrive.expect_tx``), ``tcgen05.commit`` releases;
+* :class:`PipelineTmaAsync` (sm_90a operands): TMA fills, the wgmma threads release (``mbarrier.arrive``);
+* :class:`PipelineUmmaAsync` (sm_100a accumulators): ``tcgen05.commit`` fills, epilogue threads release.
+
+Waits carry a :class:`~ptxgen.ir.ops.WaitRole`.  :class:`BulkStoreRing` is the
+epilogue's staging ring: its consumer is the TMA store unit, so its barrier is
+the issuing thread's bulk async-group count (``cp.async.bulk.wait_group.read``)
+rather than an mbarrier.
 """
 
 from __future__ import annotations
@@ -34,10 +41,8 @@ from dataclasses import dataclass
 
 from .expr import Expr, Var, eq, fold, lift, select
 from .kernel import BarrierArray
-from .ops import Bar, BulkCommitGroup, BulkWaitGroup, Let, MbarrierArrive, MbarrierArriveExpectTx, MbarrierWait, UmmaCommit
-
-#: how an arrival on a pipeline barrier is performed
-ARRIVE, EXPECT_TX, UMMA_COMMIT = "arrive", "expect_tx", "umma_commit"
+from .ops import (Bar, BulkCommitGroup, BulkWaitGroup, Let, MbarrierArrive, MbarrierArriveExpectTx, MbarrierWait,
+                  UmmaCommit, WaitRole)
 
 
 @dataclass(frozen=True)
@@ -60,25 +65,26 @@ class PipelineState:
         return PipelineState(fold(select(wrap, 0, nxt)), fold(self.phase ^ wrap))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Pipeline:
-    """A ``stages``-slot ring guarded by mbarrier arrays ``full`` and ``empty``.
+    """A ``stages``-slot ring guarded by mbarrier arrays ``full`` and ``empty`` (the verbs both sides share).
 
-    producer_commit_kind: ``expect_tx`` (a TMA producer announces ``tx_bytes``) or
-        ``umma_commit`` (``tcgen05.commit`` once the issuing thread's MMAs complete).
-    consumer_release_kind: ``arrive`` (``mbarrier.arrive``) or ``umma_commit``.
+    The subclasses are the rings by who produces and who consumes (CuTe's names): :class:`PipelineTmaUmma`,
+    :class:`PipelineTmaAsync`, :class:`PipelineUmmaAsync`; each decides how ``producer_commit`` and
+    ``consumer_release`` arrive.
+
     multicast: CTA mask of the ``tcgen05.commit`` arrivals (0: local barrier only).
-    label: the ring's name in wait comments (``producer_acquire (accumulator)``); "" for the operand ring.
     """
 
     name: str
     stages: int
     full: BarrierArray
     empty: BarrierArray
-    producer_commit_kind: str
-    consumer_release_kind: str
     multicast: int = 0
-    label: str = ""
+
+    #: the ring's wait roles (the accumulator ring names its own)
+    ACQUIRE = WaitRole.PRODUCER_ACQUIRE
+    WAIT = WaitRole.CONSUMER_WAIT
 
     @property
     def tx_bytes(self) -> int:
@@ -90,51 +96,81 @@ class Pipeline:
         st = PipelineState.at(iteration, self.stages)
         return [Let(names[0], st.index), Let(names[1], st.phase)], PipelineState(Var(names[0]), Var(names[1]))
 
-    def _role(self, verb: str) -> str:
-        return f"{verb} ({self.label})" if self.label else verb
-
-    def producer_acquire(self, st: PipelineState, role: str = "producer_acquire") -> list:
+    def producer_acquire(self, st: PipelineState, role: WaitRole | None = None) -> list:
         """Wait until the consumers released slot ``st.index`` (parity ``phase ^ 1``).
 
-        role: the wait's name (``producer_tail``: the same wait after the producer's last iteration).
+        role: the wait's role (default the ring's ``producer_acquire``; ``PRODUCER_TAIL``: the same wait after the
+        producer's last iteration).
         """
-        return [MbarrierWait(Bar(self.empty.name, st.index), st.phase ^ 1, self._role(role))]
+        return [MbarrierWait(Bar(self.empty.name, st.index), st.phase ^ 1, role or self.ACQUIRE)]
+
+    def producer_commit(self, st: PipelineState, **kw) -> list:
+        """Arrive on ``full[st.index]`` (how: the ring's type)."""
+        raise NotImplementedError
+
+    def consumer_wait(self, st: PipelineState, role: WaitRole | None = None, scope: str = "cta") -> list:
+        """Wait until slot ``st.index`` is full (parity ``phase``).
+
+        role: the wait's role (default the ring's ``consumer_wait``).
+        scope: acquire scope of the wait, ``"cta"`` (default ``.acquire.cta``) or ``"cluster"``
+        (``.acquire.cluster``: the phase completes on another CTA's release.cluster arrive).
+        """
+        return [MbarrierWait(Bar(self.full.name, st.index), st.phase, role or self.WAIT, scope)]
+
+    def consumer_release(self, st: PipelineState, *, ctas: tuple[Expr | None, ...] = (None,)) -> list:
+        """Arrive on ``empty[st.index]``: one ``mbarrier.arrive`` per rank in ``ctas`` (None: this CTA's)."""
+        bar = Bar(self.empty.name, st.index)
+        return [MbarrierArrive(bar, cta) for cta in ctas]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _TmaProducer(Pipeline):
+    """A ring filled by TMA loads: the producer announces the bytes (``mbarrier.arrive.expect_tx``)."""
 
     def producer_commit(self, st: PipelineState, *, tx_bytes: int | None = None, cta: Expr | None = None) -> list:
-        """Arrive on ``full[st.index]``: ``arrive.expect_tx`` of ``tx_bytes`` (default: the ring's), or a commit.
+        """``arrive.expect_tx`` on ``full[st.index]`` of ``tx_bytes`` (default: the ring's).
 
         cta: cluster rank whose barrier receives the arrival (None: this CTA's).
         """
         bar = Bar(self.full.name, st.index)
-        if self.producer_commit_kind == UMMA_COMMIT:
-            return [UmmaCommit(bar, self.multicast)]
-        if self.producer_commit_kind == EXPECT_TX:
-            return [MbarrierArriveExpectTx(bar, self.tx_bytes if tx_bytes is None else tx_bytes, cta=cta)]
-        return [MbarrierArrive(bar, cta)]
+        return [MbarrierArriveExpectTx(bar, self.tx_bytes if tx_bytes is None else tx_bytes, cta=cta)]
 
     def relay(self, st: PipelineState, cta: Expr, scope: str = "cluster") -> list:
         """Forward a completed ``full[st.index]`` phase to cluster rank ``cta``'s barrier: one plain arrive.
 
-        Level 1 (two CTAs, no 2-SM TMA): the peer waits its own ``full`` (``relay_wait``), then arrives on the
+        Level 1 (two CTAs, no 2-SM TMA): the peer waits its own ``full`` (``RELAY_WAIT``), then arrives on the
         leader's, whose MMA then reads the peer's shared memory: a cross-CTA data hand-off, hence
-        ``.release.cluster`` by default (issue 9 finding 3; PTX ISA "Memory Consistency Model: scope").
+        ``.release.cluster`` by default (PTX ISA "Memory Consistency Model": scope).
         """
         return [MbarrierArrive(Bar(self.full.name, st.index), cta, scope=scope)]
 
-    def consumer_wait(self, st: PipelineState, role: str = "consumer_wait", scope: str = "cta") -> list:
-        """Wait until slot ``st.index`` is full (parity ``phase``).
 
-        scope: acquire scope of the wait, ``"cta"`` (default ``.acquire.cta``) or ``"cluster"``
-        (``.acquire.cluster``: the phase completes on another CTA's release.cluster arrive).
-        """
-        return [MbarrierWait(Bar(self.full.name, st.index), st.phase, self._role(role), scope)]
+@dataclass(frozen=True, kw_only=True)
+class PipelineTmaUmma(_TmaProducer):
+    """sm_100a operand ring: TMA loads fill a stage, ``tcgen05.mma`` reads it and ``tcgen05.commit`` releases it
+    (arrives on ``empty`` once the issuing thread's MMAs completed; multicast to the pair's CTAs per ``multicast``)."""
 
     def consumer_release(self, st: PipelineState, *, ctas: tuple[Expr | None, ...] = (None,)) -> list:
-        """Arrive on ``empty[st.index]``: a ``tcgen05.commit`` (multicast per the ring), or one arrive per rank in ``ctas``."""
-        bar = Bar(self.empty.name, st.index)
-        if self.consumer_release_kind == UMMA_COMMIT:
-            return [UmmaCommit(bar, self.multicast)]
-        return [MbarrierArrive(bar, cta) for cta in ctas]
+        """``tcgen05.commit`` to ``empty[st.index]`` (``ctas`` unused: the ring's multicast mask decides)."""
+        return [UmmaCommit(Bar(self.empty.name, st.index), self.multicast)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineTmaAsync(_TmaProducer):
+    """sm_90a operand ring: TMA loads fill a stage, consumer threads (wgmma) release it with ``mbarrier.arrive``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineUmmaAsync(Pipeline):
+    """sm_100a accumulator ring: ``tcgen05.commit`` after a tile's last MMA fills a TMEM stage, epilogue threads
+    release it with ``mbarrier.arrive``.  Its waits carry the ``(accumulator)`` roles."""
+
+    ACQUIRE = WaitRole.ACC_PRODUCER_ACQUIRE
+    WAIT = WaitRole.ACC_CONSUMER_WAIT
+
+    def producer_commit(self, st: PipelineState) -> list:
+        """``tcgen05.commit`` to ``full[st.index]`` (multicast per the ring)."""
+        return [UmmaCommit(Bar(self.full.name, st.index), self.multicast)]
 
 
 @dataclass(frozen=True)
@@ -146,7 +182,7 @@ class BulkStoreRing:
     ``cp.async.bulk.commit_group`` after the store.  Bulk groups belong to the issuing
     thread (PTX ISA "cp.async.bulk.commit_group") and the store + commit run under
     ``elect.sync``, which need not pick the same lane twice, so the builders issue the
-    waits (``producer_acquire``, ``drain``) in every lane of the storing warp (issue 9 finding 2).
+    waits (``producer_acquire``, ``drain``) in every lane of the storing warp.
     """
 
     stages: int
@@ -163,7 +199,7 @@ class BulkStoreRing:
         Shared memory is released at exit, so the reads must be done; the global writes need not be: they
         are visible to the host and to later kernels once the grid completes (CUTLASS's epilogue
         ``store_tail`` waits the same way, ``tma_store_wait<0>``).  Waiting for the writes as well kept every
-        CTA's last tile on the critical path for a full global-write round trip (bench/NOTES.md §10).
+        CTA's last tile on the critical path for a full global-write round trip.
         """
         return [BulkWaitGroup(0, read=True)]
 
@@ -172,4 +208,4 @@ class BulkStoreRing:
         return fold(lift(sequence) % self.stages)
 
 
-__all__ = ["ARRIVE", "EXPECT_TX", "UMMA_COMMIT", "PipelineState", "Pipeline", "BulkStoreRing"]
+__all__ = ["PipelineState", "Pipeline", "PipelineTmaUmma", "PipelineTmaAsync", "PipelineUmmaAsync", "BulkStoreRing", "WaitRole"]

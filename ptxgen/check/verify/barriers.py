@@ -211,7 +211,7 @@ def _need(waits: list[_Wait], bar: _Barrier) -> list[int]:
             continue
         floor = needs[-1] + w.slot - waits[i - 1].slot if i else w.slot
         c = floor if (floor & 1) != w.parity else floor + 1
-        if i == 0 and c == 0 and not w.role.startswith("producer"):
+        if i == 0 and c == 0 and not w.role.is_producer:
             raise VerifyError(f"wrong phase parity: {w.role} by {w.where} waits parity {w.parity} on a fresh "
                               f"{bar.label}, which passes at once; only a producer_acquire may start on parity 1 "
                               "(a consumer waits (iteration / stages) & 1)")
