@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .hw import SF_VEC
+
 
 @dataclass(frozen=True)
 class Field:
@@ -381,7 +383,7 @@ _SCALE_UE8M0 = 1
 MXF4_MMA_K = 64
 """K elements of one dense ``.kind::mxf4nvf4`` MMA (idesc ``k_dim`` 0): 32 bytes of packed e2m1 per row."""
 
-SCALE_VEC = {"block16": 16, "block32": 32}
+SCALE_VEC = {"block16": SF_VEC, "block32": 2 * SF_VEC}
 """K elements sharing one scale factor, by the ``tcgen05.mma`` qualifier (``.block16`` = ``.scale_vec::4X``:
 4 scale factors per K=64 MMA, one whole 32-bit TMEM column; ``.block32`` = ``.scale_vec::2X``: 2 per MMA)."""
 
@@ -464,13 +466,8 @@ def nvfp4_k_step_advance() -> int:
 # of 8 x 16 B = 128 B, SBO 128 B between 8-row groups; LBO (the K-direction core-matrix stride)
 # has no second core matrix to reach in 128 bits and is set to 128 B as public kernels do.
 
-SF_ATOM_ROWS = 128
-SF_ATOM_K = 4
-SF_ATOM_BYTES = SF_ATOM_ROWS * SF_ATOM_K
 SF_COPY_SBO = 128
 SF_COPY_LBO = 128
-SF_TMEM_COLS_PER_ATOM = 4
-"""TMEM columns one 32x128b.warpx4 copy fills: 128 bits per lane = 4 x 32-bit columns."""
 
 
 def sf_copy_desc(start_addr: int) -> int:

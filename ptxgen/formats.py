@@ -30,10 +30,7 @@ from typing import Any
 
 import numpy as np
 
-SF_VEC = 16
-"""K elements per NVFP4 scale factor (``.block16``)."""
-ATOM_ROWS, ATOM_COLS = 128, 4
-ATOM_BYTES = ATOM_ROWS * ATOM_COLS
+from .hw import SF_ATOM_K, SF_ATOM_ROWS, SF_VEC
 
 E2M1_VALUES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
                         -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float32)
@@ -111,9 +108,9 @@ def dequantize(packed, sf) -> np.ndarray:
 
 
 def _check_sf_shape(rows: int, cols: int) -> None:
-    if rows % ATOM_ROWS or cols % ATOM_COLS:
-        raise ValueError(f"scale matrix [{rows}, {cols}]: rows must be a multiple of {ATOM_ROWS} and columns "
-                         f"(K/16) of {ATOM_COLS} (K a multiple of 64) for the 128x4 atom layout")
+    if rows % SF_ATOM_ROWS or cols % SF_ATOM_K:
+        raise ValueError(f"scale matrix [{rows}, {cols}]: rows must be a multiple of {SF_ATOM_ROWS} and columns "
+                         f"(K/16) of {SF_ATOM_K} (K a multiple of 64) for the 128x4 atom layout")
 
 
 def sf_to_blocked(sf) -> np.ndarray:

@@ -21,3 +21,19 @@ def resident_ctas(smem_bytes: int, threads: int) -> int:
     Shared-memory, thread and CTA limits only (registers aside).  Source: see ``SM_SMEM_BYTES``.
     """
     return min(SM_SMEM_BYTES // (smem_bytes + SMEM_RESERVED_PER_CTA), SM_MAX_THREADS // threads, SM_MAX_CTAS)
+
+
+# Dynamic shared memory starts above the driver's per-CTA reserve: the shared-window address of its first byte.
+# The checks place it there so that descriptor start-address fields (absolute, >> 4) are what the hardware sees.
+DYNAMIC_SMEM_BASE = SMEM_RESERVED_PER_CTA
+
+# Block-scaled MMA scale factors (PTX ISA "tcgen05.mma: Block Scaling", ``.block16``; the layout is cuBLAS's
+# "1D Block Scaling Factors Layout"): one ue4m3 scale per SF_VEC K elements; a scale matrix [R, K/SF_VEC] is
+# stored in atoms of SF_ATOM_ROWS rows x SF_ATOM_K scales (SF_ATOM_BYTES bytes), each atom 32 lines of 16 B; one
+# ``tcgen05.cp .32x128b.warpx4`` moves an atom into SF_TMEM_COLS_PER_ATOM columns (128 bits per lane).
+SF_VEC = 16
+SF_ATOM_ROWS = 128
+SF_ATOM_K = 4
+SF_ATOM_BYTES = SF_ATOM_ROWS * SF_ATOM_K
+SF_LINE_BYTES = 128  # a scale map's inner TMA box: one 128-byte line of the blocked layout (a quarter of an atom)
+SF_TMEM_COLS_PER_ATOM = 4

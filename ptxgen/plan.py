@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from . import descriptors
 from .config import Config
-from .hw import SM_SMEM_BYTES, SMEM_LIMIT_BYTES, SMEM_RESERVED_PER_CTA, TMEM_COLUMNS, resident_ctas
+from .hw import (SF_ATOM_BYTES, SF_ATOM_K, SF_ATOM_ROWS, SF_LINE_BYTES, SF_TMEM_COLS_PER_ATOM, SM_SMEM_BYTES, SMEM_LIMIT_BYTES,
+                 SMEM_RESERVED_PER_CTA, TMEM_COLUMNS, resident_ctas)
 from .errors import ConfigError
 from .ir.kernel import BarrierArray, Kernel, SmemRegion
 from .ir.pipeline import BulkStoreRing, Pipeline, PipelineTmaAsync, PipelineTmaUmma, PipelineUmmaAsync
@@ -38,7 +39,6 @@ SM100_FLOPS_PER_CYCLE = 8192  # dense bf16 per SM per cycle, B200 (for the level
 SM100_CLOCK_GHZ = 1.9
 
 
-SF_LINE_BYTES = 128  # a scale map's inner box: one 128-byte line (a quarter of a 512-B atom)
 Region = SmemRegion  # a shared-memory region of the plan (the IR's type: the kernel carries it)
 BarrierSpec = BarrierArray  # an mbarrier array of the plan (the IR's type)
 #: registers an sm_90a consumer thread needs beside its accumulator and packed arrays under epilogue.overlap
@@ -695,7 +695,7 @@ def _stage(cfg: Config, f: _Basics) -> _Stage:
     # NVFP4 scale tiles: per operand, the atoms of its 128-row block for this stage's K (block_k / 64 atoms of
     # 512 B = 128 rows x 4 scales); each CTA loads whole atom rows (a cta_group::2 CTA: all of B's scales)
     sf_atoms = t.block_k // descriptors.MXF4_MMA_K if f.nvfp4 else 0
-    sf_bytes = sf_atoms * descriptors.SF_ATOM_BYTES
+    sf_bytes = sf_atoms * SF_ATOM_BYTES
     nb = len(f.b_names)
     load_bytes = a_bytes + nb * b_load + len(f.sf_names) * sf_bytes
     if f.sm100:
@@ -831,7 +831,7 @@ def _tmem_plan(cfg: Config, f: _Basics, mma: MmaIssuePlan, stage: _Stage) -> tup
     A = cfg.accumulator.stages
     acc_cols = mma.block_n * mma.m_waves if f.sm100 else 0
     acc_stage_cols = acc_cols * len(f.b_names)  # one accumulator per B operand, side by side in TMEM
-    sf_cols = stage.sf_atoms * descriptors.SF_TMEM_COLS_PER_ATOM
+    sf_cols = stage.sf_atoms * SF_TMEM_COLS_PER_ATOM
     sf_col0 = acc_stage_cols * A
     need = sf_col0 + len(f.sf_names) * sf_cols
     if f.sm100 and need > TMEM_COLUMNS:
@@ -895,10 +895,10 @@ def _loads_plan(cfg: Config, f: _Basics, stage: _Stage, layout: _Layout, mma: Mm
 
 
 def _scales_plan(f: _Basics) -> ScalesPlan:
-    return ScalesPlan(vec="block16" if f.nvfp4 else "", lbo_field=descriptors.SF_COPY_LBO >> 4, atom_bytes=descriptors.SF_ATOM_BYTES,
-                      cols_per_atom=descriptors.SF_TMEM_COLS_PER_ATOM, rows_per_atom=descriptors.SF_ATOM_ROWS,
-                      k_per_line=descriptors.SF_ATOM_K * descriptors.SCALE_VEC["block16"]
-                      // (descriptors.SF_ATOM_BYTES // SF_LINE_BYTES))
+    return ScalesPlan(vec="block16" if f.nvfp4 else "", lbo_field=descriptors.SF_COPY_LBO >> 4, atom_bytes=SF_ATOM_BYTES,
+                      cols_per_atom=SF_TMEM_COLS_PER_ATOM, rows_per_atom=SF_ATOM_ROWS,
+                      k_per_line=SF_ATOM_K * descriptors.SCALE_VEC["block16"]
+                      // (SF_ATOM_BYTES // SF_LINE_BYTES))
 
 
 def _schedule_plan(cfg: Config) -> SchedulePlan:

@@ -181,8 +181,8 @@ def test_advance_rejects_misaligned() -> None:
 
 # --- NVFP4 (.kind::mxf4nvf4 block-scaled) --------------------------------------------
 
+from ptxgen.hw import SF_ATOM_BYTES  # noqa: E402
 from ptxgen.descriptors import (  # noqa: E402
-    SF_ATOM_BYTES,
     UMMA_IDESC_MXF4,
     nvfp4_k_step_advance,
     nvfp4_operand_desc_hi,

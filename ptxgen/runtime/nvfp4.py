@@ -31,12 +31,10 @@ from __future__ import annotations
 from typing import Any
 
 from ptxgen.errors import ConfigError, ShapeError
+from ptxgen.hw import SF_ATOM_BYTES, SF_ATOM_ROWS, SF_VEC
 
 K_MULTIPLE = 256
 """K elements of one NVFP4 stage (``ptxgen.descriptors.NVFP4_BLOCK_K``; a config's ``k_multiple``)."""
-SF_VEC = 16
-SF_ATOM_ROWS = 128
-SF_ATOM_BYTES = 512
 ROW_MULTIPLE = SF_ATOM_ROWS
 """M and N: whole 128-row scale-factor atoms (cuBLAS "1D Block Scaling Factors Layout")."""
 CAPABILITY_MAJOR = 10

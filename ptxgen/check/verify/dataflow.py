@@ -12,7 +12,8 @@ and scale-factor ids matching ``.block16``.
 
 from __future__ import annotations
 
-from ...descriptors import SF_ATOM_BYTES, SF_TMEM_COLS_PER_ATOM, UMMA_IDESC_MXF4, UMMA_SMEM_DESC
+from ...descriptors import UMMA_IDESC_MXF4, UMMA_SMEM_DESC
+from ...hw import SF_ATOM_BYTES, SF_TMEM_COLS_PER_ATOM
 from ...errors import VerifyError
 from ...ir import Kernel
 from .. import walker as W
