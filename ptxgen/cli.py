@@ -312,7 +312,7 @@ def parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_run, needs_gpu=True)
 
     be = with_config(sub.add_parser("bench", help="public API and prepared launch vs torch.matmul, same process "
-                                                  "(no --config: chosen per shape; no --shape: the 11 issue-12 shapes)"))
+                                                  "(no --config: chosen per shape; no --shape: the 11 reference shapes)"))
     be.add_argument("--shape", type=_shape, action="append")
     be.add_argument("--warmup", type=int, default=10)
     be.add_argument("--iters", type=int, default=150,

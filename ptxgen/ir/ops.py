@@ -122,7 +122,8 @@ class Elect(Op):
     """One lane of the warp runs ``body``: the lane ``elect.sync`` picks, or with ``fixed`` always lane 0.
 
     fixed: ``%lane == 0`` instead of ``elect.sync``: the same thread every time, so the bulk async-groups it
-        commits have one known owner; and ptxas keeps the code after it warp-uniform (bench/NOTES.md §11).
+        commits have one known owner; and ptxas keeps the code after it warp-uniform (docs/performance.md,
+        "TMA-store epilogue and elect").
     """
 
     body: tuple
@@ -203,7 +204,7 @@ class MbarrierArrive(Op):
 
     scope: memory-ordering scope of the arrive's release, ``"cta"`` (the default ``.release.cta``; the
     seeds' form, also for remote arrives that only release a resource) or ``"cluster"``
-    (``.release.cluster``: a cross-CTA data hand-off, issue 9 finding 3).
+    (``.release.cluster``: a cross-CTA data hand-off; PTX ISA "Memory Consistency Model: scope").
     """
 
     bar: Bar
