@@ -366,10 +366,11 @@ def bench(
         stream: where to print tables; None prints nothing.
 
     Returns:
-        ``{"device", "torch", "ptxgen", "results": [row...], "summary", "host_overhead"}``; rows as
+        ``{"device", "torch", "ptxgen", "results": [row...], "refused", "summary", "host_overhead"}``; rows as
         :func:`bench_shape`: ``config, kernel, m, n, k, api_ms, prepared_ms, torch_ms, torch_kernel_ms,
         api_tflops, prepared_tflops, torch_tflops, ratio, kernel_ratio, rel_err_vs_torch, input_sets,
-        warmup, iters``.
+        warmup, iters``; ``refused``: ``{m, n, k, error}`` of each shape the public call refused
+        (:class:`~ptxgen.errors.ShapeError`), skipped rather than ending the run.
     """
     import torch
 
@@ -379,10 +380,18 @@ def bench(
         if stream is not None:
             print(text, file=stream, flush=True)
 
+    from .errors import ShapeError
+
     results: list[dict] = []
+    refused: list[dict] = []
     warm_gpu()
     for m, n, k in shapes:
-        rows = bench_shape(configs, m, n, k, warmup=warmup, iters=iters, rounds=rounds)
+        try:
+            rows = bench_shape(configs, m, n, k, warmup=warmup, iters=iters, rounds=rounds)
+        except ShapeError as exc:  # a shape the public API refuses: recorded, the run goes on
+            refused.append({"m": m, "n": n, "k": k, "error": str(exc)})
+            say(f"  {m}x{n}x{k}: refused: {exc}")
+            continue
         results.extend(rows)
         for r in rows:
             say(f"  {r['config']} ({r['kernel']}) {m}x{n}x{k}: ratio {r['ratio']:.3f}, kernel ratio {r['kernel_ratio']:.3f}")
@@ -391,6 +400,7 @@ def bench(
         "torch": torch.__version__,
         "ptxgen": ptxgen.__version__,
         "results": results,
+        "refused": refused,
         "summary": summary(results),
         "host_overhead": host_overhead(config=configs[0]) if host else None,
     }

@@ -231,6 +231,17 @@ def cmd_run(args) -> int:
     return 0
 
 
+def chosen_shapes(args, default: tuple[tuple[int, int, int], ...]) -> list[tuple[int, int, int]]:
+    """The ``--shape`` triples, then those of ``--suite`` (its ``--half``), in order, without repeats; ``default``
+    when neither is given.  Raises ConfigError for an unknown suite or half."""
+    shapes = list(args.shape or [])
+    if args.suite:
+        from .suites import load
+
+        shapes += [s.mnk for s in load(args.suite).half(args.half)]
+    return list(dict.fromkeys(shapes)) or list(default)
+
+
 def cmd_bench(args) -> int:
     from .bench import DEFAULT_SHAPES, bench, format_host_overhead, host_overhead
 
@@ -241,7 +252,7 @@ def cmd_bench(args) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps({"host_overhead": doc}, indent=2) + "\n")
         return 0
-    bench(configs, args.shape or DEFAULT_SHAPES, warmup=args.warmup, iters=args.iters, rounds=args.rounds,
+    bench(configs, chosen_shapes(args, DEFAULT_SHAPES), warmup=args.warmup, iters=args.iters, rounds=args.rounds,
           json_path=args.json, plot_path=args.plot, host=not args.no_host_overhead)
     return 0
 
@@ -249,7 +260,7 @@ def cmd_bench(args) -> int:
 def cmd_tune(args) -> int:
     from .bench import DEFAULT_SHAPES, tune
 
-    tune(args.shape or DEFAULT_SHAPES, configs=args.config, warmup=args.warmup, iters=args.iters, output=args.output)
+    tune(chosen_shapes(args, DEFAULT_SHAPES), configs=args.config, warmup=args.warmup, iters=args.iters, output=args.output)
     return 0
 
 
@@ -314,6 +325,9 @@ def parser() -> argparse.ArgumentParser:
     be = with_config(sub.add_parser("bench", help="public API and prepared launch vs torch.matmul, same process "
                                                   "(no --config: chosen per shape; no --shape: the 11 reference shapes)"))
     be.add_argument("--shape", type=_shape, action="append")
+    be.add_argument("--suite", help="add the shapes of a shipped suite (gemm, swiglu) or a suite file")
+    be.add_argument("--half", choices=("report", "tune", "all"), default="report",
+                    help="which half of --suite (default: report; tables are fitted on the tune half)")
     be.add_argument("--warmup", type=int, default=10)
     be.add_argument("--iters", type=int, default=150,
                     help="timed calls per side, in alternating rounds (50 left sub-ms shapes at +-5 %%)")
@@ -331,6 +345,9 @@ def parser() -> argparse.ArgumentParser:
     t = with_config(sub.add_parser("tune", help="time the device's configs per shape and write the tuned table "
                                                 "into the user cache (the runtime's choice prefers it)"))
     t.add_argument("--shape", type=_shape, action="append", help="MxNxK (repeatable; default: the bench shapes)")
+    t.add_argument("--suite", help="add the shapes of a shipped suite (gemm, swiglu) or a suite file")
+    t.add_argument("--half", choices=("tune", "report", "all"), default="tune",
+                   help="which half of --suite (default: tune: never fit a table on the report half)")
     t.add_argument("--warmup", type=int, default=5)
     t.add_argument("--iters", type=int, default=60, help="timed launches per candidate (interleaved rounds)")
     t.add_argument("-o", "--output", help="table path (default: <cache dir>/tuned/<arch>.json)")

@@ -49,3 +49,16 @@ def test_suite_errors_name_the_field():
         suites.parse({"seed": 1, "groups": [{"kind": "ragged", "n": 2, "k": 3, "m": [1, 1]}]}, "x.yaml")
     with pytest.raises(ConfigError, match="half='both'"):
         suites.load("gemm").half("both")
+
+
+def test_cli_adds_a_suite_half_to_the_shapes():
+    from argparse import Namespace
+
+    from ptxgen.cli import chosen_shapes
+
+    report = [s.mnk for s in suites.load("gemm").half("report")]
+    args = Namespace(shape=[(64, 64, 64), report[0]], suite="gemm", half="report")
+    assert chosen_shapes(args, ((1, 1, 1),)) == [(64, 64, 64)] + report
+    assert chosen_shapes(Namespace(shape=None, suite=None, half="tune"), ((1, 1, 1),)) == [(1, 1, 1)]
+    tune = chosen_shapes(Namespace(shape=None, suite="gemm", half="tune"), ())
+    assert not set(tune) & set(report)
