@@ -28,14 +28,36 @@ SASS_KEYS = {"sm_100a": ("UTCHMMA", "UTCOMMA", "UTCCP", "UTCBAR", "UTMALDG", "UT
 DEFAULT_OUTPUT = "generated"
 
 
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 1") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: must be >= 1 (0 interleavings would check nothing)")
-    return value
+#: largest M*N*K the CPU checks accept (1024^3): the simulator runs every warp of every CTA in Python, and a
+#: 4096^3 problem takes many minutes with nothing to show
+MAX_CHECK_MNK = 1 << 30
+
+
+def _count(minimum: int, why: str = ""):
+    """An argparse type: an integer >= ``minimum`` (a count of calls, rounds, seeds...); ``why`` ends the error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= {minimum}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value}: must be >= {minimum}" + (f" ({why})" if why else ""))
+        return value
+
+    return parse
+
+
+_at_least_one = _count(1)
+
+
+def _path(text: str) -> str:
+    """An argparse type: a non-empty path (``-o ''`` would silently mean the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: empty; pass a path")
+    return text
+
+_seeds = _count(1, "0 interleavings would check nothing")
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -142,8 +164,10 @@ def cmd_build(args) -> int:
         except PtxgenError as exc:
             raise _with_name(res.config.name, exc) from None
         built.append((res, asm))
-    for res, asm in built:
-        ptx_path, json_path = write(res, out_dir)
+    # every file is written before the first line is printed: a reader that goes away (ptxgen build | head -1)
+    # stops the report, never the writes
+    paths = [write(res, out_dir) for res, _ in built]
+    for (res, asm), (ptx_path, json_path) in zip(built, paths):
         counts = {k: asm.count(k) for k in SASS_KEYS[res.plan.arch]}
         print(f"{res.config.name} ({res.plan.arch}): verified; wrote {ptx_path} and {json_path.name}")
         print(f"  registers {asm.registers}/thread, dynamic smem {res.plan.smem.bytes} B, "
@@ -296,7 +320,7 @@ def parser() -> argparse.ArgumentParser:
 
     b = with_config(sub.add_parser("build", help="config -> generated/<name>.ptx + .json, assembled, with a resource report"))
     b.add_argument("--all", action="store_true", help="every shipped config")
-    b.add_argument("-o", "--output", default=DEFAULT_OUTPUT,
+    b.add_argument("-o", "--output", type=_path, default=DEFAULT_OUTPUT,
                    help="output folder (default: generated); a config named like a shipped one (level9) "
                         "but differing from it is refused there, allowed with -o elsewhere")
     b.set_defaults(fn=cmd_build)
@@ -304,7 +328,7 @@ def parser() -> argparse.ArgumentParser:
     c = with_config(sub.add_parser("check", help="static verifier + CPU simulation, or (--ptx) emitted PTX vs IR"))
     c.add_argument("--all", action="store_true")
     c.add_argument("--shape", type=_shape, action="append", help="MxNxK to simulate (repeatable)")
-    c.add_argument("--interleavings", type=_at_least_one, default=20, help="scheduler seeds per shape (>= 1)")
+    c.add_argument("--interleavings", type=_seeds, default=20, help="scheduler seeds per shape (>= 1)")
     c.add_argument("--schedule", choices=("all", "random", "latest", "pct"), default="all",
                    help="scheduling policy: random latencies, latest (async work completes as late as legal), pct "
                         "(PCT priorities), or all (default: the random seeds plus 2 latest and 3 pct runs per shape)")
@@ -328,10 +352,10 @@ def parser() -> argparse.ArgumentParser:
     be.add_argument("--suite", help="add the shapes of a shipped suite (gemm, swiglu) or a suite file")
     be.add_argument("--half", choices=("report", "tune", "all"), default="report",
                     help="which half of --suite (default: report; tables are fitted on the tune half)")
-    be.add_argument("--warmup", type=int, default=10)
-    be.add_argument("--iters", type=int, default=150,
+    be.add_argument("--warmup", type=_count(0), default=10)
+    be.add_argument("--iters", type=_at_least_one, default=150,
                     help="timed calls per side, in alternating rounds (50 left sub-ms shapes at +-5 %%)")
-    be.add_argument("--rounds", type=int, default=None,
+    be.add_argument("--rounds", type=_at_least_one, default=None,
                     help="alternating rounds per side (default: one per call, A B B A ...; 5 was the method "
                          "of earlier tables: coarser rounds of several calls per side)")
     be.add_argument("--json", help="write the results as JSON here")
@@ -339,7 +363,7 @@ def parser() -> argparse.ArgumentParser:
     be.add_argument("--host-overhead", action="store_true",
                     help="only the host-overhead benchmark (back-to-back 256x256x256 calls, us per call)")
     be.add_argument("--no-host-overhead", action="store_true", help="skip the host-overhead benchmark")
-    be.add_argument("--calls", type=int, default=2000, help="calls of the host-overhead benchmark")
+    be.add_argument("--calls", type=_at_least_one, default=2000, help="calls of the host-overhead benchmark")
     be.set_defaults(fn=cmd_bench, needs_gpu=True)
 
     t = with_config(sub.add_parser("tune", help="time the device's configs per shape and write the tuned table "
@@ -348,9 +372,9 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--suite", help="add the shapes of a shipped suite (gemm, swiglu) or a suite file")
     t.add_argument("--half", choices=("tune", "report", "all"), default="tune",
                    help="which half of --suite (default: tune: never fit a table on the report half)")
-    t.add_argument("--warmup", type=int, default=5)
-    t.add_argument("--iters", type=int, default=60, help="timed launches per candidate (interleaved rounds)")
-    t.add_argument("-o", "--output", help="table path (default: <cache dir>/tuned/<arch>.json)")
+    t.add_argument("--warmup", type=_count(0), default=5)
+    t.add_argument("--iters", type=_at_least_one, default=60, help="timed launches per candidate (interleaved rounds)")
+    t.add_argument("-o", "--output", type=_path, help="table path (default: <cache dir>/tuned/<arch>.json)")
     t.set_defaults(fn=cmd_tune, needs_gpu=True)
 
     i = with_config(sub.add_parser("inspect", help="PTX (or IR with --ir), resources, SASS opcode counts"), many=False)
@@ -392,7 +416,17 @@ def _error(exc: BaseException, kind: str, debug: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (see the module docstring)."""
-    args = parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
+    if getattr(args, "all", False) and args.config:
+        ap.error(f"{args.cmd}: --all and --config {' '.join(args.config)}: pass one of them")
+    if args.cmd == "inspect" and len(args.config or []) > 1:
+        ap.error(f"inspect: one --config at a time (got {', '.join(args.config)})")
+    if args.cmd == "check":
+        for m, n, k in args.shape or []:
+            if m * n * k > MAX_CHECK_MNK:
+                ap.error(f"check: --shape {m}x{n}x{k}: M*N*K = {m * n * k} exceeds {MAX_CHECK_MNK} (1024^3), the "
+                         "largest problem the CPU checks run; pick a smaller shape")
     try:
         try:
             if getattr(args, "needs_gpu", False):
