@@ -869,8 +869,10 @@ def _pipelines(cfg: Config, f: _Basics, bars: _Barriers) -> tuple[Pipeline, Pipe
         ab = PipelineTmaAsync(name="ab", stages=S, full=bars.full, empty=bars.empty)
     # tmem_full commits go only to CTAs whose epilogue waits (an arrive nobody waits for may still be pending
     # when its CTA exits); with one writing CTA that is the leader alone
+    # and with two writing CTAs the peer's epilogue hands the leader's MMA its TMEM half back across the pair
     acc = PipelineUmmaAsync(name="acc", stages=cfg.accumulator.stages, full=bars.tmem_full, empty=bars.tmem_empty,
-                            multicast=mc if writers == 2 else 0) if f.sm100 else None
+                            multicast=mc if writers == 2 else 0,
+                            release_scope="cluster" if writers == 2 else "cta") if f.sm100 else None
     cd_ring = BulkStoreRing(cfg.epilogue.stages) if cfg.epilogue.store == "tma" else None
     return ab, acc, cd_ring
 

@@ -168,9 +168,24 @@ class PipelineUmmaAsync(Pipeline):
     ACQUIRE = WaitRole.ACC_PRODUCER_ACQUIRE
     WAIT = WaitRole.ACC_CONSUMER_WAIT
 
+    #: ``"cluster"`` when a CTA pair's epilogues release the leader's stage (cta_group::2): the peer's
+    #: ``tcgen05.ld`` reads of its TMEM half must be ordered before the leader's next MMA writes it, a cross-CTA
+    #: hand-off, so the arrives release and the MMA warp's wait acquires at cluster scope (PTX ISA "Memory
+    #: Consistency Model: scope"; the ``tcgen05.fence`` pair orders the TMEM accesses around them).
+    release_scope: str = "cta"
+
+    def producer_acquire(self, st: PipelineState, role: WaitRole | None = None) -> list:
+        """Wait until the epilogues released TMEM stage ``st.index`` (parity ``phase ^ 1``, ``release_scope``)."""
+        return [MbarrierWait(Bar(self.empty.name, st.index), st.phase ^ 1, role or self.ACQUIRE,
+                             scope=self.release_scope)]
+
     def producer_commit(self, st: PipelineState) -> list:
         """``tcgen05.commit`` to ``full[st.index]`` (multicast per the ring)."""
         return [UmmaCommit(Bar(self.full.name, st.index), self.multicast)]
+
+    def consumer_release(self, st: PipelineState, *, ctas: tuple[Expr | None, ...] = (None,)) -> list:
+        """Arrive on ``empty[st.index]`` of each rank in ``ctas`` (None: this CTA's), at ``release_scope``."""
+        return [MbarrierArrive(Bar(self.empty.name, st.index), cta, scope=self.release_scope) for cta in ctas]
 
 
 @dataclass(frozen=True)
