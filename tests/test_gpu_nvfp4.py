@@ -57,5 +57,5 @@ def test_api_refuses_off_sm100() -> None:
     import ptxgen
 
     with pytest.raises(ConfigError, match=rf"dual_gemm_nvfp4 needs compute capability 10\.x .* has {cap[0]}\.{cap[1]}"):
-        ptxgen.dual_gemm_nvfp4(a, b, b.clone(), sf, sf.clone(), sf.clone(), out=out)
+        ptxgen.dual_gemm_nvfp4(a, b, b.clone(), sf, sf.clone(), sf.clone(), out=out, sf_layout="rowmajor")
     assert bool((out == 3).all())

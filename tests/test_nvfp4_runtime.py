@@ -26,10 +26,10 @@ def inputs(m: int = 256, n: int = 256, k: int = 512, fp4=FP4):
 
 
 def test_valid_inputs() -> None:
-    assert check_nvfp4_inputs(*inputs()) == (256, 256, 512)
-    assert check_nvfp4_inputs(*inputs(fp4=torch.uint8)) == (256, 256, 512)
+    assert check_nvfp4_inputs(*inputs(), sf_layout="blocked") == (256, 256, 512)
+    assert check_nvfp4_inputs(*inputs(fp4=torch.uint8), sf_layout="blocked") == (256, 256, 512)
     out = torch.empty(256, 256, dtype=torch.float16)
-    assert check_nvfp4_inputs(*inputs(), out=out) == (256, 256, 512)
+    assert check_nvfp4_inputs(*inputs(), out=out, sf_layout="blocked") == (256, 256, 512)
 
 
 def test_problem_permuted_scale_view_accepted() -> None:
@@ -40,13 +40,13 @@ def test_problem_permuted_scale_view_accepted() -> None:
     view = buf.reshape(1, rest_m, rest_k, 32, 4, 4).permute(3, 4, 1, 5, 2, 0)
     args = inputs(m, 256, k)
     args[3] = view
-    assert check_nvfp4_inputs(*args) == (m, 256, k)
+    assert check_nvfp4_inputs(*args, sf_layout="blocked") == (m, 256, k)
     # the view's logical element (i32, i4, rm, j4, rk) is scale (128 rm + 32 i4 + i32, 4 rk + j4)
     sf = sf_from_blocked(buf.view(torch.uint8).numpy(), m, k // 16)
     assert int(view[5, 2, 1, 3, 6, 0].view(torch.uint8)) == sf[128 + 64 + 5, 4 * 6 + 3]
     args[3] = view.contiguous()  # same shape, wrong strides: the bytes are no longer blocked
     with pytest.raises(ShapeError, match="sfa: shape=.*permuted view"):
-        check_nvfp4_inputs(*args)
+        check_nvfp4_inputs(*args, sf_layout="blocked")
 
 
 @pytest.mark.parametrize(("index", "bad", "match"), [
@@ -66,7 +66,7 @@ def test_input_errors(index, bad, match: str) -> None:
     else:
         args[index] = bad(args[index])
     with pytest.raises(ShapeError, match=match):
-        check_nvfp4_inputs(*args)
+        check_nvfp4_inputs(*args, sf_layout="blocked")
 
 
 @pytest.mark.parametrize(("m", "n", "k", "match"), [
@@ -76,24 +76,24 @@ def test_input_errors(index, bad, match: str) -> None:
 ])
 def test_divisibility(m: int, n: int, k: int, match: str) -> None:
     with pytest.raises(ShapeError, match=match):
-        check_nvfp4_inputs(*inputs(m, n, k))
+        check_nvfp4_inputs(*inputs(m, n, k), sf_layout="blocked")
 
 
 def test_k_multiple_is_the_configs() -> None:
     with pytest.raises(ShapeError, match="K=512 .*: must be a positive multiple of 1024"):
-        check_nvfp4_inputs(*inputs(), k_multiple=1024)
+        check_nvfp4_inputs(*inputs(), k_multiple=1024, sf_layout="blocked")
 
 
 def test_out_rules() -> None:
     args = inputs()
     with pytest.raises(ShapeError, match="out: dtype=torch.bfloat16"):
-        check_nvfp4_inputs(*args, out=torch.empty(256, 256, dtype=torch.bfloat16))
+        check_nvfp4_inputs(*args, out=torch.empty(256, 256, dtype=torch.bfloat16), sf_layout="blocked")
     with pytest.raises(ShapeError, match=r"out: shape=\(256, 128\)"):
-        check_nvfp4_inputs(*args, out=torch.empty(256, 128, dtype=torch.float16))
+        check_nvfp4_inputs(*args, out=torch.empty(256, 128, dtype=torch.float16), sf_layout="blocked")
     big = torch.zeros(256 * 256 * 2, dtype=torch.uint8)
     args[0] = big[: 256 * 256].view(256, 256).view(FP4)
     with pytest.raises(ShapeError, match="out overlaps a"):
-        check_nvfp4_inputs(*args, out=big.view(torch.float16).view(256, 256))
+        check_nvfp4_inputs(*args, out=big.view(torch.float16).view(256, 256), sf_layout="blocked")
 
 
 def test_capability_and_config_errors() -> None:
@@ -113,13 +113,13 @@ def test_capability_and_config_errors() -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
 def test_api_on_cpu_only_machine() -> None:
     with pytest.raises(ConfigError, match="no CUDA device"):
-        ptxgen.dual_gemm_nvfp4(*inputs())
+        ptxgen.dual_gemm_nvfp4(*inputs(), sf_layout="blocked")
     # input errors come first
     args = inputs()
     args[3] = args[3][:, :16]
     out = torch.full((256, 256), 7.0, dtype=torch.float16)
     with pytest.raises(ShapeError, match="sfa"):
-        ptxgen.dual_gemm_nvfp4(*args, out=out)
+        ptxgen.dual_gemm_nvfp4(*args, out=out, sf_layout="blocked")
     assert (out == 7).all()
 
 

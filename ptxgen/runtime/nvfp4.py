@@ -6,10 +6,14 @@
   ``torch.float4_e2m1fn_x2`` (where torch has it) or ``torch.uint8`` as a byte container;
   row-major contiguous (K-major).
 * SFA ``[M, K/16]``, SFB1 and SFB2 ``[N, K/16]``: ``torch.float8_e4m3fn`` scales, one per 16 K
-  elements, whose bytes are in the 128x4 block-scaling atom layout (cuBLAS "1D Block Scaling
-  Factors Layout", ``ptxgen.formats.sf_to_blocked``).  Accepted as a contiguous 2-D
-  ``[rows, K/16]`` tensor holding the blocked bytes, or as the problem's permuted 6-D view
-  ``(32, 4, rows/128, 4, K/64, 1)`` of a blocked buffer.
+  elements.  The kernel reads them in the 128x4 block-scaling atom layout (cuBLAS "1D Block Scaling
+  Factors Layout", ``ptxgen.formats.sf_to_blocked``).  A scale tensor is accepted in a layout the
+  function can prove or the caller names: the problem's permuted 6-D view ``(32, 4, rows/128, 4,
+  K/64, 1)`` of a blocked buffer (its strides prove the layout; :func:`blocked_scales` makes one from
+  plain scales), or a contiguous 2-D ``[rows, K/16]`` tensor with ``sf_layout="rowmajor"`` (plain
+  per-row scales, the problem's unblocked form: converted here, one copy per call) or
+  ``sf_layout="blocked"`` (a buffer that already holds the blocked bytes).  A 2-D tensor without
+  ``sf_layout`` is refused: its bytes read either way, and the wrong reading is silently wrong output.
 * C ``[M, N]`` float16.
 
 Rules (raised as :class:`~ptxgen.errors.ShapeError` before any driver call; ``out`` untouched):
@@ -72,26 +76,64 @@ def _fp4_dtypes() -> tuple:
     return tuple(d for d in (getattr(torch, "float4_e2m1fn_x2", None), torch.uint8) if d is not None)
 
 
-def _sf_view_ok(t: Any, rows: int, kq: int) -> bool:
-    """Whether ``t`` is ``[rows, K/16]`` contiguous or the problem's 6-D permuted view of a blocked buffer."""
-    if t.dim() == 2:
-        return tuple(t.shape) == (rows, kq) and t.is_contiguous()
+SF_LAYOUTS = ("rowmajor", "blocked")
+"""The names ``sf_layout`` takes for a 2-D scale tensor (see the module docstring)."""
+
+
+def _blocked_view_strides(rows: int, kq: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Shape and strides of the problem's 6-D view ``(32, 4, rows/128, 4, K/64, 1)`` of a blocked buffer."""
     rest_mn, rest_k = rows // SF_ATOM_ROWS, kq // 4
-    if t.dim() == 6 and tuple(t.shape) == (32, 4, rest_mn, 4, rest_k, 1):
-        want = (16, 4, rest_k * SF_ATOM_BYTES, 1, SF_ATOM_BYTES, rest_mn * rest_k * SF_ATOM_BYTES)
-        # size-1 dims may carry any stride
-        return all(s == w or n == 1 for s, w, n in zip(t.stride(), want, t.shape))
-    return False
+    return ((32, 4, rest_mn, 4, rest_k, 1),
+            (16, 4, rest_k * SF_ATOM_BYTES, 1, SF_ATOM_BYTES, rest_mn * rest_k * SF_ATOM_BYTES))
+
+
+def _sf_kind(t: Any, rows: int, kq: int) -> str | None:
+    """``"view"``: the 6-D permuted view of a blocked buffer; ``"2d"``: contiguous ``[rows, K/16]``; else None."""
+    if t.dim() == 2:
+        return "2d" if tuple(t.shape) == (rows, kq) and t.is_contiguous() else None
+    shape, want = _blocked_view_strides(rows, kq)
+    # size-1 dims may carry any stride
+    if t.dim() == 6 and tuple(t.shape) == shape and all(s == w or n == 1 for s, w, n in zip(t.stride(), want, shape)):
+        return "view"
+    return None
+
+
+def blocked_scales(sf: Any) -> Any:
+    """The problem's 6-D blocked view of plain row-major scales ``sf`` ``[rows, K/16]`` (one copy, same device).
+
+    Pass the result as ``sfa``/``sfb1``/``sfb2`` (no ``sf_layout`` needed: its strides prove the layout).
+
+    Raises:
+        ShapeError: ``sf`` is not a 2-D float8_e4m3fn tensor with rows a multiple of 128 and K/16 of 4.
+    """
+    import torch
+
+    from ptxgen.formats import sf_to_blocked_torch
+
+    if not isinstance(sf, torch.Tensor) or sf.dim() != 2 or sf.dtype != torch.float8_e4m3fn:
+        raise ShapeError(f"blocked_scales: got {getattr(sf, 'dtype', type(sf).__name__)} "
+                         f"{tuple(getattr(sf, 'shape', ()))}: needs a 2-D float8_e4m3fn [rows, K/16] tensor")
+    rows, kq = sf.shape
+    if rows % SF_ATOM_ROWS or kq % 4:
+        raise ShapeError(f"blocked_scales: shape=({rows}, {kq}): rows must be a multiple of {SF_ATOM_ROWS} and "
+                         "K/16 of 4 (whole 128x4 atoms)")
+    flat = sf_to_blocked_torch(sf.view(torch.uint8)).view(torch.float8_e4m3fn)
+    shape, strides = _blocked_view_strides(rows, kq)
+    return flat.as_strided(shape, strides)
 
 
 def check_nvfp4_inputs(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any, out: Any = None,
-                       k_multiple: int = K_MULTIPLE) -> tuple[int, int, int]:
+                       k_multiple: int = K_MULTIPLE, *, sf_layout: str | None = None) -> tuple[int, int, int]:
     """Check every operand rule; returns ``(M, N, K)``.  No driver call, CPU tensors allowed.
+
+    sf_layout: how a 2-D scale tensor's bytes read (``"rowmajor"`` or ``"blocked"``); None accepts only the 6-D
+        blocked view (module docstring).
 
     Raises:
         ShapeError: naming the operand: not a tensor, wrong dtype, rank or shape, not contiguous,
             misaligned, devices differ, K not a multiple of ``k_multiple``, M/N not multiples of 128,
-            ``out`` wrong or overlapping an input.
+            a 2-D scale tensor without ``sf_layout`` (or a 6-D view named ``rowmajor``), ``out`` wrong or
+            overlapping an input.
     """
     import torch
 
@@ -120,14 +162,25 @@ def check_nvfp4_inputs(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any,
         if v < ROW_MULTIPLE or v % ROW_MULTIPLE:
             raise ShapeError(f"{what}={v}: must be a positive multiple of {ROW_MULTIPLE} (whole 128-row scale atoms)")
     kq = k // SF_VEC
+    if sf_layout not in (None, *SF_LAYOUTS):
+        raise ShapeError(f"sf_layout={sf_layout!r}: must be one of {', '.join(SF_LAYOUTS)} (or None: 6-D views only)")
     for name, t, rows in (("sfa", sfa, m), ("sfb1", sfb1, n), ("sfb2", sfb2, n)):
         if t.dtype != torch.float8_e4m3fn:
             raise ShapeError(f"{name}: dtype={t.dtype}: must be torch.float8_e4m3fn")
-        if not _sf_view_ok(t, rows, kq):
+        kind = _sf_kind(t, rows, kq)
+        if kind is None:
             raise ShapeError(
                 f"{name}: shape={tuple(t.shape)} stride={t.stride()}: must be a contiguous [{rows}, {kq}] tensor "
-                f"holding the 128x4-atom (blocked) bytes, or the (32, 4, {rows // 128}, 4, {kq // 4}, 1) "
-                "permuted view of such a buffer")
+                f"(with sf_layout), or the (32, 4, {rows // 128}, 4, {kq // 4}, 1) permuted view of a blocked "
+                "buffer (ptxgen.runtime.nvfp4.blocked_scales makes one)")
+        if kind == "2d" and sf_layout is None:
+            raise ShapeError(
+                f"{name}: a 2-D [{rows}, {kq}] scale tensor reads two ways: pass sf_layout='rowmajor' (plain "
+                "per-row scales, converted here) or sf_layout='blocked' (bytes already in the 128x4-atom layout), "
+                "or the 6-D view from ptxgen.runtime.nvfp4.blocked_scales")
+        if kind == "view" and sf_layout == "rowmajor":
+            raise ShapeError(f"{name}: the 6-D permuted view is the blocked layout; sf_layout='rowmajor' "
+                             "contradicts it")
     devices = {t.device for t in (a, b1, b2, sfa, sfb1, sfb2)}
     if out is not None:
         if not isinstance(out, torch.Tensor):
@@ -207,12 +260,13 @@ def map_args(spec: Any, m: int, n: int, k: int, addresses: dict[str, int]) -> di
 
 
 def dual_gemm_nvfp4(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any, out: Any = None,
-                    config: Any = None) -> Any:
+                    config: Any = None, *, sf_layout: str | None = None) -> Any:
     """``C = silu(A @ B1.T) * (A @ B2.T)`` for NVFP4 operands on a compute-capability-10.x GPU.
 
     Args:
         a, b1, b2, sfa, sfb1, sfb2, out: see the module docstring (shapes, dtypes, layouts).
         config: None (:data:`DEFAULT_CONFIG`), or an ``operands: nvfp4`` config (name, path or Config).
+        sf_layout: ``"rowmajor"`` or ``"blocked"`` for 2-D scale tensors (module docstring); None for 6-D views.
 
     Returns:
         ``out`` (or a new ``[M, N]`` float16 tensor), on torch's current stream.
@@ -226,7 +280,7 @@ def dual_gemm_nvfp4(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any, ou
     import torch
 
     cfg = resolve_config(config)
-    m, n, k = check_nvfp4_inputs(a, b1, b2, sfa, sfb1, sfb2, out)
+    m, n, k = check_nvfp4_inputs(a, b1, b2, sfa, sfb1, sfb2, out, sf_layout=sf_layout)
     if not torch.cuda.is_available():
         raise ConfigError("dual_gemm_nvfp4 needs a CUDA GPU of compute capability 10.x (sm_100a); "
                           "torch sees no CUDA device here")
@@ -234,6 +288,8 @@ def dual_gemm_nvfp4(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any, ou
         raise ShapeError(f"a: device={a.device}: the operands must be CUDA tensors")
     ordinal = a.device.index if a.device.index is not None else torch.cuda.current_device()
     check_capability(tuple(torch.cuda.get_device_capability(ordinal)), torch.cuda.get_device_name(ordinal))
+    if sf_layout == "rowmajor":
+        sfa, sfb1, sfb2 = (blocked_scales(t) if t.dim() == 2 else t for t in (sfa, sfb1, sfb2))
     return _launch(cfg, ordinal, m, n, k, dict(a=a, b1=b1, b2=b2, sfa=sfa, sfb1=sfb1, sfb2=sfb2, out=out))
 
 
