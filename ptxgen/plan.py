@@ -848,11 +848,13 @@ def _residency(f: _Basics, smem_bytes: int, threads: int, tmem: TmemPlan) -> tup
     CTAs sharing an SM must fit their TMEM columns in 512, or a ``tcgen05.alloc`` blocks until another CTA
     deallocates, and two CTA pairs can then wait on each other (PTX ISA "tcgen05.alloc").  Shared memory is
     the bound we control: pad the dynamic allocation so that at most ``512 // tmem.cols`` CTAs are resident.
+    The padding does not lean on the driver's per-CTA reserve: ``fit + 1`` CTAs would not fit even without it
+    (a smaller reserve on another driver must not let one more CTA in).
     """
     ctas_per_sm = resident_ctas(smem_bytes, threads)
     if f.sm100 and ctas_per_sm * tmem.cols > TMEM_COLUMNS:
         fit = TMEM_COLUMNS // tmem.cols
-        smem_bytes = _align(SM_SMEM_BYTES // (fit + 1) - SMEM_RESERVED_PER_CTA + 1, 16)
+        smem_bytes = _align(SM_SMEM_BYTES // (fit + 1) + 1, 16)
         ctas_per_sm = resident_ctas(smem_bytes, threads)
         assert ctas_per_sm * tmem.cols <= TMEM_COLUMNS and smem_bytes <= SMEM_LIMIT_BYTES
     return smem_bytes, ctas_per_sm
