@@ -113,10 +113,11 @@ GOLDEN = [
         CHECK: mov.b16 [[MASK:%xh\d+]], 0x3;
         CHECK-NEXT: tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [{{%\w+}}], [[MASK]];
     """, count=2),
-    # consumer_wait / producer_acquire: spin on try_wait.parity until it passes
+    # consumer_wait / producer_acquire: spin on try_wait.parity until it passes (the MMA warp's wait on the pair's
+    # tmem_empty acquires at cluster scope)
     Golden("try_wait_loop", "level9", r"""
         CHECK: [[TOP:\$WAIT_\d+]]:
-        CHECK-NEXT: mbarrier.try_wait.parity.shared::cta.b64 [[P:%p\d+]], [{{%\w+}}], {{%\w+}};
+        CHECK-NEXT: mbarrier.try_wait.parity{{(\.acquire\.cluster)?}}.shared::cta.b64 [[P:%p\d+]], [{{%\w+}}], {{%\w+}};
         CHECK-NEXT: @![[P]] bra [[TOP]];
     """, count=4),
     # epilogue: generic-proxy smem writes fenced for the async proxy, a CTA-subset barrier, then one elected
