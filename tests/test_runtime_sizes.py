@@ -1,0 +1,66 @@
+"""Runtime sizes against their meaning, computed here from the config alone (cluster-of-1 and CTA-pair configs):
+split-K workspace bytes, grid sizes, TMA boxes."""
+
+import math
+
+import pytest
+
+from ptxgen.build import build
+from ptxgen.config import load_config
+from ptxgen.shipped import shipped_configs
+
+SK3 = load_config("bench/configs/h100_128x192_sk3.yaml")
+SPLIT_K = {
+    "sk3": SK3,
+    "sk3_pair": SK3.replace(**{"cluster.size": 2, "cluster.dual_tile": True, "name": "sk3_pair"}),
+    "dual_sk2": load_config("bench/configs/dual_h100_128x128_sk2.yaml"),
+}
+SHAPES = [(1, 1), (129, 193), (1000, 1000), (4096, 4096), (300, 5000)]
+
+
+def cta_rows(cfg) -> int:
+    """Output rows one cluster step covers: a pair computing two m-blocks covers two."""
+    return cfg.tile.block_m * (cfg.cluster.size if cfg.cluster.dual_tile else 1)
+
+
+@pytest.mark.parametrize("name", list(SPLIT_K))
+@pytest.mark.parametrize("m, n", SHAPES)
+def test_split_k_workspace_holds_every_ctas_partials_and_counters(name, m, n):
+    cfg = SPLIT_K[name]
+    spec = build(cfg).launch
+    pair = cfg.cluster.size if cfg.cluster.dual_tile else 1
+    cta_tiles = math.ceil(m / cta_rows(cfg)) * math.ceil(n / cfg.tile.block_n) * pair
+    accumulators = 2 if cfg.kernel == "dual_gemm" else 1
+    partial = cfg.tile.block_m * cfg.tile.block_n * 4 * accumulators  # fp32 partial tile of one CTA
+    counters = cfg.mma.warpgroups  # one per consumer warpgroup
+    splits = cfg.schedule.split_k
+    assert spec.workspace.bytes_for(spec.grid, m, n) == cta_tiles * ((splits - 1) * partial + counters * 4)
+
+
+@pytest.mark.parametrize("name", shipped_configs() + list(SPLIT_K))
+@pytest.mark.parametrize("m, n", SHAPES)
+def test_grid_is_one_cluster_per_unit_of_work_or_per_cluster_of_sms(name, m, n):
+    cfg = SPLIT_K.get(name) or load_config(name)
+    spec = build(cfg).launch
+    cs, sms = cfg.cluster.size, 132
+    units = math.ceil(m / cta_rows(cfg)) * math.ceil(n / cfg.tile.block_n) * cfg.schedule.split_k
+    clusters = min(units, sms // cs) if cfg.schedule.persistent else units
+    grid = spec.grid.grid_x(m, n, sms)
+    assert grid == clusters * cs and grid % cs == 0
+
+
+@pytest.mark.parametrize("name", shipped_configs())
+def test_tma_boxes_are_each_ctas_share_of_the_tile(name):
+    cfg = load_config(name)
+    maps = build(cfg).launch.tensor_maps
+    k_bytes = cfg.tile.block_k * (0.5 if cfg.operands == "nvfp4" else 2)  # one k-block of a row of A or B
+    assert maps["a"].box == (k_bytes // maps["a"].elem_bytes, cfg.tile.block_m)
+    # a pair shares B: each CTA loads (and multicasts or 2-SM-loads) half of its rows
+    b_rows = cfg.tile.block_n // cfg.cluster.size
+    for b in ("b", "b2"):
+        if b in maps:
+            assert maps[b].box[1] == b_rows, (b, maps[b].box)
+    for tm in maps.values():
+        assert max(tm.box) <= 256  # PTX ISA "Tensor maps": box dimensions <= 256
+        if tm.swizzle == "128B":
+            assert tm.box[0] * tm.elem_bytes <= 128  # a 128B-swizzled box row is at most one 128-byte line
