@@ -226,7 +226,7 @@ PLANTS = [
           sim=None),  # the simulator's exit check exists, but random schedules rarely open the window
     Plant("tmem_empty release moved before the last TmemLoad",
           lambda: _kernel("level9", in_role("epilogue", _release_before_last_load)),
-          verify=r"^consumer release before the last read: MbarrierArrive tmem_empty\[acc\] on cta 0 by epilogue "
+          verify=r"^consumer release before the last read: MbarrierArrive tmem_empty\[acc\] on cta 0 release.cluster by epilogue "
                  r"\(CTA 0, rank 0, warp 4\) at t=0 releases accumulator stage 0, then TmemLoad", sim=None),
     Plant("accumulate flag on a tile's first k-block",
           lambda: _kernel("level7", where(lambda op: isinstance(op, O.Umma), lambda op: replace(op, accumulate=Const(1)))),

@@ -213,29 +213,29 @@ PLANTS = {
     # TMEM accumulator stages
     "dual_sm100: tmem_empty release before the last TMEM load": (
         lambda: _kernel(DUAL_SM100, fn=in_role("epilogue", _release_before_last_load)),
-        (r"^consumer release before the last read completes: MbarrierArrive tmem_empty\[acc\] on cta 0"
+        (r"^consumer release before the last read completes: MbarrierArrive tmem_empty\[acc\] on cta 0 release\.cluster"
          + _by("epilogue", 4, "t=0") + r" releases accumulator stage 0 while TmemLoad v\[0:32\] .* \+ 96 \(at t=0\) "
          r"may still be in flight: no tcgen05\.wait::ld between them .*; the MMA may overwrite it")),
     "level9: tcgen05.wait::ld after the tmem_empty arrive": (
         lambda: _kernel(SM100, fn=in_role("epilogue", _in_loop_with(_tmem_load, _wait_ld_after_release))),
-        (r"^consumer release before the last read completes: MbarrierArrive tmem_empty\[acc\] on cta 0"
+        (r"^consumer release before the last read completes: MbarrierArrive tmem_empty\[acc\] on cta 0 release\.cluster"
          + _by("epilogue", 4, "t=0") + r" releases accumulator stage 0 while TmemLoad v\[0:32\] .* \+ 480 \(at t=0\) "
          r"may still be in flight: no tcgen05\.wait::ld between them")),
     "level9: tcgen05.wait::ld before the tmem_empty arrive dropped": (
         lambda: _kernel(SM100, fn=in_role("epilogue", _in_loop_with(_tmem_load, _no_wait_ld_before_release))),
-        (r"^consumer release before the last read completes: MbarrierArrive tmem_empty\[acc\] on cta 0"
+        (r"^consumer release before the last read completes: MbarrierArrive tmem_empty\[acc\] on cta 0 release\.cluster"
          + _by("epilogue", 4, "t=0") + r" releases accumulator stage 0 while TmemLoad v\[0:32\] .* \+ 480 \(at t=0\) "
          r"may still be in flight: no tcgen05\.wait::ld between them")),
     "dual_sm100: tcgen05.wait::ld after the tmem_empty arrive": (
         lambda: _kernel(DUAL_SM100, fn=in_role("epilogue", _in_loop_with(_tmem_load, _wait_ld_after_release))),
-        (r"^consumer release before the last read completes: MbarrierArrive tmem_empty\[acc\] on cta 0"
+        (r"^consumer release before the last read completes: MbarrierArrive tmem_empty\[acc\] on cta 0 release\.cluster"
          + _by("epilogue", 4, "t=0") + r" releases accumulator stage 0 while TmemLoad v\[0:32\] .* \+ 96 \(at t=0\) "
          r"may still be in flight: no tcgen05\.wait::ld")),
     "level7: tmem_empty arrive before the epilogue's thread barrier": (
         lambda: _kernel("level7", fn=in_role("epilogue", _in_loop_with(_tmem_load, _release_before_thread_barrier))),
         (r"^consumer release before the last read: TmemLoad v\[0:32\] .* \+ 128" + _by("epilogue", 5, "t=0")
          + r" reads accumulator stage 0, but no hand-over is ordered after it: MbarrierArrive tmem_empty\[acc\] on "
-         r"cta 0" + _by("epilogue", 4, "t=0") + r" releases it with no thread barrier between them")),
+         r"cta 0 release\.cluster" + _by("epilogue", 4, "t=0") + r" releases it with no thread barrier between them")),
     "level7: the epilogue releases the other accumulator stage": (
         lambda: _kernel("level7", fn=in_role("epilogue", where(_arrives_on("tmem_empty"), _other_acc_stage))),
         (r"^consumer release before the last read: TmemLoad v\[0:32\] .*" + _by("epilogue", 4, "t=3")
