@@ -9,7 +9,7 @@ PTX-vs-IR differential catches that: the interpreter reports the policy each ``t
 import re
 
 import pytest
-from test_ptx_vs_ir import sweep
+from tests.check.ptx.test_ptx_vs_ir import sweep
 
 from ptxgen.check.ptx import interp as ptxinterp
 from ptxgen.build import build

@@ -137,9 +137,9 @@ def test_every_op_leaves_a_comment(name):
     assert f".visible .entry {res.plan.kernel}(" in res.ptx and ".version 8.8" in res.ptx
 
 
-# ------------------------------------------------------------------ FileCheck-style golden sequences (tests/ptx_filecheck.py)
+# ------------------------------------------------------------------ FileCheck-style golden sequences (tests/helpers/ptx_filecheck.py)
 
-from ptx_filecheck import GOLDEN, CheckError, check_golden, filecheck  # noqa: E402
+from tests.helpers.ptx_filecheck import GOLDEN, CheckError, check_golden, filecheck  # noqa: E402
 
 
 @pytest.mark.parametrize("golden", GOLDEN, ids=lambda g: g.name)

@@ -8,14 +8,14 @@ skipped or deselected it along with the assembler tests.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from ptxgen.build import build
 from ptxgen.config import shipped_configs
+from tests.helpers import ROOT
 
-GENERATED = Path(__file__).resolve().parent.parent / "generated"
+GENERATED = ROOT / "generated"
 
 
 @pytest.mark.parametrize("name", shipped_configs())

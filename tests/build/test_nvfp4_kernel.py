@@ -2,7 +2,7 @@
 
 The kernel is the BF16 dual GEMM's composition with a plan change (packed e2m1 operands, three scale-factor
 operands, block-scaled MMAs, fp16 C): these tests pin the numbers the plan computes once and the IR the
-roles build from them.  Simulation: tests/test_nvfp4_sim.py; planted bugs: tests/test_nvfp4_planted.py.
+roles build from them.  Simulation: tests/check/sim/test_nvfp4_sim.py; planted bugs: tests/check/test_nvfp4_planted.py.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from ptxgen.descriptors import (
 from ptxgen.ir import expr as ex
 from ptxgen.ir import ops
 
-from test_assemble import compile_test
+from tests.build.test_assemble import compile_test
 
 TMEM_COLS = 512  # 2 x 128 accumulator columns + 3 x 16 scale-factor columns, rounded to a power of 2
 SF_BASE = 256  # first scale-factor column (after two 128-column accumulators)

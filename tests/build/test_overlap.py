@@ -5,7 +5,7 @@ only then stores the packed words of the previous tile (origin ``m_prev``/``n_pr
 CTA's last tile is stored after the tile loop.  Checked here: the config rules, the IR's order, the simulator on
 shapes where CTAs walk several tiles (TMA stores and, for N not a multiple of 8, the packed direct stores), and
 planted bugs the verifier or the simulator must catch.  The PTX-vs-IR differential covers the variants in
-tests/test_ptx_vs_ir.py (``OVERLAP``), the planted emitter bugs in tests/test_planted_emitter.py.
+tests/check/ptx/test_ptx_vs_ir.py (``OVERLAP``), the planted emitter bugs in tests/check/ptx/test_planted_emitter.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ptxgen.plan import make_plan
 from ptxgen.check.sim import default_shapes, simulate
 from ptxgen.ir.rewrite import rewrite
 from ptxgen.check.verify import verify
-from test_sim_support import before_wgmma_wait
+from tests.helpers.sim_support import before_wgmma_wait
 
 GEMM, DUAL = "h100_128x256", "dual_h100_128x128_c2"
 ON = {"epilogue.overlap": True}

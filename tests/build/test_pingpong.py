@@ -22,7 +22,7 @@ from ptxgen.check.sim import simulate
 from ptxgen.ir.rewrite import rewrite
 from ptxgen.check.verify import verify
 from ptxgen.check.verify.barriers import _walk_order
-from test_sim_support import drop, in_role, is_wait, kernel_for, where
+from tests.helpers.sim_support import drop, in_role, is_wait, kernel_for, where
 
 PP = "h100_128x128_pp"
 BASE = {"name": "pp", "arch": "sm_90a", "tile": {"block_m": 128, "block_n": 128}, "pipeline": {"stages": 4},

@@ -5,7 +5,7 @@ warp's 16 rows, columns 16q..16q+7 and 16q+8..16q+15); lane l supplies the addre
 Checked here: the config rules, the IR (a quarter of the staging stores), the simulator's reading of the
 instruction (results on several tiles, odd N, with the SwiGLU epilogue and the overlapped epilogue), bank
 conflicts of the lane addresses, and planted bugs.  The PTX-vs-IR differential covers the variants
-(tests/test_ptx_vs_ir.py, ``STMATRIX``); a planted emitter bug is in tests/test_planted_emitter.py.
+(tests/check/ptx/test_ptx_vs_ir.py, ``STMATRIX``); a planted emitter bug is in tests/check/ptx/test_planted_emitter.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from test_epilogue_banks import matrix_wavefronts
+from tests.build.test_epilogue_banks import matrix_wavefronts
 
 from ptxgen.builders.kernel import build_kernel
 from ptxgen.config import load_config

@@ -1,15 +1,13 @@
 """Hang watchdog (PTXGEN_WATCHDOG, issue 13 item 1): opt-in bounded waits, record decode, simulator agreement.
 
 The GPU half (a planted deadlock raising DeadlockError in < 2 s, the context usable after) is
-tests/test_gpu_watchdog.py.
+tests/gpu/test_gpu_watchdog.py.
 """
 
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -26,8 +24,8 @@ from ptxgen.plan import make_plan
 from ptxgen.runtime.watchdog import raise_if_expired
 from ptxgen.check.sim import simulate
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_ptx_vs_ir import sweep  # noqa: E402
+from tests.check.ptx.test_ptx_vs_ir import sweep
+from tests.helpers import ROOT
 
 BUDGET = 200_000_000
 
@@ -44,7 +42,7 @@ def test_default_build_is_unchanged():
     assert plain.kernel.watchdog_ns == 0 and plain.kernel.wait_sites == ()
     assert "globaltimer" not in plain.ptx and "watchdog" not in plain.ptx
     assert PARAM not in plain.launch.params
-    assert plain.ptx == (Path(__file__).parent.parent / "generated" / "h100_128x128.ptx").read_text()
+    assert plain.ptx == (ROOT / "generated" / "h100_128x128.ptx").read_text()
 
 
 @pytest.mark.parametrize("name", ["h100_128x128", "level9"])

@@ -1,7 +1,7 @@
 """Planted bugs in the dual GEMM's new parts (issue 10), each caught by the verifier or the simulator.
 
 Each plant is a plan change or an IR rewrite of a shipped ``dual_*`` kernel; the unplanted kernels pass both
-checks in tests/test_verify.py and tests/test_sim.py.
+checks in tests/check/verify/test_verify.py and tests/check/sim/test_sim.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ptxgen.plan import make_plan
 from ptxgen.check.sim import default_shapes, simulate
 from ptxgen.ir.rewrite import rewrite
 from ptxgen.check.verify import verify
-from test_sim_support import before_wgmma_wait
+from tests.helpers.sim_support import before_wgmma_wait
 
 pytestmark = pytest.mark.sim
 

@@ -1,7 +1,7 @@
 """Planted bugs in the NVFP4 dual GEMM's new parts (issue 11 item 4), each caught by the verifier or the simulator.
 
 Each plant is a plan change or an IR rewrite (:func:`ptxgen.ir.rewrite.rewrite`) of a shipped ``nvfp4_dual_*``
-kernel; the unplanted kernels verify (tests/test_compile.py builds them) and simulate (tests/test_nvfp4_sim.py).
+kernel; the unplanted kernels verify (tests/build/test_compile.py builds them) and simulate (tests/check/sim/test_nvfp4_sim.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ptxgen.errors import VerifyError
 from ptxgen.ir import ops as O
 from ptxgen.check.verify import verify
 
-from test_dual_planted import _kernel, _sim_faults, body_holding
+from tests.check.test_dual_planted import _kernel, _sim_faults, body_holding
 
 pytestmark = pytest.mark.sim
 

@@ -14,8 +14,8 @@ import yaml
 from ptxgen import __version__, cli
 from ptxgen.config import load_config, shipped_configs, to_dict
 from ptxgen.errors import AssembleError, CudaError, VerifyError
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 SHIPPED = ", ".join(shipped_configs())
 

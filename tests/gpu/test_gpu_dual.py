@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ptxgen.errors import ConfigError, ShapeError
-from test_gpu_gemm import dim, k_dim, launch_spec
+from tests.gpu.test_gpu_gemm import dim, k_dim, launch_spec
 
 config_mod = pytest.importorskip("ptxgen.config")
 

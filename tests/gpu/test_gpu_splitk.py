@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from test_gpu_gemm import dim, k_dim, random_operands
+from tests.gpu.test_gpu_gemm import dim, k_dim, random_operands
 
 config_mod = pytest.importorskip("ptxgen.config")
 

@@ -1,8 +1,8 @@
 """GPU: the hang watchdog turns a planted deadlock into DeadlockError, fast, and the context stays usable.
 
 Planted: h100_128x128 with the ``full`` barrier's init count one too high (the consumers' consumer_wait never
-completes; the simulator reports the same barrier, tests/test_watchdog.py).  Needs a compute capability 9.0 GPU.
-Run: ``python -m pytest -q -s -m gpu tests/test_gpu_watchdog.py``.
+completes; the simulator reports the same barrier, tests/build/test_watchdog.py).  Needs a compute capability 9.0 GPU.
+Run: ``python -m pytest -q -s -m gpu tests/gpu/test_gpu_watchdog.py``.
 """
 
 from __future__ import annotations

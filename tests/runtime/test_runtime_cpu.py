@@ -14,6 +14,7 @@ from ptxgen.errors import ConfigError, CudaError, PtxgenError, ShapeError
 from ptxgen.launch import GridPolicy, TensorMapSpec
 from ptxgen.runtime import cache
 from ptxgen.shipped import shipped_configs
+from tests.helpers import ROOT
 
 # --------------------------------------------------------------------------- input checks
 
@@ -631,7 +632,7 @@ def test_knobs_parse():
 def test_readme_documents_every_knob():
     from ptxgen import knobs
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     section = readme.split("## Environment knobs", 1)[1].split("\n## ", 1)[0]
     rows = {line.split("|")[1].strip().strip("`") for line in section.splitlines() if line.startswith("| `PTXGEN_")}
     assert rows == set(knobs.KNOBS)

@@ -1,6 +1,6 @@
 """Planted emitter bugs: each one, patched into the emitter with pytest's monkeypatch, must fail a CPU check
 that compares freshly emitted PTX against the IR (the differential sweep of test_ptx_vs_ir) or a golden
-sequence (tests/ptx_filecheck.py).  Nothing here reads generated/, so the checks hold after generated/ is
+sequence (tests/helpers/ptx_filecheck.py).  Nothing here reads generated/, so the checks hold after generated/ is
 regenerated with the bug.  The unpatched emitter passes both.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from ptx_filecheck import GOLDEN, CheckError, check_golden
-from test_ptx_vs_ir import OVERLAP, SPLIT_K, STMATRIX, VARIANTS, sweep, variant_config
+from tests.helpers.ptx_filecheck import GOLDEN, CheckError, check_golden
+from tests.check.ptx.test_ptx_vs_ir import OVERLAP, SPLIT_K, STMATRIX, VARIANTS, sweep, variant_config
 
 import emitters
 import emitters.common as common

@@ -25,7 +25,7 @@ from ptxgen.check.swizzle import box_index, kmajor_sw128_index, swizzle128
 from ptxgen.check.mma import Operand, umma_operand, umma_shape, wgmma_fragment, wgmma_operand
 from ptxgen.check.sim.sync import Mbarrier
 from ptxgen.check.walker import IRFault, Program, WarpWalker
-from test_sim_support import kernel_for
+from tests.helpers.sim_support import kernel_for
 
 pytestmark = pytest.mark.sim
 

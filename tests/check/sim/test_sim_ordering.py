@@ -7,7 +7,7 @@
 * ``wgmma.fence`` (PTX ISA wgmma.fence) and ``setmaxnreg`` (PTX ISA setmaxnreg: per-CTA pool, whole warpgroup).
 * The ``latest`` and ``pct`` schedule policies open windows the random one rarely does.
 
-Every shipped kernel passes all three policies (tests/test_sim.py sweeps; here: the kernels the plants mutate).
+Every shipped kernel passes all three policies (tests/check/sim/test_sim.py sweeps; here: the kernels the plants mutate).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from ptxgen.errors import SimError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Sreg, ne
 from ptxgen.check.sim import Fault, Sweep, default_shapes, schedule_plan, simulate, sweep
-from test_cli import fast_assemble  # noqa: F401 - the fixture
-from test_sim_planted import _kernel, _release_before_last_load
-from test_sim_support import drop, in_role, is_wait, where
+from tests.cli.test_cli import fast_assemble  # noqa: F401 - the fixture
+from tests.check.sim.test_sim_planted import _kernel, _release_before_last_load
+from tests.helpers.sim_support import drop, in_role, is_wait, where
 
 pytestmark = pytest.mark.sim
 
@@ -150,7 +150,7 @@ def _fence_before_tmem_empty_arrive(op):
 
 
 def test_tmem_stage_released_before_its_last_read_is_caught_on_every_schedule() -> None:
-    """The TMEM form of "consumer release before its last read" (tests/test_sim_planted.py's plant, with the fence
+    """The TMEM form of "consumer release before its last read" (tests/check/sim/test_sim_planted.py's plant, with the fence
     kept before the arrive): happens-before, not timing, so every policy and seed reports it: the MMA of the next
     tile overwrites columns the late tcgen05.ld read, with nothing ordering that read before it."""
     kernel = _kernel("level9", in_role("epilogue", lambda op: _fence_before_tmem_empty_arrive(

@@ -24,7 +24,7 @@ from ptxgen.plan import make_plan
 from ptxgen.check.sim import default_shapes, simulate
 from ptxgen.ir.rewrite import rewrite
 from ptxgen.check.verify import verify
-from test_sim_support import drop, in_role, is_wait, kernel_for, where
+from tests.helpers.sim_support import drop, in_role, is_wait, kernel_for, where
 
 pytestmark = pytest.mark.sim
 

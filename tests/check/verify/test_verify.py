@@ -1,7 +1,7 @@
 """The static verifier: every shipped config passes; the barrier table; layout, TMEM and teardown rules.
 
 Planted protocol bugs (arrival counts, tx bytes, parities, missing waits...)
-are in tests/test_sim_planted.py, run against both tools.
+are in tests/check/sim/test_sim_planted.py, run against both tools.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ptxgen.plan import make_plan
 from ptxgen.check.sim import default_shapes, simulate
 from ptxgen.ir.rewrite import rewrite
 from ptxgen.check.verify import barrier_table, format_barrier_table, verify
-from test_sim_support import kernel_for
+from tests.helpers.sim_support import kernel_for
 
 pytestmark = pytest.mark.sim
 

@@ -6,7 +6,7 @@ A role hands a pipeline stage over (consumer_release on ``empty``/``tmem_empty``
 that orders the asynchronous access (``tcgen05.commit`` of the issuing thread, ``wgmma.wait_group``,
 ``tcgen05.wait::ld``; another warp's access through a thread barrier).  Each plant moves
 or drops one op of a shipped kernel's IR and checks the exact finding.  The unplanted kernels verify clean in
-tests/test_verify.py (test_shipped_config_verifies).
+tests/check/verify/test_verify.py (test_shipped_config_verifies).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from ptxgen.errors import VerifyError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Const, Var
 from ptxgen.check.verify import verify
-from test_dual_planted import (_issuer, _kernel, _release_after_first_mma, _silu_before_wgmma_wait,
+from tests.check.test_dual_planted import (_issuer, _kernel, _release_after_first_mma, _silu_before_wgmma_wait,
                                _tmem_full_before_last_b2_mma)
-from test_sim_planted import _release_before_last_load
-from test_sim_support import drop, in_role, where
+from tests.check.sim.test_sim_planted import _release_before_last_load
+from tests.helpers.sim_support import drop, in_role, where
 
 pytestmark = pytest.mark.sim
 
