@@ -195,7 +195,7 @@ from ptxgen.descriptors import (  # noqa: E402
 
 @pytest.mark.parametrize(("m", "n", "expected"), [(128, 128, 0x08200480), (256, 256, 0x10400480)])
 def test_mxf4nvf4_idesc_published(m: int, n: int, expected: int) -> None:
-    # the values the issue states ptxas accepts (and tests/build/test_nvfp4_ops.py assembles)
+    # published values that ptxas accepts (and tests/build/test_nvfp4_ops.py assembles)
     assert umma_idesc_mxf4nvf4(m, n) == expected
 
 

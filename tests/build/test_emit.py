@@ -50,7 +50,7 @@ def _k_loops(text):
 
 @pytest.mark.parametrize("name", shipped_configs())
 def test_loop_invariants_are_hoisted(name):
-    """Issue 8 item 6: constants and descriptor high words (and, where ``emitters.hoist_bases`` says so,
+    """Loop invariants: constants and descriptor high words (and, where ``emitters.hoist_bases`` says so,
     barrier/region bases) are computed once, before the body; the K loops read them by name."""
     from emitters import hoist_bases
 

@@ -1,4 +1,4 @@
-"""The NVFP4 block-scaled dual GEMM (issue 11): config rules, plan numbers, IR shape of the composed kernel.
+"""The NVFP4 block-scaled dual GEMM: config rules, plan numbers, IR shape of the composed kernel.
 
 The kernel is the BF16 dual GEMM's composition with a plan change (packed e2m1 operands, three scale-factor
 operands, block-scaled MMAs, fp16 C): these tests pin the numbers the plan computes once and the IR the

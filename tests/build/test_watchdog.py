@@ -1,4 +1,4 @@
-"""Hang watchdog (PTXGEN_WATCHDOG, issue 13 item 1): opt-in bounded waits, record decode, simulator agreement.
+"""Hang watchdog (PTXGEN_WATCHDOG): opt-in bounded waits, record decode, simulator agreement.
 
 The GPU half (a planted deadlock raising DeadlockError in < 2 s, the context usable after) is
 tests/gpu/test_gpu_watchdog.py.

@@ -1,4 +1,4 @@
-"""Planted bugs in the dual GEMM's new parts (issue 10), each caught by the verifier or the simulator.
+"""Planted bugs in the dual GEMM's new parts, each caught by the verifier or the simulator.
 
 Each plant is a plan change or an IR rewrite of a shipped ``dual_*`` kernel; the unplanted kernels pass both
 checks in tests/check/verify/test_verify.py and tests/check/sim/test_sim.py.

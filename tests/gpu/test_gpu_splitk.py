@@ -102,7 +102,7 @@ def test_splitk_dual_matches_reference(torch, name, splits, data):
                                                ("h100_128x192", 3, (4096, 2112, 7168)),
                                                ("h100_128x192", 4, (300, 200, 8)),  # one k-block: 3 empty splits
                                                ("h100_128x192", 3, (1000, 1000, 136))])  # 3 k-blocks of 64, 8
-def test_splitk_gemm_issue_shapes(torch, name, splits, shape):
+def test_splitk_gemm_fixed_shapes(torch, name, splits, shape):
     from ptxgen import gemm
 
     m, n, k = shape
@@ -115,7 +115,7 @@ def test_splitk_gemm_issue_shapes(torch, name, splits, shape):
 
 @pytest.mark.parametrize("name,splits,shape", [("dual_h100_128x128", 4, (256, 4096, 7168)),
                                                ("dual_h100_128x128", 2, (512, 3072, 7168))])
-def test_splitk_dual_issue_shapes(torch, name, splits, shape):
+def test_splitk_dual_fixed_shapes(torch, name, splits, shape):
     from ptxgen import dual_gemm
 
     m, n, k = shape

@@ -58,7 +58,7 @@ def _patch_op(mp, op_type, make):
 
 
 def pow2_mod_and(mp):
-    """``x % 2^s`` lowered as ``and x, 2^s`` (the mask without the -1): issue 8's example."""
+    """``x % 2^s`` lowered as ``and x, 2^s`` (the mask without the -1; ``x % 2^s`` is ``and x, 2^s - 1``)."""
     value = core.Lowering.value
 
     def bad(self, e):
@@ -192,7 +192,8 @@ def stmatrix_words_reversed(mp):
 
 
 def cluster_scope_dropped(mp):
-    """Level 1's relay: ``mbarrier.arrive`` / ``try_wait`` emitted at the default .cta scope (issue 9 finding 3)."""
+    """Level 1's relay: ``mbarrier.arrive`` / ``try_wait`` emitted at the default .cta scope
+    (a cross-CTA hand-off synchronizes at cluster scope: PTX ISA, Memory Consistency Model, scope)."""
     for op_type in (ops.MbarrierArrive, ops.MbarrierWait):
         _patch_op(mp, op_type, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, scope="cta")))
 

@@ -1,4 +1,4 @@
-"""Emitted PTX against the Kernel IR on the CPU (issue 8, item 5): the differential test.
+"""Emitted PTX against the Kernel IR on the CPU: the differential test.
 
 For every shipped config (sm_100a and sm_90a) Hypothesis draws a problem shape (M, N, K not multiples of
 the tile; more k-blocks than stages so the smem ring wraps; several tiles per persistent cluster so the
@@ -203,7 +203,8 @@ def test_interpreter_basics():
 
 
 def test_interpreter_memory_scopes():
-    """``.release.cluster`` / ``.acquire.cluster`` (issue 9 finding 3) appear in the effects; the default is cta."""
+    """``.release.cluster`` / ``.acquire.cluster`` (the scope of a cross-CTA hand-off) appear in the effects; the
+    default is cta."""
     text = """
     .extern .shared .align 1024 .b8 smem[];
     .visible .entry t() {

@@ -1,4 +1,4 @@
-"""Issue 11 item 4: the simulator runs the NVFP4 dual GEMM's IR (tcgen05.cp of the scale atoms, block-scaled
+"""The simulator runs the NVFP4 dual GEMM's IR (tcgen05.cp of the scale atoms, block-scaled
 MMAs with exact e2m1 x ue4m3 numerics, fp32 TMEM accumulators, silu*mul, fp16 C) and matches the problem's
 reference (:func:`ptxgen.check.nvfp4.nvfp4_dual_gemm_reference`), masked (|values| <= 1.5) and unrestricted."""
 

@@ -1,4 +1,4 @@
-"""Planted ordering bugs the simulator catches since issue 9: fences, register reallocation, adversarial schedules.
+"""Planted ordering bugs the simulator catches: fences, register reallocation, adversarial schedules.
 
 * ``tcgen05.fence::after_thread_sync`` / ``before_thread_sync`` (PTX ISA "tcgen05 memory consistency model"):
   the simulator keeps happens-before clocks; a tcgen05 op sees what its warp's thread synchronisations
@@ -265,7 +265,7 @@ def test_smem_release_before_last_read_random_misses_latest_and_pct_catch() -> N
 
 
 def test_missing_producer_tail_latest_catches_random_and_pct_miss() -> None:
-    """Issue 9 finding 5 unfixed: the last tcgen05.commit's arrive on ``empty`` is still pending when the CTA exits.
+    """No producer tail: the last tcgen05.commit's arrive on ``empty`` is still pending when the CTA exits.
     Nobody waits for it, so ``latest`` delays it past the exit on every seed; random latencies almost never do."""
     kernel = _kernel("level9", where(is_wait("empty", "producer_tail"), drop))
     assert _faults(kernel, "random") == _faults(kernel, "pct") == [None, None]

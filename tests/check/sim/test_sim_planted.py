@@ -152,7 +152,7 @@ PLANTS = [
                  r"49152 B",
           sim=r"^(transaction-byte mismatch: TmaLoad . .* delivers \d+ B to full\[\d\] of CTA \d+ \(rank 0\) for phase \d+, "
               r"which already completed|read before write)",
-          sim_exact=None),  # issue 9: new setup order; schedules 0-2 now hit the read-before-write form (tx form: schedule 3)
+          sim_exact=None),  # schedules 0-2 hit the read-before-write form (the tx form: schedule 3)
     Plant("TMA into the wrong stage",
           lambda: _kernel("level3", where(lambda op: isinstance(op, O.TmaLoad) and op.tensor == "a",
                                           _stage_plus_one(make_plan(load_config("level3"))))),
@@ -200,26 +200,26 @@ PLANTS = [
                  r"retires its bulk group \(BulkWaitGroupRead 0 at outside loops\) is not ordered before the write",
           sim=r"^(write after read: StSharedBf16 by epilogue .* while TmaStore d|wrong result)",
           sim_exact=r"^write after read: StSharedBf16 by epilogue .* while TmaStore d .* still reads", always=False),
-    Plant("bulk wait_group under a second elect.sync (issue 9 finding 2, the unfixed epilogue)",
+    Plant("bulk wait_group under a second elect.sync (only the committing thread waits for its bulk groups)",
           lambda: _kernel("level9", in_role("epilogue", where(lambda op: isinstance(op, O.BulkWaitGroup),
                                                               lambda op: O.Elect((op,))))),
           verify=r"^bulk async-group ownership: BulkWaitGroupRead 1 by one elect\.sync lane of epilogue \(CTA 0, "
                  r"rank 0, warp 4\) at t=0 waits for groups that another elect\.sync committed",
           sim=r"^(write after read: StSharedBf16 by epilogue .* while TmaStore d|exit with async work: CTA \d+ "
               r"\(rank \d\) exited while TmaStore d .* still reads its shared memory|wrong result)", always=False),
-    Plant("relay arrive at CTA scope (issue 9 finding 3, the unfixed level 1)",
+    Plant("relay arrive at CTA scope (a cross-CTA hand-off needs cluster scope)",
           lambda: _kernel("level1", where(lambda op: isinstance(op, O.MbarrierArrive) and op.scope == "cluster",
                                           lambda op: replace(op, scope="cta"))),
           verify=r"^cross-CTA hand-off at CTA scope: MbarrierArrive full\[stage\] on cta 0 by mainloop \(CTA 1, rank 1, "
                  r"warp 0\) at t=0 kb=0 hands full\[0\] of CTA 0 to mainloop \(CTA 0, rank 0, warp 0\)'s "
                  r"consumer_wait with the default \.release\.cta", sim=None),
-    Plant("relay consumer_wait at CTA scope (issue 9 finding 3)",
+    Plant("relay consumer_wait at CTA scope (a cross-CTA hand-off needs cluster scope)",
           lambda: _kernel("level1", where(lambda op: isinstance(op, O.MbarrierWait) and op.scope == "cluster",
                                           lambda op: replace(op, scope="cta"))),
           verify=r"^cross-CTA hand-off at CTA scope: MbarrierWait full\[stage\] phase=phase \(consumer_wait\) by "
                  r"mainloop \(CTA 0, rank 0, warp 0\) at t=0 kb=0 completes on .* with the default \.acquire\.cta",
           sim=None),
-    Plant("no producer tail (issue 9 finding 5, the unfixed levels 2-9)",
+    Plant("no producer tail (the CTA exits with a tcgen05.commit arrive pending)",
           lambda: _kernel("level9", where(is_wait("empty", "producer_tail"), drop)),
           verify=r"^unwaited asynchronous arrive: empty\[\d\] of CTA \d \(rank \d\), phase \d+: tcgen05\.commit arrivals "
                  r"\(mma@r0 commit multicast x1\) that no warp of CTA \d waits for",
@@ -246,7 +246,7 @@ PLANTS = [
           verify=None,
           sim=r"^wrong result: ptxgen_gemm_level2 m=\d+ n=\d+ k=\d+ schedule \d: relative Frobenius error \d\.\d+e[+-]\d+, "
               r"max-abs relative error .*; first wrong D\[0, 64\] = "),
-    Plant("paired TMEM alloc before the cluster barrier (issue 9 finding 1, the unfixed setup)",
+    Plant("paired TMEM alloc before the cluster barrier (the peer CTA may not be running yet)",
           lambda: replace(kernel_for("level9"), body=_drop_first(kernel_for("level9").body, O.ClusterSync)),
           verify=r"^paired TMEM allocation before the cluster is known running: tmem_alloc \(CTA 0, rank 0, warp 2\) "
                  r"at outside loops issues tcgen05\.alloc\.cta_group::2 before any cluster barrier",

@@ -172,7 +172,7 @@ def test_sm90_single_stage(config: str) -> None:
         verify(kernel)
 
 
-# ------------------------------------------------------------------ issue 9: residency and register budget
+# ------------------------------------------------------------------ residency and register budget
 
 
 def test_tmem_oversubscription() -> None:

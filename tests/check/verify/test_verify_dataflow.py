@@ -1,4 +1,4 @@
-"""Planted bugs for the verifier's hand-over rule (issue 9, "What the checks miss today"; issue 10's sm_100a plant).
+"""Planted bugs for the verifier's hand-over rule.
 
 A role hands a pipeline stage over (consumer_release on ``empty``/``tmem_empty``, producer_commit on
 ``tmem_full``, the TMA store's ``cp.async.bulk.wait_group.read`` for a staging buffer, the
@@ -147,7 +147,7 @@ _ACC0_READ_EARLY = (r"^register array 'acc0' read while a wgmma writing it is no
 
 #: name -> (planted kernel, regex of the finding)
 PLANTS = {
-    # producer_commit after the producer's last write (issue 10's sm_100a plant, and level 9)
+    # producer_commit after the producer's last write (level 9 and the sm_100a dual GEMM)
     "level9: tmem_full commit before the last UMMA": (
         lambda: _kernel(SM100, fn=_issuer(_tmem_full_before_last_b2_mma)),
         (r"^producer commit before the last write: UmmaCommit -> tmem_full\[acc\] multicast=0x3"
