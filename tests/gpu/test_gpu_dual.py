@@ -14,10 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ptxgen.config as config_mod
 from ptxgen.errors import ConfigError, ShapeError
 from tests.gpu.test_gpu_gemm import dim, k_dim, launch_spec
-
-config_mod = pytest.importorskip("ptxgen.config")
 
 pytestmark = pytest.mark.gpu
 

@@ -19,9 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ptxgen.config as config_mod
 from tests.gpu.test_gpu_gemm import dim, k_dim, random_operands
-
-config_mod = pytest.importorskip("ptxgen.config")
 
 pytestmark = pytest.mark.gpu
 
