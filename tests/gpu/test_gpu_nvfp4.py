@@ -1,6 +1,6 @@
 """GPU (any CUDA device, e.g. H100): the driver encodes the seven NVFP4 tensor maps; the API refuses off 10.x.
 
-Run through the device tool: ``python -m pytest -q -m gpu tests/gpu/test_gpu_nvfp4.py``.
+Run on a GPU machine: ``python -m pytest -q -m gpu tests/gpu/test_gpu_nvfp4.py``.
 """
 
 from __future__ import annotations
