@@ -137,7 +137,8 @@ def test_every_op_leaves_a_comment(name):
     assert f".visible .entry {res.plan.kernel}(" in res.ptx and ".version 8.8" in res.ptx
 
 
-# ------------------------------------------------------------------ FileCheck-style golden sequences (tests/helpers/ptx_filecheck.py)
+# ------------------------------------------------------------------ FileCheck-style golden sequences
+# (tests/helpers/ptx_filecheck.py)
 
 from tests.helpers.ptx_filecheck import GOLDEN, CheckError, check_golden, filecheck  # noqa: E402
 

@@ -1,7 +1,8 @@
 """Planted bugs in the NVFP4 dual GEMM's new parts, each caught by the verifier or the simulator.
 
 Each plant is a plan change or an IR rewrite (:func:`ptxgen.ir.rewrite.rewrite`) of a shipped ``nvfp4_dual_*``
-kernel; the unplanted kernels verify (tests/build/test_compile.py builds them) and simulate (tests/check/sim/test_nvfp4_sim.py).
+kernel; the unplanted kernels verify (tests/build/test_compile.py builds them) and simulate
+(tests/check/sim/test_nvfp4_sim.py).
 """
 
 from __future__ import annotations
