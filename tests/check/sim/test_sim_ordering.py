@@ -152,8 +152,8 @@ def _fence_before_tmem_empty_arrive(op):
 
 def test_tmem_stage_released_before_its_last_read_is_caught_on_every_schedule() -> None:
     """The TMEM form of "consumer release before its last read" (tests/check/sim/test_sim_planted.py's plant, with
-    the fence kept before the arrive): happens-before, not timing, so every policy and seed reports it: the MMA of the next
-    tile overwrites columns the late tcgen05.ld read, with nothing ordering that read before it."""
+    the fence kept before the arrive): happens-before, not timing, so every policy and seed reports it: the MMA of
+    the next tile overwrites columns the late tcgen05.ld read, with nothing ordering that read before it."""
     kernel = _kernel("level9", in_role("epilogue", lambda op: _fence_before_tmem_empty_arrive(
         _release_before_last_load(op))))
     for policy in ("random", "latest", "pct"):
