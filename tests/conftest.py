@@ -35,7 +35,7 @@ def gpu_unavailable_reason() -> str | None:
     except ImportError:
         return "gpu test: torch is not installed"
     if not torch.cuda.is_available():
-        return "gpu test: torch.cuda.is_available() is False (no CUDA GPU or driver here; run through the device tool)"
+        return "gpu test: torch.cuda.is_available() is False (no CUDA GPU or driver here; run on a GPU machine)"
     return None
 
 

@@ -1,0 +1,100 @@
+"""Benchmark helpers (ptxgen.bench): TFLOP/s, input sets, interleaved timing, summary, plot, and the CLI
+wiring of run and bench to the chosen config."""
+
+from __future__ import annotations
+
+import pytest
+
+
+# --------------------------------------------------------------------------- bench helpers
+
+
+def test_bench_helpers(torch_mod):
+    from ptxgen import bench
+
+    assert bench.tflops(8192, 8192, 8192, 1.0) == pytest.approx(1099.5, rel=1e-3)
+    gib = 1 << 30
+    assert bench.input_sets_needed(3 * 8192 * 8192 * 2, 50 << 20, 80 * gib) == 2
+    assert bench.input_sets_needed(1 << 20, 50 << 20, 80 * gib) == 101
+    assert bench.input_sets_needed(16, 50 << 20, 80 * gib) == bench.MAX_SETS
+    with pytest.raises(MemoryError):
+        bench.input_sets_needed(10 * gib, 50 << 20, 8 * gib)
+    ref = torch_mod.ones(4, 4)
+    assert bench.relative_error(ref * 1.01, ref) == pytest.approx(0.01, rel=1e-4)
+    row = dict(config="c", kernel="h100_x", m=1, n=2, k=8, api_ms=0.5, torch_ms=0.25, prepared_ms=0.4,
+               torch_kernel_ms=0.2, api_tflops=1.0, ratio=0.5, kernel_ratio=0.5, rel_err_vs_torch=1e-3)
+    table = bench.format_table([row]).splitlines()
+    assert table[0].split()[:5] == ["config", "kernel", "M", "N", "K"] and table[2].split()[:2] == ["c", "h100_x"]
+
+
+def test_time_interleaved_alternates_call_by_call(torch_mod, monkeypatch):
+    """Timed calls alternate A B B A ... (drift hits both sides alike), consecutive calls never share an input set,
+    and each side's median is over its own calls (faked CUDA events: a call's elapsed time is its set index)."""
+    from ptxgen import bench
+
+    log = []
+
+    class Event:  # records the input set of the last call enqueued before it
+        def __init__(self, enable_timing=False):
+            self.set = None
+
+        def record(self):
+            self.set = log[-1][1] if log else None
+
+        def elapsed_time(self, end):
+            return float(end.set)
+
+    def side(name):
+        return lambda i: log.append((name, i))
+
+    monkeypatch.setattr(torch_mod.cuda, "Event", Event)
+    monkeypatch.setattr(torch_mod.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch_mod.cuda, "_sleep", lambda cycles: None, raising=False)
+    medians = bench.time_interleaved({"a": side("a"), "b": side("b")}, 3, warmup=2, iters=4)
+    timed = log[4:]  # after 2 warm-up calls of each side
+    assert [name for name, _ in timed] == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert [i for _, i in timed] == [(2 + k) % 3 for k in range(8)]  # consecutive calls: different sets
+    assert medians == {"a": 1.0, "b": 1.0}  # a: sets 2, 2, 0, 0; b: 0, 1, 1, 2
+    log.clear()
+    bench.time_interleaved({"a": side("a"), "b": side("b")}, 3, warmup=0, iters=4, rounds=2)
+    assert [name for name, _ in log] == ["a", "a", "b", "b", "b", "b", "a", "a"]
+
+
+# --------------------------------------------------------------------------- bench and CLI wiring
+
+
+def test_bench_defaults_and_summary():
+    from ptxgen import bench
+
+    assert len(bench.DEFAULT_SHAPES) == 11 and (4096, 576, 7168) in bench.DEFAULT_SHAPES
+    assert bench.geomean([1.0, 4.0]) == pytest.approx(2.0)
+    rows = [dict(config="auto", ratio=r, kernel_ratio=r * 2) for r in (0.5, 2.0)]
+    s = bench.summary(rows)["auto"]
+    assert s["geomean_ratio"] == pytest.approx(1.0) and s["min_ratio"] == 0.5
+    assert s["geomean_kernel_ratio"] == pytest.approx(2.0)
+    assert bench.config_label(None) == "auto" and bench.config_label("h100_128x128") == "h100_128x128"
+
+
+def test_bench_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    from ptxgen import bench
+
+    rows = [dict(config=c, m=4096, n=n, k=4096, ratio=0.9, kernel_ratio=1.0) for c in ("auto", "x") for n in (1, 2)]
+    path = tmp_path / "b.png"
+    assert bench.plot(rows, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_run_and_bench_default_to_chosen_config(monkeypatch):
+    from ptxgen import bench, cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_require_gpu", lambda: None)  # the CPU torch build: run/bench are stubbed here
+    monkeypatch.setattr(bench, "run_one", lambda config, m, n, k: seen.append(config) or
+                        dict(config="h100_x", rel_err=0.0, ms=1.0, tflops=1.0))
+    assert cli.main(["run", "--shape", "64x64x64"]) == 0
+    monkeypatch.setattr(bench, "bench", lambda configs, shapes, **kw: seen.append((configs, shapes, kw)))
+    assert cli.main(["bench", "--plot", "p.png"]) == 0
+    assert seen[0] is None
+    configs, shapes, kw = seen[1]
+    assert configs == [None] and shapes == bench.DEFAULT_SHAPES and kw["plot_path"] == "p.png" and kw["host"]

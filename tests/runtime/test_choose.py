@@ -1,0 +1,90 @@
+"""The config chooser (ptxgen.runtime.choose): candidates, the cost model, user and shipped tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from ptxgen.errors import ConfigError
+from ptxgen.shipped import shipped_configs
+
+
+@pytest.fixture
+def fresh_choice(cache_root):
+    from ptxgen.runtime import choose
+
+    choose.choose_cached.cache_clear()
+    yield choose
+    choose.choose_cached.cache_clear()
+
+
+def test_candidates_are_every_shipped_config_of_the_arch():
+    from ptxgen.config import load_config, shipped_configs
+    from ptxgen.runtime import choose
+
+    names = [c.name for c in choose.candidates("sm_90a")]
+    gemms = [n for n in shipped_configs() if load_config(n).arch == "sm_90a" and load_config(n).kernel == "gemm"]
+    # ping-pong configs are shipped but measured slower: never chosen (docs/performance.md, "Ping-pong consumers")
+    assert names == [n for n in gemms if load_config(n).mma.consumers == "cooperative"] and len(names) < len(gemms)
+    assert names and all(n.startswith("h100_") for n in names)
+    duals = [c.name for c in choose.candidates("sm_90a", "dual_gemm")]
+    assert duals and all(n.startswith("dual_h100_") for n in duals)
+    # the NVFP4 dual GEMM configs are never chosen for a bf16 ptxgen.dual_gemm (they have dual_gemm_nvfp4)
+    assert [c.name for c in choose.candidates("sm_100a", "dual_gemm")] == ["dual_sm100_256x128"]
+
+
+@pytest.mark.parametrize("name", shipped_configs())
+def test_shipped_candidate_agrees_with_load_config(name):
+    from ptxgen.config import load_config
+    from ptxgen.runtime.choose import Candidate, shipped_candidate
+
+    cfg = load_config(name)
+    assert shipped_candidate(name) == Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
+                                                cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands,
+                                                cfg.mma.consumers, cfg.schedule.split_k)
+
+
+def test_cost_model_waves_and_tail():
+    from ptxgen.runtime.choose import Candidate, predict
+
+    c = Candidate("x", "sm_90a", 128, 256, 64, 4, 2)
+    p = predict(c, 4096, 4096, 4096, 132)
+    assert p["tiles"] == 32 * 16 and p["waves"] == 4 and p["tail"] == pytest.approx(512 / (4 * 132))
+    small = predict(c, 128, 256, 4096, 132)
+    assert small["tiles"] == 1 and small["waves"] == 1
+    assert predict(c, 4096, 4096, 8192, 132)["us"] > p["us"]  # more K, more time
+    wide = Candidate("w", "sm_90a", 256, 128, 64, 4, 1)
+    narrow = Candidate("n", "sm_90a", 128, 128, 64, 4, 1)
+    assert predict(narrow, 8192, 8192, 8192, 132)["bytes_per_flop"] > predict(wide, 8192, 8192, 8192, 132)["bytes_per_flop"]
+
+
+def test_choice_prefers_user_table_then_shipped_then_model(fresh_choice, monkeypatch):
+    choose = fresh_choice
+    shipped = choose.read_table(choose.shipped_table_path("sm_90a"))
+    assert len(shipped) == 11 and shipped[(4096, 4096, 4096)] in {c.name for c in choose.candidates("sm_90a")}
+    assert choose.choose_cached(4096, 4096, 4096, (9, 0), 132) == (shipped[(4096, 4096, 4096)], "shipped table")
+    name, why = choose.choose_cached(1000, 1000, 1000, (9, 0), 132)
+    assert why == "cost model" and name in {c.name for c in choose.candidates("sm_90a")}
+
+    doc = choose.table_doc("sm_90a", "test", [{"m": 4096, "n": 4096, "k": 4096, "config": "h100_128x128"},
+                                               {"m": 1, "n": 1, "k": 8, "config": "not_shipped"}], "test")
+    choose.write_table(choose.user_table_path("sm_90a"), doc)  # clears the memo
+    assert choose.choose_cached(4096, 4096, 4096, (9, 0), 132) == ("h100_128x128", "user table")
+    assert choose.choose_cached(1, 1, 8, (9, 0), 132)[1] == "cost model"  # unknown config ignored
+
+    reads = []
+    monkeypatch.setattr(choose, "read_table", lambda p: reads.append(p) or {})
+    choose.choose_cached(4096, 4096, 4096, (9, 0), 132)
+    assert reads == []  # memoized per (M, N, K, device)
+
+
+def test_choice_on_unsupported_device(fresh_choice):
+    with pytest.raises(ConfigError, match=r"compute capability 8.0: no default config"):
+        fresh_choice.choose_cached(64, 64, 64, (8, 0), 108)
+
+
+def test_broken_user_table_is_ignored(fresh_choice):
+    choose = fresh_choice
+    path = choose.user_table_path("sm_90a")
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    assert choose.choose_cached(4096, 4096, 4096, (9, 0), 132)[1] == "shipped table"

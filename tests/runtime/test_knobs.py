@@ -1,0 +1,33 @@
+"""Environment knobs (ptxgen.knobs): parsing, and the README table that documents each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ptxgen.errors import ConfigError
+from tests.helpers import ROOT
+
+
+def test_knobs_parse():
+    from ptxgen import knobs
+
+    k = knobs.read({"PTXGEN_CACHE_DIR": "~/c", "PTXGEN_NO_CACHE": "Yes", "PTXGEN_DUMP": "/d",
+                    "PTXGEN_OVERRIDE_PTX": "x.ptx"})
+    assert k.cache_dir == Path("~/c").expanduser() and k.no_cache is True
+    assert k.dump_dir == Path("/d") and k.override_ptx == Path("x.ptx")
+    assert knobs.read({}) == knobs.Knobs()
+    for off in ("", "0", "false", "OFF", "no"):
+        assert knobs.read({"PTXGEN_NO_CACHE": off}).no_cache is False
+    with pytest.raises(ConfigError, match=r"^PTXGEN_NO_CACHE='maybe': must be one of 1, true"):
+        knobs.read({"PTXGEN_NO_CACHE": "maybe"})
+
+
+def test_readme_documents_every_knob():
+    from ptxgen import knobs
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Environment knobs", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip().strip("`") for line in section.splitlines() if line.startswith("| `PTXGEN_")}
+    assert rows == set(knobs.KNOBS)
