@@ -139,18 +139,18 @@ THREAD_SYNCS = (O.CtaSync, O.NamedBarrier, O.ClusterSync)  # events carry the re
 SHARED_STORES = (O.StSharedBf16, O.StMatrix)  # events carry addr (per lane), nbytes and data
 COUNTER_OPS = (O.RedGlobal, O.LdGlobalAcquireWait, O.StGlobalU32)  # the split-K counter ops (one thread)
 
-_SPECS: dict[type, tuple[tuple[str, str], ...]] = {}
+_SPECS: dict[type, tuple[tuple[str, str, str], ...]] = {}
 
 
-def _operand_spec(t: type) -> tuple[tuple[str, str], ...]:
-    """(field, how) of the evaluated fields of op type ``t``, expressions before barriers (a Bar may name the rank
-    in ``cta``): how is ``uniform``, ``lane`` (listed in ``t.per_lane``) or ``bar``."""
+def _operand_spec(t: type) -> tuple[tuple[str, str, str], ...]:
+    """(field, how, label for messages) of the evaluated fields of op type ``t``, expressions before barriers (a
+    Bar may name the rank in ``cta``): how is ``uniform``, ``lane`` (listed in ``t.per_lane``) or ``bar``."""
     spec = _SPECS.get(t)
     if spec is None:
         fs = fields(t)
-        exprs = [(f.name, "lane" if f.name in t.per_lane else "uniform") for f in fs
+        exprs = [(f.name, "lane" if f.name in t.per_lane else "uniform", f"{t.__name__} {f.name}") for f in fs
                  if f.type in ("Expr", "Expr | None") or f.type is Expr]
-        bars = [(f.name, "bar") for f in fs if f.type == "Bar" or f.type is O.Bar]
+        bars = [(f.name, "bar", "") for f in fs if f.type == "Bar" or f.type is O.Bar]
         spec = _SPECS[t] = tuple(exprs + bars)
     return spec
 
@@ -509,7 +509,7 @@ class WarpWalker:
         operand, a barrier or multicast outside the cluster)."""
         lanes = self._whole_warp(op) if op.collective else self._n()
         values: dict = {}
-        for name, how in _operand_spec(type(op)):
+        for name, how, label in _operand_spec(type(op)):
             v = getattr(op, name)
             if v is None:
                 values[name] = None
@@ -518,7 +518,7 @@ class WarpWalker:
             elif how == "bar":
                 values[name] = self._bar(v, values.get("cta"))
             else:
-                values[name] = v if isinstance(v, int) else self.uniform(v, f"{type(op).__name__} {name}")
+                values[name] = v if isinstance(v, int) else self.uniform(v, label)
         derive = self.DERIVED.get(type(op))
         if derive is not None:
             derive(self, op, values, lanes)
