@@ -373,6 +373,8 @@ class WarpWalker:
             if t in handlers:
                 yield from handlers[t](op)
             elif t in local:
+                if op.collective:
+                    self._whole_warp(op)
                 local[t](op)
                 if t in also:
                     yield self.event(op)
@@ -437,7 +439,6 @@ class WarpWalker:
         self._write_var(op.var, self.eval(op.expr))
 
     def _shfl(self, op):
-        self._whole_warp(op)
         src = np.broadcast_to(np.asarray(self.read_var(op.src), dtype=np.int64), (LANES,))
         lane = np.broadcast_to(np.asarray(self.eval(op.lane), dtype=np.int64), (LANES,))
         self._write_var(op.var, src[lane & (LANES - 1)])
@@ -458,7 +459,6 @@ class WarpWalker:
 
     def _silu_mul(self, op):
         """silu(gate) * up in f32, as the emitted PTX computes it (ex2 of -x log2 e, reciprocal, two products)."""
-        self._whole_warp(op)
         idx = tuple(range(op.n))
         x, u = self._reg(op.gate, idx, "SiluMul"), self._reg(op.up, idx, "SiluMul")
         with np.errstate(over="ignore", invalid="ignore"):
@@ -479,7 +479,6 @@ class WarpWalker:
 
     def _pack(self, op):
         """``fmt`` rounding of ``src[0:n]`` into ``dst`` (kept as f32 values; see ``packed_from``)."""
-        self._whole_warp(op)
         vals = self._reg(op.src, tuple(range(op.n)), "PackBf16")
         if op.fmt == "bf16":
             out = bf16_bits_to_f32(f32_to_bf16_bits(vals))
@@ -492,7 +491,6 @@ class WarpWalker:
         self.marks.append(op.kind)
 
     def _wgmma_fence(self, op):
-        self._whole_warp(op)
         self.touched.clear()
         self.wgmma_fenced = True
 
