@@ -3,7 +3,8 @@
 The base, shared by the three rooms:
 
 * :mod:`.walker`, the IR's reference interpreter: it runs one warp of a Kernel IR as a coroutine that
-  yields one event per instruction with its operands evaluated;
+  yields one event per instruction with its operands evaluated (one :class:`~.walker.Event` type, derived
+  from the op's fields; the rooms dispatch on the op's type, as the emitters do);
 * :mod:`.numerics` (bf16 conversions, the reference GEMM, result comparison) and :mod:`.nvfp4` (the
   block-scaled MMA's semantics and the NVFP4 reference);
 * the operand decoding: :mod:`.mma` (shared-memory and instruction descriptors of ``tcgen05.mma`` and

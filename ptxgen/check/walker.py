@@ -13,11 +13,14 @@ the execution model of :mod:`ptxgen.ir.ops`:
 * ``WarpSwitch`` runs the role whose warp range holds the warp.
 
 Every op with an effect outside the warp (barriers, TMA, MMA, TMEM, shared
-and global stores, thread syncs) is *yielded* as an event object carrying
-its evaluated operands; the consumer (the simulator, or the static verifier
-that only records) performs the effect and sends back a reply where the op
-produces a value (``TmemLoad``: the loaded ``(32, ncols)`` f32 values;
-``TmemBase``: the TMEM address).  Every event is a preemption point.
+and global stores, thread syncs; every op that is not control flow, warp-local
+or silent) is *yielded* as one :class:`Event`: the op itself and its operands
+evaluated by a generic rule (every expression field; ``Op.per_lane`` and
+``Op.collective`` say how), so an op type needs no event type of its own and
+consumers dispatch on the op's type.  The consumer (the simulator, or the
+static verifier that only records) performs the effect and sends back a reply
+where the op produces a value (``TmemLoad``: the loaded ``(32, ncols)`` f32
+values; ``TmemBase``: the TMEM address).  Every event is a preemption point.
 
 ``TcgenFence``, ``TmemWaitLd`` and ``WgmmaFence`` are warp-local: the walker
 records the tcgen05 fences and waits it passed in :attr:`WarpWalker.marks`
@@ -34,12 +37,12 @@ array listed in :attr:`WarpWalker.busy` (a ``tcgen05.ld`` before
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from ..ir import ops as O
-from ..ir.expr import Bin, Const, Param, Select, Sreg, Var, apply_binop, lift
+from ..ir.expr import Bin, Const, Expr, Param, Select, Sreg, Var, apply_binop
 from ..ir.printer import expr_str
 from .numerics import bf16_bits_to_f32, f32_to_bf16_bits
 
@@ -88,222 +91,68 @@ class Where:
         return f"{self.who} at {self.at}"
 
 
-# ------------------------------------------------------------------ events (one class per effect)
-
-
-@dataclass(slots=True)
-class Ev:
-    """Base of events; ``op`` is the IR op, ``lanes`` how many lanes execute it."""
-
-    op: object
-    lanes: int
-
-
-@dataclass(slots=True)
-class InitEv(Ev):
-    bar: BarRef
-    count: int
-
-
-@dataclass(slots=True)
-class ArriveEv(Ev):
-    """``lanes`` arrivals on ``bar``; ``tx`` expect_tx bytes in total (0 for a plain arrive)."""
-
-    bar: BarRef
-    tx: int
-
-
-@dataclass(slots=True)
-class WaitEv(Ev):
-    bar: BarRef
-    parity: int
-    role: str
-
-
-@dataclass(slots=True)
-class FenceInitEv(Ev):
-    pass
-
-
-@dataclass(slots=True)
-class TmaLoadEv(Ev):
-    """Box of ``tensor`` at (col, row) to ``dst`` in each rank of ``dst_ranks``; ``bars[i]`` gets its complete_tx."""
-
-    tensor: str
-    dst: int
-    col: int
-    row: int
-    dst_ranks: tuple[int, ...]
-    bars: tuple[BarRef, ...]
-
-
-@dataclass(slots=True)
-class TmaStoreEv(Ev):
-    """``thread``: the issuing thread (see :meth:`WarpWalker.thread`); bulk async groups belong to it."""
-
-    tensor: str
-    src: int
-    col: int
-    row: int
-    thread: object = None
-
-
-@dataclass(slots=True)
-class BulkCommitEv(Ev):
-    thread: object = None
-
-
-@dataclass(slots=True)
-class BulkWaitEv(Ev):
-    n: int
-    read: bool
-    thread: object = None
-
-
-@dataclass(slots=True)
-class FenceProxyEv(Ev):
-    pass
-
-
-@dataclass(slots=True)
-class AllocEv(Ev):
-    cols: int
-
-
-@dataclass(slots=True)
-class DeallocEv(Ev):
-    taddr: int
-    cols: int
-
-
-@dataclass(slots=True)
-class TmemBaseEv(Ev):
-    pass
-
-
-@dataclass(slots=True)
-class SetMaxNRegEv(Ev):
-    """``setmaxnreg.{inc|dec}.sync.aligned.u32 regs`` by the whole warp (its warpgroup's other warps must match)."""
-
-    action: str
-    regs: int
-
-
-@dataclass(slots=True)
-class UmmaEv(Ev):
-    d: int
-    a_desc: int
-    b_desc: int
-    idesc: int
-    accumulate: bool
-
-
-@dataclass(slots=True)
-class TmemCopyEv(Ev):
-    """``tcgen05.cp``: the 64-bit smem descriptor ``desc`` -> TMEM address ``taddr`` (NVFP4 scale atoms)."""
-
-    taddr: int
-    desc: int
-
-
-@dataclass(slots=True)
-class UmmaBlockScaledEv(Ev):
-    """Block-scaled ``tcgen05.mma``: UmmaEv's operands plus the TMEM addresses of the scale factors."""
-
-    d: int
-    a_desc: int
-    b_desc: int
-    idesc: int
-    sfa: int
-    sfb: int
-    accumulate: bool
-    scale_vec: str
-
-
-@dataclass(slots=True)
-class CommitEv(Ev):
-    """``tcgen05.commit``: one arrival on each of ``bars`` once the thread's prior MMAs completed."""
-
-    bars: tuple[BarRef, ...]
-
-
-@dataclass(slots=True)
-class TmemLoadEv(Ev):
-    taddr: int
-    ncols: int
-
-
-@dataclass(slots=True)
-class WgmmaEv(Ev):
-    acc: str
-    n: int
-    a_desc: int
-    b_desc: int
-    accumulate: bool
-
-
-@dataclass(slots=True)
-class WgmmaCommitEv(Ev):
-    pass
-
-
-@dataclass(slots=True)
-class WgmmaWaitEv(Ev):
-    n: int
-
-
-@dataclass(slots=True)
-class StSharedEv(Ev):
-    """Each active lane stores ``data[i]`` (bytes) at smem+``addrs[i]``; ``data`` is None in a dry run."""
-
-    addrs: np.ndarray
-    nbytes: int
-    data: np.ndarray | None
-
-
-@dataclass(slots=True)
-class StGlobalEv(Ev):
-    """``D[rows[i], cols[i] + j] = values[i, j]`` (bf16 bits) where in bounds; ``values`` None in a dry run."""
-
-    rows: np.ndarray
-    cols: np.ndarray
-    values: np.ndarray | None
-
-
-@dataclass(slots=True)
-class WsStoreEv(Ev):
-    """``st.global.v4.f32``: each active lane stores ``values[i]`` (4 f32) at workspace byte ``offsets[i]``."""
-
-    offsets: np.ndarray
-    values: np.ndarray | None
-
-
-@dataclass(slots=True)
-class WsLoadEv(Ev):
-    """``ld.global.v4.f32`` of 4 f32 at workspace byte ``offsets[i]`` per active lane; reply ``(lanes, 4)`` f32."""
-
-    offsets: np.ndarray
-
-
-@dataclass(slots=True)
-class WsAtomicEv(Ev):
-    """A u32 counter op at workspace byte ``offset``: ``kind`` ``red`` (add ``value``), ``wait`` (spin until it
-    equals ``value``) or ``store`` (set it to ``value``); ``sem``: ``release``/``acquire``/``relaxed``."""
-
-    kind: str
-    offset: int
-    value: int
-    sem: str
-    scope: str
-
-
-@dataclass(slots=True)
-class SyncEv(Ev):
-    """``bar.sync`` (kind ``cta`` id 0, or ``named``) or the cluster barrier (kind ``cluster``)."""
-
-    kind: str
-    id: int
-    threads: int
+# ------------------------------------------------------------------ events: one per executed op
+
+
+class Event:
+    """One op a warp executed, with its operands evaluated for the lanes that run it.
+
+    ``op`` is the IR op: its static fields are read from it (``ev.op.tensor``, ``ev.op.ncols``).  ``lanes``: how
+    many lanes run it (32, or 1 inside ``Elect``).  ``thread``: the issuing thread (:meth:`WarpWalker.thread`;
+    bulk async groups belong to it).  ``values``: the evaluated operands, read as ``ev.name`` or ``ev["name"]``:
+
+    * every expression field of the op, under its field name: an int, uniform over the lanes, or for a field the
+      op lists in ``per_lane`` a ``(lanes,)`` int64 array; None where the field is None;
+    * a :class:`~ptxgen.ir.ops.Bar` field as a :class:`BarRef` (on cluster rank ``cta`` where the op has that
+      field, else the warp's own rank);
+    * what the walker derives for a few op types (:attr:`WarpWalker.DERIVED`): the 64-bit descriptors of the
+      MMAs and ``tcgen05.cp`` (``a_desc``, ``b_desc``, ``desc``) and their ``accumulate`` as a bool, the barriers a
+      TMA load or a commit completes on (``bars``; a TMA load's ``dst_ranks``), an arrive's expect_tx bytes over
+      its lanes (``tx``), a thread barrier's rendezvous (``kind`` ``cta``/``named``/``cluster``, ``id``,
+      ``threads``), and a store's register data (``data``, None in a dry run; a shared store's ``nbytes`` per lane).
+    """
+
+    __slots__ = ("op", "lanes", "values", "thread")
+
+    def __init__(self, op, lanes: int, values: dict | None = None, thread=None):
+        self.op, self.lanes, self.values, self.thread = op, lanes, {} if values is None else values, thread
+
+    def __getattr__(self, name: str):
+        if name in Event.__slots__:
+            raise AttributeError(name)
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(f"the event of {type(self.op).__name__} has no evaluated operand {name!r} "
+                                 "(static fields are read from ev.op)") from None
+
+    def __getitem__(self, name: str):
+        return self.values[name]
+
+    def __repr__(self) -> str:
+        return f"Event({self.op.describe()}, lanes={self.lanes}, {self.values})"
+
+
+#: op families the consumers treat alike
+ARRIVES = (O.MbarrierArrive, O.MbarrierArriveExpectTx)
+THREAD_SYNCS = (O.CtaSync, O.NamedBarrier, O.ClusterSync)  # events carry the rendezvous: kind, id, threads
+SHARED_STORES = (O.StSharedBf16, O.StMatrix)  # events carry addr (per lane), nbytes and data
+COUNTER_OPS = (O.RedGlobal, O.LdGlobalAcquireWait, O.StGlobalU32)  # the split-K counter ops (one thread)
+
+_SPECS: dict[type, tuple[tuple[str, str, str], ...]] = {}
+
+
+def _operand_spec(t: type) -> tuple[tuple[str, str, str], ...]:
+    """(field, how, label for messages) of the evaluated fields of op type ``t``, expressions before barriers (a
+    Bar may name the rank in ``cta``): how is ``uniform``, ``lane`` (listed in ``t.per_lane``) or ``bar``."""
+    spec = _SPECS.get(t)
+    if spec is None:
+        fs = fields(t)
+        exprs = [(f.name, "lane" if f.name in t.per_lane else "uniform", f"{t.__name__} {f.name}") for f in fs
+                 if f.type in ("Expr", "Expr | None") or f.type is Expr]
+        bars = [(f.name, "bar", "") for f in fs if f.type == "Bar" or f.type is O.Bar]
+        spec = _SPECS[t] = tuple(exprs + bars)
+    return spec
 
 
 # ------------------------------------------------------------------ the interpreter
@@ -383,10 +232,12 @@ class WarpWalker:
         smem_base: shared-window address of the dynamic shared-memory base (``Sreg("smem")``).
         params: ``{"m": .., "n": .., "k": ..}``.
         values: False for a dry run (stores carry no data; the verifier).
+        also: op types the walker otherwise runs silently or warp-locally (``TcgenFence``, ``Nanosleep``, ...)
+            that it yields as events too, after their local effect (the PTX differential compares them).
     """
 
     def __init__(self, program: Program, *, ctaid: int, nctaid: int, cluster_size: int, warp: int, smem_base: int,
-                 params: dict[str, int], values: bool = True):
+                 params: dict[str, int], values: bool = True, also: tuple[type, ...] = ()):
         self.program = program
         self.kernel = program.kernel
         self.body = program.kernel.body
@@ -415,6 +266,7 @@ class WarpWalker:
         self.elects: list = []  # enclosing Elect ops, innermost last
         self.roles: list[str] = []
         self.loops: list[list] = []
+        self.also = frozenset(also)
         self._handlers = {
             O.WarpSwitch: self._warp_switch, O.For: self._for, O.If: self._if, O.Elect: self._elect,
             O.TmemLoad: self._tmem_load, O.TmemBase: self._tmem_base, O.LdGlobalF32: self._ws_load,
@@ -422,27 +274,6 @@ class WarpWalker:
         self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.SiluMul: self._silu_mul,
                        O.PackBf16: self._pack,
                        O.WgmmaFence: self._wgmma_fence, O.TcgenFence: self._tcgen_fence}
-        self._events = {
-            O.MbarrierInit: self._init, O.MbarrierArrive: self._arrive, O.MbarrierArriveExpectTx: self._arrive,
-            O.MbarrierWait: self._wait, O.FenceMbarrierInit: lambda op: FenceInitEv(op, self._n()),
-            O.TmaLoad: self._tma_load, O.TmaStore: self._tma_store,
-            O.BulkCommitGroup: lambda op: BulkCommitEv(op, self._n(), self.thread()),
-            O.BulkWaitGroup: lambda op: BulkWaitEv(op, self._n(), op.n, op.read, self.thread()),
-            O.FenceProxyAsync: lambda op: FenceProxyEv(op, self._n()),
-            O.SetMaxNReg: lambda op: SetMaxNRegEv(op, self._whole_warp(op), op.action, op.regs),
-            O.TmemAlloc: self._alloc, O.TmemDealloc: self._dealloc, O.Umma: self._umma, O.UmmaCommit: self._commit,
-            O.TmemCopy: self._tmem_copy, O.UmmaBlockScaled: self._umma_block_scaled,
-            O.Wgmma: self._wgmma, O.WgmmaCommit: lambda op: WgmmaCommitEv(op, self._whole_warp(op)),
-            O.WgmmaWait: lambda op: WgmmaWaitEv(op, self._whole_warp(op), op.n),
-            O.StSharedBf16: self._st_shared, O.StMatrix: self._st_matrix, O.StGlobalBf16: self._st_global,
-            O.CtaSync: lambda op: SyncEv(op, self._whole_warp(op), "cta", 0, self.kernel.threads),
-            O.NamedBarrier: self._named_barrier,
-            O.ClusterSync: lambda op: SyncEv(op, self._whole_warp(op), "cluster", 0, self.kernel.threads * self.cs),
-            O.StGlobalF32: self._ws_store,
-            O.RedGlobal: lambda op: self._ws_atomic(op, "red", op.sem),
-            O.LdGlobalAcquireWait: lambda op: self._ws_atomic(op, "wait", op.sem),
-            O.StGlobalU32: lambda op: self._ws_atomic(op, "store", "relaxed"),
-        }
 
     # ---------------------------------------------------------------- position
 
@@ -536,18 +367,19 @@ class WarpWalker:
         yield from self._body(self.body)
 
     def _body(self, body):
-        handlers, events, local = self._handlers, self._events, self._local
+        handlers, local, also = self._handlers, self._local, self.also
         for op in body:
             t = type(op)
-            mk = events.get(t)
-            if mk is not None:
-                yield mk(op)
-            elif t in local:
-                local[t](op)
-            elif t in handlers:
+            if t in handlers:
                 yield from handlers[t](op)
-            elif not isinstance(op, _SILENT):
-                raise IRFault(f"the simulator has no model of {op.describe()}")
+            elif t in local:
+                if op.collective:
+                    self._whole_warp(op)
+                local[t](op)
+                if t in also:
+                    yield self.event(op)
+            elif t not in _SILENT or t in also:
+                yield self.event(op)
 
     def _warp_switch(self, op):
         for role in op.roles:
@@ -607,18 +439,16 @@ class WarpWalker:
         self._write_var(op.var, self.eval(op.expr))
 
     def _shfl(self, op):
-        self._whole_warp(op)
         src = np.broadcast_to(np.asarray(self.read_var(op.src), dtype=np.int64), (LANES,))
         lane = np.broadcast_to(np.asarray(self.eval(op.lane), dtype=np.int64), (LANES,))
         self._write_var(op.var, src[lane & (LANES - 1)])
 
     def _tmem_base(self, op):
-        value = yield TmemBaseEv(op, self._n())
+        value = yield self.event(op)
         self._write_var(op.var, int(value))
 
     def _tmem_load(self, op):
-        lanes = self._whole_warp(op)
-        values = yield TmemLoadEv(op, lanes, self.uniform(op.taddr, "TmemLoad address"), op.ncols)
+        values = yield self.event(op)
         old = self.regs.get(op.dst)
         if old is None or old.shape[1] < op.ncols:
             old = np.full((LANES, op.ncols), np.nan, dtype=np.float32)
@@ -629,7 +459,6 @@ class WarpWalker:
 
     def _silu_mul(self, op):
         """silu(gate) * up in f32, as the emitted PTX computes it (ex2 of -x log2 e, reciprocal, two products)."""
-        self._whole_warp(op)
         idx = tuple(range(op.n))
         x, u = self._reg(op.gate, idx, "SiluMul"), self._reg(op.up, idx, "SiluMul")
         with np.errstate(over="ignore", invalid="ignore"):
@@ -650,7 +479,6 @@ class WarpWalker:
 
     def _pack(self, op):
         """``fmt`` rounding of ``src[0:n]`` into ``dst`` (kept as f32 values; see ``packed_from``)."""
-        self._whole_warp(op)
         vals = self._reg(op.src, tuple(range(op.n)), "PackBf16")
         if op.fmt == "bf16":
             out = bf16_bits_to_f32(f32_to_bf16_bits(vals))
@@ -663,7 +491,6 @@ class WarpWalker:
         self.marks.append(op.kind)
 
     def _wgmma_fence(self, op):
-        self._whole_warp(op)
         self.touched.clear()
         self.wgmma_fenced = True
 
@@ -672,27 +499,43 @@ class WarpWalker:
         for name in [n for n, why in self.busy.items() if why is _LD_BUSY]:
             del self.busy[name]
 
-    # ---------------------------------------------------------------- event makers
+    # ---------------------------------------------------------------- events
 
-    def _bar(self, bar: O.Bar, cta) -> BarRef:
-        rank = self.rank if cta is None else self.uniform(cta, f"{bar} target rank")
+    def event(self, op) -> Event:
+        """The event of ``op`` for the executing lanes: its fields evaluated (see :class:`Event`), then what
+        :attr:`DERIVED` adds for its type.  Raises IRFault (a collective op inside ``Elect``, a non-uniform
+        operand, a barrier or multicast outside the cluster)."""
+        lanes = self._whole_warp(op) if op.collective else self._n()
+        values: dict = {}
+        for name, how, label in _operand_spec(type(op)):
+            v = getattr(op, name)
+            if v is None:
+                values[name] = None
+            elif how == "lane":
+                values[name] = self._per_lane(v)
+            elif how == "bar":
+                values[name] = self._bar(v, values.get("cta"))
+            else:
+                values[name] = v if isinstance(v, int) else self.uniform(v, label)
+        derive = self.DERIVED.get(type(op))
+        if derive is not None:
+            derive(self, op, values, lanes)
+        return Event(op, lanes, values, self.thread())
+
+    def _ws_load(self, op):
+        ev = self.event(op)
+        if ev.pred is not None and not ev.pred:
+            return  # a skipped load adds 0.0
+        old = self._reg(op.dst, op.idx, type(op).__name__)  # the registers the loads add into: written, not in flight
+        values = yield ev
+        if values is not None:
+            self.regs[op.dst][self._lane_ids()[:, None], list(op.idx)] = old + values
+
+    def _bar(self, bar: O.Bar, rank: int | None) -> BarRef:
+        rank = self.rank if rank is None else rank
         if rank >= self.cs:
             raise IRFault(f"barrier {bar} on cluster rank {rank}, but the cluster has {self.cs} CTA(s)")
         return BarRef(rank, bar.name, self.uniform(bar.index, f"barrier {bar.name} index"))
-
-    def _init(self, op):
-        return InitEv(op, self._n(), self._bar(op.bar, None), self.uniform(op.count, "MbarrierInit count"))
-
-    def _arrive(self, op):
-        n = self._n()
-        tx = getattr(op, "tx_bytes", 0) * n
-        return ArriveEv(op, n, self._bar(op.bar, op.cta), tx)
-
-    def _wait(self, op):
-        parity = self.uniform(op.phase, "MbarrierWait phase")
-        if parity not in (0, 1):
-            raise IRFault(f"MbarrierWait {op.bar}: phase parity {parity} is not 0 or 1")
-        return WaitEv(op, self._n(), self._bar(op.bar, None), parity, op.role)
 
     def _ranks(self, mask: int, what: str) -> tuple[int, ...]:
         ranks = tuple(r for r in range(16) if mask >> r & 1)
@@ -700,100 +543,80 @@ class WarpWalker:
             raise IRFault(f"{what} multicast mask {mask:#x} names CTAs outside the {self.cs}-CTA cluster")
         return ranks
 
-    def _tma_load(self, op):
-        dst_ranks = self._ranks(op.multicast, "TmaLoad") if op.multicast else (self.rank,)
-        index = self.uniform(op.bar.index, f"barrier {op.bar.name} index")
+    # ---------------------------------------------------------------- derived values (DERIVED)
+
+    def _arrive(self, op, v: dict, lanes: int) -> None:
+        v["tx"] = getattr(op, "tx_bytes", 0) * lanes
+
+    def _wait(self, op, v: dict, lanes: int) -> None:
+        if v["phase"] not in (0, 1):
+            raise IRFault(f"MbarrierWait {op.bar}: phase parity {v['phase']} is not 0 or 1")
+
+    def _tma_load(self, op, v: dict, lanes: int) -> None:
+        v["dst_ranks"] = self._ranks(op.multicast, "TmaLoad") if op.multicast else (self.rank,)
         # .cta_group::2: the barrier address is ANDed with the peer-bit mask 0xFEFFFFFF -> the even rank of the pair.
-        bars = tuple(BarRef(r & ~1 if op.two_sm else r, op.bar.name, index) for r in dst_ranks)
-        return TmaLoadEv(op, self._n(), op.tensor, self.uniform(op.dst, "TmaLoad dst"),
-                         self.uniform(op.col, "TmaLoad col"), self.uniform(op.row, "TmaLoad row"), dst_ranks, bars)
+        v["bars"] = tuple(BarRef(r & ~1 if op.two_sm else r, op.bar.name, v["bar"].index) for r in v["dst_ranks"])
 
-    def _tma_store(self, op):
-        return TmaStoreEv(op, self._n(), op.tensor, self.uniform(op.src, "TmaStore src"),
-                          self.uniform(op.col, "TmaStore col"), self.uniform(op.row, "TmaStore row"), self.thread())
-
-    def _alloc(self, op):
-        return AllocEv(op, self._whole_warp(op), op.cols)
-
-    def _dealloc(self, op):
-        return DeallocEv(op, self._whole_warp(op), self.uniform(op.taddr, "TmemDealloc address"), op.cols)
-
-    def _umma(self, op):
-        a = op.a_hi << 32 | self.uniform(op.a_lo, "Umma a_lo")
-        b = op.b_hi << 32 | self.uniform(op.b_lo, "Umma b_lo")
-        return UmmaEv(op, self._n(), self.uniform(op.d, "Umma d"), a, b, op.idesc,
-                      bool(self.uniform(op.accumulate, "Umma accumulate")))
-
-    def _tmem_copy(self, op):
-        desc = op.desc_hi << 32 | self.uniform(op.src_lo, "TmemCopy src_lo")
-        return TmemCopyEv(op, self._n(), self.uniform(op.taddr, "TmemCopy taddr"), desc)
-
-    def _umma_block_scaled(self, op):
-        a = op.a_desc_hi << 32 | self.uniform(op.a_lo, "UmmaBlockScaled a_lo")
-        b = op.b_desc_hi << 32 | self.uniform(op.b_lo, "UmmaBlockScaled b_lo")
-        return UmmaBlockScaledEv(op, self._n(), self.uniform(op.d, "UmmaBlockScaled d"), a, b, op.idesc,
-                                 self.uniform(op.sfa, "UmmaBlockScaled sfa"), self.uniform(op.sfb, "UmmaBlockScaled sfb"),
-                                 bool(self.uniform(op.accumulate, "UmmaBlockScaled accumulate")), op.scale_vec)
-
-    def _commit(self, op):
+    def _commit(self, op, v: dict, lanes: int) -> None:
         ranks = self._ranks(op.multicast, "UmmaCommit") if op.multicast else (self.rank,)
-        index = self.uniform(op.bar.index, f"barrier {op.bar.name} index")
-        return CommitEv(op, self._n(), tuple(BarRef(r, op.bar.name, index) for r in ranks))
+        v["bars"] = tuple(BarRef(r, op.bar.name, v["bar"].index) for r in ranks)
 
-    def _wgmma(self, op):
-        a = op.a_hi << 32 | self.uniform(op.a_lo, "Wgmma a_lo")
-        b = op.b_hi << 32 | self.uniform(op.b_lo, "Wgmma b_lo")
-        acc = bool(self.uniform(op.accumulate, "Wgmma accumulate"))
+    def _mma(self, op, v: dict, lanes: int) -> None:
+        """The 64-bit smem descriptors (the op's constant high words over the evaluated low words)."""
+        a_hi, b_hi = (op.a_desc_hi, op.b_desc_hi) if isinstance(op, O.UmmaBlockScaled) else (op.a_hi, op.b_hi)
+        v["a_desc"], v["b_desc"] = a_hi << 32 | v["a_lo"], b_hi << 32 | v["b_lo"]
+        v["accumulate"] = bool(v["accumulate"])
+
+    def _wgmma(self, op, v: dict, lanes: int) -> None:
+        self._mma(op, v, lanes)
         if op.acc not in self.regs:
             self.regs[op.acc] = np.full((LANES, op.n // 2), np.nan, dtype=np.float32)
-        return WgmmaEv(op, self._whole_warp(op), op.acc, op.n, a, b, acc)
 
-    def _st_shared(self, op):
-        addrs = self._per_lane(op.addr)
-        data = None
+    def _tmem_copy(self, op, v: dict, lanes: int) -> None:
+        v["desc"] = op.desc_hi << 32 | v["src_lo"]
+
+    def _st_shared(self, op, v: dict, lanes: int) -> None:
+        v["nbytes"], v["data"] = 2 * len(op.idx), None
         if self.values:
             vals = self._reg(op.src, op.idx, type(op).__name__)
-            data = _STORE_BITS[op.fmt](vals).view(np.uint8).reshape(len(addrs), -1)
-        return StSharedEv(op, self._n(), addrs, 2 * len(op.idx), data)
+            v["data"] = _STORE_BITS[op.fmt](vals).view(np.uint8).reshape(len(v["addr"]), -1)
 
-    def _st_matrix(self, op):
+    def _st_matrix(self, op, v: dict, lanes: int) -> None:
         """As one 16-byte store per lane: lane ``L`` supplied the address of row ``L % 8`` of matrix ``L // 8``, whose
         16 bytes are word ``L // 8`` of lanes ``4 (L % 8)`` .. ``4 (L % 8) + 3`` (see :class:`~ptxgen.ir.ops.StMatrix`)."""
-        lanes = self._whole_warp(op)
-        addrs = self._per_lane(op.addr)
-        data = None
+        v["nbytes"], v["data"] = 16, None
         if self.values:
             bits = _STORE_BITS[op.fmt](self._reg(op.src, op.idx, type(op).__name__)).reshape(LANES, 4, 2)
             rows = LANE_IDS % 8
             data = bits[4 * rows[:, None] + np.arange(4), (LANE_IDS // 8)[:, None]]  # [L, t, 2]: lane 4r+t, word j
-            data = np.ascontiguousarray(data).view(np.uint8).reshape(LANES, 16)
-        return StSharedEv(op, lanes, addrs, 16, data)
+            v["data"] = np.ascontiguousarray(data).view(np.uint8).reshape(LANES, 16)
 
-    def _st_global(self, op):
-        rows, cols = self._per_lane(op.row), self._per_lane(op.col)
-        values = _STORE_BITS[op.fmt](self._reg(op.src, op.idx, type(op).__name__)) if self.values else None
-        return StGlobalEv(op, self._n(), rows, cols, values)
+    def _st_global(self, op, v: dict, lanes: int) -> None:
+        """``data``: the stored 16-bit values (bf16/f16 bits), ``(lanes, len(idx))``."""
+        v["data"] = _STORE_BITS[op.fmt](self._reg(op.src, op.idx, type(op).__name__)) if self.values else None
 
-    def _ws_store(self, op):
-        values = self._reg(op.src, op.idx, type(op).__name__) if self.values else None
-        return WsStoreEv(op, self._n(), self._per_lane(op.offset), values)
+    def _ws_store(self, op, v: dict, lanes: int) -> None:
+        """``data``: the stored f32 values, ``(lanes, 4)``."""
+        v["data"] = self._reg(op.src, op.idx, type(op).__name__) if self.values else None
 
-    def _ws_load(self, op):
-        if op.pred is not None and not self.uniform(op.pred, "LdGlobalF32 predicate"):
-            return  # a skipped load adds 0.0
-        old = self._reg(op.dst, op.idx, type(op).__name__)  # the registers the loads add into: written, not in flight
-        values = yield WsLoadEv(op, self._n(), self._per_lane(op.offset))
-        if values is not None:
-            self.regs[op.dst][self._lane_ids()[:, None], list(op.idx)] = old + values
+    def _cta_sync(self, op, v: dict, lanes: int) -> None:
+        v["kind"], v["id"], v["threads"] = "cta", 0, self.kernel.threads
 
-    def _ws_atomic(self, op, kind: str, sem: str):
-        return WsAtomicEv(op, self._n(), kind, self.uniform(op.offset, f"{type(op).__name__} offset"), op.value, sem,
-                          op.scope)
+    def _cluster_sync(self, op, v: dict, lanes: int) -> None:
+        v["kind"], v["id"], v["threads"] = "cluster", 0, self.kernel.threads * self.cs
 
-    def _named_barrier(self, op):
-        lanes = self._whole_warp(op)
-        bid = self.uniform(lift(op.id), "NamedBarrier id")  # the builder may pass a plain int
-        if not 1 <= bid <= 15 or op.threads % LANES:
-            raise IRFault(f"NamedBarrier id={bid} threads={op.threads}: id must be in [1, 15] and threads a "
+    def _named_barrier(self, op, v: dict, lanes: int) -> None:
+        if not 1 <= v["id"] <= 15 or op.threads % LANES:
+            raise IRFault(f"NamedBarrier id={v['id']} threads={op.threads}: id must be in [1, 15] and threads a "
                           "multiple of 32 (PTX ISA bar.sync)")
-        return SyncEv(op, lanes, "named", bid, op.threads)
+        v["kind"], v["threads"] = "named", op.threads
+
+    #: op type -> what the walker adds to its event's evaluated fields (see :class:`Event`); the few op types whose
+    #: event carries more than its fields: descriptors, multicast barriers, register data, rendezvous sizes
+    DERIVED = {
+        O.MbarrierArrive: _arrive, O.MbarrierArriveExpectTx: _arrive, O.MbarrierWait: _wait,
+        O.TmaLoad: _tma_load, O.UmmaCommit: _commit,
+        O.Umma: _mma, O.UmmaBlockScaled: _mma, O.Wgmma: _wgmma, O.TmemCopy: _tmem_copy,
+        O.StSharedBf16: _st_shared, O.StMatrix: _st_matrix, O.StGlobalBf16: _st_global, O.StGlobalF32: _ws_store,
+        O.CtaSync: _cta_sync, O.ClusterSync: _cluster_sync, O.NamedBarrier: _named_barrier,
+    }

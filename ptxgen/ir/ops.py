@@ -47,7 +47,19 @@ def _s(e) -> str:
 
 
 class Op:
-    """Base class of IR ops.  ``describe()`` is the one-line ``//`` comment the emitters print."""
+    """Base class of IR ops.  ``describe()`` is the one-line ``//`` comment the emitters print.
+
+    Two class-level declarations (not fields) say how the check wing's walker evaluates an op's operands:
+
+    * ``collective``: a ``.sync.aligned`` warp-collective instruction; every lane of the warp executes it,
+      never one lane inside ``Elect`` (the ``.sync.aligned`` qualifier; PTX ISA "bar, barrier",
+      "wgmma", "tcgen05").
+    * ``per_lane``: the expression fields whose value may differ across the lanes (addresses, coordinates);
+      every other expression field must be uniform over the lanes that run the op.
+    """
+
+    collective: ClassVar[bool] = False
+    per_lane: ClassVar[tuple[str, ...]] = ()
 
     def describe(self) -> str:
         return type(self).__name__
@@ -147,6 +159,8 @@ class Comment(Op):
 class Shfl(Op):
     """``var = shfl.sync.idx.b32(src, lane)``: every lane reads ``src`` of lane ``lane`` (whole warp)."""
 
+    collective: ClassVar[bool] = True
+
     var: str
     src: str
     lane: Expr
@@ -162,10 +176,14 @@ class Shfl(Op):
 class CtaSync(Op):
     """``bar.sync 0``: every thread of the CTA."""
 
+    collective: ClassVar[bool] = True
+
 
 @dataclass(frozen=True)
 class NamedBarrier(Op):
     """``bar.sync id, threads``: ``threads`` threads (whole warps) of the CTA; id in [1, 15]."""
+
+    collective: ClassVar[bool] = True
 
     id: Expr
     threads: int
@@ -177,6 +195,8 @@ class NamedBarrier(Op):
 @dataclass(frozen=True)
 class ClusterSync(Op):
     """``barrier.cluster.arrive.release`` + ``wait.acquire``: every thread of the cluster."""
+
+    collective: ClassVar[bool] = True
 
 
 # ------------------------------------------------------------------ mbarrier
@@ -357,6 +377,8 @@ class FenceProxyAsync(Op):
 class TmemAlloc(Op):
     """``tcgen05.alloc`` of ``cols`` columns (whole warp); the address lands in the kernel's tmem slot."""
 
+    collective: ClassVar[bool] = True
+
     cols: int
 
     def describe(self) -> str:
@@ -366,6 +388,8 @@ class TmemAlloc(Op):
 @dataclass(frozen=True)
 class TmemRelinquish(Op):
     """``tcgen05.relinquish_alloc_permit`` (whole warp)."""
+
+    collective: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
@@ -378,6 +402,8 @@ class TmemBase(Op):
 @dataclass(frozen=True)
 class TmemDealloc(Op):
     """``tcgen05.dealloc`` of ``cols`` columns at ``taddr`` (whole warp)."""
+
+    collective: ClassVar[bool] = True
 
     taddr: Expr
     cols: int
@@ -437,6 +463,8 @@ class TmemLoad(Op):
     taddr: full TMEM address (base + (32*(w%4) << 16) + column); fills ``dst[0:ncols]`` (f32).
     """
 
+    collective: ClassVar[bool] = True
+
     dst: str
     taddr: Expr
     ncols: int
@@ -464,6 +492,8 @@ class Nanosleep(Op):
 class SetMaxNReg(Op):
     """``setmaxnreg.{inc|dec}.sync.aligned.u32 regs`` (whole warpgroup)."""
 
+    collective: ClassVar[bool] = True
+
     action: str
     regs: int
 
@@ -475,6 +505,8 @@ class SetMaxNReg(Op):
 class WgmmaFence(Op):
     """``wgmma.fence.sync.aligned``."""
 
+    collective: ClassVar[bool] = True
+
 
 @dataclass(frozen=True)
 class Wgmma(Op):
@@ -483,6 +515,8 @@ class Wgmma(Op):
     a_lo / b_lo: descriptor low words; a_hi / b_hi: their constant high words (PTX ISA
     "Matrix Descriptor Format").  accumulate: 0 overwrites (scale-d false).
     """
+
+    collective: ClassVar[bool] = True
 
     acc: str
     n: int
@@ -500,10 +534,14 @@ class Wgmma(Op):
 class WgmmaCommit(Op):
     """``wgmma.commit_group.sync.aligned``."""
 
+    collective: ClassVar[bool] = True
+
 
 @dataclass(frozen=True)
 class WgmmaWait(Op):
     """``wgmma.wait_group.sync.aligned n``: at most ``n`` wgmma groups pending."""
+
+    collective: ClassVar[bool] = True
 
     n: int
 
@@ -522,6 +560,8 @@ class SiluMul(Op):
     and ``rcp.approx.ftz.f32`` (PTX ISA "ex2", "rcp": max relative error 2^-22 and 1 ulp; both far below
     bf16's 2^-8 rounding of the stored result).
     """
+
+    collective: ClassVar[bool] = True
 
     dst: str
     gate: str
@@ -542,6 +582,8 @@ class PackBf16(Op):
     ``packed=True``, by element index.
     """
 
+    collective: ClassVar[bool] = True
+
     dst: str
     src: str
     n: int
@@ -559,6 +601,8 @@ class _SharedStore16(Op):
     packed: ``src`` was written by :class:`PackBf16` (values already ``fmt``, two per register); ``idx`` are
         element indices in (even, odd) pairs of one word each.
     """
+
+    per_lane: ClassVar[tuple[str, ...]] = ("addr",)
 
     label: ClassVar[str]
     addr: Expr
@@ -594,6 +638,8 @@ class StMatrix(_SharedStore16):
     fmt, packed: see :class:`_SharedStore16`.
     """
 
+    collective: ClassVar[bool] = True
+
     label: ClassVar[str] = "StMatrix x4"
 
 
@@ -604,6 +650,8 @@ class StGlobalBf16(Op):
     fmt: ``"bf16"`` (default) or ``"f16"``, as :class:`StSharedBf16`.
     packed: ``src`` was written by :class:`PackBf16`, as :class:`StSharedBf16`.
     """
+
+    per_lane: ClassVar[tuple[str, ...]] = ("row", "col")
 
     row: Expr
     col: Expr
@@ -630,6 +678,8 @@ class StGlobalF32(Op):
     offset: per-lane byte offset (16-byte aligned).  A weak store: a later release (``RedGlobal``) publishes it.
     """
 
+    per_lane: ClassVar[tuple[str, ...]] = ("offset",)
+
     offset: Expr
     src: str
     idx: tuple[int, ...]
@@ -648,6 +698,8 @@ class LdGlobalF32(Op):
     predicated ``ld``, not a branch: ptxas serializes the wgmma pipeline (C7515) when accumulator registers
     are redefined on only some paths of the tile loop).
     """
+
+    per_lane: ClassVar[tuple[str, ...]] = ("offset",)
 
     offset: Expr
     dst: str

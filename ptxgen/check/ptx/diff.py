@@ -112,54 +112,47 @@ def _umma_commit(c: _Thread, ev, op) -> list[Effect]:
 
 
 def _st_global(c: _Thread, ev, op) -> list[Effect]:
-    launch, row, col = c.launch, c.at_lane(ev.rows), c.at_lane(ev.cols)
+    launch, row, col = c.launch, c.at_lane(ev.row), c.at_lane(ev.col)
     return [E.StGlobal(D_PTR + 2 * (row * launch.n + col + j), e) for j, e in enumerate(c.elements(op))
             if row < launch.m and col + j < launch.n]
 
 
-def _ws_atomic(c: _Thread, ev, op) -> list[Effect]:
-    addr = WORKSPACE_PTR + ev.offset
-    if ev.kind == "red":
-        return [E.RedGlobal(ev.sem, ev.scope, addr, ev.value)]
-    if ev.kind == "wait":
-        return [E.LdGlobalU32(ev.sem, ev.scope, addr)]
-    return [E.StGlobalSemU32(ev.sem, ev.scope, addr, ev.value)]
-
-
 #: IR op type -> its effects for one thread (``row(thread, event, op)``), in the interpreter's normal form: the IR
 #: side of the differential, one row per op that acts outside the thread (like the emitters' op -> PTX tables)
-IR_EFFECTS: dict[type, Callable[[_Thread, W.Ev, O.Op], list[Effect]]] = {
+IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     O.MbarrierInit: lambda c, ev, op: [E.MbarrierInit(c.bar_addr(ev.bar), ev.count)],
     O.MbarrierArrive: lambda c, ev, op: [E.MbarrierArrive("cta" if op.cta is None else "cluster", c.bar_addr(ev.bar),
                                                           ev.tx // ev.lanes, getattr(op, "scope", "cta"))],
-    O.MbarrierWait: lambda c, ev, op: [E.MbarrierTryWait(c.bar_addr(ev.bar), ev.parity, op.scope)],
+    O.MbarrierWait: lambda c, ev, op: [E.MbarrierTryWait(c.bar_addr(ev.bar), ev.phase, op.scope)],
     O.FenceMbarrierInit: lambda c, ev, op: [E.FenceMbarrierInit()],
     O.TmaLoad: _tma_load,
-    O.TmaStore: lambda c, ev, op: [E.TmaStore(ev.tensor, c.base + ev.src, ev.col, ev.row)],
+    O.TmaStore: lambda c, ev, op: [E.TmaStore(op.tensor, c.base + ev.src, ev.col, ev.row)],
     O.BulkCommitGroup: lambda c, ev, op: [E.BulkCommit()],
-    O.BulkWaitGroup: lambda c, ev, op: [E.BulkWait(ev.n, ev.read)],
+    O.BulkWaitGroup: lambda c, ev, op: [E.BulkWait(op.n, op.read)],
     O.FenceProxyAsync: lambda c, ev, op: [E.FenceProxyAsync()],
     O.CtaSync: _sync, O.NamedBarrier: _sync, O.ClusterSync: _sync,
-    O.TmemAlloc: lambda c, ev, op: [E.TmemAlloc(c.g, c.slot, ev.cols)],
-    O.TmemDealloc: lambda c, ev, op: [E.TmemDealloc(c.g, ev.taddr, ev.cols)],
+    O.TmemAlloc: lambda c, ev, op: [E.TmemAlloc(c.g, c.slot, op.cols)],
+    O.TmemDealloc: lambda c, ev, op: [E.TmemDealloc(c.g, ev.taddr, op.cols)],
     O.TmemBase: lambda c, ev, op: [E.LdShared(c.slot)],
-    O.Umma: lambda c, ev, op: [E.Umma(c.g, ev.d, ev.a_desc, ev.b_desc, ev.idesc, ev.accumulate)],
+    O.Umma: lambda c, ev, op: [E.Umma(c.g, ev.d, ev.a_desc, ev.b_desc, op.idesc, ev.accumulate)],
     O.UmmaBlockScaled: lambda c, ev, op: [E.UmmaBlockScaled(op.cta_group, op.kind, op.scale_vec, ev.d, ev.a_desc,
-                                                            ev.b_desc, ev.idesc, ev.sfa, ev.sfb, ev.accumulate)],
+                                                            ev.b_desc, op.idesc, ev.sfa, ev.sfb, ev.accumulate)],
     O.TmemCopy: lambda c, ev, op: [E.TmemCopy(op.cta_group, ev.taddr, ev.desc, op.shape)],
     O.UmmaCommit: _umma_commit,
-    O.TmemLoad: lambda c, ev, op: [E.TmemLoad(ev.taddr, ev.ncols, op.dst)],
-    O.Wgmma: lambda c, ev, op: [E.Wgmma(ev.acc, ev.n, ev.a_desc, ev.b_desc, ev.accumulate)],
+    O.TmemLoad: lambda c, ev, op: [E.TmemLoad(ev.taddr, op.ncols, op.dst)],
+    O.Wgmma: lambda c, ev, op: [E.Wgmma(op.acc, op.n, ev.a_desc, ev.b_desc, ev.accumulate)],
     O.WgmmaCommit: lambda c, ev, op: [E.WgmmaCommit()],
-    O.WgmmaWait: lambda c, ev, op: [E.WgmmaWait(ev.n)],
+    O.WgmmaWait: lambda c, ev, op: [E.WgmmaWait(op.n)],
     # the lane's operands: address, words
-    O.StMatrix: lambda c, ev, op: [E.StMatrix(c.base + c.at_lane(ev.addrs), c.elements(op))],
-    O.StSharedBf16: lambda c, ev, op: [E.StShared(c.base + c.at_lane(ev.addrs), c.elements(op))],
+    O.StMatrix: lambda c, ev, op: [E.StMatrix(c.base + c.at_lane(ev.addr), c.elements(op))],
+    O.StSharedBf16: lambda c, ev, op: [E.StShared(c.base + c.at_lane(ev.addr), c.elements(op))],
     O.StGlobalBf16: _st_global,
-    O.StGlobalF32: lambda c, ev, op: [E.StGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offsets),
+    O.StGlobalF32: lambda c, ev, op: [E.StGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offset),
                                                     tuple((op.src, i) for i in op.idx))],
-    O.LdGlobalF32: lambda c, ev, op: [E.LdGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offsets), len(op.idx))],
-    O.RedGlobal: _ws_atomic, O.LdGlobalAcquireWait: _ws_atomic, O.StGlobalU32: _ws_atomic,
+    O.LdGlobalF32: lambda c, ev, op: [E.LdGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offset), len(op.idx))],
+    O.RedGlobal: lambda c, ev, op: [E.RedGlobal(op.sem, op.scope, WORKSPACE_PTR + ev.offset, op.value)],
+    O.LdGlobalAcquireWait: lambda c, ev, op: [E.LdGlobalU32(op.sem, op.scope, WORKSPACE_PTR + ev.offset)],
+    O.StGlobalU32: lambda c, ev, op: [E.StGlobalSemU32("relaxed", op.scope, WORKSPACE_PTR + ev.offset, op.value)],
     # ops the walker treats as silent or thread-local (ir_effects makes them events)
     O.Nanosleep: lambda c, ev, op: [E.Nanosleep(op.ns)],
     O.SetMaxNReg: lambda c, ev, op: [E.SetMaxNReg(op.action, op.regs)],
@@ -181,17 +174,11 @@ def ir_effects(kernel, launch: Launch) -> list[Effect]:
     an op has no row.
     """
     f = kernel_facts(kernel)
+    # ops the walker treats as silent or thread-local have effects in PTX: make them events too
     wk = W.WarpWalker(W.Program(kernel), ctaid=launch.ctaid, nctaid=launch.grid, cluster_size=f["cluster_size"],
                       warp=launch.tid // W.LANES, smem_base=smem_base(launch.ctaid % f["cluster_size"]),
-                      params={"m": launch.m, "n": launch.n, "k": launch.k}, values=False)
-    # ops the walker treats as silent or thread-local have effects in PTX: make them events too
-    for t in (O.Nanosleep, O.SetMaxNReg, O.WgmmaFence, O.TcgenFence, O.TmemRelinquish):
-        wk._events[t] = lambda op: W.Ev(op, wk._n())
-
-    def wait_ld(op):
-        wk._wait_ld(op)
-        return W.Ev(op, wk._n())
-    wk._events[O.TmemWaitLd] = wait_ld
+                      params={"m": launch.m, "n": launch.n, "k": launch.k}, values=False,
+                      also=(O.Nanosleep, O.WgmmaFence, O.TcgenFence, O.TmemRelinquish, O.TmemWaitLd))
 
     thread = _Thread(kernel, launch, wk)
     out: list[Effect] = []
@@ -202,10 +189,10 @@ def ir_effects(kernel, launch: Launch) -> list[Effect]:
         except StopIteration:
             break
         reply = None
-        if isinstance(ev, W.TmemBaseEv):
+        if isinstance(ev.op, O.TmemBase):
             reply = TMEM_BASE
-        elif isinstance(ev, W.TmemLoadEv):
-            reply = np.zeros((W.LANES, ev.ncols), dtype=np.float32)
+        elif isinstance(ev.op, O.TmemLoad):
+            reply = np.zeros((W.LANES, ev.op.ncols), dtype=np.float32)
         if wk.lane is not None and wk.lane != thread.lane:
             continue  # an Elect body: only the elected lane
         row = IR_EFFECTS.get(type(ev.op))

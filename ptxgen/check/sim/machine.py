@@ -83,6 +83,7 @@ import random
 import numpy as np
 
 from ...errors import SimError
+from ...ir import ops as O
 from .. import walker as W
 from .handlers import blockscaled
 from .handlers.barriers import Barriers
@@ -168,17 +169,22 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
             for warp, p in zip(self.warps, prios):
                 warp.prio = PCT_DEPTH + p
             self.change_points = sorted(self.rng.sample(range(1, PCT_HORIZON), PCT_DEPTH - 1))
+        #: op type -> the instruction's handler ``(warp, event)`` (one row per op the walker yields as an event)
         self._handlers = {
-            W.InitEv: self._init, W.ArriveEv: self._arrive, W.WaitEv: self._wait, W.FenceInitEv: self._fence_init,
-            W.TmaLoadEv: self._tma_load, W.TmaStoreEv: self._tma_store, W.BulkCommitEv: self._bulk_commit,
-            W.BulkWaitEv: self._bulk_wait, W.FenceProxyEv: self._fence_proxy, W.AllocEv: self._alloc,
-            W.DeallocEv: self._dealloc, W.TmemBaseEv: self._tmem_base, W.UmmaEv: self._umma, W.CommitEv: self._commit,
-            W.TmemLoadEv: self._tmem_load, W.WgmmaEv: self._wgmma, W.WgmmaCommitEv: self._wgmma_commit,
-            W.WgmmaWaitEv: self._wgmma_wait, W.StSharedEv: self._st_shared, W.StGlobalEv: self._st_global,
-            W.SyncEv: self._sync, W.SetMaxNRegEv: self._setmaxnreg,
-            W.TmemCopyEv: lambda w, ev: blockscaled.tmem_copy(self, w, ev),
-            W.UmmaBlockScaledEv: lambda w, ev: blockscaled.umma_block_scaled(self, w, ev),
-            W.WsStoreEv: self._ws_store, W.WsLoadEv: self._ws_load, W.WsAtomicEv: self._ws_atomic,
+            O.MbarrierInit: self._init, O.MbarrierArrive: self._arrive, O.MbarrierArriveExpectTx: self._arrive,
+            O.MbarrierWait: self._wait, O.FenceMbarrierInit: self._fence_init,
+            O.TmaLoad: self._tma_load, O.TmaStore: self._tma_store, O.BulkCommitGroup: self._bulk_commit,
+            O.BulkWaitGroup: self._bulk_wait, O.FenceProxyAsync: self._fence_proxy,
+            O.TmemAlloc: self._alloc, O.TmemDealloc: self._dealloc, O.TmemBase: self._tmem_base, O.Umma: self._umma,
+            O.UmmaCommit: self._commit, O.TmemLoad: self._tmem_load,
+            O.Wgmma: self._wgmma, O.WgmmaCommit: self._wgmma_commit, O.WgmmaWait: self._wgmma_wait,
+            O.SetMaxNReg: self._setmaxnreg,
+            O.StSharedBf16: self._st_shared, O.StMatrix: self._st_shared, O.StGlobalBf16: self._st_global,
+            O.CtaSync: self._sync, O.NamedBarrier: self._sync, O.ClusterSync: self._sync,
+            O.TmemCopy: lambda w, ev: blockscaled.tmem_copy(self, w, ev),
+            O.UmmaBlockScaled: lambda w, ev: blockscaled.umma_block_scaled(self, w, ev),
+            O.StGlobalF32: self._ws_store, O.LdGlobalF32: self._ws_load,
+            O.RedGlobal: self._ws_red, O.StGlobalU32: self._ws_set, O.LdGlobalAcquireWait: self._ws_wait,
         }
 
     # ---------------------------------------------------------------- exit and final checks

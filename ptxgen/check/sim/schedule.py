@@ -119,7 +119,10 @@ class Scheduler:
             for kind in w.walker.marks:
                 self._tcgen_mark(w, kind)
             w.walker.marks.clear()
-        self._handlers[type(ev)](w, ev)
+        handler = self._handlers.get(type(ev.op))
+        if handler is None:
+            raise SimError(f"the simulator has no model of {ev.op.describe()} ({w.walker.where()})")
+        handler(w, ev)
 
 
 def _prio(w: Warp) -> float:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 
 from ...errors import VerifyError
+from ...ir import ops as O
 from .. import walker as W
 from .trace import _Rec, _Trace, _trace
 
@@ -87,13 +88,13 @@ class _Barriers:
         slots = self._walks(trace)
         for (ctaid, warp), recs in trace.warps.items():
             for rec in recs:
-                if isinstance(rec.ev, W.InitEv):
+                if isinstance(rec.ev.op, O.MbarrierInit):
                     self._init(self._get(self._key(ctaid, rec.ev.bar)), rec)
                     continue
-                if isinstance(rec.ev, W.WaitEv):
+                if isinstance(rec.ev.op, O.MbarrierWait):
                     key = self._key(ctaid, rec.ev.bar)
                     slot = slots[(ctaid, warp, key, "wait")][rec.key]
-                    self._get(key).waits[(ctaid, warp)].append(_Wait(rec.ev.parity, rec.ev.role, rec.where, slot))
+                    self._get(key).waits[(ctaid, warp)].append(_Wait(rec.ev.phase, rec.ev.op.role, rec.where, slot))
                     continue
                 for bar_key, fn in self._touches(ctaid, rec):
                     fn(self._get(bar_key), slots[(ctaid, warp, bar_key, "visit")][rec.key])
@@ -110,9 +111,9 @@ class _Barriers:
         first_role: dict[tuple, str] = {}
         for (ctaid, warp), recs in trace.warps.items():
             for rec in recs:
-                if isinstance(rec.ev, W.InitEv):
+                if isinstance(rec.ev.op, O.MbarrierInit):
                     continue
-                if isinstance(rec.ev, W.WaitEv):
+                if isinstance(rec.ev.op, O.MbarrierWait):
                     visited = [(self._key(ctaid, rec.ev.bar), "wait")]
                 else:
                     visited = [(bar_key, "visit") for bar_key, _ in self._touches(ctaid, rec)]
@@ -144,7 +145,7 @@ class _Barriers:
     def _touches(self, ctaid: int, rec: _Rec):
         """(instance, recorder(barrier, phase)) for each barrier the event arrives on or delivers bytes to."""
         ev, where = rec.ev, rec.where
-        if isinstance(ev, W.ArriveEv):
+        if isinstance(ev.op, W.ARRIVES):
             remote = "remote " if ev.bar.rank != where.rank else ""
             kind = f"{remote}arrive" + (".expect_tx" if ev.tx else "")
 
@@ -154,14 +155,14 @@ class _Barriers:
                 if ev.tx:
                     ph.expected[_source(where, kind)] += ev.tx
             return [(self._key(ctaid, ev.bar), arrive)]
-        if isinstance(ev, W.TmaLoadEv):
-            nbytes = self.box_bytes[ev.tensor] * ev.lanes
-            src = _source(where, f"TMA {ev.tensor}")
+        if isinstance(ev.op, O.TmaLoad):
+            nbytes = self.box_bytes[ev.op.tensor] * ev.lanes
+            src = _source(where, f"TMA {ev.op.tensor}")
 
             def deliver(b, j):
                 b.phases[j].delivered[src] += nbytes
             return [(self._key(ctaid, ref), deliver) for ref in ev.bars]
-        if isinstance(ev, W.CommitEv):
+        if isinstance(ev.op, O.UmmaCommit):
             src = _source(where, "commit" + (" multicast" if len(ev.bars) > 1 else ""))
 
             def commit(b, j):
@@ -313,11 +314,11 @@ class _Replay:
             raise VerifyError(f"split-K counter not reset: {len(left)} workspace counter(s) nonzero at exit (byte "
                               f"{off:#x} holds {v}); the next launch's last split would see a stale count")
 
-    def _counter(self, ev: W.WsAtomicEv) -> bool:
+    def _counter(self, ev: W.Event) -> bool:
         value = self.counters.get(ev.offset, 0)
-        if ev.kind == "wait":
-            return value == ev.value
-        self.counters[ev.offset] = value + ev.value if ev.kind == "red" else ev.value
+        if isinstance(ev.op, O.LdGlobalAcquireWait):
+            return value == ev.op.value
+        self.counters[ev.offset] = value + ev.op.value if isinstance(ev.op, O.RedGlobal) else ev.op.value
         return True
 
     def _key(self, w, ref: W.BarRef) -> tuple:
@@ -332,26 +333,26 @@ class _Replay:
 
     def _step(self, w, rec: _Rec) -> bool:
         ev = rec.ev
-        if isinstance(ev, W.InitEv):
+        if isinstance(ev.op, O.MbarrierInit):
             self.state[self._key(w, ev.bar)] = [ev.count, ev.count, 0, 0]
-        elif isinstance(ev, W.ArriveEv):
+        elif isinstance(ev.op, W.ARRIVES):
             self._arrive(self._key(w, ev.bar), ev.lanes, ev.tx)
-        elif isinstance(ev, W.TmaLoadEv):
+        elif isinstance(ev.op, O.TmaLoad):
             for ref in ev.bars:
-                self._arrive(self._key(w, ref), 0, -self.bs.box_bytes[ev.tensor] * ev.lanes)
-        elif isinstance(ev, W.CommitEv):
+                self._arrive(self._key(w, ref), 0, -self.bs.box_bytes[ev.op.tensor] * ev.lanes)
+        elif isinstance(ev.op, O.UmmaCommit):
             for ref in ev.bars:
                 self._arrive(self._key(w, ref), ev.lanes, 0)
-        elif isinstance(ev, W.WaitEv):
+        elif isinstance(ev.op, O.MbarrierWait):
             st = self.state.get(self._key(w, ev.bar))
-            return st is not None and (st[3] & 1) != ev.parity
-        elif isinstance(ev, W.SyncEv):
+            return st is not None and (st[3] & 1) != ev.phase
+        elif isinstance(ev.op, W.THREAD_SYNCS):
             return self._sync(w, ev)
-        elif isinstance(ev, W.WsAtomicEv):
+        elif isinstance(ev.op, W.COUNTER_OPS):
             return self._counter(ev)
         return True
 
-    def _sync(self, w, ev: W.SyncEv) -> bool:
+    def _sync(self, w, ev: W.Event) -> bool:
         key = (ev.kind, w[0] // self.trace.kernel.cluster_size if ev.kind == "cluster" else w[0], ev.id)
         here = self.meet.setdefault(key, [])
         if w in here:
@@ -367,15 +368,15 @@ class _Replay:
 
     def _blocked_on(self, w, rec: _Rec) -> str:
         ev = rec.ev
-        if isinstance(ev, W.SyncEv):
+        if isinstance(ev.op, W.THREAD_SYNCS):
             return f"{ev.op.describe()} (other warps never arrive)"
-        if isinstance(ev, W.WsAtomicEv):
+        if isinstance(ev.op, W.COUNTER_OPS):
             return f"{ev.op.describe()}: the counter holds {self.counters.get(ev.offset, 0)}"
         st = self.state.get(self._key(w, ev.bar))
         b = self.bs.bars[self._key(w, ev.bar)]
         if st is None:
-            return f"{ev.role} on {b.label} before its init"
-        return (f"{ev.role} on {b.label} for parity {ev.parity}: {st[3]} phase(s) completed, phase {st[3]} has "
+            return f"{ev.op.role} on {b.label} before its init"
+        return (f"{ev.op.role} on {b.label} for parity {ev.phase}: {st[3]} phase(s) completed, phase {st[3]} has "
                 f"{st[1]} of {st[0]} arrivals pending")
 
 

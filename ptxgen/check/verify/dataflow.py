@@ -16,6 +16,7 @@ from ...descriptors import UMMA_IDESC_MXF4, UMMA_SMEM_DESC
 from ...hw import SF_ATOM_BYTES, SF_TMEM_COLS_PER_ATOM
 from ...errors import VerifyError
 from ...ir import Kernel
+from ...ir import ops as O
 from .. import walker as W
 from ..mma import umma_operand, umma_shape, wgmma_operand
 from .trace import SMEM_BASE, _Rec, _Trace
@@ -81,45 +82,45 @@ def _check_dataflow(trace: _Trace) -> None:
 
         for rec in recs:
             ev = rec.ev
-            if isinstance(ev, W.WaitEv):
+            if isinstance(ev.op, O.MbarrierWait):
                 last_wait[(ev.bar.name, ev.bar.index)] = rec.key
-            elif isinstance(ev, W.TmaLoadEv):
-                size = kernel.launch.tensor_maps[ev.tensor]
-                region, s = slots.slot(ev.dst, ev.dst + size.box_bytes, f"TmaLoad {ev.tensor}", rec.where,
+            elif isinstance(ev.op, O.TmaLoad):
+                size = kernel.launch.tensor_maps[ev.op.tensor]
+                region, s = slots.slot(ev.dst, ev.dst + size.box_bytes, f"TmaLoad {ev.op.tensor}", rec.where,
                                        slots.operands)
-                _aligned(ev.dst, slots.align(ev.dst), f"TmaLoad {ev.tensor}", rec.where)
+                _aligned(ev.dst, slots.align(ev.dst), f"TmaLoad {ev.op.tensor}", rec.where)
                 if any(ref.index != s or ref.name != "full" for ref in ev.bars):
-                    raise VerifyError(f"TMA into the wrong stage: TmaLoad {ev.tensor} by {rec.where} writes {region} "
+                    raise VerifyError(f"TMA into the wrong stage: TmaLoad {ev.op.tensor} by {rec.where} writes {region} "
                                       f"stage {s} but completes on {', '.join(map(str, ev.bars))}")
-                require("empty", s, rec, f"TmaLoad {ev.tensor} into {region} stage {s}")
-            elif isinstance(ev, W.UmmaEv):
+                require("empty", s, rec, f"TmaLoad {ev.op.tensor} into {region} stage {s}")
+            elif isinstance(ev.op, O.Umma):
                 _check_umma(kernel, slots, ev, rec, require, acc_cols)
-            elif isinstance(ev, W.TmemCopyEv):
+            elif isinstance(ev.op, O.TmemCopy):
                 _check_tmem_copy(kernel, slots, ev, rec, require, copied)
-            elif isinstance(ev, W.UmmaBlockScaledEv):
+            elif isinstance(ev.op, O.UmmaBlockScaled):
                 _check_umma_block_scaled(kernel, slots, ev, rec, require, acc_cols, copied)
-            elif isinstance(ev, W.WgmmaEv):
-                for operand, desc, rows in (("A", ev.a_desc, 64), ("B", ev.b_desc, ev.n)):
+            elif isinstance(ev.op, O.Wgmma):
+                for operand, desc, rows in (("A", ev.a_desc, 64), ("B", ev.b_desc, ev.op.n)):
                     op = wgmma_operand(desc, rec.where, operand)
                     region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo), f"Wgmma operand {operand}", rec.where,
                                            slots.operands)
                     require("full", s, rec, f"Wgmma reads {region} stage {s}")
-            elif isinstance(ev, W.TmemLoadEv):
+            elif isinstance(ev.op, O.TmemLoad):
                 lane, col = ev.taddr >> 16, ev.taddr & 0xFFFF
-                if lane != 32 * (warp % 4) or col + ev.ncols > kernel.tmem_cols:
+                if lane != 32 * (warp % 4) or col + ev.op.ncols > kernel.tmem_cols:
                     raise VerifyError(f"TMEM access out of bounds: TmemLoad by {rec.where} reads lanes [{lane}, "
-                                      f"{lane + 32}) columns [{col}, {col + ev.ncols}); warp {warp} owns lanes "
+                                      f"{lane + 32}) columns [{col}, {col + ev.op.ncols}); warp {warp} owns lanes "
                                       f"[{32 * (warp % 4)}, {32 * (warp % 4) + 32}), {kernel.tmem_cols} columns allocated")
                 require("tmem_full", col // acc_cols, rec, f"TmemLoad of accumulator stage {col // acc_cols}")
-            elif isinstance(ev, W.StSharedEv):
+            elif isinstance(ev.op, W.SHARED_STORES):
                 rec.uses += sorted({slots.slot(addr, addr + ev.nbytes, "StSharedBf16", rec.where, ("CD",))
-                                    for addr in set(ev.addrs.tolist())})
-            elif isinstance(ev, W.TmaStoreEv):
-                rec.uses.append(slots.slot(ev.src, ev.src + kernel.launch.tensor_maps[ev.tensor].box_bytes,
-                                           f"TmaStore {ev.tensor}", rec.where, ("CD",)))
-            elif isinstance(ev, W.BulkCommitEv):
+                                    for addr in set(ev.addr.tolist())})
+            elif isinstance(ev.op, O.TmaStore):
+                rec.uses.append(slots.slot(ev.src, ev.src + kernel.launch.tensor_maps[ev.op.tensor].box_bytes,
+                                           f"TmaStore {ev.op.tensor}", rec.where, ("CD",)))
+            elif isinstance(ev.op, O.BulkCommitGroup):
                 committed[ev.thread] = rec
-            elif isinstance(ev, W.BulkWaitEv) and ev.thread is not None:
+            elif isinstance(ev.op, O.BulkWaitGroup) and ev.thread is not None:
                 other = next((r for t, r in committed.items() if t != ev.thread), None)
                 if other is not None:
                     raise VerifyError(
@@ -130,8 +131,8 @@ def _check_dataflow(trace: _Trace) -> None:
             _check_issuers(ev, rec)
 
 
-def _check_umma(kernel: Kernel, slots: _Slots, ev: W.UmmaEv, rec: _Rec, require, acc_cols: int) -> None:
-    m_total, n_total = umma_shape(ev.idesc, rec.where)
+def _check_umma(kernel: Kernel, slots: _Slots, ev: W.Event, rec: _Rec, require, acc_cols: int) -> None:
+    m_total, n_total = umma_shape(ev.op.idesc, rec.where)
     for operand, desc, rows in (("A", ev.a_desc, 128), ("B", ev.b_desc, n_total // kernel.cta_group)):
         op = umma_operand(desc, rec.where, operand)
         region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo), f"Umma operand {operand}", rec.where,
@@ -146,7 +147,7 @@ def _check_umma(kernel: Kernel, slots: _Slots, ev: W.UmmaEv, rec: _Rec, require,
         raise VerifyError(f"tcgen05.mma.cta_group::2 issued by the odd CTA of the pair: {rec.where}")
 
 
-def _check_tmem_copy(kernel: Kernel, slots: _Slots, ev: W.TmemCopyEv, rec: _Rec, require, copied: dict) -> None:
+def _check_tmem_copy(kernel: Kernel, slots: _Slots, ev: W.Event, rec: _Rec, require, copied: dict) -> None:
     """A ``tcgen05.cp`` of one 512-B scale atom: source inside one landed scale stage, target inside the allocation."""
     f = UMMA_SMEM_DESC.decode(ev.desc)
     lo = (f["start"] << 4) - SMEM_BASE
@@ -164,16 +165,16 @@ def _check_tmem_copy(kernel: Kernel, slots: _Slots, ev: W.TmemCopyEv, rec: _Rec,
         copied[c] = rec
 
 
-def _check_umma_block_scaled(kernel: Kernel, slots: _Slots, ev: W.UmmaBlockScaledEv, rec: _Rec, require,
+def _check_umma_block_scaled(kernel: Kernel, slots: _Slots, ev: W.Event, rec: _Rec, require,
                              acc_cols: int, copied: dict) -> None:
     """As :func:`_check_umma`, plus: the scale vector matches the idesc's scale format, and both scale-factor
     column groups were written by this thread's ``tcgen05.cp`` in the same k-block iteration, before the MMA
     (PTX ISA "tcgen05.mma" block scaling: the scales are read from TMEM when the MMA executes)."""
-    f = UMMA_IDESC_MXF4.decode(ev.idesc)
+    f = UMMA_IDESC_MXF4.decode(ev.op.idesc)
     m_total, n_total = f["m_dim"] << 7, f["n_dim"] << 3
-    fmt = {"block16": 0, "block32": 1}.get(ev.scale_vec)
+    fmt = {"block16": 0, "block32": 1}.get(ev.op.scale_vec)
     if fmt != f["scale_format"] or f["a_sf_id"] or f["b_sf_id"]:
-        raise VerifyError(f"block-scale mismatch: {ev.op.describe()} by {rec.where}: .{ev.scale_vec} with idesc "
+        raise VerifyError(f"block-scale mismatch: {ev.op.describe()} by {rec.where}: .{ev.op.scale_vec} with idesc "
                           f"scale format {f['scale_format']} and scale-factor ids A={f['a_sf_id']} B={f['b_sf_id']}; "
                           "NVFP4 is .block16 with ue4m3 scales (format 0) and ids 0 (PTX ISA 'Instruction descriptor')")
     for operand, desc, rows in (("A", ev.a_desc, 128), ("B", ev.b_desc, n_total // kernel.cta_group)):
@@ -199,8 +200,8 @@ def _check_umma_block_scaled(kernel: Kernel, slots: _Slots, ev: W.UmmaBlockScale
         raise VerifyError(f"tcgen05.mma.cta_group::2 issued by the odd CTA of the pair: {rec.where}")
 
 
-def _check_issuers(ev: W.Ev, rec: _Rec) -> None:
-    if isinstance(ev, (W.UmmaEv, W.UmmaBlockScaledEv, W.TmemCopyEv, W.CommitEv, W.TmaLoadEv, W.TmaStoreEv)) \
+def _check_issuers(ev: W.Event, rec: _Rec) -> None:
+    if isinstance(ev.op, (O.Umma, O.UmmaBlockScaled, O.TmemCopy, O.UmmaCommit, O.TmaLoad, O.TmaStore)) \
             and ev.lanes != 1:
         raise VerifyError(f"issued by {ev.lanes} threads: {ev.op.describe()} by {rec.where}; one elected thread "
                           "issues it (each thread would issue its own copy)")

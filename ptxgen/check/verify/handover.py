@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 
 from ...errors import VerifyError
+from ...ir import ops as O
 from .. import walker as W
 from .trace import _Rec, _Trace
 
@@ -146,7 +147,7 @@ class _WarpHandovers:
             for a in self.lds:
                 a.done = done
             self.lds = []
-        if isinstance(ev, W.WaitEv):
+        if isinstance(ev.op, O.MbarrierWait):
             key = (ev.bar.name, ev.bar.index)
             e = self.epochs.setdefault(key, [0, None])
             if e[1] is not None and e[1] != rec.key:
@@ -154,33 +155,33 @@ class _WarpHandovers:
             e[1] = rec.key
             self.handed.pop(key, None)
             self.orphans += self.open.pop(key, [])
-        elif isinstance(ev, W.SyncEv):
+        elif isinstance(ev.op, W.THREAD_SYNCS):
             self.passes[(ev.kind, ev.id)] += 1
-        elif isinstance(ev, W.WgmmaWaitEv):
+        elif isinstance(ev.op, O.WgmmaWait):
             done = self.point(rec, i)
             for wgmma in rec.retires:
                 for a in self.wgmma.pop(id(wgmma), []):
                     a.done = done
-        elif isinstance(ev, (W.ArriveEv, W.CommitEv)):
-            bars = ev.bars if isinstance(ev, W.CommitEv) else (ev.bar,)
+        elif isinstance(ev.op, (*W.ARRIVES, O.UmmaCommit)):
+            bars = ev.bars if isinstance(ev.op, O.UmmaCommit) else (ev.bar,)
             for name, index in sorted({(b.name, b.index) for b in bars}):
                 if name in _BY_SIGNAL:
                     self._hand_over(_BY_SIGNAL[name], index, rec, i)
-        elif isinstance(ev, W.TmaStoreEv):
+        elif isinstance(ev.op, O.TmaStore):
             store = _Store(self.point(rec, i), rec.uses[0][1])
             self.stores.append(store)
             self.unbulked[ev.thread].append(store)
-        elif isinstance(ev, W.StSharedEv):
+        elif isinstance(ev.op, W.SHARED_STORES):
             at = self.point(rec, i)
             self.writes += [(at, slot) for _, slot in rec.uses]
-        elif isinstance(ev, W.BulkCommitEv):
+        elif isinstance(ev.op, O.BulkCommitGroup):
             self.bulk.append((ev.thread, self.unbulked.pop(ev.thread, [])))
-        elif isinstance(ev, W.BulkWaitEv):
+        elif isinstance(ev.op, O.BulkWaitGroup):
             self._retire_bulk(ev, self.point(rec, i))
         for waited, index in rec.uses:
             self._access(waited, index, rec, i)
 
-    def _retire_bulk(self, ev: W.BulkWaitEv, done: _Point) -> None:
+    def _retire_bulk(self, ev: W.Event, done: _Point) -> None:
         """``cp.async.bulk.wait_group[.read] N``: all but the N most recent bulk groups of the waiting thread.
 
         Waited in every lane (``thread`` None), the groups of every ``elect.sync`` of the warp count as one
@@ -189,7 +190,7 @@ class _WarpHandovers:
         ownership rule in :func:`_check_dataflow` rejects waiting for another elect's groups).
         """
         mine = [g for g in self.bulk if ev.thread is None or g[0] == ev.thread]
-        retired = {id(g) for g in mine[: max(len(mine) - ev.n, 0)]}
+        retired = {id(g) for g in mine[: max(len(mine) - ev.op.n, 0)]}
         for _, stores in (g for g in mine if id(g) in retired):
             for store in stores:
                 store.retired = done
@@ -211,9 +212,9 @@ class _WarpHandovers:
                               f"{waited}[{index}]; {h.then}: hand a stage over after the role's last access of it")
         a = _Access(self.point(rec, i), waited, index, self.epochs[(waited, index)][0])
         self.open[(waited, index)].append(a)
-        if isinstance(rec.ev, W.TmemLoadEv):
+        if isinstance(rec.ev.op, O.TmemLoad):
             self.lds.append(a)
-        elif isinstance(rec.ev, W.WgmmaEv):
+        elif isinstance(rec.ev.op, O.Wgmma):
             self.wgmma[id(rec)].append(a)
 
     def _hand_over(self, h: _Handover, index: int, rec: _Rec, i: int) -> None:
@@ -231,15 +232,15 @@ class _WarpHandovers:
 def _unfinished(a: _Access, gave: _Rec) -> str:
     """Why the hand-over ``gave`` by the accessing warp does not order its asynchronous access ``a`` ("" if it does)."""
     ev = a.at.rec.ev
-    if isinstance(ev, W.TmemLoadEv) and a.done is None:
+    if isinstance(ev.op, O.TmemLoad) and a.done is None:
         return "no tcgen05.wait::ld between them (tcgen05.ld is asynchronous; PTX ISA tcgen05.wait)"
-    if isinstance(ev, W.WgmmaEv) and a.done is None:
+    if isinstance(ev.op, O.Wgmma) and a.done is None:
         return ("no wgmma.wait_group retires its wgmma group before the arrive (wgmma.mma_async reads shared "
                 "memory asynchronously; PTX ISA wgmma.wait_group)")
-    if isinstance(ev, W.UmmaEv) and not isinstance(gave.ev, W.CommitEv):
+    if isinstance(ev.op, O.Umma) and not isinstance(gave.ev.op, O.UmmaCommit):
         return ("a plain mbarrier.arrive does not wait for the asynchronous tcgen05.mma: hand over with a "
                 "tcgen05.commit issued after it (PTX ISA tcgen05.commit)")
-    if isinstance(ev, W.UmmaEv) and gave.thread != a.at.rec.thread:
+    if isinstance(ev.op, O.Umma) and gave.thread != a.at.rec.thread:
         return ("tcgen05.commit tracks only the prior tcgen05.mma of its own thread, and another elect.sync issues "
                 "it (PTX ISA tcgen05.commit)")
     return ""
@@ -249,7 +250,7 @@ def _covers(a: _Access, g: _Point, totals: dict) -> bool:
     """Whether hand-over ``g`` by another warp of the CTA orders access ``a``: ``a`` completed, then a thread barrier
     (:func:`_ordered`); a wgmma (warpgroup-collective, PTX ISA wgmma.mma_async ``.sync.aligned``) is handed over by
     any warp of its warpgroup, whose own check retired it; a tcgen05.mma only by its own thread's commit."""
-    if isinstance(a.at.rec.ev, W.WgmmaEv):
+    if isinstance(a.at.rec.ev.op, O.Wgmma):
         return g.warp[1] // 4 == a.at.warp[1] // 4
     return a.done is not None and _ordered(a.done, g, totals)
 

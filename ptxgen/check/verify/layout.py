@@ -17,6 +17,7 @@ from collections import defaultdict
 from ...errors import VerifyError
 from ...hw import SMEM_LIMIT_BYTES, resident_ctas
 from ...ir import Kernel
+from ...ir import ops as O
 from .. import walker as W
 from .trace import TMEM_COLS, _Rec, _Trace
 
@@ -70,8 +71,8 @@ def _check_tmem_lifetime(trace: _Trace) -> None:
     cs = kernel.cluster_size
     life: dict[int, tuple[int, int]] = {}
     for (ctaid, _), recs in trace.warps.items():
-        allocs = [r for r in recs if isinstance(r.ev, W.AllocEv)]
-        deallocs = [r for r in recs if isinstance(r.ev, W.DeallocEv)]
+        allocs = [r for r in recs if isinstance(r.ev.op, O.TmemAlloc)]
+        deallocs = [r for r in recs if isinstance(r.ev.op, O.TmemDealloc)]
         if not allocs and not deallocs:
             continue
         if len(allocs) != 1 or len(deallocs) != 1:
@@ -83,9 +84,9 @@ def _check_tmem_lifetime(trace: _Trace) -> None:
                               "tcgen05.alloc.cta_group::2 before any cluster barrier; the peer CTA must be running "
                               "(PTX ISA tcgen05.alloc): init barriers, fence.mbarrier_init, cluster arrive/wait, then "
                               "alloc")
-        cols = a.ev.cols
-        if cols < 32 or cols > TMEM_COLS or cols & (cols - 1) or cols != kernel.tmem_cols or d.ev.cols != cols:
-            raise VerifyError(f"TMEM allocation: {a.where} allocates {cols} and frees {d.ev.cols} columns; needs the "
+        cols = a.ev.op.cols
+        if cols < 32 or cols > TMEM_COLS or cols & (cols - 1) or cols != kernel.tmem_cols or d.ev.op.cols != cols:
+            raise VerifyError(f"TMEM allocation: {a.where} allocates {cols} and frees {d.ev.op.cols} columns; needs the "
                               f"kernel's {kernel.tmem_cols}, a power of two in [32, {TMEM_COLS}]")
         if d.syncs <= a.syncs:
             raise VerifyError(f"TMEM lifetime: {d.where} frees TMEM with no "
@@ -93,9 +94,9 @@ def _check_tmem_lifetime(trace: _Trace) -> None:
         life[ctaid] = (a.syncs, d.syncs)
     for (ctaid, _), recs in trace.warps.items():
         for r in recs:
-            if isinstance(r.ev, (W.UmmaEv, W.UmmaBlockScaledEv, W.TmemCopyEv)):
+            if isinstance(r.ev.op, (O.Umma, O.UmmaBlockScaled, O.TmemCopy)):
                 owners = [ctaid, ctaid ^ 1] if kernel.cta_group == 2 else [ctaid]
-            elif isinstance(r.ev, W.TmemLoadEv):
+            elif isinstance(r.ev.op, O.TmemLoad):
                 owners = [ctaid]
             else:
                 continue
@@ -127,9 +128,9 @@ def _check_scopes(trace: _Trace) -> None:
         base = ctaid - ctaid % cs
         for rec in recs:
             ev = rec.ev
-            if isinstance(ev, W.ArriveEv) and not ev.tx and ev.bar.rank != rec.where.rank:
+            if isinstance(ev.op, W.ARRIVES) and not ev.tx and ev.bar.rank != rec.where.rank:
                 remote.setdefault((base + ev.bar.rank, ev.bar.name, ev.bar.index), rec)
-            elif isinstance(ev, W.WaitEv) and ev.role.startswith("consumer_wait"):
+            elif isinstance(ev.op, O.MbarrierWait) and ev.op.role.startswith("consumer_wait"):
                 waits[(base + ev.bar.rank, ev.bar.name, ev.bar.index)].append(rec)
     for key, arrive in remote.items():
         consumers = waits.get(key, [])
@@ -153,7 +154,7 @@ def _check_teardown(trace: _Trace) -> None:
         return
     for (ctaid, warp), recs in trace.warps.items():
         last = recs[-1] if recs else None
-        if last is None or not (isinstance(last.ev, W.SyncEv) and last.ev.kind == "cluster"):
+        if last is None or not isinstance(last.ev.op, O.ClusterSync):
             raise VerifyError(f"no cluster barrier at exit: warp {warp} of CTA {ctaid} ends with "
                               f"{last.ev.op.describe() if last else 'nothing'}; a multi-CTA kernel must end with a "
                               "cluster barrier (a peer may still arrive on its barriers or use its TMEM)")

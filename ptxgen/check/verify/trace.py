@@ -20,6 +20,7 @@ import numpy as np
 
 from ...errors import VerifyError
 from ...ir import Kernel
+from ...ir import ops as O
 from .. import walker as W
 
 
@@ -32,7 +33,7 @@ TMEM_COLS = 512
 
 @dataclass
 class _Rec:
-    ev: W.Ev
+    ev: W.Event
     where: W.Where
     key: tuple  # loop-variable values
     syncs: int  # all-CTA / cluster barriers the warp passed before this event
@@ -81,19 +82,19 @@ class _WgmmaGroups:
 
     def see(self, rec: _Rec) -> None:
         ev, busy = rec.ev, self.wk.busy
-        if isinstance(ev, W.WgmmaEv):
-            busy[ev.acc] = _WGMMA_BUSY
+        if isinstance(ev.op, O.Wgmma):
+            busy[ev.op.acc] = _WGMMA_BUSY
             self.pending.append((self.committed, rec))
-        elif isinstance(ev, W.WgmmaCommitEv):
+        elif isinstance(ev.op, O.WgmmaCommit):
             self.committed += 1
-        elif isinstance(ev, W.WgmmaWaitEv):
-            oldest_kept = self.committed - ev.n
+        elif isinstance(ev.op, O.WgmmaWait):
+            oldest_kept = self.committed - ev.op.n
             rec.retires = [r for g, r in self.pending if g < oldest_kept]
             self.pending = [(g, r) for g, r in self.pending if g >= oldest_kept]
-            still = {r.ev.acc for _, r in self.pending}
+            still = {r.ev.op.acc for _, r in self.pending}
             for acc in [a for a, why in busy.items() if why is _WGMMA_BUSY and a not in still]:
                 del busy[acc]
-        elif isinstance(ev, (W.StSharedEv, W.StGlobalEv)) and busy.get(ev.op.src) is _WGMMA_BUSY:
+        elif isinstance(ev.op, (*W.SHARED_STORES, O.StGlobalBf16)) and busy.get(ev.op.src) is _WGMMA_BUSY:
             raise W.IRFault(f"register array {ev.op.src!r} read while {_WGMMA_BUSY}")
 
 
@@ -115,11 +116,11 @@ def _trace(kernel, ragged: bool = False) -> _Trace:
                     reply = None
                     recs.append(_Rec(ev, wk.where(), wk.loop_key(), syncs, wk.thread(), wk.loads_pending()))
                     wgmma.see(recs[-1])
-                    if isinstance(ev, W.TmemBaseEv):
+                    if isinstance(ev.op, O.TmemBase):
                         reply = 0
-                    elif isinstance(ev, W.TmemLoadEv):
-                        reply = np.zeros((W.LANES, ev.ncols), dtype=np.float32)
-                    elif isinstance(ev, W.SyncEv) and ev.kind in counted:
+                    elif isinstance(ev.op, O.TmemLoad):
+                        reply = np.zeros((W.LANES, ev.op.ncols), dtype=np.float32)
+                    elif isinstance(ev.op, W.THREAD_SYNCS) and ev.kind in counted:
                         syncs += 1
             except StopIteration:
                 pass

@@ -38,7 +38,7 @@ class Barriers:
                            "ordered it after the mbarrier.init")
         return bar
 
-    def _init(self, w: Warp, ev: W.InitEv) -> None:
+    def _init(self, w: Warp, ev: W.Event) -> None:
         bar = w.cta.bars.get((ev.bar.name, ev.bar.index))
         if bar is None:
             raise SimError(f"no such barrier: MbarrierInit by {w.walker.where()} names {ev.bar.name}[{ev.bar.index}]")
@@ -51,26 +51,26 @@ class Barriers:
             if bar.init_warp is w:
                 bar.fenced = True
 
-    def _arrive(self, w: Warp, ev: W.ArriveEv) -> None:
+    def _arrive(self, w: Warp, ev: W.Event) -> None:
         kind = "arrive.expect_tx" if ev.tx else "arrive"
         bar = self._bar(w, ev.bar, f"mbarrier.{kind}")
         join_clocks(bar.clock, self._release(w))
         if bar.arrive(ev.lanes, ev.tx, f"{w.walker.where().who} {kind}"):
             self.wake(bar)
 
-    def _wait(self, w: Warp, ev: W.WaitEv) -> None:
-        bar = self._bar(w, ev.bar, f"MbarrierWait ({ev.role})")
-        what = f"the MbarrierWait ({ev.role}) on {bar.name}"
-        if bar.passed(ev.parity):
+    def _wait(self, w: Warp, ev: W.Event) -> None:
+        bar = self._bar(w, ev.bar, f"MbarrierWait ({ev.op.role})")
+        what = f"the MbarrierWait ({ev.op.role}) on {bar.name}"
+        if bar.passed(ev.phase):
             self._acquire(w, bar.done_clock, what)
             return
         where = w.walker.where()
-        self.park(w, Blocked(bar, lambda: f"MbarrierWait ({ev.role}) for the phase of parity {ev.parity} of "
+        self.park(w, Blocked(bar, lambda: f"MbarrierWait ({ev.op.role}) for the phase of parity {ev.phase} of "
                                            f"{bar.describe()}", where),
-                  lambda: bar.passed(ev.parity))
+                  lambda: bar.passed(ev.phase))
         w.after_wait = lambda: self._acquire(w, bar.done_clock, what)
 
-    def _sync(self, w: Warp, ev: W.SyncEv) -> None:
+    def _sync(self, w: Warp, ev: W.Event) -> None:
         cta = w.cta
         if ev.kind == "cluster":
             key, name = ("cluster", cta.cluster), f"the cluster barrier of cluster {cta.cluster}"

@@ -42,7 +42,7 @@ def _issuer(m, w, what: str, lanes: int):
     return who, [w.cta, m._cta(w, w.cta.rank ^ 1)] if group == 2 else [w.cta]
 
 
-def tmem_copy(m, w, ev: W.TmemCopyEv) -> None:
+def tmem_copy(m, w, ev: W.Event) -> None:
     """``tcgen05.cp.32x128b.warpx4``: the source lines must be landed at issue; TMEM is written at completion."""
     who, ctas = _issuer(m, w, "tcgen05.cp", ev.lanes)
     lane, col = ev.taddr >> 16, ev.taddr & 0xFFFF
@@ -63,10 +63,10 @@ def tmem_copy(m, w, ev: W.TmemCopyEv) -> None:
     w.tc.push(m, complete)
 
 
-def umma_block_scaled(m, w, ev: W.UmmaBlockScaledEv) -> None:
+def umma_block_scaled(m, w, ev: W.Event) -> None:
     """Block-scaled ``tcgen05.mma``: operands read at issue, scale factors at execution (see module docstring)."""
     who, ctas = _issuer(m, w, "tcgen05.mma.block_scale", ev.lanes)
-    f = mma_shape(ev.idesc, ev.scale_vec, m.kernel.cta_group, who)
+    f = mma_shape(ev.op.idesc, ev.op.scale_vec, m.kernel.cta_group, who)
     rows_b = f["n"] // len(ctas)
     a_codes, b_codes, handles = [], [], []
     for c in ctas:  # A: each CTA's own 128 rows; B: N/group rows from each CTA, leader's first
@@ -82,11 +82,11 @@ def umma_block_scaled(m, w, ev: W.UmmaBlockScaledEv) -> None:
 
     def complete(mm) -> None:
         for c, a in zip(ctas, a_codes):
-            sa = scale_rows(c.tmem.read_words(sfa_col, 128 // 32, who, "scale_A"), 0, 128, ev.scale_vec,
+            sa = scale_rows(c.tmem.read_words(sfa_col, 128 // 32, who, "scale_A"), 0, 128, ev.op.scale_vec,
                             f["a_sf_id"], who, "A")
-            sb = scale_rows(c.tmem.read_words(sfb_col, f["n"] // 32, who, "scale_B"), 0, f["n"], ev.scale_vec,
+            sb = scale_rows(c.tmem.read_words(sfb_col, f["n"] // 32, who, "scale_B"), 0, f["n"], ev.op.scale_vec,
                             f["b_sf_id"], who, "B")
-            c.tmem.end_write(lane, col, block_scaled_product(a, b_all, sa, sb, ev.scale_vec, who), ev.accumulate, who)
+            c.tmem.end_write(lane, col, block_scaled_product(a, b_all, sa, sb, ev.op.scale_vec, who), ev.accumulate, who)
         for c, h in handles:
             c.smem.end_async_read(h)
 

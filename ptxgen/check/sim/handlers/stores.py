@@ -14,12 +14,12 @@ from ..state import Warp
 class Stores:
     """Handlers of the epilogue store events (a mixin of :class:`~ptxgen.check.sim.machine.Machine`)."""
 
-    def _st_shared(self, w: Warp, ev: W.StSharedEv) -> None:
-        if ev.nbytes not in (4, 8, 16) or (ev.addrs % ev.nbytes).any():
+    def _st_shared(self, w: Warp, ev: W.Event) -> None:
+        if ev.nbytes not in (4, 8, 16) or (ev.addr % ev.nbytes).any():
             raise SimError(f"misaligned: StSharedBf16 by {w.walker.where()} stores {ev.nbytes} B at smem offsets "
-                           f"{sorted(set((ev.addrs[ev.addrs % ev.nbytes != 0]).tolist()))[:4]}; st.shared.v of "
+                           f"{sorted(set((ev.addr[ev.addr % ev.nbytes != 0]).tolist()))[:4]}; st.shared.v of "
                            f"{ev.nbytes} B needs {ev.nbytes}-byte alignment")
-        idx = (ev.addrs[:, None] + np.arange(ev.nbytes)).ravel()
+        idx = (ev.addr[:, None] + np.arange(ev.nbytes)).ravel()
         w.cta.smem.generic_write(idx, ev.data.ravel(), w.who("StSharedBf16"))
         w.unfenced.append(idx)
 
@@ -28,9 +28,9 @@ class Stores:
             w.cta.smem.fence_proxy_async(np.concatenate(w.unfenced))
             w.unfenced = []
 
-    def _st_global(self, w: Warp, ev: W.StGlobalEv) -> None:
+    def _st_global(self, w: Warp, ev: W.Event) -> None:
         m, n = self.glob.d.shape
-        cols = ev.cols[:, None] + np.arange(ev.values.shape[1])
-        rows = np.broadcast_to(ev.rows[:, None], cols.shape)
+        cols = ev.col[:, None] + np.arange(ev.data.shape[1])
+        rows = np.broadcast_to(ev.row[:, None], cols.shape)
         ok = (rows < m) & (cols < n)
-        self.glob.d[rows[ok], cols[ok]] = ev.values[ok]
+        self.glob.d[rows[ok], cols[ok]] = ev.data[ok]

@@ -30,19 +30,19 @@ class Tma:
                            "the simulator models 128-byte rows")
         return box_index(self.smem_base + off, rows, cols * eb, swizzled, self.smem_base), cols, rows, eb
 
-    def _tma_load(self, w: Warp, ev: W.TmaLoadEv) -> None:
-        who = w.who(f"TmaLoad {ev.tensor} (col {ev.col}, row {ev.row})")
-        idx, cols, rows, eb = self._box_index(ev.tensor, ev.dst, who)
+    def _tma_load(self, w: Warp, ev: W.Event) -> None:
+        who = w.who(f"TmaLoad {ev.op.tensor} (col {ev.col}, row {ev.row})")
+        idx, cols, rows, eb = self._box_index(ev.op.tensor, ev.dst, who)
         for _ in range(ev.lanes):
             for rank, ref in zip(ev.dst_ranks, ev.bars):
                 dst = self._cta(w, rank)
                 bar = self._bar(w, ref, who)
                 handle = dst.smem.begin_async_write(ev.dst, ev.dst + rows * cols * eb, who)
-                self.schedule(TmaLoadUnit(dst, handle, idx, (ev.tensor, ev.col, ev.row, cols, rows), bar, who))
+                self.schedule(TmaLoadUnit(dst, handle, idx, (ev.op.tensor, ev.col, ev.row, cols, rows), bar, who))
 
-    def _tma_store(self, w: Warp, ev: W.TmaStoreEv) -> None:
-        who = w.who(f"TmaStore {ev.tensor} (col {ev.col}, row {ev.row})")
-        idx, cols, rows, _ = self._box_index(ev.tensor, ev.src, who)
+    def _tma_store(self, w: Warp, ev: W.Event) -> None:
+        who = w.who(f"TmaStore {ev.op.tensor} (col {ev.col}, row {ev.row})")
+        idx, cols, rows, _ = self._box_index(ev.op.tensor, ev.src, who)
         smem = w.cta.smem
         for _ in range(ev.lanes):
             handle = smem.begin_async_read(idx, who)
@@ -55,7 +55,7 @@ class Tma:
         self.bulk_seq += 1
         w.bulk_groups.setdefault(ev.thread, []).append((self.bulk_seq, w.bulk_open.pop(ev.thread, [])))
 
-    def _bulk_wait(self, w: Warp, ev: W.BulkWaitEv) -> None:
+    def _bulk_wait(self, w: Warp, ev: W.Event) -> None:
         """Each waiting thread waits for its own groups (PTX ISA "cp.async.bulk.wait_group": the executing
         thread's bulk async-groups).  A whole-warp wait covers every thread's groups, counted as if one lane
         committed them all (elect.sync may have picked the same lane each time); an elected wait covers only
@@ -70,12 +70,12 @@ class Tma:
             groups = sorted(g for gs in w.bulk_groups.values() for g in gs)
         else:
             groups = list(w.bulk_groups.get(ev.thread, []))
-        older = [units for _, units in groups[: max(0, len(groups) - ev.n)]]
+        older = [units for _, units in groups[: max(0, len(groups) - ev.op.n)]]
 
         def ready() -> bool:
-            return all((u.read_done if ev.read else u.done) for g in older for u in g)
+            return all((u.read_done if ev.op.read else u.done) for g in older for u in g)
 
         if not ready():
-            what = "cp.async.bulk.wait_group" + (".read" if ev.read else "")
-            self.park(w, Blocked(w, lambda: f"{what} {ev.n}: {len(groups)} bulk groups pending",
+            what = "cp.async.bulk.wait_group" + (".read" if ev.op.read else "")
+            self.park(w, Blocked(w, lambda: f"{what} {ev.op.n}: {len(groups)} bulk groups pending",
                                   w.walker.where()), ready)

@@ -15,10 +15,10 @@ from ..state import DONE, TC, TMEM_LANE_QUARTER, Warp, Who
 class TmemOps:
     """Handlers of the TMEM events (a mixin of :class:`~ptxgen.check.sim.machine.Machine`)."""
 
-    def _alloc(self, w: Warp, ev: W.AllocEv) -> None:
+    def _alloc(self, w: Warp, ev: W.Event) -> None:
         tmem = w.cta.tmem
-        if ev.cols < 32 or ev.cols > Tmem.COLS or ev.cols & (ev.cols - 1):
-            raise SimError(f"bad TMEM allocation: {w.walker.where()} allocates {ev.cols} columns; tcgen05.alloc "
+        if ev.op.cols < 32 or ev.op.cols > Tmem.COLS or ev.op.cols & (ev.op.cols - 1):
+            raise SimError(f"bad TMEM allocation: {w.walker.where()} allocates {ev.op.cols} columns; tcgen05.alloc "
                            "takes a power of two in [32, 512]")
         if self.kernel.cta_group == 2 and not self.cluster_syncs.get(w.cta.cluster):
             raise SimError(f"paired TMEM allocation before the cluster is known running: {w.walker.where()} issues "
@@ -26,7 +26,7 @@ class TmemOps:
                            "the peer CTA must be running)")
         if tmem.cols:
             raise SimError(f"double TMEM allocation: {w.walker.where()} allocates again in {w.cta.name}")
-        tmem.cols = ev.cols
+        tmem.cols = ev.op.cols
         w.cta.smem.internal_write(self.kernel.tmem_slot, np.array([0], dtype=np.uint32).view(np.uint8))
         w.cta.slot_stamp = (w.gid, self._tc_op(w, w.who("TmemAlloc")), w.epoch)
 
@@ -41,11 +41,11 @@ class TmemOps:
                                         "read the TMEM address slot before {other} wrote it")
         w.reply = int(raw.view(np.uint32)[0])
 
-    def _dealloc(self, w: Warp, ev: W.DeallocEv) -> None:
+    def _dealloc(self, w: Warp, ev: W.Event) -> None:
         cta, tmem = w.cta, w.cta.tmem
         where = w.walker.where()
-        if ev.taddr != 0 or ev.cols != tmem.cols:
-            raise SimError(f"bad TMEM dealloc: {where} frees {ev.cols} columns at {ev.taddr:#x}; the allocation is "
+        if ev.taddr != 0 or ev.op.cols != tmem.cols:
+            raise SimError(f"bad TMEM dealloc: {where} frees {ev.op.cols} columns at {ev.taddr:#x}; the allocation is "
                            f"{tmem.cols} columns at 0x0")
         if tmem.busy():
             raise SimError(f"TMEM dealloc while busy: {where} frees TMEM of {cta.name} while MMAs writing it are in flight")
@@ -59,21 +59,21 @@ class TmemOps:
                                "allocated (cta_group::2 needs a cluster barrier between alloc and dealloc)")
         tmem.freed = True
 
-    def _tmem_load(self, w: Warp, ev: W.TmemLoadEv) -> None:
+    def _tmem_load(self, w: Warp, ev: W.Event) -> None:
         lane, col = ev.taddr >> 16, ev.taddr & 0xFFFF
         quarter = TMEM_LANE_QUARTER * (w.index % 4)
-        who = w.who(f"TmemLoad 32x32b.x{ev.ncols}")
+        who = w.who(f"TmemLoad 32x32b.x{ev.op.ncols}")
         if lane != quarter:
             raise SimError(f"TMEM lane access: {who} reads TMEM lanes [{lane}, {lane + 32}); warp {w.index} may "
                            f"access lanes [{quarter}, {quarter + 32}) only (PTX ISA tcgen05.ld: warp w%4 of a warpgroup)")
         tmem = w.cta.tmem
         if tmem.cols and not tmem.freed:  # (out-of-range accesses are reported by Tmem.read)
-            self._check_ordered(w, who, tmem.stamps("wr", lane, col, 32, ev.ncols), DONE,
-                                f"read TMEM of {w.cta.name} columns [{col}, {col + ev.ncols}) before {{other}} writing "
+            self._check_ordered(w, who, tmem.stamps("wr", lane, col, 32, ev.op.ncols), DONE,
+                                f"read TMEM of {w.cta.name} columns [{col}, {col + ev.op.ncols}) before {{other}} writing "
                                 "them completes")
-        w.reply = tmem.read(lane, col, ev.ncols, who)
+        w.reply = tmem.read(lane, col, ev.op.ncols, who)
         seq = self._tc_op(w, who)
-        tmem.stamp_read(lane, col, ev.ncols, w.gid, seq, w.epoch)
+        tmem.stamp_read(lane, col, ev.op.ncols, w.gid, seq, w.epoch)
         if w.ld_pending is None:
             w.ld_pending = seq
 

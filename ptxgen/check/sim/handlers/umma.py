@@ -27,7 +27,7 @@ class Umma:
         handle = cta.smem.begin_async_read(idx, who)
         return cta.smem.bf16(idx), handle
 
-    def _umma(self, w: Warp, ev: W.UmmaEv) -> None:
+    def _umma(self, w: Warp, ev: W.Event) -> None:
         kernel, cta = self.kernel, w.cta
         who = w.who("Umma")
         if ev.lanes != 1:
@@ -35,7 +35,7 @@ class Umma:
         group = kernel.cta_group
         if group == 2 and cta.rank % 2:
             raise SimError(f"tcgen05.mma.cta_group::2 issued by the odd CTA of the pair: {who}")
-        m_total, n_total = umma_shape(ev.idesc, who)
+        m_total, n_total = umma_shape(ev.op.idesc, who)
         if m_total != 128 * group:
             raise SimError(f"unsupported MMA shape: {who}: M={m_total} with cta_group::{group}; the simulator "
                            f"models M = 128 rows per CTA")
@@ -84,7 +84,7 @@ class Umma:
                            f"passed {w.unfenced_sync} but no fence, so the MMA is not ordered after that wait and may "
                            f"read the stage before the data lands ({FENCE_DOC})")
 
-    def _commit(self, w: Warp, ev: W.CommitEv) -> None:
+    def _commit(self, w: Warp, ev: W.Event) -> None:
         who = w.who("UmmaCommit")
         bars = [self._bar(w, ref, who) for ref in ev.bars]
         clock = self._release(w)  # the arrive fires once the warp's earlier tcgen05 ops completed

@@ -16,27 +16,27 @@ from ..state import WARPGROUP, Blocked, RegGroup, Warp
 class Wgmma:
     """Handlers of the wgmma and setmaxnreg events (a mixin of :class:`~ptxgen.check.sim.machine.Machine`)."""
 
-    def _wgmma(self, w: Warp, ev: W.WgmmaEv) -> None:
-        who = w.who(f"Wgmma m64n{ev.n}k16 {ev.acc}")
+    def _wgmma(self, w: Warp, ev: W.Event) -> None:
+        who = w.who(f"Wgmma m64n{ev.op.n}k16 {ev.op.acc}")
         a, b = wgmma_operand(ev.a_desc, who, "A"), wgmma_operand(ev.b_desc, who, "B")
         q = w.index % 4  # this warp's 16 rows of the m64 tile
         smem = w.cta.smem
         idx_a = kmajor_sw128_index(a.start, 64, a.sbo, self.smem_base)[16 * q: 16 * q + 16]
         ha = smem.begin_async_read(idx_a, who)
         a_vals = smem.bf16(idx_a)
-        b_vals, hb = self._operand_rows(w.cta, b.start, b.sbo, ev.n, who)
+        b_vals, hb = self._operand_rows(w.cta, b.start, b.sbo, ev.op.n, who)
         b_t = np.ascontiguousarray(b_vals.T)
-        if ev.accumulate and ev.acc not in w.acc_written:
-            raise SimError(f"register read before write: {who} accumulates into {ev.acc}, which no wgmma wrote "
+        if ev.accumulate and ev.op.acc not in w.acc_written:
+            raise SimError(f"register read before write: {who} accumulates into {ev.op.acc}, which no wgmma wrote "
                            "(scale-d set on the first k-step?)")
         if not w.walker.wgmma_fenced:
             raise SimError(f"missing wgmma.fence: {who} is the warp's first wgmma and no wgmma.fence precedes it "
                            "(PTX ISA wgmma.fence: required before the first wgmma.mma_async of a warpgroup)")
-        if ev.acc in w.walker.touched:
-            raise SimError(f"missing wgmma.fence: {who} accesses accumulator {ev.acc}, which {w.walker.touched[ev.acc]} "
+        if ev.op.acc in w.walker.touched:
+            raise SimError(f"missing wgmma.fence: {who} accesses accumulator {ev.op.acc}, which {w.walker.touched[ev.op.acc]} "
                            "accessed since the warp's last wgmma.fence (PTX ISA wgmma.fence: required between a "
                            "register access and a wgmma.mma_async that accesses the same registers)")
-        w.acc_written.add(ev.acc)
+        w.acc_written.add(ev.op.acc)
         if w.nreg:
             live = {acc: w.walker.regs[acc].shape[1] for acc in sorted(w.acc_written)}
             if sum(live.values()) > w.nreg:
@@ -44,27 +44,27 @@ class Wgmma:
                 raise SimError(f"register budget: {who}: the warp's live accumulator fragments need "
                                f"{sum(live.values())} registers per thread ({frags}) but its limit is {w.nreg} "
                                f"(.maxnreg {self.kernel.maxnreg}, then setmaxnreg)")
-        rows, cols = wgmma_fragment(ev.n)
+        rows, cols = wgmma_fragment(ev.op.n)
         regs = w.walker.regs
 
         def piece() -> None:
             c = (a_vals @ b_t)[rows, cols]
-            regs[ev.acc] = regs[ev.acc] + c if ev.accumulate else c
+            regs[ev.op.acc] = regs[ev.op.acc] + c if ev.accumulate else c
             smem.end_async_read(ha)
             smem.end_async_read(hb)
 
         queue = w.cta.wgmma_queue(w.index // 4)
         op = queue.join(self, w.wg_issued, w, piece)
         w.wg_issued += 1
-        w.wg_pending.append((w.wg_committed, op, ev.acc))
-        w.walker.busy[ev.acc] = "a wgmma writing it is not covered by a wgmma.wait_group"
+        w.wg_pending.append((w.wg_committed, op, ev.op.acc))
+        w.walker.busy[ev.op.acc] = "a wgmma writing it is not covered by a wgmma.wait_group"
 
     def _wgmma_commit(self, w: Warp, ev) -> None:
         w.wg_committed += 1
 
-    def _wgmma_wait(self, w: Warp, ev: W.WgmmaWaitEv) -> None:
+    def _wgmma_wait(self, w: Warp, ev: W.Event) -> None:
         """``wgmma.wait_group N``: the warp's committed groups but the N most recent are complete."""
-        oldest_allowed = w.wg_committed - ev.n
+        oldest_allowed = w.wg_committed - ev.op.n
 
         def ready() -> bool:
             return all(op.done for g, op, _ in w.wg_pending if g < oldest_allowed)
@@ -78,31 +78,31 @@ class Wgmma:
         if ready():
             cover()
             return
-        self.park(w, Blocked(w, lambda: f"wgmma.wait_group {ev.n}: "
+        self.park(w, Blocked(w, lambda: f"wgmma.wait_group {ev.op.n}: "
                                          f"{sum(not op.done for _, op, _ in w.wg_pending)} wgmmas in flight",
                               w.walker.where()), ready)
         w.after_wait = cover
 
     # ---------------------------------------------------------------- setmaxnreg
 
-    def _setmaxnreg(self, w: Warp, ev: W.SetMaxNRegEv) -> None:
+    def _setmaxnreg(self, w: Warp, ev: W.Event) -> None:
         """``setmaxnreg`` (PTX ISA setmaxnreg): ``.sync.aligned`` over the warpgroup, whose four warps must execute
         the same one; ``.dec`` returns registers to the CTA's pool, ``.inc`` blocks until the pool has them."""
         cta, wg = w.cta, w.index // WARPGROUP
-        what = f"setmaxnreg.{ev.action} {ev.regs}"
+        what = f"setmaxnreg.{ev.op.action} {ev.op.regs}"
         who = w.who(what)
         if not self.kernel.maxnreg:
             raise SimError(f"setmaxnreg without .maxnreg: {who}; the per-CTA register pool needs the kernel's "
                            "register count fixed by .maxnreg (PTX ISA setmaxnreg)")
-        if ev.regs % 8 or not 24 <= ev.regs <= 256:
+        if ev.op.regs % 8 or not 24 <= ev.op.regs <= 256:
             raise SimError(f"bad setmaxnreg: {who}: the count must be a multiple of 8 in [24, 256] (PTX ISA setmaxnreg)")
         gone = [x.index for x in cta.warps[WARPGROUP * wg: WARPGROUP * (wg + 1)] if x.done]
         if gone:
             raise SimError(f"unbalanced setmaxnreg: {who}, but warp(s) {', '.join(map(str, gone))} of warpgroup {wg} "
                            "exited without it (PTX ISA setmaxnreg: every warp of the warpgroup executes it)")
         pool = cta.regs
-        grp = pool.groups.setdefault(wg, RegGroup(ev.action, ev.regs))
-        if (grp.action, grp.regs) != (ev.action, ev.regs):
+        grp = pool.groups.setdefault(wg, RegGroup(ev.op.action, ev.op.regs))
+        if (grp.action, grp.regs) != (ev.op.action, ev.op.regs):
             raise SimError(f"unbalanced setmaxnreg: {who}, while warp(s) {', '.join(str(x.index) for x in grp.warps)} "
                            f"of warpgroup {wg} execute setmaxnreg.{grp.action} {grp.regs} (PTX ISA setmaxnreg: "
                            ".sync.aligned, every warp of the warpgroup executes the same setmaxnreg)")
@@ -113,7 +113,7 @@ class Wgmma:
             return
         del pool.groups[wg]
         cur = w.nreg  # .dec only lowers the limit, .inc only raises it ("from its current value to imm-reg-count")
-        new = min(cur, ev.regs) if ev.action == "dec" else max(cur, ev.regs)
+        new = min(cur, ev.op.regs) if ev.op.action == "dec" else max(cur, ev.op.regs)
         delta = (new - cur) * W.LANES * WARPGROUP  # registers the warpgroup takes from the pool (< 0: returns)
 
         def take() -> bool:
