@@ -66,12 +66,21 @@ def run_case(torch, m, n, k, a_kind="contiguous", b_kind="contiguous", out_kind=
              config=None, dual=False):
     """One call of gemm (or dual_gemm) on fresh inputs; returns the relative error (NaN fails here)."""
     import ptxgen
+    from ptxgen.errors import ShapeError
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
     scale = max(k, 1) ** -0.25
     a = make(torch, a_kind, m, k, gen, scale)
     b = make(torch, b_kind, n, k, gen, scale)
     out, base = poisoned_out(torch, out_kind, m, n)
+    if out.data_ptr() % 16 and (out.stride(1) == 1 or n == 1) and (out.stride(0) == n or m == 1):
+        # a row-major out is the kernel's D itself: one not 16-byte aligned is refused, out untouched
+        before = base.clone()
+        with pytest.raises(ShapeError, match="16-byte"):
+            ptxgen.gemm(a, b, out=out, config=config)
+        torch.cuda.synchronize()
+        assert torch.equal(base.isnan(), before.isnan())
+        return 0.0
     if dual:
         b2 = make(torch, b_kind, n, k, gen, scale)
         result = ptxgen.dual_gemm(a, b, b2, out=out, config=config)

@@ -1,19 +1,44 @@
 """The torch-facing API: ``gemm(a, b, out=None, config=None)`` computes ``D = A @ B.T``.
 
-Shapes and types: A ``[M, K]``, B ``[N, K]`` (both K-major, i.e. row-major),
-D ``[M, N]``; all bf16, on one CUDA device, accumulation in fp32.
+Shapes and types: A ``[M, K]``, B ``[N, K]``, D ``[M, N]``; all bf16, on one
+CUDA device, accumulation in fp32; any strides, as ``torch.matmul(a, b.T)``.
 
-Every input rule is checked by :func:`check_gemm_inputs` and raised as
-:class:`~ptxgen.errors.ShapeError` before any driver call: a bad input never
-reaches the GPU and ``out`` is never written.
+Every input rule :func:`gemm` keeps is checked by :func:`check_gemm_operands`
+(dtype, device, K equal, ``out`` shaped ``[M, N]``, overlapping no input and,
+when row-major, 16-byte aligned) and raised as :class:`~ptxgen.errors.ShapeError`
+before any allocation or launch: a bad input never reaches the GPU and ``out``
+is never written.  :func:`check_gemm_inputs` states what the kernel itself takes
+(row-major, 16-byte aligned, K a multiple of 8); :func:`prepare` requires it.
+
+Staging (:func:`staging_plan`, decided once per signature from shapes and
+strides; :class:`_StagedCall` per call).  TMA reads an operand in place when it
+is row-major with a row pitch that is a multiple of 16 bytes and starts 16-byte
+aligned.  An input that is not (K not a multiple of 8, a transposed or
+column-strided view, a misaligned address) is copied once per call into a new
+``[rows, round_up(K, 8)]`` tensor; its tensor map keeps the real K as width, so
+TMA fills the columns up to the kernel's K (K rounded up to the config's
+``k_multiple``) with zeros, which add nothing to the dot products.  D is staged
+(a new ``[M, round_up(N, n_multiple)]`` tensor, then ``out.copy_``) when ``out``
+is not row-major contiguous, or when N is not a multiple of a TMA-store config's
+``n_multiple`` (sm_100a: the chooser's only direct-store configs there are the
+slow early levels and the dual GEMM has none, so a copy of ``[M, N]`` costs less
+than another kernel).  Cost: one read and one write of each staged operand (and
+of D), plus a few microseconds of host time; a legal signature keeps the
+unstaged :class:`_Call` and does no extra work.  Staging tensors come from
+torch's caching allocator on torch's current stream and are released when the
+call returns: the allocator reuses a block only after the work queued on that
+stream, so calls on concurrent streams never share a staging tensor (and CUDA
+graph capture takes them from the graph's pool).  M, N or K = 0 launch nothing:
+D is empty, or zeros for K = 0, as torch gives.
 
 Per-call path (:func:`gemm`): the first call with a given (config, dtypes,
 shapes, strides, devices) signature runs every check, resolves the config
 (``config=None``: :func:`ptxgen.runtime.choose.choose` for the shape and
 device), loads the kernel (:func:`loaded_kernel`: from the disk cache by
 config content, see :mod:`ptxgen.runtime.loader`) and stores a
-:class:`_Call`.  Later calls with the same signature do only the
-per-pointer checks (16-byte alignment, ``out`` not overlapping A or B) and
+:class:`_Call`.  Later calls with the same (legal) signature do only the
+per-pointer checks (16-byte alignment, ``out`` not overlapping A or B; a
+misaligned input is staged, see below) and
 one :meth:`ptxgen.runtime.fastpath.Launcher.launch`: tensor maps come from
 an LRU keyed by (address, shape, stride), parameters go into a reused buffer,
 one ``cuLaunchKernelEx`` on torch's current stream.
@@ -762,15 +787,17 @@ def gemm(a: Any, b: Any, out: Any = None, config: Any = None) -> Any:
     """``D = A @ B.T`` with a generated tensor-core kernel, on torch's current stream.
 
     Args:
-        a: A ``[M, K]`` bf16 CUDA tensor, row-major contiguous.
-        b: B ``[N, K]`` bf16 CUDA tensor on the same device, row-major contiguous.
-        out: optional D ``[M, N]`` bf16 on the same device, row-major contiguous; written in place.
+        a: A ``[M, K]`` bf16 CUDA tensor, any strides (staged when TMA cannot read it in place: module
+            docstring, "Staging").
+        b: B ``[N, K]`` bf16 CUDA tensor on the same device, any strides (likewise).
+        out: optional D ``[M, N]`` bf16 on the same device, overlapping neither input; written in place (through a
+            staging D when it is not row-major contiguous); a row-major ``out`` must be 16-byte aligned.
         config: shipped config name (``"h100_128x256"``), YAML path, ``Config`` object, or None to
             choose per shape for the device (:func:`ptxgen.runtime.choose.choose`).
 
     Returns:
-        D (``out`` if given). The launch is asynchronous, like any torch op; it can be captured
-        in a CUDA graph.
+        D (``out`` if given; a new row-major tensor otherwise). The launch (and any staging copy) is asynchronous,
+        like any torch op, on torch's current stream; it can be captured in a CUDA graph.
 
     Raises:
         ShapeError: a bad input; raised before any driver call, ``out`` untouched.
@@ -791,9 +818,9 @@ def dual_gemm(a: Any, b1: Any, b2: Any, out: Any = None, config: Any = None) -> 
     """``D = silu(A @ B1.T) * (A @ B2.T)`` (the SwiGLU of a gated MLP) in one fused kernel, on torch's current stream.
 
     Args:
-        a: A ``[M, K]`` bf16 CUDA tensor, row-major contiguous.
-        b1, b2: B1 (gate) and B2 (up) ``[N, K]`` bf16 on the same device, row-major contiguous.
-        out: optional D ``[M, N]`` bf16, written in place.
+        a: A ``[M, K]`` bf16 CUDA tensor, any strides (staged as for :func:`gemm`).
+        b1, b2: B1 (gate) and B2 (up) ``[N, K]`` bf16 on the same device, any strides.
+        out: optional D ``[M, N]`` bf16, written in place (the rules of :func:`gemm`).
         config: a ``dual_*`` config (name, path or ``Config``), or None to choose among the shipped ``dual_*``
             configs of the device's arch by shape.
 
