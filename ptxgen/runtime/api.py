@@ -675,7 +675,7 @@ def staging_plan(spec: Any, a: Any, bs: tuple, out: Any) -> Staging:
         a, bs: A ``[M, K]`` and the B operands ``[N, K]``.
         out: D ``[M, N]`` or None.
     """
-    (n, k), k_run = bs[0].shape, _round_up(a.shape[1], spec.k_multiple)
+    n, k_run = bs[0].shape[0], _round_up(a.shape[1], spec.k_multiple)
     n_run = _round_up(n, spec.n_multiple)
     return Staging(k_run, n_run, tuple(_pitch(t, k_run) for t in (a, *bs)),
                    n_run != n or (out is not None and not _row_major(out)))
