@@ -2,7 +2,7 @@
 
 Public API::
 
-    gemm(a, b, out=None, config=None) -> torch.Tensor     # D = A @ B.T, bf16
+    gemm(a, b, out=None, config=None) -> torch.Tensor     # D = A @ B.T, bf16, any strides (staged, see api)
     prepare(a, b, out=None, config=None) -> PreparedGemm  # checked + encoded launch, for benchmarks
     check_gemm_inputs(a, b, out=None, k_multiple=8, *, n_multiple=1, require_cuda=True) -> (M, N, K)
 

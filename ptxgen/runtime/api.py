@@ -1,19 +1,44 @@
 """The torch-facing API: ``gemm(a, b, out=None, config=None)`` computes ``D = A @ B.T``.
 
-Shapes and types: A ``[M, K]``, B ``[N, K]`` (both K-major, i.e. row-major),
-D ``[M, N]``; all bf16, on one CUDA device, accumulation in fp32.
+Shapes and types: A ``[M, K]``, B ``[N, K]``, D ``[M, N]``; all bf16, on one
+CUDA device, accumulation in fp32; any strides, as ``torch.matmul(a, b.T)``.
 
-Every input rule is checked by :func:`check_gemm_inputs` and raised as
-:class:`~ptxgen.errors.ShapeError` before any driver call: a bad input never
-reaches the GPU and ``out`` is never written.
+Every input rule :func:`gemm` keeps is checked by :func:`check_gemm_operands`
+(dtype, device, K equal, ``out`` shaped ``[M, N]``, overlapping no input and,
+when row-major, 16-byte aligned) and raised as :class:`~ptxgen.errors.ShapeError`
+before any allocation or launch: a bad input never reaches the GPU and ``out``
+is never written.  :func:`check_gemm_inputs` states what the kernel itself takes
+(row-major, 16-byte aligned, K a multiple of 8); :func:`prepare` requires it.
+
+Staging (:func:`staging_plan`, decided once per signature from shapes and
+strides; :class:`_StagedCall` per call).  TMA reads an operand in place when it
+is row-major with a row pitch that is a multiple of 16 bytes and starts 16-byte
+aligned.  An input that is not (K not a multiple of 8, a transposed or
+column-strided view, a misaligned address) is copied once per call into a new
+``[rows, round_up(K, 8)]`` tensor; its tensor map keeps the real K as width, so
+TMA fills the columns up to the kernel's K (K rounded up to the config's
+``k_multiple``) with zeros, which add nothing to the dot products.  D is staged
+(a new ``[M, round_up(N, n_multiple)]`` tensor, then ``out.copy_``) when ``out``
+is not row-major contiguous, or when N is not a multiple of a TMA-store config's
+``n_multiple`` (sm_100a: the chooser's only direct-store configs there are the
+slow early levels and the dual GEMM has none, so a copy of ``[M, N]`` costs less
+than another kernel).  Cost: one read and one write of each staged operand (and
+of D), plus a few microseconds of host time; a legal signature keeps the
+unstaged :class:`_Call` and does no extra work.  Staging tensors come from
+torch's caching allocator on torch's current stream and are released when the
+call returns: the allocator reuses a block only after the work queued on that
+stream, so calls on concurrent streams never share a staging tensor (and CUDA
+graph capture takes them from the graph's pool).  M, N or K = 0 launch nothing:
+D is empty, or zeros for K = 0, as torch gives.
 
 Per-call path (:func:`gemm`): the first call with a given (config, dtypes,
 shapes, strides, devices) signature runs every check, resolves the config
 (``config=None``: :func:`ptxgen.runtime.choose.choose` for the shape and
 device), loads the kernel (:func:`loaded_kernel`: from the disk cache by
 config content, see :mod:`ptxgen.runtime.loader`) and stores a
-:class:`_Call`.  Later calls with the same signature do only the
-per-pointer checks (16-byte alignment, ``out`` not overlapping A or B) and
+:class:`_Call`.  Later calls with the same (legal) signature do only the
+per-pointer checks (16-byte alignment, ``out`` not overlapping A or B; a
+misaligned input is staged, see below) and
 one :meth:`ptxgen.runtime.fastpath.Launcher.launch`: tensor maps come from
 an LRU keyed by (address, shape, stride), parameters go into a reused buffer,
 one ``cuLaunchKernelEx`` on torch's current stream.
@@ -56,8 +81,8 @@ _U32_LIMIT = 1 << 32
 # --------------------------------------------------------------------------- input checks
 
 
-def _check_tensor(name: str, t: Any, dims: str, require_cuda: bool) -> None:
-    """Type, rank, dtype, device kind, layout and alignment of one operand."""
+def _check_tensor(name: str, t: Any, dims: str, require_cuda: bool, layout: bool = True) -> None:
+    """Type, rank, dtype, device kind and (``layout``) row-major layout and alignment of one operand."""
     import torch
 
     if not isinstance(t, torch.Tensor):
@@ -68,12 +93,10 @@ def _check_tensor(name: str, t: Any, dims: str, require_cuda: bool) -> None:
         raise ShapeError(f"{name}: dtype={t.dtype}: must be torch.bfloat16")
     if require_cuda and t.device.type != "cuda":
         raise ShapeError(f"{name}: device={t.device}: must be a CUDA tensor")
-    if t.numel() == 0:
-        return  # layout is meaningless; the M, N, K >= 1 rule reports it
-    rows, cols = t.shape
-    inner_ok = t.stride(1) == 1 or cols == 1
-    outer_ok = t.stride(0) == cols or rows == 1
-    if not (inner_ok and outer_ok):
+    if not layout or t.numel() == 0:
+        return  # layout is meaningless for an empty tensor; the M, N, K >= 1 rule reports it
+    if not _row_major(t):
+        rows, cols = t.shape
         raise ShapeError(
             f"{name}: shape={tuple(t.shape)} stride={t.stride()}: must be row-major contiguous "
             f"(stride(1) == 1 and stride(0) == {cols}); call .contiguous()"
@@ -83,12 +106,112 @@ def _check_tensor(name: str, t: Any, dims: str, require_cuda: bool) -> None:
                          "a sliced view may not be; call .clone()")
 
 
+def _row_major(t: Any) -> bool:
+    """Whether a 2-D tensor is row-major contiguous (the layout the kernel reads and writes without a pitch)."""
+    rows, cols = t.shape
+    return (t.stride(1) == 1 or cols == 1) and (t.stride(0) == cols or rows == 1)
+
+
+def _extent(t: Any) -> tuple[int, int]:
+    """The byte range ``[first, last + 1)`` a 2-D tensor's elements span (empty for an empty tensor)."""
+    start = t.data_ptr()
+    if t.numel() == 0:
+        return start, start
+    (rows, cols), (s0, s1) = t.shape, t.stride()
+    return start, start + ((rows - 1) * s0 + (cols - 1) * s1 + 1) * t.element_size()
+
+
 def _overlaps(x: Any, y: Any) -> bool:
     """Whether two tensors' byte ranges intersect."""
-    x0, y0 = x.data_ptr(), y.data_ptr()
-    x1 = x0 + x.numel() * x.element_size()
-    y1 = y0 + y.numel() * y.element_size()
-    return x0 < y1 and y0 < x1
+    (x0, x1), (y0, y1) = _extent(x), _extent(y)
+    return x0 < x1 and y0 < y1 and x0 < y1 and y0 < x1
+
+
+def _self_overlapping(t: Any) -> bool:
+    """Whether two elements of a 2-D tensor share memory (a stride 0 or rows interleaving)."""
+    (rows, cols), (s0, s1) = t.shape, t.stride()
+    if rows <= 1 or cols <= 1:
+        return (rows > 1 and s0 == 0) or (cols > 1 and s1 == 0)
+    return not ((s1 >= 1 and s0 >= cols * s1) or (s0 >= 1 and s1 >= rows * s0))
+
+
+def _check_out(out: Any, m: int, n: int, a: Any, inputs: tuple, require_cuda: bool, layout: bool) -> None:
+    """The rules of ``out``: a D ``[M, N]`` bf16 tensor on ``a``'s device overlapping no input (``(name, t)``)."""
+    _check_tensor("out", out, "[M, N]", require_cuda, layout)
+    if tuple(out.shape) != (m, n):
+        raise ShapeError(f"out: shape={tuple(out.shape)}: must be [M, N] = ({m}, {n})")
+    if out.device != a.device:
+        raise ShapeError(f"out: device={out.device}: must be on a's device {a.device}")
+    if not layout and out.numel():
+        if _self_overlapping(out):
+            raise ShapeError(f"out: shape={tuple(out.shape)} stride={out.stride()}: elements share memory; "
+                             "D needs one location per element")
+        if _row_major(out) and out.data_ptr() % _ALIGN:
+            raise ShapeError(f"out: data_ptr={out.data_ptr():#x}: must be {_ALIGN}-byte aligned (a row-major out "
+                             "is the kernel's D, written in place by TMA); call .clone()")
+    for name, operand in inputs:
+        if _overlaps(out, operand):
+            raise ShapeError(f"out: memory overlaps {name}: D must not alias an input")
+
+
+def _check_k(a: Any, b: Any, require_cuda: bool, b_name: str, layout: bool) -> tuple[int, int, int]:
+    """A and B each valid, on one device, with one K: ``(M, N, K)``."""
+    _check_tensor("a", a, "[M, K]", require_cuda, layout)
+    _check_tensor(b_name, b, "[N, K]", require_cuda, layout)
+    if b.device != a.device:
+        raise ShapeError(f"{b_name}: device={b.device}: must be on a's device {a.device}")
+    (m, k), (n, kb) = a.shape, b.shape
+    if kb != k:
+        raise ShapeError(f"{b_name}: shape={tuple(b.shape)}: K={kb} must equal a's K={k} ({b_name} is [N, K]; "
+                         f"pass B, not B.T)")
+    return m, n, k
+
+
+def _check_b2(b2: Any, b1: Any, a: Any, out: Any, require_cuda: bool, layout: bool) -> None:
+    """B2 of a dual GEMM: valid, on ``a``'s device, shaped like B1, not overlapping ``out``."""
+    _check_tensor("b2", b2, "[N, K]", require_cuda, layout)
+    if b2.device != a.device:
+        raise ShapeError(f"b2: device={b2.device}: must be on a's device {a.device}")
+    if tuple(b2.shape) != tuple(b1.shape):
+        raise ShapeError(f"b2: shape={tuple(b2.shape)}: must equal b1's shape {tuple(b1.shape)} ([N, K])")
+    if out is not None and _overlaps(out, b2):
+        raise ShapeError("out: memory overlaps b2: D must not alias an input")
+
+
+def check_gemm_operands(a: Any, b: Any, out: Any = None, *, require_cuda: bool = True,
+                        b_name: str = "b") -> tuple[int, int, int]:
+    """The rules :func:`gemm` keeps for every call (any layout is staged); pure (no GPU, no driver call).
+
+    Args:
+        a: A ``[M, K]`` bf16, any strides and alignment.
+        b: B ``[N, K]`` bf16 on ``a``'s device, any strides and alignment.
+        out: D ``[M, N]`` bf16 on ``a``'s device, or None: no two elements sharing memory, not overlapping A or B
+            (byte ranges), and 16-byte aligned when row-major contiguous (then it is the kernel's D itself).
+        require_cuda: check that the tensors are CUDA tensors (False lets CPU tests reach the later rules).
+        b_name: the name B has in messages (``b1`` for a dual GEMM).
+
+    Returns:
+        ``(M, N, K)``; any of them may be 0 (as for ``torch.matmul``).
+
+    Raises:
+        ShapeError: the first rule broken, naming the argument, its value and the rule.
+    """
+    m, n, k = _check_k(a, b, require_cuda, b_name, layout=False)
+    if out is not None:
+        _check_out(out, m, n, a, (("a", a), (b_name, b)), require_cuda, layout=False)
+    return m, n, k
+
+
+def check_dual_gemm_operands(a: Any, b1: Any, b2: Any, out: Any = None, *,
+                             require_cuda: bool = True) -> tuple[int, int, int]:
+    """The rules :func:`dual_gemm` keeps for every call (those of :func:`check_gemm_operands`, B2 like B1); pure.
+
+    Raises:
+        ShapeError: the first rule broken, naming the argument (``a``, ``b1``, ``b2``, ``out``).
+    """
+    m, n, k = check_gemm_operands(a, b1, out, require_cuda=require_cuda, b_name="b1")
+    _check_b2(b2, b1, a, out, require_cuda, layout=False)
+    return m, n, k
 
 
 def check_gemm_inputs(
@@ -101,7 +224,8 @@ def check_gemm_inputs(
     require_cuda: bool = True,
     b_name: str = "b",
 ) -> tuple[int, int, int]:
-    """Validate ``gemm`` operands; pure (no GPU, no driver call).
+    """Validate operands the kernel takes as they are (:func:`prepare`, planted kernels); pure (no GPU, no driver
+    call).  :func:`gemm` keeps only :func:`check_gemm_operands` and stages the rest (module docstring).
 
     Args:
         a: A ``[M, K]`` bf16, row-major contiguous, 16-byte aligned.
@@ -118,14 +242,7 @@ def check_gemm_inputs(
     Raises:
         ShapeError: the first rule broken, naming the argument, its value and the rule.
     """
-    _check_tensor("a", a, "[M, K]", require_cuda)
-    _check_tensor(b_name, b, "[N, K]", require_cuda)
-    if b.device != a.device:
-        raise ShapeError(f"{b_name}: device={b.device}: must be on a's device {a.device}")
-    (m, k), (n, kb) = a.shape, b.shape
-    if kb != k:
-        raise ShapeError(f"{b_name}: shape={tuple(b.shape)}: K={kb} must equal a's K={k} ({b_name} is [N, K]; "
-                         f"pass B, not B.T)")
+    m, n, k = _check_k(a, b, require_cuda, b_name, layout=True)
     for label, value in (("M", m), ("N", n), ("K", k)):
         if value < 1:
             raise ShapeError(f"{label}={value}: must be >= 1 (a: {tuple(a.shape)}, {b_name}: {tuple(b.shape)})")
@@ -136,14 +253,7 @@ def check_gemm_inputs(
     if n % n_multiple:
         raise ShapeError(f"N={n}: must be a multiple of {n_multiple} for this config (D is stored through TMA)")
     if out is not None:
-        _check_tensor("out", out, "[M, N]", require_cuda)
-        if tuple(out.shape) != (m, n):
-            raise ShapeError(f"out: shape={tuple(out.shape)}: must be [M, N] = ({m}, {n})")
-        if out.device != a.device:
-            raise ShapeError(f"out: device={out.device}: must be on a's device {a.device}")
-        for name, operand in (("a", a), (b_name, b)):
-            if _overlaps(out, operand):
-                raise ShapeError(f"out: memory overlaps {name}: D must not alias an input")
+        _check_out(out, m, n, a, (("a", a), (b_name, b)), require_cuda, layout=True)
     return m, n, k
 
 
@@ -156,13 +266,7 @@ def check_dual_gemm_inputs(a: Any, b1: Any, b2: Any, out: Any = None, k_multiple
     """
     m, n, k = check_gemm_inputs(a, b1, out, k_multiple, n_multiple=n_multiple, require_cuda=require_cuda,
                                 b_name="b1")
-    _check_tensor("b2", b2, "[N, K]", require_cuda)
-    if b2.device != a.device:
-        raise ShapeError(f"b2: device={b2.device}: must be on a's device {a.device}")
-    if tuple(b2.shape) != tuple(b1.shape):
-        raise ShapeError(f"b2: shape={tuple(b2.shape)}: must equal b1's shape {tuple(b1.shape)} ([N, K])")
-    if out is not None and _overlaps(out, b2):
-        raise ShapeError("out: memory overlaps b2: D must not alias an input")
+    _check_b2(b2, b1, a, out, require_cuda, layout=True)
     return m, n, k
 
 
@@ -349,8 +453,9 @@ class _Family:
 
     Attributes:
         kernel: the family's name for the chooser (``"gemm"``, ``"dual_gemm"``).
-        check: ``check(a, *bs, out, k_multiple, *, n_multiple)`` -> ``(M, N, K)``, raising ShapeError;
-            ``bs`` are the family's B operands (``b``; ``b1, b2``), each ``[N, K]`` with one tensor map.
+        check: ``check(a, *bs, out)`` -> ``(M, N, K)``, raising ShapeError: the rules every call keeps (layouts the
+            kernel cannot take are staged); ``bs`` are the family's B operands (``b``; ``b1, b2``), each ``[N, K]``
+            with one tensor map.
         refuse: ``refuse(spec)`` -> the ConfigError message for a launch spec of another family, or None.
     """
 
@@ -373,16 +478,19 @@ def _dual_refuses(spec: Any) -> str | None:
     return None
 
 
-_GEMM = _Family("gemm", check_gemm_inputs, _gemm_refuses)
-_DUAL = _Family("dual_gemm", check_dual_gemm_inputs, _dual_refuses)
+_GEMM = _Family("gemm", check_gemm_operands, _gemm_refuses)
+_DUAL = _Family("dual_gemm", check_dual_gemm_operands, _dual_refuses)
 
 
 def _checked_setup(family: _Family, a: Any, bs: tuple, out: Any,
-                   config: Any) -> tuple[LoadedKernel, int, int, int, int, int]:
-    """Every input check, the config resolved, the kernel loaded: ``(loaded, ordinal, m, n, k, grid_x)``."""
+                   config: Any) -> tuple[LoadedKernel | None, int, int, int, int, int]:
+    """Every input check, the config resolved, the kernel loaded: ``(loaded, ordinal, m, n, k, grid_x)``;
+    ``loaded`` is None (nothing resolved or loaded) when M, N or K is 0."""
     from ptxgen.runtime import driver
 
     m, n, k = family.check(a, *bs, out)
+    if not (m and n and k):
+        return None, -1, m, n, k, 0
     ordinal = _ordinal(a)
     driver.ensure_context(ordinal)
     info = driver.device_info(ordinal)
@@ -392,14 +500,15 @@ def _checked_setup(family: _Family, a: Any, bs: tuple, out: Any,
     if refused:
         raise ConfigError(refused)
     check_arch(spec.name, spec.arch, info.capability)
-    family.check(a, *bs, out, spec.k_multiple, n_multiple=spec.n_multiple)
-    return loaded, ordinal, m, n, k, spec.grid.grid_x(m, n, info.sm_count)
+    return loaded, ordinal, m, n, k, spec.grid.grid_x(m, _round_up(n, spec.n_multiple), info.sm_count)
 
 
 def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm:
     """Check inputs, load the kernel, encode tensor maps and pack parameters; no launch.
 
-    Args: see :func:`gemm`.
+    Args: see :func:`gemm`; but the operands must be what the kernel takes as they are (no staging: row-major
+    contiguous, 16-byte aligned, K a multiple of the config's ``k_multiple``, N of its ``n_multiple``;
+    :func:`check_gemm_inputs`).
 
     Raises:
         ShapeError: a bad input (before any driver call; ``out`` untouched).
@@ -411,7 +520,9 @@ def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm
     from ptxgen.runtime.module import KernelParams
     from ptxgen.runtime.tensormap import encode_tiled
 
+    check_gemm_inputs(a, b, out)  # prepare() takes no staging: the kernel's own layout, before any driver call
     loaded, ordinal, m, n, k, grid_x = _checked_setup(_GEMM, a, (b,), out, config)
+    check_gemm_inputs(a, b, out, loaded.spec.k_multiple, n_multiple=loaded.spec.n_multiple)
     if "watchdog" in loaded.spec.extra:
         from ptxgen import knobs
 
@@ -453,12 +564,12 @@ class _Call:
 
     ``call(a, b, out)`` (GEMM) or ``call(a, b1, out, b2)`` (dual GEMM; the second B last, so a GEMM call needs
     no tuple of operands): the per-pointer checks (16-byte alignment,
-    ``out`` not overlapping an input; a failure re-runs the family's full check, which raises its ShapeError),
-    ``out`` allocated when None, then one :meth:`ptxgen.runtime.fastpath.Launcher.launch` on torch's current stream.
+    ``out`` not overlapping an input; a failure goes to :meth:`misfit`: the family's check raises its ShapeError,
+    or an input whose pointer is misaligned is staged), ``out`` allocated when None, then one :meth:`ptxgen.runtime.fastpath.Launcher.launch` on torch's current stream.
     """
 
     __slots__ = ("config", "by_id", "launcher", "spec", "ordinal", "m", "n", "k", "grid_x", "d_map",
-                 "a_bytes", "b_bytes", "d_bytes", "new_out", "check", "extra")
+                 "a_bytes", "b_bytes", "d_bytes", "new_out", "check", "extra", "family", "loaded", "device", "staged")
 
     def __init__(self, family: _Family, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
                  m: int, n: int, k: int, grid_x: int):
@@ -471,9 +582,10 @@ class _Call:
         self.d_map = "d" in loaded.spec.tensor_maps and n % ELEMS_PER_16B == 0
         self.a_bytes, self.b_bytes, self.d_bytes = 2 * m * k, 2 * n * k, 2 * m * n
         self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
-        self.check = functools.partial(family.check, k_multiple=loaded.spec.k_multiple,
-                                       n_multiple=loaded.spec.n_multiple)
+        self.check = family.check
         self.extra = split_k_workspace(loaded.spec, m, n, device, ordinal)
+        self.family, self.loaded, self.device = family, loaded, device
+        self.staged: _StagedCall | None = None
 
     def __call__(self, a: Any, b: Any, out: Any, b2: Any = None) -> Any:
         m, n, k = self.m, self.n, self.k
@@ -494,8 +606,8 @@ class _Call:
             p2 = b2.data_ptr()
             bad = bad or p2 & (_ALIGN - 1) or (p2 < d_end and pd < p2 + b_bytes)
             maps = ((pa, m, k, k), (pb, n, k, k), (p2, n, k, k), d_map)
-        if bad:  # re-run the family's full check, which raises the overlap or alignment ShapeError
-            self.check(a, b, out) if b2 is None else self.check(a, b, b2, out)
+        if bad:  # an overlap or a misaligned pointer: the staged call checks (raising) or copies the operand
+            return self.misfit(a, b, out, b2)
         ordinal = self.ordinal
         if getattr(_tls, "ordinal", None) != ordinal or _current_device() != ordinal:
             from ptxgen.runtime import driver
@@ -505,13 +617,150 @@ class _Call:
         self.launcher.launch(self.grid_x, maps, (pd, m, n, k, *self.extra), current_stream(ordinal))
         return out
 
+    def misfit(self, a: Any, b: Any, out: Any, b2: Any = None) -> Any:
+        """A call whose pointers break a rule the signature cannot show: the staged call of this signature checks
+        (an overlap or a misaligned row-major ``out`` raises ShapeError) and copies each misaligned input."""
+        staged = self.staged
+        if staged is None:
+            plan = Staging(self.k, self.n, (self.k,) * (2 if b2 is None else 3), False)
+            staged = self.staged = _StagedCall(self.family, self.config, self.by_id, self.loaded, self.ordinal,
+                                               self.device, self.m, self.n, self.k, self.grid_x, plan)
+        return staged(a, b, out, b2)
 
-def _new_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: tuple, out: Any) -> _Call:
+
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+@dataclass(frozen=True)
+class Staging:
+    """How a call signature's operands reach the kernel (:func:`staging_plan`); pure data.
+
+    Attributes:
+        k_run: the K the kernel runs: K rounded up to the config's ``k_multiple`` (elements).  Each input's
+            tensor map keeps the real K as its width, so TMA fills the columns from K to ``k_run`` with zeros.
+        n_run: the N the kernel runs: N rounded up to the config's ``n_multiple`` (B's map keeps N rows; TMA
+            fills the rest with zeros, so D's extra columns are never copied out).
+        pitches: per input (A, then each B), the row pitch in elements at which the kernel reads it in place
+            (a 16-byte multiple, >= K), or None: copied into a staging tensor of pitch K rounded up to 8.
+        stage_d: the kernel writes a staging D ``[M, n_run]`` that is then copied into ``out``.
+    """
+
+    k_run: int
+    n_run: int
+    pitches: tuple[int | None, ...]
+    stage_d: bool
+
+    def legal(self, n: int, k: int) -> bool:
+        """Whether the call needs nothing of this (the unstaged :class:`_Call`)."""
+        return self.k_run == k and self.n_run == n and not self.stage_d and all(p == k for p in self.pitches)
+
+
+def _pitch(t: Any, k_run: int) -> int | None:
+    """The row pitch at which TMA reads ``t`` ``[rows, K]`` in place (alignment aside: checked per call), or None."""
+    (rows, cols), (s0, s1) = t.shape, t.stride()
+    if cols > 1 and s1 != 1:
+        return None
+    if rows == 1:
+        return _round_up(cols, ELEMS_PER_16B)
+    return s0 if s0 % ELEMS_PER_16B == 0 and s0 >= cols else None
+
+
+def staging_plan(spec: Any, a: Any, bs: tuple, out: Any) -> Staging:
+    """Which operands of a checked call (:func:`check_gemm_operands`) go through staging tensors, from shapes and
+    strides alone (an input's alignment is checked per call, and a misaligned one copied).
+
+    Args:
+        spec: the kernel's launch spec (``k_multiple``, ``n_multiple``).
+        a, bs: A ``[M, K]`` and the B operands ``[N, K]``.
+        out: D ``[M, N]`` or None.
+    """
+    n, k_run = bs[0].shape[0], _round_up(a.shape[1], spec.k_multiple)
+    n_run = _round_up(n, spec.n_multiple)
+    return Staging(k_run, n_run, tuple(_pitch(t, k_run) for t in (a, *bs)),
+                   n_run != n or (out is not None and not _row_major(out)))
+
+
+class _StagedCall(_Call):
+    """A call signature some of whose operands the kernel cannot take as they are (module docstring, "Staging").
+
+    Per call: the family's check (before anything is allocated or launched), then each input that has no in-place
+    pitch or whose pointer is misaligned copied into a new ``[rows, round_up(K, 8)]`` tensor, D a new
+    ``[M, n_run]`` tensor when staged, one launch, and D's ``[M, N]`` copied into ``out``.  Every staging tensor
+    comes from torch's caching allocator on the current stream and is released when the call returns.
+    """
+
+    __slots__ = ("plan", "k_true", "n_true", "k_pitch")
+
+    def __init__(self, family: _Family, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
+                 m: int, n: int, k: int, grid_x: int, plan: Staging):
+        super().__init__(family, config, by_id, loaded, ordinal, device, m, plan.n_run, plan.k_run, grid_x)
+        self.plan, self.k_true, self.n_true = plan, k, n
+        self.k_pitch = _round_up(k, ELEMS_PER_16B)
+
+    def __call__(self, a: Any, b: Any, out: Any, b2: Any = None) -> Any:
+        import torch
+
+        inputs = (a, b) if b2 is None else (a, b, b2)
+        self.check(a, b, out) if b2 is None else self.check(a, b, b2, out)
+        m, k, k_pitch = self.m, self.k_true, self.k_pitch
+        maps, held = [], []
+        for t, pitch in zip(inputs, self.plan.pitches):
+            p = t.data_ptr()
+            if pitch is None or p & (_ALIGN - 1):
+                staged = torch.empty((t.shape[0], k_pitch), dtype=torch.bfloat16, device=self.device)
+                staged[:, :k].copy_(t)
+                held.append(staged)
+                p, pitch = staged.data_ptr(), k_pitch
+            maps.append((p, t.shape[0], k, pitch))
+        d = self.new_out() if self.plan.stage_d or out is None else out
+        pd = d.data_ptr()
+        maps.append((pd, m, self.n, self.n) if self.d_map else None)
+        from ptxgen.runtime import driver
+
+        driver.ensure_context(self.ordinal)
+        self.launcher.launch(self.grid_x, tuple(maps), (pd, m, self.n, self.k, *self.extra),
+                             current_stream(self.ordinal))
+        if not self.plan.stage_d:
+            return d
+        d = d[:, :self.n_true]
+        if out is None:
+            return d.contiguous()
+        return out.copy_(d)
+
+
+class _EmptyCall:
+    """A call signature with M, N or K = 0 (as ``torch.matmul``): no kernel; D is empty, or zeros when K = 0."""
+
+    __slots__ = ("config", "by_id", "check", "m", "n", "k", "device")
+
+    def __init__(self, family: _Family, config: Any, by_id: bool, m: int, n: int, k: int, device: Any):
+        self.config, self.by_id, self.check = config, by_id, family.check
+        self.m, self.n, self.k, self.device = m, n, k, device
+
+    def __call__(self, a: Any, b: Any, out: Any, b2: Any = None) -> Any:
+        import torch
+
+        self.check(a, b, out) if b2 is None else self.check(a, b, b2, out)
+        if out is None:
+            return torch.zeros((self.m, self.n), dtype=torch.bfloat16, device=self.device)
+        return out.zero_() if self.k == 0 else out
+
+
+def _new_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: tuple, out: Any) -> Any:
     """The full setup of a call signature not seen yet (or a ``Config`` object not the cached one): every check,
-    the kernel loaded, the :class:`_Call` stored under ``key`` (None: not cacheable)."""
+    the kernel loaded, the staging planned, the call (:class:`_Call`, :class:`_StagedCall` or :class:`_EmptyCall`)
+    stored under ``key`` (None: not cacheable)."""
     loaded, ordinal, m, n, k, grid_x = _checked_setup(family, a, bs, out, config)
-    call = _Call(family, config, key is not None and key[0].__class__ is tuple, loaded, ordinal, a.device,
-                 m, n, k, grid_x)
+    by_id = key is not None and key[0].__class__ is tuple
+    if loaded is None:
+        call: Any = _EmptyCall(family, config, by_id, m, n, k, a.device)
+    else:
+        plan = staging_plan(loaded.spec, a, bs, out)
+        if plan.legal(n, k):
+            call = _Call(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x)
+        else:
+            call = _StagedCall(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x, plan)
     if key is not None:
         with _lock:
             if len(_calls) >= _MAX_CALLS:
@@ -538,15 +787,17 @@ def gemm(a: Any, b: Any, out: Any = None, config: Any = None) -> Any:
     """``D = A @ B.T`` with a generated tensor-core kernel, on torch's current stream.
 
     Args:
-        a: A ``[M, K]`` bf16 CUDA tensor, row-major contiguous.
-        b: B ``[N, K]`` bf16 CUDA tensor on the same device, row-major contiguous.
-        out: optional D ``[M, N]`` bf16 on the same device, row-major contiguous; written in place.
+        a: A ``[M, K]`` bf16 CUDA tensor, any strides (staged when TMA cannot read it in place: module
+            docstring, "Staging").
+        b: B ``[N, K]`` bf16 CUDA tensor on the same device, any strides (likewise).
+        out: optional D ``[M, N]`` bf16 on the same device, overlapping neither input; written in place (through a
+            staging D when it is not row-major contiguous); a row-major ``out`` must be 16-byte aligned.
         config: shipped config name (``"h100_128x256"``), YAML path, ``Config`` object, or None to
             choose per shape for the device (:func:`ptxgen.runtime.choose.choose`).
 
     Returns:
-        D (``out`` if given). The launch is asynchronous, like any torch op; it can be captured
-        in a CUDA graph.
+        D (``out`` if given; a new row-major tensor otherwise). The launch (and any staging copy) is asynchronous,
+        like any torch op, on torch's current stream; it can be captured in a CUDA graph.
 
     Raises:
         ShapeError: a bad input; raised before any driver call, ``out`` untouched.
@@ -567,9 +818,9 @@ def dual_gemm(a: Any, b1: Any, b2: Any, out: Any = None, config: Any = None) -> 
     """``D = silu(A @ B1.T) * (A @ B2.T)`` (the SwiGLU of a gated MLP) in one fused kernel, on torch's current stream.
 
     Args:
-        a: A ``[M, K]`` bf16 CUDA tensor, row-major contiguous.
-        b1, b2: B1 (gate) and B2 (up) ``[N, K]`` bf16 on the same device, row-major contiguous.
-        out: optional D ``[M, N]`` bf16, written in place.
+        a: A ``[M, K]`` bf16 CUDA tensor, any strides (staged as for :func:`gemm`).
+        b1, b2: B1 (gate) and B2 (up) ``[N, K]`` bf16 on the same device, any strides.
+        out: optional D ``[M, N]`` bf16, written in place (the rules of :func:`gemm`).
         config: a ``dual_*`` config (name, path or ``Config``), or None to choose among the shipped ``dual_*``
             configs of the device's arch by shape.
 

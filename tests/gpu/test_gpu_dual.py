@@ -91,7 +91,7 @@ def test_dual_bad_inputs_leave_out_untouched(torch):
     a, b1, b2 = operands(torch, 128, 256, 128, seed=4)
     out = torch.full((128, 256), 7.0, device="cuda", dtype=torch.bfloat16)
     before = out.clone()
-    for bad in ((a, b1, b2[:, :-8].contiguous()), (a, b1, b2.float()), (a, b1.T.contiguous().T, b2),
+    for bad in ((a, b1, b2[:, :-8].contiguous()), (a, b1, b2.float()), (a, b1.T.contiguous(), b2),
                 (a, b1, b2[:128].contiguous())):
         with pytest.raises(ShapeError):
             dual_gemm(*bad, out=out, config=DUAL_SM90[0])

@@ -136,9 +136,9 @@ def test_gemm_on_side_stream(torch, config):
 
 BAD_INPUTS = {
     "k_mismatch": lambda t, a, b: (a, b[:, :-8].contiguous()),
-    "k_not_multiple_of_8": lambda t, a, b: (a[:, :-4].contiguous(), b[:, :-4].contiguous()),
+    "a_3d": lambda t, a, b: (a.unsqueeze(0), b),
     "a_fp16": lambda t, a, b: (a.to(t.float16), b),
-    "b_transposed_view": lambda t, a, b: (a, b.T.contiguous().T),
+    "b_given_as_b_t": lambda t, a, b: (a, b.T.contiguous()),
     "b_on_cpu": lambda t, a, b: (a, b.cpu()),
 }
 
