@@ -173,10 +173,10 @@ def nanosleep(lw: Lowering, op: ops.Nanosleep) -> None:
     lw.emit(f"nanosleep.u32 {op.ns};")
 
 
-def _pack_bf16(lw: Lowering, src: str, idx: tuple[int, ...], fmt: str, packed: bool = False) -> list[str]:
+def _pack_16(lw: Lowering, src: str, idx: tuple[int, ...], fmt: str, packed: bool = False) -> list[str]:
     """Pairs of f32 -> ``fmt``x2 words (bf16x2 or f16x2; element idx[2j] in the low half, as memory order wants).
 
-    ``packed``: ``src`` holds such words already (:class:`~ptxgen.ir.ops.PackBf16`): the words of the pairs.
+    ``packed``: ``src`` holds such words already (:class:`~ptxgen.ir.ops.Pack16`): the words of the pairs.
     """
     if packed:
         if any(lo % 2 or hi != lo + 1 for lo, hi in zip(idx[0::2], idx[1::2])):
@@ -192,7 +192,7 @@ def _pack_bf16(lw: Lowering, src: str, idx: tuple[int, ...], fmt: str, packed: b
     return words
 
 
-def pack_bf16(lw: Lowering, op: ops.PackBf16) -> None:
+def pack_16(lw: Lowering, op: ops.Pack16) -> None:
     """One ``cvt.rn.{fmt}x2.f32`` per pair into the ``.b32`` array ``dst`` (word j = elements 2j, 2j+1)."""
     src = lw.array(op.src, op.n, _array_type(lw, op.src))
     dst = lw.array(op.dst, op.n // 2, ".b32")
@@ -204,8 +204,8 @@ def _array_type(lw: Lowering, name: str) -> str:
     return lw.arrays.get(name, (".b32", 0))[0]
 
 
-def st_shared_bf16(lw: Lowering, op: ops.StSharedBf16) -> None:
-    words = _pack_bf16(lw, op.src, op.idx, op.fmt, op.packed)
+def st_shared_16(lw: Lowering, op: ops.StShared16) -> None:
+    words = _pack_16(lw, op.src, op.idx, op.fmt, op.packed)
     addr = lw.smem(op.addr)
     vec = {1: "", 2: ".v2", 4: ".v4"}[len(words)]
     data = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
@@ -213,15 +213,15 @@ def st_shared_bf16(lw: Lowering, op: ops.StSharedBf16) -> None:
 
 
 def st_matrix(lw: Lowering, op: ops.StMatrix) -> None:
-    words = _pack_bf16(lw, op.src, op.idx, op.fmt, op.packed)
+    words = _pack_16(lw, op.src, op.idx, op.fmt, op.packed)
     lw.emit(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{lw.smem(op.addr)}], {{{', '.join(words)}}};")
 
 
-def st_global_bf16(lw: Lowering, op: ops.StGlobalBf16) -> None:
+def st_global_16(lw: Lowering, op: ops.StGlobal16) -> None:
     """Vector store when the whole run is inside D and aligned (n % len == 0); else per element with masks."""
     n_el = len(op.idx)
     row, col = lw.reg(op.row), lw.reg(op.col)
-    words = _pack_bf16(lw, op.src, op.idx, op.fmt, op.packed)
+    words = _pack_16(lw, op.src, op.idx, op.fmt, op.packed)
     done = lw.label("st_done")
     p_row = lw.pred()
     lw.emit(f"setp.ge.u32 {p_row}, {row}, %m;")
@@ -338,7 +338,7 @@ def silu_mul(lw: Lowering, op: ops.SiluMul) -> None:
 
 COMMON = {
     ops.SiluMul: silu_mul,
-    ops.PackBf16: pack_bf16,
+    ops.Pack16: pack_16,
     ops.MbarrierInit: mbarrier_init,
     ops.FenceMbarrierInit: fence_mbarrier_init,
     ops.MbarrierArrive: mbarrier_arrive,
@@ -354,9 +354,9 @@ COMMON = {
     ops.ClusterSync: cluster_sync,
     ops.Shfl: shfl,
     ops.Nanosleep: nanosleep,
-    ops.StSharedBf16: st_shared_bf16,
+    ops.StShared16: st_shared_16,
     ops.StMatrix: st_matrix,
-    ops.StGlobalBf16: st_global_bf16,
+    ops.StGlobal16: st_global_16,
     ops.StGlobalF32: st_global_f32,
     ops.LdGlobalF32: ld_global_f32,
     ops.RedGlobal: red_global,

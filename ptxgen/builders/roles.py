@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, For, If, LdGlobalAcquireWait, LdGlobalF32, Let,
-                  MbarrierArrive, MbarrierWait, NamedBarrier, Nanosleep, PackBf16, Param, RedGlobal, SetMaxNReg, Shfl,
-                  SiluMul, StGlobalBf16, StGlobalF32, StGlobalU32, StMatrix, StSharedBf16, TcgenFence, TmaLoad, TmaStore,
+                  MbarrierArrive, MbarrierWait, NamedBarrier, Nanosleep, Pack16, Param, RedGlobal, SetMaxNReg, Shfl,
+                  SiluMul, StGlobal16, StGlobalF32, StGlobalU32, StMatrix, StShared16, TcgenFence, TmaLoad, TmaStore,
                   TmemCopy, TmemLoad, TmemWaitLd, Umma, UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence,
                   WaitRole, WgmmaWait, eq, fold, land, lift, lt, ne)
 from ..ir.pipeline import PipelineState
@@ -237,11 +237,11 @@ class Epilogue:
                         idx = tuple(range(q * CHUNK_VALUES, (q + 1) * CHUNK_VALUES))
                         chunk = j * e.chunks_per_load + q  # 16-byte chunk of the box row (staging rows hold one box)
                         if tma:
-                            out.append(StSharedBf16(self.cd_addr(self.cd_buffer(seq, None), erow, chunk), "v",
+                            out.append(StShared16(self.cd_addr(self.cd_buffer(seq, None), erow, chunk), "v",
                                                     idx, e.out_dtype))
                         else:
                             col = c * e.store_block_n + chunk * CHUNK_VALUES
-                            out.append(StGlobalBf16(Var("m_row") + (w * p.mma.wave_rows) + erow, Var("n_col") + col, "v", idx,
+                            out.append(StGlobal16(Var("m_row") + (w * p.mma.wave_rows) + erow, Var("n_col") + col, "v", idx,
                                                     e.out_dtype))
                 if tma:
                     out += self.cd_commit(Var("n_col") + c * e.store_block_n, Var("m_row") + w * p.mma.wave_rows, seq, group=None)
@@ -282,7 +282,7 @@ class Epilogue:
             src = f"{t.array}{v}"
             if not tma:
                 for i in range(0, p.mma.fragment_regs, 2):
-                    out.append(StGlobalBf16(fold(row0 + v * p.mma.wave_rows + frag_row + 8 * ((i // 2) & 1)),
+                    out.append(StGlobal16(fold(row0 + v * p.mma.wave_rows + frag_row + 8 * ((i // 2) & 1)),
                                             fold(t.n_col + 8 * (i // 4) + frag_col), src, (i, i + 1), packed=t.packed))
                 continue
             for c in range(e.stores_per_wave):
@@ -300,7 +300,7 @@ class Epilogue:
                         row = fold(frag_row + 8 * ((i // 2) & 1))
                         chunk = i // 4 - c * e.row_chunks
                         addr = fold(self.cd_addr(buf, row, chunk) + (LANE % 4) * 4)
-                        out.append(StSharedBf16(addr, src, (i, i + 1), packed=t.packed))
+                        out.append(StShared16(addr, src, (i, i + 1), packed=t.packed))
                 out += self.cd_commit(fold(t.n_col + c * e.store_block_n), fold(row0 + v * p.mma.wave_rows), seq, wg, t.count)
         return out
 
@@ -529,7 +529,7 @@ class WgmmaConsumer:
         if p.epilogue.overlap:  # config: cooperative, unsplit, persistent
             first = [Let("kb", k0), *self.issue(), If(ne(Var("tc"), 0), tuple(self.stores(PREVIOUS_TILE)))]
             k_body = [*self.issue(), WgmmaWait(1), *release_prev]
-            pack = [PackBf16(f"{PREVIOUS_TILE.array}{v}", f"acc{v}", p.mma.fragment_regs, p.epilogue.out_dtype)
+            pack = [Pack16(f"{PREVIOUS_TILE.array}{v}", f"acc{v}", p.mma.fragment_regs, p.epilogue.out_dtype)
                     for v in range(p.mma.m_waves)]
             return [*first, k_loop(k_body, (k0 + 1, k1)), WgmmaWait(0), *release, *fused, *pack,
                     Let("m_prev", Var("m_row")), Let("n_prev", Var("n_col"))]

@@ -49,7 +49,7 @@ from .numerics import bf16_bits_to_f32, f32_to_bf16_bits
 LANES = 32
 _STORE_BITS = {"bf16": f32_to_bf16_bits,
                "f16": lambda v: np.ascontiguousarray(np.asarray(v, dtype=np.float32).astype(np.float16)).view(np.uint16)}
-"""16-bit store conversions by ``StSharedBf16.fmt``: round to nearest even (numpy's float16 cast is RNE)."""
+"""16-bit store conversions by ``StShared16.fmt``: round to nearest even (numpy's float16 cast is RNE)."""
 LANE_IDS = np.arange(LANES, dtype=np.int64)
 
 
@@ -136,7 +136,7 @@ class Event:
 #: op families the consumers treat alike
 ARRIVES = (O.MbarrierArrive, O.MbarrierArriveExpectTx)
 THREAD_SYNCS = (O.CtaSync, O.NamedBarrier, O.ClusterSync)  # events carry the rendezvous: kind, id, threads
-SHARED_STORES = (O.StSharedBf16, O.StMatrix)  # events carry addr (per lane), nbytes and data
+SHARED_STORES = (O.StShared16, O.StMatrix)  # events carry addr (per lane), nbytes and data
 COUNTER_OPS = (O.RedGlobal, O.LdGlobalAcquireWait, O.StGlobalU32)  # the split-K counter ops (one thread)
 
 _SPECS: dict[type, tuple[tuple[str, str, str], ...]] = {}
@@ -250,7 +250,7 @@ class WarpWalker:
         self.params = params
         self.vars: dict[str, object] = {}
         self.regs: dict[str, np.ndarray] = {}
-        # PackBf16 provenance: packed array -> the f32 array its elements were converted from (same indices);
+        # Pack16 provenance: packed array -> the f32 array its elements were converted from (same indices);
         # a packed array holds the rounded values as f32, so a store's conversion of them is exact
         self.packed_from: dict[str, str] = {}
         self.busy: dict[str, str] = {}
@@ -272,7 +272,7 @@ class WarpWalker:
             O.TmemLoad: self._tmem_load, O.TmemBase: self._tmem_base, O.LdGlobalF32: self._ws_load,
         }
         self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.SiluMul: self._silu_mul,
-                       O.PackBf16: self._pack,
+                       O.Pack16: self._pack,
                        O.WgmmaFence: self._wgmma_fence, O.TcgenFence: self._tcgen_fence}
 
     # ---------------------------------------------------------------- position
@@ -479,7 +479,7 @@ class WarpWalker:
 
     def _pack(self, op):
         """``fmt`` rounding of ``src[0:n]`` into ``dst`` (kept as f32 values; see ``packed_from``)."""
-        vals = self._reg(op.src, tuple(range(op.n)), "PackBf16")
+        vals = self._reg(op.src, tuple(range(op.n)), "Pack16")
         if op.fmt == "bf16":
             out = bf16_bits_to_f32(f32_to_bf16_bits(vals))
         else:
@@ -617,6 +617,6 @@ class WarpWalker:
         O.MbarrierArrive: _arrive, O.MbarrierArriveExpectTx: _arrive, O.MbarrierWait: _wait,
         O.TmaLoad: _tma_load, O.UmmaCommit: _commit,
         O.Umma: _mma, O.UmmaBlockScaled: _mma, O.Wgmma: _wgmma, O.TmemCopy: _tmem_copy,
-        O.StSharedBf16: _st_shared, O.StMatrix: _st_matrix, O.StGlobalBf16: _st_global, O.StGlobalF32: _ws_store,
+        O.StShared16: _st_shared, O.StMatrix: _st_matrix, O.StGlobal16: _st_global, O.StGlobalF32: _ws_store,
         O.CtaSync: _cta_sync, O.ClusterSync: _cluster_sync, O.NamedBarrier: _named_barrier,
     }

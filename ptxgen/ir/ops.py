@@ -573,7 +573,7 @@ class SiluMul(Op):
 
 
 @dataclass(frozen=True)
-class PackBf16(Op):
+class Pack16(Op):
     """``dst[i] = fmt(src[i])`` for ``i < n`` (n even): f32 values rounded to nearest even and packed two per
     32-bit register, element ``2j`` in the low half of word ``j`` (``cvt.rn.{bf16|f16}x2.f32``; whole warp).
 
@@ -590,15 +590,15 @@ class PackBf16(Op):
     fmt: str = "bf16"
 
     def describe(self) -> str:
-        return f"PackBf16 {self.dst}[0:{self.n}] = {self.fmt}({self.src}[0:{self.n}])"
+        return f"Pack16 {self.dst}[0:{self.n}] = {self.fmt}({self.src}[0:{self.n}])"
 
 
 @dataclass(frozen=True)
 class _SharedStore16(Op):
-    """Fields of the 16-bit stores of register values into shared memory (:class:`StSharedBf16`, :class:`StMatrix`).
+    """Fields of the 16-bit stores of register values into shared memory (:class:`StShared16`, :class:`StMatrix`).
 
     fmt: the 16-bit store type, ``"bf16"`` (default) or ``"f16"`` (``cvt.rn.f16x2.f32``; the NVFP4 kernel's C).
-    packed: ``src`` was written by :class:`PackBf16` (values already ``fmt``, two per register); ``idx`` are
+    packed: ``src`` was written by :class:`Pack16` (values already ``fmt``, two per register); ``idx`` are
         element indices in (even, odd) pairs of one word each.
     """
 
@@ -617,13 +617,13 @@ class _SharedStore16(Op):
 
 
 @dataclass(frozen=True)
-class StSharedBf16(_SharedStore16):
+class StShared16(_SharedStore16):
     """Convert ``src[idx]`` (f32) to bf16 (round to nearest even) and store them contiguously at smem+``addr``.
 
     len(idx) in (2, 4, 8): one ``st.shared`` of 4, 8 or 16 bytes.  fmt, packed: see :class:`_SharedStore16`.
     """
 
-    label: ClassVar[str] = "StSharedBf16"
+    label: ClassVar[str] = "StShared16"
 
 
 @dataclass(frozen=True)
@@ -644,11 +644,11 @@ class StMatrix(_SharedStore16):
 
 
 @dataclass(frozen=True)
-class StGlobalBf16(Op):
+class StGlobal16(Op):
     """``D[row, col + j] = bf16(src[idx[j]])`` for each j with row < m and col + j < n (D row-major, ld = n).
 
-    fmt: ``"bf16"`` (default) or ``"f16"``, as :class:`StSharedBf16`.
-    packed: ``src`` was written by :class:`PackBf16`, as :class:`StSharedBf16`.
+    fmt: ``"bf16"`` (default) or ``"f16"``, as :class:`StShared16`.
+    packed: ``src`` was written by :class:`Pack16`, as :class:`StShared16`.
     """
 
     per_lane: ClassVar[tuple[str, ...]] = ("row", "col")
@@ -662,7 +662,7 @@ class StGlobalBf16(Op):
 
     def describe(self) -> str:
         what = "packed " if self.packed else ""
-        return (f"StGlobalBf16 D[{_s(self.row)}, {_s(self.col)}:+{len(self.idx)}] <- "
+        return (f"StGlobal16 D[{_s(self.row)}, {_s(self.col)}:+{len(self.idx)}] <- "
                 f"{what}{self.fmt}({self.src}[{self.idx[0]}..{self.idx[-1]}])")
 
 

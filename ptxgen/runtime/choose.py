@@ -131,7 +131,7 @@ def shipped_candidate(name: str) -> Candidate:
     Shipped configs are validated by the test suite, so the fields the cost model ranks on are read as
     written (an absent ``cluster`` is no cluster, an absent ``kernel`` a GEMM, absent ``operands`` bf16, an absent
     ``schedule.split_k`` 1: the schema's defaults); a YAML without ``tile`` or ``pipeline`` is loaded through
-    ``load_config`` instead.  tests/test_runtime_cpu.py checks that this agrees with ``load_config`` for every
+    ``load_config`` instead.  tests/runtime/test_choose.py checks that this agrees with ``load_config`` for every
     shipped config, so a changed default cannot drift unseen.
     """
     import yaml

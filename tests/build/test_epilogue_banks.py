@@ -5,7 +5,7 @@ bank (32 banks of 4 bytes; CUDA C++ Programming Guide, "Shared Memory", compute 
 The wgmma fragment of a warp covers 8 rows x 4 lanes per store, so a staging row pitch of P words
 puts row r on banks (r * P + lane % 4) mod 32: conflict-free exactly when P / 4 is odd, i.e. when a
 row is an odd number of 16-byte chunks (``store_block_n / 8`` odd) or the staging is 128B-swizzled.
-These tests evaluate the addresses the IR's ``StSharedBf16`` ops carry, lane by lane, so a change to
+These tests evaluate the addresses the IR's ``StShared16`` ops carry, lane by lane, so a change to
 the plan's staging layout or to ``FragmentStore`` addressing that brings conflicts back fails here.
 """
 
@@ -21,8 +21,8 @@ from ptxgen.shipped import shipped_configs
 BANKS = 32
 
 
-def _fragment_stores(kernel) -> list[ops.StSharedBf16 | ops.StMatrix]:
-    return [op for op in ops.walk(kernel.body) if isinstance(op, (ops.StSharedBf16, ops.StMatrix))]
+def _fragment_stores(kernel) -> list[ops.StShared16 | ops.StMatrix]:
+    return [op for op in ops.walk(kernel.body) if isinstance(op, (ops.StShared16, ops.StMatrix))]
 
 
 def _lane_addresses(addr, warp: int) -> np.ndarray:
@@ -37,7 +37,7 @@ def _lane_addresses(addr, warp: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(evaluate(addr, env), dtype=np.int64), lane.shape)
 
 
-def wavefronts(op: ops.StSharedBf16 | ops.StMatrix, warp: int = 4) -> int:
+def wavefronts(op: ops.StShared16 | ops.StMatrix, warp: int = 4) -> int:
     """Wavefronts of one warp's ``st.shared.b32`` of ``op`` (lanes 0-31 of ``warp``, tile 0, warpgroup 0); of its
     worst matrix for a ``stmatrix`` (:func:`matrix_wavefronts`)."""
     if isinstance(op, ops.StMatrix):

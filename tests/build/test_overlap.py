@@ -1,6 +1,6 @@
 """``epilogue.overlap`` (sm_90a): a tile's packed accumulator is stored while the next tile's first k-block runs.
 
-The consumer packs a finished tile into bf16 words (``PackBf16``), issues the next tile's first k-block of wgmma, and
+The consumer packs a finished tile into bf16 words (``Pack16``), issues the next tile's first k-block of wgmma, and
 only then stores the packed words of the previous tile (origin ``m_prev``/``n_prev``, ring position ``tc - 1``); the
 CTA's last tile is stored after the tile loop.  Checked here: the config rules, the IR's order, the simulator on
 shapes where CTAs walk several tiles (TMA stores and, for N not a multiple of 8, the packed direct stores), and
@@ -78,7 +78,7 @@ def test_plan_reads_the_knob():
 
 def _consumer_tile_body(k) -> list:
     loop = next(op for op in O.walk(k.body) if isinstance(op, O.For) and op.var == "t"
-                and any(isinstance(x, O.PackBf16) for x in op.body))
+                and any(isinstance(x, O.Pack16) for x in op.body))
     return list(loop.body)
 
 
@@ -89,11 +89,11 @@ def test_first_kblock_is_issued_before_the_previous_tile_is_stored():
     deferred = next(i for i, op in enumerate(body) if isinstance(op, O.If) and op.cond == ne(Var("tc"), 0))
     k_loop = next(i for i, op in enumerate(body) if isinstance(op, O.For) and op.var == "kb")
     assert first_wgmma < kinds.index("WgmmaCommit") < deferred < k_loop
-    stores = [op for op in O.walk(body[deferred].then) if isinstance(op, (O.StSharedBf16, O.StMatrix))]
+    stores = [op for op in O.walk(body[deferred].then) if isinstance(op, (O.StShared16, O.StMatrix))]
     assert stores and all(op.packed and op.src == "pk0" for op in stores)
     # the tile ends: wait for every wgmma, release, pack, remember the origin
     tail = kinds[k_loop + 1:]
-    assert tail[0] == "WgmmaWait" and tail.index("PackBf16") < tail.index("Let")
+    assert tail[0] == "WgmmaWait" and tail.index("Pack16") < tail.index("Let")
     assert [op.var for op in body[k_loop + 1:] if isinstance(op, O.Let)] == ["m_prev", "n_prev"]
 
 
@@ -125,7 +125,7 @@ def test_overlapped_kernels_verify_and_simulate(name):
 
 def _pack_before_wgmma_wait():
     """The pack reads the accumulator before ``wgmma.wait_group 0``: the last k-block's wgmma still writes it."""
-    return rewrite(kernel(), before_wgmma_wait(O.PackBf16))
+    return rewrite(kernel(), before_wgmma_wait(O.Pack16))
 
 
 def _deferred_store_reads_accumulator(mp):

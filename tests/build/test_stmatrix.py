@@ -55,8 +55,8 @@ def test_refusals_name_the_field(name, changes, message):
 def test_a_quarter_of_the_staging_stores():
     plain = build_kernel(make_plan(load_config("h100_128x256").replace(**{"epilogue.stmatrix": False})))
     k = kernel()
-    assert len(staging_stores(k, O.StSharedBf16)) == 0
-    assert 4 * len(staging_stores(k, O.StMatrix)) == len(staging_stores(plain, O.StSharedBf16)) == 64
+    assert len(staging_stores(k, O.StShared16)) == 0
+    assert 4 * len(staging_stores(k, O.StMatrix)) == len(staging_stores(plain, O.StShared16)) == 64
     assert all(op.idx == tuple(range(op.idx[0], op.idx[0] + 8)) and op.idx[0] % 8 == 0
                for op in staging_stores(k, O.StMatrix))
 

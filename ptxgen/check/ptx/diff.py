@@ -145,8 +145,8 @@ IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     O.WgmmaWait: lambda c, ev, op: [E.WgmmaWait(op.n)],
     # the lane's operands: address, words
     O.StMatrix: lambda c, ev, op: [E.StMatrix(c.base + c.at_lane(ev.addr), c.elements(op))],
-    O.StSharedBf16: lambda c, ev, op: [E.StShared(c.base + c.at_lane(ev.addr), c.elements(op))],
-    O.StGlobalBf16: _st_global,
+    O.StShared16: lambda c, ev, op: [E.StShared(c.base + c.at_lane(ev.addr), c.elements(op))],
+    O.StGlobal16: _st_global,
     O.StGlobalF32: lambda c, ev, op: [E.StGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offset),
                                                     tuple((op.src, i) for i in op.idx))],
     O.LdGlobalF32: lambda c, ev, op: [E.LdGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offset), len(op.idx))],
@@ -204,16 +204,16 @@ def ir_effects(kernel, launch: Launch) -> list[Effect]:
 
 def stored_array(wk: W.WarpWalker, op) -> str:
     """The f32 array whose elements a store writes: ``op.src``, or for a packed store the array its
-    :class:`~ptxgen.ir.ops.PackBf16` converted (the interpreter names a ``cvt``'s f32 sources, not the words).
+    :class:`~ptxgen.ir.ops.Pack16` converted (the interpreter names a ``cvt``'s f32 sources, not the words).
 
-    Raises IRFault: a packed store of an array no PackBf16 wrote.
+    Raises IRFault: a packed store of an array no Pack16 wrote.
     """
     if not op.packed:
         return op.src
     try:
         return wk.packed_from[op.src]
     except KeyError:
-        raise W.IRFault(f"{op.describe()}: no PackBf16 wrote {op.src!r}") from None
+        raise W.IRFault(f"{op.describe()}: no Pack16 wrote {op.src!r}") from None
 
 
 MAX_STEPS = 200_000  # instructions one thread may run (the test shapes need < 15k; an endless loop stops here)

@@ -1,7 +1,7 @@
 """A PTX interpreter for the subset ptxgen's emitters produce: one thread's scalar part, async work as effects.
 
 Purpose: check emitted PTX against the Kernel IR on a machine without a GPU
-(tests/test_ptx_vs_ir.py).  :func:`parse` reads PTX text (no plan, no config);
+(tests/check/ptx/test_ptx_vs_ir.py).  :func:`parse` reads PTX text (no plan, no config);
 :func:`run_thread` executes the ``.entry`` body for one thread and returns its
 *effects*: every instruction that acts outside the thread (mbarrier, TMA,
 tcgen05, wgmma, thread/cluster barriers, fences, shared/global stores, the

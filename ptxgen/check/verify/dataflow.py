@@ -113,7 +113,7 @@ def _check_dataflow(trace: _Trace) -> None:
                                       f"[{32 * (warp % 4)}, {32 * (warp % 4) + 32}), {kernel.tmem_cols} columns allocated")
                 require("tmem_full", col // acc_cols, rec, f"TmemLoad of accumulator stage {col // acc_cols}")
             elif isinstance(ev.op, W.SHARED_STORES):
-                rec.uses += sorted({slots.slot(addr, addr + ev.nbytes, "StSharedBf16", rec.where, ("CD",))
+                rec.uses += sorted({slots.slot(addr, addr + ev.nbytes, "StShared16", rec.where, ("CD",))
                                     for addr in set(ev.addr.tolist())})
             elif isinstance(ev.op, O.TmaStore):
                 rec.uses.append(slots.slot(ev.src, ev.src + kernel.launch.tensor_maps[ev.op.tensor].box_bytes,

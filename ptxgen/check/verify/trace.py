@@ -94,7 +94,7 @@ class _WgmmaGroups:
             still = {r.ev.op.acc for _, r in self.pending}
             for acc in [a for a, why in busy.items() if why is _WGMMA_BUSY and a not in still]:
                 del busy[acc]
-        elif isinstance(ev.op, (*W.SHARED_STORES, O.StGlobalBf16)) and busy.get(ev.op.src) is _WGMMA_BUSY:
+        elif isinstance(ev.op, (*W.SHARED_STORES, O.StGlobal16)) and busy.get(ev.op.src) is _WGMMA_BUSY:
             raise W.IRFault(f"register array {ev.op.src!r} read while {_WGMMA_BUSY}")
 
 

@@ -153,7 +153,7 @@ def mapa_own_rank(mp):
 
 def bf16_pair_swapped(mp):
     """``cvt.rn.bf16x2.f32`` with its sources swapped: element pairs land reversed in memory."""
-    original = common._pack_bf16
+    original = common._pack_16
 
     def pack(lw, src, idx, fmt, packed=False):
         if packed:
@@ -165,28 +165,28 @@ def bf16_pair_swapped(mp):
             lw.emit(f"cvt.rn.{fmt}x2.f32 {w}, {regs[lo]}, {regs[hi]};")
             words.append(w)
         return words
-    mp.setattr(common, "_pack_bf16", pack)
+    mp.setattr(common, "_pack_16", pack)
 
 
 def packed_words_swapped(mp):
-    """The overlapped epilogue's ``PackBf16`` packs each pair high element first: D's column pairs land swapped."""
+    """The overlapped epilogue's ``Pack16`` packs each pair high element first: D's column pairs land swapped."""
     def pack(lw, op):
         src, dst = lw.array(op.src, op.n, common._array_type(lw, op.src)), lw.array(op.dst, op.n // 2, ".b32")
         for j in range(op.n // 2):
             lw.emit(f"cvt.rn.{op.fmt}x2.f32 {dst[j]}, {src[2 * j]}, {src[2 * j + 1]};")
-    _patch_op(mp, ops.PackBf16, lambda f: pack)
+    _patch_op(mp, ops.Pack16, lambda f: pack)
 
 
 def packed_store_unpacked(mp):
     """A packed store emitted like an f32 one: it converts registers of the packed array as if they held f32."""
-    for op_type in (ops.StSharedBf16, ops.StMatrix):
+    for op_type in (ops.StShared16, ops.StMatrix):
         _patch_op(mp, op_type, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, packed=False)))
 
 
 def stmatrix_words_reversed(mp):
     """``stmatrix`` given its four words last first: each lane's matrices 0-3 written as 3-0."""
     def bad(lw, op):
-        words = common._pack_bf16(lw, op.src, op.idx, op.fmt, op.packed)
+        words = common._pack_16(lw, op.src, op.idx, op.fmt, op.packed)
         lw.emit(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{lw.smem(op.addr)}], {{{', '.join(reversed(words))}}};")
     _patch_op(mp, ops.StMatrix, lambda f: bad)
 
@@ -205,8 +205,8 @@ def scale_operands_swapped(mp):
 
 def f16_stored_as_bf16(mp):
     """NVFP4's fp16 C converted with ``cvt.rn.bf16x2.f32``: the right bits for the wrong type."""
-    pack = common._pack_bf16
-    mp.setattr(common, "_pack_bf16", lambda lw, src, idx, fmt, packed=False: pack(lw, src, idx, "bf16", packed))
+    pack = common._pack_16
+    mp.setattr(common, "_pack_16", lambda lw, src, idx, fmt, packed=False: pack(lw, src, idx, "bf16", packed))
 
 
 def release_dropped(mp):

@@ -195,17 +195,17 @@ PLANTS = [
     Plant("CD buffer reused before wait_group.read",
           lambda: _kernel("level9", in_role("epilogue", where(lambda op: isinstance(op, O.BulkWaitGroup) and op.read
                                                               and op.n > 0, drop))),
-          verify=r"^consumer release before the last read: StSharedBf16 .* by epilogue \(CTA 0, rank 0, warp 4\) at t=0 "
+          verify=r"^consumer release before the last read: StShared16 .* by epilogue \(CTA 0, rank 0, warp 4\) at t=0 "
                  r"writes CD stage 0 while TmaStore d .* may still read it: the cp\.async\.bulk\.wait_group that "
                  r"retires its bulk group \(BulkWaitGroupRead 0 at outside loops\) is not ordered before the write",
-          sim=r"^(write after read: StSharedBf16 by epilogue .* while TmaStore d|wrong result)",
-          sim_exact=r"^write after read: StSharedBf16 by epilogue .* while TmaStore d .* still reads", always=False),
+          sim=r"^(write after read: StShared16 by epilogue .* while TmaStore d|wrong result)",
+          sim_exact=r"^write after read: StShared16 by epilogue .* while TmaStore d .* still reads", always=False),
     Plant("bulk wait_group under a second elect.sync (only the committing thread waits for its bulk groups)",
           lambda: _kernel("level9", in_role("epilogue", where(lambda op: isinstance(op, O.BulkWaitGroup),
                                                               lambda op: O.Elect((op,))))),
           verify=r"^bulk async-group ownership: BulkWaitGroupRead 1 by one elect\.sync lane of epilogue \(CTA 0, "
                  r"rank 0, warp 4\) at t=0 waits for groups that another elect\.sync committed",
-          sim=r"^(write after read: StSharedBf16 by epilogue .* while TmaStore d|exit with async work: CTA \d+ "
+          sim=r"^(write after read: StShared16 by epilogue .* while TmaStore d|exit with async work: CTA \d+ "
               r"\(rank \d\) exited while TmaStore d .* still reads its shared memory|wrong result)", always=False),
     Plant("relay arrive at CTA scope (a cross-CTA hand-off needs cluster scope)",
           lambda: _kernel("level1", where(lambda op: isinstance(op, O.MbarrierArrive) and op.scope == "cluster",
@@ -234,12 +234,12 @@ PLANTS = [
           sim=r"^TMEM read before write: Umma by mma .* accumulates into TMEM of CTA \d+ \(rank 0\) .* that no MMA "
               r"wrote"),
     Plant("CD staging row offset by the store block",
-          lambda: _kernel("level9", in_role("epilogue", where(lambda op: isinstance(op, O.StSharedBf16),
+          lambda: _kernel("level9", in_role("epilogue", where(lambda op: isinstance(op, O.StShared16),
                                                               _cd_row_per_store_block(make_plan(load_config("level9")))))),
-          verify=r"^smem access outside its region: StSharedBf16 by epilogue \(CTA 0, rank 0, warp 7\) at t=0 touches "
+          verify=r"^smem access outside its region: StShared16 by epilogue \(CTA 0, rank 0, warp 7\) at t=0 touches "
                  r"\[0x8070, 0x8080\), which lies in A stage 0; it must stay inside one CD slot",
           sim=r"^(read before write: TmaStore d \(col 64, row \d+\) by epilogue .* reads smem 0x4000 .* never written|"
-              r"write after (write|read): StSharedBf16 by epilogue .* writes smem \[0x70[0-9a-f]0, 0x80[0-9a-f]0\) .* while TmaLoad a)"),
+              r"write after (write|read): StShared16 by epilogue .* writes smem \[0x70[0-9a-f]0, 0x80[0-9a-f]0\) .* while TmaLoad a)"),
     Plant("both CTAs load the same half of B",
           lambda: _kernel("level2", where(lambda op: isinstance(op, O.TmaLoad) and op.tensor == "b",
                                           lambda op: replace(op, row=Var("n_col")))),

@@ -244,7 +244,7 @@ PLANTS = {
     # epilogue staging buffers (CD): the TMA store reads them until the storing thread's wait_group.read
     "level9: no thread barrier after the TMA-store wait_group.read": (
         lambda: _kernel(SM100, fn=in_role("epilogue", _no_barrier_after_store_wait)),
-        (r"^consumer release before the last read: StSharedBf16 .*" + _by("epilogue", 5, "t=0")
+        (r"^consumer release before the last read: StShared16 .*" + _by("epilogue", 5, "t=0")
          + r" writes CD stage 0 while TmaStore d box at \(col=n_col \+ 0, row=m_row \+ 0\) .*"
          + _by("epilogue", 4, "t=0")
          + r" may still read it: the cp\.async\.bulk\.wait_group that retires its bulk group \(BulkWaitGroupRead 1 "
@@ -252,7 +252,7 @@ PLANTS = {
          r"would copy the new data")),
     "level9: every TMA-store wait_group dropped": (
         lambda: _kernel(SM100, fn=in_role("epilogue", where(lambda op: isinstance(op, O.BulkWaitGroup), drop))),
-        (r"^consumer release before the last read: StSharedBf16 .*" + _by("epilogue", 4, "t=0")
+        (r"^consumer release before the last read: StShared16 .*" + _by("epilogue", 4, "t=0")
          + r" writes CD stage 0 while TmaStore d box at \(col=n_col \+ 0, row=m_row \+ 0\) .*"
          + _by("epilogue", 4, "t=0") + r" may still read it: no cp\.async\.bulk\.wait_group of the storing thread "
          r"retires its bulk group")),
