@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
@@ -255,7 +256,7 @@ def cmd_run(args) -> int:
     return 0
 
 
-def chosen_shapes(args, default: tuple[tuple[int, int, int], ...]) -> list[tuple[int, int, int]]:
+def chosen_shapes(args, default: tuple[tuple[int, int, int], ...]) -> Sequence[tuple[int, int, int]]:
     """The ``--shape`` triples, then those of ``--suite`` (its ``--half``), in order, without repeats; ``default``
     when neither is given.  Raises ConfigError for an unknown suite or half."""
     shapes = list(args.shape or [])
@@ -263,7 +264,7 @@ def chosen_shapes(args, default: tuple[tuple[int, int, int], ...]) -> list[tuple
         from .suites import load
 
         shapes += [s.mnk for s in load(args.suite).half(args.half)]
-    return list(dict.fromkeys(shapes)) or list(default)
+    return list(dict.fromkeys(shapes)) or default
 
 
 def cmd_bench(args) -> int:
