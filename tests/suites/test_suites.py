@@ -59,6 +59,6 @@ def test_cli_adds_a_suite_half_to_the_shapes():
     report = [s.mnk for s in suites.load("gemm").half("report")]
     args = Namespace(shape=[(64, 64, 64), report[0]], suite="gemm", half="report")
     assert chosen_shapes(args, ((1, 1, 1),)) == [(64, 64, 64)] + report
-    assert chosen_shapes(Namespace(shape=None, suite=None, half="tune"), ((1, 1, 1),)) == [(1, 1, 1)]
+    assert chosen_shapes(Namespace(shape=None, suite=None, half="tune"), ((1, 1, 1),)) == ((1, 1, 1),)
     tune = chosen_shapes(Namespace(shape=None, suite="gemm", half="tune"), ())
     assert not set(tune) & set(report)
