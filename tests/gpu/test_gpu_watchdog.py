@@ -34,7 +34,7 @@ def check_result(torch, out, a, b):
 
 def test_planted_deadlock_raises_fast_and_context_survives(torch):
     import ptxgen
-    from test_watchdog import planted_full
+    from tests.build.test_watchdog import planted_full
 
     from ptxgen.runtime.api import kernel_call
 
