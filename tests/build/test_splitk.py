@@ -191,7 +191,7 @@ def test_workspace_is_allocated_once_zeroed_and_bounded(monkeypatch):
 ])
 def test_chooser_never_picks_split_k(shape, kernel, monkeypatch):
     """Split-K is opt-in (config=): measured slower than the unsplit tile where the model chose it, and a call
-    without a named config cannot promise the residency and no-concurrency it needs (bench/NOTES.md §7.5).
+    without a named config cannot promise the residency and no-concurrency it needs (docs/performance.md, "Split-K").
     A shipped split-K config would not be a candidate either."""
     from ptxgen.runtime import choose
 
