@@ -267,6 +267,11 @@ class WaitRole(StrEnum):
         """A producer's wait: on ``empty``, parity ``phase ^ 1`` (passes at once on a fresh barrier)."""
         return self in (WaitRole.PRODUCER_ACQUIRE, WaitRole.PRODUCER_TAIL, WaitRole.ACC_PRODUCER_ACQUIRE)
 
+    @property
+    def is_consumer(self) -> bool:
+        """A consumer's wait for a filled slot: ``full`` of the operand ring or of the accumulator ring."""
+        return self in (WaitRole.CONSUMER_WAIT, WaitRole.ACC_CONSUMER_WAIT)
+
 
 @dataclass(frozen=True)
 class MbarrierWait(Op):

@@ -9,9 +9,9 @@ difference; :func:`default_launches` picks the threads ``ptxgen check --ptx`` an
 warp role of the first and the last cluster) and :func:`sweep_threads` compares them.
 
 The address model is the interpreter's: CTA rank ``r`` of a cluster sees its
-dynamic shared memory at ``SMEM_BASE | r << 24`` (ptxgen.check.ptx.interp module
+dynamic shared memory at ``DYNAMIC_SMEM_BASE | r << 24`` (ptxgen.check.ptx.interp module
 docstring); the IR side places barrier ``name[i]`` of rank ``r`` at
-``SMEM_BASE | r << 24`` + the barrier array's offset + 8 i.
+``DYNAMIC_SMEM_BASE | r << 24`` + the barrier array's offset + 8 i.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import numpy as np
 from . import effects as E
 from . import interp as P
 from .effects import Effect
+from ...hw import DYNAMIC_SMEM_BASE
 from ...ir import ops as O
 from .. import walker as W
 
-SMEM_BASE = 0x400  # shared-window address of the dynamic base of rank 0 (1024-aligned, as in the verifier)
 TMEM_BASE = 0x20  # what the TMEM slot holds after tcgen05.alloc (nonzero, so a dropped base shows)
 D_PTR = 0x7F00_0000_0000  # global address of D
 WATCHDOG_PTR = 0x7E00_0000_0000  # global address of the hang watchdog's record (watched kernels only)
@@ -53,7 +53,7 @@ class Launch:
 
 def smem_base(rank: int) -> int:
     """Shared-window address of the dynamic shared memory of cluster rank ``rank`` (interpreter model)."""
-    return SMEM_BASE | rank << P.RANK_SHIFT
+    return DYNAMIC_SMEM_BASE | rank << P.RANK_SHIFT
 
 
 def kernel_facts(kernel) -> dict:

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ShapeError, SimError
+from ...hw import DYNAMIC_SMEM_BASE, SF_LINE_BYTES
 from .machine import Machine
 from ..numerics import (POISON, bf16_bits_to_f32, compare, f32_to_bf16_bits, random_operands, reference,
                        silu_mul_reference)
 from ...formats import SF_VEC, sf_to_blocked
 from ..nvfp4 import nvfp4_dual_gemm_reference, random_nvfp4
 
-SMEM_BASE = 0x400  # shared-window address of the dynamic shared memory (1024-aligned; 1 KB reserved below it)
 MAX_STEPS = 20_000_000
 
 
@@ -84,7 +84,7 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
     b2_bits = random_operands(m, n, k, seed + 7919)[1] if dual else None
     sched = seed if schedule_seed is None else schedule_seed
     machine = Machine(kernel, m, n, k, a_bits, b_bits, num_sms=num_sms, schedule_seed=sched,
-                      smem_base=SMEM_BASE, poison=POISON, b2=b2_bits, policy=policy)
+                      smem_base=DYNAMIC_SMEM_BASE, poison=POISON, b2=b2_bits, policy=policy)
     machine.run(MAX_STEPS)
     d = bf16_bits_to_f32(machine.glob.d)
     ref = silu_mul_reference(a_bits, b_bits, b2_bits) if dual else reference(a_bits, b_bits)
@@ -96,7 +96,6 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
 # scales in the 128x4 atom layout); the global tensors the kernel's TMA maps read are those bytes (the scale
 # maps: the blocked buffer as ``[lines, 128]``); C is fp16.
 
-SF_LINE = 128  # bytes per row of the scale maps' 2-D view (a quarter atom)
 ROW_MULTIPLE = 128  # M and N: whole 128-row scale atoms (cuBLAS "1D Block Scaling Factors Layout")
 
 
@@ -135,12 +134,12 @@ def simulate_nvfp4(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: in
         raise ShapeError(f"m={m}, n={n}, k={k}: NVFP4 needs m and n multiples of {ROW_MULTIPLE} (whole scale atoms) "
                          f"and k a multiple of {spec.k_multiple}")
     x = inputs if inputs is not None else nvfp4_inputs(m, n, k, seed, masked)
-    extra = {"sfa": x["sfa"].reshape(-1, SF_LINE), "sfb": x["sfb1"].reshape(-1, SF_LINE),
-             "sfb2": x["sfb2"].reshape(-1, SF_LINE)}
-    if extra["sfa"].shape[0] != m * k // SF_VEC // SF_LINE:
+    extra = {"sfa": x["sfa"].reshape(-1, SF_LINE_BYTES), "sfb": x["sfb1"].reshape(-1, SF_LINE_BYTES),
+             "sfb2": x["sfb2"].reshape(-1, SF_LINE_BYTES)}
+    if extra["sfa"].shape[0] != m * k // SF_VEC // SF_LINE_BYTES:
         raise ShapeError(f"sfa holds {x['sfa'].size} bytes; [{m}, {k // SF_VEC}] blocked scales need {m * k // SF_VEC}")
     sched = seed if schedule_seed is None else schedule_seed
-    machine = Machine(kernel, m, n, k, x["a"], x["b1"], num_sms=num_sms, schedule_seed=sched, smem_base=SMEM_BASE,
+    machine = Machine(kernel, m, n, k, x["a"], x["b1"], num_sms=num_sms, schedule_seed=sched, smem_base=DYNAMIC_SMEM_BASE,
                       poison=POISON, b2=x["b2"], extra=extra, policy=policy)
     machine.run(MAX_STEPS)
     d = machine.glob.d.view(np.float16).astype(np.float32)

@@ -13,13 +13,13 @@ and scale-factor ids matching ``.block16``.
 from __future__ import annotations
 
 from ...descriptors import UMMA_IDESC_MXF4, UMMA_SMEM_DESC
-from ...hw import SF_ATOM_BYTES, SF_TMEM_COLS_PER_ATOM
+from ...hw import DYNAMIC_SMEM_BASE, SF_ATOM_BYTES, SF_TMEM_COLS_PER_ATOM
 from ...errors import VerifyError
 from ...ir import Kernel
 from ...ir import ops as O
 from .. import walker as W
 from ..mma import umma_operand, umma_shape, wgmma_operand
-from .trace import SMEM_BASE, _Rec, _Trace
+from .trace import _Rec, _Trace
 
 
 # ------------------------------------------------------------------ data flow: wait before use
@@ -57,7 +57,7 @@ class _Slots:
 
 def _operand_extent(start: int, rows: int, sbo: int) -> tuple[int, int]:
     """Byte range [lo, hi) (from the smem base) of a k16 slice of a K-major SW128 operand of ``rows`` rows."""
-    lo = start - SMEM_BASE
+    lo = start - DYNAMIC_SMEM_BASE
     return lo, lo + (rows // 8 - 1) * sbo + 7 * 128 + 32
 
 
@@ -150,7 +150,7 @@ def _check_umma(kernel: Kernel, slots: _Slots, ev: W.Event, rec: _Rec, require, 
 def _check_tmem_copy(kernel: Kernel, slots: _Slots, ev: W.Event, rec: _Rec, require, copied: dict) -> None:
     """A ``tcgen05.cp`` of one 512-B scale atom: source inside one landed scale stage, target inside the allocation."""
     f = UMMA_SMEM_DESC.decode(ev.desc)
-    lo = (f["start"] << 4) - SMEM_BASE
+    lo = (f["start"] << 4) - DYNAMIC_SMEM_BASE
     region, s = slots.slot(lo, lo + SF_ATOM_BYTES, "TmemCopy source", rec.where, slots.operands)
     require("full", s, rec, f"TmemCopy reads {region} stage {s}")
     lane, col = ev.taddr >> 16, ev.taddr & 0xFFFF

@@ -15,11 +15,11 @@ from collections import defaultdict
 
 
 from ...errors import VerifyError
-from ...hw import SMEM_LIMIT_BYTES, resident_ctas
+from ...hw import SMEM_LIMIT_BYTES, TMEM_COLUMNS, resident_ctas
 from ...ir import Kernel
 from ...ir import ops as O
 from .. import walker as W
-from .trace import TMEM_COLS, _Rec, _Trace
+from .trace import _Rec, _Trace
 
 
 # ------------------------------------------------------------------ layout, TMEM lifetime, teardown
@@ -52,11 +52,11 @@ def _check_residency(kernel: Kernel) -> None:
     if not kernel.is_sm100:
         return
     ctas = resident_ctas(kernel.smem_bytes, kernel.threads)
-    if ctas * kernel.tmem_cols > TMEM_COLS:
+    if ctas * kernel.tmem_cols > TMEM_COLUMNS:
         raise VerifyError(f"TMEM oversubscription: {kernel.smem_bytes} B of shared memory lets {ctas} CTAs share an SM, "
-                          f"each allocating {kernel.tmem_cols} TMEM columns ({ctas * kernel.tmem_cols} > {TMEM_COLS}); "
+                          f"each allocating {kernel.tmem_cols} TMEM columns ({ctas * kernel.tmem_cols} > {TMEM_COLUMNS}); "
                           "tcgen05.alloc blocks and CTA pairs can wait on each other: size shared memory so at most "
-                          f"{TMEM_COLS // kernel.tmem_cols} fit")
+                          f"{TMEM_COLUMNS // kernel.tmem_cols} fit")
     if not 1 <= kernel.minnctapersm <= ctas:
         raise VerifyError(f"register budget: .minnctapersm {kernel.minnctapersm or 'missing'}; an sm_100a kernel "
                           f"declares the CTAs per SM it runs with (1..{ctas}) so ptxas budgets registers for them "
@@ -85,9 +85,9 @@ def _check_tmem_lifetime(trace: _Trace) -> None:
                               "(PTX ISA tcgen05.alloc): init barriers, fence.mbarrier_init, cluster arrive/wait, then "
                               "alloc")
         cols = a.ev.op.cols
-        if cols < 32 or cols > TMEM_COLS or cols & (cols - 1) or cols != kernel.tmem_cols or d.ev.op.cols != cols:
+        if cols < 32 or cols > TMEM_COLUMNS or cols & (cols - 1) or cols != kernel.tmem_cols or d.ev.op.cols != cols:
             raise VerifyError(f"TMEM allocation: {a.where} allocates {cols} and frees {d.ev.op.cols} columns; needs the "
-                              f"kernel's {kernel.tmem_cols}, a power of two in [32, {TMEM_COLS}]")
+                              f"kernel's {kernel.tmem_cols}, a power of two in [32, {TMEM_COLUMNS}]")
         if d.syncs <= a.syncs:
             raise VerifyError(f"TMEM lifetime: {d.where} frees TMEM with no "
                               f"{'cluster' if kernel.cta_group == 2 else 'thread'} barrier after the alloc")
@@ -130,7 +130,7 @@ def _check_scopes(trace: _Trace) -> None:
             ev = rec.ev
             if isinstance(ev.op, W.ARRIVES) and not ev.tx and ev.bar.rank != rec.where.rank:
                 remote.setdefault((base + ev.bar.rank, ev.bar.name, ev.bar.index), rec)
-            elif isinstance(ev.op, O.MbarrierWait) and ev.op.role.startswith("consumer_wait"):
+            elif isinstance(ev.op, O.MbarrierWait) and ev.op.role.is_consumer:
                 waits[(base + ev.bar.rank, ev.bar.name, ev.bar.index)].append(rec)
     for key, arrive in remote.items():
         consumers = waits.get(key, [])

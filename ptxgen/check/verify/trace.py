@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import VerifyError
+from ...hw import DYNAMIC_SMEM_BASE
 from ...ir import Kernel
 from ...ir import ops as O
 from .. import walker as W
 
 
-SMEM_BASE = 0x400  # shared-window address used for the trace (descriptor start fields are absolute)
-TMEM_COLS = 512
 
 
 # ------------------------------------------------------------------ the trace
@@ -107,7 +106,7 @@ def _trace(kernel, ragged: bool = False) -> _Trace:
     for ctaid in range(grid):
         for warp in range(kernel.threads // W.LANES):
             wk = W.WarpWalker(program, ctaid=ctaid, nctaid=grid, cluster_size=kernel.cluster_size, warp=warp,
-                              smem_base=SMEM_BASE, params={"m": m, "n": n, "k": k}, values=False)
+                              smem_base=DYNAMIC_SMEM_BASE, params={"m": m, "n": n, "k": k}, values=False)
             recs, syncs, gen, reply = [], 0, wk.run(), None
             wgmma = _WgmmaGroups(wk)
             try:

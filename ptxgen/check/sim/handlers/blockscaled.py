@@ -24,11 +24,11 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import SimError
+from ....hw import SF_TMEM_COLS_PER_ATOM
 from ... import walker as W
 from ....formats import unpack_e2m1
 from ...nvfp4 import block_scaled_product, mma_shape, operand_index, scale_rows, sf_copy_index, sf_copy_words
 
-SF_COLS = 4  # TMEM columns of one 32x128b.warpx4 copy
 
 
 def _issuer(m, w, what: str, lanes: int):
@@ -53,7 +53,7 @@ def tmem_copy(m, w, ev: W.Event) -> None:
     for c in ctas:
         handle = c.smem.begin_async_read(idx, who)
         reads.append((c, handle, c.smem.data[idx].copy()))
-        c.tmem.begin_copy(col, SF_COLS, who)
+        c.tmem.begin_copy(col, SF_TMEM_COLS_PER_ATOM, who)
 
     def complete(mm) -> None:
         for c, handle, lines in reads:
