@@ -1,7 +1,14 @@
 """ptxgen: tensor-core GEMM pipelines from YAML to hand-controlled PTX (sm_100a tcgen05, sm_90a wgmma).
 
-``ptxgen.gemm(a, b)`` runs a generated kernel on torch tensors (see :mod:`ptxgen.runtime`);
-``ptxgen.build.build(config)`` gives the PTX and its launch metadata without a GPU.
+Three wings, imports flowing one way:
+
+* build: :mod:`ptxgen.config` -> :mod:`ptxgen.plan` -> :mod:`ptxgen.builders` -> the Kernel IR
+  (:mod:`ptxgen.ir`) -> ``emitters`` -> :mod:`ptxgen.assemble`; :mod:`ptxgen.build` is the one door;
+  ``ptxgen.build.build(config)`` gives the PTX and its launch metadata without a GPU;
+* check: :mod:`ptxgen.check` (the IR's reference interpreter; verifier, simulator, PTX differential), which
+  reads the IR and the PTX and which nothing in build or run imports;
+* run: :mod:`ptxgen.runtime`: ``ptxgen.gemm(a, b)`` and ``ptxgen.dual_gemm`` run generated kernels on torch
+  tensors through the CUDA driver.
 """
 
 from .version import __version__  # noqa: F401
