@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from . import descriptors
 from .config import Config
 from .hw import (SF_ATOM_BYTES, SF_ATOM_K, SF_ATOM_ROWS, SF_LINE_BYTES, SF_TMEM_COLS_PER_ATOM, SM_SMEM_BYTES, SMEM_LIMIT_BYTES,
-                 SMEM_RESERVED_PER_CTA, TMEM_COLUMNS, resident_ctas)
+                 TMEM_COLUMNS, resident_ctas)
 from .errors import ConfigError
 from .ir.kernel import BarrierArray, Kernel, SmemRegion
 from .ir.pipeline import BulkStoreRing, Pipeline, PipelineTmaAsync, PipelineTmaUmma, PipelineUmmaAsync

@@ -74,6 +74,9 @@ class Pipeline:
     ``consumer_release`` arrive.
 
     multicast: CTA mask of the ``tcgen05.commit`` arrivals (0: local barrier only).
+    release_scope: memory-ordering scope of the consumers' ``mbarrier.arrive`` on ``empty`` and of the producer's
+        wait on it: ``"cta"``, or ``"cluster"`` when a CTA pair's consumers hand the stage back across the pair
+        (a cross-CTA hand-off; PTX ISA "Memory Consistency Model: scope").
     """
 
     name: str
@@ -81,6 +84,7 @@ class Pipeline:
     full: BarrierArray
     empty: BarrierArray
     multicast: int = 0
+    release_scope: str = "cta"
 
     #: the ring's wait roles (the accumulator ring names its own)
     ACQUIRE = WaitRole.PRODUCER_ACQUIRE
@@ -102,7 +106,8 @@ class Pipeline:
         role: the wait's role (default the ring's ``producer_acquire``; ``PRODUCER_TAIL``: the same wait after the
         producer's last iteration).
         """
-        return [MbarrierWait(Bar(self.empty.name, st.index), st.phase ^ 1, role or self.ACQUIRE)]
+        return [MbarrierWait(Bar(self.empty.name, st.index), st.phase ^ 1, role or self.ACQUIRE,
+                             scope=self.release_scope)]
 
     def producer_commit(self, st: PipelineState, **kw) -> list:
         """Arrive on ``full[st.index]`` (how: the ring's type)."""
@@ -120,7 +125,7 @@ class Pipeline:
     def consumer_release(self, st: PipelineState, *, ctas: tuple[Expr | None, ...] = (None,)) -> list:
         """Arrive on ``empty[st.index]``: one ``mbarrier.arrive`` per rank in ``ctas`` (None: this CTA's)."""
         bar = Bar(self.empty.name, st.index)
-        return [MbarrierArrive(bar, cta) for cta in ctas]
+        return [MbarrierArrive(bar, cta, scope=self.release_scope) for cta in ctas]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,24 +173,13 @@ class PipelineUmmaAsync(Pipeline):
     ACQUIRE = WaitRole.ACC_PRODUCER_ACQUIRE
     WAIT = WaitRole.ACC_CONSUMER_WAIT
 
-    #: ``"cluster"`` when a CTA pair's epilogues release the leader's stage (cta_group::2): the peer's
-    #: ``tcgen05.ld`` reads of its TMEM half must be ordered before the leader's next MMA writes it, a cross-CTA
-    #: hand-off, so the arrives release and the MMA warp's wait acquires at cluster scope (PTX ISA "Memory
-    #: Consistency Model: scope"; the ``tcgen05.fence`` pair orders the TMEM accesses around them).
-    release_scope: str = "cta"
-
-    def producer_acquire(self, st: PipelineState, role: WaitRole | None = None) -> list:
-        """Wait until the epilogues released TMEM stage ``st.index`` (parity ``phase ^ 1``, ``release_scope``)."""
-        return [MbarrierWait(Bar(self.empty.name, st.index), st.phase ^ 1, role or self.ACQUIRE,
-                             scope=self.release_scope)]
+    # release_scope "cluster" (set by the plan) when a CTA pair's epilogues release the leader's stage
+    # (cta_group::2): the peer's tcgen05.ld reads of its TMEM half must be ordered before the leader's next MMA
+    # writes it; the tcgen05.fence pair orders the TMEM accesses around the arrive and the wait.
 
     def producer_commit(self, st: PipelineState) -> list:
         """``tcgen05.commit`` to ``full[st.index]`` (multicast per the ring)."""
         return [UmmaCommit(Bar(self.full.name, st.index), self.multicast)]
-
-    def consumer_release(self, st: PipelineState, *, ctas: tuple[Expr | None, ...] = (None,)) -> list:
-        """Arrive on ``empty[st.index]`` of each rank in ``ctas`` (None: this CTA's), at ``release_scope``."""
-        return [MbarrierArrive(Bar(self.empty.name, st.index), cta, scope=self.release_scope) for cta in ctas]
 
 
 @dataclass(frozen=True)

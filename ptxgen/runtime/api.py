@@ -656,7 +656,7 @@ class Staging:
         return self.k_run == k and self.n_run == n and not self.stage_d and all(p == k for p in self.pitches)
 
 
-def _pitch(t: Any, k_run: int) -> int | None:
+def _pitch(t: Any) -> int | None:
     """The row pitch at which TMA reads ``t`` ``[rows, K]`` in place (alignment aside: checked per call), or None."""
     (rows, cols), (s0, s1) = t.shape, t.stride()
     if cols > 1 and s1 != 1:
@@ -677,7 +677,7 @@ def staging_plan(spec: Any, a: Any, bs: tuple, out: Any) -> Staging:
     """
     n, k_run = bs[0].shape[0], _round_up(a.shape[1], spec.k_multiple)
     n_run = _round_up(n, spec.n_multiple)
-    return Staging(k_run, n_run, tuple(_pitch(t, k_run) for t in (a, *bs)),
+    return Staging(k_run, n_run, tuple(_pitch(t) for t in (a, *bs)),
                    n_run != n or (out is not None and not _row_major(out)))
 
 
