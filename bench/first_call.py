@@ -15,6 +15,11 @@ for comparison, a second call).  The cache directory is a fresh temporary
 * ``warm``: the same cache again, ``--warm-runs`` times (load the stored cubin);
 * ``no_cache``: ``PTXGEN_NO_CACHE=1`` (build and JIT, nothing stored).
 
+Every child runs with ``CUDA_CACHE_DISABLE=1`` unless ``--driver-cache``: the CUDA driver keeps its own JIT
+cache of PTX it compiled (``~/.nv/ComputeCache``), so without it every child after the first finds the PTX
+already compiled, and ``no_cache`` (measured after ``cold``) looked cheaper than ``cold`` by the driver's JIT
+time (H100: 575 vs 1127 ms; docs/performance.md, "First call").
+
 Before the first child, the ``ptxgen`` and ``emitters`` sources are byte-compiled (``compileall``), as
 ``pip install`` does: a source tree that is never compiled (the device copy of the repository, with
 bytecode writes off) recompiles every module in every process, about 260 ms of a first call (H100;
@@ -81,6 +86,8 @@ def main() -> int:
     ap.add_argument("--shape", default="4096x4096x4096")
     ap.add_argument("--warm-runs", type=int, default=3)
     ap.add_argument("--json", help="write the measurements here")
+    ap.add_argument("--driver-cache", action="store_true",
+                    help="leave the CUDA driver's own JIT cache on (default: CUDA_CACHE_DISABLE=1 in every child)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also profile one cold and one warm first call (cProfile, top N by cumulative time)")
     args = ap.parse_args()
@@ -91,6 +98,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ptxgen-first-call-") as cache:
         env = {**os.environ, "PTXGEN_CACHE_DIR": cache}
         env.pop("PTXGEN_NO_CACHE", None)
+        if not args.driver_cache:
+            env["CUDA_CACHE_DISABLE"] = "1"
         cold = run_child(args.shape, args.config, env)
         warm = [run_child(args.shape, args.config, env) for _ in range(args.warm_runs)]
         no_cache = run_child(args.shape, args.config, {**env, "PTXGEN_NO_CACHE": "1"})
@@ -100,7 +109,7 @@ def main() -> int:
     if args.profile:
         with tempfile.TemporaryDirectory(prefix="ptxgen-first-call-") as cache:
             print("==== profile: cold first call", file=sys.stderr)
-            run_child(args.shape, args.config, {**os.environ, "PTXGEN_CACHE_DIR": cache}, args.profile)
+            run_child(args.shape, args.config, {**env, "PTXGEN_CACHE_DIR": cache}, args.profile)
     doc = {"shape": args.shape, "config": args.config, "cold": cold, "warm": warm, "no_cache": no_cache,
            "warm_median_total_ms": statistics.median(w["total_ms"] for w in warm)}
     print(f"first call, {args.shape}, config {args.config} (import ptxgen + gemm + synchronize; torch already up)")

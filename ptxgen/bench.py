@@ -3,11 +3,13 @@
 Method (:func:`bench`): after about two seconds of matmuls (:func:`warm_gpu`: clocks
 boosted before anything is timed), for each shape, allocate enough ``(A, B, D)`` input
 sets that together they exceed twice the GPU's L2 and rotate through them, so
-neither side is timed on L2-resident operands.  Four timings per shape and
-config, all medians of ``iters`` calls after ``warmup`` untimed ones, each
-call bracketed by its own pair of CUDA events; ours and torch alternate call
-by call (A B B A ..., :func:`time_interleaved`), so drift of clocks and
-temperature during a shape hits both sides alike:
+neither side is timed on L2-resident operands.  Each shape and config is measured
+in ``runs`` separate runs (default :data:`RUNS`); a run times ``iters`` calls per
+side after ``warmup`` untimed ones, each call bracketed by its own pair of CUDA
+events, ours and torch alternating call by call (A B B A ..., :func:`time_interleaved`),
+so drift of clocks and temperature hits both sides alike.  A row reports the median
+over the runs of each run's median, and the lowest and highest run ratio (the
+spread: small kernels move between runs, docs/performance.md, "Method").  Timings:
 
 * ``api_ms``: the public call ``ptxgen.gemm(a, b, out=d, config=...)``, host
   overhead included (no queueing ahead: a call whose host work outlasts the
@@ -15,12 +17,18 @@ temperature during a shape hits both sides alike:
 * ``torch_ms``: ``torch.matmul(a, b.T, out=d)`` timed the same way;
 * ``prepared_ms``: a prepared launch (checks and tensor maps done beforehand),
   the kernel alone: a short device-side sleep (``torch.cuda._sleep``) first
-  lets the host queue the launches ahead of the GPU;
-* ``torch_kernel_ms``: torch.matmul timed like the prepared launch.
+  lets the host queue the launches ahead of the GPU.  None for a shape the
+  public call computes through a staging copy (K % 8 != 0, ...: there is no
+  single kernel to prepare; ``staged`` is True);
+* ``torch_kernel_ms``: torch.matmul timed like the prepared launch;
+* ``graph_ms`` / ``torch_graph_ms``: per call, when :data:`GRAPH_CALLS` public calls
+  (rotating input sets) captured in one CUDA graph are replayed (:func:`time_graphs`):
+  the launch cost of both sides leaves the measurement (None if capture fails).
 
 ``ratio`` = ``torch_ms / api_ms`` (as users see it, > 1 is faster than
-torch); ``kernel_ratio`` = ``torch_kernel_ms / prepared_ms``.  ``config=None``
-(``auto``) lets :func:`ptxgen.runtime.choose.choose` pick per shape.
+torch); ``kernel_ratio`` = ``torch_kernel_ms / prepared_ms``; ``graph_ratio`` =
+``torch_graph_ms / graph_ms``.  ``config=None`` (``auto``) lets
+:func:`ptxgen.runtime.choose.choose` pick per shape.
 
 :func:`host_overhead`: host microseconds per call of back-to-back calls on a
 tiny GEMM (default 2000 calls of 256x256x256), ``time.perf_counter`` around
@@ -44,6 +52,11 @@ MAX_SETS = 1024
 #: GPU cycles of pre-sleep per timed iteration (about 20 us at ~2 GHz)
 SLEEP_CYCLES_PER_ITER = 40_000
 TOLERANCE = 1e-2
+#: separate runs per shape and config (medians of at least five runs, with their spread)
+RUNS = 5
+#: public calls captured in one CUDA graph for the graph-replayed timing, and replays timed per side
+GRAPH_CALLS = 20
+GRAPH_REPLAYS = 10
 #: squares, then the DeepGEMM M=4096 shapes (N x K)
 DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = (
     (4096, 4096, 4096), (6144, 6144, 6144), (8192, 8192, 8192), (10240, 10240, 10240), (12288, 12288, 12288),
@@ -142,6 +155,52 @@ def time_interleaved(fns: dict[str, Callable[[int], Any]], n_sets: int, *, warmu
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
+def time_graphs(fns: dict[str, Callable[[int], Any]], n_sets: int, *, calls: int = GRAPH_CALLS,
+                replays: int = GRAPH_REPLAYS) -> dict[str, float | None]:
+    """Per-call time (ms) of each function replayed from a CUDA graph, replays alternating between functions.
+
+    Each function's ``calls`` calls (input sets rotating through ``range(n_sets)``) are captured into one graph
+    (``torch.cuda.graph``) after one eager call; the graphs are replayed in alternating order (A B, B A, ...)
+    ``replays`` times each, every replay between its own pair of CUDA events; the median replay time divided
+    by ``calls`` is the per-call time.  A function whose capture raises gets None (its error is not hidden:
+    it is returned under ``"<name>_error"``).
+    """
+    import torch
+
+    graphs: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for name, fn in fns.items():
+        fn(0)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                for k in range(calls):
+                    fn(k % n_sets)
+        except Exception as exc:  # noqa: BLE001 - a side that cannot be captured is reported, not fatal
+            errors[f"{name}_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            torch.cuda.synchronize()
+            continue
+        graphs[name] = graph
+    for graph in graphs.values():
+        graph.replay()  # first replay uploads the graph
+    torch.cuda.synchronize()
+    order = list(graphs)
+    seq = [name for r in range(replays) for name in (order if r % 2 == 0 else order[::-1])]
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in seq]
+    for name, (start, end) in zip(seq, events):
+        start.record()
+        graphs[name].replay()
+        end.record()
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {name: [] for name in graphs}
+    for name, (start, end) in zip(seq, events):
+        samples[name].append(start.elapsed_time(end) / calls)
+    out: dict[str, Any] = {name: (statistics.median(samples[name]) if name in samples else None) for name in fns}
+    out.update(errors)
+    return out
+
+
 def warm_gpu(seconds: float = 2.0, size: int = 8192) -> None:
     """Keep the GPU busy with ``size``-cubed bf16 matmuls for about ``seconds`` before anything is timed.
 
@@ -172,14 +231,28 @@ def config_label(config: Any) -> str:
     return AUTO if config is None else str(getattr(config, "name", config))
 
 
+def _runs_summary(runs: list[dict[str, float | None]], key: str) -> float | None:
+    """Median over the runs of ``run[key]`` (None if any run lacks it)."""
+    values = [r[key] for r in runs]
+    return None if any(v is None for v in values) else statistics.median(values)
+
+
 def bench_shape(configs: Sequence[Any], m: int, n: int, k: int, *, warmup: int, iters: int,
-                rounds: int | None = None) -> list[dict]:
-    """Time every config (None = auto) and torch on one shape; one result dict per config (see :func:`bench`)."""
+                rounds: int | None = None, runs: int = RUNS, graph: bool = True) -> list[dict]:
+    """Time every config (None = auto) and torch on one shape; one result dict per config (see :func:`bench`).
+
+    Raises:
+        ShapeError: the public call refuses the shape (before anything is timed).
+    """
     import torch
 
     import ptxgen
+    from ptxgen.errors import ShapeError
     from ptxgen.runtime import driver, prepare
+    from ptxgen.runtime.api import loaded_kernel, resolve_config
 
+    if runs < 1:
+        raise ValueError(f"runs={runs}: must be >= 1")
     device = torch.device("cuda", torch.cuda.current_device())
     info = driver.device_info(device.index)
     set_bytes = 2 * (m * k + n * k + 2 * m * n)
@@ -195,55 +268,103 @@ def bench_shape(configs: Sequence[Any], m: int, n: int, k: int, *, warmup: int, 
 
     rows = []
     for config in configs:
-        launches = [prepare(a_sets[i], b_sets[i], d_ours[i], config) for i in range(n_sets)]
-        user = time_interleaved({"torch": torch_call, "api": lambda i: ptxgen.gemm(a_sets[i], b_sets[i],
-                                                                                    out=d_ours[i], config=config)},
-                                n_sets, warmup=warmup, iters=iters, rounds=rounds, queue_ahead=False)
-        queued = time_interleaved({"torch": torch_call, "prepared": lambda i: launches[i].launch()},
-                                  n_sets, warmup=warmup, iters=iters, rounds=rounds)
-        torch_ms, api_ms, torch_kernel_ms, prepared_ms = user["torch"], user["api"], queued["torch"], queued["prepared"]
-        rows.append({
+        def api_call(i: int, config=config) -> Any:
+            return ptxgen.gemm(a_sets[i], b_sets[i], out=d_ours[i], config=config)
+
+        api_call(0)  # raises ShapeError for a shape the public call refuses
+        kernel = loaded_kernel(resolve_config(config, m, n, k, device.index), device.index).spec.name
+        try:
+            launches = [prepare(a_sets[i], b_sets[i], d_ours[i], config) for i in range(n_sets)]
+        except ShapeError:  # computed through a staging copy: no single kernel to prepare
+            launches = None
+        per_run = []
+        for _ in range(runs):
+            user = time_interleaved({"torch": torch_call, "api": api_call},
+                                    n_sets, warmup=warmup, iters=iters, rounds=rounds, queue_ahead=False)
+            run = {"api_ms": user["api"], "torch_ms": user["torch"], "ratio": user["torch"] / user["api"],
+                   "prepared_ms": None, "torch_kernel_ms": None, "kernel_ratio": None}
+            if launches is not None:
+                queued = time_interleaved({"torch": torch_call, "prepared": lambda i: launches[i].launch()},
+                                          n_sets, warmup=warmup, iters=iters, rounds=rounds)
+                run.update(prepared_ms=queued["prepared"], torch_kernel_ms=queued["torch"],
+                           kernel_ratio=queued["torch"] / queued["prepared"])
+            per_run.append(run)
+        graphed = time_graphs({"api": api_call, "torch": torch_call}, n_sets) if graph else {}
+        api_ms, torch_ms = _runs_summary(per_run, "api_ms"), _runs_summary(per_run, "torch_ms")
+        prepared_ms = _runs_summary(per_run, "prepared_ms")
+        row = {
             "config": config_label(config),
-            "kernel": launches[0].kernel.spec.name,
+            "kernel": kernel,
+            "staged": launches is None,
             "m": m, "n": n, "k": k,
-            "api_ms": api_ms, "prepared_ms": prepared_ms, "torch_ms": torch_ms, "torch_kernel_ms": torch_kernel_ms,
-            "api_tflops": tflops(m, n, k, api_ms), "prepared_tflops": tflops(m, n, k, prepared_ms),
+            "api_ms": api_ms, "prepared_ms": prepared_ms, "torch_ms": torch_ms,
+            "torch_kernel_ms": _runs_summary(per_run, "torch_kernel_ms"),
+            "api_tflops": tflops(m, n, k, api_ms),
+            "prepared_tflops": None if prepared_ms is None else tflops(m, n, k, prepared_ms),
             "torch_tflops": tflops(m, n, k, torch_ms),
-            "ratio": torch_ms / api_ms, "kernel_ratio": torch_kernel_ms / prepared_ms,
+            "ratio": _runs_summary(per_run, "ratio"),
+            "ratio_min": min(r["ratio"] for r in per_run), "ratio_max": max(r["ratio"] for r in per_run),
+            "kernel_ratio": _runs_summary(per_run, "kernel_ratio"),
+            "graph_ms": graphed.get("api"), "torch_graph_ms": graphed.get("torch"),
+            "graph_ratio": (graphed["torch"] / graphed["api"]) if graphed.get("api") and graphed.get("torch") else None,
+            **{key: value for key, value in graphed.items() if key.endswith("_error")},
+            "runs": per_run,
             # set 0 is always among the calls (index 0 of the warm-up, or of the timed calls)
             "rel_err_vs_torch": relative_error(d_ours[0], d_torch[0]),
             "input_sets": n_sets, "warmup": warmup, "iters": iters, "rounds": rounds or iters,
-        })
+        }
+        rows.append(row)
     del a_sets, b_sets, d_torch, d_ours
     torch.cuda.empty_cache()
     return rows
 
 
+def _cell(value: float | None, fmt: str, width: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}{fmt}}"
+
+
 def format_table(rows: Iterable[dict]) -> str:
-    """A plain-text table of :func:`bench` results (one line per row, header first)."""
+    """A plain-text table of :func:`bench` results (one line per row, header first).
+
+    ``spread``: the lowest and highest ratio of the separate runs; ``-``: not measured (a staged shape has no
+    prepared launch; a side that could not be captured has no graph time).
+    """
     header = (f"{'config':<14} {'kernel':<14} {'M':>6} {'N':>6} {'K':>6} {'api ms':>8} {'torch ms':>8} "
-              f"{'ratio':>6} {'kern ms':>8} {'tkern ms':>8} {'kratio':>6} {'api TF/s':>8} {'rel err':>8}")
+              f"{'ratio':>6} {'spread':>11} {'kern ms':>8} {'tkern ms':>8} {'kratio':>6} {'gratio':>6} "
+              f"{'api TF/s':>8} {'rel err':>8}")
     lines = [header, "-" * len(header)]
     for r in rows:
+        spread = f"{r.get('ratio_min', r['ratio']):.3f}-{r.get('ratio_max', r['ratio']):.3f}"
+        kernel = r["kernel"] + ("*" if r.get("staged") else "")
         lines.append(
-            f"{r['config']:<14} {r['kernel']:<14} {r['m']:>6} {r['n']:>6} {r['k']:>6} {r['api_ms']:>8.4f} "
-            f"{r['torch_ms']:>8.4f} {r['ratio']:>6.3f} {r['prepared_ms']:>8.4f} {r['torch_kernel_ms']:>8.4f} "
-            f"{r['kernel_ratio']:>6.3f} {r['api_tflops']:>8.1f} {r['rel_err_vs_torch']:>8.1e}"
+            f"{r['config']:<14} {kernel:<14} {r['m']:>6} {r['n']:>6} {r['k']:>6} {r['api_ms']:>8.4f} "
+            f"{r['torch_ms']:>8.4f} {r['ratio']:>6.3f} {spread:>11} {_cell(r['prepared_ms'], '.4f', 8)} "
+            f"{_cell(r['torch_kernel_ms'], '.4f', 8)} {_cell(r['kernel_ratio'], '.3f', 6)} "
+            f"{_cell(r.get('graph_ratio'), '.3f', 6)} {r['api_tflops']:>8.1f} {r['rel_err_vs_torch']:>8.1e}"
         )
+    if any(r.get("staged") for r in rows):
+        lines.append("* staged: the public call copies an operand (K % 8, strides, N a TMA store cannot write)")
     return "\n".join(lines)
 
 
 def summary(rows: Sequence[dict]) -> dict:
-    """Per config label: geomean and minimum of ``ratio`` and ``kernel_ratio`` over the shapes."""
+    """Per config label: geomean and minimum of ``ratio``, ``kernel_ratio`` and ``graph_ratio`` over the shapes
+    that have them (``kernel_shapes``/``graph_shapes``: how many)."""
     out: dict[str, dict] = {}
     for label in dict.fromkeys(r["config"] for r in rows):
         mine = [r for r in rows if r["config"] == label]
+        kernel = [r["kernel_ratio"] for r in mine if r.get("kernel_ratio") is not None]
+        graph = [r["graph_ratio"] for r in mine if r.get("graph_ratio") is not None]
         out[label] = {
             "shapes": len(mine),
             "geomean_ratio": geomean(r["ratio"] for r in mine),
             "min_ratio": min(r["ratio"] for r in mine),
-            "geomean_kernel_ratio": geomean(r["kernel_ratio"] for r in mine),
-            "min_kernel_ratio": min(r["kernel_ratio"] for r in mine),
+            "kernel_shapes": len(kernel),
+            "geomean_kernel_ratio": geomean(kernel),
+            "min_kernel_ratio": min(kernel, default=math.nan),
+            "graph_shapes": len(graph),
+            "geomean_graph_ratio": geomean(graph),
+            "min_graph_ratio": min(graph, default=math.nan),
         }
     return out
 
@@ -325,7 +446,7 @@ def plot(rows: Sequence[dict], path: str | Path, title: str = "") -> bool:
         by_shape = {(r["m"], r["n"], r["k"]): r for r in rows if r["config"] == label}
         for h, (key, hatch) in enumerate((("ratio", None), ("kernel_ratio", "//"))):
             xs = [i + (2 * j + h) * width - 0.4 + width / 2 for i in range(len(shapes))]
-            ys = [by_shape[s][key] if s in by_shape else 0.0 for s in shapes]
+            ys = [(by_shape[s].get(key) or 0.0) if s in by_shape else 0.0 for s in shapes]  # 0: not measured
             name = f"{label}: {'public API' if key == 'ratio' else 'prepared launch'}"
             ax.bar(xs, ys, width, label=name, hatch=hatch, alpha=0.9 if h == 0 else 0.6)
     ax.axhline(1.0, color="black", linewidth=0.8)
@@ -345,8 +466,10 @@ def bench(
     shapes: Sequence[tuple[int, int, int]] = DEFAULT_SHAPES,
     *,
     warmup: int = 10,
-    iters: int = 150,
+    iters: int = 30,
     rounds: int | None = None,
+    runs: int = RUNS,
+    graph: bool = True,
     json_path: str | Path | None = None,
     plot_path: str | Path | None = None,
     host: bool = True,
@@ -358,8 +481,10 @@ def bench(
         configs: config names, YAML paths, ``Config`` objects or None (auto).
         shapes: ``(M, N, K)`` triples.
         warmup: untimed calls per implementation and shape.
-        iters: timed calls; the median is reported.
+        iters: timed calls per side and run; each run's median is taken.
         rounds: alternating rounds per side (:func:`time_interleaved`; default one call per round).
+        runs: separate runs per shape and config; rows report the median over runs and the spread.
+        graph: also time CUDA-graph replays of both sides (:func:`time_graphs`).
         json_path: where to write the JSON document; None writes nothing.
         plot_path: where to write a PNG (needs matplotlib; skipped with a message without it).
         host: also run :func:`host_overhead` (with the first config).
@@ -368,8 +493,8 @@ def bench(
     Returns:
         ``{"device", "torch", "ptxgen", "results": [row...], "refused", "summary", "host_overhead"}``; rows as
         :func:`bench_shape`: ``config, kernel, m, n, k, api_ms, prepared_ms, torch_ms, torch_kernel_ms,
-        api_tflops, prepared_tflops, torch_tflops, ratio, kernel_ratio, rel_err_vs_torch, input_sets,
-        warmup, iters``; ``refused``: ``{m, n, k, error}`` of each shape the public call refused
+        api_tflops, prepared_tflops, torch_tflops, ratio, ratio_min, ratio_max, kernel_ratio, graph_ms,
+        torch_graph_ms, graph_ratio, staged, runs, rel_err_vs_torch, input_sets, warmup, iters``; ``refused``: ``{m, n, k, error}`` of each shape the public call refused
         (:class:`~ptxgen.errors.ShapeError`), skipped rather than ending the run.
     """
     import torch
@@ -387,14 +512,17 @@ def bench(
     warm_gpu()
     for m, n, k in shapes:
         try:
-            rows = bench_shape(configs, m, n, k, warmup=warmup, iters=iters, rounds=rounds)
+            rows = bench_shape(configs, m, n, k, warmup=warmup, iters=iters, rounds=rounds, runs=runs, graph=graph)
         except ShapeError as exc:  # a shape the public API refuses: recorded, the run goes on
             refused.append({"m": m, "n": n, "k": k, "error": str(exc)})
             say(f"  {m}x{n}x{k}: refused: {exc}")
             continue
         results.extend(rows)
         for r in rows:
-            say(f"  {r['config']} ({r['kernel']}) {m}x{n}x{k}: ratio {r['ratio']:.3f}, kernel ratio {r['kernel_ratio']:.3f}")
+            kratio = "staged" if r["kernel_ratio"] is None else f"{r['kernel_ratio']:.3f}"
+            gratio = "-" if r["graph_ratio"] is None else f"{r['graph_ratio']:.3f}"
+            say(f"  {r['config']} ({r['kernel']}) {m}x{n}x{k}: ratio {r['ratio']:.3f} "
+                f"({r['ratio_min']:.3f}-{r['ratio_max']:.3f} over {runs} runs), kernel ratio {kratio}, graph ratio {gratio}")
     doc = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -406,8 +534,10 @@ def bench(
     }
     say(format_table(results))
     for label, s in doc["summary"].items():
-        say(f"{label}: geomean ratio {s['geomean_ratio']:.3f} (min {s['min_ratio']:.3f}), "
-            f"kernel geomean {s['geomean_kernel_ratio']:.3f} (min {s['min_kernel_ratio']:.3f}) over {s['shapes']} shapes")
+        say(f"{label}: geomean ratio {s['geomean_ratio']:.3f} (min {s['min_ratio']:.3f}) over {s['shapes']} shapes; "
+            f"kernel geomean {s['geomean_kernel_ratio']:.3f} (min {s['min_kernel_ratio']:.3f}) over "
+            f"{s['kernel_shapes']}; graph geomean {s['geomean_graph_ratio']:.3f} (min {s['min_graph_ratio']:.3f}) "
+            f"over {s['graph_shapes']}")
     if doc["host_overhead"] is not None:
         say(format_host_overhead(doc["host_overhead"]))
     if json_path is not None:

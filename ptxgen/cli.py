@@ -278,6 +278,7 @@ def cmd_bench(args) -> int:
             Path(args.json).write_text(json.dumps({"host_overhead": doc}, indent=2) + "\n")
         return 0
     bench(configs, chosen_shapes(args, DEFAULT_SHAPES), warmup=args.warmup, iters=args.iters, rounds=args.rounds,
+          runs=args.runs, graph=not args.no_graph,
           json_path=args.json, plot_path=args.plot, host=not args.no_host_overhead)
     return 0
 
@@ -354,8 +355,11 @@ def parser() -> argparse.ArgumentParser:
     be.add_argument("--half", choices=("report", "tune", "all"), default="report",
                     help="which half of --suite (default: report; tables are fitted on the tune half)")
     be.add_argument("--warmup", type=_count(0), default=10)
-    be.add_argument("--iters", type=_at_least_one, default=150,
-                    help="timed calls per side, in alternating rounds (50 left sub-ms shapes at +-5 %%)")
+    be.add_argument("--iters", type=_at_least_one, default=30,
+                    help="timed calls per side and run, in alternating rounds")
+    be.add_argument("--runs", type=_at_least_one, default=5,
+                    help="separate runs per shape (rows: the median over runs, and the lowest-highest ratio)")
+    be.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph-replayed timing of both sides")
     be.add_argument("--rounds", type=_at_least_one, default=None,
                     help="alternating rounds per side (default: one per call, A B B A ...; 5 was the method "
                          "of earlier tables: coarser rounds of several calls per side)")

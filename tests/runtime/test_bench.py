@@ -98,3 +98,78 @@ def test_cli_run_and_bench_default_to_chosen_config(monkeypatch):
     assert seen[0] is None
     configs, shapes, kw = seen[1]
     assert configs == [None] and shapes == bench.DEFAULT_SHAPES and kw["plot_path"] == "p.png" and kw["host"]
+
+
+def test_table_and_summary_of_staged_rows():
+    """A staged shape has no prepared launch: its cells print '-', the summary's kernel geomean skips it, and the
+    spread of the runs is shown."""
+    from ptxgen import bench
+
+    base = dict(config="auto", m=64, n=64, k=63, api_ms=0.02, torch_ms=0.01, api_tflops=1.0, rel_err_vs_torch=1e-3)
+    rows = [dict(base, kernel="h100_x", staged=True, prepared_ms=None, torch_kernel_ms=None, kernel_ratio=None,
+                 graph_ratio=None, ratio=0.5, ratio_min=0.4, ratio_max=0.6),
+            dict(base, kernel="h100_x", staged=False, prepared_ms=0.01, torch_kernel_ms=0.02, kernel_ratio=2.0,
+                 graph_ratio=1.5, ratio=2.0, ratio_min=1.9, ratio_max=2.1)]
+    table = bench.format_table(rows).splitlines()
+    assert "h100_x*" in table[2] and "0.400-0.600" in table[2] and table[2].split().count("-") == 4
+    assert "1.900-2.100" in table[3] and table[-1].startswith("* staged")
+    s = bench.summary(rows)["auto"]
+    assert s["geomean_ratio"] == pytest.approx(1.0) and s["kernel_shapes"] == 1 and s["geomean_kernel_ratio"] == 2.0
+    assert s["graph_shapes"] == 1 and s["min_graph_ratio"] == 1.5
+
+
+def test_time_graphs_reports_a_capture_failure(torch_mod, monkeypatch):
+    """A side whose capture raises gets None and its error text; the other side is still timed per call."""
+    from ptxgen import bench
+
+    class Graph:
+        def replay(self):
+            pass
+
+    class Capture:
+        def __init__(self, graph):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self):
+            pass
+
+        def elapsed_time(self, end):
+            return 2.0
+
+    def bad(i):
+        if capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    capturing = False
+
+    def good(i):
+        pass
+
+    class CaptureFlag(Capture):
+        def __enter__(self):
+            nonlocal capturing
+            capturing = True
+            return self
+
+        def __exit__(self, *exc):
+            nonlocal capturing
+            capturing = False
+            return False
+
+    monkeypatch.setattr(torch_mod.cuda, "CUDAGraph", Graph, raising=False)
+    monkeypatch.setattr(torch_mod.cuda, "graph", CaptureFlag, raising=False)
+    monkeypatch.setattr(torch_mod.cuda, "Event", Event)
+    monkeypatch.setattr(torch_mod.cuda, "synchronize", lambda: None)
+    out = bench.time_graphs({"api": bad, "torch": good}, 3, calls=4, replays=2)
+    assert out["api"] is None and "capturing" in out["api_error"]
+    assert out["torch"] == pytest.approx(0.5)  # 2 ms per replay of 4 calls
