@@ -2,7 +2,8 @@
 
 Usage (repository root, on a GPU machine)::
 
-    PYTHONPATH=$PWD python3 bench/first_call.py [--config NAME] [--shape 4096x4096x4096] [--warm-runs 3]
+    PYTHONPATH=$PWD python3 bench/first_call.py [--config NAME] [--shape 4096x4096x4096] [--warm-runs 5]
+                                                [--cold-runs 3] [--driver-cache]
                                                 [--json OUT.json]
 
 Each measurement is a new Python process (``subprocess``) that imports and
@@ -11,9 +12,11 @@ times ``import ptxgen`` + the first ``ptxgen.gemm(a, b)`` + synchronize (and,
 for comparison, a second call).  The cache directory is a fresh temporary
 ``PTXGEN_CACHE_DIR``:
 
-* ``cold``: empty cache (plan, IR, emit, driver JIT, store);
-* ``warm``: the same cache again, ``--warm-runs`` times (load the stored cubin);
-* ``no_cache``: ``PTXGEN_NO_CACHE=1`` (build and JIT, nothing stored).
+* ``first_process``: the machine's first child, reported apart (one-time costs of the machine: files read into
+  the page cache, the driver's JIT compiler loaded);
+* ``cold``: empty cache (plan, IR, emit, driver JIT, store), ``--cold-runs`` times, each with a new cache;
+* ``no_cache``: ``PTXGEN_NO_CACHE=1`` (build and JIT, nothing stored), alternating with ``cold``;
+* ``warm``: a filled cache, ``--warm-runs`` times (load the stored cubin).
 
 Every child runs with ``CUDA_CACHE_DISABLE=1`` unless ``--driver-cache``: the CUDA driver keeps its own JIT
 cache of PTX it compiled (``~/.nv/ComputeCache``), so without it every child after the first finds the PTX
@@ -84,7 +87,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="auto", help="config name, or auto (config=None; default)")
     ap.add_argument("--shape", default="4096x4096x4096")
-    ap.add_argument("--warm-runs", type=int, default=3)
+    ap.add_argument("--warm-runs", type=int, default=5)
+    ap.add_argument("--cold-runs", type=int, default=3, help="cold and no-cache children, alternating")
     ap.add_argument("--json", help="write the measurements here")
     ap.add_argument("--driver-cache", action="store_true",
                     help="leave the CUDA driver's own JIT cache on (default: CUDA_CACHE_DISABLE=1 in every child)")
@@ -95,14 +99,23 @@ def main() -> int:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for package in ("ptxgen", "emitters"):
         compileall.compile_dir(os.path.join(root, package), quiet=1)
+    env = {**os.environ}
+    env.pop("PTXGEN_NO_CACHE", None)
+    if not args.driver_cache:
+        env["CUDA_CACHE_DISABLE"] = "1"
+    # the machine's first process pays one-time costs (files into the page cache, the driver's JIT compiler
+    # library loaded): measured apart, then cold and no-cache alternate with a fresh empty cache each time
     with tempfile.TemporaryDirectory(prefix="ptxgen-first-call-") as cache:
-        env = {**os.environ, "PTXGEN_CACHE_DIR": cache}
-        env.pop("PTXGEN_NO_CACHE", None)
-        if not args.driver_cache:
-            env["CUDA_CACHE_DISABLE"] = "1"
-        cold = run_child(args.shape, args.config, env)
+        first = run_child(args.shape, args.config, {**env, "PTXGEN_CACHE_DIR": cache})
+    cold, no_cache = [], []
+    for _ in range(args.cold_runs):
+        with tempfile.TemporaryDirectory(prefix="ptxgen-first-call-") as cache:
+            cold.append(run_child(args.shape, args.config, {**env, "PTXGEN_CACHE_DIR": cache}))
+            no_cache.append(run_child(args.shape, args.config, {**env, "PTXGEN_CACHE_DIR": cache, "PTXGEN_NO_CACHE": "1"}))
+    with tempfile.TemporaryDirectory(prefix="ptxgen-first-call-") as cache:
+        env["PTXGEN_CACHE_DIR"] = cache
+        run_child(args.shape, args.config, env)  # fills the cache
         warm = [run_child(args.shape, args.config, env) for _ in range(args.warm_runs)]
-        no_cache = run_child(args.shape, args.config, {**env, "PTXGEN_NO_CACHE": "1"})
         if args.profile:
             print("==== profile: warm first call", file=sys.stderr)
             run_child(args.shape, args.config, env, args.profile)
@@ -110,15 +123,20 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="ptxgen-first-call-") as cache:
             print("==== profile: cold first call", file=sys.stderr)
             run_child(args.shape, args.config, {**env, "PTXGEN_CACHE_DIR": cache}, args.profile)
-    doc = {"shape": args.shape, "config": args.config, "cold": cold, "warm": warm, "no_cache": no_cache,
-           "warm_median_total_ms": statistics.median(w["total_ms"] for w in warm)}
+    median = lambda runs: statistics.median(r["total_ms"] for r in runs)  # noqa: E731
+    doc = {"shape": args.shape, "config": args.config, "driver_jit_cache": args.driver_cache,
+           "first_process": first, "cold": cold, "warm": warm, "no_cache": no_cache,
+           "cold_median_total_ms": median(cold), "warm_median_total_ms": median(warm),
+           "no_cache_median_total_ms": median(no_cache)}
     print(f"first call, {args.shape}, config {args.config} (import ptxgen + gemm + synchronize; torch already up)")
-    for label, r in [("cold (empty cache)", cold), *((f"warm #{i + 1}", w) for i, w in enumerate(warm)),
-                     ("PTXGEN_NO_CACHE=1", no_cache)]:
-        print(f"  {label:<20} total {r['total_ms']:8.1f} ms  (import {r['import_ms']:6.1f}, first call "
+    rows = [("machine's first process", first), *((f"cold #{i + 1}", r) for i, r in enumerate(cold)),
+            *((f"no cache #{i + 1}", r) for i, r in enumerate(no_cache)), *((f"warm #{i + 1}", w) for i, w in enumerate(warm))]
+    for label, r in rows:
+        print(f"  {label:<24} total {r['total_ms']:8.1f} ms  (import {r['import_ms']:6.1f}, first call "
               f"{r['first_call_synced_ms']:8.1f}; second call {r['second_call_synced_ms']:6.2f} ms; "
               f"rel err {r['rel_err']:.1e})")
-    print(f"  warm median total {doc['warm_median_total_ms']:.1f} ms")
+    print(f"  medians: cold {doc['cold_median_total_ms']:.1f} ms, PTXGEN_NO_CACHE=1 {doc['no_cache_median_total_ms']:.1f} ms, "
+          f"warm {doc['warm_median_total_ms']:.1f} ms")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)

@@ -55,7 +55,7 @@ for part in "$@"; do
     gemm) timeout 400 python3 -m ptxgen bench --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -22 ;;
     dual) timeout 300 python3 bench/dual_bench.py --json "$OUT/dual_bench.json" 2>&1 | tee "$OUT/dual_bench.log" ;;
     dualvar) timeout 300 python3 bench/dual_bench.py --shapes 4,5,6,7 ${DUAL_VARIANTS} 2>&1 | tee "$OUT/dual_variants.log" ;;
-    first) timeout 200 python3 bench/first_call.py --warm-runs 3 --json "$OUT/first_call.json" 2>&1 | tee "$OUT/first_call.txt" ;;
+    first) timeout 200 python3 bench/first_call.py --json "$OUT/first_call.json" 2>&1 | tee "$OUT/first_call.txt" ;;
     cublas) timeout 120 python3 bench/cublas_kernels.py --json "$OUT/cublas_kernels.json" 2>&1 | tee "$OUT/cublas_kernels.txt" ;;
     ncu) for s in ${NCU_SHAPES:-4096x576x7168}; do
            timeout 180 ncu --kernel-name regex:'ptxgen|nvjet' --section SpeedOfLight --section WarpStateStats \
