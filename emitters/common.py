@@ -66,12 +66,15 @@ def _watched_wait(lw: Lowering, op: ops.MbarrierWait, addr: str, phase: str, sem
     """The wait loop bounded by the kernel's watchdog budget (:mod:`ptxgen.ir.watchdog`).
 
     ``%globaltimer``: 64-bit ns timer (PTX ISA "Special registers"); ``atom.global.cas.b32`` claims the
-    record so exactly one thread writes it; every waiter also leaves on the abort flag.
+    record so exactly one thread writes it; every waiter also leaves on the abort flag.  A thread that leaves
+    by expiry or by the flag abandons: it clears ``wd_live``, so it skips every later arrive and TMA load (the
+    instrument pass guards them) and only falls through the rest of its waits.
     """
-    from ptxgen.ir.watchdog import UNBOUND, WORD
+    from ptxgen.ir.watchdog import LIVE, UNBOUND, WORD
 
     ptr = "%" + "watchdog_ptr"
-    top, done, abort = lw.label("wait"), lw.label("wait_done"), lw.label("wait_abort")
+    top, done = lw.label("wait"), lw.label("wait_done")
+    abort, abandon = lw.label("wait_abort"), lw.label("wait_abandon")
     t0, now = lw.tmp64(), lw.tmp64()
     p, q, flag = lw.pred(), lw.pred(), lw.tmp()
     lw.emit(f"mov.u64 {t0}, %globaltimer;  // watchdog: wait site {op.watch.site}")
@@ -80,7 +83,7 @@ def _watched_wait(lw: Lowering, op: ops.MbarrierWait, addr: str, phase: str, sem
     lw.emit(f"@{p} bra {done};")
     lw.emit(f"ld.volatile.global.u32 {flag}, [{ptr}];")
     lw.emit(f"setp.ne.u32 {q}, {flag}, 0;")
-    lw.emit(f"@{q} bra {done};  // another wait expired: fall through")
+    lw.emit(f"@{q} bra {abandon};  // another wait expired: abandon, fall through")
     lw.emit(f"mov.u64 {now}, %globaltimer;")
     lw.emit(f"sub.u64 {now}, {now}, {t0};")
     lw.emit(f"setp.lt.u64 {q}, {now}, {lw.kernel.watchdog_ns};")
@@ -90,20 +93,55 @@ def _watched_wait(lw: Lowering, op: ops.MbarrierWait, addr: str, phase: str, sem
     lw.emit(f"setp.ne.u32 {q}, {old}, 0;")
     lw.emit(f"@{q} bra {abort};")
     w = op.watch
-    lo, hi = lw.tmp(), lw.tmp()
+    lo, hi, state, slo, shi = lw.tmp(), lw.tmp(), lw.tmp64(), lw.tmp(), lw.tmp()
     lw.emit(f"mov.b64 {{{lo}, {hi}}}, {now};")
+    # the raw barrier word, for the record only (mbarrier state is opaque: PTX ISA "mbarrier")
+    lw.emit(f"ld.shared.b64 {state}, [{addr}];")
+    lw.emit(f"mov.b64 {{{slo}, {shi}}}, {state};")
     fields = {"site": lw.reg_const(w.site), "cta": "%cta",
               "rank": "%rank" if lw.kernel.cluster_size > 1 else lw.reg_const(0),
               "warp": "%warp", "lane": "%lane", "index": lw.reg(op.bar.index), "parity": phase,
               "tile": lw.reg(w.tile) if w.tile is not None else lw.reg_const(UNBOUND),
               "kblock": lw.reg(w.kblock) if w.kblock is not None else lw.reg_const(UNBOUND),
-              "elapsed_lo": lo, "elapsed_hi": hi}
+              "elapsed_lo": lo, "elapsed_hi": hi, "state_lo": slo, "state_hi": shi}
     for name, reg in fields.items():
         lw.emit(f"st.global.u32 [{ptr}+{4 * WORD[name]}], {reg};")
     lw.place(abort)
     one = lw.reg_const(1)
     lw.emit(f"st.volatile.global.u32 [{ptr}], {one};")
+    lw.place(abandon)
+    lw.emit(f"mov.u32 {lw.var(LIVE)}, 0;  // watchdog: abandoned, skip later arrives and TMA loads")
     lw.place(done)
+    lw.assigned()
+
+
+def watchdog_drain(lw: Lowering) -> None:
+    """The watched kernel's last lines (before ``ret``): a thread that abandoned a wait spins ``DRAIN_NS``.
+
+    A CTA must not exit while a TMA load still writes its shared memory and arrives on its barrier
+    (PTX ISA "cp.async.bulk.tensor": the copy is asynchronous; "mbarrier": complete_tx is its only completion
+    signal, and a broken barrier never reports it), so a bounded ``%globaltimer`` wait stands in.  Abandoned
+    threads issue no load; a live producer issues one only after a release that a consumer made before it
+    abandoned, and that consumer spins here from after that release, so every load had ``DRAIN_NS`` (three
+    orders of magnitude more than a load takes) before its CTA, and a multicast peer held by the teardown's
+    cluster barrier, exits.  wgmma and bulk stores need nothing here: the kernel's own ``wgmma.wait_group``
+    and ``cp.async.bulk.wait_group`` run, because abandoned threads fall through the same control flow.
+    """
+    from ptxgen.ir.watchdog import DRAIN_NS, LIVE
+
+    spin, skip = lw.label("drain"), lw.label("drain_done")
+    p, t0, now = lw.pred(), lw.tmp64(), lw.tmp64()
+    lw.lines.append("")
+    lw.comment(f"==== watchdog drain: a thread that abandoned a wait gives in-flight TMA loads {DRAIN_NS} ns")
+    lw.emit(f"setp.ne.u32 {p}, {lw.var(LIVE)}, 0;")
+    lw.emit(f"@{p} bra {skip};")
+    lw.emit(f"mov.u64 {t0}, %globaltimer;")
+    lw.place(spin)
+    lw.emit(f"mov.u64 {now}, %globaltimer;")
+    lw.emit(f"sub.u64 {now}, {now}, {t0};")
+    lw.emit(f"setp.lt.u64 {p}, {now}, {DRAIN_NS};")
+    lw.emit(f"@{p} bra {spin};")
+    lw.place(skip)
 
 
 def _coord(lw: Lowering, e) -> str:
