@@ -75,7 +75,7 @@ class DeadlockError(PtxgenError):
 
     Attributes:
         record: the decoded :class:`ptxgen.ir.watchdog.WatchdogRecord` (barrier, index, role, CTA, rank,
-            warp, lane, parity, tile, k-block, elapsed ns, raw barrier word, the plan's init count and tx bytes).
+            warp, lane, parity, tile, k-block, elapsed ns, the plan's init count and tx bytes).
     """
 
     def __init__(self, message: str, record=None):

@@ -12,12 +12,20 @@ The emitter (``emitters.common.mbarrier_wait``) lowers a watched wait as::
 
     t0 = %globaltimer                        // once, before the loop
     loop: try_wait.parity -> done
-          abort flag set (another thread expired) -> abandon
-          %globaltimer - t0 < budget -> loop
-          atom.cas claim 0 -> 1; the winner writes the record
-          abort flag = 1
-    abandon: live = 0                        (falls through)
+          %globaltimer - t0 >= budget -> expired
+          abort flag set (another wait expired) -> abandon
+          -> loop
+    expired: abort flag = 1
+          post t0 to the record's "oldest" word if older (CAS loop); spin SETTLE_NS
+          oldest is not mine -> abandon; atom.cas claim 0 -> 1 lost -> abandon
+          write the record
+    abandon: wd_live = 0                     (falls through)
     done:
+
+The record names the wait stuck longest (the nearest to the cause: with a full barrier that never
+completes, the consumers' wait on it started before the producer's knock-on wait on ``empty``), not
+whichever expired thread polled first: every waiter whose budget is spent posts its start and waits
+SETTLE_NS for the others to post theirs.
 
 After the first expiry every wait of every CTA falls through: the k-loops and tile loops are counted,
 ``bar.sync``/``barrier.cluster``/named barriers and the ``.aligned`` warp collectives are reached by the
@@ -43,15 +51,17 @@ not exit while asynchronous copies still write its shared memory or arrive on it
 
 The mbarrier state is opaque (PTX ISA "mbarrier": ``test_wait``/``try_wait`` only; no instruction reads the
 pending arrival count or the tx-count of a live barrier), so the record cannot say expected vs arrived
-bytes; it keeps the raw 64-bit word of the barrier (``ld.shared.b64``, for the curious: its layout is not
-documented) and the runtime prints the plan's per-phase expectation (init count, tx bytes) next to it.
+bytes; the runtime prints the plan's per-phase expectation (init count, tx bytes) instead.  (A plain
+``ld.shared.b64`` of the barrier word, tried on an H100, read 0 or leftover operand data for barriers
+with a pending arrival: the word in shared memory does not hold the live state.)
 Hardware facts: ``%globaltimer`` is a 64-bit nanosecond timer (PTX ISA "Special registers: %globaltimer");
 ``atom.global.cas.b32`` (PTX ISA "atom").
 
 Record layout (u32 words, :data:`FIELDS`): abort flag, claim, wait site, CTA
 (``%ctaid.x``), cluster rank, warp, lane, barrier index, expected parity,
 ``t`` and ``kb`` (:data:`UNBOUND` when not bound at that wait), elapsed ns
-(low, high), the raw barrier word (low, high).
+(low, high), and ``oldest``: the start of the oldest expired wait
+(``%globaltimer >> 8``, low 32 bits; compared modulo 2^32).
 """
 
 from __future__ import annotations
@@ -67,7 +77,7 @@ from .rewrite import rewrite_body
 PARAM: tuple[str, str] = ("watchdog_ptr", "u64")
 #: u32 words of the record, in order
 FIELDS: tuple[str, ...] = ("abort", "claim", "site", "cta", "rank", "warp", "lane", "index", "parity",
-                           "tile", "kblock", "elapsed_lo", "elapsed_hi", "state_lo", "state_hi")
+                           "tile", "kblock", "elapsed_lo", "elapsed_hi", "oldest")
 WORD = {name: i for i, name in enumerate(FIELDS)}
 RECORD_WORDS = 16
 RECORD_BYTES = 4 * RECORD_WORDS
@@ -80,6 +90,9 @@ GUARDED: tuple[type, ...] = (MbarrierArrive, MbarrierArriveExpectTx, TmaLoad, Um
 #: after an abort, every thread spins this long (ns of %globaltimer) before it exits, so the TMA loads issued
 #: before the abort land while the CTA is alive; a load takes microseconds, this is three orders more
 DRAIN_NS = 1_000_000
+#: an expired waiter waits this long (ns) for the other expired waiters to post their start times, so the
+#: oldest one writes the record (see ``emitters.common``); a waiter notices its expiry within one poll
+SETTLE_NS = 1_000_000
 
 
 def instrument(kernel: Kernel, budget_ns: int) -> Kernel:
@@ -133,7 +146,6 @@ class WatchdogRecord:
         parity: the phase parity it waited for.
         tile, kblock: ``t`` and ``kb`` at the wait, None when not bound there.
         elapsed_ns: how long it had waited.
-        state: the raw 64-bit barrier word at expiry (opaque: PTX documents no layout).
         init, tx_bytes: the plan's expectation for one phase of that barrier in that CTA (arrival count,
             transaction bytes); None when the table does not carry it.
     """
@@ -150,7 +162,6 @@ class WatchdogRecord:
     tile: int | None
     kblock: int | None
     elapsed_ns: int
-    state: int = 0
     init: int | None = None
     tx_bytes: int | None = None
 
@@ -162,8 +173,7 @@ class WatchdogRecord:
             plan = f"; the plan expects {self.init} arrival(s)" + (f" and {self.tx_bytes} tx bytes"
                                                                    if self.tx_bytes else "") + " per phase"
         return (f"{self.role} on {self.barrier}[{self.index}] waiting for parity {self.parity}: {where}"
-                f"{', ' + tk if tk else ''}; no progress for {self.elapsed_ns / 1e6:.1f} ms{plan}"
-                f" (raw barrier word {self.state:#018x})")
+                f"{', ' + tk if tk else ''}; no progress for {self.elapsed_ns / 1e6:.1f} ms{plan}")
 
 
 def decode(words, table: dict) -> WatchdogRecord | None:
@@ -193,9 +203,8 @@ def decode(words, table: dict) -> WatchdogRecord | None:
     return WatchdogRecord(site=site, barrier=bar, role=role, index=w[WORD["index"]], parity=w[WORD["parity"]],
                           cta=w[WORD["cta"]], rank=rank, warp=w[WORD["warp"]], lane=w[WORD["lane"]],
                           tile=opt("tile"), kblock=opt("kblock"),
-                          elapsed_ns=w[WORD["elapsed_lo"]] | (w[WORD["elapsed_hi"]] << 32),
-                          state=w[WORD["state_lo"]] | (w[WORD["state_hi"]] << 32), init=init, tx_bytes=tx)
+                          elapsed_ns=w[WORD["elapsed_lo"]] | (w[WORD["elapsed_hi"]] << 32), init=init, tx_bytes=tx)
 
 
 __all__ = ["PARAM", "FIELDS", "RECORD_WORDS", "RECORD_BYTES", "UNBOUND", "DEFAULT_BUDGET_NS", "LIVE", "GUARDED",
-           "DRAIN_NS", "instrument", "WatchdogRecord", "decode"]
+           "DRAIN_NS", "SETTLE_NS", "instrument", "WatchdogRecord", "decode"]

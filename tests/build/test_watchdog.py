@@ -21,7 +21,8 @@ from ptxgen.errors import ConfigError, DeadlockError, PtxgenError, SimError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Var
 from ptxgen.ir.rewrite import rewrite
-from ptxgen.ir.watchdog import DRAIN_NS, FIELDS, GUARDED, LIVE, PARAM, RECORD_WORDS, UNBOUND, WORD, decode, instrument
+from ptxgen.ir.watchdog import (DRAIN_NS, FIELDS, GUARDED, LIVE, PARAM, RECORD_WORDS, SETTLE_NS, UNBOUND, WORD, decode,
+                                instrument)
 from ptxgen.plan import make_plan
 from ptxgen.runtime.watchdog import raise_if_expired
 from ptxgen.check.sim import simulate
@@ -177,7 +178,8 @@ def test_abandoned_threads_stop_producing(name):
     assert unguarded(plain.ptx)  # the check sees the shipped kernel's arrives and loads
     assert unguarded(watched.ptx) == []
     n_waits = len(watched.kernel.wait_sites)
-    assert watched.ptx.count(f"mov.u32 %{LIVE}, 0;") == watched.ptx.count("$WAIT_ABANDON") // 2 == n_waits
+    abandon_labels = re.findall(r"^\$WAIT_ABANDON_\d+:$", watched.ptx, re.MULTILINE)
+    assert watched.ptx.count(f"mov.u32 %{LIVE}, 0;") == len(abandon_labels) == n_waits
     assert watched.ptx.count(f"mov.u32 %{LIVE}, 1;") == 1
     guarded = [op for op in O.walk(plain.kernel.body) if isinstance(op, GUARDED)]
     ifs = [op for op in O.walk(watched.kernel.body) if isinstance(op, O.If) and op.cond == Var(LIVE)]
@@ -219,18 +221,17 @@ def test_drain_check_sees_a_planted_missing_drain():
     assert not any(ln.endswith(f", {DRAIN_NS};") for ln in drain_block(cut))
 
 
-def test_record_decodes_raw_word_and_plan_expectation():
+def test_record_decodes_the_plan_expectation():
     table = build("h100_128x256", watchdog_ns=BUDGET).launch.extra["watchdog"]
     assert table["drain_ns"] == DRAIN_NS
     sites = [tuple(s) for s in table["sites"]]
     w = [0] * RECORD_WORDS
     for f, v in {"claim": 1, "site": sites.index(("empty", "producer_acquire")), "rank": 1, "index": 2,
-                 "state_lo": 0xDEAD, "state_hi": 0x8000_0001, "tile": UNBOUND, "kblock": UNBOUND}.items():
+                 "tile": UNBOUND, "kblock": UNBOUND}.items():
         w[WORD[f]] = v
     r = decode(w, table)
     init, tx = table["barriers"]["empty"]
-    assert (r.state, r.init, r.tx_bytes) == (0x8000_0001_0000_DEAD, init[1], tx)
-    assert "raw barrier word 0x800000010000dead" in r.describe()
+    assert (r.init, r.tx_bytes) == (init[1], tx)
     assert f"the plan expects {init[1]} arrival(s) per phase" in r.describe()
     w[WORD["site"]] = sites.index(("full", "consumer_wait"))
     full_init, full_tx = table["barriers"]["full"]
@@ -265,3 +266,33 @@ def test_gpu_plants_hang_in_the_simulator():
         found = set(re.findall(r"MbarrierWait \((\w+)\) for the phase of parity \d of (\w+)\[", str(info.value)))
         assert {(bar, role) for role, bar in found} & names, (case, str(info.value)[:400])
         assemble(emit(instrument(kernel, BUDGET)), "sm_90a")
+
+
+def oldest_wins_problems(ptx: str) -> list[str]:
+    """Each claim of the record (``atom.cas`` on the claim word) must come after the settle spin (SETTLE_NS) and
+    the check that this wait posted the oldest start; returns what is missing, per claim."""
+    lines = [ln.strip() for ln in ptx.splitlines()]
+    claim, oldest = f"[%watchdog_ptr+{4 * WORD['claim']}], 0, 1;", f"[%watchdog_ptr+{4 * WORD['oldest']}]"
+    problems = []
+    for i, ln in enumerate(lines):
+        if not (ln.startswith("atom.global.cas.b32") and ln.endswith(claim)):
+            continue
+        before = lines[max(0, i - 12):i]
+        if not any(b.startswith("setp.lt.u64") and b.endswith(f", {SETTLE_NS};") for b in before):
+            problems.append(f"line {i + 1}: no settle spin before the claim")
+        if not any(b.startswith("ld.volatile.global.u32") and b.endswith(f"{oldest};") for b in before):
+            problems.append(f"line {i + 1}: the oldest start is not read before the claim")
+    return problems
+
+
+def test_record_is_written_by_the_oldest_expired_wait():
+    """Every wait's claim follows the settle and the oldest-start check; the post is a CAS loop on ``oldest``."""
+    ptx = build("h100_128x128", watchdog_ns=BUDGET).ptx
+    n = len(build("h100_128x128", watchdog_ns=BUDGET).kernel.wait_sites)
+    oldest = f"[%watchdog_ptr+{4 * WORD['oldest']}]"
+    assert ptx.count("atom.global.cas.b32") == 2 * n
+    assert sum(1 for ln in ptx.splitlines() if "atom.global.cas.b32" in ln and oldest in ln) == n
+    assert oldest_wins_problems(ptx) == [] and ptx.count("// watchdog: wait site") == n
+    assert 0 < SETTLE_NS < BUDGET and WORD["oldest"] < RECORD_WORDS
+    planted = ptx.replace(f", {SETTLE_NS};", ", 0;")  # planted: no settle (the first poller would win)
+    assert len(oldest_wins_problems(planted)) == n
