@@ -21,7 +21,7 @@ from ptxgen.ir import ops
 
 from ptxgen.ir.legalize import legalize
 
-from .common import COMMON
+from .common import COMMON, watchdog_drain
 from .core import SREG_REGS, Lowering
 from .tcgen05 import TCGEN05
 from .wgmma import WGMMA
@@ -47,6 +47,8 @@ def emit(kernel) -> str:
     kernel = legalize(kernel)
     lw = Lowering(kernel=kernel, table=TABLES[kernel.arch], hoist_bases=hoist_bases(kernel))
     lw.body(kernel.body)
+    if kernel.watchdog_ns:
+        watchdog_drain(lw)
     return _template().render(
         k=kernel, ptx_version=PTX_ISA_VERSION[kernel.arch],
         tensor_maps=[n for n, kind in kernel.params if kind == "tensor_map"],

@@ -65,13 +65,22 @@ def mbarrier_wait(lw: Lowering, op: ops.MbarrierWait) -> None:
 def _watched_wait(lw: Lowering, op: ops.MbarrierWait, addr: str, phase: str, sem: str) -> None:
     """The wait loop bounded by the kernel's watchdog budget (:mod:`ptxgen.ir.watchdog`).
 
-    ``%globaltimer``: 64-bit ns timer (PTX ISA "Special registers"); ``atom.global.cas.b32`` claims the
-    record so exactly one thread writes it; every waiter also leaves on the abort flag.
+    ``%globaltimer``: 64-bit ns timer (PTX ISA "Special registers"); ``atom.global.cas.b32`` (PTX ISA "atom").
+    A thread leaves by the abort flag (another wait expired) while its own wait is younger than the budget;
+    once its own budget is spent it competes for the record: it sets the flag, posts its start time to the
+    record's ``oldest`` word (a CAS loop keeps the oldest, compared modulo 2^32 in 256 ns units), waits
+    ``SETTLE_NS`` for the other expired waiters to post theirs, and writes the record only if its start is the
+    oldest (ties: the CAS on ``claim``).  So the record names the wait that has been stuck longest, the one
+    nearest the cause, not whichever thread's poll came first.  Either way the thread abandons: it clears
+    ``wd_live``, so it skips every later arrive and TMA load (the instrument pass guards them) and only falls
+    through the rest of its waits.
     """
-    from ptxgen.ir.watchdog import UNBOUND, WORD
+    from ptxgen.ir.watchdog import LIVE, SETTLE_NS, UNBOUND, WORD
 
     ptr = "%" + "watchdog_ptr"
-    top, done, abort = lw.label("wait"), lw.label("wait_done"), lw.label("wait_abort")
+    top, done, expired = lw.label("wait"), lw.label("wait_done"), lw.label("wait_expired")
+    post, post_cas, abandon = lw.label("wait_post"), lw.label("wait_post_cas"), lw.label("wait_abandon")
+    settle, settle_spin = lw.label("wait_settle"), lw.label("wait_settle_spin")
     t0, now = lw.tmp64(), lw.tmp64()
     p, q, flag = lw.pred(), lw.pred(), lw.tmp()
     lw.emit(f"mov.u64 {t0}, %globaltimer;  // watchdog: wait site {op.watch.site}")
@@ -79,16 +88,47 @@ def _watched_wait(lw: Lowering, op: ops.MbarrierWait, addr: str, phase: str, sem
     lw.emit(f"mbarrier.try_wait.parity{sem}.shared::cta.b64 {p}, [{addr}], {phase};")
     lw.emit(f"@{p} bra {done};")
     lw.emit(f"ld.volatile.global.u32 {flag}, [{ptr}];")
-    lw.emit(f"setp.ne.u32 {q}, {flag}, 0;")
-    lw.emit(f"@{q} bra {done};  // another wait expired: fall through")
     lw.emit(f"mov.u64 {now}, %globaltimer;")
     lw.emit(f"sub.u64 {now}, {now}, {t0};")
     lw.emit(f"setp.lt.u64 {q}, {now}, {lw.kernel.watchdog_ns};")
+    lw.emit(f"@!{q} bra {expired};")
+    lw.emit(f"setp.eq.u32 {q}, {flag}, 0;")
     lw.emit(f"@{q} bra {top};")
-    old = lw.tmp()
-    lw.emit(f"atom.global.cas.b32 {old}, [{ptr}+{4 * WORD['claim']}], 0, 1;")
-    lw.emit(f"setp.ne.u32 {q}, {old}, 0;")
-    lw.emit(f"@{q} bra {abort};")
+    lw.emit(f"bra {abandon};  // another wait expired: abandon, fall through")
+    lw.place(expired)
+    one = lw.reg_const(1)
+    lw.emit(f"st.volatile.global.u32 [{ptr}], {one};  // abort flag: every other waiter abandons")
+    key, key64, old, diff, got = lw.tmp(), lw.tmp64(), lw.tmp(), lw.tmp(), lw.tmp()
+    lw.emit(f"shr.u64 {key64}, {t0}, 8;")
+    lw.emit(f"cvt.u32.u64 {key}, {key64};")
+    lw.emit(f"max.u32 {key}, {key}, 1;  // 0 is the empty word")
+    oldest = f"[{ptr}+{4 * WORD['oldest']}]"
+    lw.place(post)
+    lw.emit(f"ld.volatile.global.u32 {old}, {oldest};")
+    lw.emit(f"setp.eq.u32 {q}, {old}, 0;")
+    lw.emit(f"@{q} bra {post_cas};")
+    lw.emit(f"sub.u32 {diff}, {key}, {old};")
+    lw.emit(f"setp.lt.s32 {q}, {diff}, 0;  // this wait started before the posted one")
+    lw.emit(f"@!{q} bra {settle};")
+    lw.place(post_cas)
+    lw.emit(f"atom.global.cas.b32 {got}, {oldest}, {old}, {key};")
+    lw.emit(f"setp.ne.u32 {q}, {got}, {old};")
+    lw.emit(f"@{q} bra {post};")
+    lw.place(settle)
+    t1, dt = lw.tmp64(), lw.tmp64()
+    lw.emit(f"mov.u64 {t1}, %globaltimer;")
+    lw.place(settle_spin)
+    lw.emit(f"mov.u64 {dt}, %globaltimer;")
+    lw.emit(f"sub.u64 {dt}, {dt}, {t1};")
+    lw.emit(f"setp.lt.u64 {q}, {dt}, {SETTLE_NS};")
+    lw.emit(f"@{q} bra {settle_spin};")
+    lw.emit(f"ld.volatile.global.u32 {old}, {oldest};")
+    lw.emit(f"setp.ne.u32 {q}, {old}, {key};")
+    lw.emit(f"@{q} bra {abandon};  // an older wait expired too: it writes the record")
+    claim = lw.tmp()
+    lw.emit(f"atom.global.cas.b32 {claim}, [{ptr}+{4 * WORD['claim']}], 0, 1;")
+    lw.emit(f"setp.ne.u32 {q}, {claim}, 0;")
+    lw.emit(f"@{q} bra {abandon};")
     w = op.watch
     lo, hi = lw.tmp(), lw.tmp()
     lw.emit(f"mov.b64 {{{lo}, {hi}}}, {now};")
@@ -100,10 +140,39 @@ def _watched_wait(lw: Lowering, op: ops.MbarrierWait, addr: str, phase: str, sem
               "elapsed_lo": lo, "elapsed_hi": hi}
     for name, reg in fields.items():
         lw.emit(f"st.global.u32 [{ptr}+{4 * WORD[name]}], {reg};")
-    lw.place(abort)
-    one = lw.reg_const(1)
-    lw.emit(f"st.volatile.global.u32 [{ptr}], {one};")
+    lw.place(abandon)
+    lw.emit(f"mov.u32 {lw.var(LIVE)}, 0;  // watchdog: abandoned, skip later arrives and TMA loads")
     lw.place(done)
+    lw.assigned()
+
+
+def watchdog_drain(lw: Lowering) -> None:
+    """The watched kernel's last lines (before ``ret``): a thread that abandoned a wait spins ``DRAIN_NS``.
+
+    A CTA must not exit while a TMA load still writes its shared memory and arrives on its barrier
+    (PTX ISA "cp.async.bulk.tensor": the copy is asynchronous; "mbarrier": complete_tx is its only completion
+    signal, and a broken barrier never reports it), so a bounded ``%globaltimer`` wait stands in.  Abandoned
+    threads issue no load; a live producer issues one only after a release that a consumer made before it
+    abandoned, and that consumer spins here from after that release, so every load had ``DRAIN_NS`` (three
+    orders of magnitude more than a load takes) before its CTA, and a multicast peer held by the teardown's
+    cluster barrier, exits.  wgmma and bulk stores need nothing here: the kernel's own ``wgmma.wait_group``
+    and ``cp.async.bulk.wait_group`` run, because abandoned threads fall through the same control flow.
+    """
+    from ptxgen.ir.watchdog import DRAIN_NS, LIVE
+
+    spin, skip = lw.label("drain"), lw.label("drain_done")
+    p, t0, now = lw.pred(), lw.tmp64(), lw.tmp64()
+    lw.lines.append("")
+    lw.comment(f"==== watchdog drain: a thread that abandoned a wait gives in-flight TMA loads {DRAIN_NS} ns")
+    lw.emit(f"setp.ne.u32 {p}, {lw.var(LIVE)}, 0;")
+    lw.emit(f"@{p} bra {skip};")
+    lw.emit(f"mov.u64 {t0}, %globaltimer;")
+    lw.place(spin)
+    lw.emit(f"mov.u64 {now}, %globaltimer;")
+    lw.emit(f"sub.u64 {now}, {now}, {t0};")
+    lw.emit(f"setp.lt.u64 {p}, {now}, {DRAIN_NS};")
+    lw.emit(f"@{p} bra {spin};")
+    lw.place(skip)
 
 
 def _coord(lw: Lowering, e) -> str:

@@ -70,11 +70,12 @@ class SetupError(PtxgenError):
 class DeadlockError(PtxgenError):
     """The hang watchdog (``PTXGEN_WATCHDOG``) saw an mbarrier wait make no progress within its budget.
 
-    The launch was abandoned (every wait fell through; D holds garbage) and the CUDA context stays usable.
+    The launch was abandoned (every wait fell through, no thread arrived or started a TMA load after it, the
+    loads in flight were given time to land before exit; D holds garbage) and the CUDA context stays usable.
 
     Attributes:
         record: the decoded :class:`ptxgen.ir.watchdog.WatchdogRecord` (barrier, index, role, CTA, rank,
-            warp, lane, parity, tile, k-block, elapsed ns).
+            warp, lane, parity, tile, k-block, elapsed ns, the plan's init count and tx bytes).
     """
 
     def __init__(self, message: str, record=None):

@@ -63,6 +63,27 @@ def _current_stream(ordinal: int) -> int:
     return current_stream(ordinal)
 
 
+#: what usually stops a phase, by the waiting role (WaitRole.is_consumer / is_producer)
+_CAUSES = {
+    "consumer": "its producer did not complete the phase: an arrival missing (init count above the arrivals, a "
+                "dropped commit), expect_tx bytes unequal to what the TMA loads deliver, a dropped load, or a "
+                "cluster peer's multicast half that never came",
+    "producer": "the consumers did not release the stage: a dropped or misplaced release arrive, an init count "
+                "above the releasers, or a cluster peer that stopped consuming",
+    "other": "check that barrier's init count, arrivals and tx bytes",
+}
+
+
+def _cause(role: str) -> str:
+    from ptxgen.ir.ops import WaitRole
+
+    try:
+        r = WaitRole(role)
+    except ValueError:
+        return _CAUSES["other"]
+    return _CAUSES["consumer" if r.is_consumer else "producer" if r.is_producer else "other"]
+
+
 def raise_if_expired(words: Sequence[int], table: dict, name: str) -> None:
     """Raise :class:`DeadlockError` when the record ``words`` (u32 values) is set; else return.
 
@@ -74,6 +95,6 @@ def raise_if_expired(words: Sequence[int], table: dict, name: str) -> None:
         return
     raise DeadlockError(
         f"{name}: hang watchdog (PTXGEN_WATCHDOG={table['budget_ns']} ns): {record.describe()}. "
-        "The launch was abandoned (every mbarrier wait fell through, so the output is garbage); "
-        "the CUDA context is still usable. Check that barrier's init count, arrivals and tx bytes "
-        "(`ptxgen check` runs the simulator on the same IR).", record)
+        f"Likely cause: {_cause(record.role)}. The launch was abandoned (every mbarrier wait fell through, "
+        "arrives and TMA loads stopped, loads in flight drained; the output is garbage); the CUDA context is "
+        "still usable. `ptxgen check` runs the simulator on the same IR.", record)
