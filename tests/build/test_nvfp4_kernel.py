@@ -57,10 +57,16 @@ def test_plan_numbers(name):
     assert p.mma.idesc == descriptors.umma_idesc_mxf4nvf4(128 * cg, 128) == (0x08200480 if cg == 1 else 0x10200480)
     # operand stages: 128 B rows of packed e2m1; B halves with cta_group::2; each scale tile 4 atoms of 512 B
     assert p.loads.operand("a").load_bytes == 128 * 128 and p.loads.operand("b").load_bytes == 128 * 128 // cg
-    assert all(s.load_bytes == 2048 and s.box_rows == 16 for s in p.loads.scale_operands)
+    # SFA: the CTA's own 2048 B; SFB1/SFB2: 2048 B land in every CTA, a pair's CTA loads half and multicasts it
+    sfa, sfb, sfb2 = p.loads.scale_operands
+    assert (sfa.load_bytes, sfa.box_rows, sfa.multicast) == (2048, 16, 0)
+    assert all((s.load_bytes, s.box_rows, s.multicast) == (2048 // cg, 16 // cg, 0b11 if cg == 2 else 0)
+               for s in (sfb, sfb2))
+    assert all(s.region.slot_bytes == 2048 for s in p.loads.scale_operands) and p.scales.stage_lines == 16
     # tx bytes count the scale tiles: both CTAs' loads land on the leader's full barrier with 2-SM TMA
-    assert p.loads.load_bytes == 128 * 128 + 2 * 128 * 128 // cg + 3 * 2048
-    assert p.loads.full_tx_bytes == p.loads.load_bytes * cg
+    assert p.loads.load_bytes == 128 * 128 + 2 * 128 * 128 // cg + 2048 + 2 * 2048 // cg
+    assert p.loads.expect_tx_bytes == 128 * 128 + 2 * 128 * 128 // cg + 3 * 2048
+    assert p.loads.full_tx_bytes == p.full.tx_bytes == p.loads.expect_tx_bytes * cg
     # TMEM: two 128-column accumulators, then 3 x 16 scale columns; 512 allocated (a power of two)
     assert [s.tmem_col for s in p.loads.scale_operands] == [256, 272, 288] and p.tmem.cols == 512
     assert [(m.acc, m.b, m.sfa, m.sfb) for m in p.mma.streams] == [(0, "b", "sfa", "sfb"), (1, "b2", "sfa", "sfb2")]
@@ -85,3 +91,36 @@ def test_issuer_copies_scales_before_the_block_scaled_mmas(name):
     mmas = seq[first_copy + 12:first_copy + 20]
     assert {m.scale_vec for m in mmas} == {"block16"} and {m.cta_group for m in mmas} == {kernel.cta_group}
     assert {c.desc_hi for c in seq[first_copy:first_copy + 12]} == {descriptors.sf_copy_desc_hi()}
+
+
+def test_pair_loads_half_of_each_sfb_and_multicasts_it():
+    """nvfp4_dual_256x128: each CTA moves half the B scale bytes of the 1-CTA kernel (1024 of 2048 B per tile and
+    stage), to the same slot offset in both CTAs (rank x 1024), from its half of the lines (rank x 8); what lands
+    in each CTA, and so its expect_tx, is unchanged."""
+    from ptxgen.build import build
+
+    one, pair = (make_plan(load_config(n)) for n in NVFP4)
+    for nm in ("sfb", "sfb2"):
+        assert 2 * pair.loads.operand(nm).load_bytes == one.loads.operand(nm).load_bytes == 2048
+    assert one.loads.load_bytes - pair.loads.load_bytes == 2 * 128 * 128 // 2 + 2 * 1024  # B halves + SFB halves
+    assert pair.loads.expect_tx_bytes - pair.loads.load_bytes == 2 * 1024  # the peer's multicast halves
+    loads = {op.tensor: op for op in O.walk(build(NVFP4[1]).kernel.body) if isinstance(op, O.TmaLoad)}
+    for nm in ("sfb", "sfb2"):
+        op = loads[nm]
+        assert op.multicast == 0b11 and op.two_sm
+        assert "%rank * 1024" in op.describe() and "%rank * 8" in op.describe()
+    assert loads["sfa"].multicast == 0 and "%rank" not in loads["sfa"].describe()
+    maps = build(NVFP4[1]).launch.tensor_maps
+    assert maps["sfb"].box_bytes == maps["sfb2"].box_bytes == 1024 and maps["sfa"].box_bytes == 2048
+
+
+@pytest.mark.compile
+def test_pair_sfb_multicast_reaches_the_sass():
+    """ptxas keeps the multicast: one ``UTMALDG.2D.MULTICAST.2CTA`` per B scale tile in the pair, none in 1-CTA."""
+    pytest.importorskip("cuda.pathfinder", reason="assembler wheels (pip install .[cuda]) are not installed")
+    from ptxgen.assemble import assemble
+    from ptxgen.build import build
+
+    one, pair = (assemble(build(n).ptx, "sm_100a", sass=True) for n in NVFP4)
+    assert pair.count("UTMALDG.2D.MULTICAST.2CTA") == 2 and pair.count("UTMALDG") == 6
+    assert one.count("MULTICAST") == 0 and one.count("UTMALDG") == 6

@@ -192,9 +192,12 @@ def compare(fam: Family, ours: Constants, cute: Constants, ref) -> list[Row]:
         why_diff=f"per CTA and operand equal ({parts})"
                  + ("; ours arms per CTA, CuTe's leader arms the pair once (x2)" if fam.cta_group == 2 else ""))
     cute_mc = 1 if nv and fam.cta_group == 2 else 0
-    row("TMA multicast loads", ours.tma_multicast, cute.tma_multicast, ours.tma_multicast == cute.tma_multicast == 0,
-        expected_diff=ours.tma_multicast == 0 and cute.tma_multicast == cute_mc == 1,
-        why_diff="CuTe loads half of SFB per CTA and multicasts it to the pair; ours loads all of it in each CTA")
+    want_mc = cute_mc * fam.accumulators  # one multicast load per B scale tile
+    row("TMA multicast loads", ours.tma_multicast, cute.tma_multicast,
+        ours.tma_multicast == cute.tma_multicast == cute_mc == want_mc,
+        "each CTA loads half of SFB and multicasts it to the pair" if cute_mc else "",
+        expected_diff=cute.tma_multicast == cute_mc == 1 and ours.tma_multicast == want_mc,
+        why_diff="both load half of each SFB per CTA and multicast it to the pair; ours has SFB1 and SFB2 (dual GEMM)")
     if fam.cta_group == 2:
         row("cluster barrier before paired alloc", ours.cluster_wait_before_alloc, cute.cluster_wait_before_alloc,
             ours.cluster_wait_before_alloc and cute.cluster_wait_before_alloc)
