@@ -99,8 +99,12 @@ class MmaPlan:
     b: str
     sfa: str = ""
     sfb: str = ""
+    collector: str = ""
 
     # sfa, sfb: the scale-factor operands of a block-scaled MMA (NVFP4), "" for a plain one.
+    # collector: the stream's ``.collector::a::*`` usage (PTX ISA "tcgen05.mma"), "" for none: in an NVFP4 dual GEMM
+    # the B1 MMA fills the collector buffer with the A slice and the B2 MMA on the same A slice, issued right after
+    # it, reads A from there (``lastuse``); the ISA allows the qualifier on the block-scaled kinds with A in smem.
 
 
 WORKSPACE_PARAM = ("workspace", "u64")  # the split-K kernels' extra parameter (after ``k``)
@@ -661,7 +665,9 @@ def _mma_plan(cfg: Config, f: _Basics, roles: RolesPlan) -> MmaIssuePlan:
         desc_hi = descriptors.wgmma_smem_desc_hi(sbo_bytes=SWIZZLE_ATOM_BYTES)
     a_wave_bytes = wave_rows * f.row_bytes
     sf_of = {of: nm for nm, of in f.sf_names}
-    streams = tuple(MmaPlan(i, "a", nm, sf_of.get("a", ""), sf_of.get(nm, "")) for i, nm in enumerate(f.b_names))
+    collector = ("fill", "lastuse") if f.nvfp4 and f.sm100 and len(f.b_names) == 2 else ("",) * len(f.b_names)
+    streams = tuple(MmaPlan(i, "a", nm, sf_of.get("a", ""), sf_of.get(nm, ""), col)
+                    for i, (nm, col) in enumerate(zip(f.b_names, collector)))
     # throttle (level 8): idle after each commit so MMA busy time is tc_util_percent of the k-block
     pct = cfg.mma.tc_util_percent
     mma_cycles = 2 * TMEM_LANES * t.block_n * t.block_k * m_waves / SM100_FLOPS_PER_CYCLE

@@ -162,7 +162,7 @@ class UmmaIssuer:
             return Umma(d, a_lo, b_lo, accumulate, idesc=p.mma.idesc, a_hi=a.desc_hi, b_hi=b.desc_hi)
         sf = {nm: fold(TMEM + (p.loads.operand(nm).tmem_col + ks * p.scales.cols_per_atom)) for nm in (mma.sfa, mma.sfb)}
         return UmmaBlockScaled(d, a_lo, b_lo, sf[mma.sfa], sf[mma.sfb], accumulate, p.mma.idesc, a.desc_hi, b.desc_hi,
-                               p.roles.cta_group, scale_vec=p.scales.vec)
+                               p.roles.cta_group, scale_vec=p.scales.vec, collector=mma.collector)
 
     def kblock(self) -> list:
         """consumer_wait on ``full``, scale copies (NVFP4), the MMAs of every stream, M-wave and k-step, consumer_release by commit."""

@@ -124,3 +124,46 @@ def test_pair_sfb_multicast_reaches_the_sass():
     one, pair = (assemble(build(n).ptx, "sm_100a", sass=True) for n in NVFP4)
     assert pair.count("UTMALDG.2D.MULTICAST.2CTA") == 2 and pair.count("UTMALDG") == 6
     assert one.count("MULTICAST") == 0 and one.count("UTMALDG") == 6
+
+
+@pytest.mark.parametrize("name", NVFP4)
+def test_b2_mma_reads_a_from_the_collector_the_b1_mma_filled(name):
+    """Per M-wave and k-step the B1 MMA carries ``.collector::a::fill`` and the B2 MMA right after it, on the same A
+    slice, ``.collector::a::lastuse`` (PTX ISA "tcgen05.mma"); the emitted PTX spells them in that order."""
+    import re
+
+    from ptxgen.build import build
+
+    p = make_plan(load_config(name))
+    assert [(m.b, m.collector) for m in p.mma.streams] == [("b", "fill"), ("b2", "lastuse")]
+    res = build(name)
+    mmas = [op for op in O.walk(res.kernel.body) if isinstance(op, O.UmmaBlockScaled)]
+    assert [op.collector for op in mmas] == ["fill", "lastuse"] * p.mma.k_steps * p.mma.m_waves
+    for fill, last in zip(mmas[::2], mmas[1::2]):
+        assert fill.a_lo == last.a_lo and fill.b_lo != last.b_lo and fill.sfa == last.sfa
+    emitted = re.findall(r"^\s*tcgen05\.mma\S*", res.ptx, re.M)
+    assert [e.strip().rsplit(".", 1)[-1] for e in emitted] == ["collector::a::fill", "collector::a::lastuse"] * 4
+
+
+def test_no_collector_outside_the_nvfp4_dual_gemm():
+    from ptxgen.config import shipped_configs
+
+    for name in shipped_configs():
+        if not name.startswith("nvfp4_"):
+            assert all(not m.collector for m in make_plan(load_config(name)).mma.streams), name
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("name", NVFP4)
+def test_collector_reaches_the_sass(name):
+    """ptxas encodes fill / lastuse as ``.A_KEEP`` / ``.A_REUSE`` on the A descriptor operand, the same register."""
+    import re
+
+    pytest.importorskip("cuda.pathfinder", reason="assembler wheels (pip install .[cuda]) are not installed")
+    from ptxgen.assemble import assemble
+    from ptxgen.build import build
+
+    sass = assemble(build(name).ptx, "sm_100a", sass=True).sass
+    a_ops = re.findall(r"UTCOMMA\S* gdesc\[(UR\d+)\]\.?(A_KEEP|A_REUSE)?", sass)
+    assert [k for _, k in a_ops] == ["A_KEEP", "A_REUSE"] * 4
+    assert all(a_ops[i][0] == a_ops[i + 1][0] for i in range(0, 8, 2))

@@ -160,3 +160,39 @@ def test_tx_bytes_missing_the_scale_tiles(config):
     faults = _sim_faults(kernel)  # the stage completes before its scales land: read early, or bytes after the phase
     assert len(faults) == 3 and all(f.startswith(("read before write: tcgen05.cp", "transaction-byte mismatch",
                                                   "deadlock")) for f in faults), faults
+
+
+def _collector_swapped(op):
+    """B1's MMA claims ``lastuse`` and B2's ``fill``: the first reads a collector nothing filled."""
+    if isinstance(op, O.UmmaBlockScaled) and op.collector:
+        return replace(op, collector={"fill": "lastuse", "lastuse": "fill"}[op.collector])
+    return None
+
+
+def _collector_across_k_steps(body):
+    """Only the first B1 MMA fills; every later MMA but the last ``use``s the collector, so the next k-step's MMAs
+    claim the k-step-0 A slice the collector holds while their descriptors name another A."""
+    mmas = [i for i, x in enumerate(body) if isinstance(x, O.UmmaBlockScaled)]
+    out = list(body)
+    for i in mmas[1:-1]:
+        out[i] = replace(out[i], collector="use")
+    return out
+
+
+@BOTH
+def test_collector_lastuse_without_a_fill(config):
+    kernel = _kernel(config, fn=_collector_swapped)
+    verify(kernel)  # the verifier does not model the collector buffer; the simulator does
+    faults = _sim_faults(kernel)
+    assert len(faults) == 3 and all(f.startswith("collector misuse: tcgen05.mma.block_scale")
+                                    and ".collector::a::lastuse reads A desc" in f and "holds nothing" in f
+                                    for f in faults), faults
+
+
+@BOTH
+def test_collector_read_of_another_a_slice(config):
+    kernel = _kernel(config, fn=_k_loop(_collector_across_k_steps))
+    faults = _sim_faults(kernel)
+    assert len(faults) == 3 and all(f.startswith("collector misuse: tcgen05.mma.block_scale")
+                                    and ".collector::a::use reads A desc" in f and "which holds A desc" in f
+                                    for f in faults), faults

@@ -115,9 +115,13 @@ def compare(fam: Family, ours: Constants, cute: Constants, ref) -> list[Row]:
                     "equal" if not ours.unresolved and not cute.unresolved else "differs",
                     "; ".join(ours.unresolved + cute.unresolved), not ours.unresolved and not cute.unresolved))
     row("mma form", ours.mma_forms, cute.mma_forms, ours.mma_forms == cute.mma_forms and len(ours.mma_forms) == 1)
+    # ours: NVFP4 dual GEMMs issue B1 with .collector::a::fill and B2 on the same A with ::lastuse (one A read for
+    # both); CuTe's single-GEMM references have no A to reuse and spell the default, ::discard
+    ours_collect = {".collector::a::fill", ".collector::a::lastuse"} if nv and fam.accumulators == 2 else set()
     row("mma A collector", ours.mma_collectors, cute.mma_collectors, False,
-        expected_diff=not ours.mma_collectors and cute.mma_collectors == {".collector::a::discard"},
-        why_diff="CuTe spells .collector::a::discard, the default when no collector qualifier is given")
+        expected_diff=ours.mma_collectors == ours_collect and cute.mma_collectors == {".collector::a::discard"},
+        why_diff="CuTe spells .collector::a::discard, the default when no collector qualifier is given"
+                 + ("; ours fills A with the B1 MMA and reads it back (lastuse) with the B2 MMA" if ours_collect else ""))
 
     # instruction descriptor: ours is one literal; CuTe's known part once its run-time bits are masked
     runtime_bits = NEGATE_BITS | (SF_ID_BITS if nv else 0)
