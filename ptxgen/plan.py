@@ -717,7 +717,7 @@ def _stage(cfg: Config, f: _Basics) -> _Stage:
     sfb_load = sf_bytes // f.cs if _sfb_multicast(cfg, f) else sf_bytes
     nb = len(f.b_names)
     landed = a_bytes + nb * b_load + len(f.sf_names) * sf_bytes
-    load_bytes = landed - nb * (sf_bytes - sfb_load) if f.nvfp4 else landed
+    load_bytes = landed - nb * (sf_bytes - sfb_load)  # the peer loads the other half of each B scale tile
     if f.sm100:
         expect_tx = landed
         full_tx = landed * (2 if cfg.tma.two_sm else 1)

@@ -86,3 +86,11 @@ def test_default_passes_the_bytes_unchanged_and_a_bad_name_is_refused():
     assert all(x is y for x, y in zip(apply_sf_sign(*ops, sf_layout="rowmajor", sf_sign=None), ops))
     with pytest.raises(ShapeError, match=r"^sf_sign='flip': must be one of refuse, fold"):
         check_nvfp4_inputs(*ops, sf_layout="rowmajor", sf_sign="flip")
+
+
+def test_public_entry_point_checks_sf_sign_before_any_driver_call():
+    import ptxgen
+
+    ops = _operands()
+    with pytest.raises(ShapeError, match=r"^sf_sign='negate': must be one of refuse, fold"):
+        ptxgen.dual_gemm_nvfp4(*ops, sf_layout="rowmajor", sf_sign="negate")
