@@ -25,11 +25,12 @@ BLOCK_K = 256  # K per stage: one 128-B row of packed e2m1
 SF_VEC = 16
 
 SHIPPED = ["nvfp4_dual_128x128", "nvfp4_dual_256x128"]
-# schedules: (name, rows per CTA, B rows per CTA, CTAs per output tile, tile rows, tile cols); the shipped ones
-# come from their plans (shipped_schedules), these two are not built (N = 64 would fill more SMs)
+# schedules: (name, rows per CTA, B rows per CTA, CTAs per output tile, tile rows, tile cols, bytes one CTA's loads
+# move per K = 256 stage or None); the shipped ones come from their plans (shipped_schedules), these two are not
+# built (N = 64 would fill more SMs)
 UNBUILT = [
-    ("1-CTA 128x64 (not built)", 128, 64, 1, 128, 64),
-    ("2-CTA 256x64 (not built)", 128, 32, 2, 256, 64),
+    ("1-CTA 128x64 (not built)", 128, 64, 1, 128, 64, None),
+    ("2-CTA 256x64 (not built)", 128, 32, 2, 256, 64, None),
 ]
 
 
@@ -42,19 +43,21 @@ def shipped_plans() -> list:
 
 
 def shipped_schedules() -> list[tuple]:
-    return [(p.cfg.name, p.mma.block_m, p.loads.b_box_rows, p.roles.cta_group, p.schedule.cluster_tile_rows, p.mma.block_n) for p in shipped_plans()]
+    return [(p.cfg.name, p.mma.block_m, p.loads.b_box_rows, p.roles.cta_group, p.schedule.cluster_tile_rows, p.mma.block_n,
+             p.loads.load_bytes) for p in shipped_plans()]
 
 
 def print_shipped_kernels() -> None:
     """Per shipped config: what one CTA holds and does per k-step (from the plan)."""
     print("## The shipped kernels (from their plans)\n")
-    print("| config | CTAs per tile | stages | bytes per stage per CTA (A + B1 + B2 + SFA + SFB1 + SFB2) | expect_tx "
-          "per stage | dynamic smem B | TMEM columns used / allocated | per k-step: tcgen05.cp + block-scaled MMAs |")
+    print("| config | CTAs per tile | stages | bytes one CTA's loads move per stage (A + B1 + B2 + SFA + SFB1 + SFB2) | "
+          "expect_tx per stage per CTA (bytes landing) | dynamic smem B | TMEM columns used / allocated | per k-step: "
+          "tcgen05.cp + block-scaled MMAs |")
     print("|---|---|---|---|---|---|---|---|")
     for p in shipped_plans():
         parts = " + ".join(str(o.load_bytes) for o in p.loads.operands)
         used = p.tmem.acc_stage_cols * p.acc_stages + sum(p.mma.k_steps * p.scales.cols_per_atom for _ in p.loads.scale_operands)
-        print(f"| {p.cfg.name} | {p.roles.cta_group} | {p.stages} | {parts} = {p.loads.load_bytes} | {p.loads.full_tx_bytes} | "
+        print(f"| {p.cfg.name} | {p.roles.cta_group} | {p.stages} | {parts} = {p.loads.load_bytes} | {p.loads.expect_tx_bytes} | "
               f"{p.smem.bytes} | {used} / {p.tmem.cols} | {len(p.loads.scale_operands) * p.mma.k_steps} + "
               f"{len(p.mma.streams) * p.mma.k_steps} (K = {p.mma.block_k}) |")
     print()
@@ -97,7 +100,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (m, n, k), sol in zip(SHAPES, SOL_US):
         hbm_us = sum(problem_bytes(m, n, k).values()) / HBM_TBPS / 1e6
-        for name, rows, brows, group, tm, tn in shipped_schedules() + UNBUILT:
+        for name, rows, brows, group, tm, tn, stage_bytes in shipped_schedules() + UNBUILT:
             tiles = (m // tm) * (n // tn)
             ctas = tiles * group
             waves = math.ceil(ctas / SMS)
@@ -105,8 +108,10 @@ def main() -> None:
             # per CTA: its rows x (both GEMMs' tn columns) x K, at the per-SM rate
             mma_us = 2 * 2 * rows * tn * k / per_sm_flops * 1e6
             mmas = 2 * BLOCK_K // 64
-            # scale tiles come in whole 128-row atoms (a CTA holding 32 or 64 B rows still loads a 128-row SFB atom)
-            cta_bytes = rows * k // 2 + 2 * brows * k // 2 + (rows + 2 * max(brows, 128)) * k // SF_VEC
+            # shipped: the plan's bytes per stage (a 2-SM pair loads half of each SFB, multicast); not built: scale
+            # tiles come in whole 128-row atoms (a CTA holding 32 or 64 B rows still loads a 128-row SFB atom)
+            cta_bytes = (stage_bytes * steps if stage_bytes else
+                         rows * k // 2 + 2 * brows * k // 2 + (rows + 2 * max(brows, 128)) * k // SF_VEC)
             load_us = cta_bytes / (SM_LOAD_GBPS * 1e9) * 1e6
             est = max(waves * max(mma_us, load_us), hbm_us)
             bound = "HBM" if est == hbm_us else ("MMA" if mma_us >= load_us else "SM load")

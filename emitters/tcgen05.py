@@ -82,7 +82,8 @@ def umma_block_scaled(lw: Lowering, op: ops.UmmaBlockScaled) -> None:
     adesc, bdesc = _desc(lw, op.a_lo, op.a_desc_hi), _desc(lw, op.b_lo, op.b_desc_hi)
     idesc = lw.reg_const(op.idesc, "idesc")
     sfa, sfb = lw.reg(op.sfa), lw.reg(op.sfb)
-    lw.emit(f"tcgen05.mma.cta_group::{op.cta_group}.kind::{op.kind}.block_scale.{op.scale_vec} "
+    collector = f".collector::a::{op.collector}" if op.collector else ""  # PTX ISA "tcgen05.mma": .collector_usage
+    lw.emit(f"tcgen05.mma.cta_group::{op.cta_group}.kind::{op.kind}.block_scale.{op.scale_vec}{collector} "
             f"[{lw.reg(op.d)}], {adesc}, {bdesc}, {idesc}, [{sfa}], [{sfb}], {p};")
 
 

@@ -19,8 +19,8 @@ from .version import __version__  # noqa: F401
 from .runtime.api import dual_gemm, gemm  # noqa: E402,F401
 
 
-def dual_gemm_nvfp4(a, b1, b2, sfa, sfb1, sfb2, out=None, config=None, *, sf_layout=None):
+def dual_gemm_nvfp4(a, b1, b2, sfa, sfb1, sfb2, out=None, config=None, *, sf_layout=None, sf_sign=None):
     """C = silu(A @ B1.T) * (A @ B2.T), NVFP4 operands; see :func:`ptxgen.runtime.nvfp4.dual_gemm_nvfp4`."""
     from .runtime.nvfp4 import dual_gemm_nvfp4 as _dual_gemm_nvfp4
 
-    return _dual_gemm_nvfp4(a, b1, b2, sfa, sfb1, sfb2, out=out, config=config, sf_layout=sf_layout)
+    return _dual_gemm_nvfp4(a, b1, b2, sfa, sfb1, sfb2, out=out, config=config, sf_layout=sf_layout, sf_sign=sf_sign)

@@ -11,9 +11,17 @@ Formats (PTX ISA "Alternate Floating Point Data Formats"; OCP MX spec; cuBLAS "1
   element ``2j+1`` in the high nibble (torch ``pack_uint4``: ``data[1::2] << 4 | data[::2]``; the same
   little-endian order the tensor cores read).
 * **e4m3** (torch ``float8_e4m3fn``): sign bit 7, exponent bits 6-3 (bias 7), mantissa bits 2-0;
-  exponent 0 is subnormal (``m/8 * 2^-6``); ``0x7F``/``0xFF`` are NaN; no inf; max 448.  The MMA's
-  ``ue4m3`` scale is the unsigned reading of the same byte; a scale byte with bit 7 set is outside
-  the format and the simulator reports it instead of guessing.
+  exponent 0 is subnormal (``m/8 * 2^-6``); ``0x7F``/``0xFF`` are NaN; no inf; max 448.
+* **ue4m3** (the block-scaled MMA's NVFP4 scale, PTX ISA 5.2.3 "Alternate Floating-Point Data Formats"): a
+  7-bit *unsigned* format, exponent bits 6-3 (bias 7), mantissa bits 2-0, no inf, NaN ``0x7F``; a ``.b8``
+  holding one must have its MSB (bit 7) padded with zero.  The ISA says nothing of what ``tcgen05.mma
+  ... .block_scale`` does with a scale byte whose bit 7 is set ("Block Scaling" only names the type
+  UE4M3).  This package reads such a byte as CUTLASS's host type ``cutlass::float_ue4m3_t`` does
+  (``FpBitRepresentation<uint8_t, 8, 4, 3, CANONICAL_ONLY, /*IsSigned=*/false>``: exponent and
+  mantissa from bits 6-0, bit 7 never read, exponent and mantissa all ones NaN): ``ue4m3(b) =
+  e4m3(b & 0x7F)``, so ``0xFF`` is NaN too (:func:`ue4m3_decode`).  A scale that torch's
+  ``float8_e4m3fn`` reads as negative therefore acts as its magnitude in the MMA; :func:`fold_scale_signs`
+  moves such signs into the e2m1 values (exact), which keeps the signed reading's products.
 * **NVFP4 block scaling**: one scale per 16 consecutive K elements of a row of A (or of B):
   ``A[m, k] = e2m1(a[m, k]) * e4m3(sfa[m, k // 16])``.
 * **scale-factor atom** (cuBLAS "1D Block Scaling Factors Layout", torch ``to_blocked``): the
@@ -87,21 +95,66 @@ def e4m3_decode(bits) -> np.ndarray:
     return E4M3_VALUES[np.asarray(bits, dtype=np.uint8)]
 
 
+UE4M3_PAD_BIT = 0x80
+"""Bit 7 of a ue4m3 scale byte: padding outside the 7-bit format (PTX ISA 5.2.3), never read as a sign."""
+UE4M3_NAN = 0x7F
+"""The ue4m3 NaN (PTX ISA 5.2.3: "NaN value is limited to 0x7f"); with bit 7 ignored, ``0xFF`` reads as it."""
 
-def dequantize(packed, sf) -> np.ndarray:
-    """float32 ``[R, K]`` of packed e2m1 ``[R, K/2]`` times its scales ``sf [R, K/16]`` (row-major, not blocked).
 
-    Every product is exact in float32 (2-bit x 4-bit significands).
+def ue4m3_decode(bits) -> np.ndarray:
+    """float32 values of ue4m3 scale bytes as the block-scaled MMA reads them in this package's model.
+
+    Bits 6-0 are an unsigned e4m3 (exponent 6-3, bias 7, mantissa 2-0; exponent 0 subnormal); bit 7
+    (:data:`UE4M3_PAD_BIT`) is not read: ``ue4m3(b) == e4m3(b & 0x7F)``, NaN for ``0x7F`` and ``0xFF``.
+    The PTX ISA requires bit 7 to be zero and is silent on a set one; this is the reading of CUTLASS's
+    ``cutlass::float_ue4m3_t`` (module docstring).  No error is raised: callers decide about NaN.
+    """
+    return E4M3_VALUES[np.asarray(bits, dtype=np.uint8) & ~np.uint8(UE4M3_PAD_BIT)]
+
+
+def fold_scale_signs(packed, sf) -> tuple[np.ndarray, np.ndarray]:
+    """``(packed', sf')``: the signs of e4m3 scales moved into their blocks' e2m1 values; ``sf'`` has bit 7 clear.
+
+    Args:
+        packed: packed e2m1 ``[R, K/2]`` (uint8); sf: its row-major e4m3 scales ``[R, K/16]`` (uint8 bytes).
+
+    Returns:
+        ``packed'``: each byte of a 16-element block whose scale byte has bit 7 set gets both nibbles' sign
+        bits flipped (``^ 0x88``; e2m1 negation is exact); ``sf' = sf & 0x7F``.  Then the MMA's reading
+        ``dequantize(packed', sf', "ue4m3")`` equals the signed reading ``dequantize(packed, sf)`` element for
+        element (NaN scales stay NaN; a ``-0`` scale gives zeros either way, possibly of the other sign).
 
     Raises:
         ValueError: ``sf`` is not ``[R, K/16]``.
     """
+    p, s = np.asarray(packed, dtype=np.uint8), np.asarray(sf, dtype=np.uint8)
+    if s.shape != (p.shape[0], 2 * p.shape[1] // SF_VEC):
+        raise ValueError(f"fold_scale_signs: scales shape {s.shape} must be {(p.shape[0], 2 * p.shape[1] // SF_VEC)} "
+                         f"for packed values {p.shape}")
+    neg = np.repeat((s & UE4M3_PAD_BIT) != 0, SF_VEC // 2, axis=1)  # [R, K/2]: one scale covers 8 packed bytes
+    return p ^ np.where(neg, np.uint8(0x88), np.uint8(0)), s & np.uint8(~UE4M3_PAD_BIT & 0xFF)
+
+
+
+def dequantize(packed, sf, scale_format: str = "e4m3") -> np.ndarray:
+    """float32 ``[R, K]`` of packed e2m1 ``[R, K/2]`` times its scales ``sf [R, K/16]`` (row-major, not blocked).
+
+    scale_format: ``"e4m3"`` (torch ``float8_e4m3fn``, the problem's reading: bit 7 a sign) or ``"ue4m3"``
+    (the MMA's reading, :func:`ue4m3_decode`: bit 7 ignored).  Every product is exact in float32 (2-bit x 4-bit
+    significands).
+
+    Raises:
+        ValueError: ``sf`` is not ``[R, K/16]``, or an unknown ``scale_format``.
+    """
+    decode = {"e4m3": e4m3_decode, "ue4m3": ue4m3_decode}.get(scale_format)
+    if decode is None:
+        raise ValueError(f"dequantize: scale_format={scale_format!r} must be 'e4m3' or 'ue4m3'")
     vals = e2m1_decode(unpack_e2m1(packed))
     r, k = vals.shape
     sf = np.asarray(sf, dtype=np.uint8)
     if sf.shape != (r, k // SF_VEC):
         raise ValueError(f"dequantize: scales shape {sf.shape} must be {(r, k // SF_VEC)} for values {(r, k)}")
-    return vals * np.repeat(e4m3_decode(sf), SF_VEC, axis=1)
+    return vals * np.repeat(decode(sf), SF_VEC, axis=1)
 
 
 # --------------------------------------------------------------------------- scale-factor atom layout

@@ -55,14 +55,16 @@ class OperandPlan:
     name: tensor-map and operand name (``a``, ``b``).
     region: its shared-memory stages.
     rows_along: ``m`` or ``n``: which output dimension the box rows follow.
-    box_rows: rows one CTA's TMA load moves (a cta_group::2 or multicast half of B is half the tile).
-    load_bytes: bytes one CTA's load moves per stage.
+    box_rows: rows one CTA's TMA load moves (a cta_group::2 or multicast half of B is half the tile; a
+        multicast half of a scale tile is half its lines).
+    load_bytes: bytes one CTA's load moves per stage (a multicast half: half of what lands in each CTA).
     desc_hi: the constant high word of its MMA smem descriptor (a scale tile: of its ``tcgen05.cp`` source).
     scales: for a scale-factor tile (NVFP4), the name of the operand it scales (``a``, ``b``, ``b2``); "" for a
         matrix operand.  Its box rows are then 128-byte lines of the blocked scale layout (4 per 512-B atom).
     tmem_col: a scale tile's first TMEM column (relative to the allocation); its atoms follow, ``sf_cols_per_atom`` apart.
     cache_hint: L2 eviction priority of its loads (``tma.cache_hint_a`` / ``cache_hint_b``): ``none``,
         ``evict_first`` or ``evict_last``.
+    multicast: the CTA mask of a ``split == "multicast"`` load (``.multicast::cluster``), 0 otherwise.
     """
 
     name: str
@@ -75,11 +77,13 @@ class OperandPlan:
     scales: str = ""
     tmem_col: int = 0
     cache_hint: str = "none"
+    multicast: int = 0
 
     # split: how a CTA pair shares the operand: ``none`` (each CTA loads its own tile),
     # ``cta_group`` (sm_100a cta_group::2: each CTA loads its half of the rows into its own stage),
-    # ``multicast`` (sm_90a: each CTA loads one half of the rows and multicasts it to both CTAs'
-    # stage, at ``rank x load_bytes`` into the slot).
+    # ``multicast`` (each CTA loads one half of the rows and multicasts it to both CTAs' stage, at
+    # ``rank x load_bytes`` into the slot: sm_90a B halves; sm_100a NVFP4 pairs: SFB1/SFB2 halves, which every
+    # CTA needs whole since its MMA rows span all of N).
 
 
 @dataclass(frozen=True)
@@ -95,8 +99,12 @@ class MmaPlan:
     b: str
     sfa: str = ""
     sfb: str = ""
+    collector: str = ""
 
     # sfa, sfb: the scale-factor operands of a block-scaled MMA (NVFP4), "" for a plain one.
+    # collector: the stream's ``.collector::a::*`` usage (PTX ISA "tcgen05.mma"), "" for none: in an NVFP4 dual GEMM
+    # the B1 MMA fills the collector buffer with the A slice and the B2 MMA on the same A slice, issued right after
+    # it, reads A from there (``lastuse``); the ISA allows the qualifier on the block-scaled kinds with A in smem.
 
 
 WORKSPACE_PARAM = ("workspace", "u64")  # the split-K kernels' extra parameter (after ``k``)
@@ -214,7 +222,9 @@ class LoadsPlan:
     a_box_rows, b_box_rows: rows of A / of each B one CTA's load moves; b_smem_rows: rows of B in a CTA's stage.
     a_stage_bytes, b_stage_bytes: bytes of one stage of A / of each B in one CTA's shared memory.
     b_load_bytes: bytes of each B one CTA's load moves (a multicast half: half the stage).
-    load_bytes: bytes one CTA's loads move per stage (every operand): its ``arrive.expect_tx``.
+    load_bytes: bytes one CTA's loads move per stage (every operand; the L2 -> SM traffic of one CTA).
+    expect_tx_bytes: bytes landing in one CTA's stage per phase (its own loads plus the peer's multicast
+        halves): its ``arrive.expect_tx`` (sm_100a).
     full_tx_bytes: bytes the waited-on ``full`` barrier receives per phase.
     k_coord_step: TMA inner coordinate advance per k-block (bf16 elements, or bytes of packed e2m1).
     k_multiple: K must be a multiple of this (elements).
@@ -230,6 +240,7 @@ class LoadsPlan:
     b_stage_bytes: int
     b_load_bytes: int
     load_bytes: int
+    expect_tx_bytes: int
     full_tx_bytes: int
     k_coord_step: int
     k_multiple: int
@@ -341,6 +352,7 @@ class ScalesPlan:
     cols_per_atom: TMEM columns one atom fills.
     rows_per_atom: rows of A or B one atom row covers (128).
     k_per_line: K elements per 128-byte line of a row block (the scale map's row pitch is K / this).
+    stage_lines: 128-byte lines of one scale tile per stage (its atoms x 4): a k-block's advance along the map.
     """
 
     vec: str
@@ -349,6 +361,7 @@ class ScalesPlan:
     cols_per_atom: int
     rows_per_atom: int
     k_per_line: int
+    stage_lines: int
 
 
 @dataclass(frozen=True)
@@ -652,7 +665,9 @@ def _mma_plan(cfg: Config, f: _Basics, roles: RolesPlan) -> MmaIssuePlan:
         desc_hi = descriptors.wgmma_smem_desc_hi(sbo_bytes=SWIZZLE_ATOM_BYTES)
     a_wave_bytes = wave_rows * f.row_bytes
     sf_of = {of: nm for nm, of in f.sf_names}
-    streams = tuple(MmaPlan(i, "a", nm, sf_of.get("a", ""), sf_of.get(nm, "")) for i, nm in enumerate(f.b_names))
+    collector = ("fill", "lastuse") if f.nvfp4 and f.sm100 and len(f.b_names) == 2 else ("",) * len(f.b_names)
+    streams = tuple(MmaPlan(i, "a", nm, sf_of.get("a", ""), sf_of.get(nm, ""), col)
+                    for i, (nm, col) in enumerate(zip(f.b_names, collector)))
     # throttle (level 8): idle after each commit so MMA busy time is tc_util_percent of the k-block
     pct = cfg.mma.tc_util_percent
     mma_cycles = 2 * TMEM_LANES * t.block_n * t.block_k * m_waves / SM100_FLOPS_PER_CYCLE
@@ -678,7 +693,9 @@ class _Stage:
     b_smem_rows: int
     sf_atoms: int  # NVFP4: scale atoms per operand per stage
     sf_bytes: int  # NVFP4: each scale tile's slot
+    sfb_load: int  # NVFP4: each B scale tile's load (a multicast half in a 2-SM pair)
     load_bytes: int
+    expect_tx: int
     full_tx: int
     sizes: tuple[tuple[str, int], ...]  # (operand, slot bytes) in layout order
 
@@ -693,19 +710,30 @@ def _stage(cfg: Config, f: _Basics) -> _Stage:
         b_box_rows = t.block_n // 2 if cfg.tma.multicast else t.block_n
     b_bytes, b_load = b_smem_rows * f.row_bytes, b_box_rows * f.row_bytes
     # NVFP4 scale tiles: per operand, the atoms of its 128-row block for this stage's K (block_k / 64 atoms of
-    # 512 B = 128 rows x 4 scales); each CTA loads whole atom rows (a cta_group::2 CTA: all of B's scales)
+    # 512 B = 128 rows x 4 scales); each CTA holds whole atom rows: its SFA, and all of B's scales (its MMA rows
+    # span all N).  A 2-SM pair splits each B scale tile: each CTA loads half its lines and multicasts them.
     sf_atoms = t.block_k // descriptors.MXF4_MMA_K if f.nvfp4 else 0
     sf_bytes = sf_atoms * SF_ATOM_BYTES
+    sfb_load = sf_bytes // f.cs if _sfb_multicast(cfg, f) else sf_bytes
     nb = len(f.b_names)
-    load_bytes = a_bytes + nb * b_load + len(f.sf_names) * sf_bytes
+    landed = a_bytes + nb * b_load + len(f.sf_names) * sf_bytes
+    load_bytes = landed - nb * (sf_bytes - sfb_load)  # the peer loads the other half of each B scale tile
     if f.sm100:
-        full_tx = load_bytes * (2 if cfg.tma.two_sm else 1)
+        expect_tx = landed
+        full_tx = landed * (2 if cfg.tma.two_sm else 1)
     else:
-        full_tx = a_bytes + nb * b_bytes  # own A + both halves of each B (multicast) or own Bs
+        expect_tx = full_tx = a_bytes + nb * b_bytes  # own A + both halves of each B (multicast) or own Bs
     if a_bytes % SWIZZLE_ATOM_BYTES or b_bytes % SWIZZLE_ATOM_BYTES:
         raise ConfigError(f"tile: A stage {a_bytes} B / B stage {b_bytes} B must be multiples of 1024 B (128B swizzle atoms)")
     sizes = (("a", a_bytes), *((nm, b_bytes) for nm in f.b_names), *((nm, sf_bytes) for nm, _ in f.sf_names))
-    return _Stage(a_bytes, b_bytes, b_load, b_box_rows, b_smem_rows, sf_atoms, sf_bytes, load_bytes, full_tx, sizes)
+    return _Stage(a_bytes, b_bytes, b_load, b_box_rows, b_smem_rows, sf_atoms, sf_bytes, sfb_load, load_bytes,
+                  expect_tx, full_tx, sizes)
+
+
+def _sfb_multicast(cfg: Config, f: _Basics) -> bool:
+    """NVFP4 on a 2-SM pair: each CTA loads half of each B scale tile and multicasts it to both CTAs (as CuTe's
+    blockscaled 2-SM kernels do); the B operands themselves are already split by cta_group::2."""
+    return f.nvfp4 and f.sm100 and f.cs == 2 and cfg.tma.two_sm
 
 
 def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan) -> EpiloguePlan:
@@ -883,26 +911,34 @@ def _loads_plan(cfg: Config, f: _Basics, stage: _Stage, layout: _Layout, mma: Mm
                 sf_col0: int, sf_cols: int) -> LoadsPlan:
     t, regions = cfg.tile, layout.regions
     b_split = "cta_group" if f.sm100 and f.cs == 2 else ("multicast" if cfg.tma.multicast else "none")
-    sf_lines = stage.sf_bytes // SF_LINE_BYTES
+    pair_mask = (1 << f.cs) - 1
     sf_hi = descriptors.sf_copy_desc_hi() if f.nvfp4 else 0
+
+    def scale_tile(i: int, nm: str, of: str) -> OperandPlan:
+        load = stage.sf_bytes if of == "a" else stage.sfb_load
+        mc = load != stage.sf_bytes  # a multicast half (see _sfb_multicast)
+        return OperandPlan(nm, regions[nm], "m" if of == "a" else "n", load // SF_LINE_BYTES, load, sf_hi,
+                           "multicast" if mc else "none", scales=of, tmem_col=sf_col0 + i * sf_cols,
+                           multicast=pair_mask if mc else 0)
+
     operands = (OperandPlan("a", regions["a"], "m", t.block_m, stage.a_bytes, mma.a_desc_hi, cache_hint=cfg.tma.cache_hint_a),
                 *(OperandPlan(nm, regions[nm], "n", stage.b_box_rows, stage.b_load, mma.b_desc_hi, b_split,
-                              cache_hint=cfg.tma.cache_hint_b) for nm in f.b_names),
-                *(OperandPlan(nm, regions[nm], "m" if of == "a" else "n", sf_lines, stage.sf_bytes, sf_hi, scales=of,
-                              tmem_col=sf_col0 + i * sf_cols) for i, (nm, of) in enumerate(f.sf_names)))
+                              cache_hint=cfg.tma.cache_hint_b, multicast=pair_mask if b_split == "multicast" else 0)
+                  for nm in f.b_names),
+                *(scale_tile(i, nm, of) for i, (nm, of) in enumerate(f.sf_names)))
     return LoadsPlan(operands=operands, a_box_rows=t.block_m, b_box_rows=stage.b_box_rows, b_smem_rows=stage.b_smem_rows,
                      a_stage_bytes=stage.a_bytes, b_stage_bytes=stage.b_bytes, b_load_bytes=stage.b_load,
-                     load_bytes=stage.load_bytes, full_tx_bytes=stage.full_tx,
+                     load_bytes=stage.load_bytes, expect_tx_bytes=stage.expect_tx, full_tx_bytes=stage.full_tx,
                      k_coord_step=f.row_bytes if f.nvfp4 else t.block_k,
                      k_multiple=t.block_k if f.nvfp4 else K_MULTIPLE_BF16, two_sm=cfg.tma.two_sm,
                      multicast=cfg.tma.multicast)
 
 
-def _scales_plan(f: _Basics) -> ScalesPlan:
+def _scales_plan(f: _Basics, stage: _Stage) -> ScalesPlan:
     return ScalesPlan(vec="block16" if f.nvfp4 else "", lbo_field=descriptors.SF_COPY_LBO >> 4, atom_bytes=SF_ATOM_BYTES,
                       cols_per_atom=SF_TMEM_COLS_PER_ATOM, rows_per_atom=SF_ATOM_ROWS,
                       k_per_line=SF_ATOM_K * descriptors.SCALE_VEC["block16"]
-                      // (SF_ATOM_BYTES // SF_LINE_BYTES))
+                      // (SF_ATOM_BYTES // SF_LINE_BYTES), stage_lines=stage.sf_bytes // SF_LINE_BYTES)
 
 
 def _schedule_plan(cfg: Config) -> SchedulePlan:
@@ -966,7 +1002,7 @@ def make_plan(cfg: Config) -> Plan:
     return Plan(
         cfg=cfg, kernel_name=f"ptxgen_{cfg.kernel}_{cfg.name.replace('-', '_')}", arch=cfg.arch,
         roles=roles, loads=_loads_plan(cfg, f, stage, layout, mma, sf_col0, sf_cols), mma=mma, tmem=tmem,
-        scales=_scales_plan(f),
+        scales=_scales_plan(f, stage),
         smem=SmemPlan(cd=layout.cd, barriers=bars.region, tmem_slot=bars.tmem_slot, bytes=smem_bytes,
                       ctas_per_sm=ctas_per_sm),
         epilogue=epilogue, schedule=_schedule_plan(cfg), registers=_registers_plan(cfg, f, roles, mma),

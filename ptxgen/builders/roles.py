@@ -63,11 +63,12 @@ class TmaProducer:
         p, c = self.p, self.c
         lets, st = ring_state(p)
         out = [*lets, *p.ab.producer_acquire(st)]
+        tx = p.loads.expect_tx_bytes  # what lands in this CTA's stage: its loads and the peer's multicast halves
         if p.is_sm100 and p.loads.two_sm:  # both CTAs' loads complete on the leader's barrier
-            out.append(If(c.is_leader, tuple(p.ab.producer_commit(st, tx_bytes=p.loads.load_bytes)),
-                          tuple(p.ab.producer_commit(st, tx_bytes=p.loads.load_bytes, cta=Const(0)))))
+            out.append(If(c.is_leader, tuple(p.ab.producer_commit(st, tx_bytes=tx)),
+                          tuple(p.ab.producer_commit(st, tx_bytes=tx, cta=Const(0)))))
         else:
-            out += p.ab.producer_commit(st, tx_bytes=p.loads.load_bytes if p.is_sm100 else None)
+            out += p.ab.producer_commit(st, tx_bytes=tx if p.is_sm100 else None)
         out += [self.load(o, st) for o in p.loads.operands]
         if relay(p, c):  # level 1: the peer relays its landed stage to the leader
             # the leader's MMA then reads this CTA's shared memory, a cross-CTA data hand-off: the relay arrive
@@ -99,8 +100,11 @@ class TmaProducer:
         full = Bar(p.ab.full.name, st.index)
         if o.scales:  # 128-byte lines of the blocked scales: row block (m_row or n_col) / 128, then this k-block's atoms
             block = (Var("m_row") if o.rows_along == "m" else Var("n_col")) // p.scales.rows_per_atom
-            row = fold(block * (Param("k") // p.scales.k_per_line) + KB * o.box_rows)
-            return TmaLoad(o.name, dst, Const(0), row, full, two_sm=p.is_sm100 and p.loads.two_sm)
+            row = block * (Param("k") // p.scales.k_per_line) + KB * p.scales.stage_lines
+            if o.split == "multicast":  # this CTA's half of the lines, to the same place in both CTAs' stage
+                row, dst = row + c.rank * o.box_rows, dst + c.rank * o.load_bytes
+            return TmaLoad(o.name, fold(dst), Const(0), fold(row), full, two_sm=p.is_sm100 and p.loads.two_sm,
+                           multicast=o.multicast)
         if o.rows_along == "m":
             row = Var("m_row")
         elif o.split == "none":
@@ -108,7 +112,7 @@ class TmaProducer:
         else:
             row = Var("n_col") + c.rank * o.box_rows
         if o.split == "multicast":
-            return TmaLoad(o.name, fold(dst + c.rank * o.load_bytes), col, row, full, multicast=0b11,
+            return TmaLoad(o.name, fold(dst + c.rank * o.load_bytes), col, row, full, multicast=o.multicast,
                            cache_hint=o.cache_hint)
         return TmaLoad(o.name, dst, col, row, full, two_sm=p.is_sm100 and p.loads.two_sm, cache_hint=o.cache_hint)
 
@@ -158,7 +162,7 @@ class UmmaIssuer:
             return Umma(d, a_lo, b_lo, accumulate, idesc=p.mma.idesc, a_hi=a.desc_hi, b_hi=b.desc_hi)
         sf = {nm: fold(TMEM + (p.loads.operand(nm).tmem_col + ks * p.scales.cols_per_atom)) for nm in (mma.sfa, mma.sfb)}
         return UmmaBlockScaled(d, a_lo, b_lo, sf[mma.sfa], sf[mma.sfb], accumulate, p.mma.idesc, a.desc_hi, b.desc_hi,
-                               p.roles.cta_group, scale_vec=p.scales.vec)
+                               p.roles.cta_group, scale_vec=p.scales.vec, collector=mma.collector)
 
     def kblock(self) -> list:
         """consumer_wait on ``full``, scale copies (NVFP4), the MMAs of every stream, M-wave and k-step, consumer_release by commit."""

@@ -12,7 +12,8 @@ import numpy as np
 
 from ..descriptors import MXF4_MMA_K, SCALE_VEC, UMMA_IDESC_MXF4, UMMA_SMEM_DESC
 from ..errors import SimError
-from ..formats import E4M3_VALUES, SF_VEC, dequantize, e2m1_decode, sf_from_blocked, unpack_e2m1
+from ..formats import UE4M3_NAN, SF_VEC, dequantize, e2m1_decode, sf_from_blocked, unpack_e2m1
+from ..formats import ue4m3_decode as formats_ue4m3
 from .swizzle import swizzle128
 
 
@@ -21,17 +22,23 @@ MASKED_BYTE = 0xBB
 
 
 def ue4m3_decode(bits, who: object = "scale") -> np.ndarray:
-    """float32 values of ``ue4m3`` scale bytes as the block-scaled MMA reads them.
+    """float32 values of ``ue4m3`` scale bytes as the block-scaled MMA reads them (:func:`ptxgen.formats.ue4m3_decode`).
+
+    The format (PTX ISA 5.2.3 "Alternate Floating-Point Data Formats") is 7 bits, unsigned, with bit 7 of the
+    byte padded with zero.  The ISA does not say what ``tcgen05.mma ... .block_scale`` does with a set bit 7;
+    the model reads bits 6-0 and ignores bit 7, as CUTLASS's ``cutlass::float_ue4m3_t`` does, so a byte torch
+    reads as ``-s`` scales by ``+s`` here (the host folds such signs into the e2m1 values, or refuses them:
+    :func:`ptxgen.formats.fold_scale_signs`, ``dual_gemm_nvfp4(sf_sign=...)``).
 
     Raises:
-        SimError: a byte with the sign bit set (not a ue4m3 value) or a NaN byte (``0x7F``).
+        SimError: a NaN byte (``0x7F``, or ``0xFF`` read without bit 7): the simulator does not guess NaN scales.
     """
     b = np.asarray(bits, dtype=np.uint8)
-    if (b & 0x80).any() or (b == 0x7F).any():
-        bad = int(b[(b & 0x80).astype(bool) | (b == 0x7F)].flat[0])
-        raise SimError(f"bad scale factor: {who}: byte {bad:#04x} is not a finite ue4m3 value "
-                       "(sign bit set or NaN); NVFP4 scales are positive e4m3")
-    return E4M3_VALUES[b]
+    nan = (b & 0x7F) == UE4M3_NAN
+    if nan.any():
+        raise SimError(f"bad scale factor: {who}: byte {int(b[nan].flat[0]):#04x} is the ue4m3 NaN "
+                       f"({UE4M3_NAN:#04x} with bit 7 ignored, PTX ISA 5.2.3); NVFP4 scales must be finite")
+    return formats_ue4m3(b)
 
 
 # --------------------------------------------------------------------------- inputs and reference
@@ -76,7 +83,7 @@ def silu(x: np.ndarray) -> np.ndarray:
         return x / (1 + np.exp(-x))
 
 
-def nvfp4_dual_gemm_reference(a, b1, b2, sfa, sfb1, sfb2) -> np.ndarray:
+def nvfp4_dual_gemm_reference(a, b1, b2, sfa, sfb1, sfb2, scale_format: str = "e4m3") -> np.ndarray:
     """``C = silu(A @ B1.T) * (A @ B2.T)`` as the problem computes it; float16 ``[M, N]``.
 
     Args:
@@ -85,13 +92,16 @@ def nvfp4_dual_gemm_reference(a, b1, b2, sfa, sfb1, sfb2) -> np.ndarray:
         sfa: ``[M, K/16]`` e4m3 scale bytes in the 128x4 atom layout (the bytes of
             :func:`sf_to_blocked`; any shape holding ``M*K/16`` elements in that order);
             sfb1, sfb2: ``[N, K/16]`` likewise (numpy uint8 or torch ``float8_e4m3fn``/uint8).
+        scale_format: ``"e4m3"``: scale bytes as torch's ``float8_e4m3fn`` reads them (the problem's reference:
+            bit 7 a sign); ``"ue4m3"``: as the block-scaled MMA reads them (bit 7 ignored,
+            :func:`ptxgen.formats.ue4m3_decode`).  They differ only on bytes with bit 7 set.
 
     Returns:
         float16 ``[M, N]``: fp32 dot products of the dequantized operands (``torch._scaled_mm``
         semantics), silu and the product in fp32, one rounding to fp16.
 
     Raises:
-        ValueError: inconsistent shapes or a layout rule of :func:`sf_from_blocked`.
+        ValueError: inconsistent shapes, a layout rule of :func:`sf_from_blocked`, or an unknown ``scale_format``.
     """
     a, b1, b2 = _np_bytes(a), _np_bytes(b1), _np_bytes(b2)
     m, kh = a.shape
@@ -102,9 +112,9 @@ def nvfp4_dual_gemm_reference(a, b1, b2, sfa, sfb1, sfb2) -> np.ndarray:
     sa = sf_from_blocked(_np_bytes(sfa), m, k // SF_VEC)
     s1 = sf_from_blocked(_np_bytes(sfb1), n, k // SF_VEC)
     s2 = sf_from_blocked(_np_bytes(sfb2), n, k // SF_VEC)
-    ad = dequantize(a, sa)
-    acc1 = ad @ np.ascontiguousarray(dequantize(b1, s1).T)
-    acc2 = ad @ np.ascontiguousarray(dequantize(b2, s2).T)
+    ad = dequantize(a, sa, scale_format)
+    acc1 = ad @ np.ascontiguousarray(dequantize(b1, s1, scale_format).T)
+    acc2 = ad @ np.ascontiguousarray(dequantize(b2, s2, scale_format).T)
     return (silu(acc1) * acc2).astype(np.float16)
 
 

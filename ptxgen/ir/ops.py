@@ -823,6 +823,8 @@ class UmmaBlockScaled(Op):
     d, sfa, sfb: TMEM addresses.  a_lo / b_lo: smem descriptor low words.
     accumulate: 0 overwrites D.  idesc, a_desc_hi, b_desc_hi: the constants this op needs
     (``ptxgen.descriptors.umma_idesc_mxf4nvf4``, ``nvfp4_operand_desc_hi``), carried here.
+    collector: ``.collector::a::{fill,use,lastuse,discard}`` (PTX ISA "tcgen05.mma": the A matrix kept in the
+    tensor core's collector buffer for the next MMA on the same A), "" for none (the ISA's default, discard).
     """
 
     d: Expr
@@ -837,11 +839,12 @@ class UmmaBlockScaled(Op):
     cta_group: int = 1
     kind: str = "mxf4nvf4"
     scale_vec: str = "block16"
+    collector: str = ""
 
     def describe(self) -> str:
         return (f"UmmaBlockScaled {self.kind}.{self.scale_vec} d={_s(self.d)} a_lo={_s(self.a_lo)} "
                 f"b_lo={_s(self.b_lo)} sfa={_s(self.sfa)} sfb={_s(self.sfb)} acc={_s(self.accumulate)} "
-                f"idesc={self.idesc:#010x}")
+                f"idesc={self.idesc:#010x}" + (f" collector::a::{self.collector}" if self.collector else ""))
 
 
 __all__ = [n for n, v in list(globals().items()) if getattr(v, "__module__", None) == __name__ and not n.startswith("_")]

@@ -16,6 +16,15 @@
   ``sf_layout`` is refused: its bytes read either way, and the wrong reading is silently wrong output.
 * C ``[M, N]`` float16.
 
+Scale bytes with bit 7 set: torch's ``float8_e4m3fn`` reads bit 7 as a sign, the block-scaled MMA's ue4m3
+does not (a 7-bit unsigned format whose padding bit must be zero, PTX ISA 5.2.3 "Alternate Floating-Point
+Data Formats"; modelled as ignored, the reading of CUTLASS's ``float_ue4m3_t``: :mod:`ptxgen.formats`).
+``sf_sign`` says what the call does with them: None (default) passes the bytes as they are (a negative
+scale then acts as its magnitude); ``"refuse"`` raises ShapeError if any scale byte has bit 7 set (one
+reduction over the scales and a device sync per call); ``"fold"`` moves each negative scale's sign into
+its 16 e2m1 values (one copy of every operand and scale tensor per call), which reproduces the signed
+reading exactly (:func:`fold_scale_signs_torch`).
+
 Rules (raised as :class:`~ptxgen.errors.ShapeError` before any driver call; ``out`` untouched):
 K a multiple of the config's ``k_multiple`` (256: one 128-byte swizzle row of packed e2m1 per
 stage), M and N multiples of 128 (whole 128-row scale atoms; a tile past M or N reads zeros and
@@ -78,6 +87,8 @@ def _fp4_dtypes() -> tuple:
 
 SF_LAYOUTS = ("rowmajor", "blocked")
 """The names ``sf_layout`` takes for a 2-D scale tensor (see the module docstring)."""
+SF_SIGNS = ("refuse", "fold")
+"""The names ``sf_sign`` takes besides None: what a call does with scale bytes whose bit 7 is set (module docstring)."""
 
 
 def _blocked_view_strides(rows: int, kq: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -123,11 +134,14 @@ def blocked_scales(sf: Any) -> Any:
 
 
 def check_nvfp4_inputs(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any, out: Any = None,
-                       k_multiple: int = K_MULTIPLE, *, sf_layout: str | None = None) -> tuple[int, int, int]:
+                       k_multiple: int = K_MULTIPLE, *, sf_layout: str | None = None,
+                       sf_sign: str | None = None) -> tuple[int, int, int]:
     """Check every operand rule; returns ``(M, N, K)``.  No driver call, CPU tensors allowed.
 
     sf_layout: how a 2-D scale tensor's bytes read (``"rowmajor"`` or ``"blocked"``); None accepts only the 6-D
         blocked view (module docstring).
+    sf_sign: None, ``"refuse"`` or ``"fold"`` (module docstring); only the name is checked here (the bytes:
+        :func:`check_scale_signs`).
 
     Raises:
         ShapeError: naming the operand: not a tensor, wrong dtype, rank or shape, not contiguous,
@@ -164,6 +178,8 @@ def check_nvfp4_inputs(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any,
     kq = k // SF_VEC
     if sf_layout not in (None, *SF_LAYOUTS):
         raise ShapeError(f"sf_layout={sf_layout!r}: must be one of {', '.join(SF_LAYOUTS)} (or None: 6-D views only)")
+    if sf_sign not in (None, *SF_SIGNS):
+        raise ShapeError(f"sf_sign={sf_sign!r}: must be one of {', '.join(SF_SIGNS)} (or None: scale bytes as given)")
     for name, t, rows in (("sfa", sfa, m), ("sfb1", sfb1, n), ("sfb2", sfb2, n)):
         if t.dtype != torch.float8_e4m3fn:
             raise ShapeError(f"{name}: dtype={t.dtype}: must be torch.float8_e4m3fn")
@@ -201,6 +217,85 @@ def check_nvfp4_inputs(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any,
         if t is not None and t.device.type == "cuda" and t.data_ptr() % 16:
             raise ShapeError(f"{name}: data_ptr={t.data_ptr():#x}: must be 16-byte aligned (TMA)")
     return m, n, k
+
+
+def _rowmajor_scale_bytes(t: Any, rows: int, kq: int, sf_layout: str | None) -> Any:
+    """uint8 ``[rows, K/16]`` row-major scale bytes of a scale tensor in any accepted form (a copy unless row-major)."""
+    from ptxgen.formats import sf_from_blocked_torch
+
+    u = t.view(_torch().uint8)
+    if t.dim() == 2 and sf_layout == "rowmajor":
+        return u
+    flat = u.reshape(-1) if t.dim() == 2 else u.as_strided((rows * kq,), (1,))  # the blocked buffer behind the view
+    return sf_from_blocked_torch(flat, rows, kq)
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def check_scale_signs(sfa: Any, sfb1: Any, sfb2: Any) -> None:
+    """Refuse scale bytes with bit 7 set (``sf_sign="refuse"``): the MMA's ue4m3 has no sign (module docstring).
+
+    Reads the three scale tensors (any accepted layout; on a GPU: one reduction each and a sync).
+
+    Raises:
+        ShapeError: naming the first scale tensor holding such a byte, its index and value.
+    """
+    from ptxgen.formats import UE4M3_PAD_BIT
+
+    for name, t in (("sfa", sfa), ("sfb1", sfb1), ("sfb2", sfb2)):
+        bad = (t.view(_torch().uint8) & UE4M3_PAD_BIT).nonzero()
+        if bad.shape[0]:
+            at = tuple(int(i) for i in bad[0])
+            raise ShapeError(f"{name}[{', '.join(map(str, at))}]: scale byte {int(t.view(_torch().uint8)[at]):#04x} has "
+                             "bit 7 set: the MMA's ue4m3 scale is unsigned (PTX ISA 5.2.3); pass sf_sign='fold' to "
+                             "move negative scales' signs into the e2m1 values")
+
+
+def fold_scale_signs_torch(x: Any, sf: Any) -> tuple[Any, Any]:
+    """torch version of :func:`ptxgen.formats.fold_scale_signs`: ``(x', sf')`` with the scales' signs in the values.
+
+    Args:
+        x: packed e2m1 ``[R, K/2]`` (uint8 or ``float4_e2m1fn_x2``); sf: its row-major scale bytes ``[R, K/16]``
+            (uint8 or ``float8_e4m3fn``), same device.
+
+    Returns:
+        ``x'`` (dtype of ``x``): both nibbles' sign bits flipped in every byte whose scale has bit 7 set;
+        ``sf'`` (dtype of ``sf``): ``sf & 0x7F``.  New tensors; the inputs are not written.
+    """
+    torch = _torch()
+    from ptxgen.formats import UE4M3_PAD_BIT
+
+    s = sf.view(torch.uint8)
+    flip = ((s & UE4M3_PAD_BIT) != 0).repeat_interleave(SF_VEC // 2, dim=1).to(torch.uint8) * 0x88
+    return (x.view(torch.uint8) ^ flip).view(x.dtype), (s & (0xFF ^ UE4M3_PAD_BIT)).view(sf.dtype)
+
+
+def apply_sf_sign(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any, *, sf_layout: str | None,
+                  sf_sign: str | None) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """The operands the kernel gets under ``sf_sign`` (module docstring), inputs already checked.
+
+    None: as given; ``"refuse"``: as given after :func:`check_scale_signs`; ``"fold"``: :func:`fold_scale_signs_torch`
+    of each operand with its scales, the scales returned as 6-D blocked views (:func:`blocked_scales`).
+
+    Raises:
+        ShapeError: ``"refuse"`` and a scale byte with bit 7 set.
+    """
+    if sf_sign == "refuse":
+        check_scale_signs(sfa, sfb1, sfb2)
+    if sf_sign != "fold":
+        return a, b1, b2, sfa, sfb1, sfb2
+    torch = _torch()
+    kq = 2 * a.shape[1] // SF_VEC
+    out = []
+    for x, sf in ((a, sfa), (b1, sfb1), (b2, sfb2)):
+        x2, s2 = fold_scale_signs_torch(x, _rowmajor_scale_bytes(sf, x.shape[0], kq, sf_layout))
+        out.append((x2, blocked_scales(s2.view(torch.float8_e4m3fn))))
+    (a, sfa), (b1, sfb1), (b2, sfb2) = out
+    return a, b1, b2, sfa, sfb1, sfb2
 
 
 def _overlaps(x: Any, y: Any) -> bool:
@@ -260,13 +355,14 @@ def map_args(spec: Any, m: int, n: int, k: int, addresses: dict[str, int]) -> di
 
 
 def dual_gemm_nvfp4(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any, out: Any = None,
-                    config: Any = None, *, sf_layout: str | None = None) -> Any:
+                    config: Any = None, *, sf_layout: str | None = None, sf_sign: str | None = None) -> Any:
     """``C = silu(A @ B1.T) * (A @ B2.T)`` for NVFP4 operands on a compute-capability-10.x GPU.
 
     Args:
         a, b1, b2, sfa, sfb1, sfb2, out: see the module docstring (shapes, dtypes, layouts).
         config: None (:data:`DEFAULT_CONFIG`), or an ``operands: nvfp4`` config (name, path or Config).
         sf_layout: ``"rowmajor"`` or ``"blocked"`` for 2-D scale tensors (module docstring); None for 6-D views.
+        sf_sign: None, ``"refuse"`` or ``"fold"``: scale bytes with bit 7 set (module docstring).
 
     Returns:
         ``out`` (or a new ``[M, N]`` float16 tensor), on torch's current stream.
@@ -274,13 +370,14 @@ def dual_gemm_nvfp4(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any, ou
     Raises:
         ConfigError: not an NVFP4 config; no CUDA device; the device is not compute capability 10.x
             (the message names its capability).  Raised after the input checks.
-        ShapeError: any input rule (:func:`check_nvfp4_inputs`), before any driver call.
+        ShapeError: any input rule (:func:`check_nvfp4_inputs`), before any driver call; with
+            ``sf_sign="refuse"`` a scale byte with bit 7 set (:func:`check_scale_signs`), before the launch.
         CudaError: a driver call failed.
     """
     import torch
 
     cfg = resolve_config(config)
-    m, n, k = check_nvfp4_inputs(a, b1, b2, sfa, sfb1, sfb2, out, sf_layout=sf_layout)
+    m, n, k = check_nvfp4_inputs(a, b1, b2, sfa, sfb1, sfb2, out, sf_layout=sf_layout, sf_sign=sf_sign)
     if not torch.cuda.is_available():
         raise ConfigError("dual_gemm_nvfp4 needs a CUDA GPU of compute capability 10.x (sm_100a); "
                           "torch sees no CUDA device here")
@@ -288,6 +385,7 @@ def dual_gemm_nvfp4(a: Any, b1: Any, b2: Any, sfa: Any, sfb1: Any, sfb2: Any, ou
         raise ShapeError(f"a: device={a.device}: the operands must be CUDA tensors")
     ordinal = a.device.index if a.device.index is not None else torch.cuda.current_device()
     check_capability(tuple(torch.cuda.get_device_capability(ordinal)), torch.cuda.get_device_name(ordinal))
+    a, b1, b2, sfa, sfb1, sfb2 = apply_sf_sign(a, b1, b2, sfa, sfb1, sfb2, sf_layout=sf_layout, sf_sign=sf_sign)
     if sf_layout == "rowmajor":
         sfa, sfb1, sfb2 = (blocked_scales(t) if t.dim() == 2 else t for t in (sfa, sfb1, sfb2))
     return _launch(cfg, ordinal, m, n, k, dict(a=a, b1=b1, b2=b2, sfa=sfa, sfb1=sfb1, sfb2=sfb2, out=out))

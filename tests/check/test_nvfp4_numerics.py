@@ -231,10 +231,13 @@ def test_block_scaled_mma_planted_bugs() -> None:
                          SFA_COL, SFB_COL, scale_vec="block32")
     # scale columns never copied (zero bytes are legal ue4m3 zeros -> zero product, caught numerically)
     assert not block_scaled_mma(smem, 0, adesc, bdesc, idesc, tmem, 400, SFB_COL).any()
-    # a negative scale byte is not ue4m3
+    # bit 7 of a scale byte is ue4m3 padding (PTX ISA 5.2.3), not a sign: same product; the NaN byte is reported
     bad = tmem.copy()
-    bad[:, SFA_COL] |= 0x80
-    with pytest.raises(SimError, match="not a finite ue4m3"):
+    bad[:, SFA_COL] |= 0x80808080
+    np.testing.assert_array_equal(block_scaled_mma(smem, 0, adesc, bdesc, idesc, bad, SFA_COL, SFB_COL),
+                                  block_scaled_mma(smem, 0, adesc, bdesc, idesc, tmem, SFA_COL, SFB_COL))
+    bad[:, SFA_COL] |= 0x7F
+    with pytest.raises(SimError, match="is the ue4m3 NaN"):
         block_scaled_mma(smem, 0, adesc, bdesc, idesc, bad, SFA_COL, SFB_COL)
     # a swizzled descriptor for the scale copy is refused
     with pytest.raises(SimError, match="bad descriptor"):

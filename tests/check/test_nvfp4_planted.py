@@ -51,9 +51,23 @@ def _copies_before_the_wait(body):
 
 def _tx_without_scales(plan):
     """expect_tx announces A + B1 + B2 only: the three scale tiles' bytes are missing."""
-    sf = sum(s.load_bytes for s in plan.loads.scale_operands)
+    sf = sum(s.region.slot_bytes for s in plan.loads.scale_operands)  # what lands in each CTA
     full = replace(plan.full, tx_bytes=plan.full.tx_bytes - sf * plan.roles.cta_group)
-    return replace(plan, loads=replace(plan.loads, load_bytes=plan.loads.load_bytes - sf), ab=replace(plan.ab, full=full))
+    return replace(plan, loads=replace(plan.loads, expect_tx_bytes=plan.loads.expect_tx_bytes - sf),
+                   ab=replace(plan.ab, full=full))
+
+
+def _tx_of_own_loads_only(plan):
+    """The pair's expect_tx counts the bytes each CTA's own loads move, not the peer's multicast SFB halves."""
+    full = replace(plan.full, tx_bytes=plan.loads.load_bytes * plan.roles.cta_group)
+    return replace(plan, loads=replace(plan.loads, expect_tx_bytes=plan.loads.load_bytes), ab=replace(plan.ab, full=full))
+
+
+def _sfb_halves_not_multicast(plan):
+    """Each CTA of the pair loads its half of SFB1/SFB2 into its own stage only (no multicast mask): the other
+    half of every B scale tile never lands, while expect_tx still counts it."""
+    ops = tuple(replace(o, multicast=0) if o.scales in ("b", "b2") else o for o in plan.loads.operands)
+    return replace(plan, loads=replace(plan.loads, operands=ops))
 
 
 def _b2_reads_b1_scales(plan):
@@ -120,6 +134,24 @@ def test_block32_for_block16(config):
     assert len(faults) == 3 and all("scale format bit 0 with .block32" in f for f in faults)
 
 
+def test_pair_tx_bytes_missing_the_peers_sfb_halves():
+    kernel = _kernel(PAIR, plan_change=_tx_of_own_loads_only)
+    with pytest.raises(VerifyError, match=r"^transaction-byte mismatch: full\[0\] .* expect_tx 73728 B .* 77824 B"):
+        verify(kernel)
+    faults = _sim_faults(kernel)
+    assert len(faults) == 3 and all(f.startswith(("read before write: tcgen05.cp", "transaction-byte mismatch",
+                                                  "deadlock", "tx count underflow")) for f in faults), faults
+
+
+def test_pair_sfb_halves_not_multicast():
+    kernel = _kernel(PAIR, plan_change=_sfb_halves_not_multicast)
+    with pytest.raises(VerifyError, match=r"^transaction-byte mismatch: full\[0\] .* expect_tx 77824 B"):
+        verify(kernel)
+    faults = _sim_faults(kernel)  # the stage never completes (or the copies read lines no TMA wrote)
+    assert len(faults) == 3 and all(f.startswith(("read before write: tcgen05.cp", "transaction-byte mismatch",
+                                                  "deadlock")) for f in faults), faults
+
+
 @BOTH
 def test_tx_bytes_missing_the_scale_tiles(config):
     kernel = _kernel(config, plan_change=_tx_without_scales)
@@ -128,3 +160,39 @@ def test_tx_bytes_missing_the_scale_tiles(config):
     faults = _sim_faults(kernel)  # the stage completes before its scales land: read early, or bytes after the phase
     assert len(faults) == 3 and all(f.startswith(("read before write: tcgen05.cp", "transaction-byte mismatch",
                                                   "deadlock")) for f in faults), faults
+
+
+def _collector_swapped(op):
+    """B1's MMA claims ``lastuse`` and B2's ``fill``: the first reads a collector nothing filled."""
+    if isinstance(op, O.UmmaBlockScaled) and op.collector:
+        return replace(op, collector={"fill": "lastuse", "lastuse": "fill"}[op.collector])
+    return None
+
+
+def _collector_across_k_steps(body):
+    """Only the first B1 MMA fills; every later MMA but the last ``use``s the collector, so the next k-step's MMAs
+    claim the k-step-0 A slice the collector holds while their descriptors name another A."""
+    mmas = [i for i, x in enumerate(body) if isinstance(x, O.UmmaBlockScaled)]
+    out = list(body)
+    for i in mmas[1:-1]:
+        out[i] = replace(out[i], collector="use")
+    return out
+
+
+@BOTH
+def test_collector_lastuse_without_a_fill(config):
+    kernel = _kernel(config, fn=_collector_swapped)
+    verify(kernel)  # the verifier does not model the collector buffer; the simulator does
+    faults = _sim_faults(kernel)
+    assert len(faults) == 3 and all(f.startswith("collector misuse: tcgen05.mma.block_scale")
+                                    and ".collector::a::lastuse reads A desc" in f and "holds nothing" in f
+                                    for f in faults), faults
+
+
+@BOTH
+def test_collector_read_of_another_a_slice(config):
+    kernel = _kernel(config, fn=_k_loop(_collector_across_k_steps))
+    faults = _sim_faults(kernel)
+    assert len(faults) == 3 and all(f.startswith("collector misuse: tcgen05.mma.block_scale")
+                                    and ".collector::a::use reads A desc" in f and "which holds A desc" in f
+                                    for f in faults), faults

@@ -115,9 +115,13 @@ def compare(fam: Family, ours: Constants, cute: Constants, ref) -> list[Row]:
                     "equal" if not ours.unresolved and not cute.unresolved else "differs",
                     "; ".join(ours.unresolved + cute.unresolved), not ours.unresolved and not cute.unresolved))
     row("mma form", ours.mma_forms, cute.mma_forms, ours.mma_forms == cute.mma_forms and len(ours.mma_forms) == 1)
+    # ours: NVFP4 dual GEMMs issue B1 with .collector::a::fill and B2 on the same A with ::lastuse (one A read for
+    # both); CuTe's single-GEMM references have no A to reuse and spell the default, ::discard
+    ours_collect = {".collector::a::fill", ".collector::a::lastuse"} if nv and fam.accumulators == 2 else set()
     row("mma A collector", ours.mma_collectors, cute.mma_collectors, False,
-        expected_diff=not ours.mma_collectors and cute.mma_collectors == {".collector::a::discard"},
-        why_diff="CuTe spells .collector::a::discard, the default when no collector qualifier is given")
+        expected_diff=ours.mma_collectors == ours_collect and cute.mma_collectors == {".collector::a::discard"},
+        why_diff="CuTe spells .collector::a::discard, the default when no collector qualifier is given"
+                 + ("; ours fills A with the B1 MMA and reads it back (lastuse) with the B2 MMA" if ours_collect else ""))
 
     # instruction descriptor: ours is one literal; CuTe's known part once its run-time bits are masked
     runtime_bits = NEGATE_BITS | (SF_ID_BITS if nv else 0)
@@ -192,9 +196,12 @@ def compare(fam: Family, ours: Constants, cute: Constants, ref) -> list[Row]:
         why_diff=f"per CTA and operand equal ({parts})"
                  + ("; ours arms per CTA, CuTe's leader arms the pair once (x2)" if fam.cta_group == 2 else ""))
     cute_mc = 1 if nv and fam.cta_group == 2 else 0
-    row("TMA multicast loads", ours.tma_multicast, cute.tma_multicast, ours.tma_multicast == cute.tma_multicast == 0,
-        expected_diff=ours.tma_multicast == 0 and cute.tma_multicast == cute_mc == 1,
-        why_diff="CuTe loads half of SFB per CTA and multicasts it to the pair; ours loads all of it in each CTA")
+    want_mc = cute_mc * fam.accumulators  # one multicast load per B scale tile
+    row("TMA multicast loads", ours.tma_multicast, cute.tma_multicast,
+        ours.tma_multicast == cute.tma_multicast == cute_mc == want_mc,
+        "each CTA loads half of SFB and multicasts it to the pair" if cute_mc else "",
+        expected_diff=cute.tma_multicast == cute_mc == 1 and ours.tma_multicast == want_mc,
+        why_diff="both load half of each SFB per CTA and multicast it to the pair; ours has SFB1 and SFB2 (dual GEMM)")
     if fam.cta_group == 2:
         row("cluster barrier before paired alloc", ours.cluster_wait_before_alloc, cute.cluster_wait_before_alloc,
             ours.cluster_wait_before_alloc and cute.cluster_wait_before_alloc)

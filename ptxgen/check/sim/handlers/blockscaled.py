@@ -13,6 +13,13 @@ order), so a copy issued before an MMA completes before it:
   result.  The product is exact e2m1 x ue4m3 (float64 sum of one K=64 slice, one rounding to fp32),
   accumulated in fp32 TMEM.
 
+**collector buffer** (``.collector::a::*``, PTX ISA "tcgen05.mma"): ``fill`` keeps the MMA's A in the issuing
+thread's collector buffer; ``use`` / ``lastuse`` read A from it, which needs the buffer to hold the same A (the
+same smem descriptor, filled by this thread's latest MMA chain), ``lastuse`` and ``discard`` (the default, no
+qualifier) then empty it.  A ``use``/``lastuse`` with an empty buffer or another A is a ``collector misuse``.
+The product is computed from shared memory either way (the ISA lets the tensor core reload A at will, so the
+smem A must stay unchanged until the MMA completes, which the async-read tracking already checks).
+
 ``cta_group::2`` (modelled): the leader issues for the pair; a copy moves each CTA's own shared
 memory into its own TMEM at the same address (SFA: the CTA's rows; SFB: every CTA holds all of B's
 scales), and the MMA's CTA c multiplies its own A rows and scale_A by B (N/2 rows from each CTA,
@@ -63,9 +70,25 @@ def tmem_copy(m, w, ev: W.Event) -> None:
     w.tc.push(m, complete)
 
 
+def _collector(m, w, ev: W.Event, who) -> None:
+    """Apply ``.collector::a::*`` of a block-scaled MMA to the issuing warp's collector buffer (module docstring)."""
+    held = m.__dict__.setdefault("a_collector", {})  # issuing warp -> the A descriptor its collector holds
+    key, usage = w, ev.op.collector
+    if usage in ("use", "lastuse") and held.get(key) != ev.a_desc:
+        now = f"A desc {held[key]:#018x}" if key in held else "nothing"
+        raise SimError(f"collector misuse: {who}: .collector::a::{usage} reads A desc {ev.a_desc:#018x} from the "
+                       f"collector buffer, which holds {now} (PTX ISA \"tcgen05.mma\": it needs a previous fill of the "
+                       "same A, still valid)")
+    if usage == "fill":
+        held[key] = ev.a_desc
+    elif usage != "use":
+        held.pop(key, None)
+
+
 def umma_block_scaled(m, w, ev: W.Event) -> None:
     """Block-scaled ``tcgen05.mma``: operands read at issue, scale factors at execution (see module docstring)."""
     who, ctas = _issuer(m, w, "tcgen05.mma.block_scale", ev.lanes)
+    _collector(m, w, ev, who)
     f = mma_shape(ev.op.idesc, ev.op.scale_vec, m.kernel.cta_group, who)
     rows_b = f["n"] // len(ctas)
     a_codes, b_codes, handles = [], [], []
