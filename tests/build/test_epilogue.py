@@ -152,3 +152,14 @@ def test_dual_swiglu_is_the_expression_language():
     assert ops == ["mul.f32", "ex2.approx.ftz.f32", "add.f32", "rcp.approx.ftz.f32", "mul.f32", "mul.f32"]
     explicit = build(_cfg("dual_h100_128x128", "silu(acc1) * acc2")).ptx
     assert explicit == ptx
+
+
+def test_ptxgen_epi_attribute():
+    import importlib
+
+    import ptxgen
+
+    assert ptxgen.epi is importlib.import_module("ptxgen.epi")
+    assert str(ptxgen.epi.gelu(ptxgen.epi.acc + ptxgen.epi.bias("bias"))) == "gelu(acc + bias[col])"
+    with pytest.raises(AttributeError):
+        ptxgen.no_such_name  # noqa: B018
