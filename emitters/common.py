@@ -390,23 +390,151 @@ NEG_LOG2E_F32 = 0xBFB8AA3B  # -log2(e) as f32 bits: exp(-x) = ex2(x * -log2(e))
 ONE_F32 = 0x3F800000
 
 
-def silu_mul(lw: Lowering, op: ops.SiluMul) -> None:
-    """Per element: t = ex2(-x log2 e); s = x * rcp(1 + t); dst = s * up (f32; written back into ``dst``)."""
-    gate = lw.array(op.gate, op.n, _array_type(lw, op.gate))
-    up = lw.array(op.up, op.n, _array_type(lw, op.up))
-    dst = lw.array(op.dst, op.n, _array_type(lw, op.dst))
-    t, d = lw.tmp(), lw.tmp()
-    for i in range(op.n):
-        lw.emit(f"mul.f32 {t}, {gate[i]}, 0f{NEG_LOG2E_F32:08X};")
+def _f32(v: float) -> str:
+    """A PTX f32 immediate (``0fXXXXXXXX``, the exact bits of ``v`` rounded to f32)."""
+    import struct
+
+    return f"0f{struct.unpack('<I', struct.pack('<f', v))[0]:08X}"
+
+
+#: gelu (tanh form): sqrt(2/pi) and sqrt(2/pi) * 0.044715
+GELU_K, GELU_K3 = 0.7978845608028654, 0.7978845608028654 * 0.044715
+#: erf by Abramowitz & Stegun 7.1.26: erf(z) = 1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-z^2), t = 1 / (1 + p z)
+ERF_P = 0.3275911
+ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+INV_SQRT2 = 0.7071067811865476
+
+
+def _epi_op(lw: Lowering, op: str, params: tuple, x: list[str], d: str, scratch: list[str]) -> None:
+    """One op of an epilogue expression on f32 registers/immediates ``x`` into ``d`` (numerics: ptxgen.epi.OPS)."""
+    if op in ("add", "sub", "mul"):
+        lw.emit(f"{op}.f32 {d}, {x[0]}, {x[1]};")
+    elif op == "neg":
+        lw.emit(f"neg.f32 {d}, {x[0]};")
+    elif op == "relu":
+        lw.emit(f"max.f32 {d}, {x[0]}, 0f00000000;")
+    elif op == "clamp":
+        lw.emit(f"max.f32 {d}, {x[0]}, {_f32(params[0])};")
+        lw.emit(f"min.f32 {d}, {d}, {_f32(params[1])};")
+    elif op in ("sigmoid", "silu"):  # t = ex2(-x log2 e); sigmoid = rcp(1 + t); silu = x * sigmoid
+        t = scratch[0]
+        lw.emit(f"mul.f32 {t}, {x[0]}, 0f{NEG_LOG2E_F32:08X};")
         lw.emit(f"ex2.approx.ftz.f32 {t}, {t};")
         lw.emit(f"add.f32 {t}, {t}, 0f{ONE_F32:08X};")
+        if op == "sigmoid":
+            lw.emit(f"rcp.approx.ftz.f32 {d}, {t};")
+        else:
+            lw.emit(f"rcp.approx.ftz.f32 {t}, {t};")
+            lw.emit(f"mul.f32 {d}, {x[0]}, {t};")
+    elif op == "gelu":  # x * (1 + tanh(x (k + k3 x^2))) / 2
+        t = scratch[0]
+        lw.emit(f"mul.f32 {t}, {x[0]}, {x[0]};")
+        lw.emit(f"fma.rn.f32 {t}, {t}, {_f32(GELU_K3)}, {_f32(GELU_K)};")
+        lw.emit(f"mul.f32 {t}, {t}, {x[0]};")
+        lw.emit(f"tanh.approx.f32 {t}, {t};")
+        lw.emit(f"fma.rn.f32 {t}, {t}, 0f3F000000, 0f3F000000;")
+        lw.emit(f"mul.f32 {d}, {x[0]}, {t};")
+    elif op == "gelu_erf":  # x * s / 2, s = 1 + erf(x / sqrt 2): erfc(|z|) for x < 0, 2 - erfc(|z|) otherwise
+        z, t, q, e = scratch
+        p = lw.pred()
+        lw.emit(f"abs.f32 {z}, {x[0]};")
+        lw.emit(f"mul.f32 {z}, {z}, {_f32(INV_SQRT2)};")
+        lw.emit(f"fma.rn.f32 {t}, {z}, {_f32(ERF_P)}, 0f{ONE_F32:08X};")
         lw.emit(f"rcp.approx.ftz.f32 {t}, {t};")
-        lw.emit(f"mul.f32 {d}, {gate[i]}, {t};")
-        lw.emit(f"mul.f32 {dst[i]}, {d}, {up[i]};")
+        lw.emit(f"fma.rn.f32 {q}, {t}, {_f32(ERF_A[4])}, {_f32(ERF_A[3])};")
+        for a in ERF_A[2::-1]:
+            lw.emit(f"fma.rn.f32 {q}, {q}, {t}, {_f32(a)};")
+        lw.emit(f"mul.f32 {q}, {q}, {t};")
+        lw.emit(f"mul.f32 {e}, {z}, {z};")
+        lw.emit(f"mul.f32 {e}, {e}, 0f{NEG_LOG2E_F32:08X};")
+        lw.emit(f"ex2.approx.ftz.f32 {e}, {e};")
+        lw.emit(f"mul.f32 {q}, {q}, {e};")  # erfc(|z|)
+        lw.emit(f"sub.f32 {e}, 0f40000000, {q};")
+        lw.emit(f"setp.lt.f32 {p}, {x[0]}, 0f00000000;")
+        lw.emit(f"selp.f32 {e}, {q}, {e}, {p};")
+        lw.emit(f"mul.f32 {d}, {x[0]}, {e};")
+        lw.emit(f"mul.f32 {d}, {d}, 0f3F000000;")
+    else:
+        raise NotImplementedError(f"no lowering for epilogue op {op!r}")
+
+
+def epilogue_expr(lw: Lowering, op: ops.EpilogueExpr) -> None:
+    """Per value j: the expression tree, children first, into ``dst[idx[j]]``.
+
+    Each inner node has its own result (and scratch) registers, allocated the first time it is lowered and reused
+    for every value, so ``silu(acc1) * acc2`` lowers to the same six instructions per value as the SwiGLU always
+    did: mul, ex2.approx.ftz, add, rcp.approx.ftz, mul (silu), mul (by acc2).
+    """
+    from ptxgen.ir import epilogue as epi
+
+    dst = lw.array(op.dst, max(op.idx) + 1, _array_type(lw, op.dst))
+    regs: dict[tuple, tuple[str, list[str]]] = {}
+
+    def lower(node, j: int, path: tuple, out: str | None) -> str:
+        if isinstance(node, epi.Reg):
+            return lw.array(node.array, max(node.idx) + 1, _array_type(lw, node.array))[node.idx[j]]
+        if isinstance(node, epi.ParamLeaf):
+            return f"%{node.param}"
+        if isinstance(node, epi.Num):
+            return _f32(node.value)
+        if path not in regs:
+            scratch = [lw.tmp() for _ in range(epi.SCRATCH.get(node.op, 0))]
+            regs[path] = (out or lw.tmp(), scratch)
+        d, scratch = regs[path]
+        d = out or d
+        args = [lower(a, j, path + (k,), None) for k, a in enumerate(node.args)]
+        _epi_op(lw, node.op, node.params, args, d, scratch)
+        return d
+
+    for j, i in enumerate(op.idx):
+        if isinstance(op.expr, epi.Call):
+            lower(op.expr, j, (), dst[i])
+        else:  # a leaf: D is that value
+            lw.emit(f"mov.b32 {dst[i]}, {lower(op.expr, j, (), None)};")
+
+
+def ld_epilogue(lw: Lowering, op: ops.LdEpilogue) -> None:
+    """Per element: the address ``P + index * size``, a predicated ``ld.global`` of it (0 where off D), and for
+    16-bit elements ``cvt.f32.{bf16|f16}`` (exact).  Read-only data: ``ld.global.nc`` (PTX ISA "ld.global.nc")."""
+    dst = lw.array(op.dst, max(op.idx) + 1, _array_type(lw, op.dst))
+    size = 4 if op.dtype == "f32" else 2
+    row = lw.reg(op.row) if op.layout in ("row", "tile") else None
+    col = lw.reg(op.col) if op.layout in ("col", "tile") else None
+    lin = None
+    if op.layout == "tile":
+        lin = lw.tmp()
+        lw.emit(f"mad.lo.u32 {lin}, {row}, %n, {col};")
+    index = {"row": row, "col": col, "tile": lin}[op.layout]
+    addr = lw.tmp64()
+    lw.emit(f"mul.wide.u32 {addr}, {index}, {size};")
+    lw.emit(f"add.u64 {addr}, {addr}, %{op.param};")
+    for j, i in enumerate(op.idx):
+        p = None
+        if op.guard:
+            p = lw.pred()
+            if row is not None:
+                lw.emit(f"setp.lt.u32 {p}, {row}, %m;")
+            if col is not None:
+                c = lw.tmp()
+                lw.emit(f"add.u32 {c}, {col}, {j};")
+                lw.emit(f"setp.lt.{'and.' if row is not None else ''}u32 {p}, {c}, %n{', ' + p if row is not None else ''};")
+        at = f"[{addr}+{size * j}]" if j else f"[{addr}]"
+        guard = f"@{p} " if p else ""
+        if size == 4:
+            if p:
+                lw.emit(f"mov.b32 {dst[i]}, 0;")
+            lw.emit(f"{guard}ld.global.nc.f32 {dst[i]}, {at};")
+        else:
+            h = lw.tmp16()
+            if p:
+                lw.emit(f"mov.b16 {h}, 0;")
+            lw.emit(f"{guard}ld.global.nc.b16 {h}, {at};")
+            lw.emit(f"cvt.f32.{op.dtype} {dst[i]}, {h};")
 
 
 COMMON = {
-    ops.SiluMul: silu_mul,
+    ops.EpilogueExpr: epilogue_expr,
+    ops.LdEpilogue: ld_epilogue,
     ops.Pack16: pack_16,
     ops.MbarrierInit: mbarrier_init,
     ops.FenceMbarrierInit: fence_mbarrier_init,

@@ -24,3 +24,12 @@ def dual_gemm_nvfp4(a, b1, b2, sfa, sfb1, sfb2, out=None, config=None, *, sf_lay
     from .runtime.nvfp4 import dual_gemm_nvfp4 as _dual_gemm_nvfp4
 
     return _dual_gemm_nvfp4(a, b1, b2, sfa, sfb1, sfb2, out=out, config=config, sf_layout=sf_layout, sf_sign=sf_sign)
+
+
+def __getattr__(name):
+    """``ptxgen.epi`` (the fused-epilogue language) on first use, without importing it with the package."""
+    if name == "epi":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.epi")
+    raise AttributeError(f"module 'ptxgen' has no attribute {name!r}")

@@ -206,6 +206,9 @@ class Epilogue:
         so no shipped config sets it.
     stmatrix: sm_90a TMA-store staging through ``stmatrix.sync.aligned.m8n8.x4`` (four 8x8 bf16 matrices, 16 bytes
         per lane per instruction) instead of ``st.shared.b32`` (4 bytes): a quarter of the staging instructions.
+    expr: the fused epilogue, an expression of :mod:`ptxgen.epi` in its text form (``"gelu(acc + bias[col])"``);
+        empty: the kernel's default (``acc`` for ``gemm``, ``silu(acc1) * acc2`` for ``dual_gemm``).  Operands
+        (bias, scale, residual) and ``fp16(...)`` are sm_90a only.
     """
 
     warps: OneOf(0, 4) = 0
@@ -217,6 +220,7 @@ class Epilogue:
     release: OneOf("elected", "per_thread") = "elected"
     overlap: Bool = False
     stmatrix: Bool = False
+    expr: Str = ""
 
 
 @section
@@ -515,12 +519,27 @@ def validate(cfg: Config) -> None:
         _rule(e.stages == 1 and e.store_block_n in (0, t.block_n), "epilogue.store", "direct",
               "epilogue.stages and epilogue.store_block_n apply to TMA stores only")
 
+    if e.expr:
+        _validate_expr(cfg)
     if cfg.arch == "sm_100a":
         _validate_sm100(cfg)
     else:
         _validate_sm90(cfg)
     if cfg.schedule.split_k > 1:
         _validate_split_k(cfg)
+
+
+def _validate_expr(cfg: Config) -> None:
+    """``epilogue.expr``: it parses (:func:`ptxgen.epi.parse`), reads the kernel's accumulators, and on sm_100a
+    reads no operand and keeps D's type (the TMEM epilogue loads no operand yet)."""
+    from . import epi
+
+    node = epi.for_kernel(cfg.epilogue.expr, cfg.kernel)
+    if cfg.arch == "sm_100a":
+        ops = epi.operands(node)
+        _rule(not ops and not isinstance(node, epi.Cast), "epilogue.expr", cfg.epilogue.expr,
+              "sm_100a: the TMEM epilogue takes accumulator-only expressions (no bias/scale/residual, no cast); "
+              "operands are sm_90a only")
 
 
 def _validate_nvfp4(cfg: Config) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import descriptors
+from . import descriptors, epi
 from .config import Config
 from .hw import (SF_ATOM_BYTES, SF_ATOM_K, SF_ATOM_ROWS, SF_LINE_BYTES, SF_TMEM_COLS_PER_ATOM, SM_SMEM_BYTES, SMEM_LIMIT_BYTES,
                  TMEM_COLUMNS, resident_ctas)
@@ -385,13 +385,39 @@ class SmemPlan:
 
 
 @dataclass(frozen=True)
+class EpilogueOperand:
+    """One extra operand of the fused epilogue.
+
+    name: the runtime keyword (``bias``); kind: ``bias``, ``scale`` or ``residual``; along: ``col`` ([N]), ``row``
+    ([M]), ``tile`` ([M, N] row-major, ld = N) or ``scalar``; dtype: its elements (``f32``, or D's type);
+    param: the kernel parameter: a ``.u64`` global address, or for a scalar a ``.u32`` holding the f32's bits.
+    """
+
+    name: str
+    kind: str
+    along: str
+    dtype: str
+    param: str
+
+    @property
+    def param_kind(self) -> str:
+        return "u32" if self.along == "scalar" else "u64"
+
+
+@dataclass(frozen=True)
 class EpiloguePlan:
     """Accumulator -> D: the epilogue op, the store path and the CD staging ring.
 
     Units: threads, CTAs, elements (columns of D), rows, bytes, 32-bit TMEM columns, 16-byte chunks.
 
-    op: ``none``, or ``silu_mul`` for ``kernel=dual_gemm`` (D = silu(acc0) * acc1).
-    out_dtype: D's element type, ``bf16`` or ``f16`` (NVFP4).
+    expr: the fused epilogue (a :mod:`ptxgen.epi` expression over ``acc`` / ``acc1``, ``acc2`` and the operands), or
+        None when D is the accumulator itself; ``epilogue.expr``, else the kernel's default (``dual_gemm``:
+        ``silu(acc1) * acc2``).
+    operands: the extra operands the expression loads, in first-appearance order (:class:`EpilogueOperand`).
+    second_acc: the expression reads the dual GEMM's second accumulator (``acc2``).
+    pairwise: sm_90a: the expression runs per fragment pair, after that pair's operand loads (it has operands);
+        else once over each whole fragment array.
+    out_dtype: D's element type, ``bf16`` or ``f16`` (NVFP4, or an ``fp16(...)`` expression).
     tma_store: D through shared-memory staging and TMA stores (else ``st.global``).
     early_release: release ``tmem_empty`` right after the last TMEM read.
     overlap: sm_90a: tile t's packed accumulator is stored while tile t+1's first k-block runs.
@@ -410,7 +436,10 @@ class EpiloguePlan:
     tmem_empty_arrivals_per_cta: arrivals one writing CTA makes on ``tmem_empty`` per phase.
     """
 
-    op: str
+    expr: object
+    operands: tuple
+    second_acc: bool
+    pairwise: bool
     out_dtype: str
     tma_store: bool
     early_release: bool
@@ -539,7 +568,8 @@ class Plan:
     def params(self) -> tuple[tuple[str, str], ...]:
         """Kernel parameters in order: one tensor map per operand, D's, then ``d_ptr``, ``m``, ``n``, ``k``."""
         maps = tuple((f"tmap_{o.name}", "tensor_map") for o in self.loads.operands) + (("tmap_d", "tensor_map"),)
-        return maps + tuple(p for p in PARAMS if p[1] != "tensor_map") + ((WORKSPACE_PARAM,) if self.split else ())
+        return (maps + tuple(p for p in PARAMS if p[1] != "tensor_map") + ((WORKSPACE_PARAM,) if self.split else ())
+                + tuple((o.param, o.param_kind) for o in self.epilogue.operands))
 
     def launch_spec(self) -> LaunchSpec:
         """Launch metadata for the runtime (``generated/<name>.json``)."""
@@ -582,9 +612,14 @@ class Plan:
             regions += (SmemRegion("cd", cd.offset, cd.stride, cd.count, e.stage_bytes, cd_align),)
         io = ("NVFP4 in (packed e2m1, one ue4m3 scale per 16 K, scales copied to TMEM by tcgen05.cp, block-scaled "
               "MMAs), fp16 out" if m.operand_format == "nvfp4" else "bf16 in and out")
-        what = (f"D[M,N] = A[M,K] @ B[N,K]^T, {io}, fp32 accumulate." if e.op == "none" else
-                f"D[M,N] = silu(A @ B1^T) * (A @ B2^T), A[M,K], B1/B2[N,K], {io}, fp32 accumulate; "
-                f"{len(m.streams)} accumulators, MMAs {m.order} per k-step (one A slice feeds B1 then B2).")
+        if len(m.streams) == 1:
+            what = (f"D[M,N] = A[M,K] @ B[N,K]^T, {io}, fp32 accumulate." if e.expr is None else
+                    f"D[M,N] = {e.expr} with acc = A[M,K] @ B[N,K]^T, {io}, fp32 accumulate and epilogue.")
+        else:
+            fused = ("silu(A @ B1^T) * (A @ B2^T)" if str(e.expr) == epi.DEFAULTS["dual_gemm"] else
+                     f"{e.expr} with acc1 = A @ B1^T, acc2 = A @ B2^T")
+            what = (f"D[M,N] = {fused}, A[M,K], B1/B2[N,K], {io}, fp32 accumulate; "
+                    f"{len(m.streams)} accumulators, MMAs {m.order} per k-step (one A slice feeds B1 then B2).")
         title = (what,
                  f"tile {m.block_m}x{m.block_n}x{m.block_k}, {self.stages} stages, cluster {r.cluster_size}, "
                  f"{r.threads} threads, {self.smem.bytes} B dynamic shared memory")
@@ -744,8 +779,15 @@ def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan)
     per_thread = e.release == "per_thread"
     threads = 32 * roles.epilogue_warps
     stores_per_wave = mma.block_n // sbn
+    expr = epi.for_kernel(e.expr, cfg.kernel) if e.expr else (epi.default(cfg.kernel) if cfg.kernel == "dual_gemm" else None)
+    if expr == epi.acc:
+        expr = None  # D = acc: nothing to fuse
+    out_dtype = "f16" if f.nvfp4 else epi.out_dtype(expr)
+    operands = tuple(EpilogueOperand(o.name, o.kind, o.along, "f32" if o.dtype == "f32" else out_dtype, f"epi_{o.name}")
+                     for o in (epi.operands(expr) if expr is not None else ()))
     return EpiloguePlan(
-        op="silu_mul" if cfg.kernel == "dual_gemm" else "none", out_dtype="f16" if f.nvfp4 else "bf16", tma_store=tma_store, early_release=e.early_release,
+        expr=expr, operands=operands, second_acc=expr is not None and "acc2" in epi.accumulators(expr),
+        pairwise=bool(operands), out_dtype=out_dtype, tma_store=tma_store, early_release=e.early_release,
         overlap=e.overlap, stmatrix=e.stmatrix, swizzle128=e.swizzle == "128", threads=threads, groups=f.wgs,
         writers=(2 if cfg.cluster.dual_tile else 1) if f.sm100 else 1, store_block_n=sbn,
         store_n_multiple=STORE_N_MULTIPLE, box_rows=mma.wave_rows, row_bytes=sbn * BF16_BYTES,
@@ -947,7 +989,31 @@ def _schedule_plan(cfg: Config) -> SchedulePlan:
                         group_clusters=max(1, cfg.schedule.group // m_ctas))
 
 
-def _registers_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan) -> RegistersPlan:
+#: registers an sm_90a consumer thread keeps for the epilogue's addresses, predicates and loop state beside the
+#: accumulators and the expression's own registers
+EPILOGUE_SPARE_REGS = 24
+
+
+def epilogue_expr_registers(expr, pairwise: bool) -> int:
+    """Registers per thread the fused epilogue needs beside the accumulators: one result per inner node, each
+    op's scratch, and (``pairwise``) two loaded values per operand."""
+    inner = [n for n in epi.walk(epi.body(expr)) if isinstance(n, epi.Call)]
+    regs = len(inner) + sum(epi.SCRATCH.get(n.op, 0) for n in inner)
+    return regs + (2 * len(epi.operands(expr)) if pairwise else 0)
+
+
+def _epilogue_registers(cfg: Config, f: _Basics, mma: MmaIssuePlan, e: EpiloguePlan, consumer_regs: int) -> None:
+    """Raise ConfigError when the expression's registers, the accumulators and the spare exceed a consumer's."""
+    acc_regs = mma.m_waves * mma.fragment_regs * len(mma.streams)
+    need = epilogue_expr_registers(e.expr, e.pairwise)
+    if acc_regs + need + EPILOGUE_SPARE_REGS > consumer_regs:
+        raise ConfigError(f"epilogue.expr={str(e.expr)!r}: needs {need} registers per thread beside {acc_regs} "
+                          f"accumulator + {EPILOGUE_SPARE_REGS} spare > the {consumer_regs} each of {f.wgs} consumer "
+                          "warpgroups gets (setmaxnreg); simplify the expression or use a smaller tile")
+
+
+def _registers_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan,
+                    e_plan: EpiloguePlan | None = None) -> RegistersPlan:
     """Registers: sm_90a ``setmaxnreg`` (PTX ISA "setmaxnreg": a multiple of 8 in [24, 256]).
 
     Raises ConfigError when ``epilogue.overlap``'s accumulators, packed words and loop state exceed a consumer's.
@@ -965,6 +1031,8 @@ def _registers_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan
                 f"epilogue.overlap=True: {acc_regs} accumulator + {words} packed registers + {OVERLAP_SPARE_REGS} for "
                 f"addresses and loop state per thread > the {consumer_regs} each of {f.wgs} consumer warpgroups gets "
                 f"(setmaxnreg); ptxas would spill (a 192x192 tile on 3 warpgroups spilled 56 B)")
+    if not f.sm100 and e_plan is not None and e_plan.expr is not None:
+        _epilogue_registers(cfg, f, mma, e_plan, consumer_regs)
     # sm_100a: ``.minnctapersm 1`` is the seed's ``__launch_bounds__(256, 1)``; without it ptxas (CUDA 13.0)
     # picks 64 registers for an occupancy it never gets (TMEM and shared memory allow 1-4 CTAs) and level 9
     # spills 16 B.  PTX ISA "Performance-tuning directives".
@@ -1005,6 +1073,6 @@ def make_plan(cfg: Config) -> Plan:
         scales=_scales_plan(f, stage),
         smem=SmemPlan(cd=layout.cd, barriers=bars.region, tmem_slot=bars.tmem_slot, bytes=smem_bytes,
                       ctas_per_sm=ctas_per_sm),
-        epilogue=epilogue, schedule=_schedule_plan(cfg), registers=_registers_plan(cfg, f, roles, mma),
+        epilogue=epilogue, schedule=_schedule_plan(cfg), registers=_registers_plan(cfg, f, roles, mma, epilogue),
         ab=ab, acc=acc, cd_ring=cd_ring, math_order=bars.math_order, split=_split_plan(cfg, f, mma),
     )

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..ir import (Bar, Const, Elect, Expr, FenceProxyAsync, For, If, LdGlobalAcquireWait, LdGlobalF32, Let,
+from .. import epi
+from ..ir import (Bar, Const, Elect, EpilogueExpr, LdEpilogue, Expr, FenceProxyAsync, For, If, LdGlobalAcquireWait, LdGlobalF32, Let,
                   MbarrierArrive, MbarrierWait, NamedBarrier, Nanosleep, Pack16, Param, RedGlobal, SetMaxNReg, Shfl,
-                  SiluMul, StGlobal16, StGlobalF32, StGlobalU32, StMatrix, StShared16, TcgenFence, TmaLoad, TmaStore,
+                  StGlobal16, StGlobalF32, StGlobalU32, StMatrix, StShared16, TcgenFence, TmaLoad, TmaStore,
                   TmemCopy, TmemLoad, TmemWaitLd, Umma, UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence,
                   WaitRole, WgmmaWait, eq, fold, land, lift, lt, ne)
 from ..ir.pipeline import PipelineState
@@ -231,7 +232,7 @@ class Epilogue:
                     col0 = p.tmem.acc_col(0, w) + c * e.store_block_n + j * ld
                     base = fold(TMEM + lane_field + Var("acc") * p.tmem.acc_stage_cols + col0)
                     out.append(TmemLoad("v", base, ld))
-                    if e.op == "silu_mul":  # the second accumulator, acc_cols further on
+                    if e.second_acc:  # the second accumulator, acc_cols further on
                         out.append(TmemLoad("u", fold(base + p.tmem.acc_cols), ld))
                     out.append(TmemWaitLd())
                     if last_read and j == e.loads_per_box - 1 and e.early_release:
@@ -252,10 +253,61 @@ class Epilogue:
         return out
 
     def fuse(self, acc: str, other: str, n: int) -> list:
-        """The epilogue op on ``n`` values of the per-thread accumulator ``acc`` (``other``: the second one)."""
-        if self.p.epilogue.op == "silu_mul":
-            return [SiluMul(acc, acc, other, n)]
-        return []
+        """The epilogue expression on ``n`` values of the per-thread accumulator ``acc`` (``other``: the second one),
+        written back into ``acc``: one :class:`~ptxgen.ir.EpilogueExpr` over the arrays (no operands to load)."""
+        e = self.p.epilogue
+        if e.expr is None:
+            return []
+        idx = tuple(range(n))
+        arrays = {"acc": acc, "acc1": acc, "acc2": other}
+        return [EpilogueExpr(acc, idx, epi.bind(e.expr, lambda x: self.leaf(x, arrays, idx, None)))]
+
+    def leaf(self, x, arrays: dict, idx: tuple, row_idx: tuple | None):
+        """The bound form of leaf ``x``: an accumulator's values ``idx``, an operand's loaded values, a scalar's
+        parameter, or a number."""
+        if isinstance(x, epi.Acc):
+            return epi.Reg(arrays[x.name], idx)
+        if isinstance(x, epi.Operand):
+            if x.along == "scalar":
+                return epi.ParamLeaf(f"epi_{x.name}")
+            return epi.Reg(f"ep_{x.name}", row_idx if x.along == "row" else tuple(range(len(idx))))
+        return x
+
+    def fragment_coords(self, t: StoredTile, wg: Expr, v: int, i: int) -> tuple[Expr, Expr]:
+        """(row, col) in D of wgmma fragment value ``i`` (and ``i + 1``, the next column) of wave ``v``: lane l of warp
+        w holds row 16*(w%4) + l/4 + 8*((i/2)&1), col 8*(i/4) + 2*(l%4) + (i&1) (PTX ISA "wgmma register fragments")."""
+        p = self.p
+        row0 = t.m_row + wg * p.mma.wg_row_stride
+        frag_row = (WARP % 4) * 16 + LANE // 4
+        return (fold(row0 + v * p.mma.wave_rows + frag_row + 8 * ((i // 2) & 1)),
+                fold(t.n_col + 8 * (i // 4) + (LANE % 4) * 2))
+
+    def fragment_fuse(self, wg: Expr, v: int, guard: bool = True) -> list:
+        """sm_90a: the epilogue expression on wave ``v``'s fragments (``acc{v}``, the second accumulator ``acc1_{v}``).
+
+        Without operands: :meth:`fuse` over the whole arrays.  With operands: per fragment pair (values i, i+1: one
+        row, two columns) the pair's operand values are loaded (:class:`~ptxgen.ir.LdEpilogue`, guarded by the
+        pair's row and columns against M and N as the direct store is), then the expression runs on the pair.
+        """
+        p = self.p
+        e = p.epilogue
+        acc, other = f"acc{v}", f"acc1_{v}"
+        if not e.pairwise:
+            return self.fuse(acc, other, p.mma.fragment_regs)
+        out = []
+        arrays = {"acc": acc, "acc1": acc, "acc2": other}
+        for i in range(0, p.mma.fragment_regs, 2):
+            row, col = self.fragment_coords(CURRENT_TILE, wg, v, i)
+            half = (i // 2) & 1  # the pair's row: the thread's first (0) or second (1, 8 rows down)
+            for o in e.operands:
+                # a row vector's two values are loaded once per wave, a column vector's pair once per 8 columns
+                if o.along == "row" and i < 4:
+                    out.append(LdEpilogue(f"ep_{o.name}", o.param, "row", o.dtype, row, col, (half,), guard))
+                elif o.along == "tile" or (o.along == "col" and not half):
+                    out.append(LdEpilogue(f"ep_{o.name}", o.param, o.along, o.dtype, row, col, (0, 1), guard))
+            idx = (i, i + 1)
+            out.append(EpilogueExpr(acc, idx, epi.bind(e.expr, lambda x: self.leaf(x, arrays, idx, (half, half)))))
+        return out
 
     def release_tmem(self, st: PipelineState) -> list:
         """consumer_release of the accumulator stage: fence, then per-thread or one elected arrive (leader's barrier)."""
@@ -280,14 +332,13 @@ class Epilogue:
         out = []
         # wgmma m64nN fragment of lane l, warp w, value i: row 16*(w%4) + l/4 + 8*((i/2)&1), col 8*(i/4) + 2*(l%4) + (i&1)
         frag_row = (WARP % 4) * 16 + LANE // 4
-        frag_col = (LANE % 4) * 2
         row0 = t.m_row + wg * p.mma.wg_row_stride
+        fmt = e.out_dtype
         for v in range(p.mma.m_waves):
             src = f"{t.array}{v}"
             if not tma:
                 for i in range(0, p.mma.fragment_regs, 2):
-                    out.append(StGlobal16(fold(row0 + v * p.mma.wave_rows + frag_row + 8 * ((i // 2) & 1)),
-                                            fold(t.n_col + 8 * (i // 4) + frag_col), src, (i, i + 1), packed=t.packed))
+                    out.append(StGlobal16(*self.fragment_coords(t, wg, v, i), src, (i, i + 1), fmt, packed=t.packed))
                 continue
             for c in range(e.stores_per_wave):
                 seq = v * e.stores_per_wave + c
@@ -298,13 +349,13 @@ class Epilogue:
                     row = fold((WARP % 4) * 16 + 8 * ((LANE // 8) % 2) + LANE % 8)
                     for i in values[::8]:
                         chunk = fold(LANE // 16 + (i // 4 - c * e.row_chunks))
-                        out.append(StMatrix(self.cd_addr(buf, row, chunk), src, tuple(range(i, i + 8)), packed=t.packed))
+                        out.append(StMatrix(self.cd_addr(buf, row, chunk), src, tuple(range(i, i + 8)), fmt, packed=t.packed))
                 else:
                     for i in values[::2]:
                         row = fold(frag_row + 8 * ((i // 2) & 1))
                         chunk = i // 4 - c * e.row_chunks
                         addr = fold(self.cd_addr(buf, row, chunk) + (LANE % 4) * 4)
-                        out.append(StShared16(addr, src, (i, i + 1), packed=t.packed))
+                        out.append(StShared16(addr, src, (i, i + 1), fmt, packed=t.packed))
                 out += self.cd_commit(fold(t.n_col + c * e.store_block_n), fold(row0 + v * p.mma.wave_rows), seq, wg, t.count)
         return out
 
@@ -529,7 +580,7 @@ class WgmmaConsumer:
             release = [If(lt(k0, k1), tuple(release))]
         fused = []
         for v in range(p.mma.m_waves):
-            fused += self.epi.fuse(f"acc{v}", f"acc1_{v}", p.mma.fragment_regs)
+            fused += self.epi.fragment_fuse(wg, v)
         if p.epilogue.overlap:  # config: cooperative, unsplit, persistent
             first = [Let("kb", k0), *self.issue(), If(ne(Var("tc"), 0), tuple(self.stores(PREVIOUS_TILE)))]
             k_body = [*self.issue(), WgmmaWait(1), *release_prev]

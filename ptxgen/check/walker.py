@@ -44,6 +44,8 @@ import numpy as np
 from ..ir import ops as O
 from ..ir.expr import Bin, Const, Expr, Param, Select, Sreg, Var, apply_binop
 from ..ir.printer import expr_str
+from ..ir import epilogue as epi
+from .epilogue import evaluate, f32_of_bits
 from .numerics import bf16_bits_to_f32, f32_to_bf16_bits
 
 LANES = 32
@@ -270,8 +272,9 @@ class WarpWalker:
         self._handlers = {
             O.WarpSwitch: self._warp_switch, O.For: self._for, O.If: self._if, O.Elect: self._elect,
             O.TmemLoad: self._tmem_load, O.TmemBase: self._tmem_base, O.LdGlobalF32: self._ws_load,
+            O.LdEpilogue: self._epi_load,
         }
-        self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.SiluMul: self._silu_mul,
+        self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.EpilogueExpr: self._epi_expr,
                        O.Pack16: self._pack,
                        O.WgmmaFence: self._wgmma_fence, O.TcgenFence: self._tcgen_fence}
 
@@ -457,15 +460,38 @@ class WarpWalker:
         self.busy[op.dst] = _LD_BUSY
         self.touched.setdefault(op.dst, type(op).__name__)
 
-    def _silu_mul(self, op):
-        """silu(gate) * up in f32, as the emitted PTX computes it (ex2 of -x log2 e, reciprocal, two products)."""
-        idx = tuple(range(op.n))
-        x, u = self._reg(op.gate, idx, "SiluMul"), self._reg(op.up, idx, "SiluMul")
-        with np.errstate(over="ignore", invalid="ignore"):
-            t = np.exp2(x * np.float32(-1.4426950408889634)).astype(np.float32)
-            s = (x * (np.float32(1) / (np.float32(1) + t))).astype(np.float32)
-            out = (s * u).astype(np.float32)
-        self._write_array(op.dst, out, type(op).__name__)
+    def _epi_expr(self, op):
+        """The epilogue expression in f32, as the emitted PTX computes it (:mod:`ptxgen.check.epilogue`)."""
+        by = type(op).__name__
+
+        def leaf(x):
+            if isinstance(x, epi.Reg):
+                return self._reg(x.array, x.idx, by)
+            if isinstance(x, epi.ParamLeaf):
+                return f32_of_bits(int(self.params.get(x.param, 0)))
+            raise IRFault(f"{op.describe()}: unbound leaf {x!r}")
+
+        out = np.broadcast_to(evaluate(op.expr, leaf), (self._n(), len(op.idx)))
+        self._write_at(op.dst, op.idx, out, by)
+
+    def _write_at(self, name: str, idx: tuple[int, ...], values: np.ndarray, by: str) -> None:
+        """``name[lanes, idx] = values`` (a shorter or missing array grows, NaN-filled)."""
+        n = max(idx) + 1
+        arr = self.regs.get(name)
+        if arr is None or arr.shape[1] < n:
+            grown = np.full((LANES, n), np.nan, dtype=np.float32)
+            if arr is not None:
+                grown[:, :arr.shape[1]] = arr
+            arr = self.regs[name] = grown
+        arr[self._lane_ids()[:, None], list(idx)] = values
+        self.touched.setdefault(name, by)
+
+    def _epi_load(self, op):
+        """An epilogue operand load: the consumer replies the ``(lanes, len(idx))`` f32 values (None: a dry run, 0)."""
+        values = yield self.event(op)
+        if values is None:
+            values = np.zeros((self._n(), len(op.idx)), dtype=np.float32)
+        self._write_at(op.dst, op.idx, values, type(op).__name__)
 
     def _write_array(self, name: str, values: np.ndarray, by: str) -> None:
         """``name[:, 0:n] = values`` (``n`` = values' columns; a shorter or missing array grows, NaN-filled)."""

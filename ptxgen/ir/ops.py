@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
 
+from .epilogue import span as _span
+from .epilogue import to_text as _epi_text
 from .expr import Expr, expr_str, lift
 
 
@@ -558,26 +560,6 @@ class WgmmaWait(Op):
 
 
 @dataclass(frozen=True)
-class SiluMul(Op):
-    """``dst[i] = silu(gate[i]) * up[i]`` for ``i < n``, f32 per thread (the SwiGLU epilogue; whole warp).
-
-    silu(x) = x / (1 + exp(-x)), computed as ``x * rcp(1 + ex2(-x * log2(e)))`` with ``ex2.approx.ftz.f32``
-    and ``rcp.approx.ftz.f32`` (PTX ISA "ex2", "rcp": max relative error 2^-22 and 1 ulp; both far below
-    bf16's 2^-8 rounding of the stored result).
-    """
-
-    collective: ClassVar[bool] = True
-
-    dst: str
-    gate: str
-    up: str
-    n: int
-
-    def describe(self) -> str:
-        return f"SiluMul {self.dst}[0:{self.n}] = silu({self.gate}) * {self.up}"
-
-
-@dataclass(frozen=True)
 class Pack16(Op):
     """``dst[i] = fmt(src[i])`` for ``i < n`` (n even): f32 values rounded to nearest even and packed two per
     32-bit register, element ``2j`` in the low half of word ``j`` (``cvt.rn.{bf16|f16}x2.f32``; whole warp).
@@ -845,6 +827,58 @@ class UmmaBlockScaled(Op):
         return (f"UmmaBlockScaled {self.kind}.{self.scale_vec} d={_s(self.d)} a_lo={_s(self.a_lo)} "
                 f"b_lo={_s(self.b_lo)} sfa={_s(self.sfa)} sfb={_s(self.sfb)} acc={_s(self.accumulate)} "
                 f"idesc={self.idesc:#010x}" + (f" collector::a::{self.collector}" if self.collector else ""))
+
+
+# ------------------------------------------------------------------ fused epilogue (ptxgen.epi expressions)
+
+
+@dataclass(frozen=True)
+class EpilogueExpr(Op):
+    """``dst[idx[j]] = expr`` at value ``j``, f32 per thread, for each ``j < len(idx)`` (whole warp).
+
+    ``expr`` is a :mod:`ptxgen.epi` expression whose leaves are bound (:func:`ptxgen.epi.bind`): a
+    :class:`ptxgen.epi.Reg` ``(array, idx)`` reads ``array[idx[j]]`` (an accumulator fragment, or the values an
+    :class:`LdEpilogue` loaded), a :class:`ptxgen.epi.ParamLeaf` the f32 bits of a ``.u32`` kernel parameter, a
+    :class:`ptxgen.epi.Num` a constant.  Each op's f32 instructions and error bound: :data:`ptxgen.epi.OPS`.
+    """
+
+    collective: ClassVar[bool] = True
+
+    dst: str
+    idx: tuple[int, ...]
+    expr: object
+
+    def describe(self) -> str:
+        return f"EpilogueExpr {self.dst}[{_span(self.idx)}] = {_epi_text(self.expr)}"
+
+
+@dataclass(frozen=True)
+class LdEpilogue(Op):
+    """``ld.global`` of an epilogue operand into ``dst[idx]`` (as f32): element ``j`` of the run is, by ``layout``,
+    ``col``: ``P[col + j]`` (a vector ``[N]``), ``row``: ``P[row]`` (a vector ``[M]``; one element), ``tile``:
+    ``P[row * n + col + j]`` (an ``[M, N]`` row-major tensor, ld = n); ``P`` the global pointer in parameter
+    ``param``, elements of ``dtype`` (``bf16``, ``f16`` or ``f32``; 16-bit ones converted exactly to f32).
+
+    guard: an element outside D (``row >= m`` or ``col + j >= n``, the guard :class:`StGlobal16` keeps) is not
+    loaded and reads 0.0 (a predicated load); without it every load is issued (the verifier checks its bounds).
+    """
+
+    per_lane: ClassVar[tuple[str, ...]] = ("row", "col")
+
+    dst: str
+    param: str
+    layout: str
+    dtype: str
+    row: Expr
+    col: Expr
+    idx: tuple[int, ...]
+    guard: bool = True
+
+    def describe(self) -> str:
+        at = {"col": f"[{_s(self.col)}:+{len(self.idx)}]", "row": f"[{_s(self.row)}]",
+              "tile": f"[{_s(self.row)}, {_s(self.col)}:+{len(self.idx)}]"}[self.layout]
+        return (f"LdEpilogue {self.dst}[{_span(self.idx)}] <- {self.dtype} {self.param}{at}"
+                + ("" if self.guard else " (unguarded)"))
 
 
 __all__ = [n for n, v in list(globals().items()) if getattr(v, "__module__", None) == __name__ and not n.startswith("_")]

@@ -81,7 +81,7 @@ def _release_after_first_mma(body):
 
 
 #: the epilogue computes silu(acc0) * acc1 before wgmma.wait_group 0: the accumulators are still being written
-_silu_before_wgmma_wait = before_wgmma_wait(O.SiluMul)
+_silu_before_wgmma_wait = before_wgmma_wait(O.EpilogueExpr)
 
 
 def _tmem_full_before_last_b2_mma(body):

@@ -117,6 +117,20 @@ def _st_global(c: _Thread, ev, op) -> list[Effect]:
             if row < launch.m and col + j < launch.n]
 
 
+def _ld_epilogue(c: _Thread, ev, op) -> list[Effect]:
+    """The lane's operand elements that are loaded (a guarded load skips those outside D), as byte offsets."""
+    launch, row, col = c.launch, c.at_lane(ev.row), c.at_lane(ev.col)
+    size = 4 if op.dtype == "f32" else 2
+    out = []
+    for j in range(len(op.idx)):
+        r_ok, c_ok = row < launch.m, col + j < launch.n
+        index = {"row": row, "col": col + j, "tile": row * launch.n + col + j}[op.layout]
+        inside = {"row": r_ok, "col": c_ok, "tile": r_ok and c_ok}[op.layout]
+        if inside or not op.guard:
+            out.append(E.LdGlobalNc(op.param, size * index))
+    return out
+
+
 #: IR op type -> its effects for one thread (``row(thread, event, op)``), in the interpreter's normal form: the IR
 #: side of the differential, one row per op that acts outside the thread (like the emitters' op -> PTX tables)
 IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
@@ -150,6 +164,7 @@ IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     O.StGlobalF32: lambda c, ev, op: [E.StGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offset),
                                                     tuple((op.src, i) for i in op.idx))],
     O.LdGlobalF32: lambda c, ev, op: [E.LdGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offset), len(op.idx))],
+    O.LdEpilogue: _ld_epilogue,
     O.RedGlobal: lambda c, ev, op: [E.RedGlobal(op.sem, op.scope, WORKSPACE_PTR + ev.offset, op.value)],
     O.LdGlobalAcquireWait: lambda c, ev, op: [E.LdGlobalU32(op.sem, op.scope, WORKSPACE_PTR + ev.offset)],
     O.StGlobalU32: lambda c, ev, op: [E.StGlobalSemU32("relaxed", op.scope, WORKSPACE_PTR + ev.offset, op.value)],

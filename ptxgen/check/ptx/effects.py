@@ -55,6 +55,8 @@ AtomCas = _effect("AtomCas", "atom.cas", "addr cmp new", "The hang watchdog's cl
 StGlobalU32 = _effect("StGlobalU32", "st.global.u32", "addr value", "The hang watchdog's record words.")
 StGlobalF32 = _effect("StGlobalF32", "st.global.f32", "addr elements", "A split-K partial: ``st.global.v4.f32``.")
 LdGlobalF32 = _effect("LdGlobalF32", "ld.global.f32", "addr count", "A split-K partial read: ``ld.global.v4.f32``.")
+LdGlobalNc = _effect("LdGlobalNc", "ld.global.nc", "param offset",
+                     "One element of an epilogue operand (``ld.global.nc``): its pointer parameter and byte offset.")
 RedGlobal = _effect("RedGlobal", "red.global", "sem scope addr value", "``red.SEM.SCOPE.global.add.u32``.")
 LdGlobalU32 = _effect("LdGlobalU32", "ld.global.u32", "sem scope addr",
                       "``ld.SEM.SCOPE.global.u32`` (a spin passes at once, like ``try_wait``).")
@@ -83,7 +85,7 @@ WgmmaWait = _effect("WgmmaWait", "wgmma.wait", "n", "``wgmma.wait_group.sync.ali
 KINDS: dict[str, type] = {t.KIND: t for t in (
     MbarrierInit, MbarrierArrive, MbarrierTryWait, FenceMbarrierInit, TmaLoad, TmaStore, BulkCommit, BulkWait,
     FenceProxyAsync, BarSync, BarrierClusterArrive, BarrierClusterWait, Nanosleep, SetMaxNReg, StShared, StMatrix,
-    StGlobal, LdShared, LdGlobal, AtomCas, StGlobalU32, StGlobalF32, LdGlobalF32, RedGlobal, LdGlobalU32,
+    StGlobal, LdShared, LdGlobal, AtomCas, StGlobalU32, StGlobalF32, LdGlobalF32, LdGlobalNc, RedGlobal, LdGlobalU32,
     StGlobalSemU32, TmemAlloc, TmemRelinquish, TmemDealloc, TcgenFence, Umma, UmmaBlockScaled, TmemCopy, UmmaCommit,
     TmemLoad, TmemWaitLd, WgmmaFence, Wgmma, WgmmaCommit, WgmmaWait)}
 

@@ -87,6 +87,7 @@ from ...ir import ops as O
 from .. import walker as W
 from .handlers import blockscaled
 from .handlers.barriers import Barriers
+from .handlers.epilogue import EpilogueLoads
 from .handlers.stores import Stores
 from .handlers.tma import Tma
 from .handlers.tmem import TmemOps
@@ -107,7 +108,7 @@ __all__ = ["Machine", "POLICIES"]
 # ------------------------------------------------------------------ the machine
 
 
-class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps, Umma, Wgmma):
+class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps, Umma, Wgmma, EpilogueLoads):
     """All CTAs of one launch, the global tensors and the scheduler (see module docstring).
 
     Args:
@@ -118,6 +119,8 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
         schedule_seed: seeds the interleaving.
         smem_base: shared-window address of the dynamic shared memory (1024-aligned).
         poison: bf16 bits D starts filled with.
+        extra: more global tensors by name (NVFP4 scale tiles; epilogue operands by parameter name, float32).
+        scalars: more kernel parameters by name (an epilogue scalar's f32 bits).
         policy: ``random``, ``latest`` or ``pct`` (see the module docstring).
 
     Raises:
@@ -126,11 +129,11 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
 
     def __init__(self, kernel, m: int, n: int, k: int, a: np.ndarray, b: np.ndarray, *, num_sms: int,
                  schedule_seed: int, smem_base: int, poison: int, b2: np.ndarray | None = None,
-                 extra: dict[str, np.ndarray] | None = None, policy: str = "random"):
+                 extra: dict[str, np.ndarray] | None = None, policy: str = "random", scalars: dict[str, int] | None = None):
         if policy not in POLICIES:
             raise ValueError(f"schedule policy {policy!r}: one of {', '.join(POLICIES)}")
         self.policy = policy
-        self.kernel, self.params = kernel, {"m": m, "n": n, "k": k}
+        self.kernel, self.params = kernel, {"m": m, "n": n, "k": k, **(scalars or {})}
         spec = kernel.launch
         self.maps = {name: (t.box[0], t.box[1], t.swizzle == "128B", t.elem_bytes) for name, t in spec.tensor_maps.items()}
         self.grid = spec.grid.grid_x(m, n, num_sms)
@@ -185,6 +188,7 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
             O.UmmaBlockScaled: lambda w, ev: blockscaled.umma_block_scaled(self, w, ev),
             O.StGlobalF32: self._ws_store, O.LdGlobalF32: self._ws_load,
             O.RedGlobal: self._ws_red, O.StGlobalU32: self._ws_set, O.LdGlobalAcquireWait: self._ws_wait,
+            O.LdEpilogue: self._ld_epilogue,
         }
 
     # ---------------------------------------------------------------- exit and final checks

@@ -8,6 +8,8 @@ import numpy as np
 
 from ...errors import ShapeError, SimError
 from ...hw import DYNAMIC_SMEM_BASE, SF_LINE_BYTES
+from ...ir import epilogue as epi
+from .. import epilogue
 from .machine import Machine
 from ..numerics import (POISON, bf16_bits_to_f32, compare, f32_to_bf16_bits, random_operands, reference,
                        silu_mul_reference)
@@ -47,7 +49,7 @@ class SimResult:
 
 def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4, schedule_seed: int | None = None,
              a: np.ndarray | None = None, b: np.ndarray | None = None, check: bool = True,
-             policy: str = "random") -> SimResult:
+             policy: str = "random", expr=None, operands: dict[str, np.ndarray] | None = None) -> SimResult:
     """Execute ``kernel`` for D[m, n] = A[m, k] @ B[n, k]^T and compare D with an fp32 reference.
 
     Args:
@@ -60,6 +62,10 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
             (every async unit completes as late as legal), ``pct`` (PCT priorities); see :mod:`.machine`.
         a, b: float inputs ``[m, k]`` / ``[n, k]`` (rounded to bf16), instead of random ones.
         check: raise SimError on a wrong result (else just report the errors).
+        expr: the kernel's fused epilogue (:mod:`ptxgen.epi`; the plan's ``epilogue.expr``): the reference applies
+            it (:func:`ptxgen.check.epilogue.reference`).  None: D = A @ B^T, or a dual GEMM's SwiGLU.
+        operands: the expression's operands by name as float32 (vectors, ``[M, N]`` tensors, scalars); default
+            random (:func:`ptxgen.check.epilogue.random_operands`, seeded by ``seed``).
 
     Raises:
         SimError: deadlock, read before write (shared memory or TMEM), over-arrival,
@@ -83,11 +89,28 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
     dual = "b2" in spec.tensor_maps  # a dual GEMM: D = silu(A @ B^T) * (A @ B2^T)
     b2_bits = random_operands(m, n, k, seed + 7919)[1] if dual else None
     sched = seed if schedule_seed is None else schedule_seed
+    out_dtype = spec.tensor_maps["d"].dtype
+    extra, scalars = {}, {}
+    if expr is not None:
+        if operands is None:
+            operands = epilogue.random_operands(expr, m, n, seed + 104729, out_dtype)
+        for o in epi.operands(expr):
+            value = np.asarray(operands[o.name], dtype=np.float32)
+            if o.along == "scalar":
+                scalars[f"epi_{o.name}"] = epilogue.bits_of_f32(float(value))
+            else:
+                extra[f"epi_{o.name}"] = value
     machine = Machine(kernel, m, n, k, a_bits, b_bits, num_sms=num_sms, schedule_seed=sched,
-                      smem_base=DYNAMIC_SMEM_BASE, poison=POISON, b2=b2_bits, policy=policy)
+                      smem_base=DYNAMIC_SMEM_BASE, poison=POISON, b2=b2_bits, policy=policy, extra=extra,
+                      scalars=scalars)
     machine.run(MAX_STEPS)
-    d = bf16_bits_to_f32(machine.glob.d)
-    ref = silu_mul_reference(a_bits, b_bits, b2_bits) if dual else reference(a_bits, b_bits)
+    d = bf16_bits_to_f32(machine.glob.d) if out_dtype == "bf16" else machine.glob.d.view(np.float16).astype(np.float32)
+    if expr is not None:
+        accs = ({"acc1": reference(a_bits, b_bits), "acc2": reference(a_bits, b2_bits)} if dual else
+                {"acc": reference(a_bits, b_bits)})
+        ref = epilogue.reference(expr, accs, operands)
+    else:
+        ref = silu_mul_reference(a_bits, b_bits, b2_bits) if dual else reference(a_bits, b_bits)
     return _result(kernel, machine, d, ref, (m, n, k), sched, check)
 
 

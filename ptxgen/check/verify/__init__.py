@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .barriers import _Barriers, _check_barriers, _Replay, _table, barrier_table, format_barrier_table
 from .dataflow import _check_dataflow
+from .epilogue import _check_operand_loads
 from .handover import _check_handovers
 from .layout import _check_layout, _check_scopes, _check_teardown, _check_tmem_lifetime
 from .trace import _trace
@@ -52,4 +53,7 @@ def verify(kernel) -> VerifyReport:
     ragged = _trace(kernel, ragged=True)
     _check_dataflow(ragged)
     _check_handovers(ragged)
+    _check_operand_loads(trace)
+    if _check_operand_loads(ragged):  # operand loads: their M tail too
+        _check_operand_loads(_trace(kernel, ragged=True, ragged_rows=True))
     return VerifyReport(kernel.name, (trace.m, trace.n, trace.k), trace.grid, trace.events, phases, _table(bars))

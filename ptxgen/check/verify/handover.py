@@ -29,7 +29,7 @@ an op that orders that access:
   membermask every time (PTX ISA elect.sync).
 The TMA producer's side (``empty`` -> ``arrive.expect_tx`` on ``full``) is exempt: its loads complete
 ``full`` themselves (``mbarrier::complete_tx``).  sm_90a register accumulators: their producer_commit
-is the ``wgmma.wait_group`` that retires the wgmmas writing them; the epilogue (SiluMul, st.shared,
+is the ``wgmma.wait_group`` that retires the wgmmas writing them; the epilogue (EpilogueExpr, st.shared,
 st.global) reads them only after it (checked while tracing).  Like every check here, the rule sees the
 paths the traced launch takes.
 """

@@ -56,10 +56,11 @@ class _Trace:
         return sum(len(r) for r in self.warps.values())
 
 
-def _launch(kernel: Kernel, ragged: bool = False) -> tuple[int, int, int, int]:
-    """(m, n, k, num_sms) of the traced launch (see module docstring); ``ragged``: one column less."""
+def _launch(kernel: Kernel, ragged: bool = False, ragged_rows: bool = False) -> tuple[int, int, int, int]:
+    """(m, n, k, num_sms) of the traced launch (see module docstring); ``ragged``: one column less;
+    ``ragged_rows``: one row less too (the epilogue operand loads' M tail)."""
     tiles = kernel.acc_stages + 2 if kernel.is_sm100 else 3
-    m, n = kernel.launch.grid.tile_rows * tiles, kernel.launch.grid.tile_cols - ragged
+    m, n = kernel.launch.grid.tile_rows * tiles - ragged_rows, kernel.launch.grid.tile_cols - ragged
     k = kernel.block_k * (2 * kernel.stages + 1)
     return m, n, k, kernel.cluster_size
 
@@ -73,7 +74,7 @@ class _WgmmaGroups:
     register accumulator asynchronously until a ``wgmma.wait_group N`` retires its wgmma-group (PTX ISA
     wgmma.wait_group; uncommitted wgmmas are in no group).  Each wait's ``retires`` lists the wgmma events it
     retires (for :func:`_check_handovers`).  Accumulators are the register arrays' producer_commit: a busy
-    array is marked in the walker (which faults on a read: SiluMul), and a st.shared / st.global of one is a
+    array is marked in the walker (which faults on a read: EpilogueExpr), and a st.shared / st.global of one is a
     fault here (a dry run stores no values, so the walker does not read them)."""
 
     def __init__(self, wk: W.WarpWalker):
@@ -97,8 +98,8 @@ class _WgmmaGroups:
             raise W.IRFault(f"register array {ev.op.src!r} read while {_WGMMA_BUSY}")
 
 
-def _trace(kernel, ragged: bool = False) -> _Trace:
-    m, n, k, num_sms = _launch(kernel, ragged)
+def _trace(kernel, ragged: bool = False, ragged_rows: bool = False) -> _Trace:
+    m, n, k, num_sms = _launch(kernel, ragged, ragged_rows)
     grid = kernel.launch.grid.grid_x(m, n, num_sms)
     program = W.Program(kernel)
     counted = ("cluster",) if kernel.cta_group == 2 else ("cta", "cluster")  # barriers that order TMEM use

@@ -1,0 +1,126 @@
+"""Fused epilogues vs torch: ``ptxgen.gemm(..., epilogue=...)`` / ``ptxgen.dual_gemm`` against torch eager (the
+matmul, then the epilogue's ops as separate kernels) and ``torch.compile`` of the same function.
+
+    PYTHONPATH=$PWD python3 bench/epilogue_bench.py [--json out.json] [--runs 5] [--iters 20]
+
+Cases (D bf16): ``gelu(acc + bias[col])`` (tanh GELU), ``acc + residual``, and the dual GEMM's
+``silu(acc1) * acc2``, on LLM projection shapes.  Each time is the median over ``--runs`` runs of the median of
+``--iters`` CUDA-event intervals around one call (``ptxgen.bench.time_interleaved``: the three sides in
+alternating order), after warm-up calls; input sets are rotated so that the bytes touched between two uses of a
+set exceed 2x the L2 size (at least two sets).  ``torch.compile`` is compiled once per case (``dynamic=True``)
+and warmed per shape before timing; ptxgen's config is the chooser's for the shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+import ptxgen
+from ptxgen.bench import time_interleaved, warm_gpu
+
+SHAPES = [(4096, 4096, 4096), (8192, 14336, 4096), (4096, 28672, 4096), (2048, 8192, 8192)]
+
+
+def gelu_bias(a, b, bias):
+    return F.gelu(a @ b.T + bias, approximate="tanh")
+
+
+def add_residual(a, b, residual):
+    return a @ b.T + residual
+
+
+def swiglu(a, b1, b2):
+    return F.silu(a @ b1.T) * (a @ b2.T)
+
+
+CASES = {
+    "gelu(acc + bias[col])": (gelu_bias, lambda a, b, x: ptxgen.gemm(a, b, out=x["out"], epilogue="gelu(acc + bias[col])",
+                                                                     bias=x["bias"])),
+    "acc + residual": (add_residual, lambda a, b, x: ptxgen.gemm(a, b, out=x["out"], epilogue="acc + residual",
+                                                                 residual=x["residual"])),
+    "silu(acc1) * acc2": (swiglu, lambda a, b, x: ptxgen.dual_gemm(a, b, x["b2"], out=x["out"])),
+}
+
+
+def make_set(case: str, m: int, n: int, k: int, gen) -> dict:
+    s = k ** -0.25
+    x = {"a": (torch.randn(m, k, device="cuda", generator=gen) * s).bfloat16(),
+         "b": (torch.randn(n, k, device="cuda", generator=gen) * s).bfloat16(),
+         "out": torch.empty(m, n, device="cuda", dtype=torch.bfloat16)}
+    if case.startswith("gelu"):
+        x["bias"] = torch.randn(n, device="cuda", generator=gen).bfloat16()
+    elif case.startswith("acc +"):
+        x["residual"] = torch.randn(m, n, device="cuda", generator=gen).bfloat16()
+    else:
+        x["b2"] = (torch.randn(n, k, device="cuda", generator=gen) * s).bfloat16()
+    return x
+
+
+def torch_args(case: str, x: dict) -> tuple:
+    return (x["a"], x["b"], x["bias"] if case.startswith("gelu") else x["residual"] if case.startswith("acc +")
+            else x["b2"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--cases", default="all", help="indices into the case list, e.g. 0,2")
+    args = ap.parse_args()
+    name = torch.cuda.get_device_name(0)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    print(f"device: {name}, L2 {l2 >> 20} MiB; median of {args.runs} runs x median of {args.iters} calls")
+    print(f"{'case':>22} {'M':>6} {'N':>6} {'K':>6} {'eager ms':>9} {'compile ms':>10} {'ptxgen ms':>9} "
+          f"{'vs eager':>8} {'vs compile':>10} {'rel err':>8}")
+    cases = list(CASES) if args.cases == "all" else [list(CASES)[int(i)] for i in args.cases.split(",")]
+    warm_gpu()
+    rows = []
+    for case in cases:
+        fn, ours = CASES[case]
+        compiled = torch.compile(fn, dynamic=True)
+        for m, n, k in SHAPES:
+            gen = torch.Generator(device="cuda").manual_seed(m + 3 * n + 7 * k)
+            probe = make_set(case, m, n, k, gen)
+            set_bytes = sum(t.numel() * t.element_size() for t in probe.values())
+            sets = [probe] + [make_set(case, m, n, k, gen) for _ in range(max(2, min(8, math.ceil(2 * l2 / set_bytes))) - 1)]
+            fns = {"eager": lambda i: fn(*torch_args(case, sets[i])),
+                   "compile": lambda i: compiled(*torch_args(case, sets[i])),
+                   "ptxgen": lambda i: ours(sets[i]["a"], sets[i]["b"], sets[i])}
+            try:
+                fns["compile"](0)
+            except Exception as exc:  # no inductor backend here: time the other two
+                print(f"torch.compile unavailable: {str(exc).splitlines()[0][:120]}")
+                del fns["compile"]
+            runs = [time_interleaved(fns, len(sets), warmup=args.warmup, iters=args.iters, rounds=args.iters)
+                    for _ in range(args.runs)]
+            t = {side: statistics.median(r[side] for r in runs) for side in fns}
+            t.setdefault("compile", float("nan"))
+            x = sets[0]
+            ref = fn(*(v.float() for v in torch_args(case, x)))
+            got = ours(x["a"], x["b"], x)
+            err = ((got.float() - ref).norm() / ref.norm()).item()
+            row = dict(case=case, m=m, n=n, k=k, eager_ms=t["eager"], compile_ms=t["compile"], ptxgen_ms=t["ptxgen"],
+                       vs_eager=t["eager"] / t["ptxgen"], vs_compile=t["compile"] / t["ptxgen"], rel_err=err)
+            rows.append(row)
+            print(f"{case:>22} {m:>6} {n:>6} {k:>6} {t['eager']:>9.3f} {t['compile']:>10.3f} {t['ptxgen']:>9.3f} "
+                  f"{row['vs_eager']:>8.3f} {row['vs_compile']:>10.3f} {err:>8.1e}", flush=True)
+            del sets, probe
+            torch.cuda.empty_cache()
+    for side in ("vs_eager", "vs_compile"):
+        geo = math.exp(sum(math.log(r[side]) for r in rows) / len(rows))
+        print(f"geomean ptxgen speedup {side.replace('_', ' ')}: {geo:.3f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": name, "runs": args.runs, "iters": args.iters, "rows": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Fused epilogues in the check wing: the simulator runs each op against the fp32 reference, the numerics against
+float64 math within their stated bounds, and planted bugs (an unguarded operand load at a tail, a wrong constant,
+a wrong approximation constant) are caught."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ptxgen.builders.kernel import build_kernel
+from ptxgen.check import epilogue as N
+from ptxgen.check.sim import simulate
+from ptxgen.check.verify import verify
+from ptxgen.config import load_config
+from ptxgen.errors import SimError, VerifyError
+from ptxgen.ir import epilogue as E
+from ptxgen.ir import ops as O
+from ptxgen.ir.rewrite import rewrite
+from ptxgen.plan import make_plan
+
+pytestmark = pytest.mark.sim
+
+SMALL = {"tile.block_m": 64, "tile.block_n": 32}  # one m64n32 wave: 16 fragment values per thread
+
+
+def _plan(expr: str, config: str = "h100_128x128", **changes):
+    cfg = load_config(config).replace(**{**SMALL, **changes, "epilogue.expr": expr})
+    return make_plan(cfg)
+
+
+def _run(plan, m=70, n=42, k=64, **kw):
+    return simulate(build_kernel(plan), m, n, k, expr=plan.epilogue.expr, num_sms=2, **kw)
+
+
+OPS = ["relu(acc)", "gelu(acc)", "gelu_erf(acc)", "silu(acc)", "sigmoid(acc)", "clamp(acc, -2, 3)", "-acc",
+       "acc * bias[col]", "acc - bias[row]", "acc * scale", "acc * scale[row]", "acc + scale[col]", "acc + residual",
+       "fp16(acc * 0.25 + residual)"]
+
+
+@pytest.mark.parametrize("expr", OPS)
+def test_each_op_matches_the_fp32_reference(expr):
+    """M and N tails (70 x 42 over 64 x 32 tiles); direct stores."""
+    r = _run(_plan(expr))
+    assert r.rel_fro < 1e-2 and np.isfinite(r.d).all()
+
+
+@pytest.mark.parametrize("store", [{"epilogue.store": "tma"}, {"epilogue.store": "tma", "epilogue.stmatrix": True}])
+def test_tma_store_paths(store):
+    _run(_plan("gelu(acc + bias[col]) * scale[row] + residual", **store), n=48)  # n % 8 == 0: the TMA branch
+
+
+def test_dual_expression_and_verify():
+    plan = _plan("sigmoid(acc1) * acc2 + bias[col]", "dual_h100_128x128", **{"mma.warpgroups": 1, "tile.block_n": 64})
+    verify(build_kernel(plan))
+    _run(plan)
+
+
+def test_operands_given_explicitly():
+    plan = _plan("acc * scale + bias[row]")
+    m, n = 70, 42
+    ops = {"scale": np.float32(0.0), "bias": np.arange(m, dtype=np.float32)}
+    r = _run(plan, m, n, operands=ops)
+    assert np.allclose(r.d, np.arange(m)[:, None] * np.ones((1, n)), rtol=1e-2)
+
+
+def test_verifier_passes_guarded_loads():
+    verify(build_kernel(_plan("acc * bias[row] + bias(\"c\")[col] + residual")))
+
+
+# ------------------------------------------------------------------ planted bugs
+
+
+def _unguard(kernel):
+    return rewrite(kernel, lambda op: replace(op, guard=False) if isinstance(op, O.LdEpilogue) else None)
+
+
+@pytest.mark.parametrize("expr, axis", [("acc + residual", "row"), ("acc * bias[row]", "row"), ("acc + bias[col]", "col")])
+def test_planted_unguarded_operand_load(expr, axis):
+    plan = _plan(expr)
+    bad = _unguard(build_kernel(plan))
+    with pytest.raises(VerifyError, match=r"^epilogue operand load out of bounds: LdEpilogue .* \(unguarded\)"):
+        verify(bad)
+    with pytest.raises(SimError, match=r"^out of bounds: .*LdEpilogue .* outside D's 70 x 42"):
+        simulate(bad, 70, 42, 64, expr=plan.epilogue.expr, num_sms=2)
+
+
+def test_planted_wrong_constant_in_the_ir():
+    plan = _plan("acc * 2 + bias[col]")
+
+    def wrong(op):
+        if isinstance(op, O.EpilogueExpr):
+            return replace(op, expr=E.bind(op.expr, lambda x: E.Num(2.5) if x == E.Num(2.0) else x))
+    bad = rewrite(build_kernel(plan), wrong)
+    assert bad != build_kernel(plan)
+    with pytest.raises(SimError, match=r"^wrong result"):
+        simulate(bad, 70, 42, 64, expr=plan.epilogue.expr, num_sms=2)
+
+
+def test_planted_operand_swap():
+    """The bias loaded along rows where the expression says columns."""
+    plan = _plan("acc + bias[col]")
+
+    def swap(op):
+        if isinstance(op, O.LdEpilogue):
+            return replace(op, layout="row", idx=(0,))
+    with pytest.raises(SimError):
+        simulate(rewrite(build_kernel(plan), swap), 40, 40, 64, expr=plan.epilogue.expr, num_sms=2)
+
+
+# ------------------------------------------------------------------ the numerics against float64 math
+
+X = np.linspace(-9, 9, 20001).astype(np.float32)
+EXACT = {
+    "relu": lambda x: max(x, 0.0),
+    "sigmoid": lambda x: 1 / (1 + math.exp(-x)),
+    "silu": lambda x: x / (1 + math.exp(-x)),
+    "gelu": lambda x: 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))),
+    "gelu_erf": lambda x: 0.5 * x * (1 + math.erf(x / math.sqrt(2))),
+}
+#: max |error| / (|x| + 1) over X: the f32 evaluation (and for gelu_erf the A&S 7.1.26 erf, 1.5e-7)
+BOUND = {"relu": 0.0, "sigmoid": 1e-6, "silu": 1e-6, "gelu": 1e-6, "gelu_erf": 3e-7}
+
+
+def _max_err(op: str) -> float:
+    got = N.apply(op, (), [X]).astype(np.float64)
+    want = np.array([EXACT[op](float(x)) for x in X])
+    return float(np.max(np.abs(got - want) / (np.abs(X) + 1)))
+
+
+@pytest.mark.parametrize("op", sorted(EXACT))
+def test_numerics_within_the_stated_bounds(op):
+    assert _max_err(op) <= BOUND[op]
+
+
+def test_planted_wrong_gelu_constant(monkeypatch):
+    monkeypatch.setattr(N, "GELU_K3", np.float32(0.7978845608028654 * 0.047))
+    assert _max_err("gelu") > 100 * BOUND["gelu"]
+
+
+def test_planted_wrong_erf_coefficient(monkeypatch):
+    monkeypatch.setattr(N, "ERF_A", (*N.ERF_A[:2], np.float32(1.43), *N.ERF_A[3:]))
+    assert _max_err("gelu_erf") > 100 * BOUND["gelu_erf"]
+
+
+def test_ir_effects_name_the_operand_loads():
+    """The PTX differential's IR side: one ``ld.global.nc`` effect per operand element a thread loads inside D."""
+    from ptxgen.check.ptx import diff as D
+    from ptxgen.check.ptx.effects import LdGlobalNc
+
+    plan = _plan("acc + bias[col]")
+    kernel = build_kernel(plan)
+    m, n = 70, 42
+    grid = kernel.launch.grid.grid_x(m, n, 1)
+    effects = D.ir_effects(kernel, D.Launch(m, n, 64, grid, grid - 1, 128 + 3))  # last tile, lane 3: cols 38.. off D
+    loads = [e for e in effects if isinstance(e, LdGlobalNc)]
+    assert loads and {e.param for e in loads} == {"epi_bias"}
+    assert all(e.offset < 2 * n for e in loads)

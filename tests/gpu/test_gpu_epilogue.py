@@ -1,0 +1,182 @@
+"""GPU tests of fused epilogues (marked ``gpu``): ``ptxgen.gemm(a, b, epilogue=..., **operands)`` and ``dual_gemm``.
+
+Hypothesis draws an expression of the :mod:`ptxgen.epi` language (every op, every operand kind, sometimes an
+``fp16(...)`` output) and, per expression, shapes with M and N tails (tiny, within 3 of a tile multiple, or
+anywhere in [1, 4096]) and K a multiple of 8; fresh random inputs and operands per shape, ``out`` poisoned with
+NaN, compared with an fp32 torch evaluation of the same expression (torch's own gelu / silu / sigmoid) by relative
+Frobenius error (< 1e-2); a NaN left in ``out`` fails.  ``PTXGEN_GPU_EXAMPLES`` scales the expressions per config
+(default 100 -> 12; each expression is one kernel build).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ptxgen.epi as epi
+from ptxgen.errors import ConfigError, ShapeError
+from tests.gpu.test_gpu_gemm import dim, k_dim, launch_spec
+
+pytestmark = pytest.mark.gpu
+
+GEMM_CONFIGS = ["h100_128x128", "h100_256x128", "h100_128x256", "h100_128x128_pp"]
+DUAL_CONFIGS = ["dual_h100_128x128"]
+EXPRESSIONS = max(2, int(os.environ.get("PTXGEN_GPU_EXAMPLES", "100")) // 8)
+SHAPES = 3
+TOLERANCE = 1e-2
+
+LEAVES = [epi.bias("bias", "col"), epi.bias("rb", "row"), epi.scale("s"), epi.scale("sr", "row"),
+          epi.scale("sc", "col"), epi.residual()]
+UNARY = ["relu", "gelu", "gelu_erf", "silu", "sigmoid", "neg"]
+
+
+def expressions(accs: tuple[str, ...]) -> st.SearchStrategy:
+    """Expressions over ``accs``: unary ops and clamps of sub-expressions, + - * with operands and constants."""
+    leaf = st.one_of(st.sampled_from([epi.Acc(a) for a in accs]), st.sampled_from(LEAVES),
+                     st.floats(-2, 2, allow_nan=False, width=32).map(lambda v: epi.Num(round(v, 3))))
+
+    def grow(sub):
+        return st.one_of(
+            st.builds(lambda op, x: epi.Call(op, (x,)), st.sampled_from(UNARY), sub),
+            st.builds(lambda x, lo, w: epi.clamp(x, lo, lo + w), sub, st.integers(-3, 0), st.integers(1, 4)),
+            st.builds(lambda op, x, y: epi.Call(op, (x, y)), st.sampled_from(["add", "sub", "mul"]), sub, leaf))
+
+    body = st.recursive(leaf, grow, max_leaves=5).filter(lambda e: bool(epi.accumulators(e)))
+    return st.one_of(body, body.map(lambda e: epi.cast(e, "fp16")))
+
+
+def torch_eval(torch, node, env: dict):
+    """``node`` in fp32 torch ops (independent of ptxgen.check.epilogue)."""
+    F = torch.nn.functional
+    if isinstance(node, epi.Cast):
+        return torch_eval(torch, node.arg, env)
+    if isinstance(node, epi.Num):
+        return torch.tensor(node.value, dtype=torch.float32, device="cuda")
+    if isinstance(node, (epi.Acc, epi.Operand)):
+        return env[node.name if isinstance(node, epi.Operand) else node.name]
+    x = [torch_eval(torch, a, env) for a in node.args]
+    return {"add": lambda: x[0] + x[1], "sub": lambda: x[0] - x[1], "mul": lambda: x[0] * x[1], "neg": lambda: -x[0],
+            "relu": lambda: torch.relu(x[0]), "gelu": lambda: F.gelu(x[0], approximate="tanh"),
+            "gelu_erf": lambda: F.gelu(x[0]), "silu": lambda: F.silu(x[0]), "sigmoid": lambda: torch.sigmoid(x[0]),
+            "clamp": lambda: torch.clamp(x[0], node.params[0], node.params[1])}[node.op]()
+
+
+def make_operands(torch, expr, m: int, n: int, d_dtype, gen):
+    """Fresh operands of ``expr`` (by name), and their fp32 broadcastable forms for the reference."""
+    ops, env = {}, {}
+    for o in epi.operands(expr):
+        if o.along == "scalar":
+            v = float(torch.randn(1, generator=gen, device="cuda").item()) * 0.5
+            ops[o.name], env[o.name] = v, torch.tensor(v, device="cuda")
+            continue
+        shape = {"row": (m,), "col": (n,), "tile": (m, n)}[o.along]
+        t = torch.randn(*shape, generator=gen, device="cuda")
+        t = (t * 0.5).float() if o.kind == "scale" else t.to(d_dtype)
+        ops[o.name] = t
+        env[o.name] = t.float().reshape(-1, 1) if o.along == "row" else t.float()
+    return ops, env
+
+
+def run_checked(torch, config, expr, m: int, n: int, k: int, seed: int, dual: bool = False) -> float:
+    import ptxgen
+    from ptxgen.bench import relative_error
+
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    scale = k ** -0.25
+    a = (torch.randn(m, k, device="cuda", generator=gen) * scale).to(torch.bfloat16)
+    bs = [(torch.randn(n, k, device="cuda", generator=gen) * scale).to(torch.bfloat16) for _ in range(2 if dual else 1)]
+    d_dtype = torch.float16 if epi.out_dtype(expr) == "f16" else torch.bfloat16
+    ops, env = make_operands(torch, expr, m, n, d_dtype, gen)
+    af = a.float()
+    if dual:
+        env.update(acc1=af @ bs[0].float().T, acc2=af @ bs[1].float().T)
+    else:
+        env["acc"] = af @ bs[0].float().T
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=d_dtype)
+    fn = ptxgen.dual_gemm if dual else ptxgen.gemm
+    result = fn(a, *bs, out=out, config=config, epilogue=expr, **ops)
+    assert result.data_ptr() == out.data_ptr()
+    torch.cuda.synchronize()
+    nan = int(torch.isnan(out).sum().item())
+    assert nan == 0, f"{config} {expr} {m}x{n}x{k}: {nan} of {m * n} outputs never written (NaN)"
+    ref = torch.broadcast_to(torch_eval(torch, expr, env), (m, n))
+    return relative_error(out, ref)
+
+
+def _check_shapes(torch, config, expr, data, dual=False):
+    spec = launch_spec(config)
+    for i in range(SHAPES):
+        m = data.draw(dim(spec.grid.tile_rows), label=f"m{i}")
+        n = data.draw(dim(spec.grid.tile_cols, spec.n_multiple), label=f"n{i}")
+        k = data.draw(k_dim(spec.k_multiple), label=f"k{i}")
+        seed = data.draw(st.integers(0, 2**32 - 1), label=f"seed{i}")
+        err = run_checked(torch, config, expr, m, n, k, seed, dual)
+        assert err < TOLERANCE, f"{config} {expr} {m}x{n}x{k} seed {seed}: relative Frobenius error {err:.3e}"
+
+
+@pytest.mark.parametrize("config", GEMM_CONFIGS)
+@settings(max_examples=EXPRESSIONS, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_gemm_epilogue_matches_torch(torch, config, data):
+    expr = data.draw(expressions(("acc",)), label="expr")
+    _check_shapes(torch, config, expr, data)
+
+
+@pytest.mark.parametrize("config", DUAL_CONFIGS)
+@settings(max_examples=max(2, EXPRESSIONS // 2), deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_dual_gemm_epilogue_matches_torch(torch, config, data):
+    expr = data.draw(expressions(("acc1", "acc2")), label="expr")
+    _check_shapes(torch, config, expr, data, dual=True)
+
+
+@pytest.mark.parametrize("text", ["gelu(acc + bias[col])", "acc + residual", "gelu_erf(acc * scale[row]) + bias(\"rb\")[row]"])
+def test_named_expressions_large(torch, text):
+    expr = epi.parse(text)
+    assert run_checked(torch, None, expr, 2048 + 5, 2048 + 6, 1024, seed=3) < TOLERANCE
+
+
+def test_default_dual_expression_explicit(torch):
+    assert run_checked(torch, "dual_h100_128x128", epi.parse("silu(acc1) * acc2"), 300, 200, 128, 5, dual=True) < TOLERANCE
+
+
+def test_non_contiguous_operands_and_cache(torch):
+    import ptxgen
+    from ptxgen.runtime import api
+
+    m, n, k = 260, 136, 64
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+    residual = torch.randn(n, m, device="cuda").to(torch.bfloat16).T  # a transposed view: copied per call
+    bias = torch.randn(2 * n, device="cuda").to(torch.bfloat16)[::2]
+    ref = (a.float() @ b.float().T) + residual.float() + bias.float()
+    out = ptxgen.gemm(a, b, epilogue="acc + residual + bias[col]", residual=residual, bias=bias)
+    builds = len(api._expr_configs)
+    out2 = ptxgen.gemm(a, b, epilogue="acc + residual + bias[col]", residual=residual, bias=bias)
+    assert len(api._expr_configs) == builds
+    from ptxgen.bench import relative_error
+
+    assert relative_error(out, ref) < TOLERANCE and relative_error(out2, ref) < TOLERANCE
+
+
+def test_errors_leave_out_untouched(torch):
+    import ptxgen
+
+    a = torch.randn(64, 32, device="cuda").to(torch.bfloat16)
+    b = torch.randn(48, 32, device="cuda").to(torch.bfloat16)
+    out = torch.full((64, 48), float("nan"), device="cuda", dtype=torch.bfloat16)
+    bad = [("acc + bias[col]", {"bias": torch.zeros(64, device="cuda", dtype=torch.bfloat16)}, ShapeError),
+           ("acc + bias[col]", {}, ShapeError),
+           ("acc * scale[row]", {"scale": torch.zeros(64, device="cuda", dtype=torch.bfloat16)}, ShapeError),
+           ("acc + residual", {"residual": torch.zeros(64, 48, device="cuda")}, ShapeError),
+           ("tanh(acc)", {}, ConfigError)]
+    for text, ops, err in bad:
+        with pytest.raises(err):
+            ptxgen.gemm(a, b, out, epilogue=text, **ops)
+    with pytest.raises(ConfigError, match="sm_100a|sm_90a"):
+        ptxgen.gemm(a, b, out, config="level9", epilogue="acc + bias[col]", bias=torch.zeros(48, device="cuda", dtype=torch.bfloat16))
+    torch.cuda.synchronize()
+    assert bool(torch.isnan(out).all())

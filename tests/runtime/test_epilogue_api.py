@@ -1,0 +1,67 @@
+"""The fused-epilogue call's rules, checked on the CPU: every bad operand raises one line before any launch."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ptxgen  # noqa: E402
+from ptxgen.errors import ConfigError, ShapeError  # noqa: E402
+from ptxgen.runtime.api import check_epilogue_operands, epilogue_expr  # noqa: E402
+
+M, N, K = 64, 48, 32
+
+
+def _check(expr, operands, kernel="gemm", out=None):
+    e, _ = epilogue_expr(expr, kernel)
+    a = torch.zeros(M, K, dtype=torch.bfloat16)
+    check_epilogue_operands(e, operands, M, N, a, out, require_cuda=False)
+
+
+def bf(*shape):
+    return torch.zeros(*shape, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("expr, operands, message", [
+    ("gelu(acc + bias[col])", {}, r"^bias: missing: epilogue 'gelu\(acc \+ bias\[col\]\)' reads bias\[col\]; pass bias=\.\.\.$"),
+    ("acc + bias[col]", {"bias": bf(N), "extra": 1.0}, r"^extra: not an operand of epilogue 'acc \+ bias\[col\]' \(its operands: bias\)$"),
+    ("acc + bias[col]", {"bias": bf(M)}, r"^bias: shape=\(64,\): bias\[col\] must be \[N\] = \(48,\)$"),
+    ("acc + bias[row]", {"bias": bf(N)}, r"^bias: shape=\(48,\): bias\[row\] must be \[M\] = \(64,\)$"),
+    ("acc + residual", {"residual": bf(M, N - 1)}, r"^residual: shape=\(64, 47\)"),
+    ("acc + residual", {"residual": torch.zeros(M, N)}, r"^residual: dtype=torch.float32: residual must be torch.bfloat16$"),
+    ("fp16(acc + residual)", {"residual": bf(M, N)}, r"^residual: dtype=torch.bfloat16: residual must be torch.float16$"),
+    ("acc * scale[row]", {"scale": bf(M)}, r"^scale: dtype=torch.bfloat16: scale\[row\] must be torch.float32$"),
+    ("acc * scale", {"scale": torch.zeros(1)}, r"^scale: got Tensor: a scalar scale is a Python float$"),
+    ("acc * scale", {"scale": True}, r"^scale: got bool"),
+    ("acc + bias[col]", {"bias": [0.0] * N}, r"^bias: got list: must be a torch.Tensor \[N\]$"),
+])
+def test_operand_errors(expr, operands, message):
+    with pytest.raises(ShapeError, match=message):
+        _check(expr, operands)
+
+
+def test_out_overlapping_an_operand():
+    residual = bf(M, N)
+    with pytest.raises(ShapeError, match=r"^out: memory overlaps residual"):
+        _check("acc + residual", {"residual": residual}, out=residual)
+
+
+def test_good_operands_pass():
+    _check('acc * scale("s")[row] + bias[col] + residual * scale', {
+        "s": torch.zeros(M), "bias": bf(N), "residual": bf(M, N).t().contiguous().t(), "scale": 0.5})
+
+
+def test_unknown_op_and_missing_expression_before_anything():
+    a, b, out = bf(M, K), bf(N, K), torch.full((M, N), 7.0, dtype=torch.bfloat16)
+    with pytest.raises(ConfigError, match=r"^epilogue.expr='erf\(acc\)': unknown op 'erf'"):
+        ptxgen.gemm(a, b, out, epilogue="erf(acc)")
+    with pytest.raises(ConfigError, match=r"acc1 does not exist for kernel=gemm"):
+        ptxgen.gemm(a, b, out, epilogue="silu(acc1) * acc2")
+    with pytest.raises(ShapeError, match=r"^bias: operands given without an epilogue expression"):
+        ptxgen.gemm(a, b, out, bias=bf(N))
+    with pytest.raises(ShapeError, match=r"^a: device=cpu: must be a CUDA tensor$"):
+        ptxgen.gemm(a, b, out, epilogue="acc + bias[col]", bias=bf(N))
+    with pytest.raises(ConfigError, match=r"acc does not exist for kernel=dual_gemm"):
+        ptxgen.dual_gemm(a, b, b, out, epilogue="relu(acc)")
+    assert bool((out == 7).all())
