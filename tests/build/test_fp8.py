@@ -79,3 +79,38 @@ def test_fp8_128x256_promotes_two_chunks():
 def test_bf16_plans_have_no_promotion():
     p = make_plan(from_dict(_cfg(operands="bf16", **{"tile.block_k": 64})))
     assert p.promotion is None and [o.name for o in p.loads.operands] == ["a", "b"]
+
+
+def test_fp8_kernel_ir_and_ptx():
+    from ptxgen.build import build
+    from ptxgen.ir import ops as O
+
+    res = build(from_dict(_cfg()))
+    ops = list(O.walk(res.kernel.body))
+    wgmmas = [op for op in ops if isinstance(op, O.Wgmma)]
+    assert wgmmas and all((op.atype, op.k, op.n, op.acc) == ("e4m3", 32, 128, "part") for op in wgmmas)
+    promotes = [op for op in ops if isinstance(op, O.PromoteScaled)]
+    assert [op.accumulate for op in promotes] == [False, True]  # the peeled first k-block initialises acc0
+    loads = {op.tensor for op in ops if isinstance(op, O.TmaLoad)}
+    assert loads == {"a", "b", "scale_a", "scale_b"}
+    ptx = res.ptx
+    assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in ptx and ".bf16.bf16" not in ptx
+    assert ptx.count("// PromoteScaled") == 2 and ptx.count("ld.shared.f32") == 6 and "fma.rn.f32" in ptx
+    wg = [line for line in ptx.splitlines() if "wgmma.mma_async" in line]
+    assert all(line.rstrip().endswith(", 1, 1;") for line in wg)  # 8-bit inputs: no transpose immediates
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("changes", [{}, {"tile.block_n": 256, "pipeline.stages": 4, "epilogue.stages": 1},
+                                     {"tile.block_m": 256, "pipeline.stages": 4, "epilogue.stages": 1}])
+def test_fp8_kernels_assemble_without_spills(changes):
+    pytest.importorskip("cuda.pathfinder", reason="assembler wheels (pip install .[cuda]) are not installed")
+    from ptxgen.assemble import assemble
+    from ptxgen.build import build
+
+    res = build(from_dict(_cfg(**changes)))
+    asm = assemble(res.ptx, "sm_90a", sass=True)
+    assert asm.spill_store_bytes == asm.spill_load_bytes == asm.stack_frame_bytes == 0 and not asm.warnings
+    p = res.plan
+    # every wgmma is an e4m3 QGMMA: the peeled first k-block and the loop body, per wave, chunk and k-step
+    assert asm.count("QGMMA") == 2 * p.mma.m_waves * p.promotion.chunks * p.mma.k_steps and asm.count("HGMMA") == 0
