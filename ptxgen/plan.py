@@ -386,6 +386,10 @@ class PromotionPlan:
     scale_block: K elements per scale block (128); b_block_rows: rows of B per scale_b (128).
     scale_bytes: bytes of one fp32 scale; row_half: bytes between the scales of a thread's two fragment rows
         (rows l/4 and l/4 + 8 of its warp's 16: 8 x 4).
+    sb_box: scale_b blocks one box loads (4 fp32: 16 bytes), from the multiple of 4 at or below the tile's first
+        block, so the box starts 16-byte aligned and, with the runtime's map width padded to 4 blocks, never
+        reaches past a row (on the H100 such scale boxes raised "illegal instruction"); the tile's blocks
+        (at most 2, at an even block for block_n = 256) lie inside it.
     """
 
     atype: str
@@ -399,6 +403,7 @@ class PromotionPlan:
     b_block_rows: int
     scale_bytes: int
     row_half: int
+    sb_box: int
 
 
 @dataclass(frozen=True)
@@ -1058,4 +1063,4 @@ def _promotion_plan(cfg: Config, f: _Basics, mma: MmaIssuePlan) -> PromotionPlan
     return PromotionPlan(atype="e4m3", mma_k=f.mma_k, chunk_n=chunk_n, chunks=mma.block_n // chunk_n,
                          partial_regs=chunk_n // 2, chunk_values=chunk_n // 2, b_chunk_bytes=chunk_n * f.row_bytes,
                          scale_block=FP8_SCALE_BLOCK, b_block_rows=FP8_SCALE_BLOCK, scale_bytes=F32_SCALE_BYTES,
-                         row_half=8 * F32_SCALE_BYTES)
+                         row_half=8 * F32_SCALE_BYTES, sb_box=SB_BOX_COLS)

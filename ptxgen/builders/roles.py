@@ -103,7 +103,8 @@ class TmaProducer:
         dst = stage_offset(p, o.name, st.index)
         full = Bar(p.ab.full.name, st.index)
         if o.block_scale:  # FP8 scales, transposed [k-blocks, rows]: this k-block's row, the tile's first scale
-            first = Var("m_row") if o.block_scale == "a" else Var("n_col") // p.promotion.b_block_rows
+            pr = p.promotion  # (scale_b: the 16-byte box holding the tile's blocks, at a 16-byte aligned column)
+            first = Var("m_row") if o.block_scale == "a" else Var("n_col") // (pr.b_block_rows * pr.sb_box) * pr.sb_box
             return TmaLoad(o.name, dst, first, KB, full)
         if o.scales:  # 128-byte lines of the blocked scales: row block (m_row or n_col) / 128, then this k-block's atoms
             block = (Var("m_row") if o.rows_along == "m" else Var("n_col")) // p.scales.rows_per_atom
@@ -529,6 +530,7 @@ class WgmmaConsumer:
         a, b = p.loads.operand("a"), p.loads.operand("b")
         out = [*lets, *p.ab.consumer_wait(st)]
         sa, sb = stage_offset(p, "scale_a", st.index), stage_offset(p, "scale_b", st.index)
+        sb_first = (Var("n_col") // pr.b_block_rows) % pr.sb_box  # the tile's first block inside the scale_b box
         for v in range(p.mma.m_waves):
             a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + wg * p.mma.wg_a_stride + v * p.mma.a_wave_bytes))
             row = wg * p.mma.wg_row_stride + v * p.mma.wave_rows + (WARP % 4) * 16 + LANE // 4
@@ -542,7 +544,7 @@ class WgmmaConsumer:
                 out += [WgmmaCommit(), WgmmaWait(0),
                         PromoteScaled(self.acc_name(0, v), PARTIAL, pr.chunk_values, c * pr.chunk_values,
                                       fold(sa + row * pr.scale_bytes),
-                                      fold(sb + (c * pr.chunk_n // pr.b_block_rows) * pr.scale_bytes),
+                                      fold(sb + (sb_first + c * pr.chunk_n // pr.b_block_rows) * pr.scale_bytes),
                                       pr.row_half, accumulate=not first)]
         return out + self.release(PipelineState(st.index, None))
 
