@@ -164,3 +164,24 @@ def test_scale_read_after_the_release_fails_the_verifier():
 @pytest.mark.parametrize("config", [SQUARE, WIDE, TALL])
 def test_shipped_fp8_kernels_verify(config):
     verify(_kernel(config))
+
+
+def test_scale_map_rows_of_whole_16_byte_groups():
+    """A scale box reaching past a row that is not whole 16-byte groups faulted on the H100 ("illegal instruction");
+    the simulator reports it, and the padded map the runtime declares runs clean."""
+    from ptxgen.check.sim.machine import Machine
+    from ptxgen.check.sim.run import fp8_scale_map
+    from ptxgen.check.numerics import POISON
+    from ptxgen.hw import DYNAMIC_SMEM_BASE
+
+    kernel = _kernel(SQUARE)
+    m, n, k = 64, 520, 256  # ceil(520 / 128) = 5 blocks of scale_b: 20-byte rows unpadded
+    x = random_fp8(m, n, k, seed=4)
+    assert fp8_scale_map(x["scale_b"]).shape == (2, 8)
+    raw = {name: np.ascontiguousarray(x[name].T) for name in ("scale_a", "scale_b")}
+    machine = Machine(kernel, m, n, k, x["a"], x["b"], num_sms=4, schedule_seed=0, smem_base=DYNAMIC_SMEM_BASE,
+                      poison=POISON, extra=raw)
+    with pytest.raises(SimError, match=r"unsupported TMA box: .* scale_b, past the end of its rows of 5 elements "
+                                       r"\(20 B, not a multiple of 16\)"):
+        machine.run(10_000_000)
+    simulate_fp8(kernel, m, n, k, inputs=x)

@@ -153,7 +153,17 @@ def simulate_nvfp4(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: in
 
 # ------------------------------------------------------------------ FP8: the block-scaled GEMM (DeepSeek-V3's recipe)
 # The global tensors the kernel's maps read: A, B as e4m3 bytes; the scales transposed, one k-block's scales per
-# row (``scale_a.T`` ``[ceil(K/128), M]``, ``scale_b.T`` ``[ceil(K/128), ceil(N/128)]``), as the runtime hands them.
+# row (``scale_a.T`` ``[ceil(K/128), M]``, ``scale_b.T`` ``[ceil(K/128), ceil(N/128)]``, rows padded to 4 fp32), as the
+# runtime hands them.
+
+
+def fp8_scale_map(scale: np.ndarray) -> np.ndarray:
+    """The global tensor an FP8 scale map reads, as the runtime declares it: ``scale.T`` ``[k-blocks, rows]`` with
+    the rows padded with zeros to whole 16-byte groups (4 fp32)."""
+    rows, kblocks = scale.shape
+    out = np.zeros((kblocks, -(-rows // 4) * 4), dtype=np.float32)
+    out[:, :rows] = scale.T
+    return out
 
 
 def simulate_fp8(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
@@ -176,8 +186,7 @@ def simulate_fp8(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int 
     if min(m, n, k) < 1 or k % spec.k_multiple:
         raise ShapeError(f"m={m}, n={n}, k={k}: all must be >= 1 and k a multiple of {spec.k_multiple}")
     x = inputs if inputs is not None else random_fp8(m, n, k, seed)
-    extra = {"scale_a": np.ascontiguousarray(x["scale_a"].T.astype(np.float32)),
-             "scale_b": np.ascontiguousarray(x["scale_b"].T.astype(np.float32))}
+    extra = {name: fp8_scale_map(x[name]) for name in ("scale_a", "scale_b")}
     sched = seed if schedule_seed is None else schedule_seed
     machine = Machine(kernel, m, n, k, x["a"], x["b"], num_sms=num_sms, schedule_seed=sched,
                       smem_base=DYNAMIC_SMEM_BASE, poison=POISON, extra=extra, policy=policy)
