@@ -1,11 +1,12 @@
 """Lowering of the wgmma family (sm_90a): register-split, fences, async MMA into register fragments.
 
-Sources: PTX ISA 8.8 "wgmma.mma_async" (m64nNk16, scale-d predicate, descriptor operands),
+Sources: PTX ISA 8.8 "wgmma.mma_async" (m64nNk16 bf16, m64nNk32 e4m3, scale-d predicate, descriptor operands),
 "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group", "setmaxnreg".
 """
 
 from __future__ import annotations
 
+from ptxgen.ir import expr as ex
 from ptxgen.ir import ops
 
 from .core import Lowering
@@ -20,13 +21,34 @@ def wgmma_fence(lw: Lowering, op: ops.WgmmaFence) -> None:
 
 
 def wgmma(lw: Lowering, op: ops.Wgmma) -> None:
+    """bf16: ``..., scale-d, 1, 1, 0, 0`` (scale A/B by +1, no transpose); 8-bit inputs take no transpose
+    immediates (K-major only): ``..., scale-d, 1, 1``."""
     acc = lw.array(op.acc, op.n // 2, ".f32")
     p = lw.predicate(op.accumulate)
     adesc, bdesc = lw.tmp64(), lw.tmp64()
     lw.emit(f"mov.b64 {adesc}, {{{lw.reg(op.a_lo)}, {lw.reg_const(op.a_hi, 'desc_hi')}}};")
     lw.emit(f"mov.b64 {bdesc}, {{{lw.reg(op.b_lo)}, {lw.reg_const(op.b_hi, 'desc_hi')}}};")
-    lw.emit(f"wgmma.mma_async.sync.aligned.m64n{op.n}k16.f32.bf16.bf16 {{{', '.join(acc)}}}, "
-            f"{adesc}, {bdesc}, {p}, 1, 1, 0, 0;")
+    imm = "1, 1, 0, 0" if op.atype in ("bf16", "f16") else "1, 1"
+    lw.emit(f"wgmma.mma_async.sync.aligned.m64n{op.n}k{op.k}.f32.{op.atype}.{op.atype} {{{', '.join(acc)}}}, "
+            f"{adesc}, {bdesc}, {p}, {imm};")
+
+
+def promote_scaled(lw: Lowering, op: ops.PromoteScaled) -> None:
+    """Scales from the stage (two scale_a rows, one scale_b), their products, then one FMA per partial value."""
+    acc = lw.array(op.acc, op.offset + op.n, ".f32")
+    part = lw.array(op.part, op.n, ".f32")
+    s0, s1, sb = lw.tmp(), lw.tmp(), lw.tmp()
+    lw.emit(f"ld.shared.f32 {s0}, [{lw.smem(op.sa_addr)}];")
+    lw.emit(f"ld.shared.f32 {s1}, [{lw.smem(ex.fold(ex.lift(op.sa_addr) + op.row_half))}];")
+    lw.emit(f"ld.shared.f32 {sb}, [{lw.smem(op.sb_addr)}];")
+    lw.emit(f"mul.f32 {s0}, {s0}, {sb};")
+    lw.emit(f"mul.f32 {s1}, {s1}, {sb};")
+    for j in range(op.n):
+        s, d = (s0, s1)[(j // 2) & 1], acc[op.offset + j]
+        if op.accumulate:
+            lw.emit(f"fma.rn.f32 {d}, {part[j]}, {s}, {d};")
+        else:
+            lw.emit(f"mul.rn.f32 {d}, {part[j]}, {s};")
 
 
 def wgmma_commit(lw: Lowering, op: ops.WgmmaCommit) -> None:
@@ -43,4 +65,5 @@ WGMMA = {
     ops.Wgmma: wgmma,
     ops.WgmmaCommit: wgmma_commit,
     ops.WgmmaWait: wgmma_wait,
+    ops.PromoteScaled: promote_scaled,
 }

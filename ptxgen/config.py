@@ -109,7 +109,8 @@ class Tile:
     block_m: rows of D per CTA (sm_100a: 128 or 256, one M-wave per 128 rows;
         sm_90a: a multiple of 64 per consumer warpgroup).
     block_n: columns of D per CTA.
-    block_k: K elements per pipeline stage; 64 (= 128 B of bf16, one 128B-swizzle atom).
+    block_k: K elements per pipeline stage; 64 (= 128 B of bf16, one 128B-swizzle atom); ``operands: fp8``: 128
+        (128 B of e4m3, and one 128-K scale block).
     """
 
     block_m: Range(1, 256) = 128
@@ -265,7 +266,9 @@ class Config:
 
     operands: ``bf16`` (bf16 A/B, bf16 D) or ``nvfp4`` (packed e2m1 A/B with one e4m3 scale per 16 K
     elements in the 128x4 atom layout, block-scaled ``tcgen05.mma .kind::mxf4nvf4``, fp16 D; sm_100a
-    ``dual_gemm`` only: the seed-003 kernel).
+    ``dual_gemm`` only: the seed-003 kernel) or ``fp8`` (e4m3 A/B with fp32 scales per 1x128 block of A and
+    per 128x128 block of B, ``wgmma ... .f32.e4m3.e4m3`` per 128-K block promoted into an fp32 accumulator with
+    the scales, bf16 D; sm_90a ``gemm`` only: DeepSeek-V3's recipe, docs/fp8.md).
 
     Every construction is validated (schema, then :func:`validate`); raises ConfigError.
     ``name`` is a file stem (``generated/<name>.ptx``): ASCII letters, digits, ``_`` and ``-``,
@@ -275,7 +278,7 @@ class Config:
     name: Name
     arch: OneOf(*ARCHS) = "sm_100a"
     kernel: OneOf("gemm", "dual_gemm") = "gemm"
-    operands: OneOf("bf16", "nvfp4") = "bf16"
+    operands: OneOf("bf16", "nvfp4", "fp8") = "bf16"
     tile: Tile = field(default_factory=Tile)
     pipeline: Pipeline = field(default_factory=Pipeline)
     cluster: Cluster = field(default_factory=Cluster)
@@ -500,6 +503,8 @@ def validate(cfg: Config) -> None:
     t, p, e = cfg.tile, cfg.pipeline, cfg.epilogue
     if cfg.operands == "nvfp4":
         _validate_nvfp4(cfg)
+    elif cfg.operands == "fp8":
+        _validate_fp8(cfg)
     else:
         _rule(t.block_k == 64, "tile.block_k", t.block_k, "must be 64 (128 B of bf16: one 128B-swizzle atom)")
     if cfg.mma.lanes == "all":
@@ -560,6 +565,38 @@ def _validate_nvfp4(cfg: Config) -> None:
           "would leave no TMEM columns for the scale factors)")
     _rule(cfg.mma.tc_util_percent == 100, "mma.tc_util_percent", cfg.mma.tc_util_percent,
           "operands=nvfp4: the throttle models bf16 MMAs; must be 100")
+
+
+#: fp32 registers per consumer thread an FP8 config may spend on its main accumulator plus the block partial
+#: (the rest of setmaxnreg's 240 holds descriptors, scales, stage/phase and tile state)
+FP8_FRAGMENT_REGS = 192
+FP8_SCALE_BLOCK = 128  # K elements per scale block (one scale_a per row, one scale_b per 128 rows of B)
+
+
+def _validate_fp8(cfg: Config) -> None:
+    """FP8 block-scaled GEMM (DeepSeek-V3's recipe, docs/fp8.md): e4m3 A/B, fp32 scales per 128-K block.
+
+    PTX ISA "wgmma.mma_async": ``.e4m3`` inputs are sm_90a, K = 32 per instruction, A and B from shared-memory
+    descriptors, K-major only for 8-bit types.  One k-block is one scale block (block_k = 128 = one 128-byte
+    swizzle row of e4m3), whose partial the consumer promotes into the main accumulator.
+    """
+    t = cfg.tile
+    _rule(cfg.arch == "sm_90a", "operands", "fp8", "wgmma .e4m3 with per-block promotion is the sm_90a kernel; needs arch=sm_90a")
+    _rule(cfg.kernel == "gemm", "operands", "fp8", "the FP8 kernel is a plain GEMM; needs kernel=gemm")
+    _rule(t.block_k == FP8_SCALE_BLOCK, "tile.block_k", t.block_k,
+          "operands=fp8: must be 128 (one 128-byte swizzle row of e4m3 = one 128-K scale block)")
+    _rule(t.block_n % 128 == 0 or 128 % t.block_n == 0, "tile.block_n", t.block_n,
+          "operands=fp8: a multiple of 128 or a divisor of 128 (each promoted chunk of columns has one scale_b block)")
+    _rule(cfg.cluster.size == 1, "cluster.size", cfg.cluster.size, "operands=fp8: must be 1 (no multicast of B)")
+    _rule(cfg.mma.consumers == "cooperative", "mma.consumers", cfg.mma.consumers, "operands=fp8: must be cooperative")
+    _rule(cfg.schedule.split_k == 1, "schedule.split_k", cfg.schedule.split_k, "operands=fp8: must be 1")
+    _rule(not cfg.epilogue.overlap, "epilogue.overlap", True, "operands=fp8: must be false")
+    waves = t.block_m // cfg.mma.warpgroups // 64
+    regs = waves * t.block_n // 2 + min(t.block_n, 128) // 2
+    _rule(regs <= FP8_FRAGMENT_REGS, "tile.block_n", t.block_n,
+          f"operands=fp8: main accumulator {waves * t.block_n // 2} + block partial {min(t.block_n, 128) // 2} fp32 "
+          f"registers per thread = {regs} > {FP8_FRAGMENT_REGS} (tile {t.block_m}x{t.block_n}, "
+          f"{cfg.mma.warpgroups} consumer warpgroups) would spill")
 
 
 def _validate_split_k(cfg: Config) -> None:

@@ -46,7 +46,8 @@ class TensorMapSpec:
         swizzle: ``"none"``, ``"32B"``, ``"64B"`` or ``"128B"``.
         l2_promotion: ``"none"``, ``"64B"``, ``"128B"`` or ``"256B"``.
         dtype: element type: ``"bf16"`` (bf16 GEMM operands and D), ``"f16"`` (the NVFP4 kernel's D),
-            ``"u8"`` (NVFP4 packed-e2m1 operands and scale-factor tiles, mapped as bytes).
+            ``"u8"`` (NVFP4 packed-e2m1 operands and scale-factor tiles, FP8 e4m3 operands, mapped as bytes),
+            ``"f32"`` (FP8 per-block scales).
     """
 
     tensor: str
@@ -66,7 +67,7 @@ class TensorMapSpec:
         return self.box[0] * self.box[1] * self.elem_bytes
 
 
-ELEM_BYTES = {"bf16": 2, "f16": 2, "u8": 1}
+ELEM_BYTES = {"bf16": 2, "f16": 2, "u8": 1, "f32": 4}
 """Element size in bytes of each tensor-map dtype."""
 
 

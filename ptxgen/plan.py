@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import descriptors, epi
-from .config import Config
+from .config import FP8_SCALE_BLOCK, Config
 from .hw import (SF_ATOM_BYTES, SF_ATOM_K, SF_ATOM_ROWS, SF_LINE_BYTES, SF_TMEM_COLS_PER_ATOM, SM_SMEM_BYTES, SMEM_LIMIT_BYTES,
                  TMEM_COLUMNS, resident_ctas)
 from .errors import ConfigError
@@ -33,8 +33,15 @@ from .version import __version__
 BF16_BYTES = 2
 SWIZZLE_ATOM_BYTES = 1024  # 8 rows x 128 B: a 128B-swizzle atom (PTX ISA "Tensor copy: swizzle modes")
 MBARRIER_BYTES = 8
+WARPS_PER_WARPGROUP = 4
+TMA_PLAIN_ALIGN = 128  # shared destination of a non-swizzled cp.async.bulk.tensor (PTX ISA "cp.async.bulk.tensor")
 TMEM_LANES = 128
 UMMA_K = 16  # bf16 tcgen05.mma / wgmma K per instruction
+FP8_BYTES = 1
+WGMMA_K_FP8 = 32  # wgmma K per instruction for 8-bit inputs (PTX ISA "wgmma.mma_async": .e4m3/.e5m2, k32)
+F32_SCALE_BYTES = 4
+SB_BOX_COLS = 16 // F32_SCALE_BYTES  # a scale_b box: 4 fp32 (a TMA box's inner extent is a multiple of 16 B)
+K_MULTIPLE_FP8 = 16 // FP8_BYTES  # the A/B maps need 16-byte row strides: K % 16 == 0
 SM100_FLOPS_PER_CYCLE = 8192  # dense bf16 per SM per cycle, B200 (for the level-8 throttle only)
 SM100_CLOCK_GHZ = 1.9
 
@@ -62,6 +69,11 @@ class OperandPlan:
     scales: for a scale-factor tile (NVFP4), the name of the operand it scales (``a``, ``b``, ``b2``); "" for a
         matrix operand.  Its box rows are then 128-byte lines of the blocked scale layout (4 per 512-B atom).
     tmem_col: a scale tile's first TMEM column (relative to the allocation); its atoms follow, ``sf_cols_per_atom`` apart.
+    block_scale: for an FP8 scale vector (fp32, one per 128-K block), the name of the operand it scales (``a``:
+        one per row of A, ``b``: one per 128 rows of B); "" otherwise.  Its map is the transposed scales
+        ``[ceil(K / 128), rows]`` (one k-block's scales contiguous); one box is ``box_cols`` scales of one k-block
+        (``box_rows`` = 1), read from shared memory by the consumers' promotion after the ``full`` wait.
+    box_cols: an FP8 scale vector's box width in fp32 elements (0: the matrix operands' ``k_coord_step``).
     cache_hint: L2 eviction priority of its loads (``tma.cache_hint_a`` / ``cache_hint_b``): ``none``,
         ``evict_first`` or ``evict_last``.
     multicast: the CTA mask of a ``split == "multicast"`` load (``.multicast::cluster``), 0 otherwise.
@@ -78,6 +90,8 @@ class OperandPlan:
     tmem_col: int = 0
     cache_hint: str = "none"
     multicast: int = 0
+    block_scale: str = ""
+    box_cols: int = 0
 
     # split: how a CTA pair shares the operand: ``none`` (each CTA loads its own tile),
     # ``cta_group`` (sm_100a cta_group::2: each CTA loads its half of the rows into its own stage),
@@ -253,12 +267,17 @@ class LoadsPlan:
     @property
     def matrix_operands(self) -> tuple[OperandPlan, ...]:
         """The operands an MMA reads through smem descriptors (A, B, B2)."""
-        return tuple(o for o in self.operands if not o.scales)
+        return tuple(o for o in self.operands if not o.scales and not o.block_scale)
 
     @property
     def scale_operands(self) -> tuple[OperandPlan, ...]:
         """NVFP4 scale-factor tiles (SFA, SFB, SFB2): copied to TMEM with ``tcgen05.cp`` before the MMAs."""
         return tuple(o for o in self.operands if o.scales)
+
+    @property
+    def block_scale_operands(self) -> tuple[OperandPlan, ...]:
+        """FP8 scale vectors (scale_a, scale_b): read from the landed stage by the consumers' promotion."""
+        return tuple(o for o in self.operands if o.block_scale)
 
     @property
     def a(self) -> SmemRegion:
@@ -362,6 +381,42 @@ class ScalesPlan:
     rows_per_atom: int
     k_per_line: int
     stage_lines: int
+
+
+@dataclass(frozen=True)
+class PromotionPlan:
+    """FP8 two-level accumulation (``operands: fp8``; docs/fp8.md).  Units: elements, registers, bytes.
+
+    Per k-block (one 128-K scale block) each consumer warpgroup runs, for every M-wave and every chunk of
+    ``chunk_n`` columns: ``k_steps`` wgmma ``m64n{chunk_n}k32 .f32.e4m3.e4m3`` into the block partial (the first
+    one overwrites it), ``wgmma.wait_group 0``, then the promotion: main accumulator += partial x scale_a[row] x
+    scale_b[column block].  A chunk never spans two 128-row blocks of B, so it has one scale_b.
+
+    atype: the wgmma input type (``e4m3``); mma_k: K per wgmma (32).
+    chunk_n: columns of one promoted chunk (min(block_n, 128)); chunks: chunks per M-wave (block_n / chunk_n).
+    partial_regs: fp32 registers of the partial (chunk_n / 2); chunk_values: main-accumulator values per chunk.
+    b_chunk_bytes: bytes of B rows of one chunk in a stage (its descriptor offset).
+    scale_block: K elements per scale block (128); b_block_rows: rows of B per scale_b (128).
+    scale_bytes: bytes of one fp32 scale; row_half: bytes between the scales of a thread's two fragment rows
+        (rows l/4 and l/4 + 8 of its warp's 16: 8 x 4).
+    sb_box: scale_b blocks one box loads (4 fp32: 16 bytes), from the multiple of 4 at or below the tile's first
+        block, so the box starts 16-byte aligned and, with the runtime's map width padded to 4 blocks, never
+        reaches past a row (on the H100 such scale boxes raised "illegal instruction"); the tile's blocks
+        (at most 2, at an even block for block_n = 256) lie inside it.
+    """
+
+    atype: str
+    mma_k: int
+    chunk_n: int
+    chunks: int
+    partial_regs: int
+    chunk_values: int
+    b_chunk_bytes: int
+    scale_block: int
+    b_block_rows: int
+    scale_bytes: int
+    row_half: int
+    sb_box: int
 
 
 @dataclass(frozen=True)
@@ -524,6 +579,7 @@ class Plan:
     cd_ring: BulkStoreRing | None
     math_order: BarrierArray | None
     split: SplitKPlan | None = None  # serial split-K (schedule.split_k > 1)
+    promotion: PromotionPlan | None = None  # FP8 per-block promotion (operands: fp8)
 
     @property
     def kernel(self) -> str:
@@ -576,8 +632,9 @@ class Plan:
         cfg, e, r = self.cfg, self.epilogue, self.roles
         swz = "128B" if e.swizzle128 else "none"
         l2 = "none" if cfg.tma.l2_promotion == "none" else f"{cfg.tma.l2_promotion}B"
-        in_dtype = "u8" if self.mma.operand_format == "nvfp4" else "bf16"
+        in_dtype = "u8" if self.mma.operand_format in ("nvfp4", "fp8") else "bf16"
         maps = {o.name: (TensorMapSpec(o.name, (SF_LINE_BYTES, o.box_rows), "none", l2, "u8") if o.scales else
+                         TensorMapSpec(o.name, (o.box_cols, o.box_rows), "none", "none", "f32") if o.block_scale else
                          TensorMapSpec(o.name, (self.loads.k_coord_step, o.box_rows), "128B", l2, in_dtype))
                 for o in self.loads.operands}
         maps["d"] = TensorMapSpec("d", (e.store_block_n, e.box_rows), swz, "none", e.out_dtype)
@@ -606,12 +663,16 @@ class Plan:
         """The self-contained :class:`Kernel` with ``body``: every resource number the emitters and simulator read."""
         e, m, r, cd = self.epilogue, self.mma, self.roles, self.smem.cd
         cd_align = SWIZZLE_ATOM_BYTES if e.swizzle128 else 128
+        # a non-swizzled TMA destination (the FP8 scale vectors) needs 128-byte alignment, a 128B-swizzled one 1024
         regions = tuple(SmemRegion(o.region.name, o.region.offset, o.region.stride, o.region.count,
-                                   o.region.slot_bytes, SWIZZLE_ATOM_BYTES) for o in self.loads.operands)
+                                   o.region.slot_bytes, TMA_PLAIN_ALIGN if o.block_scale else SWIZZLE_ATOM_BYTES)
+                        for o in self.loads.operands)
         if cd.count:
             regions += (SmemRegion("cd", cd.offset, cd.stride, cd.count, e.stage_bytes, cd_align),)
-        io = ("NVFP4 in (packed e2m1, one ue4m3 scale per 16 K, scales copied to TMEM by tcgen05.cp, block-scaled "
-              "MMAs), fp16 out" if m.operand_format == "nvfp4" else "bf16 in and out")
+        io = {"nvfp4": "NVFP4 in (packed e2m1, one ue4m3 scale per 16 K, scales copied to TMEM by tcgen05.cp, "
+                       "block-scaled MMAs), fp16 out",
+              "fp8": "e4m3 in with fp32 scales per 128-K block (A: per row, B: per 128 rows), each block's "
+                     "wgmma partial promoted into the fp32 accumulator, bf16 out"}.get(m.operand_format, "bf16 in and out")
         if len(m.streams) == 1:
             what = (f"D[M,N] = A[M,K] @ B[N,K]^T, {io}, fp32 accumulate." if e.expr is None else
                     f"D[M,N] = {e.expr} with acc = A[M,K] @ B[N,K]^T, {io}, fp32 accumulate and epilogue.")
@@ -644,6 +705,7 @@ class _Basics:
 
     sm100: bool
     nvfp4: bool
+    fp8: bool
     cs: int  # cluster size
     wgs: int  # consumer warpgroups (1 on sm_100a)
     pingpong: bool
@@ -653,18 +715,20 @@ class _Basics:
     elem_bits: int  # operand element bits (bf16 16; NVFP4 packed e2m1, mapped as bytes: 4)
     mma_k: int  # K per MMA instruction (NVFP4: 64 per block-scaled MMA, PTX ISA tcgen05.mma)
     sf_names: tuple[tuple[str, str], ...]  # NVFP4 scale tiles: (name, operand it scales)
+    block_scales: tuple[tuple[str, str], ...]  # FP8 scale vectors: (name, operand it scales)
 
 
 def _basics(cfg: Config) -> _Basics:
-    sm100, nvfp4 = cfg.arch == "sm_100a", cfg.operands == "nvfp4"
+    sm100, nvfp4, fp8 = cfg.arch == "sm_100a", cfg.operands == "nvfp4", cfg.operands == "fp8"
     wgs = 1 if sm100 else cfg.mma.warpgroups
     pingpong = cfg.mma.consumers == "pingpong"
     b_names = ("b", "b2") if cfg.kernel == "dual_gemm" else ("b",)
-    elem_bits = 4 if nvfp4 else 8 * BF16_BYTES
-    return _Basics(sm100=sm100, nvfp4=nvfp4, cs=cfg.cluster.size, wgs=wgs, pingpong=pingpong,
+    elem_bits = 4 if nvfp4 else (8 * FP8_BYTES if fp8 else 8 * BF16_BYTES)
+    return _Basics(sm100=sm100, nvfp4=nvfp4, fp8=fp8, cs=cfg.cluster.size, wgs=wgs, pingpong=pingpong,
                    row_split=1 if pingpong else wgs, b_names=b_names, row_bytes=cfg.tile.block_k * elem_bits // 8,
-                   elem_bits=elem_bits, mma_k=descriptors.MXF4_MMA_K if nvfp4 else UMMA_K,
-                   sf_names=(("sfa", "a"), *((f"sf{nm}", nm) for nm in b_names)) if nvfp4 else ())
+                   elem_bits=elem_bits, mma_k=descriptors.MXF4_MMA_K if nvfp4 else (WGMMA_K_FP8 if fp8 else UMMA_K),
+                   sf_names=(("sfa", "a"), *((f"sf{nm}", nm) for nm in b_names)) if nvfp4 else (),
+                   block_scales=(("scale_a", "a"), ("scale_b", "b")) if fp8 else ())
 
 
 def _roles_plan(cfg: Config, f: _Basics) -> RolesPlan:
@@ -729,6 +793,7 @@ class _Stage:
     sf_atoms: int  # NVFP4: scale atoms per operand per stage
     sf_bytes: int  # NVFP4: each scale tile's slot
     sfb_load: int  # NVFP4: each B scale tile's load (a multicast half in a 2-SM pair)
+    bs_boxes: tuple[tuple[str, int, int], ...]  # FP8: (scale vector, box fp32 columns, slot bytes)
     load_bytes: int
     expect_tx: int
     full_tx: int
@@ -751,17 +816,26 @@ def _stage(cfg: Config, f: _Basics) -> _Stage:
     sf_bytes = sf_atoms * SF_ATOM_BYTES
     sfb_load = sf_bytes // f.cs if _sfb_multicast(cfg, f) else sf_bytes
     nb = len(f.b_names)
-    landed = a_bytes + nb * b_load + len(f.sf_names) * sf_bytes
+    # FP8 scale vectors: one k-block's scale_a for the tile's rows, and a 16-byte box of scale_b holding the tile's
+    # column blocks; their slots round the stage up to whole 1024-byte swizzle atoms (the next stage's A)
+    bs_boxes = ()
+    if f.fp8:
+        sa_bytes = t.block_m * F32_SCALE_BYTES
+        sb_slot = _align(sa_bytes + 128, SWIZZLE_ATOM_BYTES) - sa_bytes
+        bs_boxes = (("scale_a", t.block_m, sa_bytes), ("scale_b", SB_BOX_COLS, sb_slot))
+    bs_load = sum(cols * F32_SCALE_BYTES for _, cols, _ in bs_boxes)
+    landed = a_bytes + nb * b_load + len(f.sf_names) * sf_bytes + bs_load
     load_bytes = landed - nb * (sf_bytes - sfb_load)  # the peer loads the other half of each B scale tile
     if f.sm100:
         expect_tx = landed
         full_tx = landed * (2 if cfg.tma.two_sm else 1)
     else:
-        expect_tx = full_tx = a_bytes + nb * b_bytes  # own A + both halves of each B (multicast) or own Bs
+        expect_tx = full_tx = a_bytes + nb * b_bytes + bs_load  # own A + both halves of each B (multicast) or own Bs (+ FP8 scales)
     if a_bytes % SWIZZLE_ATOM_BYTES or b_bytes % SWIZZLE_ATOM_BYTES:
         raise ConfigError(f"tile: A stage {a_bytes} B / B stage {b_bytes} B must be multiples of 1024 B (128B swizzle atoms)")
-    sizes = (("a", a_bytes), *((nm, b_bytes) for nm in f.b_names), *((nm, sf_bytes) for nm, _ in f.sf_names))
-    return _Stage(a_bytes, b_bytes, b_load, b_box_rows, b_smem_rows, sf_atoms, sf_bytes, sfb_load, load_bytes,
+    sizes = (("a", a_bytes), *((nm, b_bytes) for nm in f.b_names), *((nm, sf_bytes) for nm, _ in f.sf_names),
+             *((nm, slot) for nm, _, slot in bs_boxes))
+    return _Stage(a_bytes, b_bytes, b_load, b_box_rows, b_smem_rows, sf_atoms, sf_bytes, sfb_load, bs_boxes, load_bytes,
                   expect_tx, full_tx, sizes)
 
 
@@ -852,7 +926,9 @@ def _barriers(cfg: Config, f: _Basics, stage: _Stage, epi: EpiloguePlan, ab_end:
     else:
         full_init, full_doc = (1,) * cs, "producer arrive.expect_tx; TMA" + (" (own A, multicast B halves)" if mc else "") + " completes here; consumers wait"
         n_empty = f.row_split * (cs if mc else 1)  # pingpong: only the stage's tile owner releases it
-        empty_init, empty_doc = (n_empty,) * cs, ("one elected thread of the tile's owner warpgroup" if f.pingpong else "one elected thread per consumer warpgroup") + (" of both CTAs (remote arrive)" if mc else "") + "; producer waits"
+        if f.fp8:  # each consumer warp reads its own rows' scales from the stage: every warp releases after its reads
+            n_empty *= WARPS_PER_WARPGROUP
+        empty_init, empty_doc = (n_empty,) * cs, ("one elected thread of the tile's owner warpgroup" if f.pingpong else "one elected thread per consumer warp" if f.fp8 else "one elected thread per consumer warpgroup") + (" of both CTAs (remote arrive)" if mc else "") + "; producer waits"
     bar_off = _align(ab_end, 8)
     full = BarrierArray("full", S, bar_off, full_init, stage.full_tx, full_doc)
     empty = BarrierArray("empty", S, full.offset + MBARRIER_BYTES * S, empty_init, 0, empty_doc)
@@ -967,12 +1043,15 @@ def _loads_plan(cfg: Config, f: _Basics, stage: _Stage, layout: _Layout, mma: Mm
                 *(OperandPlan(nm, regions[nm], "n", stage.b_box_rows, stage.b_load, mma.b_desc_hi, b_split,
                               cache_hint=cfg.tma.cache_hint_b, multicast=pair_mask if b_split == "multicast" else 0)
                   for nm in f.b_names),
-                *(scale_tile(i, nm, of) for i, (nm, of) in enumerate(f.sf_names)))
+                *(scale_tile(i, nm, of) for i, (nm, of) in enumerate(f.sf_names)),
+                *(OperandPlan(nm, regions[nm], "m" if of == "a" else "n", 1, cols * F32_SCALE_BYTES, 0, block_scale=of,
+                              box_cols=cols) for (nm, of), (_, cols, _) in zip(f.block_scales, stage.bs_boxes)))
     return LoadsPlan(operands=operands, a_box_rows=t.block_m, b_box_rows=stage.b_box_rows, b_smem_rows=stage.b_smem_rows,
                      a_stage_bytes=stage.a_bytes, b_stage_bytes=stage.b_bytes, b_load_bytes=stage.b_load,
                      load_bytes=stage.load_bytes, expect_tx_bytes=stage.expect_tx, full_tx_bytes=stage.full_tx,
                      k_coord_step=f.row_bytes if f.nvfp4 else t.block_k,
-                     k_multiple=t.block_k if f.nvfp4 else K_MULTIPLE_BF16, two_sm=cfg.tma.two_sm,
+                     k_multiple=t.block_k if f.nvfp4 else (K_MULTIPLE_FP8 if f.fp8 else K_MULTIPLE_BF16),
+                     two_sm=cfg.tma.two_sm,
                      multicast=cfg.tma.multicast)
 
 
@@ -1075,4 +1154,16 @@ def make_plan(cfg: Config) -> Plan:
                       ctas_per_sm=ctas_per_sm),
         epilogue=epilogue, schedule=_schedule_plan(cfg), registers=_registers_plan(cfg, f, roles, mma, epilogue),
         ab=ab, acc=acc, cd_ring=cd_ring, math_order=bars.math_order, split=_split_plan(cfg, f, mma),
+        promotion=_promotion_plan(cfg, f, mma),
     )
+
+
+def _promotion_plan(cfg: Config, f: _Basics, mma: MmaIssuePlan) -> PromotionPlan | None:
+    """FP8: the per-block promotion (see :class:`PromotionPlan`); None for other operands."""
+    if not f.fp8:
+        return None
+    chunk_n = min(mma.block_n, FP8_SCALE_BLOCK)
+    return PromotionPlan(atype="e4m3", mma_k=f.mma_k, chunk_n=chunk_n, chunks=mma.block_n // chunk_n,
+                         partial_regs=chunk_n // 2, chunk_values=chunk_n // 2, b_chunk_bytes=chunk_n * f.row_bytes,
+                         scale_block=FP8_SCALE_BLOCK, b_block_rows=FP8_SCALE_BLOCK, scale_bytes=F32_SCALE_BYTES,
+                         row_half=8 * F32_SCALE_BYTES, sb_box=SB_BOX_COLS)

@@ -9,7 +9,10 @@ epilogue op one more step in :class:`Epilogue` — no role is copied.  NVFP4
 (seed 003) is such a plan: its scale-factor tiles are operands too (loaded into
 the same stage behind the same ``full`` barrier), the MMA issuer copies them
 to TMEM (``tcgen05.cp``) before the block-scaled MMAs that read them, and the
-epilogue stores fp16.
+epilogue stores fp16.  FP8 (``plan.promotion``) is another: its per-block scale
+vectors are operands of the same stage, and the sm_90a consumer runs each
+k-block's e4m3 wgmmas into a block partial that it promotes into the main
+accumulator with the scales (:meth:`WgmmaConsumer.promoted_kblock`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from dataclasses import dataclass, replace
 
 from .. import epi
 from ..ir import (Bar, Const, Elect, EpilogueExpr, LdEpilogue, Expr, FenceProxyAsync, For, If, LdGlobalAcquireWait, LdGlobalF32, Let,
-                  MbarrierArrive, MbarrierWait, NamedBarrier, Nanosleep, Pack16, Param, RedGlobal, SetMaxNReg, Shfl,
+                  MbarrierArrive, MbarrierWait, NamedBarrier, Nanosleep, Pack16, Param, PromoteScaled, RedGlobal, SetMaxNReg,
+                  Shfl,
                   StGlobal16, StGlobalF32, StGlobalU32, StMatrix, StShared16, TcgenFence, TmaLoad, TmaStore,
                   TmemCopy, TmemLoad, TmemWaitLd, Umma, UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence,
                   WaitRole, WgmmaWait, eq, fold, land, lift, lt, ne)
@@ -28,6 +32,7 @@ from .common import (KB, LANE, TMEM, WARP, Cluster, TileScheduler, acc_state, de
                      ring_state, stage_offset)
 
 EPI_BAR_ID = 1  # named barrier of the epilogue threads (sm_90a: 1 + consumer warpgroup)
+PARTIAL = "part"  # FP8: the register array of a k-block's wgmma partial (one m64 x chunk_n fragment)
 CHUNK_VALUES = 8  # bf16 / f16 values of one 16-byte store
 
 
@@ -99,6 +104,10 @@ class TmaProducer:
         col = KB * p.loads.k_coord_step
         dst = stage_offset(p, o.name, st.index)
         full = Bar(p.ab.full.name, st.index)
+        if o.block_scale:  # FP8 scales, transposed [k-blocks, rows]: this k-block's row, the tile's first scale
+            pr = p.promotion  # (scale_b: the 16-byte box holding the tile's blocks, at a 16-byte aligned column)
+            first = Var("m_row") if o.block_scale == "a" else Var("n_col") // (pr.b_block_rows * pr.sb_box) * pr.sb_box
+            return TmaLoad(o.name, dst, first, KB, full)
         if o.scales:  # 128-byte lines of the blocked scales: row block (m_row or n_col) / 128, then this k-block's atoms
             block = (Var("m_row") if o.rows_along == "m" else Var("n_col")) // p.scales.rows_per_atom
             row = block * (Param("k") // p.scales.k_per_line) + KB * p.scales.stage_lines
@@ -563,6 +572,37 @@ class WgmmaConsumer:
                                      accumulate, a_hi=a.desc_hi, b_hi=bo.desc_hi))
         return out + [WgmmaCommit()]
 
+    def promoted_kblock(self, first: bool) -> list:
+        """FP8 k-block ``kb`` (one 128-K scale block): consumer_wait ``full``; per M-wave and column chunk, the e4m3
+        wgmmas into the block partial, ``wgmma.wait_group 0``, the promotion into the main accumulator with the
+        stage's scale_a (this thread's two rows) and scale_b (the chunk's block); then consumer_release of the stage
+        (every read of it, wgmma and scale loads, is complete).  ``first``: the tile's first k-block initialises
+        the main accumulator.  See :class:`ptxgen.plan.PromotionPlan`.
+        """
+        p, pr = self.p, self.p.promotion
+        wg = Var("wg")
+        lets, st = ring_state(p)
+        a, b = p.loads.operand("a"), p.loads.operand("b")
+        out = [*lets, *p.ab.consumer_wait(st)]
+        sa, sb = stage_offset(p, "scale_a", st.index), stage_offset(p, "scale_b", st.index)
+        sb_first = (Var("n_col") // pr.b_block_rows) % pr.sb_box  # the tile's first block inside the scale_b box
+        for v in range(p.mma.m_waves):
+            a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + wg * p.mma.wg_a_stride + v * p.mma.a_wave_bytes))
+            row = wg * p.mma.wg_row_stride + v * p.mma.wave_rows + (WARP % 4) * 16 + LANE // 4
+            for c in range(pr.chunks):
+                b_base = desc_lo(p, fold(stage_offset(p, "b", st.index) + c * pr.b_chunk_bytes))
+                out.append(WgmmaFence())  # the partial was read by the previous promotion
+                for ks in range(p.mma.k_steps):
+                    out.append(Wgmma(PARTIAL, pr.chunk_n, fold(a_base + ks * p.mma.k_step_desc),
+                                     fold(b_base + ks * p.mma.k_step_desc), Const(1 if ks else 0), a_hi=a.desc_hi,
+                                     b_hi=b.desc_hi, atype=pr.atype, k=pr.mma_k))
+                out += [WgmmaCommit(), WgmmaWait(0),
+                        PromoteScaled(self.acc_name(0, v), PARTIAL, pr.chunk_values, c * pr.chunk_values,
+                                      fold(sa + row * pr.scale_bytes),
+                                      fold(sb + (sb_first + c * pr.chunk_n // pr.b_block_rows) * pr.scale_bytes),
+                                      pr.row_half, accumulate=not first)]
+        return out + self.release(PipelineState(st.index, None))
+
     def tile(self) -> list:
         """One tile: the k-loop (each k-block releases the previous one's stage after ``wgmma.wait_group 1``),
         the last release, the epilogue op, then the stores (or, with ``epilogue.overlap``, the pack).
@@ -574,6 +614,12 @@ class WgmmaConsumer:
         p = self.p
         wg = Var("wg")
         k0, k1 = k_bounds(p)
+        if p.promotion is not None:  # FP8: the first k-block (K >= 1, so num_k >= 1) initialises the accumulator
+            fused = []
+            for v in range(p.mma.m_waves):
+                fused += self.epi.fuse(f"acc{v}", f"acc1_{v}", p.mma.fragment_regs)
+            return [Let("kb", k0), *self.promoted_kblock(first=True),
+                    k_loop(self.promoted_kblock(first=False), (k0 + 1, k1)), *fused, *self.stores(CURRENT_TILE)]
         release_prev = self.release(PipelineState((Var("it") - 1) % p.stages, None))
         release = self.release(PipelineState(ring_iteration(p, k1 - 1) % p.stages, None))
         if self.fixup is not None:  # an empty split (num_k < splits) has no stage to release
@@ -613,8 +659,15 @@ class WgmmaConsumer:
         return [Let("tiles_done", sched.tiles_done()), If(ne(Var("tiles_done"), 0), tuple(self.stores(last)))]
 
     def release(self, st: PipelineState) -> list:
-        """consumer_release: one thread per consumer warpgroup arrives on ``empty`` (both CTAs' when B is multicast)."""
+        """consumer_release: one thread per consumer warpgroup arrives on ``empty`` (both CTAs' when B is multicast).
+
+        FP8: one thread per consumer warp (``empty`` counts 4 per warpgroup): each warp reads its own rows' scales
+        from the stage with ``ld.shared``, and only its own arrive orders those reads before the refill (the
+        wgmma reads are warpgroup-collective and retired by every warp's ``wgmma.wait_group``).
+        """
         p = self.p
         st = PipelineState(fold(st.index), st.phase)
         ctas = (Const(0), Const(1)) if p.loads.multicast else (None,)
+        if p.promotion is not None:
+            return [Elect(tuple(p.ab.consumer_release(st, ctas=ctas)))]
         return [If(eq(WARP % 4, 0), (Elect(tuple(p.ab.consumer_release(st, ctas=ctas))),))]

@@ -48,3 +48,14 @@ def kmajor_sw128_index(start_abs: int, rows: int, sbo: int, base: int) -> np.nda
     idx = swizzle128(start_abs + (r // 8) * sbo + (r % 8) * 128 + 2 * k) - base
     idx.setflags(write=False)
     return idx
+
+
+@lru_cache(maxsize=4096)
+def kmajor_sw128_bytes(start_abs: int, rows: int, sbo: int, base: int, nbytes: int = 32) -> np.ndarray:
+    """Byte offsets ``[rows, nbytes]`` of byte j of row r of a K-major, 128B-swizzled operand slice (8-bit
+    elements: one k32 slice of e4m3 is 32 bytes per row), laid out as :func:`kmajor_sw128_index`."""
+    r = np.arange(rows, dtype=np.int64)[:, None]
+    j = np.arange(nbytes, dtype=np.int64)[None, :]
+    idx = swizzle128(start_abs + (r // 8) * sbo + (r % 8) * 128 + j) - base
+    idx.setflags(write=False)
+    return idx

@@ -273,6 +273,7 @@ class WarpWalker:
             O.WarpSwitch: self._warp_switch, O.For: self._for, O.If: self._if, O.Elect: self._elect,
             O.TmemLoad: self._tmem_load, O.TmemBase: self._tmem_base, O.LdGlobalF32: self._ws_load,
             O.LdEpilogue: self._epi_load,
+            O.PromoteScaled: self._promote,
         }
         self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.EpilogueExpr: self._epi_expr,
                        O.Pack16: self._pack,
@@ -556,6 +557,29 @@ class WarpWalker:
         values = yield ev
         if values is not None:
             self.regs[op.dst][self._lane_ids()[:, None], list(op.idx)] = old + values
+
+    def _promote(self, op):
+        """FP8 promotion: the consumer replies the scales ``(32, 3)`` f32 (scale_a of rows l/4 and l/4 + 8, scale_b;
+        None in a dry run); then ``acc[offset + j] (+)= part[j] * (scale_a[row(j)] * scale_b)`` as the emitted PTX
+        computes it: the scale product rounded to f32 (``mul.f32``), then one fused multiply-add (one rounding)."""
+        ev = self.event(op)
+        part = self._reg(op.part, tuple(range(op.n)), type(op).__name__)  # after the wgmma.wait_group that wrote it
+        cols = list(range(op.offset, op.offset + op.n))
+        old = self._reg(op.acc, tuple(cols), type(op).__name__) if op.accumulate else None
+        scales = yield ev
+        self.touched.setdefault(op.acc, type(op).__name__)
+        arr = self.regs.get(op.acc)
+        if arr is None or arr.shape[1] < op.offset + op.n:
+            grown = np.full((LANES, op.offset + op.n), np.nan, dtype=np.float32)
+            if arr is not None:
+                grown[:, : arr.shape[1]] = arr
+            arr = self.regs[op.acc] = grown
+        if scales is None:  # a dry run: the accumulator exists, its values are unknown
+            return
+        s = (scales[:, :2] * scales[:, 2:3]).astype(np.float32)  # per lane: scale of row l/4, of row l/4 + 8
+        sel = s[:, (np.arange(op.n) // 2) & 1]
+        prod = part.astype(np.float64) * sel.astype(np.float64)
+        arr[:, cols] = (prod + old.astype(np.float64) if op.accumulate else prod).astype(np.float32)
 
     def _bar(self, bar: O.Bar, rank: int | None) -> BarRef:
         rank = self.rank if rank is None else rank

@@ -517,10 +517,13 @@ class WgmmaFence(Op):
 
 @dataclass(frozen=True)
 class Wgmma(Op):
-    """``wgmma.mma_async.m64n{n}k16.f32.bf16.bf16`` into the warpgroup's fragment array ``acc`` (n/2 f32 per thread).
+    """``wgmma.mma_async.m64n{n}k{k}.f32.{atype}.{atype}`` into the warpgroup's fragment array ``acc`` (n/2 f32 per
+    thread).
 
     a_lo / b_lo: descriptor low words; a_hi / b_hi: their constant high words (PTX ISA
     "Matrix Descriptor Format").  accumulate: 0 overwrites (scale-d false).
+    atype: the input type, ``bf16`` (k = 16) or ``e4m3`` (k = 32; 8-bit inputs are K-major only and take no
+        transpose immediates, PTX ISA "wgmma.mma_async").
     """
 
     collective: ClassVar[bool] = True
@@ -532,9 +535,45 @@ class Wgmma(Op):
     accumulate: Expr
     a_hi: int = 0
     b_hi: int = 0
+    atype: str = "bf16"
+    k: int = 16
 
     def describe(self) -> str:
-        return f"Wgmma m64n{self.n}k16 {self.acc} a_lo={_s(self.a_lo)} b_lo={_s(self.b_lo)} acc={_s(self.accumulate)}"
+        kind = "" if self.atype == "bf16" else f" {self.atype}"
+        return (f"Wgmma m64n{self.n}k{self.k}{kind} {self.acc} a_lo={_s(self.a_lo)} b_lo={_s(self.b_lo)} "
+                f"acc={_s(self.accumulate)}")
+
+
+@dataclass(frozen=True)
+class PromoteScaled(Op):
+    """FP8 promotion of a block partial (whole warp): ``acc[offset + j] (+)= part[j] * (sa[row(j)] * sb)`` for
+    ``j < n``, fp32 (``ld.shared.f32`` of the scales, two ``mul.f32``, then ``fma.rn.f32`` per value, or
+    ``mul.rn.f32`` when ``accumulate`` is False: a tile's first k-block initialises the accumulator).
+
+    ``part`` is a wgmma m64nN fragment (N = 2n): value j of lane l lies in row ``l/4 + 8 ((j/2) & 1)`` of the
+    warp's 16 rows (PTX ISA "wgmma: Matrix fragments for .m64nNk32"), so each lane reads two scale_a values: at
+    ``sa_addr`` (row l/4, per lane) and ``sa_addr + row_half`` (row l/4 + 8); ``sb_addr`` (uniform) holds the
+    chunk's scale_b.  Addresses are byte offsets from the dynamic shared-memory base, in the landed stage's scale
+    slots: the op reads shared memory, so it sits after the stage's ``full`` wait and before its release, and
+    reads ``part`` only after the ``wgmma.wait_group`` that retires the wgmmas writing it.
+    """
+
+    collective: ClassVar[bool] = True
+    per_lane: ClassVar[tuple[str, ...]] = ("sa_addr",)
+
+    acc: str
+    part: str
+    n: int
+    offset: int
+    sa_addr: Expr
+    sb_addr: Expr
+    row_half: int = 32
+    accumulate: bool = True
+
+    def describe(self) -> str:
+        op = "+=" if self.accumulate else "="
+        return (f"PromoteScaled {self.acc}[{self.offset}:{self.offset + self.n}] {op} {self.part}[0:{self.n}] x "
+                f"scale_a(smem+{_s(self.sa_addr)}, +{self.row_half}) x scale_b(smem+{_s(self.sb_addr)})")
 
 
 @dataclass(frozen=True)

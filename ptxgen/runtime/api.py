@@ -470,6 +470,8 @@ class _Family:
 def _gemm_refuses(spec: Any) -> str | None:
     if "b2" in spec.tensor_maps:
         return f"config {spec.name}: a dual GEMM config; use ptxgen.dual_gemm(a, b1, b2)"
+    if "scale_a" in spec.tensor_maps:
+        return f"config {spec.name}: an FP8 config (operands: fp8); use ptxgen.gemm_fp8(a, b, scale_a, scale_b)"
     return None
 
 
@@ -1077,3 +1079,197 @@ def kernel_call(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
     loaded = LoadedKernel(kernel=loaded_k, launcher=launcher, spec=spec)
     grid_x = spec.grid.grid_x(m, n, driver.device_info(ordinal).sm_count)
     return _Call(_GEMM, None, False, loaded, ordinal, a.device, m, n, k, grid_x)
+
+
+# --------------------------------------------------------------------------- FP8 block-scaled GEMM
+# DeepSeek-V3's recipe (docs/fp8.md): e4m3 A [M, K] and B [N, K], fp32 scale_a [M, ceil(K/128)] (per row and 128-K
+# block) and scale_b [ceil(N/128), ceil(K/128)] (per 128 x 128 block of B), bf16 D.  The kernel's scale maps are the
+# transposed scales, one k-block's scales contiguous (``[ceil(K/128), rows]``, a 16-byte row pitch); a scale tensor
+# already laid out that way (``scale.T`` row-major, as DeepGEMM asks for) is read in place, any other is copied once
+# per call (``rows x ceil(K/128)`` floats: a few microseconds).
+
+FP8_SCALE_BLOCK = 128  # K elements per scale; rows of B per scale_b
+FP8_K_MULTIPLE = 16  # e4m3 bytes per 16-byte TMA row stride
+_F32_PER_16B = 4
+
+
+def _check_typed(name: str, t: Any, dims: str, dtype: Any, require_cuda: bool) -> None:
+    """A 2-D torch tensor of ``dtype`` (on a CUDA device when ``require_cuda``)."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise ShapeError(f"{name}: got {type(t).__name__}: must be a torch.Tensor")
+    if t.dim() != 2:
+        raise ShapeError(f"{name}: shape={tuple(t.shape)}: must be 2-D {dims}")
+    if t.dtype != dtype:
+        raise ShapeError(f"{name}: dtype={t.dtype}: must be {dtype}")
+    if require_cuda and t.device.type != "cuda":
+        raise ShapeError(f"{name}: device={t.device}: must be a CUDA tensor")
+
+
+def check_fp8_operands(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = None, *,
+                       require_cuda: bool = True) -> tuple[int, int, int]:
+    """The rules :func:`gemm_fp8` keeps for every call; pure (no GPU, no driver call).
+
+    Args:
+        a: A ``[M, K]`` ``torch.float8_e4m3fn``, row-major contiguous, 16-byte aligned.
+        b: B ``[N, K]`` ``torch.float8_e4m3fn`` on ``a``'s device, same rules.
+        scale_a: ``[M, ceil(K / 128)]`` float32 on ``a``'s device, any strides.
+        scale_b: ``[ceil(N / 128), ceil(K / 128)]`` float32 on ``a``'s device, any strides.
+        out: D ``[M, N]`` bf16 on ``a``'s device, row-major contiguous, 16-byte aligned, overlapping no input; or None.
+        require_cuda: check that the tensors are CUDA tensors (False lets CPU tests reach the later rules).
+
+    Returns:
+        ``(M, N, K)``; M, N or K may be 0.
+
+    Raises:
+        ShapeError: the first rule broken, naming the argument, its value and the rule.  K must be a multiple
+            of 16 (K bytes of e4m3 per row; TMA needs 16-byte row strides).
+    """
+    import torch
+
+    e4m3 = torch.float8_e4m3fn
+    _check_typed("a", a, "[M, K]", e4m3, require_cuda)
+    _check_typed("b", b, "[N, K]", e4m3, require_cuda)
+    if b.device != a.device:
+        raise ShapeError(f"b: device={b.device}: must be on a's device {a.device}")
+    (m, k), (n, kb) = a.shape, b.shape
+    if kb != k:
+        raise ShapeError(f"b: shape={tuple(b.shape)}: K={kb} must equal a's K={k} (b is [N, K]; pass B, not B.T)")
+    if k % FP8_K_MULTIPLE:
+        raise ShapeError(f"K={k}: must be a multiple of {FP8_K_MULTIPLE} (K bytes of e4m3 per row; TMA needs 16-byte "
+                         "row strides)")
+    for name, t in (("a", a), ("b", b)):
+        if t.numel() and not _row_major(t):
+            raise ShapeError(f"{name}: shape={tuple(t.shape)} stride={t.stride()}: must be row-major contiguous; "
+                             "call .contiguous()")
+        if t.numel() and t.data_ptr() % _ALIGN:
+            raise ShapeError(f"{name}: data_ptr={t.data_ptr():#x}: must be {_ALIGN}-byte aligned (TMA); call .clone()")
+    kblocks, nblocks = -(-k // FP8_SCALE_BLOCK), -(-n // FP8_SCALE_BLOCK)
+    for name, t, want, what in (("scale_a", scale_a, (m, kblocks), "[M, ceil(K/128)]"),
+                                ("scale_b", scale_b, (nblocks, kblocks), "[ceil(N/128), ceil(K/128)]")):
+        _check_typed(name, t, what, torch.float32, require_cuda)
+        if tuple(t.shape) != want:
+            raise ShapeError(f"{name}: shape={tuple(t.shape)}: must be {what} = {want} (one fp32 scale per "
+                             f"{'row' if name == 'scale_a' else '128 rows'} and 128-K block)")
+        if t.device != a.device:
+            raise ShapeError(f"{name}: device={t.device}: must be on a's device {a.device}")
+    if out is not None:
+        _check_out(out, m, n, a, (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)), require_cuda,
+                   layout=True)
+    return m, n, k
+
+
+def _fp8_refuses(spec: Any) -> str | None:
+    if "scale_a" not in spec.tensor_maps:
+        return f"config {spec.name}: not an FP8 config; gemm_fp8 needs an operands: fp8 config (fp8_*)"
+    return None
+
+
+_FP8 = _Family("gemm_fp8", check_fp8_operands, _fp8_refuses)
+
+
+def _scale_map(t: Any, cols: int, kblocks: int, device: Any) -> tuple[tuple[int, int, int, int], Any]:
+    """The kernel's ``[kblocks, round_up(cols, 4)]`` map of a ``[cols, kblocks]`` scale tensor (and the copy it reads,
+    kept alive by the caller, or None).
+
+    The map's width is whole 16-byte groups: on the H100 a scale box reaching past a row whose width is not a
+    multiple of 16 bytes raised "illegal instruction" (the A/B/D maps always have such widths).  The padding
+    scales only ever multiply rows of A past M or blocks of B past N, whose results are never stored.  ``t.T`` is
+    read in place when it is row-major with a 16-byte row pitch, 16-byte aligned, and its storage holds the padded
+    last row; otherwise it is copied into a new ``[kblocks, round_up(cols, 4)]`` tensor.
+    """
+    width = _round_up(cols, _F32_PER_16B)
+    s0, s1 = t.stride()
+    if (s0 == 1 or cols == 1) and s1 % _F32_PER_16B == 0 and s1 >= width and t.data_ptr() % _ALIGN == 0 \
+            and t.untyped_storage().nbytes() // 4 >= t.storage_offset() + (kblocks - 1) * s1 + width:
+        return (t.data_ptr(), kblocks, width, s1), None
+    import torch
+
+    staged = torch.empty((kblocks, width), dtype=torch.float32, device=device)
+    staged[:, :cols].copy_(t.T)
+    return (staged.data_ptr(), kblocks, width, width), staged
+
+
+class _Fp8Call:
+    """A call signature of :func:`gemm_fp8`: the loaded kernel and grid; per call the full check, the scale maps
+    (in place or a transposed copy) and one launch on torch's current stream."""
+
+    __slots__ = ("config", "by_id", "launcher", "ordinal", "m", "n", "k", "grid_x", "d_map", "device")
+
+    def __init__(self, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
+                 m: int, n: int, k: int, grid_x: int):
+        self.config, self.by_id = config, by_id
+        self.launcher, self.ordinal, self.device = loaded.launcher, ordinal, device
+        self.m, self.n, self.k, self.grid_x = m, n, k, grid_x
+        self.d_map = "d" in loaded.spec.tensor_maps and n % ELEMS_PER_16B == 0
+
+    def __call__(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any) -> Any:
+        import torch
+
+        check_fp8_operands(a, b, scale_a, scale_b, out)
+        m, n, k = self.m, self.n, self.k
+        kblocks = -(-k // FP8_SCALE_BLOCK)
+        sa, held_a = _scale_map(scale_a, m, kblocks, self.device)
+        sb, held_b = _scale_map(scale_b, -(-n // FP8_SCALE_BLOCK), kblocks, self.device)
+        if out is None:
+            out = torch.empty((m, n), dtype=torch.bfloat16, device=self.device)
+        pd = out.data_ptr()
+        maps = ((a.data_ptr(), m, k, k), (b.data_ptr(), n, k, k), sa, sb, (pd, m, n, n) if self.d_map else None)
+        from ptxgen.runtime import driver
+
+        driver.ensure_context(self.ordinal)
+        self.launcher.launch(self.grid_x, maps, (pd, m, n, k), current_stream(self.ordinal))
+        del held_a, held_b  # the caching allocator reuses them only after the launch on this stream
+        return out
+
+
+def gemm_fp8(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = None, config: Any = None) -> Any:
+    """FP8 block-scaled GEMM (DeepSeek-V3's recipe, docs/fp8.md) on sm_90a, on torch's current stream:
+    ``D[m, n] = sum_kb scale_a[m, kb] * scale_b[n // 128, kb] * sum_{k in block kb} A[m, k] * B[n, k]``.
+
+    Each 128-K block's e4m3 products are summed by ``wgmma ... .f32.e4m3.e4m3`` (K = 32 per instruction; PTX ISA
+    "wgmma.mma_async") into a block partial, which the kernel promotes into an fp32 accumulator with the block's
+    scales (two-level accumulation: the tensor cores' FP8 accumulation keeps fewer bits than fp32).
+
+    Args:
+        a: A ``[M, K]`` ``torch.float8_e4m3fn`` CUDA tensor, row-major contiguous, 16-byte aligned.
+        b: B ``[N, K]`` ``torch.float8_e4m3fn`` on the same device, same rules (B, not B.T).
+        scale_a: ``[M, ceil(K / 128)]`` float32: one scale per row of A and 128-K block (any strides; read in place
+            when ``scale_a.T`` is row-major with a 16-byte row pitch, else copied transposed).
+        scale_b: ``[ceil(N / 128), ceil(K / 128)]`` float32: one scale per 128 x 128 block of B (likewise).
+        out: optional D ``[M, N]`` bf16, row-major contiguous, 16-byte aligned, overlapping no input.
+        config: an FP8 config (``fp8_h100_128x128``, name, path or ``Config``), or None to choose among the shipped
+            ``operands: fp8`` configs by shape.
+
+    Returns:
+        D (``out`` if given), bf16, rounded once from the fp32 accumulator.  K must be a multiple of 16.
+
+    Raises:
+        ShapeError: a bad input (dtype, device, shapes, scale shapes not matching ceil(K/128) and ceil(N/128),
+            K not a multiple of 16, layout), before any driver call; ``out`` untouched.
+        ConfigError: not an FP8 config, or no FP8 config for the device (sm_90a only).
+        CudaError: a driver call failed.
+    """
+    try:
+        key = ("gemm_fp8",) + _signature(a, b, out, config) + tuple(
+            (t.dtype, t.shape, t.stride(), t.device) for t in (scale_a, scale_b))
+        call = _calls.get(key)
+    except (AttributeError, TypeError):  # not tensors: the full check names the problem
+        key, call = None, None
+    if call is None or (call.by_id and call.config is not config):
+        loaded, ordinal, m, n, k, grid_x = _checked_setup(_FP8, a, (b, scale_a, scale_b), out, config)
+        if loaded is None:  # M, N or K = 0: no kernel; D is empty, or zeros when K = 0
+            import torch
+
+            if out is None:
+                return torch.zeros((m, n), dtype=torch.bfloat16, device=a.device)
+            return out.zero_()
+        by_id = key is not None and key[1].__class__ is tuple
+        call = _Fp8Call(config, by_id, loaded, ordinal, a.device, m, n, k, grid_x)
+        if key is not None:
+            with _lock:
+                if len(_calls) >= _MAX_CALLS:
+                    _calls.clear()
+                _calls[key] = call
+    return call(a, b, scale_a, scale_b, out)

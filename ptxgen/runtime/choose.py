@@ -57,6 +57,8 @@ ARCH_OF_CAPABILITY = {(9, 0): "sm_90a", (10, 0): "sm_100a"}
 DEFAULT_SM90 = "h100_256x128"
 #: shipped config used on compute capability 10.x (Blackwell) when ``config`` is None
 DEFAULT_SM100 = "level9"
+#: the FP8 block-scaled GEMM's default (sm_90a only)
+DEFAULT_FP8_SM90 = "fp8_h100_128x128"
 #: the dual-GEMM (SwiGLU) defaults per capability
 DEFAULT_DUAL_SM90 = "dual_h100_128x128_c2"
 DEFAULT_DUAL_SM100 = "dual_sm100_256x128"
@@ -113,7 +115,8 @@ class Candidate:
 def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
     """Every shipped bf16 config for ``arch`` of kernel kind ``kernel`` (``gemm``, ``dual_gemm``), as :class:`Candidate`.
 
-    NVFP4 configs (``operands: nvfp4``) are ``dual_gemm_nvfp4``'s, never a bf16 call's.  Ping-pong consumer configs
+    NVFP4 configs (``operands: nvfp4``) are ``dual_gemm_nvfp4``'s, never a bf16 call's; FP8 configs (``operands:
+    fp8``, kernel ``gemm``) are the candidates of ``kernel="gemm_fp8"`` (``ptxgen.gemm_fp8``) only.  Ping-pong consumer configs
     (``mma.consumers: pingpong``) are not candidates: on an H100 they measured 0.45-0.83x torch where the
     cooperative configs reach 0.95-1.05x (docs/performance.md, "Ping-pong consumers"); nor are split-K configs
     (module docstring).
@@ -121,7 +124,8 @@ def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
     from ptxgen.shipped import shipped_configs
 
     out = (shipped_candidate(name) for name in shipped_configs())
-    return tuple(c for c in out if c.arch == arch and c.kernel == kernel and c.operands == "bf16"
+    kind, operands = ("gemm", "fp8") if kernel == "gemm_fp8" else (kernel, "bf16")
+    return tuple(c for c in out if c.arch == arch and c.kernel == kind and c.operands == operands
                  and c.consumers == "cooperative" and c.split_k == 1)
 
 
@@ -247,13 +251,18 @@ def write_table(path: Path, doc: dict) -> None:
 
 
 def default_config_name(capability: tuple[int, int], kernel: str = "gemm") -> str:
-    """The shipped config for a compute capability and kernel kind (``gemm``, ``dual_gemm``) when no shape is known
+    """The shipped config for a compute capability and kernel kind (``gemm``, ``dual_gemm``, ``gemm_fp8``) when no shape is known
     (see :func:`ptxgen.runtime.api.resolve_config`).
 
     Raises:
         ConfigError: no shipped default for this capability.
     """
     dual = kernel == "dual_gemm"
+    if kernel == "gemm_fp8":
+        if capability == (9, 0):
+            return DEFAULT_FP8_SM90
+        raise ConfigError(f"device compute capability {capability[0]}.{capability[1]}: the FP8 GEMM is an sm_90a "
+                          "kernel (wgmma .e4m3); no FP8 config for this device")
     if capability == (9, 0):
         return DEFAULT_DUAL_SM90 if dual else DEFAULT_SM90
     if capability[0] == 10:

@@ -30,7 +30,8 @@ MAX_STRIDE = 1 << 40
 DTYPES: dict[str, tuple[str, int, str]] = {
     "bf16": ("CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 2, "bfloat16"),
     "f16": ("CU_TENSOR_MAP_DATA_TYPE_FLOAT16", 2, "float16"),  # NVFP4 C
-    "u8": ("CU_TENSOR_MAP_DATA_TYPE_UINT8", 1, "uint8"),  # NVFP4 packed e2m1 and scale-factor bytes
+    "u8": ("CU_TENSOR_MAP_DATA_TYPE_UINT8", 1, "uint8"),  # NVFP4 packed e2m1 and scale-factor bytes, FP8 e4m3
+    "f32": ("CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 4, "float32"),  # FP8 per-block scales
 }
 #: spec.swizzle -> (CUtensorMapSwizzle member, swizzle span in bytes or None)
 SWIZZLES: dict[str, tuple[str, int | None]] = {

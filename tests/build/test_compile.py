@@ -27,6 +27,8 @@ def _sass_expect(res) -> dict:
                   "UTMALDG": len(p.loads.operands), "LDTM": 1}
     elif p.is_sm100:
         expect = {"UTCHMMA": p.mma.m_waves * p.mma.k_steps, "UTCBAR": 2, "UTMALDG": 2, "LDTM": 1}
+    elif p.promotion is not None:  # FP8: e4m3 wgmma (QGMMA) per wave, chunk and k-step; A, B, scale_a, scale_b loads
+        expect = {"QGMMA": p.mma.m_waves * p.promotion.chunks * p.mma.k_steps, "UTMALDG": len(p.loads.operands)}
     else:
         expect = {"HGMMA": p.mma.m_waves * p.mma.k_steps, "UTMALDG": 2}
     if p.cfg.epilogue.store == "tma":
@@ -50,6 +52,8 @@ def test_shipped_config_assembles_without_spills(name):
                                                    + "4x32dp128bit")
     else:
         assert asm.count("UTCHMMA") == 0
+        if res.plan.promotion is not None:  # e4m3 only: no bf16 HGMMA, no spills with the partial beside the accumulator
+            assert asm.count("HGMMA") == 0 and not asm.warnings
 
 
 @st.composite

@@ -39,7 +39,7 @@ def _with(name: str, **changes) -> dict:
     ({"tile.block_n": 64}, "tile.block_n=64: operands=nvfp4: must be 128"),
     ({"mma.tc_util_percent": 50}, "mma.tc_util_percent=50: operands=nvfp4: the throttle models bf16 MMAs"),
     ({"accumulator.stages": 2}, "TMEM columns 256 x 2 accumulator stage(s) + 3 scale tiles x 16 = 560 > 512"),
-    ({"operands": "fp8"}, "operands='fp8': must be one of ['bf16', 'nvfp4']"),
+    ({"operands": "fp8"}, "operands='fp8': wgmma .e4m3 with per-block promotion is the sm_90a kernel; needs arch=sm_90a"),
 ])
 def test_config_rules_name_the_field(changes, message):
     with pytest.raises(ConfigError) as exc:

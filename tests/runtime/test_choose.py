@@ -22,12 +22,16 @@ def test_candidates_are_every_shipped_config_of_the_arch():
     from ptxgen.runtime import choose
 
     names = [c.name for c in choose.candidates("sm_90a")]
-    gemms = [n for n in shipped_configs() if load_config(n).arch == "sm_90a" and load_config(n).kernel == "gemm"]
+    gemms = [n for n in shipped_configs() if load_config(n).arch == "sm_90a" and load_config(n).kernel == "gemm"
+             and load_config(n).operands == "bf16"]
     # ping-pong configs are shipped but measured slower: never chosen (docs/performance.md, "Ping-pong consumers")
     assert names == [n for n in gemms if load_config(n).mma.consumers == "cooperative"] and len(names) < len(gemms)
     assert names and all(n.startswith("h100_") for n in names)
     duals = [c.name for c in choose.candidates("sm_90a", "dual_gemm")]
     assert duals and all(n.startswith("dual_h100_") for n in duals)
+    # the FP8 configs are gemm_fp8's candidates only
+    fp8 = [c.name for c in choose.candidates("sm_90a", "gemm_fp8")]
+    assert fp8 == [n for n in shipped_configs() if load_config(n).operands == "fp8"] and len(fp8) >= 3
     # the NVFP4 dual GEMM configs are never chosen for a bf16 ptxgen.dual_gemm (they have dual_gemm_nvfp4)
     assert [c.name for c in choose.candidates("sm_100a", "dual_gemm")] == ["dual_sm100_256x128"]
 

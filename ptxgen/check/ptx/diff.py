@@ -154,7 +154,11 @@ IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     O.TmemCopy: lambda c, ev, op: [E.TmemCopy(op.cta_group, ev.taddr, ev.desc, op.shape)],
     O.UmmaCommit: _umma_commit,
     O.TmemLoad: lambda c, ev, op: [E.TmemLoad(ev.taddr, op.ncols, op.dst)],
-    O.Wgmma: lambda c, ev, op: [E.Wgmma(op.acc, op.n, ev.a_desc, ev.b_desc, ev.accumulate)],
+    O.Wgmma: lambda c, ev, op: [E.Wgmma(op.acc, op.n, ev.a_desc, ev.b_desc, ev.accumulate, op.k, op.atype)],
+    # FP8 promotion: the lane's scale loads (scale_a rows l/4 and l/4 + 8, the chunk's scale_b); the FMAs stay in the thread
+    O.PromoteScaled: lambda c, ev, op: [E.LdShared(c.base + c.at_lane(ev.sa_addr)),
+                                        E.LdShared(c.base + c.at_lane(ev.sa_addr) + op.row_half),
+                                        E.LdShared(c.base + ev.sb_addr)],
     O.WgmmaCommit: lambda c, ev, op: [E.WgmmaCommit()],
     O.WgmmaWait: lambda c, ev, op: [E.WgmmaWait(op.n)],
     # the lane's operands: address, words

@@ -77,7 +77,8 @@ TmemLoad = _effect("TmemLoad", "tcgen05.ld", "taddr ncols array", "``tcgen05.ld`
 TmemWaitLd = _effect("TmemWaitLd", "tcgen05.wait_ld", "", "``tcgen05.wait::ld``.")
 # wgmma (PTX ISA "wgmma.fence", "wgmma.mma_async", "wgmma.commit_group", "wgmma.wait_group")
 WgmmaFence = _effect("WgmmaFence", "wgmma.fence", "", "``wgmma.fence.sync.aligned``.")
-Wgmma = _effect("Wgmma", "wgmma", "array n adesc bdesc accumulate", "``wgmma.mma_async``.")
+Wgmma = _effect("Wgmma", "wgmma", "array n adesc bdesc accumulate k atype",
+                "``wgmma.mma_async``: K per instruction and input type (``bf16`` k16, ``e4m3`` k32).")
 WgmmaCommit = _effect("WgmmaCommit", "wgmma.commit", "", "``wgmma.commit_group.sync.aligned``.")
 WgmmaWait = _effect("WgmmaWait", "wgmma.wait", "n", "``wgmma.wait_group.sync.aligned n``.")
 

@@ -879,14 +879,18 @@ def _wgmma(insn: Insn):
         return _effect(insn, E.WgmmaWait, _src(ops[0]))
     if parts[1] == "mma_async":
         shape = next(p for p in parts if p.startswith("m64n"))
-        n = int(shape[4:].split("k")[0])
+        n, k = (int(x) for x in shape[4:].split("k"))
+        atype = parts[parts.index(shape) + 2]  # .m64nNkK.f32.<atype>.<btype>
         regs = _vec(ops[0])
         if len(regs) != n // 2:
             raise PtxInterpError(f"line {insn.line}: m64n{n} takes {n // 2} accumulator registers, got {len(regs)}")
-        if tuple(ops[4:]) != ("1", "1", "0", "0"):
-            raise PtxInterpError(f"line {insn.line}: wgmma scale/transpose immediates {ops[4:]} not the bf16 K-major form")
+        # 16-bit inputs: scale-a, scale-b, transpose-a, transpose-b; 8-bit inputs (K-major only): no transposes
+        want = ("1", "1", "0", "0") if atype in ("bf16", "f16") else ("1", "1")
+        if tuple(ops[4:]) != want or (atype, k) not in (("bf16", 16), ("e4m3", 32)) or parts[parts.index(shape) + 3] != atype:
+            raise PtxInterpError(f"line {insn.line}: wgmma form {shape}.{atype} with immediates {ops[4:]} is not "
+                                 "bf16 k16 (1, 1, 0, 0) or e4m3 k32 (1, 1), K-major")
         return _effect(insn, E.Wgmma, _const(Sym(regs[0]).element()[0]), _const(n), _src(ops[1]), _src(ops[2]),
-                       _pred(insn, ops[3]))
+                       _pred(insn, ops[3]), _const(k), _const(atype))
     raise PtxInterpError(f"line {insn.line}: wgmma form not interpreted: {insn.text}")
 
 
@@ -951,7 +955,7 @@ def _fence(insn: Insn):
     raise PtxInterpError(f"line {insn.line}: fence form not interpreted: {insn.text}")
 
 
-_ARITH_OPS = ("add", "sub", "mul", "mad", "div", "rem", "min", "max", "and", "or", "xor", "not", "shl", "shr")
+_ARITH_OPS = ("add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max", "and", "or", "xor", "not", "shl", "shr")
 _FAMILIES = {
     **{op: _arith for op in _ARITH_OPS},
     "ex2": _float, "rcp": _float,

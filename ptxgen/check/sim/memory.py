@@ -300,6 +300,11 @@ class GlobalTensors:
         self.extra = extra or {}
         self.d = np.full((a.shape[0], b.shape[0]), poison, dtype=np.uint16)
 
+    def row_shape(self, tensor: str) -> tuple[int, int]:
+        """(elements, bytes) of one row of a global tensor (the width its tensor map declares)."""
+        src = {"a": self.a, "b": self.b, "b2": self.b2, **self.extra}[tensor]
+        return src.shape[1], src.shape[1] * src.itemsize
+
     def load_box(self, tensor: str, col: int, row: int, cols: int, rows: int) -> np.ndarray:
         """The ``[rows, cols]`` box at (col, row); out-of-bounds elements read as zero (TMA zero fill)."""
         src = {"a": self.a, "b": self.b, "b2": self.b2, **self.extra}.get(tensor)

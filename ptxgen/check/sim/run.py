@@ -15,6 +15,7 @@ from ..numerics import (POISON, bf16_bits_to_f32, compare, f32_to_bf16_bits, ran
                        silu_mul_reference)
 from ...formats import SF_VEC, sf_to_blocked
 from ..nvfp4 import nvfp4_dual_gemm_reference, random_nvfp4
+from ..fp8 import fp8_gemm_reference, random_fp8
 
 MAX_STEPS = 20_000_000
 
@@ -79,6 +80,9 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
     if "sfa" in spec.tensor_maps:  # the NVFP4 block-scaled dual GEMM: its own operands and reference
         return simulate_nvfp4(kernel, m, n, k, seed=seed, num_sms=num_sms, schedule_seed=schedule_seed, check=check,
                               policy=policy)
+    if "scale_a" in spec.tensor_maps:  # the FP8 block-scaled GEMM: e4m3 operands, fp32 block scales
+        return simulate_fp8(kernel, m, n, k, seed=seed, num_sms=num_sms, schedule_seed=schedule_seed, check=check,
+                            policy=policy)
     if min(m, n, k) < 1 or k % spec.k_multiple:
         raise ShapeError(f"m={m}, n={n}, k={k}: all must be >= 1 and k a multiple of {spec.k_multiple}")
     a_bits, b_bits = random_operands(m, n, k, seed)
@@ -168,6 +172,51 @@ def simulate_nvfp4(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: in
     d = machine.glob.d.view(np.float16).astype(np.float32)
     ref = nvfp4_dual_gemm_reference(x["a"], x["b1"], x["b2"], x["sfa"], x["sfb1"], x["sfb2"]).astype(np.float32)
     return _result(kernel, machine, d, ref, (m, n, k), sched, check, out="C")
+
+
+# ------------------------------------------------------------------ FP8: the block-scaled GEMM (DeepSeek-V3's recipe)
+# The global tensors the kernel's maps read: A, B as e4m3 bytes; the scales transposed, one k-block's scales per
+# row (``scale_a.T`` ``[ceil(K/128), M]``, ``scale_b.T`` ``[ceil(K/128), ceil(N/128)]``, rows padded to 4 fp32), as the
+# runtime hands them.
+
+
+def fp8_scale_map(scale: np.ndarray) -> np.ndarray:
+    """The global tensor an FP8 scale map reads, as the runtime declares it: ``scale.T`` ``[k-blocks, rows]`` with
+    the rows padded with zeros to whole 16-byte groups (4 fp32)."""
+    rows, kblocks = scale.shape
+    out = np.zeros((kblocks, -(-rows // 4) * 4), dtype=np.float32)
+    out[:, :rows] = scale.T
+    return out
+
+
+def simulate_fp8(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
+                 schedule_seed: int | None = None, inputs: dict[str, np.ndarray] | None = None, check: bool = True,
+                 policy: str = "random") -> SimResult:
+    """Execute the FP8 GEMM ``kernel`` for D[m, n] and compare D with :func:`~ptxgen.check.fp8.fp8_gemm_reference`.
+
+    Args:
+        kernel: Kernel IR of an ``operands: fp8`` config.
+        m, n, k: problem shape (k a multiple of the kernel's ``k_multiple``, 16).
+        seed: seeds the random inputs (:func:`~ptxgen.check.fp8.random_fp8`: the recipe's quantization).
+        inputs: the operands instead (``a``, ``b`` e4m3 bytes, ``scale_a`` ``[m, ceil(k/128)]``, ``scale_b``
+            ``[ceil(n/128), ceil(k/128)]`` fp32).
+        num_sms, schedule_seed, check, policy: as :func:`simulate`.
+
+    Raises:
+        ShapeError: a shape outside the rules above.  SimError: any fault, or a wrong result.
+    """
+    spec = kernel.launch
+    if min(m, n, k) < 1 or k % spec.k_multiple:
+        raise ShapeError(f"m={m}, n={n}, k={k}: all must be >= 1 and k a multiple of {spec.k_multiple}")
+    x = inputs if inputs is not None else random_fp8(m, n, k, seed)
+    extra = {name: fp8_scale_map(x[name]) for name in ("scale_a", "scale_b")}
+    sched = seed if schedule_seed is None else schedule_seed
+    machine = Machine(kernel, m, n, k, x["a"], x["b"], num_sms=num_sms, schedule_seed=sched,
+                      smem_base=DYNAMIC_SMEM_BASE, poison=POISON, extra=extra, policy=policy)
+    machine.run(MAX_STEPS)
+    d = bf16_bits_to_f32(machine.glob.d)
+    ref = fp8_gemm_reference(x["a"], x["b"], x["scale_a"], x["scale_b"])
+    return _result(kernel, machine, d, ref, (m, n, k), sched, check)
 
 
 def _result(kernel, machine: Machine, d: np.ndarray, ref: np.ndarray, shape: tuple[int, int, int], sched: int,

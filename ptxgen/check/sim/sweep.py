@@ -29,7 +29,7 @@ def default_shapes(kernel) -> list[tuple[int, int, int]]:
         bk = kernel.launch.k_multiple
         return [(tr, tc, bk), (2 * tr, tc, bk * (s + 1)), (2 * tr, 3 * tc, 3 * bk)]
     return [(tr // 2 + 8, tc // 2 + 8, 64),
-            (2 * tr - 24, tc + 40, kernel.block_k * s + 24),
+            (2 * tr - 24, tc + 40, kernel.block_k * s + 3 * kernel.launch.k_multiple),  # bf16 +24, FP8 +48
             (2 * tr + 8, 2 * tc - 8, 144)]
 
 

@@ -7,7 +7,9 @@ after a producer_acquire on its ``empty`` barrier and signals that stage's
 epilogue reads it after waiting ``tmem_full``.  NVFP4: a ``tcgen05.cp`` reads a scale stage only after
 the consumer wait on its ``full``, outside the accumulator columns; a block-scaled MMA reads scale columns
 that a ``tcgen05.cp`` of the same thread wrote earlier in the same k-block, with the idesc's scale format
-and scale-factor ids matching ``.block16``.
+and scale-factor ids matching ``.block16``.  FP8: a promotion's scale loads read the scale_a and scale_b
+slots of a stage only after the consumer wait on its ``full`` in the same iteration (and, through the
+hand-over rule, before that warp's release of the stage).
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ class _Slots:
         self._kernel = kernel
 
     def align(self, off: int) -> int:
-        """Required alignment of the slot at ``off`` (1 outside every region)."""
-        return next((r.align for r in self._kernel.regions if r.offset <= off < r.end), 1)
+        """Required alignment of the slot at ``off`` (1 outside every region's slots; stage-interleaved regions
+        overlap, so the slot holding ``off``, not just the region's span, decides)."""
+        return next((r.align for r in self._kernel.regions
+                     if r.offset <= off < r.end and (not r.stride or (off - r.offset) % r.stride < r.slot_bytes)), 1)
 
     def find(self, lo: int, hi: int) -> tuple[str, int] | None:
         for name, off, stride, count, size in self.regions:
@@ -105,6 +109,8 @@ def _check_dataflow(trace: _Trace) -> None:
                     region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo), f"Wgmma operand {operand}", rec.where,
                                            slots.operands)
                     require("full", s, rec, f"Wgmma reads {region} stage {s}")
+            elif isinstance(ev.op, O.PromoteScaled):
+                _check_promotion(slots, ev, rec, require)
             elif isinstance(ev.op, O.TmemLoad):
                 lane, col = ev.taddr >> 16, ev.taddr & 0xFFFF
                 if lane != 32 * (warp % 4) or col + ev.op.ncols > kernel.tmem_cols:
@@ -198,6 +204,18 @@ def _check_umma_block_scaled(kernel: Kernel, slots: _Slots, ev: W.Event, rec: _R
                                   "after the consumer_wait and before the MMAs that read them")
     if kernel.cta_group == 2 and rec.where.rank % 2:
         raise VerifyError(f"tcgen05.mma.cta_group::2 issued by the odd CTA of the pair: {rec.where}")
+
+
+def _check_promotion(slots: _Slots, ev: W.Event, rec: _Rec, require) -> None:
+    """FP8 promotion: its scale loads (``ld.shared.f32``, every lane's two scale_a rows and the scale_b) read a
+    SCALE_A and a SCALE_B slot of a stage this warp waited ``full`` on in this iteration: the scales are operands of
+    the pipeline, landed by the TMA behind the same barrier as the A/B tiles they scale."""
+    reads = {("SCALE_A", int(x)) for x in (*ev.sa_addr.tolist(), *(ev.sa_addr + ev.op.row_half).tolist())}
+    reads.add(("SCALE_B", int(ev.sb_addr)))
+    stages = sorted({slots.slot(lo, lo + 4, f"PromoteScaled {kind.lower()} load", rec.where, (kind,))
+                     for kind, lo in reads})
+    for region, s in stages:
+        require("full", s, rec, f"PromoteScaled reads {region} stage {s}")
 
 
 def _check_issuers(ev: W.Event, rec: _Rec) -> None:

@@ -33,6 +33,12 @@ class Tma:
     def _tma_load(self, w: Warp, ev: W.Event) -> None:
         who = w.who(f"TmaLoad {ev.op.tensor} (col {ev.col}, row {ev.row})")
         idx, cols, rows, eb = self._box_index(ev.op.tensor, ev.dst, who)
+        width, width_bytes = self.glob.row_shape(ev.op.tensor)
+        if ev.col + cols > width and width_bytes % 16:
+            # seen on the H100: "illegal instruction" at such a load (an FP8 scale box past a row of 5 fp32)
+            raise SimError(f"unsupported TMA box: {who} reads columns [{ev.col}, {ev.col + cols}) of {ev.op.tensor}, "
+                           f"past the end of its rows of {width} elements ({width_bytes} B, not a multiple of 16): "
+                           "declare the map's width in whole 16-byte groups")
         for _ in range(ev.lanes):
             for rank, ref in zip(ev.dst_ranks, ev.bars):
                 dst = self._cta(w, rank)

@@ -9,7 +9,9 @@ import numpy as np
 from ....errors import SimError
 from ... import walker as W
 from ...mma import wgmma_fragment, wgmma_operand
-from ...swizzle import kmajor_sw128_index
+from ...swizzle import kmajor_sw128_bytes, kmajor_sw128_index
+from ....formats import e4m3_decode
+from ..memory import _STATE_WORDS, VALID
 from ..state import WARPGROUP, Blocked, RegGroup, Warp
 
 
@@ -17,14 +19,24 @@ class Wgmma:
     """Handlers of the wgmma and setmaxnreg events (a mixin of :class:`~ptxgen.check.sim.machine.Machine`)."""
 
     def _wgmma(self, w: Warp, ev: W.Event) -> None:
-        who = w.who(f"Wgmma m64n{ev.op.n}k16 {ev.op.acc}")
+        who = w.who(f"Wgmma m64n{ev.op.n}k{ev.op.k} {ev.op.acc}")
         a, b = wgmma_operand(ev.a_desc, who, "A"), wgmma_operand(ev.b_desc, who, "B")
         q = w.index % 4  # this warp's 16 rows of the m64 tile
         smem = w.cta.smem
-        idx_a = kmajor_sw128_index(a.start, 64, a.sbo, self.smem_base)[16 * q: 16 * q + 16]
-        ha = smem.begin_async_read(idx_a, who)
-        a_vals = smem.bf16(idx_a)
-        b_vals, hb = self._operand_rows(w.cta, b.start, b.sbo, ev.op.n, who)
+        if ev.op.atype == "e4m3":  # k32 of 8-bit inputs: 32 bytes per row, decoded exactly (PTX ISA "wgmma": e4m3)
+            if ev.op.k != 32:
+                raise SimError(f"bad wgmma shape: {who}: e4m3 inputs take K = 32 per instruction (PTX ISA wgmma.mma_async)")
+            idx_a = kmajor_sw128_bytes(a.start, 64, a.sbo, self.smem_base)[16 * q: 16 * q + 16]
+            ha = smem.begin_async_read(idx_a, who)
+            a_vals = e4m3_decode(smem.data[idx_a])
+            idx_b = kmajor_sw128_bytes(b.start, ev.op.n, b.sbo, self.smem_base)
+            hb = smem.begin_async_read(idx_b, who)
+            b_vals = e4m3_decode(smem.data[idx_b])
+        else:
+            idx_a = kmajor_sw128_index(a.start, 64, a.sbo, self.smem_base)[16 * q: 16 * q + 16]
+            ha = smem.begin_async_read(idx_a, who)
+            a_vals = smem.bf16(idx_a)
+            b_vals, hb = self._operand_rows(w.cta, b.start, b.sbo, ev.op.n, who)
         b_t = np.ascontiguousarray(b_vals.T)
         if ev.accumulate and ev.op.acc not in w.acc_written:
             raise SimError(f"register read before write: {who} accumulates into {ev.op.acc}, which no wgmma wrote "
@@ -58,6 +70,23 @@ class Wgmma:
         w.wg_issued += 1
         w.wg_pending.append((w.wg_committed, op, ev.op.acc))
         w.walker.busy[ev.op.acc] = "a wgmma writing it is not covered by a wgmma.wait_group"
+
+    def _promote_scaled(self, w: Warp, ev: W.Event) -> None:
+        """FP8 promotion's scale loads (``ld.shared.f32``): per lane scale_a of its two rows and the chunk's scale_b,
+        as ``(32, 3)`` f32 (the walker does the FMAs).  Every byte must hold landed TMA data: a read before the
+        stage's ``full`` wait finds its bytes in flight or never written (``read before write``)."""
+        who = w.who(ev.op.describe())
+        smem = w.cta.smem
+        out = np.empty((W.LANES, 3), dtype=np.float32)
+        for col, addrs in enumerate((ev.sa_addr, ev.sa_addr + ev.op.row_half, np.full(W.LANES, ev.sb_addr))):
+            for lane, lo in enumerate(addrs.tolist()):
+                smem.check_range(lo, lo + 4, who, write=False)
+                st = smem.state[lo:lo + 4]
+                if (st != VALID).any():
+                    raise SimError(f"read before write: {who} loads scale smem {lo:#x} of {smem.cta}, but "
+                                   f"{_STATE_WORDS[int(st[st != VALID][0])]} (scale read before the stage's full wait?)")
+                out[lane, col] = smem.data[lo:lo + 4].view(np.float32)[0]
+        w.reply = out
 
     def _wgmma_commit(self, w: Warp, ev) -> None:
         w.wg_committed += 1

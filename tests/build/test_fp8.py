@@ -1,0 +1,116 @@
+"""FP8 block-scaled GEMM (``operands: fp8``): the config rules, the plan's numbers, the IR and the emitted PTX."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from ptxgen.config import from_dict
+from ptxgen.errors import ConfigError
+from ptxgen.plan import make_plan
+
+FP8_128x128 = """
+name: t_fp8_128x128
+arch: sm_90a
+operands: fp8
+tile: {block_m: 128, block_n: 128, block_k: 128}
+pipeline: {stages: 5}
+mma: {warpgroups: 2}
+epilogue: {store: tma, swizzle: "128", store_block_n: 64, stages: 2, stmatrix: true}
+schedule: {persistent: true, group: 8}
+"""
+
+
+def _cfg(**changes) -> dict:
+    raw = yaml.safe_load(FP8_128x128)
+    for key, value in changes.items():
+        node = raw
+        *head, last = key.split(".")
+        for part in head:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return raw
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"arch": "sm_100a", "mma.warpgroups": 1}, "operands='fp8': wgmma .e4m3 with per-block promotion is the sm_90a kernel"),
+    ({"kernel": "dual_gemm"}, "operands='fp8': the FP8 kernel is a plain GEMM"),
+    ({"tile.block_k": 64}, "tile.block_k=64: operands=fp8: must be 128"),
+    ({"tile.block_n": 192}, "tile.block_n=192: operands=fp8: a multiple of 128 or a divisor of 128"),
+    ({"tile.block_m": 256, "tile.block_n": 256}, "tile.block_n=256: operands=fp8: main accumulator 256"),
+    ({"cluster.size": 2, "cluster.dual_tile": True}, "cluster.size=2: operands=fp8: must be 1"),
+])
+def test_fp8_config_rules_are_one_line_errors(changes, message):
+    with pytest.raises(ConfigError) as exc:
+        from_dict(_cfg(**changes))
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_fp8_plan_loads_scales_and_promotion():
+    p = make_plan(from_dict(_cfg()))
+    lo = p.loads
+    assert [o.name for o in lo.operands] == ["a", "b", "scale_a", "scale_b"]
+    assert [o.name for o in lo.matrix_operands] == ["a", "b"] and lo.scale_operands == ()
+    # one k-block: 128 rows x 128 bytes of e4m3 per matrix operand, 128 fp32 scale_a, one 16-byte box of scale_b
+    assert (lo.a_stage_bytes, lo.b_stage_bytes) == (128 * 128, 128 * 128)
+    assert lo.operand("scale_a").load_bytes == 128 * 4 and lo.operand("scale_b").load_bytes == 16
+    assert lo.load_bytes == lo.full_tx_bytes == 2 * 128 * 128 + 128 * 4 + 16 == p.full.tx_bytes
+    assert lo.k_coord_step == 128 and lo.k_multiple == 16
+    # the stage stays whole 1024-byte swizzle atoms: the next stage's A is aligned
+    assert lo.operand("a").region.stride % 1024 == 0 and lo.operand("scale_a").region.offset % 128 == 0
+    assert p.mma.k_steps == 4 and p.mma.operand_format == "fp8" and p.mma.k_step_desc == 2  # 32 bytes per k32 step
+    pr = p.promotion
+    assert (pr.atype, pr.mma_k, pr.chunk_n, pr.chunks, pr.partial_regs) == ("e4m3", 32, 128, 1, 64)
+    # every consumer warp releases the stage after reading its own scale rows
+    assert p.empty.init == (2 * 4,)
+    maps = p.launch_spec().tensor_maps
+    assert maps["a"].dtype == "u8" and maps["a"].box == (128, 128) and maps["a"].swizzle == "128B"
+    assert (maps["scale_a"].box, maps["scale_a"].dtype) == ((128, 1), "f32")
+    assert (maps["scale_b"].box, maps["scale_b"].box_bytes) == ((4, 1), 16)
+    assert [n for n, _ in p.params][:5] == ["tmap_a", "tmap_b", "tmap_scale_a", "tmap_scale_b", "tmap_d"]
+
+
+def test_fp8_128x256_promotes_two_chunks():
+    p = make_plan(from_dict(_cfg(**{"tile.block_n": 256, "pipeline.stages": 4, "epilogue.stages": 1})))
+    assert (p.promotion.chunks, p.promotion.chunk_n, p.promotion.b_chunk_bytes) == (2, 128, 128 * 128)
+    assert p.mma.fragment_regs + p.promotion.partial_regs == 192
+
+
+def test_bf16_plans_have_no_promotion():
+    p = make_plan(from_dict(_cfg(operands="bf16", **{"tile.block_k": 64})))
+    assert p.promotion is None and [o.name for o in p.loads.operands] == ["a", "b"]
+
+
+def test_fp8_kernel_ir_and_ptx():
+    from ptxgen.build import build
+    from ptxgen.ir import ops as O
+
+    res = build(from_dict(_cfg()))
+    ops = list(O.walk(res.kernel.body))
+    wgmmas = [op for op in ops if isinstance(op, O.Wgmma)]
+    assert wgmmas and all((op.atype, op.k, op.n, op.acc) == ("e4m3", 32, 128, "part") for op in wgmmas)
+    promotes = [op for op in ops if isinstance(op, O.PromoteScaled)]
+    assert [op.accumulate for op in promotes] == [False, True]  # the peeled first k-block initialises acc0
+    loads = {op.tensor for op in ops if isinstance(op, O.TmaLoad)}
+    assert loads == {"a", "b", "scale_a", "scale_b"}
+    ptx = res.ptx
+    assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in ptx and ".bf16.bf16" not in ptx
+    assert ptx.count("// PromoteScaled") == 2 and ptx.count("ld.shared.f32") == 6 and "fma.rn.f32" in ptx
+    wg = [line for line in ptx.splitlines() if "wgmma.mma_async" in line]
+    assert all(line.rstrip().endswith(", 1, 1;") for line in wg)  # 8-bit inputs: no transpose immediates
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("changes", [{}, {"tile.block_n": 256, "pipeline.stages": 4, "epilogue.stages": 1},
+                                     {"tile.block_m": 256, "pipeline.stages": 4, "epilogue.stages": 1}])
+def test_fp8_kernels_assemble_without_spills(changes):
+    pytest.importorskip("cuda.pathfinder", reason="assembler wheels (pip install .[cuda]) are not installed")
+    from ptxgen.assemble import assemble
+    from ptxgen.build import build
+
+    res = build(from_dict(_cfg(**changes)))
+    asm = assemble(res.ptx, "sm_90a", sass=True)
+    assert asm.spill_store_bytes == asm.spill_load_bytes == asm.stack_frame_bytes == 0 and not asm.warnings
+    p = res.plan
+    # every wgmma is an e4m3 QGMMA: the peeled first k-block and the loop body, per wave, chunk and k-step
+    assert asm.count("QGMMA") == 2 * p.mma.m_waves * p.promotion.chunks * p.mma.k_steps and asm.count("HGMMA") == 0
