@@ -44,7 +44,7 @@ import numpy as np
 from ..ir import ops as O
 from ..ir.expr import Bin, Const, Expr, Param, Select, Sreg, Var, apply_binop
 from ..ir.printer import expr_str
-from .numerics import bf16_bits_to_f32, f32_to_bf16_bits
+from .numerics import bf16_bits_to_f32, ex2_approx_f32, f32_to_bf16_bits, rcp_approx_f32
 
 LANES = 32
 _STORE_BITS = {"bf16": f32_to_bf16_bits,
@@ -462,8 +462,8 @@ class WarpWalker:
         idx = tuple(range(op.n))
         x, u = self._reg(op.gate, idx, "SiluMul"), self._reg(op.up, idx, "SiluMul")
         with np.errstate(over="ignore", invalid="ignore"):
-            t = np.exp2(x * np.float32(-1.4426950408889634)).astype(np.float32)
-            s = (x * (np.float32(1) / (np.float32(1) + t))).astype(np.float32)
+            t = ex2_approx_f32((x * np.float32(-1.4426950408889634)).astype(np.float32))
+            s = (x * rcp_approx_f32((np.float32(1) + t).astype(np.float32))).astype(np.float32)
             out = (s * u).astype(np.float32)
         self._write_array(op.dst, out, type(op).__name__)
 
