@@ -58,6 +58,8 @@ PLANTED = [
     ("cvt", "nvfp4_dual_128x128", r"cvt\.rn\.f16x2", "cvt.rm.f16x2", "'f16', 'v', "),
     ("cvt", "h100_128x256", r"cvt\.rn\.bf16x2", "cvt.rz.bf16x2", "stmatrix"),
     ("cvt", "h100_128x128", r"cvt\.rn\.bf16x2", "cvt.rm.bf16x2", "st.global"),
+    # the per-element path, taken where N is odd (below the launch rule's multiple of 8; the PTX still stores right)
+    ("cvt", "h100_128x128", r"cvt\.rn\.bf16\.f32", "cvt.rz.bf16.f32", "'st.global', ", (253, 249, 376)),
     # (b) vector and scalar accesses naturally aligned
     ("align", "level9", r"st\.shared\.v4\.b32 \[(%\w+)\]", r"st.shared.v4.b32 [\1+8]", "st.shared.v4.b32"),
     ("align", "split-K", r"st\.global\.v4\.f32 \[(%\w+)\]", r"st.global.v4.f32 [\1+4]", "st.global.v4.f32"),
@@ -194,3 +196,16 @@ def test_exact_udiv_matches_the_emitters_magic_numbers():
         assert ptxinterp.exact_udiv(m + 1, s) is None and ptxinterp.exact_udiv(m - 1, s) is None
         n = np.arange(0, 1 << 32, 1 << 20 | 1, dtype=np.uint64)
         assert np.array_equal((n * np.uint64(m)) >> np.uint64(32 + s), n // np.uint64(d))
+
+
+def test_check_ptx_cli_reports_an_inexact_division(capsys, monkeypatch):
+    """``ptxgen check --ptx`` with a constant-division multiplier one too large: one line naming the instruction."""
+    from ptxgen import cli
+
+    magic = core.udiv_magic
+    monkeypatch.setattr(core, "udiv_magic", lambda d: None if magic(d) is None else (magic(d)[0] + 1, magic(d)[1]))
+    rc = cli.main(["check", "--ptx", "--config", "h100_128x192"])
+    out, err = capsys.readouterr()
+    assert rc == 1 and out == ""
+    assert err.startswith("h100_128x192: PTX cannot be interpreted: line ") and "mul.hi.u32" in err
+    assert "no exact u32 division" in err
