@@ -8,11 +8,14 @@ tcgen05, wgmma, thread/cluster barriers, fences, shared/global stores, the
 TMEM-slot load, setmaxnreg, nanosleep) as a tuple ``(kind, operands...)`` with
 its operands evaluated.  Nothing blocks: ``mbarrier.try_wait`` returns true.
 
-Interpreted (u32/s32/u64/s64/b16/b32/b64 as fits): ``add sub mul.lo mul.wide
+Interpreted (u32/s32/u64/s64/b16/b32/b64 as fits): ``add sub mul.lo mul.hi mul.wide
 mad.lo div rem min max and or xor not shl shr setp (incl. setp.CMP.and/or)
 selp mov (incl. mov.b64 {lo, hi}, a symbol's address) cvt cvta ld.param
-ld.shared bra ret elect.sync shfl.sync.idx mapa``.  Anything else raises
-:class:`PtxInterpError`, so an emitter change that leaves the subset is loud.
+ld.shared bra ret elect.sync shfl.sync.idx mapa``; f32 ``add sub mul fma mad neg abs min max ex2.approx rcp``
+with their rounding modifiers and ``cvt.{rn,rz,rm,rp}[.satfinite].{bf16,f16}[x2].f32``, bit-exact.  Anything
+else raises :class:`PtxInterpError`, so an emitter change that leaves the subset is loud.  So does a form the
+model rules out: a misaligned memory access, an ``elect.sync`` mask other than the full warp, a ``mul.hi.u32``
+by a constant that is not an exact u32 division (:func:`exact_udiv`, checked by :func:`parse`).
 
 Model (what the effects' numbers mean):
 
@@ -25,12 +28,16 @@ Model (what the effects' numbers mean):
   bits of the executing CTA set.
 * ``ld.shared`` (the TMEM slot read after ``tcgen05.alloc``) returns
   ``tmem_base`` and records ``("ld.shared", addr)``.
-* f32 registers are never given values: a register never written reads as
-  :class:`Sym` (its name).  ``cvt.rn.bf16x2.f32 d, hi, lo`` and
-  ``cvt.rn.bf16.f32`` make a :class:`Packed` value naming the source
-  registers; stores report the stored elements, in memory order, as
-  ``(array, index)`` pairs (``%acc0_5`` -> ``("acc0", 5)``).  Integer
-  arithmetic on a Sym raises, so an integer register read before it is
+* f32 registers hold ``np.float32`` values.  What the thread does not compute
+  is :func:`opaque_f32` data: ``tcgen05.ld`` of TMEM lane and column, a wgmma
+  accumulator fragment by (array, index, lane), ``ld.global.f32`` by address
+  (the IR side of the differential gives the walker the same data).  The f32
+  instructions compute on it exactly (:mod:`ptxgen.check.numerics`);
+  ``cvt.RND.bf16x2.f32 d, hi, lo`` and ``cvt.RND.bf16.f32`` make a :class:`Packed`
+  value of the converted elements; stores report the stored elements, in memory
+  order, as ``(array, index, bits)`` (``%acc0_5`` -> ``("acc0", 5, 0x3f81)``, see
+  :func:`stored`).  A register never written reads as :class:`Sym` (its name);
+  arithmetic on it or a store of it raises, so a register read before it is
   written is an error, not a silent value.
 * ``elect.sync`` elects lane 0 (the lowest lane of a full warp: every
   ``elect.sync`` the emitters produce runs on whole warps; the IR simulator's
@@ -41,7 +48,10 @@ Model (what the effects' numbers mean):
   the same shfls in the same order, as ``.sync`` with a full mask requires).
 
 Effects are the typed tuples of :mod:`ptxgen.check.ptx.effects` (``(kind, operands...)``; addresses are
-ints).  The hang watchdog's loads read 0 (never reached here: ``try_wait`` succeeds at once), its
+ints; memory-order qualifiers as semantics and scope with the PTX defaults filled in; instruction forms the
+IR fixes, such as ``tcgen05.ld``'s shape and the MMA kind and types).  :func:`parse` also reads the kernel's
+performance-tuning and cluster directives (:attr:`Program.directives`).  The hang watchdog's loads read 0
+(never reached here: ``try_wait`` succeeds at once), its
 ``atom.cas`` returns 0 and ``%globaltimer`` reads 0; a predicated-off ``ld.global.v4.f32`` has no effect;
 a split-K spin (``ld.SEM.SCOPE.global.u32``) reads the value the ``setp.ne`` after it waits for, so it
 passes at once, like ``try_wait``.
@@ -889,7 +899,8 @@ def _red(insn: Insn):
     parts, ops = insn.parts, insn.ops
     if len(parts) != 6 or parts[3:] != ("global", "add", "u32"):
         raise PtxInterpError(f"line {insn.line}: red form not interpreted: {insn.text}")
-    return _effect(insn, E.RedGlobal, _const(parts[1]), _const(parts[2]), _aligned(insn, _addr(ops[0]), 4), _src(ops[1]))
+    return _effect(insn, E.RedGlobal, _const(parts[1]), _const(parts[2]), _aligned(insn, _addr(ops[0]), 4),
+                   _src(ops[1]))
 
 
 def _atom(insn: Insn):
