@@ -92,3 +92,103 @@ def compare(d: np.ndarray, ref: np.ndarray) -> Comparison:
         wrong=int(bad.sum()),
         first_wrong=tuple(int(i) for i in first[0]) if len(first) else None,
     )
+
+
+# ------------------------------------------------------------------ PTX f32 arithmetic and conversions, bit-exact
+# One definition of each rounding the emitted PTX names (PTX ISA "Floating Point Instructions", "cvt"); the PTX
+# interpreter (ptxgen.check.ptx.interp) and the IR walker's f32 epilogue ops both use these.
+
+ROUNDINGS = ("rn", "rz", "rm", "rp")  # nearest even, toward zero, toward -inf, toward +inf
+_MAX_FINITE_16 = {"bf16": 0x7F7F, "f16": 0x7BFF}
+_INF_16 = {"bf16": 0x7F80, "f16": 0x7C00}
+
+
+def bits16_to_f32(bits, fmt: str) -> np.ndarray:
+    """float32 values of bf16 or f16 (``fmt``) bit patterns (exact)."""
+    if fmt == "bf16":
+        return bf16_bits_to_f32(bits)
+    b = np.asarray(bits, dtype=np.uint16)
+    return np.ascontiguousarray(b).view(np.float16).astype(np.float32).reshape(b.shape)
+
+
+def _step_toward(bits: np.ndarray, exact: np.ndarray, back: np.ndarray, rounding: str) -> np.ndarray:
+    """Bit patterns (sign-magnitude, int64) moved one unit where round-to-nearest ``back`` went past the directed
+    rounding of ``exact`` (both float64)."""
+    neg = np.signbit(exact)
+    if rounding == "rz":  # magnitude too large: one unit toward zero
+        return np.where(np.abs(back) > np.abs(exact), bits - 1, bits)
+    if rounding == "rm":  # above: toward -inf (a smaller magnitude when positive, a larger one when negative)
+        return np.where(back > exact, np.where(neg, bits + 1, bits - 1), bits)
+    if rounding == "rp":
+        return np.where(back < exact, np.where(neg, bits - 1, bits + 1), bits)
+    if rounding != "rn":
+        raise ValueError(f"rounding {rounding!r}: not one of {ROUNDINGS}")
+    return bits
+
+
+def f32_to_16_bits(x, fmt: str = "bf16", rounding: str = "rn", satfinite: bool = False) -> np.ndarray:
+    """bf16/f16 bit patterns (uint16) of f32 ``x`` as ``cvt.<rounding>[.satfinite].<fmt>.f32`` writes them (PTX ISA
+    "cvt"): ``rn`` nearest even (:func:`f32_to_bf16_bits` for bf16), ``rz``/``rm``/``rp`` toward zero / -inf / +inf;
+    ``satfinite`` clamps an infinite result to the largest finite value of its sign (NaN stays NaN).
+
+    Raises ValueError for another ``fmt`` or ``rounding``.
+    """
+    f = np.asarray(x, dtype=np.float32)
+    if fmt == "bf16":
+        rn = f32_to_bf16_bits(f)
+    elif fmt == "f16":
+        with np.errstate(over="ignore"):
+            rn = np.ascontiguousarray(f.astype(np.float16)).view(np.uint16).reshape(f.shape)
+    else:
+        raise ValueError(f"fmt {fmt!r}: not bf16 or f16")
+    bits = rn.astype(np.int64)
+    finite = ~np.isnan(f)
+    if rounding != "rn":
+        exact = f.astype(np.float64)
+        back = bits16_to_f32(rn, fmt).astype(np.float64)
+        bits = np.where(finite, _step_toward(bits, exact, back, rounding), bits)
+    if satfinite:
+        mag = bits & 0x7FFF
+        bits = np.where(finite & (mag == _INF_16[fmt]), (bits & 0x8000) | _MAX_FINITE_16[fmt], bits)
+    return bits.astype(np.uint16)
+
+
+def _flush(x: np.ndarray) -> np.ndarray:
+    """float32 subnormals -> zero of the same sign (``.ftz``)."""
+    return np.where(np.abs(x) < np.finfo(np.float32).tiny, np.copysign(np.float32(0), x), x).astype(np.float32)
+
+
+def f64_to_f32(x, rounding: str = "rn", ftz: bool = False) -> np.ndarray:
+    """float32 of the float64 ``x`` (taken as the exact result of an f32 operation) under a PTX rounding modifier;
+    ``ftz`` flushes a subnormal result to zero (PTX ISA "add", "mul", "fma": ``.rnd``, ``.ftz``)."""
+    exact = np.asarray(x, dtype=np.float64)
+    r = exact.astype(np.float32)
+    if rounding != "rn":
+        back = r.astype(np.float64)
+        ok = ~np.isnan(exact)
+        down, up = np.nextafter(r, np.float32(-np.inf)), np.nextafter(r, np.float32(np.inf))
+        if rounding == "rz":
+            r = np.where(ok & (np.abs(back) > np.abs(exact)), np.where(exact > 0, down, up), r)
+        elif rounding == "rm":
+            r = np.where(ok & (back > exact), down, r)
+        elif rounding == "rp":
+            r = np.where(ok & (back < exact), up, r)
+        else:
+            raise ValueError(f"rounding {rounding!r}: not one of {ROUNDINGS}")
+    return _flush(r) if ftz else r.astype(np.float32)
+
+
+def ex2_approx_f32(x) -> np.ndarray:
+    """``ex2.approx.ftz.f32``: 2^x, modelled as the correctly rounded result with subnormal inputs and results
+    flushed (PTX ISA "ex2": the hardware is within 2 ulp; the model is the one both sides of the PTX
+    differential use)."""
+    a = _flush(np.asarray(x, dtype=np.float32)).astype(np.float64)
+    with np.errstate(over="ignore"):
+        return _flush(np.exp2(a).astype(np.float32))
+
+
+def rcp_approx_f32(x) -> np.ndarray:
+    """``rcp.approx.ftz.f32``: 1/x, modelled as the correctly rounded result (ftz), as :func:`ex2_approx_f32`."""
+    a = _flush(np.asarray(x, dtype=np.float32)).astype(np.float64)
+    with np.errstate(divide="ignore"):
+        return _flush((1.0 / a).astype(np.float32))

@@ -46,12 +46,11 @@ from ..ir.expr import Bin, Const, Expr, Param, Select, Sreg, Var, apply_binop
 from ..ir.printer import expr_str
 from ..ir import epilogue as epi
 from .epilogue import evaluate, f32_of_bits
-from .numerics import bf16_bits_to_f32, f32_to_bf16_bits
+from .numerics import bf16_bits_to_f32, ex2_approx_f32, f32_to_16_bits, f32_to_bf16_bits, rcp_approx_f32
 
 LANES = 32
-_STORE_BITS = {"bf16": f32_to_bf16_bits,
-               "f16": lambda v: np.ascontiguousarray(np.asarray(v, dtype=np.float32).astype(np.float16)).view(np.uint16)}
-"""16-bit store conversions by ``StShared16.fmt``: round to nearest even (numpy's float16 cast is RNE)."""
+_STORE_BITS = {"bf16": f32_to_bf16_bits, "f16": lambda v: f32_to_16_bits(v, "f16")}
+"""16-bit store conversions by ``StShared16.fmt``: round to nearest even (:mod:`ptxgen.check.numerics`)."""
 LANE_IDS = np.arange(LANES, dtype=np.int64)
 
 

@@ -12,6 +12,14 @@ The address model is the interpreter's: CTA rank ``r`` of a cluster sees its
 dynamic shared memory at ``DYNAMIC_SMEM_BASE | r << 24`` (ptxgen.check.ptx.interp module
 docstring); the IR side places barrier ``name[i]`` of rank ``r`` at
 ``DYNAMIC_SMEM_BASE | r << 24`` + the barrier array's offset + 8 i.
+
+The data model: what neither side computes (TMEM after an MMA, a wgmma accumulator, a loaded split-K partial) is
+:func:`ptxgen.check.ptx.interp.opaque_f32` of its address or register on both sides; the IR side computes the
+epilogue's f32 ops and conversions with the walker (``SiluMul``, ``Pack16``, the partial sums), the PTX side
+executes the emitted f32 instructions and ``cvt``, both through :mod:`ptxgen.check.numerics`, and every stored
+element carries its bits, so a changed f32 instruction or rounding modifier changes a stored element.
+The instruction forms the IR fixes are compared too: memory-order semantics and scopes, ``tcgen05.ld``
+shape and count, the MMA kind and types, and (:func:`diff_directives`) the kernel's directives.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from .effects import Effect
 from ...hw import DYNAMIC_SMEM_BASE
 from ...ir import ops as O
 from .. import walker as W
+from ..numerics import f32_to_16_bits
 
 TMEM_BASE = 0x20  # what the TMEM slot holds after tcgen05.alloc (nonzero, so a dropped base shows)
 D_PTR = 0x7F00_0000_0000  # global address of D
@@ -88,8 +97,14 @@ class _Thread:
         return int(arr[self.lane] if arr.shape[0] == W.LANES else arr[0])
 
     def elements(self, op) -> tuple:
+        """The lane's stored elements of a 16-bit store: (array, index, bits), rounded to nearest even."""
         src = stored_array(self.wk, op)
-        return tuple(P.stored((src, i), op.fmt) for i in op.idx)
+        bits = f32_to_16_bits(self.wk.regs[op.src][self.lane, list(op.idx)], op.fmt)
+        return tuple(P.stored((src, i), op.fmt, int(b)) for i, b in zip(op.idx, bits))
+
+    def f32_elements(self, op) -> tuple:
+        """The lane's stored f32 elements: (array, index, f32 bits)."""
+        return tuple((op.src, i, P.f32_bits(self.wk.regs[op.src][self.lane, i])) for i in op.idx)
 
 
 def _tma_load(c: _Thread, ev, op) -> list[Effect]:
@@ -101,8 +116,8 @@ def _tma_load(c: _Thread, ev, op) -> list[Effect]:
 
 
 def _sync(c: _Thread, ev, op) -> list[Effect]:
-    if ev.kind == "cluster":
-        return [E.BarrierClusterArrive(), E.BarrierClusterWait()]
+    if ev.kind == "cluster":  # ClusterSync: arrive.release + wait.acquire (ops.ClusterSync)
+        return [E.BarrierClusterArrive("release"), E.BarrierClusterWait("acquire")]
     return [E.BarSync(ev.id, ev.threads if ev.kind == "named" else None)]
 
 
@@ -131,30 +146,47 @@ def _ld_epilogue(c: _Thread, ev, op) -> list[Effect]:
     return out
 
 
+def umma_kind(idesc: int) -> str:
+    """The ``.kind::`` an instruction descriptor is written for: A and B formats (bits 7-9 and 10-12) F16 (0) or
+    BF16 (1) are ``.kind::f16``, TF32 (2) ``.kind::tf32`` (PTX ISA "Instruction descriptor" of tcgen05.mma).
+    Raises IRFault for other formats or A and B of different kinds."""
+    a, b = idesc >> 7 & 7, idesc >> 10 & 7
+    kinds = {0: "f16", 1: "f16", 2: "tf32"}
+    if a not in kinds or kinds[a] != kinds.get(b):
+        raise W.IRFault(f"Umma idesc {idesc:#x}: A/B formats {a}/{b} are not those of .kind::f16 or .kind::tf32")
+    return kinds[a]
+
+
+TMEM_LD_SHAPE = "32x32b"  # ops.TmemLoad: thread l reads TMEM lane l of its warp's 32, ncols columns
+
+
 #: IR op type -> its effects for one thread (``row(thread, event, op)``), in the interpreter's normal form: the IR
 #: side of the differential, one row per op that acts outside the thread (like the emitters' op -> PTX tables)
 IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     O.MbarrierInit: lambda c, ev, op: [E.MbarrierInit(c.bar_addr(ev.bar), ev.count)],
+    # an arrive releases, a wait acquires, at the op's scope (ops.MbarrierArrive, ops.MbarrierWait)
     O.MbarrierArrive: lambda c, ev, op: [E.MbarrierArrive("cta" if op.cta is None else "cluster", c.bar_addr(ev.bar),
-                                                          ev.tx // ev.lanes, getattr(op, "scope", "cta"))],
-    O.MbarrierWait: lambda c, ev, op: [E.MbarrierTryWait(c.bar_addr(ev.bar), ev.phase, op.scope)],
-    O.FenceMbarrierInit: lambda c, ev, op: [E.FenceMbarrierInit()],
+                                                          ev.tx // ev.lanes, "release", getattr(op, "scope", "cta"))],
+    O.MbarrierWait: lambda c, ev, op: [E.MbarrierTryWait(c.bar_addr(ev.bar), ev.phase, "acquire", op.scope)],
+    O.FenceMbarrierInit: lambda c, ev, op: [E.FenceMbarrierInit("release", "cluster")],
     O.TmaLoad: _tma_load,
     O.TmaStore: lambda c, ev, op: [E.TmaStore(op.tensor, c.base + ev.src, ev.col, ev.row)],
     O.BulkCommitGroup: lambda c, ev, op: [E.BulkCommit()],
     O.BulkWaitGroup: lambda c, ev, op: [E.BulkWait(op.n, op.read)],
-    O.FenceProxyAsync: lambda c, ev, op: [E.FenceProxyAsync()],
+    O.FenceProxyAsync: lambda c, ev, op: [E.FenceProxyAsync("shared::cta")],  # ops.FenceProxyAsync: smem writes
     O.CtaSync: _sync, O.NamedBarrier: _sync, O.ClusterSync: _sync,
     O.TmemAlloc: lambda c, ev, op: [E.TmemAlloc(c.g, c.slot, op.cols)],
     O.TmemDealloc: lambda c, ev, op: [E.TmemDealloc(c.g, ev.taddr, op.cols)],
     O.TmemBase: lambda c, ev, op: [E.LdShared(c.slot)],
-    O.Umma: lambda c, ev, op: [E.Umma(c.g, ev.d, ev.a_desc, ev.b_desc, op.idesc, ev.accumulate)],
+    O.Umma: lambda c, ev, op: [E.Umma(c.g, umma_kind(op.idesc), ev.d, ev.a_desc, ev.b_desc, op.idesc, ev.accumulate)],
     O.UmmaBlockScaled: lambda c, ev, op: [E.UmmaBlockScaled(op.cta_group, op.kind, op.scale_vec, ev.d, ev.a_desc,
                                                             ev.b_desc, op.idesc, ev.sfa, ev.sfb, ev.accumulate)],
     O.TmemCopy: lambda c, ev, op: [E.TmemCopy(op.cta_group, ev.taddr, ev.desc, op.shape)],
     O.UmmaCommit: _umma_commit,
-    O.TmemLoad: lambda c, ev, op: [E.TmemLoad(ev.taddr, op.ncols, op.dst)],
-    O.Wgmma: lambda c, ev, op: [E.Wgmma(op.acc, op.n, ev.a_desc, ev.b_desc, ev.accumulate, op.k, op.atype)],
+    O.TmemLoad: lambda c, ev, op: [E.TmemLoad(ev.taddr, TMEM_LD_SHAPE, op.ncols, op.dst)],
+    # ops.Wgmma: f32 accumulator (D), A and B of the op's input type; K per instruction from the type
+    O.Wgmma: lambda c, ev, op: [E.Wgmma(op.acc, f"m64n{op.n}k{op.k}", f"f32.{op.atype}.{op.atype}", ev.a_desc, ev.b_desc,
+                                        ev.accumulate)],
     # FP8 promotion: the lane's scale loads (scale_a rows l/4 and l/4 + 8, the chunk's scale_b); the FMAs stay in the thread
     O.PromoteScaled: lambda c, ev, op: [E.LdShared(c.base + c.at_lane(ev.sa_addr)),
                                         E.LdShared(c.base + c.at_lane(ev.sa_addr) + op.row_half),
@@ -165,8 +197,7 @@ IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     O.StMatrix: lambda c, ev, op: [E.StMatrix(c.base + c.at_lane(ev.addr), c.elements(op))],
     O.StShared16: lambda c, ev, op: [E.StShared(c.base + c.at_lane(ev.addr), c.elements(op))],
     O.StGlobal16: _st_global,
-    O.StGlobalF32: lambda c, ev, op: [E.StGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offset),
-                                                    tuple((op.src, i) for i in op.idx))],
+    O.StGlobalF32: lambda c, ev, op: [E.StGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offset), c.f32_elements(op))],
     O.LdGlobalF32: lambda c, ev, op: [E.LdGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offset), len(op.idx))],
     O.LdEpilogue: _ld_epilogue,
     O.RedGlobal: lambda c, ev, op: [E.RedGlobal(op.sem, op.scope, WORKSPACE_PTR + ev.offset, op.value)],
@@ -210,8 +241,19 @@ def ir_effects(kernel, launch: Launch) -> list[Effect]:
         reply = None
         if isinstance(ev.op, O.TmemBase):
             reply = TMEM_BASE
-        elif isinstance(ev.op, O.TmemLoad):
-            reply = np.zeros((W.LANES, ev.op.ncols), dtype=np.float32)
+        elif isinstance(ev.op, O.TmemLoad):  # TMEM lane (taddr's lane field + lane), column: opaque data
+            lanes, cols = np.arange(W.LANES)[:, None], np.arange(ev.op.ncols)[None, :]
+            reply = P.opaque_f32("tmem", (ev.taddr >> 16) + lanes, (ev.taddr & 0xFFFF) + cols)
+        elif isinstance(ev.op, O.Wgmma):  # the accumulator fragment: opaque data by (array, index, lane)
+            wk.regs[ev.op.acc][:] = P.opaque_f32("reg", ev.op.acc, np.arange(ev.op.n // 2)[None, :],
+                                                 np.arange(W.LANES)[:, None])
+        elif isinstance(ev.op, O.PromoteScaled):  # the scales a TMA load wrote: opaque data by shared address
+            sa = thread.base + np.broadcast_to(np.asarray(ev.sa_addr, dtype=np.int64), (W.LANES,))
+            reply = np.stack([P.opaque_f32("shared", sa), P.opaque_f32("shared", sa + ev.op.row_half),
+                              P.opaque_f32("shared", np.full(W.LANES, thread.base + int(ev.sb_addr)))], axis=1)
+        elif isinstance(ev.op, O.LdGlobalF32):  # a partial another CTA stored: opaque data by address
+            addr = WORKSPACE_PTR + np.asarray(ev.offset, dtype=np.int64)[:, None] + 4 * np.arange(len(ev.op.idx))
+            reply = P.opaque_f32("global", addr)
         if wk.lane is not None and wk.lane != thread.lane:
             continue  # an Elect body: only the elected lane
         row = IR_EFFECTS.get(type(ev.op))
@@ -256,9 +298,38 @@ def _fmt(e) -> str:
                            for x in e) + ")"
 
 
+def kernel_directives(kernel) -> dict[str, tuple[int, ...]]:
+    """The directives the kernel's plan fixes, as :func:`ptxgen.check.ptx.interp.performance_directives` reads them:
+    ``.reqntid`` (threads), ``.maxnreg`` and ``.minnctapersm`` where set, ``.explicitcluster`` and
+    ``.reqnctapercluster`` for a cluster of more than one CTA."""
+    out: dict[str, tuple[int, ...]] = {"reqntid": (kernel.threads, 1, 1)}
+    if kernel.maxnreg:
+        out["maxnreg"] = (kernel.maxnreg,)
+    if kernel.minnctapersm:
+        out["minnctapersm"] = (kernel.minnctapersm,)
+    if kernel.cluster_size > 1:
+        out["explicitcluster"], out["reqnctapercluster"] = (), (kernel.cluster_size, 1, 1)
+    return out
+
+
+def diff_directives(kernel, prog: P.Program) -> str | None:
+    """None when the PTX's kernel directives are the plan's (:func:`kernel_directives`); else the first difference."""
+    want, got = kernel_directives(kernel), prog.directives
+    for name in sorted(want.keys() | got.keys()):
+        if want.get(name) != got.get(name):
+            show = lambda v: "(absent)" if v is None else " ".join(map(str, v)) or "(present)"  # noqa: E731
+            return f"PTX kernel directive .{name} {show(got.get(name))} != IR {show(want.get(name))}"
+    return None
+
+
 def diff_thread(kernel, prog: P.Program | str, launch: Launch) -> str | None:
-    """None when PTX and IR give the same effects for the thread; else a message naming the first difference."""
+    """None when PTX and IR give the same effects for the thread (and the kernel directives agree, see
+    :func:`diff_directives`); else a message naming the first difference."""
     try:
+        prog = P.parse(prog) if isinstance(prog, str) else prog
+        msg = diff_directives(kernel, prog)
+        if msg is not None:
+            return msg
         ptx = ptx_effects(prog, kernel, launch)
     except P.PtxInterpError as exc:
         return f"PTX cannot be interpreted for {launch}: {exc}"

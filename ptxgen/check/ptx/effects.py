@@ -5,7 +5,9 @@ instructions and :mod:`.diff` for the IR's events.  Each effect type is a ``Name
 field ``kind`` is the PTX instruction family it records (so an effect reads, prints and compares as the
 tuple ``(kind, operands...)``); the constructor takes the operands only.  Addresses are ints (shared-window
 addresses carry the CTA rank in bits 24..27), ``cta_group`` is 1 or 2, stored elements are
-``(array, index)`` pairs (an f16 store tags them ``("f16", array, index)``).
+``(array, index, bits)``: the register element and the bit pattern stored (bf16; an f16 store tags them
+``("f16", array, index, bits)``; an f32 store's bits are the f32's).  Memory-order qualifiers are recorded as
+``sem`` (``relaxed``/``release``/``acquire``) and ``scope`` (``cta``/``cluster``/``gpu``), the PTX defaults filled in.
 """
 
 from __future__ import annotations
@@ -26,23 +28,27 @@ def _effect(name: str, kind: str, fields: str, doc: str) -> type:
 
 # mbarrier (PTX ISA "mbarrier.init", "mbarrier.arrive", "mbarrier.test_wait/try_wait", "membar/fence")
 MbarrierInit = _effect("MbarrierInit", "mbarrier.init", "addr count", "``mbarrier.init [addr], count``.")
-MbarrierArrive = _effect("MbarrierArrive", "mbarrier.arrive", "space addr tx scope",
+MbarrierArrive = _effect("MbarrierArrive", "mbarrier.arrive", "space addr tx sem scope",
                          "``mbarrier.arrive[.expect_tx]``: space ``cta``/``cluster``, tx bytes (0: a plain arrive), "
-                         "the ``.release`` scope (``cta`` by default).")
-MbarrierTryWait = _effect("MbarrierTryWait", "mbarrier.try_wait", "addr parity scope",
-                          "``mbarrier.try_wait.parity``: the ``.acquire`` scope (``cta`` by default).")
-FenceMbarrierInit = _effect("FenceMbarrierInit", "fence.mbarrier_init", "", "``fence.mbarrier_init.release.cluster``.")
+                         "semantics and scope (``release``, ``cta`` by default).")
+MbarrierTryWait = _effect("MbarrierTryWait", "mbarrier.try_wait", "addr parity sem scope",
+                          "``mbarrier.try_wait.parity``: semantics and scope (``acquire``, ``cta`` by default).")
+FenceMbarrierInit = _effect("FenceMbarrierInit", "fence.mbarrier_init", "sem scope",
+                            "``fence.mbarrier_init.release.cluster``.")
 # TMA (PTX ISA "cp.async.bulk.tensor", "cp.async.bulk.commit_group", "cp.async.bulk.wait_group")
 TmaLoad = _effect("TmaLoad", "tma.load", "tensor dst col row bar cta_group mask policy",
                   "A TMA load: mask 0 without multicast; policy the L2 cache hint or ``none``.")
 TmaStore = _effect("TmaStore", "tma.store", "tensor src col row", "A TMA store.")
 BulkCommit = _effect("BulkCommit", "bulk.commit", "", "``cp.async.bulk.commit_group``.")
 BulkWait = _effect("BulkWait", "bulk.wait", "n read", "``cp.async.bulk.wait_group[.read] n``.")
-FenceProxyAsync = _effect("FenceProxyAsync", "fence.proxy.async", "", "``fence.proxy.async.shared::cta``.")
+FenceProxyAsync = _effect("FenceProxyAsync", "fence.proxy.async", "space",
+                          "``fence.proxy.async.SPACE``: the state space (``all`` without one).")
 # thread barriers (PTX ISA "bar, barrier", "barrier.cluster")
 BarSync = _effect("BarSync", "bar.sync", "id threads", "``bar.sync id[, threads]`` (threads None: the whole CTA).")
-BarrierClusterArrive = _effect("BarrierClusterArrive", "barrier.cluster.arrive", "", "``barrier.cluster.arrive``.")
-BarrierClusterWait = _effect("BarrierClusterWait", "barrier.cluster.wait", "", "``barrier.cluster.wait``.")
+BarrierClusterArrive = _effect("BarrierClusterArrive", "barrier.cluster.arrive", "sem",
+                               "``barrier.cluster.arrive``: ``release`` (the default) or ``relaxed``.")
+BarrierClusterWait = _effect("BarrierClusterWait", "barrier.cluster.wait", "sem",
+                             "``barrier.cluster.wait``: ``acquire`` (the default and only one).")
 Nanosleep = _effect("Nanosleep", "nanosleep", "ns", "``nanosleep.u32 ns``.")
 SetMaxNReg = _effect("SetMaxNReg", "setmaxnreg", "action regs", "``setmaxnreg.{inc,dec}.sync.aligned.u32 regs``.")
 # stores and loads (PTX ISA "st", "stmatrix", "ld", "red", "atom")
@@ -51,7 +57,8 @@ StMatrix = _effect("StMatrix", "stmatrix", "addr elements", "``stmatrix.sync.ali
 StGlobal = _effect("StGlobal", "st.global", "addr element", "One element of a bf16/f16 ``st.global``.")
 LdShared = _effect("LdShared", "ld.shared", "addr", "``ld.shared`` of the TMEM-address slot.")
 LdGlobal = _effect("LdGlobal", "ld.global", "addr", "The hang watchdog's flag load (reads 0).")
-AtomCas = _effect("AtomCas", "atom.cas", "addr cmp new", "The hang watchdog's claim (old value 0).")
+AtomCas = _effect("AtomCas", "atom.cas", "sem scope addr cmp new",
+                  "The hang watchdog's claim (old value 0; ``relaxed``, ``gpu`` by default).")
 StGlobalU32 = _effect("StGlobalU32", "st.global.u32", "addr value", "The hang watchdog's record words.")
 StGlobalF32 = _effect("StGlobalF32", "st.global.f32", "addr elements", "A split-K partial: ``st.global.v4.f32``.")
 LdGlobalF32 = _effect("LdGlobalF32", "ld.global.f32", "addr count", "A split-K partial read: ``ld.global.v4.f32``.")
@@ -67,18 +74,20 @@ TmemAlloc = _effect("TmemAlloc", "tcgen05.alloc", "cta_group slot cols", "``tcge
 TmemRelinquish = _effect("TmemRelinquish", "tcgen05.relinquish", "cta_group", "``tcgen05.relinquish_alloc_permit``.")
 TmemDealloc = _effect("TmemDealloc", "tcgen05.dealloc", "cta_group taddr cols", "``tcgen05.dealloc``.")
 TcgenFence = _effect("TcgenFence", "tcgen05.fence", "side", "``tcgen05.fence::{before,after}_thread_sync``.")
-Umma = _effect("Umma", "tcgen05.mma", "cta_group d adesc bdesc idesc accumulate", "``tcgen05.mma``.")
+Umma = _effect("Umma", "tcgen05.mma", "cta_group mma_kind d adesc bdesc idesc accumulate",
+               "``tcgen05.mma``: ``mma_kind`` the ``.kind::`` (``f16`` for bf16 and f16 operands).")
 UmmaBlockScaled = _effect("UmmaBlockScaled", "tcgen05.mma.block_scale",
                           "cta_group mma_kind scale_vec d adesc bdesc idesc sfa sfb accumulate",
                           "``tcgen05.mma ... .block_scale`` (NVFP4).")
 TmemCopy = _effect("TmemCopy", "tcgen05.cp", "cta_group taddr sdesc shape", "``tcgen05.cp``.")
 UmmaCommit = _effect("UmmaCommit", "tcgen05.commit", "cta_group bar mask", "``tcgen05.commit`` (mask 0: no multicast).")
-TmemLoad = _effect("TmemLoad", "tcgen05.ld", "taddr ncols array", "``tcgen05.ld``.")
+TmemLoad = _effect("TmemLoad", "tcgen05.ld", "taddr shape num array", "``tcgen05.ld.SHAPE.xNUM``.")
 TmemWaitLd = _effect("TmemWaitLd", "tcgen05.wait_ld", "", "``tcgen05.wait::ld``.")
 # wgmma (PTX ISA "wgmma.fence", "wgmma.mma_async", "wgmma.commit_group", "wgmma.wait_group")
 WgmmaFence = _effect("WgmmaFence", "wgmma.fence", "", "``wgmma.fence.sync.aligned``.")
-Wgmma = _effect("Wgmma", "wgmma", "array n adesc bdesc accumulate k atype",
-                "``wgmma.mma_async``: K per instruction and input type (``bf16`` k16, ``e4m3`` k32).")
+Wgmma = _effect("Wgmma", "wgmma", "array shape types adesc bdesc accumulate",
+                "``wgmma.mma_async.SHAPE.TYPES`` (``m64n128k16``, ``f32.bf16.bf16``; ``m64n128k32``, ``f32.e4m3.e4m3``: D, "
+                "A, B).")
 WgmmaCommit = _effect("WgmmaCommit", "wgmma.commit", "", "``wgmma.commit_group.sync.aligned``.")
 WgmmaWait = _effect("WgmmaWait", "wgmma.wait", "n", "``wgmma.wait_group.sync.aligned n``.")
 

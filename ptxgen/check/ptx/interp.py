@@ -8,11 +8,14 @@ tcgen05, wgmma, thread/cluster barriers, fences, shared/global stores, the
 TMEM-slot load, setmaxnreg, nanosleep) as a tuple ``(kind, operands...)`` with
 its operands evaluated.  Nothing blocks: ``mbarrier.try_wait`` returns true.
 
-Interpreted (u32/s32/u64/s64/b16/b32/b64 as fits): ``add sub mul.lo mul.wide
+Interpreted (u32/s32/u64/s64/b16/b32/b64 as fits): ``add sub mul.lo mul.hi mul.wide
 mad.lo div rem min max and or xor not shl shr setp (incl. setp.CMP.and/or)
 selp mov (incl. mov.b64 {lo, hi}, a symbol's address) cvt cvta ld.param
-ld.shared bra ret elect.sync shfl.sync.idx mapa``.  Anything else raises
-:class:`PtxInterpError`, so an emitter change that leaves the subset is loud.
+ld.shared bra ret elect.sync shfl.sync.idx mapa``; f32 ``add sub mul fma mad neg abs min max ex2.approx rcp``
+with their rounding modifiers and ``cvt.{rn,rz,rm,rp}[.satfinite].{bf16,f16}[x2].f32``, bit-exact.  Anything
+else raises :class:`PtxInterpError`, so an emitter change that leaves the subset is loud.  So does a form the
+model rules out: a misaligned memory access, an ``elect.sync`` mask other than the full warp, a ``mul.hi.u32``
+by a constant that is not an exact u32 division (:func:`exact_udiv`, checked by :func:`parse`).
 
 Model (what the effects' numbers mean):
 
@@ -23,14 +26,19 @@ Model (what the effects' numbers mean):
   ``mapa.shared::cluster.u32 d, a, r`` is modelled as
   ``(a & ~0x0F000000) | r << 24``.  Callers pass ``smem_base`` with the rank
   bits of the executing CTA set.
-* ``ld.shared`` (the TMEM slot read after ``tcgen05.alloc``) returns
-  ``tmem_base`` and records ``("ld.shared", addr)``.
-* f32 registers are never given values: a register never written reads as
-  :class:`Sym` (its name).  ``cvt.rn.bf16x2.f32 d, hi, lo`` and
-  ``cvt.rn.bf16.f32`` make a :class:`Packed` value naming the source
-  registers; stores report the stored elements, in memory order, as
-  ``(array, index)`` pairs (``%acc0_5`` -> ``("acc0", 5)``).  Integer
-  arithmetic on a Sym raises, so an integer register read before it is
+* ``ld.shared`` records ``("ld.shared", addr)``; a ``.f32`` load (a scale vector a TMA load wrote)
+  returns :func:`opaque_f32` data of its address, any other (the TMEM slot read after ``tcgen05.alloc``)
+  ``tmem_base``.
+* f32 registers hold ``np.float32`` values.  What the thread does not compute
+  is :func:`opaque_f32` data: ``tcgen05.ld`` of TMEM lane and column, a wgmma
+  accumulator fragment by (array, index, lane), ``ld.global.f32`` by address
+  (the IR side of the differential gives the walker the same data).  The f32
+  instructions compute on it exactly (:mod:`ptxgen.check.numerics`);
+  ``cvt.RND.bf16x2.f32 d, hi, lo`` and ``cvt.RND.bf16.f32`` make a :class:`Packed`
+  value of the converted elements; stores report the stored elements, in memory
+  order, as ``(array, index, bits)`` (``%acc0_5`` -> ``("acc0", 5, 0x3f81)``, see
+  :func:`stored`).  A register never written reads as :class:`Sym` (its name);
+  arithmetic on it or a store of it raises, so a register read before it is
   written is an error, not a silent value.
 * ``elect.sync`` elects lane 0 (the lowest lane of a full warp: every
   ``elect.sync`` the emitters produce runs on whole warps; the IR simulator's
@@ -41,7 +49,10 @@ Model (what the effects' numbers mean):
   the same shfls in the same order, as ``.sync`` with a full mask requires).
 
 Effects are the typed tuples of :mod:`ptxgen.check.ptx.effects` (``(kind, operands...)``; addresses are
-ints).  The hang watchdog's loads read 0 (never reached here: ``try_wait`` succeeds at once), its
+ints; memory-order qualifiers as semantics and scope with the PTX defaults filled in; instruction forms the
+IR fixes, such as ``tcgen05.ld``'s shape and the MMA kind and types).  :func:`parse` also reads the kernel's
+performance-tuning and cluster directives (:attr:`Program.directives`).  The hang watchdog's loads read 0
+(never reached here: ``try_wait`` succeeds at once), its
 ``atom.cas`` returns 0 and ``%globaltimer`` reads 0; a predicated-off ``ld.global.v4.f32`` has no effect;
 a split-K spin (``ld.SEM.SCOPE.global.u32``) reads the value the ``setp.ne`` after it waits for, so it
 passes at once, like ``try_wait``.
@@ -52,10 +63,15 @@ Sources: PTX ISA 8.8, the instruction sections named above and in :mod:`.effects
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
 
 from . import effects as E
 from .effects import Effect
+from ..numerics import ROUNDINGS, ex2_approx_f32, f32_to_16_bits, f64_to_f32, rcp_approx_f32
 
 MASKS = {8: 0xFF, 16: 0xFFFF, 32: 0xFFFFFFFF, 64: 0xFFFFFFFFFFFFFFFF}
 RANK_SHIFT = 24
@@ -77,12 +93,53 @@ class Sym:
         base, _, idx = self.name[1:].rpartition("_")
         return (base, int(idx)) if base and idx.isdigit() else self.name
 
+    def key(self) -> tuple:
+        """:meth:`element` as a tuple: ``("acc0", 5)``, or ``("%f1",)`` for a register outside an array."""
+        e = self.element()
+        return e if isinstance(e, tuple) else (e,)
+
 
 @dataclass(frozen=True)
 class Packed:
     """16-bit values converted from f32 registers, low half first (memory order); see :func:`stored`."""
 
     elements: tuple
+
+
+# ------------------------------------------------------------------ opaque f32 data
+
+_DOMAINS = {"tmem": 1, "reg": 2, "global": 3, "shared": 4}
+
+
+def _mix(z):
+    """splitmix64's finalizer on uint64 arrays (wrapping arithmetic)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def opaque_f32(domain: str, *keys) -> np.ndarray:
+    """The f32 data the model gives what neither side computes (an MMA result, a loaded partial), by key.
+
+    domain ``tmem`` keys (TMEM lane, column); ``reg`` keys (register array, index, lane) (a wgmma accumulator);
+    ``global`` keys (byte address) (a ``ld.global.f32``); ``shared`` keys (byte address) (a ``ld.shared.f32`` of
+    data a TMA load wrote: the FP8 GEMM's scale vectors).  Keys broadcast like numpy arrays (an array name
+    is hashed).  Values: sign and 23 mantissa bits pseudo-random, magnitude in [0.25, 4), so every rounding
+    mode and every arithmetic change shows in the stored bits.  Both sides of the differential read them here.
+    """
+    with np.errstate(over="ignore"):
+        h = np.uint64(_DOMAINS[domain]) * np.uint64(0x9E3779B97F4A7C15)
+        for k in keys:
+            k = zlib.crc32(k.encode()) if isinstance(k, str) else k
+            h = _mix(h ^ np.asarray(k, dtype=np.int64).astype(np.uint64))
+    bits = ((h >> np.uint64(63)) << np.uint64(31)) | ((np.uint64(125) + ((h >> np.uint64(40)) & np.uint64(3)))
+                                                      << np.uint64(23)) | (h & np.uint64(0x7FFFFF))
+    return np.asarray(bits.astype(np.uint32)).view(np.float32)
+
+
+def f32_bits(v) -> int:
+    """The IEEE bit pattern of an f32 value (how a stored f32 element is compared)."""
+    return int(np.asarray(v, dtype=np.float32).view(np.uint32))
 
 
 @dataclass(frozen=True)
@@ -116,6 +173,7 @@ class Program:
     labels: dict[str, int]
     shared: set[str] = field(default_factory=set)
     params: set[str] = field(default_factory=set)
+    directives: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 _LABEL = re.compile(r"^([$\w]+):$")
@@ -145,6 +203,7 @@ def parse(text: str) -> Program:
     start = text.find("{", text.find(".entry"))
     if start < 0:
         raise PtxInterpError("no .entry body")
+    directives = performance_directives(text[text.find(")", text.find(".entry")) + 1: start])
     body = text[start + 1: text.rindex("}")]
     insns, labels = [], {}
     for lineno, raw in enumerate(body.splitlines(), 1):
@@ -167,7 +226,63 @@ def parse(text: str) -> Program:
             insns.append(Insn(lineno, stmt, guard, neg, tuple(head.split(".")), tuple(_split_operands(rest))))
     for insn in insns:
         insn.fn = _compile(insn)
-    return Program(insns, labels, shared, params)
+    for i, insn in enumerate(insns):
+        if insn.parts == ("mul", "hi", "u32") and _int(insn.ops[2]) is not None:
+            _check_magic(insn, insns[i + 1] if i + 1 < len(insns) else None)
+    return Program(insns, labels, shared, params, directives)
+
+
+_DIRECTIVES = ("maxnreg", "maxntid", "reqntid", "minnctapersm", "maxnctapersm", "explicitcluster",
+               "reqnctapercluster", "maxclusterrank")
+
+
+def performance_directives(header: str) -> dict[str, tuple[int, ...]]:
+    """The kernel's performance-tuning and cluster directives (PTX ISA "Performance-Tuning Directives", "Cluster
+    Dimension Directives") from the text between the parameter list and the body: name -> its numbers
+    (``.explicitcluster``: ``()``).  Raises PtxInterpError on another directive or a repeated one."""
+    out: dict[str, tuple[int, ...]] = {}
+    for m in re.finditer(r"\.(\w+)([^.{]*)", header):
+        name, args = m.group(1), m.group(2).strip()
+        if name not in _DIRECTIVES or name in out:
+            raise PtxInterpError(f"kernel directive .{name} {args} not interpreted (or repeated)")
+        out[name] = tuple(int(a) for a in args.split(",")) if args else ()
+    return out
+
+
+def exact_udiv(m: int, s: int) -> int | None:
+    """The divisor ``d`` for which ``(n * m) >> (32 + s) == n // d`` for every u32 ``n``, or None when there is none:
+    the check of a constant division lowered to ``mul.hi.u32 q, n, m`` (+ ``shr.u32 q, q, s``).
+
+    With ``e = m d - 2^(32+s)``: exact iff ``e >= 0`` (else ``n = d`` gives 0) and ``n e < 2^(32+s)`` for the largest
+    u32 ``n`` of remainder ``d - 1`` (the quotient's error ``n e / (d 2^(32+s))`` stays below the gap ``1/d`` to the
+    next integer; Granlund and Montgomery, PLDI 1994).
+    """
+    k = 32 + s
+    if m <= 0:
+        return None
+    for d in {max(2, (1 << k) // m), max(2, -(-(1 << k) // m))}:
+        e = m * d - (1 << k)
+        n_last = ((1 << 32) - d) // d * d + d - 1  # the largest u32 with remainder d - 1
+        if e >= 0 and n_last * e < 1 << k:
+            return d
+    return None
+
+
+def _check_magic(insn: Insn, nxt: Insn | None) -> None:
+    """A ``mul.hi.u32`` by a constant is a constant division (``emitters.core.udiv_magic``): its multiplier, with the
+    ``shr.u32`` after it, must divide every u32 exactly (:func:`exact_udiv`).  Raises PtxInterpError naming it."""
+    m = _int(insn.ops[2]) & MASKS[32]
+    q = insn.ops[0]
+    s = 0
+    if nxt is not None and nxt.parts == ("shr", "u32") and nxt.ops[:2] == (q, q) and _int(nxt.ops[2]) is not None:
+        s = _int(nxt.ops[2])
+    if exact_udiv(m, s) is None:
+        d = max(2, round((1 << (32 + s)) / m)) if m else 0
+        wrong = next((n for n in (d, d * ((1 << 32) // d) - 1, (1 << 32) - 1) if n < 1 << 32 and
+                      (n * m) >> (32 + s) != n // max(d, 1)), None)
+        raise PtxInterpError(f"line {insn.line}: {insn.text}: multiplier {m:#x} >> {32 + s} is no exact u32 division "
+                             f"(nearest divisor {d}: n = {wrong} gives {(wrong or 0) * m >> (32 + s)}, "
+                             f"not {(wrong or 0) // max(d, 1)})")
 
 
 # ------------------------------------------------------------------ execution
@@ -323,10 +438,13 @@ def _int(text: str) -> int | None:
 
 
 def _src(text: str):
-    """A getter ``f(thread) -> value`` for a register or immediate operand."""
+    """A getter ``f(thread) -> value`` for a register or immediate operand (``0fXXXXXXXX``: an f32 immediate)."""
     v = _int(text)
     if v is not None:
         return lambda t: v
+    if re.fullmatch(r"0[fF][0-9a-fA-F]{8}", text):
+        f = np.uint32(int(text[2:], 16)).view(np.float32)
+        return lambda t: f
     if text.startswith("%"):
         return lambda t: t.get(text)
     raise PtxInterpError(f"cannot read operand {text!r}")
@@ -353,25 +471,67 @@ def _need_int(v, what: str) -> int:
     return v
 
 
+_TYPE_BYTES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2, "b32": 4, "u32": 4,
+               "s32": 4, "f32": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8}
+
+
+def access_bytes(parts) -> int:
+    """Bytes one ld/st/red/atom accesses: the element type's size times the vector length (``.v2``/``.v4``)."""
+    size = next((_TYPE_BYTES[p] for p in reversed(parts) if p in _TYPE_BYTES), 4)
+    return size * next((int(p[1:]) for p in parts if p in ("v2", "v4", "v8")), 1)
+
+
+def _aligned(insn: Insn, addr, size: int):
+    """``addr`` (a getter) checked to be a multiple of ``size``: a memory access must be naturally aligned to its
+    size, a vector access to the whole vector (PTX ISA "Vectors": "vector operations ... address must be aligned
+    to the vector size"; "Addresses as Operands": naturally aligned), else the access is undefined."""
+    def get(t):
+        a = addr(t)
+        if isinstance(a, int) and a % size:
+            raise PtxInterpError(f"line {insn.line}: {insn.text}: address {a:#x} is not aligned to the {size}-byte "
+                                 "access (PTX ISA: vector and scalar accesses must be naturally aligned)")
+        return a
+    return get
+
+
 def _vec(text: str) -> list[str]:
     if not (text.startswith("{") and text.endswith("}")):
         return [text]
     return [s.strip() for s in text[1:-1].split(",")]
 
 
-def stored(element: tuple, fmt: str) -> tuple:
-    """The normal form of an f32 register element converted to ``fmt``: bf16 (the default store type) is the
-    element itself, f16 is tagged ``("f16", array, index)`` (so a store of the wrong type differs)."""
-    return element if fmt == "bf16" else (fmt, *element)
+def stored(element: tuple, fmt: str, bits: int) -> tuple:
+    """The normal form of an f32 register element converted to ``fmt`` with bit pattern ``bits``: bf16 (the default
+    store type) is ``(array, index, bits)``, f16 is tagged ``("f16", array, index, bits)`` (so a store of the
+    wrong type differs, and so does a value computed or rounded differently)."""
+    return (*element, bits) if fmt == "bf16" else (fmt, *element, bits)
 
 
-def _elements(v) -> tuple:
-    """Stored elements (memory order) of a stored register value."""
+def _f32(v, what: str) -> np.float32:
+    """``v`` read as an f32 operand: an f32 value, or the bits of an integer (``mov.b32 %r, 0``)."""
+    if isinstance(v, np.float32):
+        return v
+    if isinstance(v, int) and not isinstance(v, bool):
+        return np.uint32(v & MASKS[32]).view(np.float32)
+    raise PtxInterpError(f"{what} holds {v!r}, not an f32 value (read before any instruction wrote it)")
+
+
+def _elements(v, name: str) -> tuple:
+    """Stored elements (memory order) of the value ``v`` of register operand ``name``: a packed word's 16-bit
+    elements, an f32 register's ``(array, index, f32 bits)``, an integer's ``("int", v)``."""
     if isinstance(v, Packed):
         return v.elements
+    if isinstance(v, np.float32):
+        return ((*Sym(name).key(), f32_bits(v)),)
     if isinstance(v, Sym):
-        return (v.element(),)
+        raise PtxInterpError(f"{name} is stored before any instruction wrote it")
     return (("int", v),)
+
+
+def _stored(vals: list[str]):
+    """A getter of the stored elements of the register operands ``vals``, in order."""
+    getters = [(_src(x), x) for x in vals]
+    return lambda t: tuple(e for g, x in getters for e in _elements(g(t), x))
 
 
 def _cta_group(parts) -> int:
@@ -429,20 +589,77 @@ def _binop(op: str, signed: bool, bits: int):
     raise PtxInterpError(f"no binary op {op}")
 
 
+def _exact_round(exact: Fraction, near: np.float32, rounding: str) -> np.float32:
+    """The f32 that ``rounding`` makes of the exact rational ``exact``; ``near`` is within one ulp of it."""
+    cands = [np.nextafter(near, np.float32(-np.inf)), near, np.nextafter(near, np.float32(np.inf))]
+    cands = [c for c in cands if np.isfinite(c)]
+    if rounding == "rn":
+        return min(cands, key=lambda c: (abs(Fraction(float(c)) - exact), f32_bits(c) & 1))
+    if rounding == "rz":
+        return max((c for c in cands if abs(Fraction(float(c))) <= abs(exact)), key=abs)
+    if rounding == "rm":
+        return max(c for c in cands if Fraction(float(c)) <= exact)
+    return min(c for c in cands if Fraction(float(c)) >= exact)
+
+
+def _fma(a, b, c, rounding: str) -> np.float32:
+    """``fma.rnd.f32`` (one rounding of ``a * b + c``), exact with rationals."""
+    near = np.float32(np.float64(a) * np.float64(b) + np.float64(c))
+    if not all(np.isfinite(x) for x in (a, b, c, near)):
+        return near
+    return _exact_round(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)), near, rounding)
+
+
+_F32_UNARY = {"neg": lambda a, r: -a, "abs": lambda a, r: np.abs(a), "ex2": lambda a, r: ex2_approx_f32(a),
+              "rcp": lambda a, r: rcp_approx_f32(a) if r is None else f64_to_f32(1.0 / np.float64(a), r)}
+_F32_BINARY = {"add": lambda a, b: np.float64(a) + np.float64(b), "sub": lambda a, b: np.float64(a) - np.float64(b),
+               "mul": lambda a, b: np.float64(a) * np.float64(b)}  # exact in f64 for f32 operands but far-apart sums
+
+
 def _float(insn: Insn):
-    """f32 arithmetic (``mul.f32``, ``add.f32``, ``ex2.approx``, ``rcp.approx``): the destination holds a value the
-    interpreter does not model, so it reads as its own name afterwards (a store of it names that register)."""
-    d = insn.ops[0]
+    """f32 arithmetic, bit-exact (PTX ISA "Floating Point Instructions"): ``add sub mul fma mad neg abs min max`` with
+    ``.rn/.rz/.rm/.rp`` (default ``.rn``), ``.ftz``, ``.sat``; ``ex2.approx`` and ``rcp.approx`` as
+    :func:`ptxgen.check.numerics.ex2_approx_f32` / ``rcp_approx_f32`` model them, ``rcp.rnd``.  The destination
+    holds an f32 value (``np.float32``); an add whose exact sum f64 cannot hold rounds twice (operands of the
+    same magnitude, as the epilogue's, never do)."""
+    parts, ops = insn.parts, insn.ops
+    op = parts[0]
+    if "f32" not in parts:
+        raise PtxInterpError(f"line {insn.line}: only f32 arithmetic is interpreted: {insn.text}")
+    rnd = next((p for p in parts if p in ROUNDINGS), None)
+    ftz, sat = "ftz" in parts, "sat" in parts
+    if op in ("ex2", "rcp") and "approx" not in parts and rnd is None:
+        raise PtxInterpError(f"line {insn.line}: {op} needs .approx or a rounding modifier: {insn.text}")
+    d, srcs = ops[0], [_src(x) for x in ops[1:]]
+    rounding = rnd or "rn"
+
+    def value(t) -> np.float32:
+        a = [_f32(g(t), x) for g, x in zip(srcs, ops[1:])]
+        if ftz:
+            a = [f64_to_f32(np.float64(x), ftz=True)[()] for x in a]
+        with np.errstate(all="ignore"):
+            if op in _F32_UNARY:
+                r = np.float32(_F32_UNARY[op](a[0], rnd if op == "rcp" and "approx" not in parts else None))
+            elif op in _F32_BINARY:
+                r = f64_to_f32(_F32_BINARY[op](a[0], a[1]), rounding)[()]
+            elif op in ("fma", "mad"):
+                r = _fma(a[0], a[1], a[2], rounding)
+            elif op in ("min", "max"):
+                r = (np.fmin if op == "min" else np.fmax)(a[0], a[1])
+            else:
+                raise PtxInterpError(f"line {insn.line}: f32 {op} not interpreted: {insn.text}")
+        r = f64_to_f32(np.float64(r), ftz=ftz)[()] if ftz else np.float32(r)
+        return np.float32(min(max(r, 0), 1)) if sat and not np.isnan(r) else r
 
     def run(t):
-        t.regs.pop(d, None)
+        t.regs[d] = value(t)
     return run
 
 
 def _arith(insn: Insn):
     parts, ops = insn.parts, insn.ops
     op = parts[0]
-    if "f32" in parts:
+    if "f32" in parts or "f64" in parts or "f16" in parts:
         return _float(insn)
     bits, signed = _width(parts), _signed(parts)
     d = ops[0]
@@ -579,15 +796,8 @@ def _mov(insn: Insn):
 def _cvt(insn: Insn):
     parts, ops = insn.parts, insn.ops
     d = ops[0]
-    if "bf16x2" in parts or "f16x2" in parts:  # cvt.rn.{bf16|f16}x2.f32 d, hi, lo
-        hi, lo = _src(ops[1]), _src(ops[2])
-        fmt = parts[2].removesuffix("x2")
-        return lambda t: t.regs.__setitem__(d, Packed(tuple(stored(e, fmt) for e in (*_elements(lo(t)),
-                                                                                    *_elements(hi(t))))))
-    if "bf16" in parts or "f16" in parts:
-        a = _src(ops[1])
-        fmt = "bf16" if "bf16" in parts else "f16"
-        return lambda t: t.regs.__setitem__(d, Packed(tuple(stored(e, fmt) for e in _elements(a(t)))))
+    if parts[0] == "cvt" and parts[-1] == "f32" and any(p in ("bf16x2", "f16x2", "bf16", "f16") for p in parts):
+        return _cvt_16(insn)
     if parts[0] == "cvta":
         a = _src(ops[1])
         return lambda t: t.regs.__setitem__(d, a(t))
@@ -605,6 +815,32 @@ def _cvt(insn: Insn):
     return cvt
 
 
+def _cvt_16(insn: Insn):
+    """``cvt.rnd[.satfinite].{bf16|f16}[x2].f32``, bit-exact (:func:`ptxgen.check.numerics.f32_to_16_bits`).  The x2
+    form ``d, a, b`` puts ``a`` in the upper half of ``d`` and ``b`` in the lower (PTX ISA "cvt"), so the packed
+    word's elements in memory order are ``b``'s then ``a``'s."""
+    parts, ops = insn.parts, insn.ops
+    known = {"cvt", "satfinite", "f32", "bf16x2", "f16x2", "bf16", "f16", *ROUNDINGS}
+    rnd = [p for p in parts if p in ROUNDINGS]
+    if len(rnd) != 1 or any(p not in known for p in parts):
+        raise PtxInterpError(f"line {insn.line}: cvt form not interpreted (one of .{'/.'.join(ROUNDINGS)} and "
+                             f"optionally .satfinite): {insn.text}")
+    to = next(p for p in parts if p in ("bf16x2", "f16x2", "bf16", "f16"))
+    fmt, sat, d = to.removesuffix("x2"), "satfinite" in parts, ops[0]
+    srcs = [ops[2], ops[1]] if to.endswith("x2") else [ops[1]]  # memory order: low half first
+    getters = [(_src(x), x) for x in srcs]
+    if len(ops) != 1 + len(srcs):
+        raise PtxInterpError(f"line {insn.line}: {insn.text}: {len(ops) - 1} sources for a {to} conversion")
+
+    def cvt16(t):
+        els = []
+        for g, x in getters:
+            v = _f32(g(t), x)
+            els.append(stored(Sym(x).key(), fmt, int(f32_to_16_bits(v, fmt, rnd[0], sat))))
+        t.regs[d] = Packed(tuple(els))
+    return cvt16
+
+
 def _ld(insn: Insn):
     parts, ops = insn.parts, insn.ops
     d = ops[0]
@@ -617,26 +853,29 @@ def _ld(insn: Insn):
             t.regs[d] = t.params[name]
         return ld_param
     if parts[1] == "shared":
-        a = _addr(ops[1])
+        a = _aligned(insn, _addr(ops[1]), access_bytes(parts))
+
+        f32 = parts[-1] == "f32"  # a scale a TMA load wrote (opaque data), else the TMEM slot's address
 
         def ld_shared(t):
             addr = a(t)
             t.effects.append(E.LdShared(addr))
-            t.regs[d] = t.tmem_base
+            t.regs[d] = opaque_f32("shared", addr)[()] if f32 else t.tmem_base
         return ld_shared
     if parts[1] in ("acquire", "relaxed") and tuple(parts[3:]) == ("global", "u32"):  # a split-K counter spin
         return _ld_spin(insn)
     if tuple(parts[1:]) == ("global", "v4", "f32"):  # a split-K partial chunk
-        a = _addr(ops[1])
-        n = len(_vec(ops[0]))
+        a = _aligned(insn, _addr(ops[1]), access_bytes(parts))
+        regs = _vec(ops[0])
 
         def ld_partial(t):
-            t.effects.append(E.LdGlobalF32(a(t), n))
-            for r in _vec(ops[0]):
-                t.regs.pop(r, None)  # an f32 value the interpreter does not model
+            addr = a(t)
+            t.effects.append(E.LdGlobalF32(addr, len(regs)))
+            for r, v in zip(regs, opaque_f32("global", addr + 4 * np.arange(len(regs)))):
+                t.regs[r] = v  # the partial another CTA stored: opaque data, by address
         return ld_partial
     if tuple(parts[1:]) == ("volatile", "global", "u32"):  # only the watchdog flag read; other global loads stay loud
-        a = _addr(ops[1])
+        a = _aligned(insn, _addr(ops[1]), 4)
 
         def ld_global(t):  # the watchdog's abort flag: no wait expires in this model, so it reads 0
             t.effects.append(E.LdGlobal(a(t)))
@@ -649,7 +888,7 @@ def _ld_spin(insn: Insn):
     """``ld.SEM.SCOPE.global.u32 d, [a]`` of a counter spin: it reads the value the ``setp.ne.u32 p, d, V`` after
     it compares with (nothing blocks in this model), so the loop passes at once."""
     parts, ops = insn.parts, insn.ops
-    d, a, sem, scope = ops[0], _addr(ops[1]), parts[1], parts[2]
+    d, a, sem, scope = ops[0], _aligned(insn, _addr(ops[1]), 4), parts[1], parts[2]
 
     def ld_spin(t):
         t.effects.append(E.LdGlobalU32(sem, scope, a(t)))
@@ -664,18 +903,21 @@ def _red(insn: Insn):
     parts, ops = insn.parts, insn.ops
     if len(parts) != 6 or parts[3:] != ("global", "add", "u32"):
         raise PtxInterpError(f"line {insn.line}: red form not interpreted: {insn.text}")
-    return _effect(insn, E.RedGlobal, _const(parts[1]), _const(parts[2]), _addr(ops[0]), _src(ops[1]))
+    return _effect(insn, E.RedGlobal, _const(parts[1]), _const(parts[2]), _aligned(insn, _addr(ops[0]), 4),
+                   _src(ops[1]))
 
 
 def _atom(insn: Insn):
-    """``atom.global.cas.b32 d, [a], cmp, new`` (the watchdog's claim): effect, and the old word reads 0."""
+    """``atom[.sem.scope].global.cas.b32 d, [a], cmp, new`` (the watchdog's claim): effect with its semantics
+    (``relaxed.gpu`` when absent, PTX ISA "atom"), and the old word reads 0."""
     parts, ops = insn.parts, insn.ops
-    if tuple(parts[1:]) != ("global", "cas", "b32"):
+    sem, scope = ("relaxed", "gpu") if parts[1] == "global" else (parts[1], parts[2])
+    if tuple(parts[-3:]) != ("global", "cas", "b32") or len(parts) not in (4, 6):
         raise PtxInterpError(f"line {insn.line}: atom form not interpreted: {insn.text}")
-    d, a, cmp_, new = ops[0], _addr(ops[1]), _src(ops[2]), _src(ops[3])
+    d, a, cmp_, new = ops[0], _aligned(insn, _addr(ops[1]), 4), _src(ops[2]), _src(ops[3])
 
     def atom(t):
-        t.effects.append(E.AtomCas(a(t), cmp_(t), new(t)))
+        t.effects.append(E.AtomCas(sem, scope, a(t), cmp_(t), new(t)))
         t.regs[d] = 0
     return atom
 
@@ -692,7 +934,14 @@ def _bra(insn: Insn):
 
 
 def _elect(insn: Insn):
+    """``elect.sync d|p, membermask``: lane 0 elected.  Every lane of the warp executes each ``elect.sync`` here (the
+    module's model; the IR's ``Elect`` runs on whole warps), and a thread outside ``membermask`` executing it is
+    undefined (PTX ISA "elect.sync"), so the mask must be 0xffffffff."""
     dests = insn.ops[0].split("|")
+    mask = _int(insn.ops[1]) if len(insn.ops) > 1 else None
+    if mask != MASKS[32]:
+        raise PtxInterpError(f"line {insn.line}: {insn.text}: membermask {insn.ops[1:]} leaves out lanes that execute "
+                             "it (the whole warp runs every elect.sync: 0xffffffff)")
 
     def elect(t):
         if dests[0] != "_":
@@ -754,42 +1003,51 @@ def _stmatrix(insn: Insn):
     elements)`` (where another lane's words land is the simulator's business, not one thread's)."""
     if tuple(insn.parts[1:]) != ("sync", "aligned", "m8n8", "x4", "shared", "b16"):
         raise PtxInterpError(f"line {insn.line}: stmatrix form not interpreted: {insn.text}")
-    a = _addr(insn.ops[0])
-    vals = [_src(x) for x in _vec(insn.ops[1])]
+    a = _aligned(insn, _addr(insn.ops[0]), 16)  # each lane's address: one 16-byte matrix row
+    els = _stored(_vec(insn.ops[1]))
 
     def st(t):
-        t.effects.append(E.StMatrix(a(t), tuple(e for v in vals for e in _elements(v(t)))))
+        t.effects.append(E.StMatrix(a(t), els(t)))
     return st
 
 
-def _sem_scope(insn: Insn, sem: str) -> str:
-    """Scope of the ``.release``/``.acquire`` qualifier (``cta`` when absent: the PTX default), e.g.
-    ``mbarrier.arrive.release.cluster`` -> ``cluster``.  PTX ISA "mbarrier.arrive", "mbarrier.test_wait/try_wait"."""
+_SEMS = ("relaxed", "release", "acquire", "acq_rel", "sc")
+_SCOPES = ("cta", "cluster", "gpu", "sys")
+
+
+def _sem_scope(insn: Insn, default: str, allowed: tuple[str, ...]) -> tuple[str, str]:
+    """(semantics, scope) of the memory-order qualifiers, e.g. ``mbarrier.arrive.release.cluster`` ->
+    ``("release", "cluster")``; absent: ``(default, "cta")``, the PTX defaults (PTX ISA "mbarrier.arrive",
+    "mbarrier.test_wait/try_wait": ``.release``/``.acquire`` at ``.cta``).  A semantics outside ``allowed``
+    (what the ISA offers for the instruction) is not interpreted."""
     parts = insn.parts
-    if sem not in parts:
-        return "cta"
+    sem = next((p for p in parts[1:] if p in _SEMS), None)
+    if sem is None:
+        return default, "cta"
+    if sem not in allowed:
+        raise PtxInterpError(f"line {insn.line}: .{sem} not interpreted on {parts[0]}.{parts[1]}: {insn.text}")
     i = parts.index(sem)
-    if i + 1 >= len(parts) or parts[i + 1] not in ("cta", "cluster"):
-        raise PtxInterpError(f"line {insn.line}: .{sem} without a .cta/.cluster scope not interpreted: {insn.text}")
-    return parts[i + 1]
+    return sem, parts[i + 1] if i + 1 < len(parts) and parts[i + 1] in _SCOPES else "cta"
 
 
 def _mbarrier(insn: Insn):
     parts, ops = insn.parts, insn.ops
     space = "cluster" if "shared::cluster" in parts else "cta"
+    bar = _aligned(insn, _addr(ops[1] if parts[1] != "init" else ops[0]), 8)  # an mbarrier object: 8 bytes
     if parts[1] == "init":
-        return _effect(insn, E.MbarrierInit, _addr(ops[0]), _src(ops[1]))
+        return _effect(insn, E.MbarrierInit, bar, _src(ops[1]))
     if parts[1] == "arrive":
         if ops[0] != "_":
             raise PtxInterpError(f"line {insn.line}: arrive state register not interpreted")
         tx = _src(ops[2]) if parts[2] == "expect_tx" else _const(0)
-        return _effect(insn, E.MbarrierArrive, _const(space), _addr(ops[1]), tx, _const(_sem_scope(insn, "release")))
+        sem, scope = _sem_scope(insn, "release", ("release", "relaxed"))
+        return _effect(insn, E.MbarrierArrive, _const(space), bar, tx, _const(sem), _const(scope))
     if parts[1] == "try_wait" and parts[2] == "parity":
-        p, a, ph = ops[0], _addr(ops[1]), _src(ops[2])
-        scope = _sem_scope(insn, "acquire")
+        p, ph = ops[0], _src(ops[2])
+        sem, scope = _sem_scope(insn, "acquire", ("acquire", "relaxed"))
 
         def try_wait(t):
-            t.effects.append(E.MbarrierTryWait(a(t), ph(t), scope))
+            t.effects.append(E.MbarrierTryWait(bar(t), ph(t), sem, scope))
             t.regs[p] = True
         return try_wait
     raise PtxInterpError(f"line {insn.line}: mbarrier form not interpreted: {insn.text}")
@@ -838,7 +1096,8 @@ def _tcgen05(insn: Insn):
         return _effect(insn, E.UmmaBlockScaled, g, _const(kind), _const(scale_vec), _addr(ops[0]),
                        _src(ops[1]), _src(ops[2]), _src(ops[3]), _addr(ops[4]), _addr(ops[5]), _pred(insn, ops[6]))
     if what == "mma":
-        return _effect(insn, E.Umma, g, _addr(ops[0]), _src(ops[1]), _src(ops[2]), _src(ops[3]),
+        kind = next((p.split("::")[1] for p in parts if p.startswith("kind::")), None)
+        return _effect(insn, E.Umma, g, _const(kind), _addr(ops[0]), _src(ops[1]), _src(ops[2]), _src(ops[3]),
                        _pred(insn, ops[4]))
     if what == "cp":  # tcgen05.cp.cta_group::G.<shape>[.<multicast>] [taddr], sdesc
         shape = ".".join(p for p in parts[2:] if not p.startswith("cta_group"))
@@ -849,15 +1108,39 @@ def _tcgen05(insn: Insn):
             raise PtxInterpError(f"line {insn.line}: commit operands do not match its multicast qualifier")
         return _effect(insn, E.UmmaCommit, g, _addr(ops[0]), mask)
     if what == "ld":
-        regs = _vec(ops[0])
-        n = int(next(p for p in parts if p.startswith("x") and p[1:].isdigit())[1:])
-        if n != len(regs):
-            raise PtxInterpError(f"line {insn.line}: .x{n} with {len(regs)} destination registers")
-        array = Sym(regs[0]).element()[0]
-        return _effect(insn, E.TmemLoad, _addr(ops[1]), _const(n), _const(array))
+        return _tmem_ld(insn)
     if what.startswith("wait::ld"):
         return _effect(insn, E.TmemWaitLd)
     raise PtxInterpError(f"line {insn.line}: tcgen05 form not interpreted: {insn.text}")
+
+
+#: registers per thread of one ``.num`` repetition of each ``tcgen05.ld`` shape (PTX ISA "tcgen05.ld": "Matrix
+#: fragments for tcgen05.ld")
+TMEM_LD_REGS = {"32x32b": 1, "16x64b": 1, "16x128b": 2, "16x256b": 4, "16x32bx2": 1}
+
+
+def _tmem_ld(insn: Insn):
+    """``tcgen05.ld.sync.aligned.<shape>.x<num>.b32 {regs}, [taddr]``: the effect names shape and num; with
+    ``.32x32b`` thread ``l`` reads TMEM lane ``lane(taddr) + l``, columns ``col(taddr) + j`` into register ``j``,
+    whose data is :func:`opaque_f32` of (lane, column) (the MMA's result is not computed)."""
+    parts, ops = insn.parts, insn.ops
+    regs = _vec(ops[0])
+    shape = next((p for p in parts if p in TMEM_LD_REGS), None)
+    num = next((int(p[1:]) for p in parts if p[:1] == "x" and p[1:].isdigit()), None)
+    if shape is None or num is None or parts[-1] != "b32":
+        raise PtxInterpError(f"line {insn.line}: tcgen05.ld form not interpreted: {insn.text}")
+    if num * TMEM_LD_REGS[shape] != len(regs):
+        raise PtxInterpError(f"line {insn.line}: {insn.text}: .{shape}.x{num} writes {num * TMEM_LD_REGS[shape]} "
+                             f"registers per thread, not {len(regs)}")
+    a, array = _addr(ops[1]), Sym(regs[0]).element()[0]
+
+    def ld(t):
+        taddr = a(t)
+        t.effects.append(E.TmemLoad(taddr, shape, num, array))
+        vals = opaque_f32("tmem", (taddr >> 16) + t.lane, (taddr & 0xFFFF) + np.arange(len(regs)))
+        for r, v in zip(regs, vals):
+            t.regs[r] = v
+    return ld
 
 
 def _pred(insn: Insn, name: str):
@@ -886,24 +1169,34 @@ def _wgmma(insn: Insn):
             raise PtxInterpError(f"line {insn.line}: m64n{n} takes {n // 2} accumulator registers, got {len(regs)}")
         # 16-bit inputs: scale-a, scale-b, transpose-a, transpose-b; 8-bit inputs (K-major only): no transposes
         want = ("1", "1", "0", "0") if atype in ("bf16", "f16") else ("1", "1")
-        if tuple(ops[4:]) != want or (atype, k) not in (("bf16", 16), ("e4m3", 32)) or parts[parts.index(shape) + 3] != atype:
+        if tuple(ops[4:]) != want or (atype, k) not in (("bf16", 16), ("f16", 16), ("e4m3", 32)) or parts[parts.index(shape) + 3] != atype:
             raise PtxInterpError(f"line {insn.line}: wgmma form {shape}.{atype} with immediates {ops[4:]} is not "
-                                 "bf16 k16 (1, 1, 0, 0) or e4m3 k32 (1, 1), K-major")
-        return _effect(insn, E.Wgmma, _const(Sym(regs[0]).element()[0]), _const(n), _src(ops[1]), _src(ops[2]),
-                       _pred(insn, ops[3]), _const(k), _const(atype))
+                                 "bf16/f16 k16 (1, 1, 0, 0) or e4m3 k32 (1, 1), K-major")
+        i = parts.index(shape)
+        types = ".".join(parts[i + 1:])
+        array = Sym(regs[0]).element()[0]
+        eff = _effect(insn, E.Wgmma, _const(array), _const(shape), _const(types), _src(ops[1]), _src(ops[2]),
+                      _pred(insn, ops[3]))
+
+        def mma(t):  # the accumulator fragment's data: opaque_f32 of (array, index, lane)
+            eff(t)
+            for r, v in zip(regs, opaque_f32("reg", array, np.arange(len(regs)), t.lane)):
+                t.regs[r] = v
+        return mma
     raise PtxInterpError(f"line {insn.line}: wgmma form not interpreted: {insn.text}")
 
 
 def _st(insn: Insn):
     parts, ops = insn.parts, insn.ops
     space = parts[2] if parts[1] == "volatile" else parts[1]
-    a = _addr(ops[0])
+    a = _aligned(insn, _addr(ops[0]), access_bytes(parts))
     vals = [_src(x) for x in _vec(ops[1])]
+    els = _stored(_vec(ops[1]))
     if parts[1] in ("relaxed", "release") and tuple(parts[3:]) == ("global", "u32"):  # a split-K counter reset
         return _effect(insn, E.StGlobalSemU32, _const(parts[1]), _const(parts[2]), a, vals[0])
     if space == "global" and parts[-1] == "f32":  # a split-K partial chunk (st.global.v4.f32)
         def st_partial(t):
-            t.effects.append(E.StGlobalF32(a(t), tuple(e for v in vals for e in _elements(v(t)))))
+            t.effects.append(E.StGlobalF32(a(t), els(t)))
         return st_partial
     if space == "global" and parts[-1] == "u32":  # a 32-bit word (the watchdog record)
         def st_global_word(t):
@@ -911,14 +1204,12 @@ def _st(insn: Insn):
         return st_global_word
     if space == "shared":
         def st_shared(t):
-            els = tuple(e for v in vals for e in _elements(v(t)))
-            t.effects.append(E.StShared(a(t), els))
+            t.effects.append(E.StShared(a(t), els(t)))
         return st_shared
     if space == "global":
         def st_global(t):
             base = a(t)
-            els = [e for v in vals for e in _elements(v(t))]
-            for j, e in enumerate(els):  # bf16 elements, 2 bytes each
+            for j, e in enumerate(els(t)):  # bf16 elements, 2 bytes each
                 t.effects.append(E.StGlobal(base + 2 * j, e))
         return st_global
     raise PtxInterpError(f"line {insn.line}: store not interpreted: {insn.text}")
@@ -926,9 +1217,16 @@ def _st(insn: Insn):
 
 def _bar(insn: Insn):
     if insn.parts[0] == "barrier" and insn.parts[1] == "cluster":
-        if insn.parts[2] not in ("arrive", "wait"):
+        # barrier.cluster.arrive{.release|.relaxed}{.aligned}, barrier.cluster.wait{.acquire}{.aligned}: the
+        # semantics default to release / acquire (PTX ISA "barrier.cluster")
+        what = insn.parts[2]
+        if what not in ("arrive", "wait") or any(p not in (*_SEMS, "aligned") for p in insn.parts[3:]):
             raise PtxInterpError(f"line {insn.line}: barrier.cluster form not interpreted: {insn.text}")
-        return _effect(insn, E.BarrierClusterArrive if insn.parts[2] == "arrive" else E.BarrierClusterWait)
+        if what == "arrive":
+            sem, _ = _sem_scope(insn, "release", ("release", "relaxed"))
+            return _effect(insn, E.BarrierClusterArrive, _const(sem))
+        sem, _ = _sem_scope(insn, "acquire", ("acquire",))
+        return _effect(insn, E.BarrierClusterWait, _const(sem))
     if insn.parts[1] not in ("sync",):
         raise PtxInterpError(f"line {insn.line}: barrier form not interpreted: {insn.text}")
     n = _src(insn.ops[1]) if len(insn.ops) > 1 else _const(None)
@@ -948,17 +1246,18 @@ def _createpolicy(insn: Insn):
 
 
 def _fence(insn: Insn):
-    if insn.parts[1] == "proxy" and insn.parts[2] == "async":
-        return _effect(insn, E.FenceProxyAsync)
-    if insn.parts[1] == "mbarrier_init":
-        return _effect(insn, E.FenceMbarrierInit)
+    if insn.parts[1] == "proxy" and insn.parts[2] == "async":  # fence.proxy.async{.space}: all spaces when absent
+        return _effect(insn, E.FenceProxyAsync, _const(".".join(insn.parts[3:]) or "all"))
+    if insn.parts[1] == "mbarrier_init":  # fence.mbarrier_init.release.cluster (the one form)
+        sem, scope = _sem_scope(insn, "release", ("release",))
+        return _effect(insn, E.FenceMbarrierInit, _const(sem), _const(scope if "cluster" in insn.parts else "?"))
     raise PtxInterpError(f"line {insn.line}: fence form not interpreted: {insn.text}")
 
 
 _ARITH_OPS = ("add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max", "and", "or", "xor", "not", "shl", "shr")
 _FAMILIES = {
     **{op: _arith for op in _ARITH_OPS},
-    "ex2": _float, "rcp": _float,
+    "ex2": _float, "rcp": _float, "fma": _float, "neg": _float, "abs": _float,
     "setp": _setp, "selp": _selp, "mov": _mov, "cvt": _cvt, "cvta": _cvt, "ld": _ld, "bra": _bra,
     "ret": lambda insn: (lambda t: "ret"), "exit": lambda insn: (lambda t: "ret"),
     "elect": _elect, "shfl": _shfl, "mapa": _mapa, "mbarrier": _mbarrier, "cp": _cp, "tcgen05": _tcgen05,

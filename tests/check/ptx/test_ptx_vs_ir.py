@@ -194,10 +194,10 @@ def test_interpreter_basics():
     prog = ptxinterp.parse(text)
     eff = ptxinterp.run_thread(prog, tid=32 + 7, ctaid=0, nctaid=1, ntid=64, params={"n": 5}, smem_base=0x400)
     # tid 39: r4 = 4, r5 = -3, r6 = -2 (arithmetic shift), p2 false (r4 != 2) -> r7 = 22; not elected
-    waits = [("mbarrier.try_wait", 0x408, i, "cta") for i in range(3)]
-    assert eff == [*waits, ("tcgen05.mma", 1, 32 + 3, 5 << 32 | 22, 5 << 32 | 22, 0xFFFFFFFE, False)]
+    waits = [("mbarrier.try_wait", 0x408, i, "acquire", "cta") for i in range(3)]
+    assert eff == [*waits, ("tcgen05.mma", 1, "f16", 32 + 3, 5 << 32 | 22, 5 << 32 | 22, 0xFFFFFFFE, False)]
     eff = ptxinterp.run_thread(prog, tid=32, ctaid=0, nctaid=1, ntid=64, params={"n": 5}, smem_base=0x400)
-    assert eff[3] == ("mbarrier.arrive", "cluster", 0x01000400, 64, "cta")
+    assert eff[3] == ("mbarrier.arrive", "cluster", 0x01000400, 64, "release", "cta")
     with pytest.raises(ptxinterp.PtxInterpError, match="not interpreted"):
         ptxinterp.parse(".visible .entry t() {\n ld.global.u32 %r1, [%r2];\n}")
 
@@ -220,5 +220,5 @@ def test_interpreter_memory_scopes():
     """
     eff = ptxinterp.run_thread(ptxinterp.parse(text), tid=0, ctaid=1, nctaid=2, ntid=32, params={}, smem_base=0x400,
                                rank=1)
-    assert [e[-1] for e in eff] == ["cluster", "cta", "cluster", "cta"]
+    assert [e[-2:] for e in eff] == [("release", "cluster"), ("release", "cta"), ("acquire", "cluster"), ("acquire", "cta")]
     assert eff[0][:2] == ("mbarrier.arrive", "cluster") and eff[2][:3] == ("mbarrier.try_wait", 0x400, 1)

@@ -23,6 +23,7 @@ from ptxgen.plan import make_plan
 from ptxgen.check.sim import bf16_bits_to_f32, default_shapes, f32_to_bf16_bits, round_bf16, simulate, sweep
 from ptxgen.check.swizzle import box_index, kmajor_sw128_index, swizzle128
 from ptxgen.check.mma import Operand, umma_operand, umma_shape, wgmma_fragment, wgmma_operand
+from ptxgen.check.sim.run import ROW_MULTIPLE
 from ptxgen.check.sim.sync import Mbarrier
 from ptxgen.check.walker import IRFault, Program, WarpWalker
 from tests.helpers.sim_support import kernel_for
@@ -211,11 +212,14 @@ def test_non_uniform_kernel_is_a_sim_fault() -> None:
 @settings(max_examples=25)
 @given(data=st.data())
 def test_random_shapes_and_grids(config: str, data) -> None:
+    """Shapes within the kernel's rules: NVFP4 takes M and N in whole 128-row scale atoms, K in its k_multiple."""
     kernel = kernel_for(config)
     grid = kernel.launch.grid
-    m = data.draw(st.integers(1, 3 * grid.tile_rows), label="m")
-    n = data.draw(st.integers(1, 3 * grid.tile_cols), label="n")
-    k = 8 * data.draw(st.integers(1, (kernel.stages + 2) * kernel.block_k // 8), label="k/8")
+    rows = ROW_MULTIPLE if load_config(config).operands == "nvfp4" else 1
+    kstep = kernel.launch.k_multiple
+    m = rows * data.draw(st.integers(1, 3 * grid.tile_rows // rows), label="m")
+    n = rows * data.draw(st.integers(1, 3 * grid.tile_cols // rows), label="n")
+    k = kstep * data.draw(st.integers(1, (kernel.stages + 2) * kernel.block_k // kstep), label="k/step")
     num_sms = data.draw(st.sampled_from([2, 4, 6, 8]), label="num_sms")
     simulate(kernel, m, n, k, seed=data.draw(SEEDS, label="seed") % 1000, num_sms=num_sms,
              schedule_seed=data.draw(SEEDS, label="schedule"))
