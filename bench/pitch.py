@@ -7,6 +7,7 @@ held at different row pitches (elements between rows):
   padAB    A and B views of buffers whose pitch is K rounded up to 64 (128 bytes)
   padA     only A at the 128-byte pitch;  padB: only B
   stageAB  per call, A and B copied into 128-byte-pitch buffers, then the call on them (what a staging copy costs)
+  stageA   per call, only A copied (B read in place);  stageB: only B copied
 
 and ``torch.matmul(a, b.T, out=d)`` on the contiguous operands, all alternating call by call
 (``ptxgen.bench.time_interleaved``), ``--repeat`` times.  Every side is checked once against an fp32 reference.
@@ -37,6 +38,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--shape", action="append", required=True)
     p.add_argument("--config", action="append", required=True)
+    p.add_argument("--variant", action="append", help="only these variants (default: all)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--json")
@@ -59,10 +61,15 @@ def main() -> None:
         ref = a[0].float() @ b[0].float().T
         fns = {"torch": lambda i: torch.matmul(a[i], b[i].T, out=d[i])}
 
-        def stage(i, c):
-            sa[i][:, :k].copy_(a[i])
-            sb[i][:, :k].copy_(b[i])
-            return ptxgen.gemm(sa[i][:, :k], sb[i][:, :k], out=d[i], config=c)
+        def stage(i, c, which="AB"):
+            x, y = a[i], b[i]
+            if "A" in which:
+                sa[i][:, :k].copy_(a[i])
+                x = sa[i][:, :k]
+            if "B" in which:
+                sb[i][:, :k].copy_(b[i])
+                y = sb[i][:, :k]
+            return ptxgen.gemm(x, y, out=d[i], config=c)
 
         for c in args.config:
             label = c.split("/")[-1].removesuffix(".yaml")
@@ -70,9 +77,12 @@ def main() -> None:
                         "padAB": lambda i, c=c: ptxgen.gemm(ap[i], bp[i], out=d[i], config=c),
                         "padA": lambda i, c=c: ptxgen.gemm(ap[i], b[i], out=d[i], config=c),
                         "padB": lambda i, c=c: ptxgen.gemm(a[i], bp[i], out=d[i], config=c),
-                        "stageAB": lambda i, c=c: stage(i, c)}
+                        "stageAB": lambda i, c=c: stage(i, c),
+                        "stageA": lambda i, c=c: stage(i, c, "A"), "stageB": lambda i, c=c: stage(i, c, "B")}
             if k % 64 == 0:
                 variants = {"contig": variants["contig"]}
+            elif args.variant:
+                variants = {v: fn for v, fn in variants.items() if v in args.variant}
             for v, fn in variants.items():
                 d[0].fill_(math.nan)
                 fn(0)
