@@ -40,17 +40,21 @@ def test_shipped_candidate_agrees_with_load_config(name):
     cfg = load_config(name)
     assert shipped_candidate(name) == Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
                                                 cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands,
-                                                cfg.mma.consumers, cfg.schedule.split_k)
+                                                cfg.mma.consumers, cfg.schedule.split_k, cfg.mma.warpgroups,
+                                                cfg.tma.multicast)
 
 
 def test_cost_model_waves_and_tail():
+    from dataclasses import replace
+
     from ptxgen.runtime.choose import Candidate, predict
 
     c = Candidate("x", "sm_90a", 128, 256, 64, 4, 2)
     p = predict(c, 4096, 4096, 4096, 132)
     assert p["tiles"] == 32 * 16 and p["waves"] == 4 and p["tail"] == pytest.approx(512 / (4 * 132))
     small = predict(c, 128, 256, 4096, 132)
-    assert small["tiles"] == 1 and small["waves"] == 1
+    assert small["tiles"] == 2 and small["waves"] == 1  # one m-block: the pair's second CTA idles but is counted
+    assert predict(replace(c, cluster=1), 128, 256, 4096, 132)["tiles"] == 1
     assert predict(c, 4096, 4096, 8192, 132)["us"] > p["us"]  # more K, more time
     wide = Candidate("w", "sm_90a", 256, 128, 64, 4, 1)
     narrow = Candidate("n", "sm_90a", 128, 128, 64, 4, 1)
@@ -60,20 +64,20 @@ def test_cost_model_waves_and_tail():
 def test_choice_prefers_user_table_then_shipped_then_model(fresh_choice, monkeypatch):
     choose = fresh_choice
     shipped = choose.read_table(choose.shipped_table_path("sm_90a"))
-    assert len(shipped) == 11 and shipped[(4096, 4096, 4096)] in {c.name for c in choose.candidates("sm_90a")}
-    assert choose.choose_cached(4096, 4096, 4096, (9, 0), 132) == (shipped[(4096, 4096, 4096)], "shipped table")
+    assert shipped[(4096, 8192, 8192)] in {c.name for c in choose.candidates("sm_90a")}
+    assert choose.choose_cached(4096, 8192, 8192, (9, 0), 132) == (shipped[(4096, 8192, 8192)], "shipped table")
     name, why = choose.choose_cached(1000, 1000, 1000, (9, 0), 132)
     assert why == "cost model" and name in {c.name for c in choose.candidates("sm_90a")}
 
-    doc = choose.table_doc("sm_90a", "test", [{"m": 4096, "n": 4096, "k": 4096, "config": "h100_128x128"},
+    doc = choose.table_doc("sm_90a", "test", [{"m": 4096, "n": 8192, "k": 8192, "config": "h100_128x128"},
                                                {"m": 1, "n": 1, "k": 8, "config": "not_shipped"}], "test")
     choose.write_table(choose.user_table_path("sm_90a"), doc)  # clears the memo
-    assert choose.choose_cached(4096, 4096, 4096, (9, 0), 132) == ("h100_128x128", "user table")
+    assert choose.choose_cached(4096, 8192, 8192, (9, 0), 132) == ("h100_128x128", "user table")
     assert choose.choose_cached(1, 1, 8, (9, 0), 132)[1] == "cost model"  # unknown config ignored
 
     reads = []
     monkeypatch.setattr(choose, "read_table", lambda p: reads.append(p) or {})
-    choose.choose_cached(4096, 4096, 4096, (9, 0), 132)
+    choose.choose_cached(4096, 8192, 8192, (9, 0), 132)
     assert reads == []  # memoized per (M, N, K, device)
 
 
@@ -87,4 +91,4 @@ def test_broken_user_table_is_ignored(fresh_choice):
     path = choose.user_table_path("sm_90a")
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
-    assert choose.choose_cached(4096, 4096, 4096, (9, 0), 132)[1] == "shipped table"
+    assert choose.choose_cached(4096, 8192, 8192, (9, 0), 132)[1] == "shipped table"
