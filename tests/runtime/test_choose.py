@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from ptxgen.errors import ConfigError
@@ -92,3 +95,60 @@ def test_broken_user_table_is_ignored(fresh_choice):
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     assert choose.choose_cached(4096, 8192, 8192, (9, 0), 132)[1] == "shipped table"
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+
+
+def test_shipped_table_holds_tune_half_shapes_only():
+    """The shipped table is fitted on the suite's tune half; a report-half shape in it would hide the cost model."""
+    from ptxgen.runtime import choose
+    from ptxgen.suites import load
+
+    table = choose.read_table(choose.shipped_table_path("sm_90a"))
+    suite = load("gemm")
+    tune = {s.mnk for s in suite.half("tune")}
+    assert table and set(table) <= tune and not set(table) & {s.mnk for s in suite.half("report")}
+    assert set(table.values()) <= {c.name for c in choose.candidates("sm_90a")}
+
+
+def test_chooser_decisions_on_report_half_match_the_record(fresh_choice):
+    """Every report-half decision equals docs/results/chooser_report_h100.json (whose regrets were measured): a change
+    of the model, its constants, the table or the candidates that moves a decision shows here and must be re-measured."""
+    from ptxgen.suites import load
+
+    record = json.loads((RESULTS / "chooser_report_h100.json").read_text())
+    expected = {(s["m"], s["n"], s["k"]): (s["chosen"], s["why"]) for s in record["shapes"]}
+    assert set(expected) == {s.mnk for s in load("gemm").half("report")}
+    got = {mnk: fresh_choice.choose_cached(*mnk, (9, 0), 132) for mnk in expected}
+    assert {mnk: c for mnk, c in got.items() if c != expected[mnk]} == {}
+
+
+def test_cost_model_terms():
+    """Each fitted term moves the prediction the way its docstring says (a term that did nothing would pass the
+    decision record only by luck)."""
+    from dataclasses import replace
+
+    from ptxgen.runtime.choose import SM90_GEMM_MODEL, Candidate, DeviceModel, predict
+
+    base = DeviceModel(ragged_load_factor=3.0, multicast=True, dram_latency_us=2.0, one_wg_efficiency=0.5)
+    pair = Candidate("p", "sm_90a", 128, 256, 64, 4, 2, multicast=True, warpgroups=2)
+    solo = Candidate("s", "sm_90a", 256, 128, 64, 4, 1, warpgroups=2)
+    # a K pitch off 128 bytes slows operand-bound tiles; the pair, loading half of B, less than the single CTA
+    assert predict(solo, 4096, 4096, 7000, 132, base)["us"] > 1.5 * predict(solo, 4096, 4096, 7040, 132, base)["us"]
+    assert (predict(pair, 4096, 4096, 7000, 132, base)["us"] / predict(pair, 4096, 4096, 7040, 132, base)["us"]
+            < predict(solo, 4096, 4096, 7000, 132, base)["us"] / predict(solo, 4096, 4096, 7040, 132, base)["us"])
+    # memory-bound: more stages keep more bytes in flight per SM
+    few, many = (Candidate("x", "sm_90a", 64, 128, 64, st, 1) for st in (2, 8))
+    slow = replace(base, dram_latency_us=8.0)
+    assert predict(few, 16, 16384, 16384, 132, slow)["us"] > 1.5 * predict(many, 16, 16384, 16384, 132, slow)["us"]
+    # one consumer warpgroup computes at one_wg_efficiency
+    one, two = (replace(solo, warpgroups=w) for w in (1, 2))
+    assert predict(one, 8192, 8192, 8192, 132, base)["us"] > 1.5 * predict(two, 8192, 8192, 8192, 132, base)["us"]
+    # a tile factor scales its config only
+    scaled = replace(base, tile_factors=(("s", 2.0),))
+    assert predict(solo, 8192, 8192, 8192, 132, scaled)["us"] > 1.9 * predict(solo, 8192, 8192, 8192, 132, base)["us"]
+    assert predict(pair, 8192, 8192, 8192, 132, scaled)["us"] == predict(pair, 8192, 8192, 8192, 132, base)["us"]
+    # the overlap norm is never below the max of its two parts
+    assert predict(solo, 8192, 8192, 8192, 132, replace(base, overlap=2.0))["us"] > predict(solo, 8192, 8192, 8192, 132, base)["us"]
+    assert SM90_GEMM_MODEL.multicast and SM90_GEMM_MODEL.tile_factors
