@@ -121,12 +121,11 @@ SM90_MODEL = DeviceModel()
 #: the GEMM chooser's constants, fitted on the tune half of the ``gemm`` suite on an H100 (bench/fit_choose.py;
 #: docs/performance.md, "Chooser fit"); the report half never entered the fit
 SM90_GEMM_MODEL = DeviceModel(
-    l2_tbps=10.69, hbm_tbps=3.986, store_tbps=0.6839, one_wg_efficiency=0.5904, multicast=True, ragged_load_factor=3.261,
-    dram_latency_us=0.5085, overlap=1.659,
-    tile_factors=(("h100_128x128", 1.2463), ("h100_128x128_c2", 1.0769), ("h100_128x144", 1.1787),
-                  ("h100_128x192", 1.1914), ("h100_128x256", 1.0333), ("h100_128x64", 0.9634), ("h100_192x176", 1.2089),
-                  ("h100_256x128", 1.1238), ("h100_64x128", 1.1363), ("h100_64x256", 1.1856), ("h100_64x64", 0.9969),
-                  ("h100_64x96", 0.9825)))
+    l2_tbps=9.475, hbm_tbps=3.998, store_tbps=0.5018, one_wg_efficiency=0.7887, multicast=True, ragged_load_factor=3.596,
+    dram_latency_us=2.433, overlap=4.757,
+    tile_factors=(("h100_128x128", 1.2466), ("h100_128x128_c2", 0.9856), ("h100_128x144", 1.248),
+                  ("h100_128x192", 1.159), ("h100_128x256", 1.0437), ("h100_128x64", 0.9078), ("h100_192x176", 1.1948),
+                  ("h100_256x128", 0.999), ("h100_64x128", 1.0199), ("h100_64x256", 1.0438), ("h100_64x64", 1.0886)))
 
 
 @dataclass(frozen=True)
