@@ -13,19 +13,29 @@ A table maps exact ``(M, N, K)`` to a config name; an entry whose config is not
 shipped is ignored (tables are per arch, by file name).  Devices with no candidate fall
 back to :func:`default_config_name`.
 
+The shipped sm_90a table holds the tune half of the ``gemm`` suite (``ptxgen/suites``): the fastest shipped config
+of each of its shapes, measured by ``bench/survey.py``; no report-half shape is in it (tests/runtime/test_choose.py
+checks), so the report half measures the cost model.
+
 Cost model (:func:`predict`; used to rank, not to promise times).  One CTA per
-SM (the configs use ~225 KB of shared memory), clusters of ``c`` CTAs occupy
+SM (the configs use ~200-225 KB of shared memory), clusters of ``c`` CTAs occupy
 ``floor(SMs / c) * c`` SMs.  For a ``bm x bn`` tile:
 
-* ``tiles = ceil(M / bm) * ceil(N / bn)``; ``waves = ceil(tiles / slots)``;
-  ``tail`` efficiency = ``tiles / (waves * slots)`` (wave quantization);
-* per tile, math time ``2 * bm * bn * K / (peak / SMs)`` and operand time
-  ``(bm + bn) * K * 2 B / (L2 bandwidth / SMs)`` (bytes per FLOP falls as the
-  tile grows: ``(bm + bn) / (bm * bn)``); a tile costs the larger of the two
-  plus a fixed prologue/epilogue cost (pipeline fill of ``stages`` k-blocks
-  and the ``bm * bn * 2 B`` store);
-* the kernel takes ``waves * tile_time``, but never less than the DRAM floor
-  ``2 B * (M*K + acc*N*K + M*N) / HBM bandwidth`` (``acc`` = 2 B operands for a dual GEMM).
+* ``tiles = ceil(M / bm) * ceil(N / bn)`` (an sm_90a CTA pair takes two m-blocks of one n-block, so the m-blocks
+  are rounded up to a pair); ``waves = ceil(tiles / slots)``; ``tail`` efficiency = ``tiles / (waves * slots)``;
+* per tile, math time ``2 * bm * bn * K / (peak / SMs)`` (times ``one_wg_efficiency`` for one consumer
+  warpgroup) and operand time ``(bm + bn') * K * 2 B / (L2 bandwidth / SMs)`` where ``bn'`` is ``bn / 2`` for a
+  pair multicasting B (bytes per FLOP fall as the tile grows: ``(bm + bn) / (bm * bn)``), times
+  ``ragged_load_factor`` when the K row pitch is not a multiple of 128 bytes; a tile costs the larger of the two
+  plus a fixed prologue/epilogue cost (pipeline fill of ``stages`` k-blocks and the ``bm * bn * 2 B`` store), all
+  times the config's fitted ``tile_factors`` entry;
+* the DRAM time is ``2 B * (M*K + acc*N*K + M*N)`` over the HBM bandwidth, or over what the busy SMs stream if
+  less (each at most its ``stages`` of operand bytes per memory latency: few tiles or few stages cannot fill HBM);
+* the kernel takes the ``overlap``-norm of ``waves * tile_time`` and the DRAM time (their max when 0).
+
+The GEMM chooser ranks with :data:`SM90_GEMM_MODEL`, fitted on the tune half of the suite (``bench/fit_choose.py``:
+constants within physical bounds and one tile factor per config, chosen for the regret of the pick; report half:
+docs/performance.md, "Chooser fit"); the dual GEMM with :data:`SM90_MODEL`.
 
 Not chosen automatically, though they run when passed as ``config=``:
 
@@ -33,12 +43,14 @@ Not chosen automatically, though they run when passed as ``config=``:
   cooperative configs reach 0.95-1.05x (docs/performance.md, "Ping-pong consumers");
 * split-K variants (``schedule.split_k > 1``): slower than the unsplit tile on the GEMM shapes the model
   predicted them for (4096x576x7168: 0.59x vs 0.82x torch; 4096x2112x7168: 0.67-0.79x vs 0.85-0.90x), a gain
-  only on the dual GEMM's M = 256 shapes (docs/performance.md, "Split-K"); and a split-K launch needs its whole grid
-  resident and must not run concurrently with a launch of the same kernel on another stream (they share the
-  workspace counters), which a call made without naming the config cannot promise.
+  only on the dual GEMM's M = 256 shapes (docs/performance.md, "Split-K"); at small M the 64-row tiles fill the
+  SMs instead: on the tune half a split-K config beat every shipped config on two shapes of 49 (16x5120x8192 by
+  11 %, 16x7168x16384 by 3 %; docs/performance.md, "Small M").  A split-K launch also needs its whole grid resident and must not run
+  concurrently with a launch of the same kernel on another stream (they share the workspace counters), which a
+  call made without naming the config cannot promise.
 
-Device constants (:data:`SM90_MODEL`) are for an H100 SXM and only their ratios
-matter for the ranking.  Ties go to the arch's default config.
+Device constants are for an H100 SXM and only their ratios matter for the ranking.  Ties go to the arch's
+default config.
 """
 
 from __future__ import annotations
@@ -69,24 +81,53 @@ TABLE_VERSION = 1
 
 @dataclass(frozen=True)
 class DeviceModel:
-    """Throughputs of the cost model.
+    """Throughputs and fitted constants of the cost model (:func:`predict`).
 
     Attributes:
         peak_tflops: dense bf16 tensor-core peak, TFLOP/s (H100 SXM: 989, Hopper whitepaper).
-        l2_tbps: effective operand bandwidth into the SMs (L2 hits and multicast included), TB/s;
-            calibrated so that a 256x128 tile at 8192^3 is math-bound, as measured on an H200
-            (docs/performance.md, "Remote arrives under multicast").
+        l2_tbps: effective operand bandwidth into the SMs (L2 hits and multicast included), TB/s.
         hbm_tbps: DRAM bandwidth, TB/s (H100 SXM HBM3: 3.35).
         store_tbps: bandwidth of the epilogue store, TB/s.
+        one_wg_efficiency: tensor-core efficiency of a tile with one consumer warpgroup (its wgmma waves are not
+            overlapped with another warpgroup's), relative to two or three; 1 = no difference.
+        multicast: whether a CTA pair multicasting B loads ``block_n / 2`` rows of B per CTA (True) or ``block_n``.
+        ragged_load_factor: operand time multiplier when a K row pitch (``K * 2`` bytes) is not a multiple of 128
+            bytes: each 128-byte box row then straddles two L2 lines (docs/performance.md, "Ragged K"); 1 = none.
+        dram_latency_us: memory latency, microseconds: one SM streams at most the bytes its ``stages`` hold in flight
+            per latency (Little's law), so a grid that keeps few SMs busy, or keeps few bytes in flight on each,
+            cannot reach ``hbm_tbps``; 0 = no such cap.
+        launch_us: fixed microseconds per launch (launch, prologue, last store drain).
+        tile_factors: ``((config name, factor), ...)``: a config's tile time (math or operand time, plus its fixed
+            cost) multiplied by its factor, what the throughputs above do not see of it (its epilogue, its number
+            of consumer warpgroups, its stage count); a config not listed: 1.
+        overlap: how the tile time and the DRAM time combine: their ``overlap``-norm, ``(t^p + d^p)^(1/p)``; the
+            larger, the closer to ``max(t, d)`` (perfect overlap); 0 = ``max``.
     """
 
     peak_tflops: float = 989.0
     l2_tbps: float = 12.0
     hbm_tbps: float = 3.35
     store_tbps: float = 3.0
+    one_wg_efficiency: float = 1.0
+    multicast: bool = False
+    ragged_load_factor: float = 1.0
+    dram_latency_us: float = 0.0
+    launch_us: float = 0.0
+    overlap: float = 0.0
+    tile_factors: tuple[tuple[str, float], ...] = ()
 
 
+#: the constants the dual-GEMM chooser ranks with (l2_tbps calibrated so that a 256x128 tile at 8192^3 is
+#: math-bound, as measured on an H200; docs/performance.md, "Remote arrives under multicast")
 SM90_MODEL = DeviceModel()
+#: the GEMM chooser's constants, fitted on the tune half of the ``gemm`` suite on an H100 (bench/fit_choose.py;
+#: docs/performance.md, "Chooser fit"); the report half never entered the fit
+SM90_GEMM_MODEL = DeviceModel(
+    l2_tbps=9.475, hbm_tbps=3.998, store_tbps=0.5018, one_wg_efficiency=0.7887, multicast=True, ragged_load_factor=3.596,
+    dram_latency_us=2.433, overlap=4.757,
+    tile_factors=(("h100_128x128", 1.2466), ("h100_128x128_c2", 0.9856), ("h100_128x144", 1.248),
+                  ("h100_128x192", 1.159), ("h100_128x256", 1.0437), ("h100_128x64", 0.9078), ("h100_192x176", 1.1948),
+                  ("h100_256x128", 0.999), ("h100_64x128", 1.0199), ("h100_64x256", 1.0438), ("h100_64x64", 1.0886)))
 
 
 @dataclass(frozen=True)
@@ -104,6 +145,8 @@ class Candidate:
     operands: str = "bf16"
     consumers: str = "cooperative"  # sm_90a mma.consumers (pingpong: never a candidate, see candidates)
     split_k: int = 1  # schedule.split_k as shipped (> 1: never a candidate, see candidates)
+    warpgroups: int = 1  # sm_90a consumer warpgroups (mma.warpgroups)
+    multicast: bool = False  # sm_90a CTA pair multicasting B (tma.multicast)
 
     @property
     def accumulators(self) -> int:
@@ -134,7 +177,7 @@ def shipped_candidate(name: str) -> Candidate:
 
     Shipped configs are validated by the test suite, so the fields the cost model ranks on are read as
     written (an absent ``cluster`` is no cluster, an absent ``kernel`` a GEMM, absent ``operands`` bf16, an absent
-    ``schedule.split_k`` 1: the schema's defaults); a YAML without ``tile`` or ``pipeline`` is loaded through
+    ``schedule.split_k`` 1, absent ``mma.warpgroups`` 1, absent ``tma.multicast`` false: the schema's defaults); a YAML without ``tile`` or ``pipeline`` is loaded through
     ``load_config`` instead.  tests/runtime/test_choose.py checks that this agrees with ``load_config`` for every
     shipped config, so a changed default cannot drift unseen.
     """
@@ -144,18 +187,19 @@ def shipped_candidate(name: str) -> Candidate:
 
     raw = yaml.safe_load((configs_dir() / f"{name}.yaml").read_text(encoding="utf-8"))
     try:
-        tile, pipeline, schedule = raw["tile"], raw["pipeline"], raw.get("schedule", {})
+        tile, pipeline, schedule, mma = raw["tile"], raw["pipeline"], raw.get("schedule", {}), raw.get("mma", {})
         cluster = raw.get("cluster", {}).get("size", 1)
         return Candidate(name, raw["arch"], tile["block_m"], tile["block_n"], tile["block_k"], pipeline["stages"],
                          cluster, raw.get("kernel", "gemm"), raw.get("operands", "bf16"),
-                         raw.get("mma", {}).get("consumers", "cooperative"), schedule.get("split_k", 1))
+                         mma.get("consumers", "cooperative"), schedule.get("split_k", 1), mma.get("warpgroups", 1),
+                         raw.get("tma", {}).get("multicast", False))
     except (KeyError, TypeError, AttributeError):
         from ptxgen.config import load_config
 
         cfg = load_config(name)
         return Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
                          cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands, cfg.mma.consumers,
-                         cfg.schedule.split_k)
+                         cfg.schedule.split_k, cfg.mma.warpgroups, cfg.tma.multicast)
 
 
 def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceModel = SM90_MODEL) -> dict:
@@ -166,18 +210,31 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
         tail efficiency in (0, 1], operand bytes per FLOP of one tile.
     """
     slots = max(c.cluster, sm_count // c.cluster * c.cluster)
-    tiles = math.ceil(m / c.block_m) * math.ceil(n / c.block_n)
+    # an sm_90a CTA pair takes two m-blocks of one n-block, so an odd count of m-blocks leaves one CTA of a pair
+    # idle: M <= block_m keeps half the SMs of a pair config idle
+    pair = c.cluster if c.arch == "sm_90a" else 1
+    tiles = math.ceil(math.ceil(m / c.block_m) / pair) * pair * math.ceil(n / c.block_n)
     waves = math.ceil(tiles / slots)
     acc = c.accumulators
-    per_sm_flops = model.peak_tflops * 1e12 / sm_count
+    per_sm_flops = model.peak_tflops * 1e12 / sm_count * (model.one_wg_efficiency if c.warpgroups == 1 else 1.0)
     per_sm_l2 = model.l2_tbps * 1e12 / sm_count
     per_sm_store = model.store_tbps * 1e12 / sm_count
+    b_rows = acc * c.block_n / (2 if model.multicast and c.multicast else 1)
+    ragged = model.ragged_load_factor if (2 * k) % 128 else 1.0
     math_s = 2.0 * acc * c.block_m * c.block_n * k / per_sm_flops
-    load_s = (c.block_m + acc * c.block_n) * k * 2.0 / per_sm_l2
+    load_s = (c.block_m + b_rows) * k * 2.0 * ragged / per_sm_l2
     fixed_s = (c.stages * (c.block_m + acc * c.block_n) * c.block_k * 2.0) / per_sm_l2 + c.block_m * c.block_n * 2.0 / per_sm_store
-    dram_s = 2.0 * (m * k + acc * n * k + m * n) / (model.hbm_tbps * 1e12)
+    dram_bytes = 2.0 * (m * k + acc * n * k + m * n)
+    dram_bw = model.hbm_tbps * 1e12
+    if model.dram_latency_us:
+        in_flight = c.stages * (c.block_m + b_rows) * c.block_k * 2.0
+        dram_bw = min(dram_bw, min(tiles, slots) * in_flight / (model.dram_latency_us * 1e-6))
+    tile_s = waves * (max(math_s, load_s) + fixed_s) * dict(model.tile_factors).get(c.name, 1.0)
+    dram_s = dram_bytes / dram_bw
+    p = model.overlap
+    both = max(tile_s, dram_s) if not p else max(tile_s, dram_s) * (1 + (min(tile_s, dram_s) / max(tile_s, dram_s)) ** p) ** (1 / p)
     return {
-        "us": max(waves * (max(math_s, load_s) + fixed_s), dram_s) * 1e6,
+        "us": both * 1e6 + model.launch_us,
         "tiles": tiles,
         "waves": waves,
         "tail": tiles / (waves * slots),
@@ -302,7 +359,7 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     cands = candidates(arch) if arch else ()
     if not cands:
         return default, "default"
-    return rank(cands, m, n, k, sm_count, default)[0][1], "cost model"
+    return rank(cands, m, n, k, sm_count, default, SM90_GEMM_MODEL)[0][1], "cost model"
 
 
 def choose(m: int, n: int, k: int, info: Any, kernel: str = "gemm") -> str:

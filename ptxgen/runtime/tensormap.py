@@ -3,8 +3,10 @@
 A row-major ``[rows, cols]`` tensor is described innermost first: global
 dims ``[cols, rows]``, one global stride ``[row_stride_bytes]``, box
 ``spec.box`` (``[box_cols, box_rows]``), element strides ``[1, 1]``, no
-interleave, the spec's swizzle and L2 promotion, out-of-bounds fill NONE
-(loads read zeros past the edge; stores are clipped).
+interleave, the spec's swizzle and L2 promotion (256-byte promotion capped at
+128 bytes when the row stride is not a multiple of 128 bytes: see
+:data:`ALIGNED_STRIDE_BYTES`), out-of-bounds fill NONE (loads read zeros past
+the edge; stores are clipped).
 
 :func:`tiled_args` validates everything the driver would reject (and a
 little more) without touching the driver, so the rules are testable on a
@@ -40,6 +42,11 @@ SWIZZLES: dict[str, tuple[str, int | None]] = {
     "64B": ("CU_TENSOR_MAP_SWIZZLE_64B", 64),
     "128B": ("CU_TENSOR_MAP_SWIZZLE_128B", 128),
 }
+#: a row stride that is not a multiple of this (one L2 line) makes every 128-byte box row straddle two lines; with
+#: 256-byte L2 promotion each straddle then fetches two 256-byte blocks, so the runtime asks for 128-byte promotion
+#: instead (H100, 3072x5120x7000 with h100_128x256: 0.394 -> 0.339 ms, 0.81x -> 0.94x torch; docs/performance.md,
+#: "Ragged K")
+ALIGNED_STRIDE_BYTES = 128
 #: spec.l2_promotion -> CUtensorMapL2promotion member
 L2_PROMOTIONS: dict[str, str] = {
     "none": "CU_TENSOR_MAP_L2_PROMOTION_NONE",
@@ -110,7 +117,8 @@ def tiled_args(address: int, rows: int, cols: int, row_stride_elems: int, spec: 
         address: device address of element ``[0, 0]``.
         rows, cols: shape in elements.
         row_stride_elems: distance between rows, in elements.
-        spec: the plan's tensor map spec.
+        spec: the plan's tensor map spec (its 256-byte L2 promotion becomes 128 bytes for a row stride that is
+            not a multiple of :data:`ALIGNED_STRIDE_BYTES`).
 
     Raises:
         ValueError: the spec itself is illegal (see :func:`check_spec`).
@@ -142,7 +150,8 @@ def tiled_args(address: int, rows: int, cols: int, row_stride_elems: int, spec: 
         box=(spec.box[0], spec.box[1]),
         dtype=dtype_name,
         swizzle=SWIZZLES[spec.swizzle][0],
-        l2_promotion=L2_PROMOTIONS[spec.l2_promotion],
+        l2_promotion=L2_PROMOTIONS[spec.l2_promotion if spec.l2_promotion != "256B" or stride_bytes % ALIGNED_STRIDE_BYTES == 0
+                                   else "128B"],
     )
 
 

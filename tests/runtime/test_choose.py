@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from ptxgen.errors import ConfigError
@@ -44,17 +47,21 @@ def test_shipped_candidate_agrees_with_load_config(name):
     cfg = load_config(name)
     assert shipped_candidate(name) == Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
                                                 cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands,
-                                                cfg.mma.consumers, cfg.schedule.split_k)
+                                                cfg.mma.consumers, cfg.schedule.split_k, cfg.mma.warpgroups,
+                                                cfg.tma.multicast)
 
 
 def test_cost_model_waves_and_tail():
+    from dataclasses import replace
+
     from ptxgen.runtime.choose import Candidate, predict
 
     c = Candidate("x", "sm_90a", 128, 256, 64, 4, 2)
     p = predict(c, 4096, 4096, 4096, 132)
     assert p["tiles"] == 32 * 16 and p["waves"] == 4 and p["tail"] == pytest.approx(512 / (4 * 132))
     small = predict(c, 128, 256, 4096, 132)
-    assert small["tiles"] == 1 and small["waves"] == 1
+    assert small["tiles"] == 2 and small["waves"] == 1  # one m-block: the pair's second CTA idles but is counted
+    assert predict(replace(c, cluster=1), 128, 256, 4096, 132)["tiles"] == 1
     assert predict(c, 4096, 4096, 8192, 132)["us"] > p["us"]  # more K, more time
     wide = Candidate("w", "sm_90a", 256, 128, 64, 4, 1)
     narrow = Candidate("n", "sm_90a", 128, 128, 64, 4, 1)
@@ -64,20 +71,20 @@ def test_cost_model_waves_and_tail():
 def test_choice_prefers_user_table_then_shipped_then_model(fresh_choice, monkeypatch):
     choose = fresh_choice
     shipped = choose.read_table(choose.shipped_table_path("sm_90a"))
-    assert len(shipped) == 11 and shipped[(4096, 4096, 4096)] in {c.name for c in choose.candidates("sm_90a")}
-    assert choose.choose_cached(4096, 4096, 4096, (9, 0), 132) == (shipped[(4096, 4096, 4096)], "shipped table")
+    assert shipped[(4096, 8192, 8192)] in {c.name for c in choose.candidates("sm_90a")}
+    assert choose.choose_cached(4096, 8192, 8192, (9, 0), 132) == (shipped[(4096, 8192, 8192)], "shipped table")
     name, why = choose.choose_cached(1000, 1000, 1000, (9, 0), 132)
     assert why == "cost model" and name in {c.name for c in choose.candidates("sm_90a")}
 
-    doc = choose.table_doc("sm_90a", "test", [{"m": 4096, "n": 4096, "k": 4096, "config": "h100_128x128"},
+    doc = choose.table_doc("sm_90a", "test", [{"m": 4096, "n": 8192, "k": 8192, "config": "h100_128x128"},
                                                {"m": 1, "n": 1, "k": 8, "config": "not_shipped"}], "test")
     choose.write_table(choose.user_table_path("sm_90a"), doc)  # clears the memo
-    assert choose.choose_cached(4096, 4096, 4096, (9, 0), 132) == ("h100_128x128", "user table")
+    assert choose.choose_cached(4096, 8192, 8192, (9, 0), 132) == ("h100_128x128", "user table")
     assert choose.choose_cached(1, 1, 8, (9, 0), 132)[1] == "cost model"  # unknown config ignored
 
     reads = []
     monkeypatch.setattr(choose, "read_table", lambda p: reads.append(p) or {})
-    choose.choose_cached(4096, 4096, 4096, (9, 0), 132)
+    choose.choose_cached(4096, 8192, 8192, (9, 0), 132)
     assert reads == []  # memoized per (M, N, K, device)
 
 
@@ -91,4 +98,61 @@ def test_broken_user_table_is_ignored(fresh_choice):
     path = choose.user_table_path("sm_90a")
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
-    assert choose.choose_cached(4096, 4096, 4096, (9, 0), 132)[1] == "shipped table"
+    assert choose.choose_cached(4096, 8192, 8192, (9, 0), 132)[1] == "shipped table"
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+
+
+def test_shipped_table_holds_tune_half_shapes_only():
+    """The shipped table is fitted on the suite's tune half; a report-half shape in it would hide the cost model."""
+    from ptxgen.runtime import choose
+    from ptxgen.suites import load
+
+    table = choose.read_table(choose.shipped_table_path("sm_90a"))
+    suite = load("gemm")
+    tune = {s.mnk for s in suite.half("tune")}
+    assert table and set(table) <= tune and not set(table) & {s.mnk for s in suite.half("report")}
+    assert set(table.values()) <= {c.name for c in choose.candidates("sm_90a")}
+
+
+def test_chooser_decisions_on_report_half_match_the_record(fresh_choice):
+    """Every report-half decision equals docs/results/chooser_report_h100.json (whose regrets were measured): a change
+    of the model, its constants, the table or the candidates that moves a decision shows here and must be re-measured."""
+    from ptxgen.suites import load
+
+    record = json.loads((RESULTS / "chooser_report_h100.json").read_text())
+    expected = {(s["m"], s["n"], s["k"]): (s["chosen"], s["why"]) for s in record["shapes"]}
+    assert set(expected) == {s.mnk for s in load("gemm").half("report")}
+    got = {mnk: fresh_choice.choose_cached(*mnk, (9, 0), 132) for mnk in expected}
+    assert {mnk: c for mnk, c in got.items() if c != expected[mnk]} == {}
+
+
+def test_cost_model_terms():
+    """Each fitted term moves the prediction the way its docstring says (a term that did nothing would pass the
+    decision record only by luck)."""
+    from dataclasses import replace
+
+    from ptxgen.runtime.choose import SM90_GEMM_MODEL, Candidate, DeviceModel, predict
+
+    base = DeviceModel(ragged_load_factor=3.0, multicast=True, dram_latency_us=2.0, one_wg_efficiency=0.5)
+    pair = Candidate("p", "sm_90a", 128, 256, 64, 4, 2, multicast=True, warpgroups=2)
+    solo = Candidate("s", "sm_90a", 256, 128, 64, 4, 1, warpgroups=2)
+    # a K pitch off 128 bytes slows operand-bound tiles; the pair, loading half of B, less than the single CTA
+    assert predict(solo, 4096, 4096, 7000, 132, base)["us"] > 1.5 * predict(solo, 4096, 4096, 7040, 132, base)["us"]
+    assert (predict(pair, 4096, 4096, 7000, 132, base)["us"] / predict(pair, 4096, 4096, 7040, 132, base)["us"]
+            < predict(solo, 4096, 4096, 7000, 132, base)["us"] / predict(solo, 4096, 4096, 7040, 132, base)["us"])
+    # memory-bound: more stages keep more bytes in flight per SM
+    few, many = (Candidate("x", "sm_90a", 64, 128, 64, st, 1) for st in (2, 8))
+    slow = replace(base, dram_latency_us=8.0)
+    assert predict(few, 16, 16384, 16384, 132, slow)["us"] > 1.5 * predict(many, 16, 16384, 16384, 132, slow)["us"]
+    # one consumer warpgroup computes at one_wg_efficiency
+    one, two = (replace(solo, warpgroups=w) for w in (1, 2))
+    assert predict(one, 8192, 8192, 8192, 132, base)["us"] > 1.5 * predict(two, 8192, 8192, 8192, 132, base)["us"]
+    # a tile factor scales its config only
+    scaled = replace(base, tile_factors=(("s", 2.0),))
+    assert predict(solo, 8192, 8192, 8192, 132, scaled)["us"] > 1.9 * predict(solo, 8192, 8192, 8192, 132, base)["us"]
+    assert predict(pair, 8192, 8192, 8192, 132, scaled)["us"] == predict(pair, 8192, 8192, 8192, 132, base)["us"]
+    # the overlap norm is never below the max of its two parts
+    assert predict(solo, 8192, 8192, 8192, 132, replace(base, overlap=2.0))["us"] > predict(solo, 8192, 8192, 8192, 132, base)["us"]
+    assert SM90_GEMM_MODEL.multicast and SM90_GEMM_MODEL.tile_factors

@@ -17,7 +17,19 @@ def test_tiled_args_valid():
     assert args.box == (64, 64)
     assert args.dtype == "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"
     assert args.swizzle == "CU_TENSOR_MAP_SWIZZLE_128B"
-    assert args.l2_promotion == "CU_TENSOR_MAP_L2_PROMOTION_L2_256B"
+    assert args.l2_promotion == "CU_TENSOR_MAP_L2_PROMOTION_L2_128B"  # 272-byte rows straddle L2 lines: capped
+
+
+@pytest.mark.parametrize("stride, promotion, expect", [
+    (7040, "256B", "256B"), (7104, "256B", "256B"),  # 128-byte multiples: each 128-byte box row is one L2 line
+    (7000, "256B", "128B"), (4072, "256B", "128B"), (1240, "256B", "128B"),  # rows straddle lines: capped at 128 B
+    (7000, "none", "none"), (7000, "64B", "64B"), (7000, "128B", "128B")])  # below the cap: as the spec says
+def test_l2_promotion_capped_for_unaligned_row_strides(stride, promotion, expect):
+    """docs/performance.md, "Ragged K": 256-byte promotion on rows that straddle L2 lines is what halves the kernel."""
+    from ptxgen.runtime.tensormap import tiled_args
+
+    args = tiled_args(0x1000, rows=64, cols=stride - 8, row_stride_elems=stride, spec=spec(l2=promotion))
+    assert args.l2_promotion == f"CU_TENSOR_MAP_L2_PROMOTION_{'NONE' if expect == 'none' else 'L2_' + expect}"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,151 @@
+"""Fit the GEMM chooser's cost-model constants on measured times, and report the chooser's regret (no GPU).
+
+Input: survey files written by ``bench/survey.py --shipped --json F`` (every shipped candidate timed on every shape of
+a suite half).  ``--fit F`` fits the constants of :class:`ptxgen.runtime.choose.DeviceModel` on the shapes of ``F``
+(only ever the tune half): Nelder-Mead within physical bounds (:data:`BOUNDS`), restarted from its result once, on the logarithms of one tile factor
+per candidate (``DeviceModel.tile_factors``) and of ``l2_tbps``, ``hbm_tbps``,
+``store_tbps``, ``one_wg_efficiency``, ``ragged_load_factor`` and ``dram_latency_us``, ``overlap``, minimising the mean over shapes
+of a soft regret (:func:`loss`: each candidate's ``log(t / t[best])`` weighted by a softmax of its predicted time,
+the regret of the model's pick in the limit) plus a tenth of the mean squared error of the predicted log time
+relative to the shape's mean.  ``--eval F`` reports, for the
+chooser as shipped (tables first, then the cost model; ``--model-only`` skips the tables), each shape's pick, its
+regret (chosen config time / best shipped config time) and the median and worst regret; after ``--fit`` the
+cost model is the fitted one.
+
+Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json] [--eval survey_report.json ...]
+       [--model-only] [--json F] [--table F]
+"""
+import argparse
+import dataclasses
+import json
+import math
+import statistics
+from pathlib import Path
+
+from ptxgen.runtime import choose
+
+FITTED = ("l2_tbps", "hbm_tbps", "store_tbps", "one_wg_efficiency", "ragged_load_factor", "dram_latency_us", "overlap")
+#: the physical range each fitted constant is held in (a fit free of them drifts to values no device has, e.g. a one-
+#: warpgroup tile faster than the tensor-core peak, that rank the fitted shapes well and others badly)
+BOUNDS = {"l2_tbps": (5.0, 30.0), "hbm_tbps": (2.5, 4.0), "store_tbps": (0.5, 5.0), "one_wg_efficiency": (0.4, 1.0),
+          "ragged_load_factor": (1.0, 4.0), "dram_latency_us": (0.5, 5.0), "overlap": (1.0, 20.0)}
+TILE_FACTOR_BOUNDS = (0.8, 1.25)
+SMS = 132
+
+
+def measured(path: str, names: set[str]) -> list[tuple[tuple[int, int, int], dict[str, float]]]:
+    """``[((m, n, k), {config: ms})]`` of the shipped candidates timed in a survey file."""
+    doc = json.load(open(path))
+    return [((r["m"], r["n"], r["k"]), {s: v["ms"] for s, v in r["sides"].items() if s in names})
+            for r in doc["rows"]]
+
+
+def model_pick(model: choose.DeviceModel, cands, mnk, times: dict[str, float]) -> str:
+    timed = tuple(c for c in cands if c.name in times)
+    return choose.rank(timed, *mnk, SMS, choose.DEFAULT_SM90, model)[0][1]
+
+
+def loss(model: choose.DeviceModel, cands, rows, tau: float = 0.03) -> float:
+    """Mean over shapes of the soft regret (each candidate's log regret weighted by the softmax of its negative
+    predicted log time over ``tau``: the hard pick's regret as ``tau`` -> 0, smooth in the constants) plus a tenth
+    of the mean squared error of the predicted log times about the shape's mean."""
+    regret, err = [], []
+    for mnk, times in rows:
+        best = min(times.values())
+        logs = {c.name: math.log(choose.predict(c, *mnk, SMS, model)["us"]) for c in cands if c.name in times}
+        low = min(logs.values())
+        w = {name: math.exp(-(v - low) / tau) for name, v in logs.items()}
+        regret.append(sum(w[name] * math.log(times[name] / best) for name in w) / sum(w.values()))
+        dev = {name: v - math.log(times[name]) for name, v in logs.items()}
+        mean = statistics.fmean(dev.values())
+        err.append(statistics.fmean((v - mean) ** 2 for v in dev.values()))
+    return statistics.fmean(regret) + 0.1 * statistics.fmean(err)
+
+
+def hard_regret(model: choose.DeviceModel, cands, rows) -> tuple[float, float]:
+    """Median and worst regret of the model's pick over ``rows``."""
+    r = [times[model_pick(model, cands, mnk, times)] / min(times.values()) for mnk, times in rows]
+    return statistics.median(r), max(r)
+
+
+def fit(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
+    """Nelder-Mead on the log of the :data:`FITTED` constants and of one tile factor per candidate."""
+    from scipy.optimize import minimize
+
+    names = [c.name for c in cands]
+
+    def model_of(x):
+        v = [math.exp(min(max(t, -20.0), 20.0)) for t in x]
+        return dataclasses.replace(start, **dict(zip(FITTED, v)),
+                                   tile_factors=tuple((n, round(f, 4)) for n, f in zip(names, v[len(FITTED):])))
+
+    x = [math.log(max(getattr(start, f), 1e-3)) for f in FITTED] + [0.0] * len(names)
+    bounds = [(math.log(BOUNDS[f][0]), math.log(BOUNDS[f][1])) for f in FITTED]
+    bounds += [(math.log(TILE_FACTOR_BOUNDS[0]), math.log(TILE_FACTOR_BOUNDS[1]))] * len(names)
+    for rnd in range(2):
+        res = minimize(lambda x: loss(model_of(x), cands, rows), x, method="Nelder-Mead", bounds=bounds,
+                       options={"maxiter": 3000, "xatol": 1e-3, "fatol": 1e-7, "adaptive": True})
+        x = res.x
+        score = hard_regret(model_of(x), cands, rows)
+        print(f"  round {rnd}: soft loss {res.fun:.4f}, regret median {score[0]:.3f}, worst {score[1]:.3f}")
+    return model_of(x)
+
+
+def evaluate(path: str, cands, model_only: bool, model: choose.DeviceModel = choose.SM90_GEMM_MODEL) -> dict:
+    names = {c.name for c in cands}
+    out = []
+    for mnk, times in measured(path, names):
+        if model_only:
+            pick, why = model_pick(model, cands, mnk, times), "cost model"
+        else:
+            choose.choose_cached.cache_clear()
+            pick, why = choose.choose_cached(*mnk, (9, 0), SMS)
+        best = min(times, key=times.get)
+        out.append({"m": mnk[0], "n": mnk[1], "k": mnk[2], "chosen": pick, "why": why, "best": best,
+                    "regret": round(times[pick] / times[best], 4)})
+    regrets = [r["regret"] for r in out]
+    return {"survey": path, "median_regret": statistics.median(regrets), "worst_regret": max(regrets),
+            "shapes": out}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--fit")
+    p.add_argument("--eval", action="append", default=[])
+    p.add_argument("--model-only", action="store_true")
+    p.add_argument("--json")
+    p.add_argument("--table", help="write the shipped-table document of the --fit survey's shapes here")
+    args = p.parse_args()
+    cands = choose.candidates("sm_90a")
+    names = {c.name for c in cands}
+    model = choose.SM90_GEMM_MODEL
+    if args.fit:
+        rows = measured(args.fit, names)
+        start = dataclasses.replace(choose.SM90_MODEL, multicast=True, one_wg_efficiency=0.8, ragged_load_factor=1.5,
+                                    dram_latency_us=2.0, overlap=4.0)
+        for label, model in (("start", start), ("shipped", choose.SM90_GEMM_MODEL)):
+            print(f"{label}: loss {loss(model, cands, rows):.4f}")
+        model = fit(cands, rows, start)
+        print(f"fitted: loss {loss(model, cands, rows):.4f}")
+        print("DeviceModel(" + ", ".join(f"{f}={getattr(model, f):.4g}" for f in FITTED) + ", multicast=True, "
+              f"tile_factors={model.tile_factors})")
+    if args.table and args.fit:
+        device = json.load(open(args.fit))["device"]
+        entries = [{"m": mnk[0], "n": mnk[1], "k": mnk[2], "config": min(t, key=t.get), "ms": round(min(t.values()), 4),
+                    "all_ms": {c: round(v, 4) for c, v in sorted(t.items())}} for mnk, t in measured(args.fit, names)]
+        choose.write_table(Path(args.table), choose.table_doc("sm_90a", device, entries, (
+            "bench/survey.py --suite gemm --half tune --shipped (prepared launches alternating call by call, median of "
+            "5 runs of 20 calls, L2-rotated inputs), fastest shipped config per shape; tune half only")))
+    docs = [evaluate(path, cands, args.model_only, model) for path in args.eval]
+    for doc in docs:
+        print(f"{doc['survey']}: regret median {doc['median_regret']:.3f}, worst {doc['worst_regret']:.3f}")
+        for r in doc["shapes"]:
+            if r["regret"] > 1.02:
+                print(f"  {r['m']}x{r['n']}x{r['k']}: {r['chosen']} ({r['why']}) vs {r['best']}: {r['regret']:.3f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(docs, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
