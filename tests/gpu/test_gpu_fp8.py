@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import ptxgen.config as config_mod
 from ptxgen.errors import ShapeError
+from ptxgen.runtime import fp8
 
 pytestmark = pytest.mark.gpu
 
@@ -28,21 +29,12 @@ BLOCK = 128
 
 
 def quantize(torch, x, block_rows: int):
-    """The recipe's quantization of ``x`` ``[R, K]`` fp32: (e4m3 ``[R, K]``, fp32 scales ``[ceil(R/block_rows),
-    ceil(K/128)]``), scale = amax / 448 per ``block_rows`` x 128 block."""
-    r, k = x.shape
-    rb, kb = -(-r // block_rows), -(-k // BLOCK)
-    pad = torch.zeros((rb * block_rows, kb * BLOCK), device=x.device)
-    pad[:r, :k] = x
-    amax = pad.abs().reshape(rb, block_rows, kb, BLOCK).amax(dim=(1, 3))
-    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
-    full = scale.repeat_interleave(block_rows, 0).repeat_interleave(BLOCK, 1)[:r, :k]
-    return (x / full).to(torch.float8_e4m3fn), scale
+    """The recipe's quantization (:func:`ptxgen.runtime.fp8.quantize`)."""
+    return fp8.quantize(x, block_rows)
 
 
 def dequantize(torch, q, scale, block_rows: int):
-    r, k = q.shape
-    return q.float() * scale.repeat_interleave(block_rows, 0).repeat_interleave(BLOCK, 1)[:r, :k]
+    return fp8.dequantize(q, scale, block_rows)
 
 
 def fp8_operands(torch, m: int, n: int, k: int, seed: int):
