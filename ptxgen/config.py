@@ -47,6 +47,7 @@ from pydantic_core import PydanticCustomError
 from pydantic.dataclasses import dataclass as _pydantic_dataclass
 
 from .errors import ConfigError
+from .hw import FP8_SCALE_BLOCK  # K elements per FP8 scale block (plan and runtime read it too)
 from .shipped import configs_dir, resolve_config_path, shipped_configs  # noqa: F401 - re-exported
 
 ARCHS = ("sm_100a", "sm_90a")
@@ -570,7 +571,6 @@ def _validate_nvfp4(cfg: Config) -> None:
 #: fp32 registers per consumer thread an FP8 config may spend on its main accumulator plus the block partial
 #: (the rest of setmaxnreg's 240 holds descriptors, scales, stage/phase and tile state)
 FP8_FRAGMENT_REGS = 192
-FP8_SCALE_BLOCK = 128  # K elements per scale block (one scale_a per row, one scale_b per 128 rows of B)
 
 
 def _validate_fp8(cfg: Config) -> None:

@@ -37,3 +37,8 @@ SF_ATOM_K = 4
 SF_ATOM_BYTES = SF_ATOM_ROWS * SF_ATOM_K
 SF_LINE_BYTES = 128  # a scale map's inner TMA box: one 128-byte line of the blocked layout (a quarter of an atom)
 SF_TMEM_COLS_PER_ATOM = 4
+
+
+# The FP8 block-scaled recipe's granularity (the kernel's scale ABI: DeepSeek-V3's recipe, as DeepGEMM takes it):
+# one scale_a per row per 128 K, one scale_b per 128 rows of B per 128 K.
+FP8_SCALE_BLOCK = 128

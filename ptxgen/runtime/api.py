@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ptxgen.errors import ConfigError, ShapeError
+from ptxgen.hw import FP8_SCALE_BLOCK
 from ptxgen.runtime.driver import current_stream  # noqa: F401 - part of this module's API
 # the defaults live with the chooser, which falls back to them (no api <-> choose circle); re-exported here
 from ptxgen.runtime.choose import (DEFAULT_DUAL_SM90, DEFAULT_DUAL_SM100, DEFAULT_SM90, DEFAULT_SM100,  # noqa: F401
@@ -1088,23 +1089,8 @@ def kernel_call(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
 # already laid out that way (``scale.T`` row-major, as DeepGEMM asks for) is read in place, any other is copied once
 # per call (``rows x ceil(K/128)`` floats: a few microseconds).
 
-FP8_SCALE_BLOCK = 128  # K elements per scale; rows of B per scale_b
 FP8_K_MULTIPLE = 16  # e4m3 bytes per 16-byte TMA row stride
 _F32_PER_16B = 4
-
-
-def _check_typed(name: str, t: Any, dims: str, dtype: Any, require_cuda: bool) -> None:
-    """A 2-D torch tensor of ``dtype`` (on a CUDA device when ``require_cuda``)."""
-    import torch
-
-    if not isinstance(t, torch.Tensor):
-        raise ShapeError(f"{name}: got {type(t).__name__}: must be a torch.Tensor")
-    if t.dim() != 2:
-        raise ShapeError(f"{name}: shape={tuple(t.shape)}: must be 2-D {dims}")
-    if t.dtype != dtype:
-        raise ShapeError(f"{name}: dtype={t.dtype}: must be {dtype}")
-    if require_cuda and t.device.type != "cuda":
-        raise ShapeError(f"{name}: device={t.device}: must be a CUDA tensor")
 
 
 def check_fp8_operands(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = None, *,
@@ -1129,8 +1115,8 @@ def check_fp8_operands(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = No
     import torch
 
     e4m3 = torch.float8_e4m3fn
-    _check_typed("a", a, "[M, K]", e4m3, require_cuda)
-    _check_typed("b", b, "[N, K]", e4m3, require_cuda)
+    _check_tensor("a", a, "[M, K]", require_cuda, layout=False, dtype=e4m3)
+    _check_tensor("b", b, "[N, K]", require_cuda, layout=False, dtype=e4m3)
     if b.device != a.device:
         raise ShapeError(f"b: device={b.device}: must be on a's device {a.device}")
     (m, k), (n, kb) = a.shape, b.shape
@@ -1148,7 +1134,7 @@ def check_fp8_operands(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = No
     kblocks, nblocks = -(-k // FP8_SCALE_BLOCK), -(-n // FP8_SCALE_BLOCK)
     for name, t, want, what in (("scale_a", scale_a, (m, kblocks), "[M, ceil(K/128)]"),
                                 ("scale_b", scale_b, (nblocks, kblocks), "[ceil(N/128), ceil(K/128)]")):
-        _check_typed(name, t, what, torch.float32, require_cuda)
+        _check_tensor(name, t, what, require_cuda, layout=False, dtype=torch.float32)
         if tuple(t.shape) != want:
             raise ShapeError(f"{name}: shape={tuple(t.shape)}: must be {what} = {want} (one fp32 scale per "
                              f"{'row' if name == 'scale_a' else '128 rows'} and 128-K block)")

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-#: K elements per scale block (and N rows per scale_b block)
-BLOCK = 128
+from ptxgen.hw import FP8_SCALE_BLOCK as BLOCK  # K elements (and rows of B) per scale block
 #: the largest finite float8_e4m3fn
 E4M3_MAX = 448.0
 
