@@ -4,6 +4,8 @@
   derandomized when ``CI=true``, ``too_slow`` health check suppressed.
 - Tests marked ``gpu`` are skipped, with the reason, when torch is missing or sees no CUDA GPU.
 - Tests marked ``slow`` run only with ``--runslow``.
+- The suite's disk cache is a fresh folder (``PTXGEN_CACHE_DIR``) unless the caller set one: a test that patches
+  the compile path must not leave entries in the user's cache, and the user's entries must not answer tests.
 """
 
 from __future__ import annotations
@@ -21,6 +23,24 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("ptxgen")
+
+
+_OWN_CACHE_DIR: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if "PTXGEN_CACHE_DIR" not in os.environ:
+        import tempfile
+
+        os.environ["PTXGEN_CACHE_DIR"] = tempfile.mkdtemp(prefix="ptxgen-test-cache-")
+        _OWN_CACHE_DIR.append(os.environ["PTXGEN_CACHE_DIR"])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    for folder in _OWN_CACHE_DIR:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

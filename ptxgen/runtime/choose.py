@@ -182,7 +182,7 @@ def _shipped_candidates() -> tuple[Candidate, ...]:
     def build() -> bytes:
         return json.dumps([list(astuple(shipped_candidate(name))) for name in shipped_configs()]).encode()
 
-    blob = cache.get_or_build(("ptxgen-candidates-v1", f"src={source_fingerprint()}"), build)
+    blob = cache.get_or_build(("ptxgen-candidates-v2", f"src={source_fingerprint()}"), build)
     return tuple(Candidate(*row) for row in json.loads(blob))
 
 

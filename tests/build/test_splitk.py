@@ -195,8 +195,8 @@ def test_chooser_never_picks_split_k(shape, kernel, monkeypatch):
     A shipped split-K config would not be a candidate either."""
     from ptxgen.runtime import choose
 
-    monkeypatch.setattr(choose, "shipped_candidate", lambda name, real=choose.shipped_candidate: (
-        dataclasses.replace(real(name), split_k=4) if name == "h100_128x192" else real(name)))
+    monkeypatch.setattr(choose, "_shipped_candidates", lambda real=choose._shipped_candidates: tuple(
+        dataclasses.replace(c, split_k=4) if c.name == "h100_128x192" else c for c in real()))
     choose.candidates.cache_clear()
     choose.choose_cached.cache_clear()
     try:
