@@ -10,7 +10,7 @@ script also times a device-to-device copy of a ``--copy-mib`` tensor with CUDA e
 bandwidth such a read can hope for.
 
 ``--table F`` writes the tuned table of the shapes timed (``ptxgen.runtime.choose.table_doc``: per shape the fastest
-shipped config and every shipped config's time); ``ptxgen tune`` writes the same from prepared launches only.
+shipped config and every shipped config's time); ``ptxgen tune`` writes the same table without torch or the copy.
 
 Reported per shape and side: the median of the repeats' medians (ms), their min and max, and the bandwidth
 ``2 * (M*K + N*K + M*N) / t`` (bytes read and written) as a fraction of the copy's ``2 * size / t`` (read and

@@ -57,6 +57,8 @@ def _e4m3_table() -> np.ndarray:
 
 E4M3_VALUES = _e4m3_table()
 """float32 value of each e4m3fn byte 0-255 (``0x7F``, ``0xFF`` NaN)."""
+E4M3_MAX = 448.0
+"""The largest finite e4m3fn value (``0x7E``)."""
 
 
 # --------------------------------------------------------------------------- decode / pack

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats import E4M3_VALUES, e4m3_decode
-
-E4M3_MAX = 448.0
-SCALE_BLOCK = 128  # K elements per scale block; rows of B per scale_b block
+from ..formats import E4M3_MAX, E4M3_VALUES, e4m3_decode
+from ..hw import FP8_SCALE_BLOCK as SCALE_BLOCK  # K elements per scale block; rows of B per scale_b block
 _POS = np.asarray(E4M3_VALUES[:0x7F], dtype=np.float64)  # codes 0x00-0x7E: the finite non-negative values, ascending
 
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ptxgen.formats import E4M3_MAX  # the largest finite float8_e4m3fn
 from ptxgen.hw import FP8_SCALE_BLOCK as BLOCK  # K elements (and rows of B) per scale block
-#: the largest finite float8_e4m3fn
-E4M3_MAX = 448.0
 
 
 def quantize(x: Any, block_rows: int) -> tuple[Any, Any]:
