@@ -170,12 +170,18 @@ class Mma:
         ``block_m x block_n`` tiles, alternating (warpgroup ``w`` takes the CTA's tiles ``tc % 2 == w``), so one
         warpgroup's epilogue overlaps the other's mainloop (KernelTmaWarpSpecializedPingpong); needs 2
         warpgroups and a persistent schedule.
+    promotion_unroll: ``operands: fp8`` only, k-blocks per main-loop iteration.  1: each k-block's wgmmas,
+        ``wgmma.wait_group 0``, then its promotion (the tensor pipe of this warpgroup idles during it).  2 or 4:
+        two block partials; block kb + 1's wgmmas are issued before block kb is promoted (``wgmma.wait_group 1``),
+        so the promotion overlaps them; K is walked in whole iterations (the k-blocks past K are the TMA's zero
+        fill, promoted as zeros; docs/fp8.md).
     """
 
     lanes: OneOf("one", "all") = "one"
     tc_util_percent: Range(1, 100) = 100
     warpgroups: OneOf(1, 2, 3) = 1
     consumers: OneOf("cooperative", "pingpong") = "cooperative"
+    promotion_unroll: OneOf(1, 2, 4) = 1
 
 
 @section
@@ -508,6 +514,9 @@ def validate(cfg: Config) -> None:
         _validate_fp8(cfg)
     else:
         _rule(t.block_k == 64, "tile.block_k", t.block_k, "must be 64 (128 B of bf16: one 128B-swizzle atom)")
+    if cfg.operands != "fp8":
+        _rule(cfg.mma.promotion_unroll == 1, "mma.promotion_unroll", cfg.mma.promotion_unroll,
+              "only operands=fp8 promotes block partials; must be 1")
     if cfg.mma.lanes == "all":
         _rule(p.roles == "specialized", "mma.lanes", "all", "needs pipeline.roles=specialized (a whole MMA warp)")
         _rule(cfg.smem.layout == "separated", "mma.lanes", "all",
@@ -592,11 +601,15 @@ def _validate_fp8(cfg: Config) -> None:
     _rule(cfg.schedule.split_k == 1, "schedule.split_k", cfg.schedule.split_k, "operands=fp8: must be 1")
     _rule(not cfg.epilogue.overlap, "epilogue.overlap", True, "operands=fp8: must be false")
     waves = t.block_m // cfg.mma.warpgroups // 64
-    regs = waves * t.block_n // 2 + min(t.block_n, 128) // 2
+    partials = 1 if cfg.mma.promotion_unroll == 1 else 2
+    regs = waves * t.block_n // 2 + partials * min(t.block_n, 128) // 2
     _rule(regs <= FP8_FRAGMENT_REGS, "tile.block_n", t.block_n,
-          f"operands=fp8: main accumulator {waves * t.block_n // 2} + block partial {min(t.block_n, 128) // 2} fp32 "
-          f"registers per thread = {regs} > {FP8_FRAGMENT_REGS} (tile {t.block_m}x{t.block_n}, "
-          f"{cfg.mma.warpgroups} consumer warpgroups) would spill")
+          f"operands=fp8: main accumulator {waves * t.block_n // 2} + {partials} block partial(s) of "
+          f"{min(t.block_n, 128) // 2} fp32 registers per thread = {regs} > {FP8_FRAGMENT_REGS} (tile "
+          f"{t.block_m}x{t.block_n}, {cfg.mma.warpgroups} consumer warpgroups) would spill")
+    _rule(cfg.mma.promotion_unroll == 1 or (waves == 1 and t.block_n <= 128), "mma.promotion_unroll",
+          cfg.mma.promotion_unroll, "operands=fp8: > 1 needs one 64-row wave and one column chunk per warpgroup "
+          "(block_m = 64 x warpgroups, block_n <= 128): each k-block is one wgmma group into one partial")
 
 
 def _validate_split_k(cfg: Config) -> None:

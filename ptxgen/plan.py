@@ -403,6 +403,12 @@ class PromotionPlan:
         block, so the box starts 16-byte aligned and, with the runtime's map width padded to 4 blocks, never
         reaches past a row (on the H100 such scale boxes raised "illegal instruction"); the tile's blocks
         (at most 2, at an even block for block_n = 256) lie inside it.
+    unroll: k-blocks per main-loop iteration (config ``mma.promotion_unroll``).  1: per k-block the wgmmas,
+        ``wgmma.wait_group 0``, the promotion.  >= 2 (one wave, one chunk): two partials, ``part`` and ``part1``
+        (even and odd blocks of an iteration); block j + 1's wgmmas are committed before ``wgmma.wait_group 1``
+        and block j's promotion, which so overlaps them; the iteration's last block is promoted after
+        ``wgmma.wait_group 0``.  ``num_k`` is rounded up to a multiple of ``unroll``: the k-blocks past K are
+        TMA zero fill (A, B and both scales), whose promotion adds 0 x 0.
     """
 
     atype: str
@@ -417,6 +423,7 @@ class PromotionPlan:
     scale_bytes: int
     row_half: int
     sb_box: int
+    unroll: int = 1
 
 
 @dataclass(frozen=True)
@@ -1166,4 +1173,4 @@ def _promotion_plan(cfg: Config, f: _Basics, mma: MmaIssuePlan) -> PromotionPlan
     return PromotionPlan(atype="e4m3", mma_k=f.mma_k, chunk_n=chunk_n, chunks=mma.block_n // chunk_n,
                          partial_regs=chunk_n // 2, chunk_values=chunk_n // 2, b_chunk_bytes=chunk_n * f.row_bytes,
                          scale_block=FP8_SCALE_BLOCK, b_block_rows=FP8_SCALE_BLOCK, scale_bytes=F32_SCALE_BYTES,
-                         row_half=8 * F32_SCALE_BYTES, sb_box=SB_BOX_COLS)
+                         row_half=8 * F32_SCALE_BYTES, sb_box=SB_BOX_COLS, unroll=cfg.mma.promotion_unroll)

@@ -143,7 +143,9 @@ def setup(plan: Plan, cluster: Cluster, scheduler: TileScheduler) -> list:
         inits.append(For("i", Const(0), Const(spec.num), Const(1), (MbarrierInit(Bar(spec.name, Var("i")), count),)))
     roles = [Role("init", 0, 1, (Elect((*inits, FenceMbarrierInit())),))]
     alloc = Role("tmem_alloc", plan.roles.alloc_warp, plan.roles.alloc_warp + 1, (TmemAlloc(plan.tmem.cols), TmemRelinquish()))
-    out = [Let("num_k", ceil_div(Param("k"), plan.mma.block_k)), *scheduler.setup()]
+    unroll = plan.promotion.unroll if plan.promotion is not None else 1  # FP8: whole main-loop iterations
+    num_k = ceil_div(Param("k"), plan.mma.block_k) if unroll == 1 else ceil_div(Param("k"), plan.mma.block_k * unroll) * unroll
+    out = [Let("num_k", num_k), *scheduler.setup()]
     if plan.is_sm100 and plan.roles.cta_group == 2:
         # tcgen05.alloc.cta_group::2 needs the peer CTA running (PTX ISA "tcgen05.alloc").  Order: barrier init + fence.mbarrier_init -> cluster
         # arrive.release/wait.acquire -> alloc + relinquish -> fence::before -> cluster sync (peer's alloc

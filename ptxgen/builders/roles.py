@@ -572,6 +572,31 @@ class WgmmaConsumer:
                                      accumulate, a_hi=a.desc_hi, b_hi=bo.desc_hi))
         return out + [WgmmaCommit()]
 
+    def promoted_wgmmas(self, st: PipelineState, v: int, c: int, part: str) -> list:
+        """FP8: fence, the e4m3 wgmmas of M-wave ``v`` and column chunk ``c`` of k-block ``kb`` (stage ``st``) into
+        the block partial ``part`` (the first overwrites it), commit."""
+        p, pr = self.p, self.p.promotion
+        a, b = p.loads.operand("a"), p.loads.operand("b")
+        a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + Var("wg") * p.mma.wg_a_stride + v * p.mma.a_wave_bytes))
+        b_base = desc_lo(p, fold(stage_offset(p, "b", st.index) + c * pr.b_chunk_bytes))
+        out = [WgmmaFence()]  # the partial was read by the previous promotion
+        for ks in range(p.mma.k_steps):
+            out.append(Wgmma(part, pr.chunk_n, fold(a_base + ks * p.mma.k_step_desc), fold(b_base + ks * p.mma.k_step_desc),
+                             Const(1 if ks else 0), a_hi=a.desc_hi, b_hi=b.desc_hi, atype=pr.atype, k=pr.mma_k))
+        return out + [WgmmaCommit()]
+
+    def promotion(self, stage: Expr, v: int, c: int, part: str, first: bool) -> PromoteScaled:
+        """FP8: promote ``part`` (M-wave ``v``, column chunk ``c``) into the main accumulator with the scales in
+        stage ``stage``: this thread's two scale_a rows and the chunk's scale_b."""
+        p, pr = self.p, self.p.promotion
+        sa, sb = stage_offset(p, "scale_a", stage), stage_offset(p, "scale_b", stage)
+        sb_first = (Var("n_col") // pr.b_block_rows) % pr.sb_box  # the tile's first block inside the scale_b box
+        row = Var("wg") * p.mma.wg_row_stride + v * p.mma.wave_rows + (WARP % 4) * 16 + LANE // 4
+        return PromoteScaled(self.acc_name(0, v), part, pr.chunk_values, c * pr.chunk_values,
+                             fold(sa + row * pr.scale_bytes),
+                             fold(sb + (sb_first + c * pr.chunk_n // pr.b_block_rows) * pr.scale_bytes),
+                             pr.row_half, accumulate=not first)
+
     def promoted_kblock(self, first: bool) -> list:
         """FP8 k-block ``kb`` (one 128-K scale block): consumer_wait ``full``; per M-wave and column chunk, the e4m3
         wgmmas into the block partial, ``wgmma.wait_group 0``, the promotion into the main accumulator with the
@@ -580,28 +605,35 @@ class WgmmaConsumer:
         the main accumulator.  See :class:`ptxgen.plan.PromotionPlan`.
         """
         p, pr = self.p, self.p.promotion
-        wg = Var("wg")
         lets, st = ring_state(p)
-        a, b = p.loads.operand("a"), p.loads.operand("b")
         out = [*lets, *p.ab.consumer_wait(st)]
-        sa, sb = stage_offset(p, "scale_a", st.index), stage_offset(p, "scale_b", st.index)
-        sb_first = (Var("n_col") // pr.b_block_rows) % pr.sb_box  # the tile's first block inside the scale_b box
         for v in range(p.mma.m_waves):
-            a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + wg * p.mma.wg_a_stride + v * p.mma.a_wave_bytes))
-            row = wg * p.mma.wg_row_stride + v * p.mma.wave_rows + (WARP % 4) * 16 + LANE // 4
             for c in range(pr.chunks):
-                b_base = desc_lo(p, fold(stage_offset(p, "b", st.index) + c * pr.b_chunk_bytes))
-                out.append(WgmmaFence())  # the partial was read by the previous promotion
-                for ks in range(p.mma.k_steps):
-                    out.append(Wgmma(PARTIAL, pr.chunk_n, fold(a_base + ks * p.mma.k_step_desc),
-                                     fold(b_base + ks * p.mma.k_step_desc), Const(1 if ks else 0), a_hi=a.desc_hi,
-                                     b_hi=b.desc_hi, atype=pr.atype, k=pr.mma_k))
-                out += [WgmmaCommit(), WgmmaWait(0),
-                        PromoteScaled(self.acc_name(0, v), PARTIAL, pr.chunk_values, c * pr.chunk_values,
-                                      fold(sa + row * pr.scale_bytes),
-                                      fold(sb + (sb_first + c * pr.chunk_n // pr.b_block_rows) * pr.scale_bytes),
-                                      pr.row_half, accumulate=not first)]
+                out += [*self.promoted_wgmmas(st, v, c, PARTIAL), WgmmaWait(0), self.promotion(st.index, v, c, PARTIAL, first)]
         return out + self.release(PipelineState(st.index, None))
+
+    def overlapped_kblocks(self, start: Expr, first: bool) -> list:
+        """FP8 with ``promotion.unroll`` = U >= 2 (one wave, one chunk): k-blocks ``start .. start + U - 1``.
+
+        Block j: consumer_wait ``full``, its wgmmas into partial ``j % 2``, commit; for j >= 1 then
+        ``wgmma.wait_group 1`` (block j - 1's group retired, block j's still running) and block j - 1's
+        promotion and consumer_release, which so overlap block j's wgmmas; the last block is promoted after
+        ``wgmma.wait_group 0``.  Every promotion reads a stage waited in the same iteration.  ``first``: the
+        tile's first iteration, whose first promotion initialises the main accumulator.
+        """
+        p, pr = self.p, self.p.promotion
+        parts = (PARTIAL, PARTIAL + "1")
+        out = []
+        for j in range(pr.unroll):
+            lets, st = ring_state(p)
+            out += [Let("kb", fold(start + j)), *lets, *p.ab.consumer_wait(st), *self.promoted_wgmmas(st, 0, 0, parts[j % 2])]
+            if j:
+                prev = fold((Var("it") - 1) % p.stages)
+                out += [WgmmaWait(1), self.promotion(prev, 0, 0, parts[(j - 1) % 2], first and j == 1),
+                        *self.release(PipelineState(prev, None))]
+        last = parts[(pr.unroll - 1) % 2]
+        return out + [WgmmaWait(0), self.promotion(st.index, 0, 0, last, False),
+                      *self.release(PipelineState(st.index, None))]
 
     def tile(self) -> list:
         """One tile: the k-loop (each k-block releases the previous one's stage after ``wgmma.wait_group 1``),
@@ -618,6 +650,11 @@ class WgmmaConsumer:
             fused = []
             for v in range(p.mma.m_waves):
                 fused += self.epi.fuse(f"acc{v}", f"acc1_{v}", p.mma.fragment_regs)
+            u = p.promotion.unroll
+            if u > 1:  # num_k is a multiple of u (common.setup)
+                return [*self.overlapped_kblocks(k0, first=True),
+                        For("kp", Const(u), k1, Const(u), tuple(self.overlapped_kblocks(Var("kp"), first=False))),
+                        *fused, *self.stores(CURRENT_TILE)]
             return [Let("kb", k0), *self.promoted_kblock(first=True),
                     k_loop(self.promoted_kblock(first=False), (k0 + 1, k1)), *fused, *self.stores(CURRENT_TILE)]
         release_prev = self.release(PipelineState((Var("it") - 1) % p.stages, None))
