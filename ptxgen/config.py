@@ -596,7 +596,8 @@ def _validate_fp8(cfg: Config) -> None:
           "operands=fp8: must be 128 (one 128-byte swizzle row of e4m3 = one 128-K scale block)")
     _rule(t.block_n % 128 == 0 or 128 % t.block_n == 0, "tile.block_n", t.block_n,
           "operands=fp8: a multiple of 128 or a divisor of 128 (each promoted chunk of columns has one scale_b block)")
-    _rule(cfg.cluster.size == 1, "cluster.size", cfg.cluster.size, "operands=fp8: must be 1 (no multicast of B)")
+    _rule(cfg.cluster.size == 1 or cfg.tma.multicast, "cluster.size", cfg.cluster.size,
+          "operands=fp8: a CTA pair must multicast B (tma.multicast=true); the scales are each CTA's own loads")
     _rule(cfg.mma.consumers == "cooperative", "mma.consumers", cfg.mma.consumers, "operands=fp8: must be cooperative")
     _rule(cfg.schedule.split_k == 1, "schedule.split_k", cfg.schedule.split_k, "operands=fp8: must be 1")
     _rule(not cfg.epilogue.overlap, "epilogue.overlap", True, "operands=fp8: must be false")

@@ -360,8 +360,8 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
 
     default = default_config_name(capability, kernel)
     arch = ARCH_OF_CAPABILITY.get(tuple(capability))
-    if kernel == "gemm_fp8":  # measured, not modelled: fp8_h100_128x128 ran 2.2-2.8x faster than the 128x256 and
-        return default, "default"  # 256x128 FP8 tiles on every shape timed (H100; docs/fp8.md, "GPU status")
+    if kernel == "gemm_fp8":
+        return fp8_rule(m, n, k, sm_count), "fp8 rule"
     if kernel != "gemm":
         cands = candidates(arch, kernel) if arch else ()
         if not cands:
@@ -379,6 +379,28 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     if not cands:
         return default, "default"
     return rank(cands, m, n, k, sm_count, default, SM90_GEMM_MODEL)[0][1], "cost model"
+
+
+#: gemm_fp8 on sm_90a: the 64-row tile (one consumer warpgroup) at or below this M, the 128-row tiles above
+FP8_SMALL_M = 64
+#: gemm_fp8 on sm_90a: the CTA pair multicasting B from this many m-blocks of 128 rows (a pair needs two)
+FP8_PAIR_M_BLOCKS = 2
+
+
+def fp8_rule(m: int, n: int, k: int, sm_count: int) -> str:
+    """The FP8 config for ``(m, n, k)`` on sm_90a: a rule fitted to H100 measurements (docs/fp8.md, "Speed").
+
+    ``m <= FP8_SMALL_M``: ``fp8_h100_64x128`` (one consumer warpgroup: no warpgroup computes rows past M);
+    at least ``FP8_PAIR_M_BLOCKS`` m-blocks of 128: ``fp8_h100_128x128_c2`` (B multicast over a CTA pair
+    halves B's L2 -> SM traffic; the 128x128 kernel ran L2-bound); otherwise ``fp8_h100_128x128``.
+    The 128x256 and 256x128 FP8 tiles are never chosen (2.2-2.8x slower).  ``n``, ``k`` and ``sm_count`` do
+    not enter the rule.
+    """
+    if m <= FP8_SMALL_M:
+        return "fp8_h100_64x128"
+    if -(-m // 128) >= FP8_PAIR_M_BLOCKS:
+        return "fp8_h100_128x128_c2"
+    return DEFAULT_FP8_SM90
 
 
 def choose(m: int, n: int, k: int, info: Any, kernel: str = "gemm") -> str:
