@@ -350,7 +350,8 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
                   kernel: str = "gemm") -> tuple[str, str]:
     """``(config name, why)`` for a shape on a device of ``capability`` with ``sm_count`` SMs.
 
-    ``why`` is ``"user table"``, ``"shipped table"``, ``"cost model"`` or ``"default"``.  The tuned tables hold
+    ``why`` is ``"user table"``, ``"shipped table"``, ``"cost model"``, ``"fp8 rule"`` (``kernel="gemm_fp8"``:
+    :func:`fp8_rule`) or ``"default"``.  The tuned tables hold
     GEMM configs; a dual GEMM (``kernel="dual_gemm"``) is chosen by the cost model among the ``dual_*`` configs.
 
     Raises:
@@ -382,23 +383,27 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
 
 
 #: gemm_fp8 on sm_90a: the 64-row tile (one consumer warpgroup) at or below this M, the 128-row tiles above
-FP8_SMALL_M = 64
-#: gemm_fp8 on sm_90a: the CTA pair multicasting B from this many m-blocks of 128 rows (a pair needs two)
-FP8_PAIR_M_BLOCKS = 2
+FP8_SMALL_M = 128
+#: gemm_fp8 on sm_90a: the CTA pair multicasting B from this K up (a pair also needs two m-blocks of 128 rows)
+FP8_PAIR_MIN_K = 2048
 
 
 def fp8_rule(m: int, n: int, k: int, sm_count: int) -> str:
-    """The FP8 config for ``(m, n, k)`` on sm_90a: a rule fitted to H100 measurements (docs/fp8.md, "Speed").
+    """The FP8 config for ``(m, n, k)`` on sm_90a: a rule read off H100 measurements (docs/fp8.md, "Speed").
 
-    ``m <= FP8_SMALL_M``: ``fp8_h100_64x128`` (one consumer warpgroup: no warpgroup computes rows past M);
-    at least ``FP8_PAIR_M_BLOCKS`` m-blocks of 128: ``fp8_h100_128x128_c2`` (B multicast over a CTA pair
-    halves B's L2 -> SM traffic; the 128x128 kernel ran L2-bound); otherwise ``fp8_h100_128x128``.
-    The 128x256 and 256x128 FP8 tiles are never chosen (2.2-2.8x slower).  ``n``, ``k`` and ``sm_count`` do
-    not enter the rule.
+    * ``m <= FP8_SMALL_M``: ``fp8_h100_64x128`` (one consumer warpgroup per 64-row tile: at M = 128 twice the
+      CTAs of a 128-row tile, at M <= 64 no warpgroup multiplies rows past M; measured 1.01-1.25x the 128x128
+      tile at M = 128, 0.89-1.48x at M = 64, geomean 1.03x);
+    * ``k >= FP8_PAIR_MIN_K`` (and, since ``m > FP8_SMALL_M``, at least two m-blocks): ``fp8_h100_128x128_c2``
+      (B multicast over a CTA pair halves B's L2 -> SM traffic; the unpaired kernel ran at 81 % of L2
+      throughput; measured 1.01-1.10x at M = 4096 with K >= 2048, 0.92-0.98x at K = 512 and 1536);
+    * otherwise ``fp8_h100_128x128``.
+
+    The 128x256 and 256x128 FP8 tiles are never chosen (2.2-2.8x slower).  ``n`` and ``sm_count`` do not enter.
     """
     if m <= FP8_SMALL_M:
         return "fp8_h100_64x128"
-    if -(-m // 128) >= FP8_PAIR_M_BLOCKS:
+    if k >= FP8_PAIR_MIN_K:
         return "fp8_h100_128x128_c2"
     return DEFAULT_FP8_SM90
 

@@ -38,7 +38,13 @@ def _cfg(**changes) -> dict:
     ({"tile.block_k": 64}, "tile.block_k=64: operands=fp8: must be 128"),
     ({"tile.block_n": 192}, "tile.block_n=192: operands=fp8: a multiple of 128 or a divisor of 128"),
     ({"tile.block_m": 256, "tile.block_n": 256}, "tile.block_n=256: operands=fp8: main accumulator 256"),
-    ({"cluster.size": 2, "cluster.dual_tile": True}, "cluster.size=2: operands=fp8: must be 1"),
+    ({"cluster.size": 2, "cluster.dual_tile": True}, "cluster.size=2: operands=fp8: a CTA pair must multicast B"),
+    ({"tile.block_m": 256, "mma.promotion_unroll": 2}, "tile.block_n=128: operands=fp8: main accumulator 128 + 2 block "
+                                                        "partial(s) of 64 fp32 registers per thread = 256 > 192"),
+    ({"mma.warpgroups": 1, "tile.block_n": 64, "mma.promotion_unroll": 2},  # two waves: 64 + 2 x 32 registers
+     "mma.promotion_unroll=2: operands=fp8: > 1 needs one 64-row wave and one column chunk"),
+    ({"operands": "bf16", "tile.block_k": 64, "mma.promotion_unroll": 2},
+     "mma.promotion_unroll=2: only operands=fp8 promotes block partials; must be 1"),
 ])
 def test_fp8_config_rules_are_one_line_errors(changes, message):
     with pytest.raises(ConfigError) as exc:
@@ -102,7 +108,9 @@ def test_fp8_kernel_ir_and_ptx():
 
 @pytest.mark.compile
 @pytest.mark.parametrize("changes", [{}, {"tile.block_n": 256, "pipeline.stages": 4, "epilogue.stages": 1},
-                                     {"tile.block_m": 256, "pipeline.stages": 4, "epilogue.stages": 1}])
+                                     {"tile.block_m": 256, "pipeline.stages": 4, "epilogue.stages": 1},
+                                     {"tile.block_m": 64, "mma.warpgroups": 1, "mma.promotion_unroll": 4},
+                                     {"cluster.size": 2, "cluster.dual_tile": True, "tma.multicast": True}])
 def test_fp8_kernels_assemble_without_spills(changes):
     pytest.importorskip("cuda.pathfinder", reason="assembler wheels (pip install .[cuda]) are not installed")
     from ptxgen.assemble import assemble
@@ -112,5 +120,39 @@ def test_fp8_kernels_assemble_without_spills(changes):
     asm = assemble(res.ptx, "sm_90a", sass=True)
     assert asm.spill_store_bytes == asm.spill_load_bytes == asm.stack_frame_bytes == 0 and not asm.warnings
     p = res.plan
-    # every wgmma is an e4m3 QGMMA: the peeled first k-block and the loop body, per wave, chunk and k-step
-    assert asm.count("QGMMA") == 2 * p.mma.m_waves * p.promotion.chunks * p.mma.k_steps and asm.count("HGMMA") == 0
+    # every wgmma is an e4m3 QGMMA: the peeled first iteration and the loop body, per block, wave, chunk and k-step
+    blocks = 2 * p.promotion.unroll if p.promotion.unroll > 1 else 2
+    assert asm.count("QGMMA") == blocks * p.mma.m_waves * p.promotion.chunks * p.mma.k_steps and asm.count("HGMMA") == 0
+
+
+def _overlapped(**changes):
+    return from_dict(_cfg(**{"tile.block_m": 64, "mma.warpgroups": 1, "mma.promotion_unroll": 4, **changes}))
+
+
+def test_overlapped_promotion_plan_and_ir():
+    """promotion_unroll 4: two partials, each block's promotion after the next block's commit and wait_group 1, the
+    iteration's last after wait_group 0; num_k rounded up to whole iterations."""
+    from ptxgen.build import build
+    from ptxgen.ir import ops as O
+
+    res = build(_overlapped())
+    assert res.plan.promotion.unroll == 4 and "Let num_k = ((k + (512 - 1)) / 512) * 4" in res.ptx
+    loop = next(op for op in O.walk(res.kernel.body) if isinstance(op, O.For) and op.var == "kp")
+    body = [op for op in O.walk(loop.body) if isinstance(op, (O.Wgmma, O.WgmmaWait, O.PromoteScaled))]
+    order = [("W", op.acc) if isinstance(op, O.Wgmma) else ("wait", op.n) if isinstance(op, O.WgmmaWait)
+             else ("P", op.part) for op in body]
+    compact = [x for i, x in enumerate(order) if i == 0 or x != order[i - 1]]
+    assert compact == [("W", "part"), ("W", "part1"), ("wait", 1), ("P", "part"), ("W", "part"), ("wait", 1),
+                       ("P", "part1"), ("W", "part1"), ("wait", 1), ("P", "part"), ("wait", 0), ("P", "part1")]
+    promotes = [op for op in O.walk(res.kernel.body) if isinstance(op, O.PromoteScaled)]
+    assert [op.accumulate for op in promotes] == [False, True, True, True] + [True] * 4  # peeled iteration first
+    assert res.ptx.count("wgmma.wait_group.sync.aligned 1;") == 6
+
+
+def test_multicast_pair_plan():
+    """fp8 in a CTA pair: each CTA loads half of B's rows and multicasts it; A and the scales are its own."""
+    p = make_plan(from_dict(_cfg(**{"cluster.size": 2, "cluster.dual_tile": True, "tma.multicast": True})))
+    lo = p.loads
+    assert lo.operand("b").box_rows == 64 and lo.operand("b").multicast == 0b11 and lo.operand("scale_b").multicast == 0
+    assert lo.full_tx_bytes == 2 * 128 * 128 + 128 * 4 + 16  # own A, both halves of B, own scales
+    assert p.empty.init == (2 * 2 * 4,) * 2  # every consumer warp of both CTAs releases each stage

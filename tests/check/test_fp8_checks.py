@@ -27,6 +27,7 @@ from tests.check.test_dual_planted import _kernel
 pytestmark = pytest.mark.sim
 
 SQUARE, WIDE, TALL = "fp8_h100_128x128", "fp8_h100_128x256", "fp8_h100_256x128"
+OVERLAP, PAIR = "fp8_h100_64x128", "fp8_h100_128x128_c2"  # promotion_unroll 4; B multicast over a CTA pair
 
 
 # ------------------------------------------------------------------ host numerics
@@ -65,7 +66,10 @@ def test_reference_is_the_recipe_formula():
 # ------------------------------------------------------------------ the simulator gives the recipe's numbers
 
 
-@pytest.mark.parametrize("config, shape", [(SQUARE, (64, 256, 384)), (WIDE, (130, 300, 272)), (TALL, (300, 136, 400))])
+@pytest.mark.parametrize("config, shape", [(SQUARE, (64, 256, 384)), (WIDE, (130, 300, 272)), (TALL, (300, 136, 400)),
+                                           # K = 272 and 1040: 3 and 9 k-blocks, walked as 4 and 12 (zero fill)
+                                           (OVERLAP, (130, 300, 272)), (OVERLAP, (65, 129, 1040)),
+                                           (PAIR, (300, 136, 400)), (PAIR, (520, 260, 272))])
 def test_simulated_fp8_gemm_equals_the_recipe(config, shape):
     kernel = _kernel(config)
     r = simulate_fp8(kernel, *shape, seed=5, num_sms=2)
@@ -161,7 +165,7 @@ def test_scale_read_after_the_release_fails_the_verifier():
         verify(kernel)
 
 
-@pytest.mark.parametrize("config", [SQUARE, WIDE, TALL])
+@pytest.mark.parametrize("config", [SQUARE, WIDE, TALL, OVERLAP, PAIR])
 def test_shipped_fp8_kernels_verify(config):
     verify(_kernel(config))
 
@@ -185,3 +189,47 @@ def test_scale_map_rows_of_whole_16_byte_groups():
                                        r"\(20 B, not a multiple of 16\)"):
         machine.run(10_000_000)
     simulate_fp8(kernel, m, n, k, inputs=x)
+
+
+# ------------------------------------------------------------------ the overlapped promotion (promotion_unroll > 1)
+
+
+def _kp_loop(fn):
+    """Apply ``fn(list of ops)`` to the overlapped consumer's loop body (the iterations after the peeled first)."""
+    def rw(op):
+        if isinstance(op, O.For) and op.var == "kp":
+            return replace(op, body=tuple(fn(list(op.body))))
+    return rw
+
+
+def _promote_the_running_partial(body):
+    """The first promotion after ``wgmma.wait_group 1`` reads the partial whose wgmmas are still running."""
+    i = next(i for i, x in enumerate(body) if isinstance(x, O.PromoteScaled))
+    body[i] = replace(body[i], part="part1" if body[i].part == "part" else "part")
+    return body
+
+
+def _wait_group(n):
+    """The first ``wgmma.wait_group 1`` dropped (n = None) or loosened to ``n``: the previous block may be running."""
+    def change(body):
+        i = next(i for i, x in enumerate(body) if isinstance(x, O.WgmmaWait) and x.n == 1)
+        body[i:i + 1] = [] if n is None else [O.WgmmaWait(n)]
+        return body
+    return change
+
+
+@pytest.mark.parametrize("name, fn", [("running partial promoted", _promote_the_running_partial),
+                                      ("wait_group 1 dropped", _wait_group(None)), ("wait_group 2", _wait_group(2))])
+def test_planted_overlap_bug_reads_a_running_wgmma(name, fn):
+    kernel = _kernel(OVERLAP, fn=_kp_loop(fn))
+    with pytest.raises(VerifyError, match=r"register array 'part1?' read while a wgmma writing it is not covered by a "
+                                          r"wgmma.wait_group"):
+        verify(kernel)
+    with pytest.raises(SimError, match="not covered by a wgmma.wait_group"):
+        simulate_fp8(kernel, 64, 256, 1024, seed=2, num_sms=2)
+
+
+def test_overlapped_scale_read_before_its_full_wait_fails_the_verifier():
+    kernel = _kernel(OVERLAP, fn=_kp_loop(_promote_before_the_wait))
+    with pytest.raises(VerifyError, match=r"missing wait: PromoteScaled reads SCALE_(A|B) stage \d+ by consumer"):
+        verify(kernel)
