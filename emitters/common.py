@@ -519,26 +519,9 @@ def ld_epilogue(lw: Lowering, op: ops.LdEpilogue) -> None:
     addr = lw.tmp64()
     lw.emit(f"mul.wide.u32 {addr}, {index}, {size};")
     lw.emit(f"add.u64 {addr}, {addr}, %{op.param};")
-    done = None
     if size == 2 and len(op.idx) == 2 and op.layout in ("col", "tile"):
-        done, p_vec, end = lw.label("ld_done"), lw.pred(), lw.tmp()
-        lw.emit(f"add.u32 {end}, {col}, 2;")
-        lw.emit(f"setp.le.u32 {p_vec}, {end}, %n;")
-        if op.layout == "tile":
-            odd = lw.tmp()
-            lw.emit(f"and.b32 {odd}, %n, 1;")
-            lw.emit(f"setp.eq.and.u32 {p_vec}, {odd}, 0, {p_vec};")
-            lw.emit(f"setp.lt.and.u32 {p_vec}, {row}, %m, {p_vec};")
-        if not op.guard:
-            lw.emit(f"setp.eq.u32 {p_vec}, 1, 1;")  # unguarded: the verifier checks the bounds
-        word, lo, hi, slow = lw.tmp(), lw.tmp16(), lw.tmp16(), lw.label("ld_pairs")
-        lw.emit(f"@!{p_vec} bra {slow};")
-        lw.emit(f"ld.global.nc.b32 {word}, [{addr}];")
-        lw.emit(f"mov.b32 {{{lo}, {hi}}}, {word};")
-        lw.emit(f"cvt.f32.{op.dtype} {dst[op.idx[0]]}, {lo};")
-        lw.emit(f"cvt.f32.{op.dtype} {dst[op.idx[1]]}, {hi};")
-        lw.emit(f"bra.uni {done};")
-        lw.place(slow)
+        _ld_pair(lw, op, dst, row, col, addr)
+        return
     for j, i in enumerate(op.idx):
         p = None
         if op.guard:
@@ -561,8 +544,37 @@ def ld_epilogue(lw: Lowering, op: ops.LdEpilogue) -> None:
                 lw.emit(f"mov.b16 {h}, 0;")
             lw.emit(f"{guard}ld.global.nc.b16 {h}, {at};")
             lw.emit(f"cvt.f32.{op.dtype} {dst[i]}, {h};")
-    if done:
-        lw.place(done)
+
+
+def _ld_pair(lw: Lowering, op: ops.LdEpilogue, dst: list[str], row: str | None, col: str, addr: str) -> None:
+    """Two adjacent 16-bit elements, branch-free (every load predicated, so ptxas may issue a wave's loads
+    together): ``@p_vec ld.global.nc.b32`` when both are inside D and 4-byte aligned, else a predicated
+    ``ld.global.nc.b16`` per element inside D; 0.0 where nothing is loaded."""
+    p_vec, end = lw.pred(), lw.tmp()
+    lw.emit(f"add.u32 {end}, {col}, 2;")
+    lw.emit(f"setp.le.u32 {p_vec}, {end}, %n;")
+    if op.layout == "tile":
+        odd = lw.tmp()
+        lw.emit(f"and.b32 {odd}, %n, 1;")
+        lw.emit(f"setp.eq.and.u32 {p_vec}, {odd}, 0, {p_vec};")
+        lw.emit(f"setp.lt.and.u32 {p_vec}, {row}, %m, {p_vec};")
+    if not op.guard:
+        lw.emit(f"setp.eq.u32 {p_vec}, 1, 1;")  # unguarded: every pair is loaded (the verifier checks the bounds)
+    word, lo, hi = lw.tmp(), lw.tmp16(), lw.tmp16()
+    lw.emit(f"mov.b32 {word}, 0;")
+    lw.emit(f"@{p_vec} ld.global.nc.b32 {word}, [{addr}];")
+    lw.emit(f"mov.b32 {{{lo}, {hi}}}, {word};")
+    if op.guard:
+        for j, h in enumerate((lo, hi)):
+            p = lw.pred()
+            c = lw.tmp()
+            lw.emit(f"add.u32 {c}, {col}, {j};")
+            lw.emit(f"setp.lt.and.u32 {p}, {c}, %n, !{p_vec};")  # inside D, and the pair not loaded whole
+            if row is not None:
+                lw.emit(f"setp.lt.and.u32 {p}, {row}, %m, {p};")
+            lw.emit(f"@{p} ld.global.nc.b16 {h}, [{addr}+{2 * j}];" if j else f"@{p} ld.global.nc.b16 {h}, [{addr}];")
+    lw.emit(f"cvt.f32.{op.dtype} {dst[op.idx[0]]}, {lo};")
+    lw.emit(f"cvt.f32.{op.dtype} {dst[op.idx[1]]}, {hi};")
 
 
 def _inside(lw: Lowering, row: str, col: str, off: int = 0) -> str:
@@ -638,39 +650,41 @@ def st_epilogue(lw: Lowering, op: ops.StEpilogue) -> None:
     lw.emit(f"mul.wide.u32 {addr}, {lin}, {size};")
     lw.emit(f"add.u64 {addr}, {addr}, %{op.param};")
     lo, hi = src[op.idx[0]], src[op.idx[-1]]
-    done = lw.label("st_done")
-    if len(op.idx) == 2:
+    p_vec = None
+    if len(op.idx) == 2:  # branch-free: a whole aligned pair in one store, else predicated per element
         p_vec, end, odd = lw.pred(), lw.tmp(), lw.tmp()
         lw.emit(f"add.u32 {end}, {col}, 2;")
         lw.emit(f"and.b32 {odd}, %n, 1;")
         lw.emit(f"setp.le.u32 {p_vec}, {end}, %n;")
         lw.emit(f"setp.eq.and.u32 {p_vec}, {odd}, 0, {p_vec};")
         lw.emit(f"setp.lt.and.u32 {p_vec}, {row}, %m, {p_vec};")
-        slow = lw.label("st_pairs")
-        lw.emit(f"@!{p_vec} bra {slow};")
         if op.fmt == "e4m3":
             h = lw.tmp16()
-            lw.emit(f"cvt.rn.satfinite.e4m3x2.f32 {h}, {hi}, {lo};")
-            lw.emit(f"st.global.b16 [{addr}], {h};")
+            lw.emit(f"cvt.rn.satfinite.e4m3x2.f32 {h}, {hi}, {lo};")  # the low byte is the first element
+            lw.emit(f"@{p_vec} st.global.b16 [{addr}], {h};")
+            b = lw.tmp16()
+            lw.emit(f"shr.u16 {b}, {h}, 8;")
+            halves = [h, b]
         else:
-            w = lw.tmp()
+            w, h, b = lw.tmp(), lw.tmp16(), lw.tmp16()
             lw.emit(f"cvt.rn.{op.fmt}x2.f32 {w}, {hi}, {lo};")
-            lw.emit(f"st.global.b32 [{addr}], {w};")
-        lw.emit(f"bra.uni {done};")
-        lw.place(slow)
-    for j, i in enumerate(op.idx):
-        p = _inside(lw, row, col, j)
-        at = f"[{addr}+{size * j}]" if j else f"[{addr}]"
+            lw.emit(f"@{p_vec} st.global.b32 [{addr}], {w};")
+            lw.emit(f"mov.b32 {{{h}, {b}}}, {w};")
+            halves = [h, b]
+    else:
         h = lw.tmp16()
         if op.fmt == "e4m3":
-            lw.emit(f"cvt.rn.satfinite.e4m3x2.f32 {h}, 0f00000000, {src[i]};")  # the low byte is element i
-            b = lw.tmp16()
-            lw.emit(f"and.b16 {b}, {h}, 255;")
-            lw.emit(f"@{p} st.global.b8 [{addr}+{j}], {b};" if j else f"@{p} st.global.b8 [{addr}], {b};")
+            lw.emit(f"cvt.rn.satfinite.e4m3x2.f32 {h}, 0f00000000, {lo};")
         else:
-            lw.emit(f"cvt.rn.{op.fmt}.f32 {h}, {src[i]};")
-            lw.emit(f"@{p} st.global.b16 {at}, {h};")
-    lw.place(done)
+            lw.emit(f"cvt.rn.{op.fmt}.f32 {h}, {lo};")
+        halves = [h]
+    for j, h in enumerate(halves):
+        p, c = lw.pred(), lw.tmp()
+        lw.emit(f"add.u32 {c}, {col}, {j};")
+        lw.emit(f"setp.lt.and.u32 {p}, {c}, %n, !{p_vec};" if p_vec else f"setp.lt.u32 {p}, {c}, %n;")
+        lw.emit(f"setp.lt.and.u32 {p}, {row}, %m, {p};")
+        at = f"[{addr}+{size * j}]" if j else f"[{addr}]"
+        lw.emit(f"@{p} st.global.b{8 * size} {at}, {h};")
 
 
 COMMON = {
