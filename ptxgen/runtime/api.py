@@ -869,6 +869,8 @@ _expr_configs: dict[tuple, Any] = {}
 #: call key -> (the caller's Config object or None, the call)
 _fused_calls: dict[tuple, tuple[Any, Any]] = {}
 _OPERAND_DIMS = {"col": "[N]", "row": "[M]", "tile": "[M, N]"}
+#: the config a fused call without ``config`` takes when the shape's choice cannot take its expression
+EPILOGUE_FALLBACK_CONFIG = "h100_128x128"
 
 
 def epilogue_expr(epilogue: Any, kernel: str) -> tuple[Any, str]:
@@ -1072,7 +1074,13 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
 
         ordinal = _ordinal(a)
         driver.ensure_context(ordinal)
-        derived = _expr_config(resolve_config(config, m, n, k, ordinal, family.kernel), expr)
+        try:
+            derived = _expr_config(resolve_config(config, m, n, k, ordinal, family.kernel), expr)
+        except ConfigError:
+            if config is not None:
+                raise
+            # the shape's choice cannot take the expression (a block scale needs block_n % 128 == 0)
+            derived = _expr_config(EPILOGUE_FALLBACK_CONFIG, expr)
         call = _new_call(fam, None, derived, a, bs, out)
         if isinstance(call, _Call):
             call.new_out = functools.partial(torch.empty, (call.m, call.n), dtype=d_dtype, device=a.device)
@@ -1089,7 +1097,7 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
             ptrs.append(struct.unpack("<I", struct.pack("<f", float(t)))[0])
             continue
         if not t.is_contiguous() or t.data_ptr() % 4:  # the pair loads read 4 bytes
-            t = t.clone()
+            t = t.clone(memory_format=torch.contiguous_format)
             held.append(t)
         ptrs.append(t.data_ptr())
     if not outs:
