@@ -547,9 +547,11 @@ def ld_epilogue(lw: Lowering, op: ops.LdEpilogue) -> None:
 
 
 def _ld_pair(lw: Lowering, op: ops.LdEpilogue, dst: list[str], row: str | None, col: str, addr: str) -> None:
-    """Two adjacent 16-bit elements, branch-free (every load predicated, so ptxas may issue a wave's loads
-    together): ``@p_vec ld.global.nc.b32`` when both are inside D and 4-byte aligned, else a predicated
-    ``ld.global.nc.b16`` per element inside D; 0.0 where nothing is loaded."""
+    """Two adjacent 16-bit elements, branch-free: ``@p_vec ld.global.nc.b32`` when both are inside D and 4-byte
+    aligned, else a predicated ``ld.global.nc.b16`` per element inside D, each into its own zeroed register and
+    OR-ed together (the predicates exclude each other).  No load writes a register another load of the pair wrote:
+    a predicated load that merged into the wide load's result would wait for it (in-order issue), serializing the
+    wave's loads."""
     p_vec, end = lw.pred(), lw.tmp()
     lw.emit(f"add.u32 {end}, {col}, 2;")
     lw.emit(f"setp.le.u32 {p_vec}, {end}, %n;")
@@ -563,16 +565,21 @@ def _ld_pair(lw: Lowering, op: ops.LdEpilogue, dst: list[str], row: str | None, 
     word, lo, hi = lw.tmp(), lw.tmp16(), lw.tmp16()
     lw.emit(f"mov.b32 {word}, 0;")
     lw.emit(f"@{p_vec} ld.global.nc.b32 {word}, [{addr}];")
-    lw.emit(f"mov.b32 {{{lo}, {hi}}}, {word};")
     if op.guard:
-        for j, h in enumerate((lo, hi)):
-            p = lw.pred()
-            c = lw.tmp()
+        halves = []
+        for j in range(2):
+            p, c, h = lw.pred(), lw.tmp(), lw.tmp16()
             lw.emit(f"add.u32 {c}, {col}, {j};")
             lw.emit(f"setp.lt.and.u32 {p}, {c}, %n, !{p_vec};")  # inside D, and the pair not loaded whole
             if row is not None:
                 lw.emit(f"setp.lt.and.u32 {p}, {row}, %m, {p};")
+            lw.emit(f"mov.b16 {h}, 0;")
             lw.emit(f"@{p} ld.global.nc.b16 {h}, [{addr}+{2 * j}];" if j else f"@{p} ld.global.nc.b16 {h}, [{addr}];")
+            halves.append(h)
+        both = lw.tmp()
+        lw.emit(f"mov.b32 {both}, {{{halves[0]}, {halves[1]}}};")
+        lw.emit(f"or.b32 {word}, {word}, {both};")
+    lw.emit(f"mov.b32 {{{lo}, {hi}}}, {word};")
     lw.emit(f"cvt.f32.{op.dtype} {dst[op.idx[0]]}, {lo};")
     lw.emit(f"cvt.f32.{op.dtype} {dst[op.idx[1]]}, {hi};")
 
