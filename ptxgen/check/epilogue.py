@@ -198,7 +198,7 @@ def output_buffers(expr, m: int, n: int) -> dict[str, np.ndarray]:
     if epi.out_dtype(expr) == "e4m3":
         out["d_ptr"] = np.full((m, n), np.nan, dtype=F32)
     for name, kind, along in epi.outputs(expr):
-        shape = {"block": (m, -(-n // 128)), "row": (m,), "tensor": (1,), "tile": (m, n)}[along]
+        shape = epi.output_shape(along, m, n)
         out[f"epi_{name}"] = np.zeros(shape, dtype=F32) if kind == "amax" else np.full(shape, np.nan, dtype=F32)
     return out
 

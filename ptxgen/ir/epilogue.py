@@ -558,6 +558,12 @@ def outputs(node: Node) -> tuple[tuple[str, str, str], ...]:
     return tuple(out)
 
 
+def output_shape(along: str, m: int, n: int) -> tuple[int, ...]:
+    """The shape of an output along ``along`` for an ``[m, n]`` D: ``block`` ``(m, ceil(n / 128))``, ``row`` ``(m,)``,
+    ``tensor`` ``(1,)``, ``tile`` ``(m, n)``."""
+    return {"block": (m, -(-n // 128)), "row": (m,), "tensor": (1,), "tile": (m, n)}[along]
+
+
 def taps(node: Node) -> tuple[Tap, ...]:
     """The :class:`Tap` nodes, innermost first (a tap's value is computed before the taps around it)."""
     return tuple(reversed([x for x in walk(node) if isinstance(x, Tap)]))

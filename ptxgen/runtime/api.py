@@ -971,7 +971,7 @@ def check_epilogue_outputs(expr: Any, given: dict, m: int, n: int, a: Any, out: 
         found[name] = t
         if t is None:
             continue
-        shape = {"block": (m, -(-n // 128)), "row": (m,), "tensor": (1,), "tile": (m, n)}[along]
+        shape = E.output_shape(along, m, n)
         dtype = tile if kind == "store" else torch.float32
         what = f"{kind} output" + (f" along {along}" if kind == "amax" else "")
         if not isinstance(t, torch.Tensor):
@@ -1116,7 +1116,7 @@ def _new_output(expr: Any, name: str, given: Any, m: int, n: int, device: Any) -
     if given is not None:
         return given
     kind, along = next((k, a) for nm, k, a in E.outputs(expr) if nm == name)
-    shape = {"block": (m, -(-n // 128)), "row": (m,), "tensor": (1,), "tile": (m, n)}[along]
+    shape = E.output_shape(along, m, n)
     dtype = (torch.float16 if E.out_dtype(expr) == "f16" else torch.bfloat16) if kind == "store" else torch.float32
     return (torch.zeros if kind == "amax" else torch.empty)(shape, dtype=dtype, device=device)
 

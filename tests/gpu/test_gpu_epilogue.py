@@ -212,7 +212,7 @@ def run_outputs(torch, config, expr, m: int, n: int, k: int, seed: int) -> dict:
     out = torch.full((m, n), float("nan"), device="cuda").to(torch.float8_e4m3fn if e4m3 else torch.bfloat16)
     given = {}
     for name, kind, along in epi.outputs(expr):
-        shape = {"block": (m, -(-n // 128)), "row": (m,), "tensor": (1,), "tile": (m, n)}[along]
+        shape = epi.output_shape(along, m, n)
         given[name] = (torch.zeros(shape, device="cuda") if kind == "amax" else
                        torch.full(shape, float("nan"), device="cuda",
                                   dtype=torch.bfloat16 if kind == "store" else torch.float32))
