@@ -7,6 +7,11 @@ float32.  ``ex2.approx.ftz`` and ``rcp.approx.ftz`` are :mod:`ptxgen.check.numer
 rounded result, subnormals flushed: the one model the PTX differential uses on both sides); for
 ``tanh.approx.f32`` numpy computes the exact function.  The difference from the hardware is the instruction's
 error bound (:data:`ptxgen.epi.OPS`), far below bf16's 2^-8 rounding of the stored result.
+
+Outputs beside D (:func:`ptxgen.ir.epilogue.outputs`): :func:`reference_outputs` gives D and each output as the
+kernel writes them (an e4m3 D by :func:`round_e4m3`, ``cvt.rn.satfinite``; the 1 x 128 block scale
+``block_scale(amax)`` and its ``rcp.rn``; an amax of |tap| per row or over D; a stored tile rounded to its type),
+:func:`check_outputs` compares the simulator's buffers (:func:`output_buffers`) with them.
 """
 
 from __future__ import annotations

@@ -268,3 +268,17 @@ def test_e4m3_rounding_matches_the_cvt_rule():
     assert (got == np.where(np.arange(len(mids)) % 2 == 0, pos[:-1], pos[1:])).all()
     assert list(N.round_e4m3(np.float32([500, -1e30, np.inf, -np.inf]))) == [448, -448, 448, -448]
     assert np.isnan(N.round_e4m3(np.float32([np.nan]))).all()
+
+
+@pytest.mark.parametrize("config, expr, changes, shape", [
+    ("h100_128x128", 'e4m3(amax("am", acc) * scale[row], "ds")', {"schedule.split_k": 2, "schedule.persistent": True},
+     (130, 150, 256)),
+    ("h100_128x128_pp", 'e4m3(store("pre", acc + residual), "ds")', {}, (200, 270, 64)),
+    ("dual_h100_128x128", 'e4m3(amax("am", silu(acc1) * acc2, "tensor"), "ds")', {}, (130, 150, 64)),
+])
+def test_outputs_on_split_k_pingpong_and_dual(config, expr, changes, shape):
+    """The outputs where the fused epilogue runs after a split-K fixup, per ping-pong warpgroup, on a dual GEMM."""
+    plan = make_plan(load_config(config).replace(**{**changes, "epilogue.expr": expr}))
+    kernel = build_kernel(plan)
+    verify(kernel)
+    simulate(kernel, *shape, expr=plan.epilogue.expr, num_sms=3)
