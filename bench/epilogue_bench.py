@@ -3,8 +3,11 @@ matmul, then the epilogue's ops as separate kernels) and ``torch.compile`` of th
 
     PYTHONPATH=$PWD python3 bench/epilogue_bench.py [--json out.json] [--runs 5] [--iters 20]
 
-Cases (D bf16): ``gelu(acc + bias[col])`` (tanh GELU), ``acc + residual``, and the dual GEMM's
-``silu(acc1) * acc2``, on LLM projection shapes.  Each time is the median over ``--runs`` runs of the median of
+Cases: ``gelu(acc + bias[col])`` (tanh GELU), ``acc + residual``, the dual GEMM's ``silu(acc1) * acc2`` (D
+bf16), and FP8 output: ``e4m3(acc, "d_scale")`` (1 x 128 block scale; torch: matmul, amax per block, divide,
+cast) and ``e4m3(amax("amax", acc) * scale[row])`` (torch: matmul, row amax, scale, cast), on LLM projection
+shapes.  ``torch.compile`` runs ``--compile-mode`` (default ``max-autotune-no-cudagraphs``), falling back to the
+default mode where that fails; the JSON records the mode and each side's spread (max - min over the runs).  Each time is the median over ``--runs`` runs of the median of
 ``--iters`` CUDA-event intervals around one call (``ptxgen.bench.time_interleaved``: the three sides in
 alternating order), after warm-up calls; input sets are rotated so that the bytes touched between two uses of a
 set exceed 2x the L2 size (at least two sets).  ``torch.compile`` is compiled once per case (``dynamic=True``)
@@ -39,12 +42,32 @@ def swiglu(a, b1, b2):
     return F.silu(a @ b1.T) * (a @ b2.T)
 
 
+def _e4m3_block(y):
+    m, n = y.shape
+    amax = y.float().abs().reshape(m, n // 128, 128).amax(dim=2)
+    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    return (y.float() / scale.repeat_interleave(128, 1)).to(torch.float8_e4m3fn), scale
+
+
+def e4m3_block(a, b):
+    return _e4m3_block(a @ b.T)
+
+
+def e4m3_row_amax(a, b, scale):
+    y = a @ b.T
+    return (y.float() * scale[:, None]).to(torch.float8_e4m3fn), y.float().abs().amax(dim=1)
+
+
 CASES = {
     "gelu(acc + bias[col])": (gelu_bias, lambda a, b, x: ptxgen.gemm(a, b, out=x["out"], epilogue="gelu(acc + bias[col])",
                                                                      bias=x["bias"])),
     "acc + residual": (add_residual, lambda a, b, x: ptxgen.gemm(a, b, out=x["out"], epilogue="acc + residual",
                                                                  residual=x["residual"])),
     "silu(acc1) * acc2": (swiglu, lambda a, b, x: ptxgen.dual_gemm(a, b, x["b2"], out=x["out"])),
+    "e4m3 with 1x128 block scale": (e4m3_block, lambda a, b, x: ptxgen.gemm(a, b, out=x["out8"],
+                                                                             epilogue='e4m3(acc, "d_scale")')),
+    "e4m3(acc*scale[row]) + amax": (e4m3_row_amax, lambda a, b, x: ptxgen.gemm(
+        a, b, out=x["out8"], epilogue='e4m3(amax("amax", acc) * scale[row])', scale=x["scale"])),
 }
 
 
@@ -53,6 +76,12 @@ def make_set(case: str, m: int, n: int, k: int, gen) -> dict:
     x = {"a": (torch.randn(m, k, device="cuda", generator=gen) * s).bfloat16(),
          "b": (torch.randn(n, k, device="cuda", generator=gen) * s).bfloat16(),
          "out": torch.empty(m, n, device="cuda", dtype=torch.bfloat16)}
+    if case.startswith("e4m3"):
+        x["out8"] = torch.empty(m, n, device="cuda", dtype=torch.float8_e4m3fn)
+        del x["out"]
+        if "scale[row]" in case:
+            x["scale"] = torch.rand(m, device="cuda", generator=gen) + 0.5
+        return x
     if case.startswith("gelu"):
         x["bias"] = torch.randn(n, device="cuda", generator=gen).bfloat16()
     elif case.startswith("acc +"):
@@ -63,6 +92,8 @@ def make_set(case: str, m: int, n: int, k: int, gen) -> dict:
 
 
 def torch_args(case: str, x: dict) -> tuple:
+    if case.startswith("e4m3"):
+        return (x["a"], x["b"], x["scale"]) if "scale" in x else (x["a"], x["b"])
     return (x["a"], x["b"], x["bias"] if case.startswith("gelu") else x["residual"] if case.startswith("acc +")
             else x["b2"])
 
@@ -74,6 +105,9 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--cases", default="all", help="indices into the case list, e.g. 0,2")
+    ap.add_argument("--shapes", default="all", help="indices into the shape list, e.g. 0,1")
+    ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
+                    help="torch.compile mode tried first (the default mode if it fails)")
     args = ap.parse_args()
     name = torch.cuda.get_device_name(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -85,8 +119,10 @@ def main() -> None:
     rows = []
     for case in cases:
         fn, ours = CASES[case]
-        compiled = torch.compile(fn, dynamic=True)
-        for m, n, k in SHAPES:
+        compiled = torch.compile(fn, dynamic=True, mode=args.compile_mode)
+        mode = args.compile_mode
+        shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
+        for m, n, k in shapes:
             gen = torch.Generator(device="cuda").manual_seed(m + 3 * n + 7 * k)
             probe = make_set(case, m, n, k, gen)
             set_bytes = sum(t.numel() * t.element_size() for t in probe.values())
@@ -96,30 +132,44 @@ def main() -> None:
                    "ptxgen": lambda i: ours(sets[i]["a"], sets[i]["b"], sets[i])}
             try:
                 fns["compile"](0)
-            except Exception as exc:  # no inductor backend here: time the other two
-                print(f"torch.compile unavailable: {str(exc).splitlines()[0][:120]}")
-                del fns["compile"]
+            except Exception as exc:  # the mode does not run here: the default mode, else time the other two
+                print(f"torch.compile mode={mode} failed: {str(exc).splitlines()[0][:120]}")
+                compiled, mode = torch.compile(fn, dynamic=True), "default"
+                try:
+                    fns["compile"](0)
+                except Exception as exc2:
+                    print(f"torch.compile unavailable: {str(exc2).splitlines()[0][:120]}")
+                    del fns["compile"]
             runs = [time_interleaved(fns, len(sets), warmup=args.warmup, iters=args.iters, rounds=args.iters)
                     for _ in range(args.runs)]
             t = {side: statistics.median(r[side] for r in runs) for side in fns}
+            spread = {f"{side}_spread_ms": max(r[side] for r in runs) - min(r[side] for r in runs) for side in fns}
             t.setdefault("compile", float("nan"))
             x = sets[0]
             ref = fn(*(v.float() for v in torch_args(case, x)))
             got = ours(x["a"], x["b"], x)
+            if case.startswith("e4m3"):  # D dequantized (block scale) / as is, against the fp32 recipe
+                ref, got = ref[0].float(), got[0].float()
+                if "block" in case:
+                    ref = ref * fn(*(v.float() for v in torch_args(case, x)))[1].repeat_interleave(128, 1)
+                    got = got * ours(x["a"], x["b"], x)[1].repeat_interleave(128, 1)
             err = ((got.float() - ref).norm() / ref.norm()).item()
             row = dict(case=case, m=m, n=n, k=k, eager_ms=t["eager"], compile_ms=t["compile"], ptxgen_ms=t["ptxgen"],
-                       vs_eager=t["eager"] / t["ptxgen"], vs_compile=t["compile"] / t["ptxgen"], rel_err=err)
+                       vs_eager=t["eager"] / t["ptxgen"], vs_compile=t["compile"] / t["ptxgen"], rel_err=err,
+                       compile_mode=mode, **spread)
             rows.append(row)
+            if args.json:  # after every row: a run cut short keeps what it measured
+                with open(args.json, "w") as f:
+                    json.dump({"device": name, "runs": args.runs, "iters": args.iters, "rows": rows}, f, indent=2)
             print(f"{case:>22} {m:>6} {n:>6} {k:>6} {t['eager']:>9.3f} {t['compile']:>10.3f} {t['ptxgen']:>9.3f} "
                   f"{row['vs_eager']:>8.3f} {row['vs_compile']:>10.3f} {err:>8.1e}", flush=True)
             del sets, probe
             torch.cuda.empty_cache()
-    for side in ("vs_eager", "vs_compile"):
-        geo = math.exp(sum(math.log(r[side]) for r in rows) / len(rows))
-        print(f"geomean ptxgen speedup {side.replace('_', ' ')}: {geo:.3f}x")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": name, "runs": args.runs, "iters": args.iters, "rows": rows}, f, indent=2)
+    for case in cases:
+        mine = [r for r in rows if r["case"] == case]
+        for side in ("vs_eager", "vs_compile"):
+            geo = math.exp(sum(math.log(r[side]) for r in mine) / len(mine))
+            print(f"{case}: geomean ptxgen speedup {side.replace('_', ' ')}: {geo:.3f}x, min {min(r[side] for r in mine):.3f}x")
 
 
 if __name__ == "__main__":

@@ -434,6 +434,13 @@ def _epi_op(lw: Lowering, op: str, params: tuple, x: list[str], d: str, scratch:
         lw.emit(f"tanh.approx.f32 {t}, {t};")
         lw.emit(f"fma.rn.f32 {t}, {t}, 0f3F000000, 0f3F000000;")
         lw.emit(f"mul.f32 {d}, {x[0]}, {t};")
+    elif op == "block_scale":  # amax / 448, 1 where amax is 0
+        p = lw.pred()
+        lw.emit(f"div.rn.f32 {d}, {x[0]}, {_f32(448.0)};")
+        lw.emit(f"setp.eq.f32 {p}, {x[0]}, 0f00000000;")
+        lw.emit(f"selp.f32 {d}, 0f{ONE_F32:08X}, {d}, {p};")
+    elif op == "rcp":
+        lw.emit(f"rcp.rn.f32 {d}, {x[0]};")
     elif op == "gelu_erf":  # x * s / 2, s = 1 + erf(x / sqrt 2): erfc(|z|) for x < 0, 2 - erfc(|z|) otherwise
         z, t, q, e = scratch
         p = lw.pred()
@@ -495,7 +502,11 @@ def epilogue_expr(lw: Lowering, op: ops.EpilogueExpr) -> None:
 
 def ld_epilogue(lw: Lowering, op: ops.LdEpilogue) -> None:
     """Per element: the address ``P + index * size``, a predicated ``ld.global`` of it (0 where off D), and for
-    16-bit elements ``cvt.f32.{bf16|f16}`` (exact).  Read-only data: ``ld.global.nc`` (PTX ISA "ld.global.nc")."""
+    16-bit elements ``cvt.f32.{bf16|f16}`` (exact).  Read-only data: ``ld.global.nc`` (PTX ISA "ld.global.nc").
+
+    A pair of 16-bit elements along a row (``col``/``tile``, the wgmma fragment's two adjacent columns) is one
+    ``ld.global.nc.b32`` when both are inside D and the pair is 4-byte aligned (col is even; a tile needs n even;
+    the runtime passes 4-byte aligned operands), then ``mov.b32 {lo, hi}``; otherwise per element as above."""
     dst = lw.array(op.dst, max(op.idx) + 1, _array_type(lw, op.dst))
     size = 4 if op.dtype == "f32" else 2
     row = lw.reg(op.row) if op.layout in ("row", "tile") else None
@@ -508,6 +519,9 @@ def ld_epilogue(lw: Lowering, op: ops.LdEpilogue) -> None:
     addr = lw.tmp64()
     lw.emit(f"mul.wide.u32 {addr}, {index}, {size};")
     lw.emit(f"add.u64 {addr}, {addr}, %{op.param};")
+    if size == 2 and len(op.idx) == 2 and op.layout in ("col", "tile"):
+        _ld_pair(lw, op, dst, row, col, addr)
+        return
     for j, i in enumerate(op.idx):
         p = None
         if op.guard:
@@ -532,9 +546,160 @@ def ld_epilogue(lw: Lowering, op: ops.LdEpilogue) -> None:
             lw.emit(f"cvt.f32.{op.dtype} {dst[i]}, {h};")
 
 
+def _ld_pair(lw: Lowering, op: ops.LdEpilogue, dst: list[str], row: str | None, col: str, addr: str) -> None:
+    """Two adjacent 16-bit elements, branch-free: ``@p_vec ld.global.nc.b32`` when both are inside D and 4-byte
+    aligned, else a predicated ``ld.global.nc.b16`` per element inside D, each into its own zeroed register and
+    OR-ed together (the predicates exclude each other).  No load writes a register another load of the pair wrote:
+    a predicated load that merged into the wide load's result would wait for it (in-order issue), serializing the
+    wave's loads."""
+    p_vec, end = lw.pred(), lw.tmp()
+    lw.emit(f"add.u32 {end}, {col}, 2;")
+    lw.emit(f"setp.le.u32 {p_vec}, {end}, %n;")
+    if op.layout == "tile":
+        odd = lw.tmp()
+        lw.emit(f"and.b32 {odd}, %n, 1;")
+        lw.emit(f"setp.eq.and.u32 {p_vec}, {odd}, 0, {p_vec};")
+        lw.emit(f"setp.lt.and.u32 {p_vec}, {row}, %m, {p_vec};")
+    if not op.guard:
+        lw.emit(f"setp.eq.u32 {p_vec}, 1, 1;")  # unguarded: every pair is loaded (the verifier checks the bounds)
+    word, lo, hi = lw.tmp(), lw.tmp16(), lw.tmp16()
+    lw.emit(f"mov.b32 {word}, 0;")
+    lw.emit(f"@{p_vec} ld.global.nc.b32 {word}, [{addr}];")
+    if op.guard:
+        halves = []
+        for j in range(2):
+            p, c, h = lw.pred(), lw.tmp(), lw.tmp16()
+            lw.emit(f"add.u32 {c}, {col}, {j};")
+            lw.emit(f"setp.lt.and.u32 {p}, {c}, %n, !{p_vec};")  # inside D, and the pair not loaded whole
+            if row is not None:
+                lw.emit(f"setp.lt.and.u32 {p}, {row}, %m, {p};")
+            lw.emit(f"mov.b16 {h}, 0;")
+            lw.emit(f"@{p} ld.global.nc.b16 {h}, [{addr}+{2 * j}];" if j else f"@{p} ld.global.nc.b16 {h}, [{addr}];")
+            halves.append(h)
+        both = lw.tmp()
+        lw.emit(f"mov.b32 {both}, {{{halves[0]}, {halves[1]}}};")
+        lw.emit(f"or.b32 {word}, {word}, {both};")
+    lw.emit(f"mov.b32 {{{lo}, {hi}}}, {word};")
+    lw.emit(f"cvt.f32.{op.dtype} {dst[op.idx[0]]}, {lo};")
+    lw.emit(f"cvt.f32.{op.dtype} {dst[op.idx[1]]}, {hi};")
+
+
+def _inside(lw: Lowering, row: str, col: str, off: int = 0) -> str:
+    """A predicate: ``row < m`` and ``col + off < n``."""
+    p = lw.pred()
+    c = col
+    if off:
+        c = lw.tmp()
+        lw.emit(f"add.u32 {c}, {col}, {off};")
+    lw.emit(f"setp.lt.u32 {p}, {row}, %m;")
+    lw.emit(f"setp.lt.and.u32 {p}, {c}, %n, {p};")
+    return p
+
+
+def amax_local(lw: Lowering, op: ops.AmaxLocal) -> None:
+    """Per value: ``abs.f32`` then a predicated ``max.f32`` into the running max (values outside D skipped)."""
+    dst = lw.array(op.dst, op.slot + 1, _array_type(lw, op.dst))[op.slot]
+    src = lw.array(op.src, max(op.idx) + 1, _array_type(lw, op.src))
+    row, col = lw.reg(op.row), lw.reg(op.col)
+    t = lw.tmp()
+    for i, off in zip(op.idx, op.cols):
+        p = _inside(lw, row, col, off)
+        lw.emit(f"abs.f32 {t}, {src[i]};")
+        lw.emit(f"@{p} max.f32 {dst}, {dst}, {t};")
+
+
+def amax_reduce(lw: Lowering, op: ops.AmaxReduce) -> None:
+    """``shfl.sync.bfly.b32`` with xor 1, 2, .., lanes/2 and ``max.f32`` (PTX ISA "shfl.sync")."""
+    dst = lw.array(op.dst, max(op.idx) + 1, _array_type(lw, op.dst))
+    t = lw.tmp()
+    for i in op.idx:
+        x = 1
+        while x < op.lanes:
+            lw.emit(f"shfl.sync.bfly.b32 {t}, {dst[i]}, {x}, 31, -1;")
+            lw.emit(f"max.f32 {dst[i]}, {dst[i]}, {t};")
+            x *= 2
+
+
+def st_epilogue(lw: Lowering, op: ops.StEpilogue) -> None:
+    """An epilogue output store (see :class:`~ptxgen.ir.ops.StEpilogue`)."""
+    src = lw.array(op.src, max(op.idx) + 1, _array_type(lw, op.src))
+    row, col = lw.reg(op.row), lw.reg(op.col)
+    addr = lw.tmp64()
+    if op.layout in ("block", "row_max", "tensor_max"):
+        lane, p = lw.tmp(), lw.pred()
+        lw.emit(f"mov.u32 {lane}, %laneid;")
+        lw.emit(f"and.b32 {lane}, {lane}, {31 if op.layout == 'tensor_max' else 3};")
+        lw.emit(f"setp.eq.u32 {p}, {lane}, 0;")
+        if op.layout != "tensor_max":
+            lw.emit(f"setp.lt.and.u32 {p}, {row}, %m, {p};")
+        if op.layout == "block":
+            lw.emit(f"setp.lt.and.u32 {p}, {col}, %n, {p};")
+            nb, lin = lw.tmp(), lw.tmp()
+            lw.emit(f"add.u32 {nb}, %n, 127;")
+            lw.emit(f"shr.u32 {nb}, {nb}, 7;")
+            lw.emit(f"shr.u32 {lin}, {col}, 7;")
+            lw.emit(f"mad.lo.u32 {lin}, {row}, {nb}, {lin};")
+            lw.emit(f"mul.wide.u32 {addr}, {lin}, 4;")
+            lw.emit(f"add.u64 {addr}, {addr}, %{op.param};")
+            lw.emit(f"@{p} st.global.f32 [{addr}], {src[op.idx[0]]};")
+            return
+        if op.layout == "row_max":
+            lw.emit(f"mul.wide.u32 {addr}, {row}, 4;")
+            lw.emit(f"add.u64 {addr}, {addr}, %{op.param};")
+        else:
+            lw.emit(f"mov.u64 {addr}, %{op.param};")
+        lw.emit(f"@{p} red.relaxed.gpu.global.max.u32 [{addr}], {src[op.idx[0]]};")
+        return
+    # tile: a pair inside D with n even in one store, else per element
+    size = 1 if op.fmt == "e4m3" else 2
+    lin = lw.tmp()
+    lw.emit(f"mad.lo.u32 {lin}, {row}, %n, {col};")
+    lw.emit(f"mul.wide.u32 {addr}, {lin}, {size};")
+    lw.emit(f"add.u64 {addr}, {addr}, %{op.param};")
+    lo, hi = src[op.idx[0]], src[op.idx[-1]]
+    p_vec = None
+    if len(op.idx) == 2:  # branch-free: a whole aligned pair in one store, else predicated per element
+        p_vec, end, odd = lw.pred(), lw.tmp(), lw.tmp()
+        lw.emit(f"add.u32 {end}, {col}, 2;")
+        lw.emit(f"and.b32 {odd}, %n, 1;")
+        lw.emit(f"setp.le.u32 {p_vec}, {end}, %n;")
+        lw.emit(f"setp.eq.and.u32 {p_vec}, {odd}, 0, {p_vec};")
+        lw.emit(f"setp.lt.and.u32 {p_vec}, {row}, %m, {p_vec};")
+        if op.fmt == "e4m3":
+            h = lw.tmp16()
+            lw.emit(f"cvt.rn.satfinite.e4m3x2.f32 {h}, {hi}, {lo};")  # the low byte is the first element
+            lw.emit(f"@{p_vec} st.global.b16 [{addr}], {h};")
+            b = lw.tmp16()
+            lw.emit(f"shr.u16 {b}, {h}, 8;")
+            halves = [h, b]
+        else:
+            w, h, b = lw.tmp(), lw.tmp16(), lw.tmp16()
+            lw.emit(f"cvt.rn.{op.fmt}x2.f32 {w}, {hi}, {lo};")
+            lw.emit(f"@{p_vec} st.global.b32 [{addr}], {w};")
+            lw.emit(f"mov.b32 {{{h}, {b}}}, {w};")
+            halves = [h, b]
+    else:
+        h = lw.tmp16()
+        if op.fmt == "e4m3":
+            lw.emit(f"cvt.rn.satfinite.e4m3x2.f32 {h}, 0f00000000, {lo};")
+        else:
+            lw.emit(f"cvt.rn.{op.fmt}.f32 {h}, {lo};")
+        halves = [h]
+    for j, h in enumerate(halves):
+        p, c = lw.pred(), lw.tmp()
+        lw.emit(f"add.u32 {c}, {col}, {j};")
+        lw.emit(f"setp.lt.and.u32 {p}, {c}, %n, !{p_vec};" if p_vec else f"setp.lt.u32 {p}, {c}, %n;")
+        lw.emit(f"setp.lt.and.u32 {p}, {row}, %m, {p};")
+        at = f"[{addr}+{size * j}]" if j else f"[{addr}]"
+        lw.emit(f"@{p} st.global.b{8 * size} {at}, {h};")
+
+
 COMMON = {
     ops.EpilogueExpr: epilogue_expr,
     ops.LdEpilogue: ld_epilogue,
+    ops.AmaxLocal: amax_local,
+    ops.AmaxReduce: amax_reduce,
+    ops.StEpilogue: st_epilogue,
     ops.Pack16: pack_16,
     ops.MbarrierInit: mbarrier_init,
     ops.FenceMbarrierInit: fence_mbarrier_init,

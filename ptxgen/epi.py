@@ -6,6 +6,6 @@ the reference); this module is their public name.
 """
 
 from .ir.epilogue import *  # noqa: F401,F403
-from .ir.epilogue import (ACCUMULATORS, DEFAULTS, OPS, SCRATCH, Acc, Call, Cast, Node, Num, Operand, ParamLeaf,  # noqa: F401
+from .ir.epilogue import (ACCUMULATORS, DEFAULTS, E4M3_ROUNDING, OPS, SCRATCH, Acc, Call, Cast, Node, Num, Operand, ParamLeaf,  # noqa: F401
                           Reg, accumulators, bind, body, check, default, for_kernel, operand, operands, out_dtype, size,
-                          span, walk)
+                          output_shape, span, taps, untap, walk)

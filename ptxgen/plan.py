@@ -467,6 +467,22 @@ class EpilogueOperand:
 
 
 @dataclass(frozen=True)
+class EpilogueOutput:
+    """One output of the fused epilogue beside D (:func:`ptxgen.epi.outputs`).
+
+    name: the runtime keyword; kind: ``block_scale`` (fp32 ``[M, ceil(N/128)]``), ``amax`` (fp32 ``[M]`` along
+    ``row``, ``[1]`` along ``tensor``, max-reduced) or ``store`` (``[M, N]`` in ``fmt``); fmt: the stored element
+    type (``f32``, ``bf16``, ``f16``); param: the kernel parameter (a ``.u64`` global address).
+    """
+
+    name: str
+    kind: str
+    along: str
+    fmt: str
+    param: str
+
+
+@dataclass(frozen=True)
 class EpiloguePlan:
     """Accumulator -> D: the epilogue op, the store path and the CD staging ring.
 
@@ -476,11 +492,15 @@ class EpiloguePlan:
         None when D is the accumulator itself; ``epilogue.expr``, else the kernel's default (``dual_gemm``:
         ``silu(acc1) * acc2``).
     operands: the extra operands the expression loads, in first-appearance order (:class:`EpilogueOperand`).
+    outputs: the outputs beside D (:class:`EpilogueOutput`), their parameters after the operands'.
+    block_scale: an e4m3 D's 1 x 128 block-scale output (its :class:`EpilogueOutput`), or None; scale_blocks: the
+        128-column blocks of a tile's block_n.
     second_acc: the expression reads the dual GEMM's second accumulator (``acc2``).
     pairwise: sm_90a: the expression runs per fragment pair, after that pair's operand loads (it has operands);
         else once over each whole fragment array.
-    out_dtype: D's element type, ``bf16`` or ``f16`` (NVFP4, or an ``fp16(...)`` expression).
-    tma_store: D through shared-memory staging and TMA stores (else ``st.global``).
+    out_dtype: D's element type, ``bf16``, ``f16`` (NVFP4, or an ``fp16(...)`` expression) or ``e4m3``.
+    tma_store: D through shared-memory staging and TMA stores (else ``st.global``; always for an e4m3 D, stored per
+        fragment pair by the fused epilogue).
     early_release: release ``tmem_empty`` right after the last TMEM read.
     overlap: sm_90a: tile t's packed accumulator is stored while tile t+1's first k-block runs.
     stmatrix: sm_90a: CD staging through ``stmatrix.x4`` (four 8x8 matrices) instead of ``st.shared.b32``.
@@ -500,6 +520,9 @@ class EpiloguePlan:
 
     expr: object
     operands: tuple
+    outputs: tuple
+    block_scale: EpilogueOutput | None
+    scale_blocks: int
     second_acc: bool
     pairwise: bool
     out_dtype: str
@@ -632,7 +655,8 @@ class Plan:
         """Kernel parameters in order: one tensor map per operand, D's, then ``d_ptr``, ``m``, ``n``, ``k``."""
         maps = tuple((f"tmap_{o.name}", "tensor_map") for o in self.loads.operands) + (("tmap_d", "tensor_map"),)
         return (maps + tuple(p for p in PARAMS if p[1] != "tensor_map") + ((WORKSPACE_PARAM,) if self.split else ())
-                + tuple((o.param, o.param_kind) for o in self.epilogue.operands))
+                + tuple((o.param, o.param_kind) for o in self.epilogue.operands)
+                + tuple((o.param, "u64") for o in self.epilogue.outputs))
 
     def launch_spec(self) -> LaunchSpec:
         """Launch metadata for the runtime (``generated/<name>.json``)."""
@@ -644,7 +668,8 @@ class Plan:
                          TensorMapSpec(o.name, (o.box_cols, o.box_rows), "none", "none", "f32") if o.block_scale else
                          TensorMapSpec(o.name, (self.loads.k_coord_step, o.box_rows), "128B", l2, in_dtype))
                 for o in self.loads.operands}
-        maps["d"] = TensorMapSpec("d", (e.store_block_n, e.box_rows), swz, "none", e.out_dtype)
+        if e.out_dtype != "e4m3":  # an e4m3 D is stored per fragment pair (st.global), never through a map
+            maps["d"] = TensorMapSpec("d", (e.store_block_n, e.box_rows), swz, "none", e.out_dtype)
         return LaunchSpec(
             name=cfg.name,
             arch=self.arch,
@@ -864,11 +889,21 @@ def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan)
     if expr == epi.acc:
         expr = None  # D = acc: nothing to fuse
     out_dtype = "f16" if f.nvfp4 else epi.out_dtype(expr)
-    operands = tuple(EpilogueOperand(o.name, o.kind, o.along, "f32" if o.dtype == "f32" else out_dtype, f"epi_{o.name}")
+    tile_dtype = "bf16" if out_dtype == "e4m3" else out_dtype  # a 16-bit operand or stored tile
+    operands = tuple(EpilogueOperand(o.name, o.kind, o.along, "f32" if o.dtype == "f32" else tile_dtype, f"epi_{o.name}")
                      for o in (epi.operands(expr) if expr is not None else ()))
+    outputs = tuple(EpilogueOutput(name, kind, along, tile_dtype if kind == "store" else "f32", f"epi_{name}")
+                    for name, kind, along in (epi.outputs(expr) if expr is not None else ()))
+    block_scale = next((o for o in outputs if o.kind == "block_scale"), None)
+    if outputs or out_dtype == "e4m3":
+        _epilogue_output_rules(cfg, f, mma, expr, block_scale)
+        tma_store = False  # stored per fragment pair by the fused epilogue
     return EpiloguePlan(
-        expr=expr, operands=operands, second_acc=expr is not None and "acc2" in epi.accumulators(expr),
-        pairwise=bool(operands), out_dtype=out_dtype, tma_store=tma_store, early_release=e.early_release,
+        expr=expr, operands=operands, outputs=outputs, block_scale=block_scale,
+        scale_blocks=-(-mma.block_n // FP8_SCALE_BLOCK),
+        second_acc=expr is not None and "acc2" in epi.accumulators(expr),
+        pairwise=bool(operands or outputs or out_dtype == "e4m3"), out_dtype=out_dtype, tma_store=tma_store,
+        early_release=e.early_release,
         overlap=e.overlap, stmatrix=e.stmatrix, swizzle128=e.swizzle == "128", threads=threads, groups=f.wgs,
         writers=(2 if cfg.cluster.dual_tile else 1) if f.sm100 else 1, store_block_n=sbn,
         store_n_multiple=STORE_N_MULTIPLE, box_rows=mma.wave_rows, row_bytes=sbn * BF16_BYTES,
@@ -877,6 +912,21 @@ def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan)
         row_chunks=sbn * BF16_BYTES // 16, tmem_ld_cols=tmem_ld_cols, loads_per_box=sbn // tmem_ld_cols,
         chunks_per_load=tmem_ld_cols * BF16_BYTES // 16, release_per_thread=per_thread,
         tmem_empty_arrivals_per_cta=threads if per_thread else 1)
+
+
+def _epilogue_output_rules(cfg: Config, f: _Basics, mma: MmaIssuePlan, expr, block_scale) -> None:
+    """An e4m3 D or outputs beside D: the sm_90a fragment epilogue (per pair), not overlapped; a block scale needs
+    whole 128-column blocks per tile.  Raises ConfigError."""
+    text = str(expr)
+    if f.sm100:
+        raise ConfigError(f"epilogue.expr={text!r}: e4m3 D and outputs beside D (e4m3(x, \"scale\"), amax, store) are "
+                          "sm_90a only (the fragment epilogue)")
+    if cfg.epilogue.overlap:
+        raise ConfigError(f"epilogue.expr={text!r}: epilogue.overlap=True stores a packed tile later; e4m3 D and "
+                          "outputs beside D are stored by the fused epilogue: use epilogue.overlap=False")
+    if block_scale is not None and mma.block_n % FP8_SCALE_BLOCK:
+        raise ConfigError(f"epilogue.expr={text!r}: tile.block_n={mma.block_n}: a 1 x {FP8_SCALE_BLOCK} block scale "
+                          f"needs block_n a multiple of {FP8_SCALE_BLOCK}")
 
 
 @dataclass(frozen=True)
@@ -1085,6 +1135,8 @@ def epilogue_expr_registers(expr, pairwise: bool) -> int:
     op's scratch, and (``pairwise``) two loaded values per operand."""
     inner = [n for n in epi.walk(epi.body(expr)) if isinstance(n, epi.Call)]
     regs = len(inner) + sum(epi.SCRATCH.get(n.op, 0) for n in inner)
+    # a tap's pair and its running amax (2 row halves); a block scale's amax, scale and reciprocal per row half
+    regs += sum(4 for _ in epi.taps(expr)) + (6 * 2 if isinstance(expr, epi.Cast) and expr.scale else 0)
     return regs + (2 * len(epi.operands(expr)) if pairwise else 0)
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import epi
-from ..ir import (Bar, Const, Elect, EpilogueExpr, LdEpilogue, Expr, FenceProxyAsync, For, If, LdGlobalAcquireWait, LdGlobalF32, Let,
+from ..config import FP8_SCALE_BLOCK
+from ..ir import (AmaxLocal, AmaxReduce, Bar, Const, Elect, EpilogueExpr, LdEpilogue, StEpilogue, Expr, FenceProxyAsync, For, If, LdGlobalAcquireWait, LdGlobalF32, Let,
                   MbarrierArrive, MbarrierWait, NamedBarrier, Nanosleep, Pack16, Param, PromoteScaled, RedGlobal, SetMaxNReg,
                   Shfl,
                   StGlobal16, StGlobalF32, StGlobalU32, StMatrix, StShared16, TcgenFence, TmaLoad, TmaStore,
@@ -305,6 +306,15 @@ class Epilogue:
             return self.fuse(acc, other, p.mma.fragment_regs)
         out = []
         arrays = {"acc": acc, "acc1": acc, "acc2": other}
+        by_name = {o.name: o for o in e.outputs}
+        taps = epi.taps(e.expr)
+        e4m3 = e.out_dtype == "e4m3"
+        blocks = e.scale_blocks if e.block_scale else 0
+        for t in taps:  # running maxima start at 0 (|x| >= 0): slot = the pair's row half (one slot per tensor)
+            if t.kind == "amax":
+                out.append(EpilogueExpr(f"ep_am_{t.name}", (0, 1), epi.Num(0.0)))
+        if blocks:
+            out.append(EpilogueExpr("ep_bam", tuple(range(2 * blocks)), epi.Num(0.0)))
         for i in range(0, p.mma.fragment_regs, 2):
             row, col = self.fragment_coords(CURRENT_TILE, wg, v, i)
             half = (i // 2) & 1  # the pair's row: the thread's first (0) or second (1, 8 rows down)
@@ -315,7 +325,70 @@ class Epilogue:
                 elif o.along == "tile" or (o.along == "col" and not half):
                     out.append(LdEpilogue(f"ep_{o.name}", o.param, o.along, o.dtype, row, col, (0, 1), guard))
             idx = (i, i + 1)
-            out.append(EpilogueExpr(acc, idx, epi.bind(e.expr, lambda x: self.leaf(x, arrays, idx, (half, half)))))
+
+            def leaf(x, idx=idx, half=half):
+                if isinstance(x, epi.Tap):  # computed into its pair array before the expressions around it
+                    return epi.Reg(f"ep_t_{x.name}", (0, 1))
+                return self.leaf(x, arrays, idx, (half, half))
+
+            for t in taps:
+                out.append(EpilogueExpr(f"ep_t_{t.name}", (0, 1), epi.bind(t.arg, leaf)))
+                if t.kind == "store":
+                    out.append(StEpilogue(by_name[t.name].param, "tile", by_name[t.name].fmt, row, col,
+                                          f"ep_t_{t.name}", (0, 1)))
+                else:
+                    out.append(AmaxLocal(f"ep_am_{t.name}", half if t.along == "row" else 0, f"ep_t_{t.name}",
+                                         (0, 1), row, col, (0, 1)))
+            out.append(EpilogueExpr(acc, idx, epi.bind(e.expr, leaf)))
+            if blocks:
+                b = 8 * (i // 4) // FP8_SCALE_BLOCK
+                out.append(AmaxLocal("ep_bam", half * blocks + b, acc, idx, row, col, (0, 1)))
+            elif e4m3:
+                out.append(StEpilogue("d_ptr", "tile", "e4m3", row, col, acc, idx))
+        out += self.output_reductions(wg, v, taps, by_name)
+        if blocks:
+            out += self.block_scaled_store(wg, v, acc, blocks)
+        return out
+
+    def output_reductions(self, wg: Expr, v: int, taps: tuple, by_name: dict) -> list:
+        """After a wave's pairs: each amax tap's running maxima reduced over the quad (row) or the warp (tensor),
+        then one ``red.global.max`` per row (quad leader) or per warp (lane 0)."""
+        out = []
+        for t in taps:
+            if t.kind != "amax":
+                continue
+            reg, param = f"ep_am_{t.name}", by_name[t.name].param
+            if t.along == "row":
+                out.append(AmaxReduce(reg, (0, 1), 4))
+                for h in (0, 1):
+                    row, col = self.fragment_coords(CURRENT_TILE, wg, v, 2 * h)
+                    out.append(StEpilogue(param, "row_max", "f32", row, col, reg, (h,)))
+            else:
+                out.append(AmaxReduce(reg, (0,), 32))
+                row, col = self.fragment_coords(CURRENT_TILE, wg, v, 0)
+                out.append(StEpilogue(param, "tensor_max", "f32", row, col, reg, (0,)))
+        return out
+
+    def block_scaled_store(self, wg: Expr, v: int, acc: str, blocks: int) -> list:
+        """The e4m3 D of a wave with 1 x 128 block scales: per row half and block, the quad's amax -> scale =
+        ``block_scale(amax)`` (stored by the quad leader) and its reciprocal; each pair times the reciprocal, stored
+        as e4m3."""
+        p, e = self.p, self.p.epilogue
+        slots = tuple(range(2 * blocks))
+        out = [AmaxReduce("ep_bam", slots, 4),
+               EpilogueExpr("ep_bsc", slots, epi.Call("block_scale", (epi.Reg("ep_bam", slots),))),
+               EpilogueExpr("ep_binv", slots, epi.Call("rcp", (epi.Reg("ep_bsc", slots),)))]
+        for h in (0, 1):
+            row, _ = self.fragment_coords(CURRENT_TILE, wg, v, 2 * h)
+            for b in range(blocks):
+                out.append(StEpilogue(e.block_scale.param, "block", "f32", row,
+                                      fold(CURRENT_TILE.n_col + b * FP8_SCALE_BLOCK), "ep_bsc", (h * blocks + b,)))
+        for i in range(0, p.mma.fragment_regs, 2):
+            row, col = self.fragment_coords(CURRENT_TILE, wg, v, i)
+            slot = ((i // 2) & 1) * blocks + 8 * (i // 4) // FP8_SCALE_BLOCK
+            idx = (i, i + 1)
+            out.append(EpilogueExpr(acc, idx, epi.Reg(acc, idx) * epi.Reg("ep_binv", (slot, slot))))
+            out.append(StEpilogue("d_ptr", "tile", "e4m3", row, col, acc, idx))
         return out
 
     def release_tmem(self, st: PipelineState) -> list:
@@ -337,6 +410,8 @@ class Epilogue:
         current tile, :data:`CURRENT_TILE`).
         """
         p, e = self.p, self.p.epilogue
+        if e.out_dtype == "e4m3":
+            return []  # stored per pair by the fused epilogue (fragment_fuse)
         t = tile or CURRENT_TILE
         out = []
         # wgmma m64nN fragment of lane l, warp w, value i: row 16*(w%4) + l/4 + 8*((i/2)&1), col 8*(i/4) + 2*(l%4) + (i&1)

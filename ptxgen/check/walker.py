@@ -275,7 +275,7 @@ class WarpWalker:
             O.PromoteScaled: self._promote,
         }
         self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.EpilogueExpr: self._epi_expr,
-                       O.Pack16: self._pack,
+                       O.Pack16: self._pack, O.AmaxLocal: self._amax_local, O.AmaxReduce: self._amax_reduce,
                        O.WgmmaFence: self._wgmma_fence, O.TcgenFence: self._tcgen_fence}
 
     # ---------------------------------------------------------------- position
@@ -486,6 +486,24 @@ class WarpWalker:
         arr[self._lane_ids()[:, None], list(idx)] = values
         self.touched.setdefault(name, by)
 
+    def _amax_local(self, op):
+        """``dst[slot] = max(dst[slot], |src[j]|)`` over the values inside D (``max.f32``: NaN skipped)."""
+        by = type(op).__name__
+        vals = self._reg(op.src, op.idx, by)
+        old = self._reg(op.dst, (op.slot,), by)[:, 0]
+        rows = self._per_lane(op.row)[:, None]
+        cols = self._per_lane(op.col)[:, None] + np.asarray(op.cols)
+        inside = (rows < self.params["m"]) & (cols < self.params["n"])
+        new = np.fmax(old, np.fmax.reduce(np.where(inside, np.abs(vals), np.float32(0)), axis=1))
+        self._write_at(op.dst, (op.slot,), new[:, None].astype(np.float32), by)
+
+    def _amax_reduce(self, op):
+        """The max of each group of ``lanes`` consecutive lanes, on every lane of the group (butterfly shuffles)."""
+        by = type(op).__name__
+        vals = self._reg(op.dst, op.idx, by)
+        red = np.fmax.reduce(vals.reshape(LANES // op.lanes, op.lanes, -1), axis=1)
+        self._write_at(op.dst, op.idx, np.repeat(red, op.lanes, axis=0), by)
+
     def _epi_load(self, op):
         """An epilogue operand load: the consumer replies the ``(lanes, len(idx))`` f32 values (None: a dry run, 0)."""
         values = yield self.event(op)
@@ -644,6 +662,10 @@ class WarpWalker:
         """``data``: the stored 16-bit values (bf16/f16 bits), ``(lanes, len(idx))``."""
         v["data"] = _STORE_BITS[op.fmt](self._reg(op.src, op.idx, type(op).__name__)) if self.values else None
 
+    def _st_epilogue(self, op, v: dict, lanes: int) -> None:
+        """``data``: the stored f32 values ``(lanes, len(idx))`` (the machine rounds them to ``fmt``)."""
+        v["data"] = self._reg(op.src, op.idx, type(op).__name__) if self.values else None
+
     def _ws_store(self, op, v: dict, lanes: int) -> None:
         """``data``: the stored f32 values, ``(lanes, 4)``."""
         v["data"] = self._reg(op.src, op.idx, type(op).__name__) if self.values else None
@@ -667,5 +689,6 @@ class WarpWalker:
         O.TmaLoad: _tma_load, O.UmmaCommit: _commit,
         O.Umma: _mma, O.UmmaBlockScaled: _mma, O.Wgmma: _wgmma, O.TmemCopy: _tmem_copy,
         O.StShared16: _st_shared, O.StMatrix: _st_matrix, O.StGlobal16: _st_global, O.StGlobalF32: _ws_store,
+        O.StEpilogue: _st_epilogue,
         O.CtaSync: _cta_sync, O.ClusterSync: _cluster_sync, O.NamedBarrier: _named_barrier,
     }

@@ -23,9 +23,26 @@ operand: the same name with two kinds or two axes is an error.
 
 Operations: ``x + y``, ``x - y``, ``x * y``, ``-x``; ``relu(x)``, ``gelu(x)`` (tanh form), ``gelu_erf(x)``
 (erf form), ``silu(x)``, ``sigmoid(x)``, ``clamp(x, lo, hi)`` (lo, hi numbers), ``add(x, y)``, ``mul(x, y)``;
-the whole expression may be wrapped in ``bf16(...)`` or ``fp16(...)``: D's type (default bf16).  The
-numerics of each op (the PTX instructions, their approximation and error bound) are stated in
+the whole expression may be wrapped in ``bf16(...)`` or ``fp16(...)``: D's type (default bf16), or in
+``e4m3(...)``: D is ``float8_e4m3fn`` (sm_90a).  The numerics of each op (the PTX instructions, their approximation and error bound) are stated in
 :data:`OPS` and implemented once for the check wing in :mod:`ptxgen.check.epilogue`.
+
+Outputs beside D (sm_90a; the runtime returns ``(d, *outputs)`` in :func:`outputs` order, each allocated unless
+passed by its name as a keyword tensor):
+
+* ``e4m3(x, "d_scale")``: FP8 D with dynamic 1 x 128 block scaling, DeepSeek's activation quantization: per row and
+  per 128 columns of D, ``amax`` = max |x| over the block, ``scale = amax / 448`` (1 where amax is 0) written to the
+  fp32 output ``d_scale`` ``[M, ceil(N/128)]`` (the layout :func:`ptxgen.gemm_fp8` reads ``scale_a``: an FP8 GEMM's
+  output feeds the next FP8 GEMM), D = e4m3(x * (1 / scale)).  Needs ``tile.block_n`` a multiple of 128.
+* ``amax("name", x)``: the value of ``x``; its per-row max |x| over the row's elements inside D is max-reduced into
+  the fp32 output ``name`` ``[M]`` (``red.global.max`` on the bits of |x|: nonnegative floats order as u32);
+  ``amax("name", x, "tensor")``: the same over the whole D into ``name`` ``[1]``.  The delayed-scaling form is
+  ``e4m3(amax("amax", acc) * scale[row])``.  The runtime's fresh output starts at 0; a passed one keeps
+  ``max(old, amax)`` (an amax history).
+* ``store("name", x)``: the value of ``x``, also stored as the ``[M, N]`` output ``name`` (bf16; fp16 under
+  ``fp16(...)``), e.g. the pre-activation for the backward: ``gelu(store("pre", acc + bias[col]))``.
+
+Output names share the operands' namespace (one name, one tensor).
 
 The text form is parsed with Python's :mod:`ast` and only this subset is accepted (names, calls of the ops
 above, ``+ - *``, numeric constants, subscripts ``[row]``/``[col]``); anything else is a one-line
@@ -58,13 +75,23 @@ OPS: dict[str, str] = {
     "gelu_erf": ("x/2 (1 + erf(x / sqrt 2)): erfc(|x| / sqrt 2) by Abramowitz & Stegun 7.1.26 (|erf error| <= "
                  "1.5e-7) with ex2.approx.ftz and rcp.approx.ftz, 1 + erf = erfc for x < 0 and 2 - erfc otherwise; "
                  "|error| <= 1e-7 |x| + f32 rounding (max 3e-7 (|x| + 1) measured over [-9, 9])"),
+    # internal ops (the builders' lowering of e4m3(x, "scale"); not callable from the language)
+    "block_scale": ("amax / 448 (div.rn.f32: correctly rounded, torch's amax / 448.0), 1 where amax is 0 (as "
+                    "ptxgen.runtime.fp8.quantize)"),
+    "rcp": "1 / x: rcp.rn.f32 (correctly rounded)",
 }
+#: D as float8_e4m3fn: each value's rounding (PTX ISA "cvt": ``cvt.rn.satfinite.e4m3x2.f32``): round to nearest even,
+#: finite values beyond 448 (and +-inf) saturate to +-448, NaN stays NaN; with a block scale the value rounded is
+#: ``x * rcp.rn(scale)``, which differs from ``x / scale`` by at most 1 f32 ulp before the e4m3 rounding
+E4M3_ROUNDING = "cvt.rn.satfinite.e4m3x2.f32: nearest even, saturating to +-448, NaN -> NaN"
+INTERNAL = ("block_scale", "rcp")
 #: scratch f32 registers each op's lowering takes beside its result (the emitter allocates them; the plan's
 #: register budget counts them)
 SCRATCH = {"sigmoid": 1, "silu": 1, "gelu": 1, "gelu_erf": 4}
 UNARY = ("relu", "gelu", "gelu_erf", "silu", "sigmoid", "neg")
 BINARY = ("add", "sub", "mul")
-CASTS = {"bf16": "bf16", "fp16": "f16"}
+CASTS = {"bf16": "bf16", "fp16": "f16", "e4m3": "e4m3"}
+TAPS = {"amax": ("row", "tensor"), "store": ("tile",)}
 ACCUMULATORS = ("acc", "acc1", "acc2")
 OPERAND_KINDS = ("bias", "scale", "residual")
 AXES = {"bias": ("col", "row"), "scale": ("scalar", "row", "col"), "residual": ("tile",)}
@@ -147,9 +174,22 @@ class Call(Node):
 
 @dataclass(frozen=True, eq=True)
 class Cast(Node):
-    """D's element type for the whole expression: ``bf16`` or ``f16`` (text ``fp16(...)``); only at the root."""
+    """D's element type for the whole expression: ``bf16``, ``f16`` (text ``fp16(...)``) or ``e4m3``; only at the
+    root.  ``scale``: an ``e4m3`` cast's 1 x 128 block-scale output name, or None (no scaling)."""
 
     dtype: str
+    arg: Node
+    scale: str | None = None
+
+
+@dataclass(frozen=True, eq=True)
+class Tap(Node):
+    """The value of ``arg``, also written to the output ``name``: ``kind`` ``amax`` (``along`` ``row``: [M],
+    ``tensor``: [1], fp32 max |arg|) or ``store`` (``along`` ``tile``: [M, N] in D's 16-bit type)."""
+
+    kind: str
+    name: str
+    along: str
     arg: Node
 
 
@@ -252,11 +292,43 @@ def clamp(x, lo: float, hi: float) -> Call:
     return Call("clamp", (_node(x),), (lo_.value, hi_.value))
 
 
-def cast(x, dtype: str) -> Cast:
-    """D's type for the expression: ``"bf16"`` or ``"fp16"``."""
+def cast(x, dtype: str, scale: str | None = None) -> Cast:
+    """D's type for the expression: ``"bf16"``, ``"fp16"`` or ``"e4m3"``; ``scale``: an e4m3 cast's block-scale output
+    name (1 x 128 dynamic scaling, see the module docstring)."""
     if dtype not in CASTS:
         raise ConfigError(f"epilogue.expr: output type {dtype!r}: one of {list(CASTS)}")
-    return Cast(CASTS[dtype], _node(x))
+    if scale is not None and (dtype != "e4m3" or not _name_ok(scale)):
+        raise ConfigError(f"epilogue.expr: {dtype}(x, {scale!r}): only e4m3 takes a block-scale output, named by an "
+                          "identifier")
+    return Cast(CASTS[dtype], _node(x), scale)
+
+
+def e4m3(x, scale: str | None = None) -> Cast:
+    """D as float8_e4m3fn (``cvt.rn.satfinite``); ``scale``: the name of the 1 x 128 block-scale output."""
+    return cast(x, "e4m3", scale)
+
+
+def _name_ok(name) -> bool:
+    return isinstance(name, str) and _NAME_OK(name) and name not in ACCUMULATORS and name not in ("row", "col")
+
+
+def amax(name: str, x, along: str = "row") -> Tap:
+    """``x``, with max |x| per row (``along="row"``: output ``[M]``) or over D (``"tensor"``: ``[1]``) into ``name``."""
+    return _tap("amax", name, along, x)
+
+
+def store(name: str, x) -> Tap:
+    """``x``, also stored as the ``[M, N]`` output ``name`` (D's 16-bit type; bf16 when D is e4m3)."""
+    return _tap("store", name, "tile", x)
+
+
+def _tap(kind: str, name: str, along: str, x) -> Tap:
+    if not _name_ok(name):
+        raise ConfigError(f"epilogue.expr: {kind} output name {name!r}: must be an identifier other than "
+                          f"{', '.join(ACCUMULATORS)}, row, col")
+    if along not in TAPS[kind]:
+        raise ConfigError(f"epilogue.expr: {kind}({name!r}, ..., {along!r}): along one of {list(TAPS[kind])}")
+    return Tap(kind, name, along, _node(x))
 
 
 # ------------------------------------------------------------------ the text form
@@ -292,10 +364,20 @@ def parse(text: str) -> Node:
 
 def _root(n: ast.AST, text: str) -> Node:
     if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in CASTS:
+        f = n.func.id
+        if f == "e4m3" and len(n.args) == 2 and not n.keywords:
+            return cast(_conv(n.args[0], text), f, _quoted(n.args[1], text, 'e4m3(x, "scale")'))
         if len(n.args) != 1 or n.keywords:
-            raise ConfigError(f"epilogue.expr={text!r}: {n.func.id}(...) takes one expression")
-        return cast(_conv(n.args[0], text), n.func.id)
+            raise ConfigError(f"epilogue.expr={text!r}: {f}(...) takes one expression"
+                              + (' (and e4m3 a block-scale output name: e4m3(x, "scale"))' if f == "e4m3" else ""))
+        return cast(_conv(n.args[0], text), f)
     return _conv(n, text)
+
+
+def _quoted(n: ast.AST, text: str, form: str) -> str:
+    if not isinstance(n, ast.Constant) or not isinstance(n.value, str):
+        raise _refuse(text, f"{form}: the name is a string in quotes, not {ast.unparse(n)!r}")
+    return n.value
 
 
 def _refuse(text: str, what: str) -> ConfigError:
@@ -351,8 +433,14 @@ def _conv(n: ast.AST, text: str) -> Node:
             return _MAKE[kind](name)
         if f in CASTS:
             raise _refuse(text, f"{f}(...) sets D's type and may only wrap the whole expression")
+        if f in TAPS:
+            form = f'{f}("name", x' + (', "tensor")' if f == "amax" else ")")
+            if n.keywords or not 2 <= len(n.args) <= (3 if f == "amax" else 2):
+                raise _refuse(text, f"{f} takes {form}")
+            extra = [_quoted(a, text, form) for a in n.args[2:]]
+            return _tap(f, _quoted(n.args[0], text, form), *(extra or [TAPS[f][0]]), _conv(n.args[1], text))
         if f not in _CALLS:
-            raise _refuse(text, f"unknown op {f!r} (ops: {', '.join(sorted(_CALLS))}, bf16, fp16)")
+            raise _refuse(text, f"unknown op {f!r} (ops: {', '.join(sorted([*_CALLS, *TAPS]))}, bf16, fp16, e4m3)")
         if n.keywords:
             raise _refuse(text, f"{f}(...) takes no keyword arguments")
         want = {"clamp": 3, "add": 2, "mul": 2}.get(f, 1)
@@ -393,7 +481,12 @@ def to_text(node: Node, prec: int = 0) -> str:
         s = _num_text(node.value)
         return f"({s})" if node.value < 0 and prec else s
     if isinstance(node, Cast):
-        return f"{'fp16' if node.dtype == 'f16' else 'bf16'}({to_text(node.arg)})"
+        name = {"f16": "fp16", "bf16": "bf16", "e4m3": "e4m3"}[node.dtype]
+        return f"{name}({to_text(node.arg)}" + (f', "{node.scale}")' if node.scale else ")")
+    if isinstance(node, Tap):
+        along = f', "{node.along}"' if node.along != TAPS[node.kind][0] else ""
+        return f'{node.kind}("{node.name}", {to_text(node.arg)}{along})'
+
     if isinstance(node, Reg):
         return f"{node.array}[{span(node.idx)}]"
     if isinstance(node, ParamLeaf):
@@ -422,7 +515,7 @@ def walk(node: Node):
     if isinstance(node, Call):
         for a in node.args:
             yield from walk(a)
-    elif isinstance(node, Cast):
+    elif isinstance(node, (Cast, Tap)):
         yield from walk(node.arg)
 
 
@@ -448,6 +541,34 @@ def operands(node: Node) -> tuple[Operand, ...]:
     return tuple(seen.values())
 
 
+def outputs(node: Node) -> tuple[tuple[str, str, str], ...]:
+    """The outputs beside D, in the order the runtime returns them: ``(name, kind, along)`` with kind
+    ``block_scale`` (an e4m3 cast's, first), ``amax`` or ``store`` (first appearance).  Raises ConfigError: a name
+    used twice (by two outputs, or by an output and an operand)."""
+    out: list[tuple[str, str, str]] = []
+    if isinstance(node, Cast) and node.scale:
+        out.append((node.scale, "block_scale", "block"))
+    out += [(x.name, x.kind, x.along) for x in walk(node) if isinstance(x, Tap)]
+    taken = {o.name for o in operands(node)}
+    for name, kind, _ in out:
+        if name in taken:
+            raise ConfigError(f"epilogue.expr={to_text(node)!r}: name {name!r} is used twice (outputs and operands "
+                              "each need their own name)")
+        taken.add(name)
+    return tuple(out)
+
+
+def output_shape(along: str, m: int, n: int) -> tuple[int, ...]:
+    """The shape of an output along ``along`` for an ``[m, n]`` D: ``block`` ``(m, ceil(n / 128))``, ``row`` ``(m,)``,
+    ``tensor`` ``(1,)``, ``tile`` ``(m, n)``."""
+    return {"block": (m, -(-n // 128)), "row": (m,), "tensor": (1,), "tile": (m, n)}[along]
+
+
+def taps(node: Node) -> tuple[Tap, ...]:
+    """The :class:`Tap` nodes, innermost first (a tap's value is computed before the taps around it)."""
+    return tuple(reversed([x for x in walk(node) if isinstance(x, Tap)]))
+
+
 def accumulators(node: Node) -> tuple[str, ...]:
     """The accumulator names the expression reads, sorted."""
     return tuple(sorted({n.name for n in walk(node) if isinstance(n, Acc)}))
@@ -468,7 +589,9 @@ def check(node: Node) -> Node:
             raise ConfigError(f"epilogue.expr={to_text(node)!r}: bf16(...) / fp16(...) may only wrap the whole expression")
         if isinstance(x, (Reg, ParamLeaf)):
             raise ConfigError(f"epilogue.expr: {x!r} is a bound leaf, not part of the language")
-    operands(node)
+        if isinstance(x, Call) and x.op in INTERNAL:
+            raise ConfigError(f"epilogue.expr: {x.op} is internal to the e4m3 lowering, not part of the language")
+    outputs(node)
     return node
 
 
@@ -496,7 +619,8 @@ def default(kernel: str) -> Node:
 
 
 def bind(node: Node, leaf) -> Node:
-    """``node`` with every leaf replaced by ``leaf(x)`` (a :class:`Reg` / :class:`ParamLeaf` / the leaf itself)."""
+    """``node`` with every leaf replaced by ``leaf(x)`` (a :class:`Reg` / :class:`ParamLeaf` / the leaf itself); a
+    :class:`Tap` is a leaf too (the builders bind it to the registers its value was computed into)."""
     if isinstance(node, Call):
         return Call(node.op, tuple(bind(a, leaf) for a in node.args), node.params)
     if isinstance(node, Cast):
@@ -504,6 +628,15 @@ def bind(node: Node, leaf) -> Node:
     return leaf(node)
 
 
+def untap(node: Node) -> Node:
+    """``node`` with every :class:`Tap` replaced by its argument (the value D is computed from)."""
+    if isinstance(node, Call):
+        return Call(node.op, tuple(untap(a) for a in node.args), node.params)
+    if isinstance(node, Cast):
+        return Cast(node.dtype, untap(node.arg), node.scale)
+    return untap(node.arg) if isinstance(node, Tap) else node
+
+
 __all__ = ["acc", "acc1", "acc2", "bias", "scale", "residual", "relu", "gelu", "gelu_erf", "silu", "sigmoid", "add",
-           "mul", "clamp", "cast", "parse", "to_text", "operands", "accumulators", "OPS", "Node", "Acc", "Operand",
-           "Num", "Call", "Cast"]
+           "mul", "clamp", "cast", "e4m3", "amax", "store", "parse", "to_text", "operands", "outputs", "accumulators",
+           "OPS", "Node", "Acc", "Operand", "Num", "Call", "Cast", "Tap"]

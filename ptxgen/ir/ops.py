@@ -920,4 +920,71 @@ class LdEpilogue(Op):
                 + ("" if self.guard else " (unguarded)"))
 
 
+@dataclass(frozen=True)
+class AmaxLocal(Op):
+    """``dst[slot] = max(dst[slot], |src[idx[j]]|)`` over the values ``j`` inside D: value ``j`` sits at ``(row, col +
+    cols[j])``, inside when ``row < m`` and ``col + cols[j] < n`` (``max.f32`` of ``abs.f32``: a NaN is skipped).
+    Per thread; ``dst[slot]`` holds a running max (0.0 to start: an :class:`EpilogueExpr` of ``0``)."""
+
+    per_lane: ClassVar[tuple[str, ...]] = ("row", "col")
+
+    dst: str
+    slot: int
+    src: str
+    idx: tuple[int, ...]
+    row: Expr
+    col: Expr
+    cols: tuple[int, ...]
+
+    def describe(self) -> str:
+        return (f"AmaxLocal {self.dst}[{self.slot}] max= |{self.src}[{_span(self.idx)}]| at "
+                f"[{_s(self.row)}, {_s(self.col)} + ({','.join(map(str, self.cols))})] inside D")
+
+
+@dataclass(frozen=True)
+class AmaxReduce(Op):
+    """``dst[i] = max over the group of lanes`` of ``dst[i]`` for each ``i`` of ``idx``: groups of ``lanes``
+    consecutive lanes (4: a wgmma fragment row's quad; 32: the warp), ``shfl.sync.bfly.b32`` with xor 1, 2, ..,
+    lanes/2 then ``max.f32`` (PTX ISA "shfl.sync"); whole warp."""
+
+    collective: ClassVar[bool] = True
+
+    dst: str
+    idx: tuple[int, ...]
+    lanes: int
+
+    def describe(self) -> str:
+        return f"AmaxReduce {self.dst}[{_span(self.idx)}] max over {self.lanes} lanes"
+
+
+@dataclass(frozen=True)
+class StEpilogue(Op):
+    """A store of an epilogue output (the kernel parameter ``param``: a ``.u64`` global address) by ``layout``:
+
+    * ``tile``: ``P[row * n + col + j] = fmt(src[idx[j]])`` for the ``j`` inside D (row < m, col + j < n); ``fmt``
+      ``bf16`` / ``f16`` (2 bytes) or ``e4m3`` (1 byte, ``cvt.rn.satfinite.e4m3x2.f32``); a pair inside D with n
+      even is one ``st.global.b32`` (16-bit) or ``.b16`` (e4m3).
+    * ``block``: ``P[row * ceil(n / 128) + col / 128] = src[idx[0]]`` (f32) by the first lane of each quad, for
+      row < m, col < n (a 1 x 128 block scale).
+    * ``row_max``: ``red.global.max.u32 [P + 4 row], bits(src[idx[0]])`` by the first lane of each quad, row < m.
+    * ``tensor_max``: ``red.global.max.u32 [P], bits(src[idx[0]])`` by lane 0 (nonnegative f32 order as u32).
+    """
+
+    per_lane: ClassVar[tuple[str, ...]] = ("row", "col")
+
+    param: str
+    layout: str
+    fmt: str
+    row: Expr
+    col: Expr
+    src: str
+    idx: tuple[int, ...]
+
+    def describe(self) -> str:
+        at = {"tile": f"[{_s(self.row)}, {_s(self.col)}:+{len(self.idx)}]",
+              "block": f"[{_s(self.row)}, ({_s(self.col)}) / 128]", "row_max": f"[{_s(self.row)}] max=",
+              "tensor_max": "[0] max="}[self.layout]
+        return f"StEpilogue {self.param}{at} <- {self.fmt}({self.src}[{_span(self.idx)}])"
+
+
 __all__ = [n for n, v in list(globals().items()) if getattr(v, "__module__", None) == __name__ and not n.startswith("_")]

@@ -802,10 +802,12 @@ def gemm(a: Any, b: Any, out: Any = None, config: Any = None, epilogue: Any = No
         config: shipped config name (``"h100_128x256"``), YAML path, ``Config`` object, or None to
             choose per shape for the device (:func:`ptxgen.runtime.choose.choose`).
         epilogue: a :mod:`ptxgen.epi` expression (``"gelu(acc + bias[col])"`` or a node), or None (D = acc).
-        operands: the expression's operands by name (``bias=t``); see :func:`fused`.
+        operands: the expression's operands by name (``bias=t``), and optionally its outputs beside D by name
+            (``d_scale=t``: written in place, :func:`check_epilogue_outputs`); see :func:`fused`.
 
     Returns:
-        D (``out`` if given; a new row-major tensor otherwise). The launch (and any staging copy) is asynchronous,
+        D (``out`` if given; a new row-major tensor otherwise); with outputs beside D (``e4m3(x, "d_scale")``,
+        ``amax(...)``, ``store(...)``), the tuple ``(D, *outputs)`` in :func:`ptxgen.epi.outputs` order. The launch (and any staging copy) is asynchronous,
         like any torch op, on torch's current stream; it can be captured in a CUDA graph.
 
     Raises:
@@ -867,6 +869,8 @@ _expr_configs: dict[tuple, Any] = {}
 #: call key -> (the caller's Config object or None, the call)
 _fused_calls: dict[tuple, tuple[Any, Any]] = {}
 _OPERAND_DIMS = {"col": "[N]", "row": "[M]", "tile": "[M, N]"}
+#: the config a fused call without ``config`` takes when the shape's choice cannot take its expression
+EPILOGUE_FALLBACK_CONFIG = "h100_128x128"
 
 
 def epilogue_expr(epilogue: Any, kernel: str) -> tuple[Any, str]:
@@ -894,7 +898,7 @@ def epilogue_expr(epilogue: Any, kernel: str) -> tuple[Any, str]:
 def _torch_dtype(name: str) -> Any:
     import torch
 
-    return {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[name]
+    return {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "e4m3": torch.float8_e4m3fn}[name]
 
 
 def check_epilogue_operands(expr: Any, operands: dict, m: int, n: int, a: Any, out: Any,
@@ -914,11 +918,14 @@ def check_epilogue_operands(expr: Any, operands: dict, m: int, n: int, a: Any, o
     from ptxgen.ir import epilogue as E
 
     want = {o.name: o for o in E.operands(expr)}
+    outs = {name for name, _, _ in E.outputs(expr)}
     for name in operands:
-        if name not in want:
+        if name not in want and name not in outs:
             listed = ", ".join(want) or "none"
             raise ShapeError(f"{name}: not an operand of epilogue {E.to_text(expr)!r} (its operands: {listed})")
     d_dtype = _torch_dtype(E.out_dtype(expr))
+    if d_dtype == torch.float8_e4m3fn:
+        d_dtype = torch.bfloat16  # the 16-bit operands of an e4m3 D
     for name, o in want.items():
         if name not in operands:
             raise ShapeError(f"{name}: missing: epilogue {E.to_text(expr)!r} reads {E.to_text(o)}; pass {name}=...")
@@ -939,6 +946,50 @@ def check_epilogue_operands(expr: Any, operands: dict, m: int, n: int, a: Any, o
             raise ShapeError(f"{name}: device={t.device}: must be on a's device {a.device}")
         if out is not None and _overlaps(out, t.reshape(1, -1) if t.dim() == 1 else t):
             raise ShapeError(f"out: memory overlaps {name}: D must not alias an input")
+
+
+def check_epilogue_outputs(expr: Any, given: dict, m: int, n: int, a: Any, out: Any, inputs: tuple = (),
+                           require_cuda: bool = True) -> dict:
+    """The outputs beside D of ``expr`` (:func:`ptxgen.ir.epilogue.outputs`), each the tensor passed by its name or
+    None (allocated at launch).  A passed output is written in place: contiguous, 4-byte aligned, on ``a``'s device,
+    overlapping neither ``out``, another output nor an input; a block scale is float32 ``[M, ceil(N/128)]``, an
+    amax float32 ``[M]`` (``"row"``) / ``[1]`` (``"tensor"``; max-reduced into what it holds), a stored tile
+    ``[M, N]`` bf16 (fp16 under ``fp16(...)``).  Pure; before any launch.
+
+    Raises:
+        ShapeError: the first rule broken, naming the output.
+    """
+    import torch
+
+    from ptxgen.ir import epilogue as E
+
+    tile = torch.float16 if E.out_dtype(expr) == "f16" else torch.bfloat16
+    found, seen = {}, [("out", out)] if out is not None else []
+    seen += list(inputs)
+    for name, kind, along in E.outputs(expr):
+        t = given.get(name)
+        found[name] = t
+        if t is None:
+            continue
+        shape = E.output_shape(along, m, n)
+        dtype = tile if kind == "store" else torch.float32
+        what = f"{kind} output" + (f" along {along}" if kind == "amax" else "")
+        if not isinstance(t, torch.Tensor):
+            raise ShapeError(f"{name}: got {type(t).__name__}: the {what} is a torch.Tensor {shape} or not given")
+        if tuple(t.shape) != shape:
+            raise ShapeError(f"{name}: shape={tuple(t.shape)}: the {what} must be {shape}")
+        if t.dtype != dtype:
+            raise ShapeError(f"{name}: dtype={t.dtype}: the {what} must be {dtype}")
+        if t.device != a.device or (require_cuda and t.device.type != "cuda"):
+            raise ShapeError(f"{name}: device={t.device}: must be on a's device {a.device}")
+        if not t.is_contiguous() or t.data_ptr() % 4:
+            raise ShapeError(f"{name}: strides={t.stride()}: an output is written in place: contiguous and 4-byte aligned")
+        for other, u in seen:
+            if isinstance(u, torch.Tensor) and _overlaps(u.reshape(1, -1) if u.dim() == 1 else u,
+                                                         t.reshape(1, -1) if t.dim() == 1 else t):
+                raise ShapeError(f"{name}: memory overlaps {other}: an output must not alias another tensor")
+        seen.append((name, t))
+    return found
 
 
 def _fused_family(family: _Family, d_dtype: Any) -> _Family:
@@ -982,7 +1033,10 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
     """A GEMM (``bs = (b,)``) or dual GEMM (``(b1, b2)``) whose D is ``epilogue`` of the accumulator(s), fused.
 
     ``epilogue``: a :mod:`ptxgen.epi` expression, text (``"gelu(acc + bias[col])"``) or node; its operands come
-    by name in ``operands`` (:func:`check_epilogue_operands`).  Every check (A, B, out, the expression, each
+    by name in ``operands`` (:func:`check_epilogue_operands`; a 16-bit one not 4-byte aligned is copied per call),
+    and so may its outputs beside D (:func:`check_epilogue_outputs`); with outputs the call returns
+    ``(D, *outputs)`` (:func:`ptxgen.epi.outputs` order), each output not given allocated (an amax zero-filled).
+    An ``e4m3(...)`` D is ``torch.float8_e4m3fn``.  Every check (A, B, out, the expression, each
     operand, the config's plan) runs before any launch; ``out`` is untouched on an error.  The kernel is built
     once per (config, expression) (the config with ``epilogue.expr`` set: its own cache entry on disk), the call
     setup once per signature; then each call passes the operands' addresses (a scalar as its f32 bits) after
@@ -1004,8 +1058,11 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
     m, n, k = fam.check(a, *bs, out)
     check_epilogue_operands(expr, operands, m, n, a, out)
     order = E.operands(expr)
+    named = [(o.name, operands[o.name]) for o in order if o.along != "scalar"]
+    outs = check_epilogue_outputs(expr, operands, m, n, a, out, (("a", a), *zip(("b", "b2"), bs), *named))
     if not (m and n):
-        return out if out is not None else torch.empty((m, n), dtype=d_dtype, device=a.device)
+        d = out if out is not None else torch.empty((m, n), dtype=d_dtype, device=a.device)
+        return (d, *(_new_output(expr, name, t, m, n, a.device) for name, t in outs.items())) if outs else d
     if not k:
         raise ShapeError(f"K=0: a fused epilogue needs K >= 1 (a: {tuple(a.shape)})")
     sig = _signature(a, bs[0], out, config) + tuple((b.shape, b.stride()) for b in bs[1:])
@@ -1017,7 +1074,13 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
 
         ordinal = _ordinal(a)
         driver.ensure_context(ordinal)
-        derived = _expr_config(resolve_config(config, m, n, k, ordinal, family.kernel), expr)
+        try:
+            derived = _expr_config(resolve_config(config, m, n, k, ordinal, family.kernel), expr)
+        except ConfigError:
+            if config is not None:
+                raise
+            # the shape's choice cannot take the expression (a block scale needs block_n % 128 == 0)
+            derived = _expr_config(EPILOGUE_FALLBACK_CONFIG, expr)
         call = _new_call(fam, None, derived, a, bs, out)
         if isinstance(call, _Call):
             call.new_out = functools.partial(torch.empty, (call.m, call.n), dtype=d_dtype, device=a.device)
@@ -1033,11 +1096,29 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
 
             ptrs.append(struct.unpack("<I", struct.pack("<f", float(t)))[0])
             continue
-        if not t.is_contiguous():
-            t = t.contiguous()
+        if not t.is_contiguous() or t.data_ptr() % 4:  # the pair loads read 4 bytes
+            t = t.clone(memory_format=torch.contiguous_format)
             held.append(t)
         ptrs.append(t.data_ptr())
-    return call(a, bs[0], out, bs[1] if len(bs) > 1 else None, tuple(ptrs))
+    if not outs:
+        return call(a, bs[0], out, bs[1] if len(bs) > 1 else None, tuple(ptrs))
+    results = [_new_output(expr, name, t, m, n, a.device) for name, t in outs.items()]
+    ptrs += [t.data_ptr() for t in results]
+    return (call(a, bs[0], out, bs[1] if len(bs) > 1 else None, tuple(ptrs)), *results)
+
+
+def _new_output(expr: Any, name: str, given: Any, m: int, n: int, device: Any) -> Any:
+    """Output ``name`` of ``expr``: ``given``, or a new tensor (an amax zero-filled: it is max-reduced into)."""
+    import torch
+
+    from ptxgen.ir import epilogue as E
+
+    if given is not None:
+        return given
+    kind, along = next((k, a) for nm, k, a in E.outputs(expr) if nm == name)
+    shape = E.output_shape(along, m, n)
+    dtype = (torch.float16 if E.out_dtype(expr) == "f16" else torch.bfloat16) if kind == "store" else torch.float32
+    return (torch.zeros if kind == "amax" else torch.empty)(shape, dtype=dtype, device=device)
 
 
 # --------------------------------------------------------------------------- planted kernels (watchdog tests)

@@ -158,3 +158,127 @@ def test_ir_effects_name_the_operand_loads():
     loads = [e for e in effects if isinstance(e, LdGlobalNc)]
     assert loads and {e.param for e in loads} == {"epi_bias"}
     assert all(e.offset < 2 * n for e in loads)
+
+
+# ------------------------------------------------------------------ outputs beside D: e4m3 D, block scales, amax, store
+
+WIDE = {"tile.block_n": 128}  # one 1 x 128 scale block per tile row
+OUTPUTS = ['e4m3(acc, "ds")', 'e4m3(gelu(acc + bias[col]) + residual, "ds")', 'e4m3(acc)',
+           'e4m3(amax("am", acc) * scale[row])', 'e4m3(amax("am", acc - bias[row], "tensor") * scale)',
+           'gelu(store("pre", acc + bias[col]))', 'fp16(relu(store("pre", acc * 2)) + residual)',
+           'e4m3(store("pre", amax("am", acc) + 1) * scale[row], "ds")']
+
+
+@pytest.mark.parametrize("expr", OUTPUTS)
+def test_outputs_match_the_reference(expr):
+    """M and N tails (70 x 150: a second, partial scale block; odd N: the per-element store path), and 70 x 42."""
+    plan = _plan(expr, **WIDE)
+    verify(build_kernel(plan))
+    _run(plan, 70, 150)
+    _run(plan, 70, 43)
+
+
+def test_two_scale_blocks_per_tile():
+    _run(_plan('e4m3(acc * scale[col], "ds")', **{"tile.block_n": 256}), 70, 300)
+
+
+def test_output_plan_and_rules():
+    p = make_plan(load_config("h100_128x128").replace(**{"epilogue.expr": 'e4m3(store("pre", amax("am", acc)), "ds")'}))
+    e = p.epilogue
+    assert [(o.name, o.kind, o.along, o.fmt) for o in e.outputs] == [
+        ("ds", "block_scale", "block", "f32"), ("pre", "store", "tile", "bf16"), ("am", "amax", "row", "f32")]
+    assert e.out_dtype == "e4m3" and not e.tma_store and "d" not in p.launch_spec().tensor_maps
+    assert p.params[-3:] == (("epi_ds", "u64"), ("epi_pre", "u64"), ("epi_am", "u64"))
+    from ptxgen.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"tile.block_n=32: a 1 x 128 block scale needs block_n a multiple of 128"):
+        _plan('e4m3(acc, "ds")')
+    with pytest.raises(ConfigError, match=r"epilogue.overlap=True"):
+        make_plan(load_config("h100_128x256").replace(**{"epilogue.expr": 'e4m3(acc)', "epilogue.overlap": True}))
+    with pytest.raises(ConfigError, match=r"sm_90a only"):
+        make_plan(load_config("level9").replace(**{"epilogue.expr": 'store("pre", acc) * 2'}))
+
+
+def _planted(expr: str, fn, m=70, n=150, **changes):
+    plan = _plan(expr, **{**WIDE, **changes})
+    bad = rewrite(build_kernel(plan), fn)
+    assert bad != build_kernel(plan)
+    return plan, bad
+
+
+def test_planted_wrong_scale_block_column():
+    """The block scale stored one block to the left: the second block's scale lands in the first's column."""
+    plan, bad = _planted('e4m3(acc, "ds")', lambda op: replace(op, col=op.col - 128) if isinstance(op, O.StEpilogue)
+                         and op.layout == "block" and "128" in str(op.col) else None, **{"tile.block_n": 256})
+    with pytest.raises(SimError, match=r"^wrong result: .*output (ds|D)\["):
+        simulate(bad, 70, 300, 64, expr=plan.epilogue.expr, num_sms=2)
+
+
+def test_planted_amax_over_wrong_rows():
+    """Each pair's |x| goes to the other row half's running max (rows r and r + 8 swapped)."""
+    plan, bad = _planted('e4m3(amax("am", acc) * scale[row])',
+                         lambda op: replace(op, slot=1 - op.slot) if isinstance(op, O.AmaxLocal) else None)
+    with pytest.raises(SimError, match=r"^wrong result: .*output am\["):
+        simulate(bad, 70, 150, 64, expr=plan.epilogue.expr, num_sms=2)
+
+
+def test_planted_second_output_not_written():
+    plan, bad = _planted('gelu(store("pre", acc + bias[col]))',
+                         lambda op: () if isinstance(op, O.StEpilogue) else None)
+    with pytest.raises(VerifyError, match=r"epilogue output epi_pre is never written"):
+        verify(bad)
+    with pytest.raises(SimError, match=r"^wrong result: .*output pre\[0, 0\] = nan"):
+        simulate(bad, 70, 150, 64, expr=plan.epilogue.expr, num_sms=2)
+
+
+def test_planted_second_output_post_activation():
+    """The stored tile written after the activation (D's value) instead of the pre-activation."""
+    plan = _plan('gelu(store("pre", acc + bias[col]))', **WIDE)
+    coords, pending = {}, None
+    for op in O.walk(build_kernel(plan).body):  # each pair's store coordinates, by the pair's D expression
+        if isinstance(op, O.StEpilogue):
+            pending = (op.row, op.col)
+        elif isinstance(op, O.EpilogueExpr) and op.dst.startswith("acc") and pending:
+            coords[(op.dst, op.idx)], pending = pending, None
+
+    def post(op):
+        if isinstance(op, O.StEpilogue):
+            return ()
+        if isinstance(op, O.EpilogueExpr) and (op.dst, op.idx) in coords:
+            return (op, O.StEpilogue("epi_pre", "tile", "bf16", *coords[(op.dst, op.idx)], op.dst, op.idx))
+    bad = rewrite(build_kernel(plan), post)
+    verify(bad)  # well-formed: only the values are wrong
+    with pytest.raises(SimError, match=r"^wrong result: .*output pre\["):
+        simulate(bad, 70, 150, 64, expr=plan.epilogue.expr, num_sms=2)
+
+
+def test_planted_residual_from_the_wrong_row():
+    plan = _plan("acc + residual", **WIDE)
+    bad = rewrite(build_kernel(plan), lambda op: replace(op, row=op.row + 1) if isinstance(op, O.LdEpilogue) else None)
+    with pytest.raises(SimError, match=r"^wrong result"):
+        simulate(bad, 70, 150, 64, expr=plan.epilogue.expr, num_sms=2)
+
+
+def test_e4m3_rounding_matches_the_cvt_rule():
+    """round_e4m3: nearest, ties to even, saturating, NaN kept (against the e4m3 table)."""
+    from ptxgen.formats import E4M3_VALUES
+
+    pos = E4M3_VALUES[:0x7F]
+    mids = (pos[:-1] + pos[1:]) / 2  # ties: to the even code
+    got = N.round_e4m3(mids)
+    assert (got == np.where(np.arange(len(mids)) % 2 == 0, pos[:-1], pos[1:])).all()
+    assert list(N.round_e4m3(np.float32([500, -1e30, np.inf, -np.inf]))) == [448, -448, 448, -448]
+    assert np.isnan(N.round_e4m3(np.float32([np.nan]))).all()
+
+
+@pytest.mark.parametrize("config, expr, changes, shape", [
+    ("h100_128x128", 'e4m3(amax("am", acc) * scale[row], "ds")', {"schedule.split_k": 2, "schedule.persistent": True},
+     (130, 150, 256)),
+    ("h100_128x128_pp", 'e4m3(store("pre", acc + residual), "ds")', {}, (200, 270, 64)),
+    ("dual_h100_128x128", 'e4m3(amax("am", silu(acc1) * acc2, "tensor"), "ds")', {}, (130, 150, 64)),
+])
+def test_outputs_on_split_k_pingpong_and_dual(config, expr, changes, shape):
+    """The outputs where the fused epilogue runs after a split-K fixup, per ping-pong warpgroup, on a dual GEMM."""
+    plan = make_plan(load_config(config).replace(**{**changes, "epilogue.expr": expr}))
+    kernel = build_kernel(plan)
+    verify(kernel)
+    simulate(kernel, *shape, expr=plan.epilogue.expr, num_sms=3)

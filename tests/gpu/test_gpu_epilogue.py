@@ -180,3 +180,135 @@ def test_errors_leave_out_untouched(torch):
         ptxgen.gemm(a, b, out, config="level9", epilogue="acc + bias[col]", bias=torch.zeros(48, device="cuda", dtype=torch.bfloat16))
     torch.cuda.synchronize()
     assert bool(torch.isnan(out).all())
+
+
+# ------------------------------------------------------------------ outputs beside D: e4m3 D, block scales, amax, store
+
+OUTPUT_FORMS = ["block", "row_amax", "tensor_amax", "store"]
+
+
+def wrap_outputs(body, form: str):
+    """``body`` in an expression with outputs: an e4m3 D with a block scale, a row-scaled e4m3 D with an amax of
+    ``body`` (row or tensor), or a bf16 D with ``body`` also stored."""
+    if form == "block":
+        return epi.e4m3(body, "ds")
+    if form in ("row_amax", "tensor_amax"):
+        return epi.e4m3(epi.amax("am", body, "row" if form == "row_amax" else "tensor") * epi.scale("qs", "row"))
+    return epi.relu(epi.store("pre", body))
+
+
+def run_outputs(torch, config, expr, m: int, n: int, k: int, seed: int) -> dict:
+    """One call with NaN-poisoned D and outputs passed by name; the relative errors per output against fp32 torch."""
+    import ptxgen
+    from ptxgen.bench import relative_error
+
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    scale = k ** -0.25
+    a = (torch.randn(m, k, device="cuda", generator=gen) * scale).to(torch.bfloat16)
+    b = (torch.randn(n, k, device="cuda", generator=gen) * scale).to(torch.bfloat16)
+    ops, env = make_operands(torch, expr, m, n, torch.bfloat16, gen)
+    env["acc"] = a.float() @ b.float().T
+    e4m3 = epi.out_dtype(expr) == "e4m3"
+    out = torch.full((m, n), float("nan"), device="cuda").to(torch.float8_e4m3fn if e4m3 else torch.bfloat16)
+    given = {}
+    for name, kind, along in epi.outputs(expr):
+        shape = epi.output_shape(along, m, n)
+        given[name] = (torch.zeros(shape, device="cuda") if kind == "amax" else
+                       torch.full(shape, float("nan"), device="cuda",
+                                  dtype=torch.bfloat16 if kind == "store" else torch.float32))
+    res = ptxgen.gemm(a, b, out=out, config=config, epilogue=expr, **ops, **given)
+    torch.cuda.synchronize()
+    assert res[0].data_ptr() == out.data_ptr() and all(r is given[nm] for r, nm in zip(res[1:], given))
+    body = expr.arg if isinstance(expr, epi.Cast) else expr
+    errs = {}
+    for name, kind, along in epi.outputs(expr):
+        t = given[name]
+        assert not torch.isnan(t.float()).any(), f"{config} {expr} {m}x{n}x{k}: output {name} not all written"
+        inner = next(x for x in epi.walk(expr) if isinstance(x, epi.Tap) and x.name == name).arg if kind != "block_scale" else body
+        y = torch.broadcast_to(torch_eval(torch, epi.untap(inner), env), (m, n))
+        if kind == "block_scale":
+            amax = torch.nn.functional.pad(y.abs(), (0, -n % 128)).reshape(m, -1, 128).amax(dim=2)
+            want = torch.where(amax > 0, amax / 448, torch.ones_like(amax))
+        elif kind == "amax":
+            want = y.abs().amax(dim=1) if along == "row" else y.abs().amax().reshape(1)
+        else:
+            want = y
+        errs[name] = relative_error(t.float(), want)
+    assert not torch.isnan(out.float()).any(), f"{config} {expr} {m}x{n}x{k}: D not all written"
+    want_d = torch.broadcast_to(torch_eval(torch, epi.untap(expr), env), (m, n))
+    got_d = out.float()
+    if isinstance(expr, epi.Cast) and expr.scale:
+        got_d = got_d * given[expr.scale].repeat_interleave(128, 1)[:, :n]
+    errs["D"] = relative_error(got_d, want_d)
+    return errs
+
+
+#: e4m3 keeps 3 mantissa bits: a value's rounding error is at most 2^-4 relative (Frobenius: about 2^-5)
+E4M3_TOLERANCE = 0.05
+
+
+@pytest.mark.parametrize("config", ["h100_128x128", "h100_128x256"])
+@settings(max_examples=EXPRESSIONS, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_outputs_beside_d_match_torch(torch, config, data):
+    form = data.draw(st.sampled_from(OUTPUT_FORMS), label="form")
+    expr = wrap_outputs(data.draw(expressions(("acc",)).map(epi.body), label="body"), form)
+    spec = launch_spec(config)
+    for i in range(2):
+        m = data.draw(dim(spec.grid.tile_rows), label=f"m{i}")
+        n = data.draw(dim(spec.grid.tile_cols), label=f"n{i}")
+        k = data.draw(k_dim(spec.k_multiple), label=f"k{i}")
+        seed = data.draw(st.integers(0, 2**32 - 1), label=f"seed{i}")
+        errs = run_outputs(torch, config, expr, m, n, k, seed)
+        for name, err in errs.items():
+            tol = E4M3_TOLERANCE if name == "D" and epi.out_dtype(expr) == "e4m3" else TOLERANCE
+            assert err < tol, f"{config} {expr} {m}x{n}x{k} seed {seed}: {name} relative error {err:.3e}"
+
+
+def test_block_scaled_output_feeds_gemm_fp8(torch):
+    """``e4m3(acc, "s")`` of one GEMM is the A operand and scale_a of the next FP8 GEMM, unchanged."""
+    import ptxgen
+    from ptxgen.bench import relative_error
+    from ptxgen.runtime.fp8 import quantize
+
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    m, k, k2, n = 512, 256, 1024, 384
+    a = (torch.randn(m, k, device="cuda", generator=gen) * 0.3).bfloat16()
+    b = (torch.randn(k2, k, device="cuda", generator=gen) * 0.3).bfloat16()
+    w = torch.randn(n, k2, device="cuda", generator=gen) * 0.1
+    q, s = ptxgen.gemm(a, b, epilogue='e4m3(acc, "s")')
+    assert q.dtype == torch.float8_e4m3fn and s.shape == (m, k2 // 128)
+    w8, sw = quantize(w, 128)
+    d = ptxgen.gemm_fp8(q, w8, s, sw)
+    want = (a.float() @ b.float().T) @ w.T
+    assert relative_error(d.float(), want) < E4M3_TOLERANCE
+
+
+def test_residual_wide_loads_odd_n_and_misaligned(torch):
+    """The residual's pair loads: an odd N (per element) and a residual view at a 2-byte offset (copied)."""
+    import ptxgen
+    from ptxgen.bench import relative_error
+
+    for m, n in ((300, 261), (257, 384)):
+        a = torch.randn(m, 128, device="cuda").bfloat16()
+        b = torch.randn(n, 128, device="cuda").bfloat16()
+        base = torch.randn(m * n + 1, device="cuda").bfloat16()
+        r = base[1:].view(m, n)
+        d = ptxgen.gemm(a, b, epilogue="acc + residual", residual=r)
+        assert relative_error(d.float(), a.float() @ b.float().T + r.float()) < TOLERANCE
+
+
+def test_bad_outputs_before_launch(torch):
+    import ptxgen
+
+    a, b = torch.randn(64, 64, device="cuda").bfloat16(), torch.randn(256, 64, device="cuda").bfloat16()
+    out = torch.full((64, 256), 7.0, device="cuda").to(torch.float8_e4m3fn)
+    for bad, msg in ((torch.zeros(64, 3, device="cuda"), r"^s: shape=\(64, 3\)"),
+                     (torch.zeros(64, 2, device="cuda", dtype=torch.float16), r"^s: dtype=torch.float16"),
+                     (torch.zeros(64, 2), r"^s: device=cpu"),
+                     (torch.zeros(2, 64, device="cuda").T, r"^s: strides=")):
+        with pytest.raises(ShapeError, match=msg):
+            ptxgen.gemm(a, b, out=out, epilogue='e4m3(acc, "s")', s=bad)
+    with pytest.raises(ShapeError, match=r"^out: dtype"):
+        ptxgen.gemm(a, b, out=torch.empty(64, 256, device="cuda").bfloat16(), epilogue='e4m3(acc, "s")')
+    assert (out.float() == 7.0).all()

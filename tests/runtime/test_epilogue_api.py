@@ -65,3 +65,61 @@ def test_unknown_op_and_missing_expression_before_anything():
     with pytest.raises(ConfigError, match=r"acc does not exist for kernel=dual_gemm"):
         ptxgen.dual_gemm(a, b, b, out, epilogue="relu(acc)")
     assert bool((out == 7).all())
+
+
+# ------------------------------------------------------------------ outputs beside D
+
+def _outputs(expr, given, out=None, inputs=()):
+    from ptxgen.runtime.api import check_epilogue_outputs
+
+    e, _ = epilogue_expr(expr, "gemm")
+    a = torch.zeros(M, K, dtype=torch.bfloat16)
+    return check_epilogue_outputs(e, given, M, N, a, out, inputs, require_cuda=False)
+
+
+@pytest.mark.parametrize("expr, given, message", [
+    ('e4m3(acc, "s")', {"s": torch.zeros(M, 2)}, r"^s: shape=\(64, 2\): the block_scale output must be \(64, 1\)$"),
+    ('e4m3(acc, "s")', {"s": torch.zeros(M, 1, dtype=torch.float16)}, r"^s: dtype=torch.float16: the block_scale output must be torch.float32$"),
+    ('e4m3(acc, "s")', {"s": [0.0]}, r"^s: got list"),
+    ('e4m3(amax("am", acc) * 2)', {"am": torch.zeros(N)}, r"^am: shape=\(48,\): the amax output along row must be \(64,\)$"),
+    ('e4m3(amax("am", acc, "tensor"))', {"am": torch.zeros(2)}, r"^am: shape=\(2,\): the amax output along tensor must be \(1,\)$"),
+    ('relu(store("pre", acc))', {"pre": torch.zeros(M, N)}, r"^pre: dtype=torch.float32: the store output must be torch.bfloat16$"),
+    ('fp16(relu(store("pre", acc)))', {"pre": bf(M, N)}, r"^pre: dtype=torch.bfloat16: the store output must be torch.float16$"),
+    ('relu(store("pre", acc))', {"pre": bf(N, M).t()}, r"^pre: strides=\(1, 64\): an output is written in place"),
+    ('relu(store("pre", acc))', {"pre": bf(M * N + 1)[1:].view(M, N)}, r"^pre: strides=.*4-byte aligned$"),
+])
+def test_output_errors(expr, given, message):
+    with pytest.raises(ShapeError, match=message):
+        _outputs(expr, given)
+
+
+def test_output_overlaps():
+    pre = bf(M, N)
+    with pytest.raises(ShapeError, match=r"^pre: memory overlaps out"):
+        _outputs('relu(store("pre", acc))', {"pre": pre}, out=pre)
+    r = bf(M, N)
+    with pytest.raises(ShapeError, match=r"^pre: memory overlaps residual"):
+        _outputs('relu(store("pre", acc)) + residual', {"pre": r}, inputs=(("residual", r),))
+
+
+def test_outputs_are_operands_by_name():
+    _check('e4m3(amax("am", acc) * scale[row], "s")', {"scale": torch.zeros(M), "am": torch.zeros(M)})
+    assert _outputs('e4m3(acc, "s")', {}) == {"s": None}
+    with pytest.raises(ShapeError, match=r"^scale: dtype=torch.bfloat16"):  # an e4m3 D's 16-bit operands: bf16
+        _check('e4m3(acc * scale[row])', {"scale": bf(M)})
+    _check('e4m3(acc + residual)', {"residual": bf(M, N)})
+
+
+def test_language_of_outputs():
+    import ptxgen.epi as epi
+
+    e = epi.parse('e4m3(store("pre", amax("am", acc, "tensor") + bias[col]), "s")')
+    assert epi.outputs(e) == (("s", "block_scale", "block"), ("pre", "store", "tile"), ("am", "amax", "tensor"))
+    assert epi.parse(str(e)) == e and epi.e4m3(epi.store("pre", epi.amax("am", epi.acc, "tensor") + epi.bias()), "s") == e
+    assert str(epi.untap(e)) == 'e4m3(acc + bias[col], "s")'
+    for text, msg in [('e4m3(acc, s)', r"the name is a string in quotes"), ('bf16(acc, "s")', r"takes one expression"),
+                      ('store(acc)', r'store takes store\("name", x\)'), ('amax("a", acc, "col")', r"along one of"),
+                      ('store("bias", acc) + bias[col]', r"name 'bias' is used twice"),
+                      ('relu(e4m3(acc))', r"may only wrap the whole expression")]:
+        with pytest.raises(ConfigError, match=msg):
+            epi.parse(text)

@@ -136,6 +136,10 @@ def _ld_epilogue(c: _Thread, ev, op) -> list[Effect]:
     """The lane's operand elements that are loaded (a guarded load skips those outside D), as byte offsets."""
     launch, row, col = c.launch, c.at_lane(ev.row), c.at_lane(ev.col)
     size = 4 if op.dtype == "f32" else 2
+    if size == 2 and len(op.idx) == 2 and op.layout in ("col", "tile"):  # a pair: one 4-byte load when whole
+        whole = col + 2 <= launch.n and (op.layout == "col" or (row < launch.m and launch.n % 2 == 0))
+        if whole or not op.guard:
+            return [E.LdGlobalNc(op.param, size * (col if op.layout == "col" else row * launch.n + col))]
     out = []
     for j in range(len(op.idx)):
         r_ok, c_ok = row < launch.m, col + j < launch.n

@@ -93,22 +93,32 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
     dual = "b2" in spec.tensor_maps  # a dual GEMM: D = silu(A @ B^T) * (A @ B2^T)
     b2_bits = random_operands(m, n, k, seed + 7919)[1] if dual else None
     sched = seed if schedule_seed is None else schedule_seed
-    out_dtype = spec.tensor_maps["d"].dtype
+    out_dtype = spec.tensor_maps["d"].dtype if "d" in spec.tensor_maps else epi.out_dtype(expr)
     extra, scalars = {}, {}
     if expr is not None:
         if operands is None:
-            operands = epilogue.random_operands(expr, m, n, seed + 104729, out_dtype)
+            operands = epilogue.random_operands(expr, m, n, seed + 104729, "bf16" if out_dtype == "e4m3" else out_dtype)
         for o in epi.operands(expr):
             value = np.asarray(operands[o.name], dtype=np.float32)
             if o.along == "scalar":
                 scalars[f"epi_{o.name}"] = epilogue.bits_of_f32(float(value))
             else:
                 extra[f"epi_{o.name}"] = value
+        extra.update(epilogue.output_buffers(expr, m, n))
     machine = Machine(kernel, m, n, k, a_bits, b_bits, num_sms=num_sms, schedule_seed=sched,
                       smem_base=DYNAMIC_SMEM_BASE, poison=POISON, b2=b2_bits, policy=policy, extra=extra,
                       scalars=scalars)
     machine.run(MAX_STEPS)
     d = bf16_bits_to_f32(machine.glob.d) if out_dtype == "bf16" else machine.glob.d.view(np.float16).astype(np.float32)
+    if expr is not None and (epi.outputs(expr) or out_dtype == "e4m3"):  # D and the outputs beside it
+        accs = ({"acc1": reference(a_bits, b_bits), "acc2": reference(a_bits, b2_bits)} if dual else
+                {"acc": reference(a_bits, b_bits)})
+        want = epilogue.reference_outputs(expr, accs, operands)
+        got = {name: extra[name if name == "d_ptr" else f"epi_{name}"] for name in want if name != "D"}
+        got["D"] = extra["d_ptr"] if out_dtype == "e4m3" else d
+        if check:
+            epilogue.check_outputs(f"{kernel.name} m={m} n={n} k={k} schedule {sched}", expr, got, want)
+        return _result(kernel, machine, got["D"], want["D"], (m, n, k), sched, False)
     if expr is not None:
         accs = ({"acc1": reference(a_bits, b_bits), "acc2": reference(a_bits, b2_bits)} if dual else
                 {"acc": reference(a_bits, b_bits)})

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .barriers import _Barriers, _check_barriers, _Replay, _table, barrier_table, format_barrier_table
 from .dataflow import _check_dataflow
-from .epilogue import _check_operand_loads
+from .epilogue import _check_operand_loads, _check_outputs_written
 from .handover import _check_handovers
 from .layout import _check_layout, _check_scopes, _check_teardown, _check_tmem_lifetime
 from .trace import _trace
@@ -41,6 +41,7 @@ class VerifyReport:
 def verify(kernel) -> VerifyReport:
     """Check the protocol of ``kernel`` (see module docstring).  Raises VerifyError on a violation."""
     _check_layout(kernel)
+    _check_outputs_written(kernel)
     trace = _trace(kernel)
     _check_dataflow(trace)
     bars = _Barriers(trace)

@@ -1,5 +1,7 @@
 """Epilogue operand loads stay inside their operands: every ``ld.global`` of a bias / scale / residual element that a
-:class:`~ptxgen.ir.ops.LdEpilogue` issues reads a row < M and a column < N of the traced launch.
+:class:`~ptxgen.ir.ops.LdEpilogue` issues reads a row < M and a column < N of the traced launch.  Every output
+parameter is written: each ``.u64`` epilogue parameter that no load reads (an output beside D) has a
+:class:`~ptxgen.ir.ops.StEpilogue`, and a D no ``StGlobal16`` / ``TmaStore`` writes (an e4m3 D) has one to ``d_ptr``.
 
 A guarded load (the fragment's row/column guard the direct store keeps) issues only the elements inside D; an
 unguarded one issues every element, so at an M or N tail it reads past the operand (a vector ``[N]``, ``[M]`` or
@@ -37,3 +39,18 @@ def _check_operand_loads(trace: _Trace) -> int:
                     f"{int(np.broadcast_to(rows, cols.shape)[lane, j])}, col {int(cols[lane, j])} (lane {lane}) of a "
                     f"{m} x {n} launch; the load needs the fragment's row < M and column < N guard of the direct store")
     return checked
+
+
+def _check_outputs_written(kernel) -> int:
+    """Raise VerifyError for an output parameter no :class:`~ptxgen.ir.ops.StEpilogue` writes; returns the outputs."""
+    body = list(O.walk(kernel.body))
+    read = {op.param for op in body if isinstance(op, O.LdEpilogue)}
+    written = {op.param for op in body if isinstance(op, O.StEpilogue)}
+    if not any(isinstance(op, (O.StGlobal16, O.TmaStore)) for op in body) and "d_ptr" not in written:
+        raise VerifyError(f"{kernel.name}: D is never written: no StGlobal16, TmaStore or StEpilogue to d_ptr")
+    outputs = [name for name, kind in kernel.params if kind == "u64" and name.startswith("epi_") and name not in read]
+    for name in outputs:
+        if name not in written:
+            raise VerifyError(f"{kernel.name}: epilogue output {name} is never written (no StEpilogue stores it); "
+                              "its tensor would keep what it held before the launch")
+    return len(outputs)

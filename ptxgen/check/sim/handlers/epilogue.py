@@ -1,5 +1,6 @@
 """The machine's epilogue operand loads: ``ld.global`` of a bias / scale / residual element per fragment value,
-0.0 where the load's guard keeps it off (outside D), a fault where an unguarded load leaves the operand."""
+0.0 where the load's guard keeps it off (outside D), a fault where an unguarded load leaves the operand; and the
+output stores (:class:`~ptxgen.ir.ops.StEpilogue`: a second tile, e4m3 D, block scales, amax reductions)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,39 @@ from ..state import Warp
 
 
 class EpilogueLoads:
-    """Handler of :class:`~ptxgen.ir.ops.LdEpilogue` (a mixin of :class:`~ptxgen.check.sim.machine.Machine`).
+    """Handlers of :class:`~ptxgen.ir.ops.LdEpilogue` and :class:`~ptxgen.ir.ops.StEpilogue` (a mixin of
+    :class:`~ptxgen.check.sim.machine.Machine`).
 
-    The operands live in ``glob.extra`` by parameter name as float32 arrays (bf16/f16 values converted exactly).
+    The operands live in ``glob.extra`` by parameter name as float32 arrays (bf16/f16 values converted exactly); so
+    do the outputs (NaN-poisoned; an amax output starts at 0.0), holding the stored values as float32.
     """
+
+    def _st_epilogue(self, w: Warp, ev: W.Event) -> None:
+        from ...epilogue import store_rounding
+
+        op = ev.op
+        dst = self.glob.extra.get(op.param)
+        if dst is None:
+            raise SimError(f"{w.who(op.describe())}: no output {op.param!r} in this launch")
+        m, n = self.params["m"], self.params["n"]
+        data = np.asarray(ev.data, dtype=np.float32)
+        lanes = np.arange(len(ev.row)) if len(ev.row) == 32 else np.zeros(len(ev.row), dtype=np.int64)
+        if op.layout == "tile":
+            cols = ev.col[:, None] + np.arange(len(op.idx))
+            rows = np.broadcast_to(ev.row[:, None], cols.shape)
+            ok = (rows < m) & (cols < n)
+            dst[rows[ok], cols[ok]] = store_rounding(data[ok], op.fmt)
+            return
+        lead = lanes % (32 if op.layout == "tensor_max" else 4) == 0
+        rows, cols, v = ev.row[lead], ev.col[lead], data[lead, 0]
+        if op.layout == "block":
+            ok = (rows < m) & (cols < n)
+            dst[rows[ok], cols[ok] // 128] = v[ok]
+        elif op.layout == "row_max":
+            ok = rows < m
+            np.maximum.at(dst, rows[ok], v[ok])
+        else:
+            dst[0] = max(dst[0], v.max(initial=0.0))
 
     def _ld_epilogue(self, w: Warp, ev: W.Event) -> None:
         op = ev.op
