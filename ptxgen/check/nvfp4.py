@@ -191,13 +191,14 @@ def _operand(smem: np.ndarray, base: int, desc: int, rows: int, who: object, wha
 
 
 def scale_rows(tmem_words: np.ndarray, col: int, rows: int, scale_vec: str, sf_id: int, who: object,
-               what: str) -> np.ndarray:
-    """Scale bytes ``[rows, 64 / vec]`` of one MMA: row ``x`` at lane ``x % 32``, column ``col + x // 32``, bytes sf_id..
+               what: str, mma_k: int = MXF4_MMA_K) -> np.ndarray:
+    """Scale bytes ``[rows, mma_k / vec]`` of one MMA: row ``x`` at lane ``x % 32``, column ``col + x // 32``, bytes
+    sf_id.. (``mma_k``: K of one MMA, 64 for ``.kind::mxf4nvf4``, 32 for ``.kind::mxf8f6f4``).
 
     Raises:
         SimError: columns beyond ``tmem_words``.
     """
-    per = MXF4_MMA_K // SCALE_VEC[scale_vec]
+    per = mma_k // SCALE_VEC[scale_vec]
     ncols = rows // 32
     if col + ncols > tmem_words.shape[1]:
         raise SimError(f"out of bounds: {who} reads {what} scale columns [{col}, {col + ncols}) of "
