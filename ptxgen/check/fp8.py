@@ -107,7 +107,7 @@ def mx_quantize(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     Each 1 x 32 block gets the smallest power of two ``2^e >= amax / 448`` (1 for an all-zero block; e clamped to
     the ue8m0 range), and its values ``v / 2^e`` rounded to e4m3 (nearest, ties to even): ``|v / 2^e| <= 448``, so
-    nothing saturates, and the block's largest value lands in (224, 448], e4m3's top binade.
+    nothing saturates, and the block's largest value lands in (224, 448] (before rounding): no range is wasted.
 
     Raises:
         ValueError: K not a multiple of 32.
