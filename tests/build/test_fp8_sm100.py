@@ -166,3 +166,15 @@ def test_sass_holds_four_utcqmma_and_two_scale_copies(name):
     assert asm.count("UTCHMMA") == asm.count("UTCOMMA") == 0
     assert asm.count(f"UTCCP.T.S{pair}.4x32dp128bit") == 2
     assert asm.spill_store_bytes == asm.spill_load_bytes == 0
+
+
+@pytest.mark.parametrize("name", MX)
+def test_runtime_refuses_mxfp8_configs_in_one_line(name):
+    """No launch path takes an MXFP8 config yet: ``gemm`` and ``gemm_fp8`` refuse it before any launch."""
+    from ptxgen.runtime.api import _fp8_refuses, _gemm_refuses
+
+    spec = build(name).launch
+    for refuse in (_gemm_refuses, _fp8_refuses):
+        msg = refuse(spec)
+        assert msg and msg.startswith(f"config {name}: an MXFP8 config (operands: mxfp8, sm_100a) has no launch path")
+        assert "\n" not in msg
