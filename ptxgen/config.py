@@ -563,13 +563,18 @@ def _validate_nvfp4(cfg: Config) -> None:
     _rule(cfg.kernel == "dual_gemm", "operands", "nvfp4", "the NVFP4 kernel is the SwiGLU dual GEMM; needs kernel=dual_gemm")
     _rule(t.block_k == 256, "tile.block_k", t.block_k,
           "operands=nvfp4: must be 256 (one 128-byte swizzle row of packed e2m1 = four K=64 block-scaled MMAs)")
+    _scale_atom_rules(cfg, "the B scales of a tile are one 128-row atom row; two N=256 accumulators would leave no "
+                           "TMEM columns for the scale factors")
+
+
+def _scale_atom_rules(cfg: Config, n_reason: str) -> None:
+    """The tile and throttle rules every block-scaled operand shares (one 128-row scale atom row per operand)."""
+    t, what = cfg.tile, cfg.operands
     _rule(t.block_m == 128, "tile.block_m", t.block_m,
-          "operands=nvfp4: must be 128 per CTA (one M-wave; its scales are one 128-row scale-factor atom row)")
-    _rule(t.block_n == 128, "tile.block_n", t.block_n,
-          "operands=nvfp4: must be 128 (the B scales of a tile are one 128-row atom row; two N=256 accumulators "
-          "would leave no TMEM columns for the scale factors)")
+          f"operands={what}: must be 128 per CTA (one M-wave; its scales are one 128-row scale-factor atom row)")
+    _rule(t.block_n == 128, "tile.block_n", t.block_n, f"operands={what}: must be 128 ({n_reason})")
     _rule(cfg.mma.tc_util_percent == 100, "mma.tc_util_percent", cfg.mma.tc_util_percent,
-          "operands=nvfp4: the throttle models bf16 MMAs; must be 100")
+          f"operands={what}: the throttle models bf16 MMAs; must be 100")
 
 
 def _validate_mxfp8(cfg: Config) -> None:
@@ -584,12 +589,7 @@ def _validate_mxfp8(cfg: Config) -> None:
     _rule(cfg.kernel == "gemm", "operands", "mxfp8", "the MXFP8 kernel is a plain GEMM; needs kernel=gemm")
     _rule(t.block_k == 128, "tile.block_k", t.block_k,
           "operands=mxfp8: must be 128 (one 128-byte swizzle row of e4m3 = four K=32 MMAs = one 128x4 scale atom)")
-    _rule(t.block_m == 128, "tile.block_m", t.block_m,
-          "operands=mxfp8: must be 128 per CTA (one M-wave; its scales are one 128-row scale-factor atom row)")
-    _rule(t.block_n == 128, "tile.block_n", t.block_n,
-          "operands=mxfp8: must be 128 (the B scales of a tile are one 128-row atom row, one TMA box of lines)")
-    _rule(cfg.mma.tc_util_percent == 100, "mma.tc_util_percent", cfg.mma.tc_util_percent,
-          "operands=mxfp8: the throttle models bf16 MMAs; must be 100")
+    _scale_atom_rules(cfg, "the B scales of a tile are one 128-row atom row, one TMA box of lines")
 
 
 #: fp32 registers per consumer thread an FP8 config may spend on its main accumulator plus the block partial

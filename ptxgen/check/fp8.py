@@ -17,6 +17,7 @@ import numpy as np
 from ..descriptors import MXF8_E4M3, MXF8_SCALE_VEC, UMMA_IDESC_MXF8F6F4
 from ..errors import SimError
 from ..formats import E4M3_MAX, E4M3_VALUES, e4m3_decode
+from .nvfp4 import block_scaled_mn
 from ..hw import FP8_SCALE_BLOCK as SCALE_BLOCK  # K elements per scale block; rows of B per scale_b block
 _POS = np.asarray(E4M3_VALUES[:0x7F], dtype=np.float64)  # codes 0x00-0x7E: the finite non-negative values, ascending
 
@@ -204,11 +205,7 @@ def mxf8_mma_shape(idesc: int, scale_vec: str, cta_group: int = 1, who: object =
     if scale_vec != MXF8_SCALE_VEC or f["scale_format"] != 1:
         raise SimError(f"bad instruction descriptor: {who}: .{scale_vec} with scale format {f['scale_format']}; "
                        f".kind::mxf8f6f4 takes .{MXF8_SCALE_VEC} (scale_vec::1X) with ue8m0 scales (format 1)")
-    f["m"], f["n"] = f["m_dim"] << 7, f["n_dim"] << 3
-    if f["m"] != 128 * cta_group:
-        raise SimError(f"unsupported MMA shape: {who}: M={f['m']} with cta_group::{cta_group}; the block-scaled "
-                       "model covers 128 rows per CTA")
-    return f
+    return block_scaled_mn(f, cta_group, who)
 
 
 def mxf8_product(a_codes: np.ndarray, b_codes: np.ndarray, sa: np.ndarray, sb: np.ndarray,

@@ -235,6 +235,15 @@ def mma_shape(idesc: int, scale_vec: str, cta_group: int = 1, who: object = "tcg
     if f["a_sf_id"] or f["b_sf_id"]:
         raise SimError(f"bad instruction descriptor: {who}: scale-factor ids A={f['a_sf_id']} B={f['b_sf_id']}; "
                        ".block16 reads all 4 bytes of a column, so both must be 0")
+    return block_scaled_mn(f, cta_group, who)
+
+
+def block_scaled_mn(f: dict[str, int], cta_group: int, who: object) -> dict[str, int]:
+    """``f`` (a decoded block-scaled idesc) with ``m`` and ``n`` added.
+
+    Raises:
+        SimError: M is not 128 x cta_group (the model covers 128 rows per CTA).
+    """
     f["m"], f["n"] = f["m_dim"] << 7, f["n_dim"] << 3
     if f["m"] != 128 * cta_group:
         raise SimError(f"unsupported MMA shape: {who}: M={f['m']} with cta_group::{cta_group}; the block-scaled "

@@ -13,23 +13,14 @@ import pytest
 from ptxgen import descriptors as D
 from ptxgen.build import build, from_dict  # with the plan's budgets
 from ptxgen.builders.kernel import build_kernel
-from ptxgen.config import load_config, to_dict
+from ptxgen.config import load_config
 from ptxgen.errors import ConfigError
 from ptxgen.ir import ops as O
 from ptxgen.plan import make_plan
 
+from tests.build.test_nvfp4_kernel import _with
+
 MX = ("fp8_sm100_128x128", "fp8_sm100_256x128")
-
-
-def _with(name: str, **changes) -> dict:
-    raw = to_dict(load_config(name))
-    for key, value in changes.items():
-        node = raw
-        *head, last = key.split(".")
-        for part in head:
-            node = node[part]
-        node[last] = value
-    return raw
 
 
 @pytest.mark.parametrize("changes, message", [

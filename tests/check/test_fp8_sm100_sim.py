@@ -26,6 +26,7 @@ from ptxgen.errors import ShapeError, VerifyError
 from ptxgen.ir import ops as O
 
 from tests.check.test_dual_planted import _kernel, _sim_faults, body_holding
+from tests.check.test_nvfp4_planted import _copies_after_the_mmas
 
 pytestmark = pytest.mark.sim
 
@@ -99,13 +100,6 @@ def _field(op, **fields):
     return replace(op, idesc=UMMA_IDESC_MXF8F6F4.encode(**f))
 
 
-def _copies_after_the_mmas(body):
-    copies = [x for x in body if isinstance(x, O.TmemCopy)]
-    rest = [x for x in body if not isinstance(x, O.TmemCopy)]
-    last = max(i for i, x in enumerate(rest) if isinstance(x, O.UmmaBlockScaled))
-    return rest[:last + 1] + copies + rest[last + 1:]
-
-
 @BOTH
 def test_every_k_step_reads_scale_factor_id_0(config):
     """The four MMAs all read byte 0 of the scale columns: K blocks 1-3 get block 0's scales."""
@@ -145,25 +139,18 @@ def test_scale_read_before_its_copy(config):
 
 
 @BOTH
-def test_ue4m3_scale_format_in_the_idesc(config):
-    """The idesc's scale type says ue4m3 (the NVFP4 scale vector's format) while .block32 needs ue8m0."""
-    kernel = _kernel(config, fn=_mmas(lambda op: _field(op, scale_format=0)))
-    with pytest.raises(VerifyError, match=r"^block-scale mismatch: UmmaBlockScaled mxf8f6f4.block32 .* \.block32 with "
-                                          r"idesc scale format 0; \.kind::mxf8f6f4 is \.block32"):
+@pytest.mark.parametrize("plant, vec, fmt", [
+    (lambda op: _field(op, scale_format=0), "block32", 0),  # the idesc's scale type says ue4m3 (NVFP4's)
+    (lambda op: replace(op, scale_vec="block16"), "block16", 1),  # 16 K per scale: not a .kind::mxf8f6f4 form
+], ids=["ue4m3-scale-type", "block16-scale-vector"])
+def test_wrong_scale_vector_or_type(config, plant, vec, fmt):
+    kernel = _kernel(config, fn=_mmas(plant))
+    with pytest.raises(VerifyError, match=rf"^block-scale mismatch: UmmaBlockScaled mxf8f6f4.{vec} .* \.{vec} with "
+                                          rf"idesc scale format {fmt}; \.kind::mxf8f6f4 is \.block32"):
         verify(kernel)
     faults = _sim_faults(kernel)
-    assert len(faults) == 3 and all("with scale format 0; .kind::mxf8f6f4 takes .block32" in f for f in faults)
-
-
-@BOTH
-def test_block16_scale_vector(config):
-    """The instruction's scale vector is .block16 (16 K per scale): not a .kind::mxf8f6f4 form."""
-    kernel = _kernel(config, fn=_mmas(lambda op: replace(op, scale_vec="block16")))
-    with pytest.raises(VerifyError, match=r"^block-scale mismatch: UmmaBlockScaled mxf8f6f4.block16 .* \.block16 with "
-                                          r"idesc scale format 1"):
-        verify(kernel)
-    faults = _sim_faults(kernel)
-    assert len(faults) == 3 and all(".block16 with scale format 1" in f for f in faults)
+    assert len(faults) == 3 and all(f".{vec} with scale format {fmt}; .kind::mxf8f6f4 takes .block32" in f
+                                    for f in faults)
 
 
 @BOTH

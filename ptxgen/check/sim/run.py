@@ -214,13 +214,20 @@ def simulate_fp8(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int 
         raise ShapeError(f"m={m}, n={n}, k={k}: all must be >= 1 and k a multiple of {spec.k_multiple}")
     x = inputs if inputs is not None else random_fp8(m, n, k, seed)
     extra = {name: fp8_scale_map(x[name]) for name in ("scale_a", "scale_b")}
-    sched = seed if schedule_seed is None else schedule_seed
-    machine = Machine(kernel, m, n, k, x["a"], x["b"], num_sms=num_sms, schedule_seed=sched,
-                      smem_base=DYNAMIC_SMEM_BASE, poison=POISON, extra=extra, policy=policy)
-    machine.run(MAX_STEPS)
-    d = bf16_bits_to_f32(machine.glob.d)
     ref = fp8_gemm_reference(x["a"], x["b"], x["scale_a"], x["scale_b"])
-    return _result(kernel, machine, d, ref, (m, n, k), sched, check)
+    return _run_e4m3(kernel, (m, n, k), x["a"], x["b"], extra, ref, seed=seed, schedule_seed=schedule_seed,
+                     num_sms=num_sms, policy=policy, check=check)
+
+
+def _run_e4m3(kernel, shape: tuple[int, int, int], a: np.ndarray, b: np.ndarray, extra: dict, ref: np.ndarray, *,
+              seed: int, schedule_seed: int | None, num_sms: int, policy: str, check: bool) -> SimResult:
+    """Run an e4m3-in, bf16-out kernel (FP8, MXFP8) on ``a``, ``b`` and its scale maps ``extra``; compare D with ``ref``."""
+    m, n, k = shape
+    sched = seed if schedule_seed is None else schedule_seed
+    machine = Machine(kernel, m, n, k, a, b, num_sms=num_sms, schedule_seed=sched, smem_base=DYNAMIC_SMEM_BASE,
+                      poison=POISON, extra=extra, policy=policy)
+    machine.run(MAX_STEPS)
+    return _result(kernel, machine, bf16_bits_to_f32(machine.glob.d), ref, shape, sched, check)
 
 
 def block_scaled_kind(kernel) -> str:
@@ -259,15 +266,10 @@ def simulate_mxfp8(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: in
         raise ShapeError(f"m={m}, n={n}, k={k}: MXFP8 needs m and n multiples of {ROW_MULTIPLE} (whole scale atoms) "
                          f"and k a multiple of {spec.k_multiple}")
     x = inputs if inputs is not None else random_mxfp8(m, n, k, seed, pow2_scales)
-    extra = {"sfa": sf_to_blocked(x["sfa"]).reshape(-1, SF_LINE_BYTES),
-             "sfb": sf_to_blocked(x["sfb"]).reshape(-1, SF_LINE_BYTES)}
-    sched = seed if schedule_seed is None else schedule_seed
-    machine = Machine(kernel, m, n, k, x["mx_a"], x["mx_b"], num_sms=num_sms, schedule_seed=sched,
-                      smem_base=DYNAMIC_SMEM_BASE, poison=POISON, extra=extra, policy=policy)
-    machine.run(MAX_STEPS)
-    d = bf16_bits_to_f32(machine.glob.d)
+    extra = {nm: sf_to_blocked(x[nm]).reshape(-1, SF_LINE_BYTES) for nm in ("sfa", "sfb")}
     ref = mx_gemm_reference(x["mx_a"], x["mx_b"], x["sfa"], x["sfb"])
-    return _result(kernel, machine, d, ref, (m, n, k), sched, check)
+    return _run_e4m3(kernel, (m, n, k), x["mx_a"], x["mx_b"], extra, ref, seed=seed, schedule_seed=schedule_seed,
+                     num_sms=num_sms, policy=policy, check=check)
 
 
 def _result(kernel, machine: Machine, d: np.ndarray, ref: np.ndarray, shape: tuple[int, int, int], sched: int,
