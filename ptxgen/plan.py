@@ -834,8 +834,8 @@ def _stage(cfg: Config, f: _Basics) -> _Stage:
         b_smem_rows = t.block_n
         b_box_rows = t.block_n // 2 if cfg.tma.multicast else t.block_n
     b_bytes, b_load = b_smem_rows * f.row_bytes, b_box_rows * f.row_bytes
-    # NVFP4 scale tiles: per operand, the atoms of its 128-row block for this stage's K (block_k / 64 atoms of
-    # 512 B = 128 rows x 4 scales); each CTA holds whole atom rows: its SFA, and all of B's scales (its MMA rows
+    # NVFP4 / MXFP8 scale tiles: per operand, the atoms of its 128-row block for this stage's K (block_k / atom K:
+    # NVFP4 256 / 64 = 4, MXFP8 128 / 128 = 1 atoms of 512 B = 128 rows x 4 scales); each CTA holds whole atom rows: its SFA, and all of B's scales (its MMA rows
     # span all N).  A 2-SM pair splits each B scale tile: each CTA loads half its lines and multicasts them.
     sf_atoms = t.block_k // _atom_k(f) if f.block_scaled else 0
     sf_bytes = sf_atoms * SF_ATOM_BYTES
@@ -865,7 +865,7 @@ def _stage(cfg: Config, f: _Basics) -> _Stage:
 
 
 def _sfb_multicast(cfg: Config, f: _Basics) -> bool:
-    """NVFP4 on a 2-SM pair: each CTA loads half of each B scale tile and multicasts it to both CTAs (as CuTe's
+    """NVFP4 or MXFP8 on a 2-SM pair: each CTA loads half of each B scale tile and multicasts it to both CTAs (as CuTe's
     blockscaled 2-SM kernels do); the B operands themselves are already split by cta_group::2."""
     return f.block_scaled and f.sm100 and f.cs == 2 and cfg.tma.two_sm
 
