@@ -24,7 +24,7 @@ from . import __version__
 from .errors import ConfigError, OutputError, PtxgenError, SetupError
 
 DEFAULT_CONFIG = "level9"
-SASS_KEYS = {"sm_100a": ("UTCHMMA", "UTCOMMA", "UTCCP", "UTCBAR", "UTMALDG", "UTMASTG", "LDTM"),
+SASS_KEYS = {"sm_100a": ("UTCHMMA", "UTCOMMA", "UTCQMMA", "UTCCP", "UTCBAR", "UTMALDG", "UTMASTG", "LDTM"),
              "sm_90a": ("HGMMA", "UTMALDG", "UTMASTG", "WARPGROUP")}
 DEFAULT_OUTPUT = "generated"
 

@@ -276,7 +276,9 @@ class Config:
     elements in the 128x4 atom layout, block-scaled ``tcgen05.mma .kind::mxf4nvf4``, fp16 D; sm_100a
     ``dual_gemm`` only: the seed-003 kernel) or ``fp8`` (e4m3 A/B with fp32 scales per 1x128 block of A and
     per 128x128 block of B, ``wgmma ... .f32.e4m3.e4m3`` per 128-K block promoted into an fp32 accumulator with
-    the scales, bf16 D; sm_90a ``gemm`` only: DeepSeek-V3's recipe, docs/fp8.md).
+    the scales, bf16 D; sm_90a ``gemm`` only: DeepSeek-V3's recipe, docs/fp8.md) or ``mxfp8`` (e4m3 A/B with one
+    ue8m0 scale per row per 32 K elements in the 128x4 atom layout, block-scaled ``tcgen05.mma .kind::mxf8f6f4``,
+    fp32 accumulate in TMEM, bf16 D; sm_100a ``gemm`` only: the recipe's Blackwell form, docs/fp8.md).
 
     Every construction is validated (schema, then :func:`validate`); raises ConfigError.
     ``name`` is a file stem (``generated/<name>.ptx``): ASCII letters, digits, ``_`` and ``-``,
@@ -286,7 +288,7 @@ class Config:
     name: Name
     arch: OneOf(*ARCHS) = "sm_100a"
     kernel: OneOf("gemm", "dual_gemm") = "gemm"
-    operands: OneOf("bf16", "nvfp4", "fp8") = "bf16"
+    operands: OneOf("bf16", "nvfp4", "fp8", "mxfp8") = "bf16"
     tile: Tile = field(default_factory=Tile)
     pipeline: Pipeline = field(default_factory=Pipeline)
     cluster: Cluster = field(default_factory=Cluster)
@@ -513,6 +515,8 @@ def validate(cfg: Config) -> None:
         _validate_nvfp4(cfg)
     elif cfg.operands == "fp8":
         _validate_fp8(cfg)
+    elif cfg.operands == "mxfp8":
+        _validate_mxfp8(cfg)
     else:
         _rule(t.block_k == 64, "tile.block_k", t.block_k, "must be 64 (128 B of bf16: one 128B-swizzle atom)")
     if cfg.operands != "fp8":
@@ -569,13 +573,33 @@ def _validate_nvfp4(cfg: Config) -> None:
     _rule(cfg.kernel == "dual_gemm", "operands", "nvfp4", "the NVFP4 kernel is the SwiGLU dual GEMM; needs kernel=dual_gemm")
     _rule(t.block_k == 256, "tile.block_k", t.block_k,
           "operands=nvfp4: must be 256 (one 128-byte swizzle row of packed e2m1 = four K=64 block-scaled MMAs)")
+    _scale_atom_rules(cfg, "the B scales of a tile are one 128-row atom row; two N=256 accumulators would leave no "
+                           "TMEM columns for the scale factors")
+
+
+def _scale_atom_rules(cfg: Config, n_reason: str) -> None:
+    """The tile and throttle rules every block-scaled operand shares (one 128-row scale atom row per operand)."""
+    t, what = cfg.tile, cfg.operands
     _rule(t.block_m == 128, "tile.block_m", t.block_m,
-          "operands=nvfp4: must be 128 per CTA (one M-wave; its scales are one 128-row scale-factor atom row)")
-    _rule(t.block_n == 128, "tile.block_n", t.block_n,
-          "operands=nvfp4: must be 128 (the B scales of a tile are one 128-row atom row; two N=256 accumulators "
-          "would leave no TMEM columns for the scale factors)")
+          f"operands={what}: must be 128 per CTA (one M-wave; its scales are one 128-row scale-factor atom row)")
+    _rule(t.block_n == 128, "tile.block_n", t.block_n, f"operands={what}: must be 128 ({n_reason})")
     _rule(cfg.mma.tc_util_percent == 100, "mma.tc_util_percent", cfg.mma.tc_util_percent,
-          "operands=nvfp4: the throttle models bf16 MMAs; must be 100")
+          f"operands={what}: the throttle models bf16 MMAs; must be 100")
+
+
+def _validate_mxfp8(cfg: Config) -> None:
+    """MXFP8 block-scaled GEMM (sm_100a): the rules of the ue8m0 scale atoms and ``.kind::mxf8f6f4``.
+
+    PTX ISA "tcgen05.mma" (``.kind::mxf8f6f4.block_scale.scale_vec::1X``: e4m3 A/B, K = 32 per MMA, one ue8m0
+    scale per row per 32 K), "tcgen05.cp" (one 32x128b.warpx4 copy moves one 128-row x 4-scale atom = 128 K);
+    cuBLAS "1D Block Scaling Factors Layout".
+    """
+    t = cfg.tile
+    _rule(cfg.arch == "sm_100a", "operands", "mxfp8", "block-scaled tcgen05.mma .kind::mxf8f6f4 needs arch=sm_100a")
+    _rule(cfg.kernel == "gemm", "operands", "mxfp8", "the MXFP8 kernel is a plain GEMM; needs kernel=gemm")
+    _rule(t.block_k == 128, "tile.block_k", t.block_k,
+          "operands=mxfp8: must be 128 (one 128-byte swizzle row of e4m3 = four K=32 MMAs = one 128x4 scale atom)")
+    _scale_atom_rules(cfg, "the B scales of a tile are one 128-row atom row, one TMA box of lines")
 
 
 #: fp32 registers per consumer thread an FP8 config may spend on its main accumulator plus the block partial

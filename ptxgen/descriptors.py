@@ -493,3 +493,73 @@ def sf_copy_desc_hi() -> int:
 def sf_copy_desc_lo(start_addr: int) -> int:
     """Low word of :func:`sf_copy_desc`: ``(start >> 4) | (128 >> 4) << 16``."""
     return smem_desc_lo(start_addr, SF_COPY_LBO)
+
+
+# --- block-scaled MMA (.kind::mxf8f6f4, MXFP8) ------------------------------------------------
+#
+# PTX ISA 8.7+/9.x, "Tensor Core 5th Generation Family Instructions" > "Instruction descriptor", the table
+# "Instruction descriptor format for .kind::mxf8f6f4, .kind::mxf4 and .kind::mxf4nvf4" (bits named as below);
+# "tcgen05.mma" > "Block Scaling": ``.kind::mxf8f6f4`` takes ue8m0 scales only, with ``.scale_vec::1X``
+# (spelled ``.block32`` since PTX ISA 8.8): one scale per row per 32 K, i.e. ONE scale per row per MMA (dense
+# K = 32 for 8-bit A/B).  A 32-bit TMEM column of a scale atom holds 4 such scales (one byte each, the 4 K
+# blocks of the cuBLAS 128x4 atom); the MMA picks its byte with the scale-factor data ID (0-3 for mxf8f6f4).
+
+UMMA_IDESC_MXF8F6F4 = BitfieldSpec("UMMA_IDESC_MXF8F6F4", 32, (
+    Field("sparse", 2, 1),         # bit 2: 0 dense, 1 sparse
+    Field("b_sf_id", 4, 2),        # bits 4-5: Matrix B scale factor data ID, the byte of the TMEM column (0-3)
+    Field("a_format", 7, 3),       # bits 7-9: "atype" for .kind::mxf8f6f4: E4M3 = 0, E5M2 = 1, E2M3 = 3, E3M2 = 4, E2M1 = 5
+    Field("b_format", 10, 3),      # bits 10-12: "btype", same codes (3 bits here, 2 for .kind::mxf4)
+    Field("negate_a", 13, 1),      # bit 13
+    Field("negate_b", 14, 1),      # bit 14
+    Field("a_major", 15, 1),       # bit 15: "Transpose A": 0 = K-major
+    Field("b_major", 16, 1),       # bit 16: "Transpose B": 0 = K-major
+    Field("n_dim", 17, 6),         # bits 17-22: N >> 3
+    Field("scale_format", 23, 1),  # bit 23: "Scale Matrix Type": UE4M3 = 0, UE8M0 = 1 (mxf8f6f4: UE8M0 only)
+    Field("m_dim", 27, 2),         # bits 27-28: M >> 7 (bits 24-26 reserved)
+    Field("a_sf_id", 29, 2),       # bits 29-30: Matrix A scale factor data ID (0-3)
+))
+"""tcgen05.mma ``.kind::mxf8f6f4`` block-scaled instruction descriptor (32 bit).
+
+Bits 0-1, 3, 6, 24-26 and 31 are reserved (bit 31 is the ``.kind::mxf4nvf4`` K = 96 flag, not a field of this
+kind: 8-bit dense MMAs are K = 32).  Same numbers as the PTX ISA table named in the section comment.
+"""
+
+MXF8_E4M3 = 0
+"""``atype`` / ``btype`` code of e4m3 in the ``.kind::mxf8f6f4`` instruction descriptor (PTX ISA table above)."""
+MXF8_MMA_K = 32
+"""K elements of one dense ``.kind::mxf8f6f4`` MMA: 32 bytes of e4m3 per row (PTX ISA "tcgen05.mma" shapes)."""
+MXF8_SCALE_VEC = "block32"
+"""The only scale vector of ``.kind::mxf8f6f4`` (``.scale_vec::1X``): one ue8m0 scale per 32 K, per MMA."""
+MXF8_SF_IDS = 4
+"""Scale-factor data IDs of ``.kind::mxf8f6f4``: the 4 bytes of a 32-bit TMEM scale column (PTX ISA: "0, 1, 2, 3")."""
+
+
+def umma_idesc_mxf8f6f4(m: int, n: int, *, sf_id_a: int = 0, sf_id_b: int = 0) -> int:
+    """Instruction descriptor of ``tcgen05.mma .kind::mxf8f6f4.block_scale.block32``: e4m3 x e4m3 -> f32, K-major,
+    ue8m0 scales.
+
+    Args:
+        m: UMMA_M: 128 (``cta_group::1``) or 256 (``cta_group::2``, 128 rows per CTA).
+        n: UMMA_N: a multiple of 16 in [16, 256].
+        sf_id_a, sf_id_b: scale-factor data IDs, the byte (0-3) of each 32-bit TMEM scale column this MMA reads:
+            K step ``s`` of a 128-K scale atom reads byte ``s`` (its 32-K block).
+
+    Returns:
+        The 32-bit ``idesc`` operand, e.g. 128x128 with IDs 0 -> ``0x08a00000`` (N=128: 16 << 17, UE8M0: 1 << 23,
+        M=128: 1 << 27; e4m3 is format 0; the f32 accumulator is implicit for this kind).
+
+    Raises:
+        ValueError: naming the argument, for an illegal shape or scale-factor ID.
+    """
+    if m not in (128, 256):
+        raise ValueError(f"UMMA M={m}: block-scaled .kind::mxf8f6f4 needs M 128 (cta_group::1) or 256 (cta_group::2)")
+    if not (16 <= n <= 256 and n % 16 == 0):
+        raise ValueError(f"UMMA N={n} with M={m}: must be a multiple of 16 in [16, 256]")
+    for name, v in (("sf_id_a", sf_id_a), ("sf_id_b", sf_id_b)):
+        if not 0 <= v < MXF8_SF_IDS:
+            raise ValueError(f"{name}={v}: .kind::mxf8f6f4 scale-factor IDs are 0-{MXF8_SF_IDS - 1} "
+                             "(PTX ISA: Matrix A/B Scale Factor Data ID)")
+    return UMMA_IDESC_MXF8F6F4.encode(
+        b_sf_id=sf_id_b, a_format=MXF8_E4M3, b_format=MXF8_E4M3, n_dim=n >> 3, scale_format=_SCALE_UE8M0,
+        m_dim=m >> 7, a_sf_id=sf_id_a,
+    )

@@ -307,8 +307,10 @@ class MmaIssuePlan:
     fragment_regs: sm_90a fp32 registers per thread of one wave's wgmma m64nN fragment (block_n / 2).
     streams: the MMA streams (one per accumulator).
     order: ``interleaved``: per k-step one MMA of every stream (B1 then B2) reading the same A slice.
-    operand_format: ``bf16`` or ``nvfp4`` (packed e2m1, block-scaled MMA).
-    idesc: sm_100a instruction descriptor (0 on sm_90a).
+    operand_format: ``bf16``, ``nvfp4`` (packed e2m1, block-scaled MMA), ``fp8`` (sm_90a promotion) or ``mxfp8``
+        (e4m3 with ue8m0 scales, block-scaled MMA).
+    idesc: sm_100a instruction descriptor (0 on sm_90a); step_idesc: a block-scaled MMA's descriptor per k-step (the
+        scale-factor data IDs of :attr:`ScalesPlan.steps` filled in), () when every k-step uses ``idesc``.
     a_desc_hi, b_desc_hi: constant high words of the smem descriptors.
     desc_lbo_field: bits 16-29 of a descriptor's low word (LBO >> 4).
     k_step_desc: low-word increment per MMA k-step (bytes >> 4).
@@ -337,6 +339,7 @@ class MmaIssuePlan:
     desc_lbo_field: int
     k_step_desc: int
     throttle_ns: int
+    step_idesc: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -365,7 +368,13 @@ class ScalesPlan:
 
     Units: bytes, 32-bit TMEM columns, rows, K elements.
 
-    vec: ``""`` (plain MMA) or ``block16`` (one ue4m3 scale per 16 K).
+    vec: ``""`` (plain MMA), ``block16`` (NVFP4: one ue4m3 scale per 16 K) or ``block32`` (MXFP8: one ue8m0 scale
+        per 32 K, ``.scale_vec::1X``).
+    kind: the block-scaled MMA kind, ``mxf4nvf4`` (NVFP4) or ``mxf8f6f4`` (MXFP8); "" for a plain MMA.
+    atoms: scale atoms of one scale tile per stage (one ``tcgen05.cp`` each): NVFP4 4 (one per K=64 MMA), MXFP8 1.
+    steps: per MMA k-step of a stage, (TMEM column offset of its scales from a scale tile's first column, scale-factor
+        data ID): NVFP4 reads one whole atom (4 columns) per K=64 MMA, ID 0; MXFP8 reads one byte (ID = k-step) of
+        the one atom covering the stage's 128 K (PTX ISA "tcgen05.mma" block scaling, "Instruction descriptor").
     lbo_field: the ``tcgen05.cp`` source descriptor's LBO field (bits 16-29 of the low word).
     atom_bytes: bytes of one 128-row x 4-scale atom (one ``tcgen05.cp.32x128b.warpx4``).
     cols_per_atom: TMEM columns one atom fills.
@@ -381,6 +390,9 @@ class ScalesPlan:
     rows_per_atom: int
     k_per_line: int
     stage_lines: int
+    kind: str = ""
+    steps: tuple[tuple[int, int], ...] = ()
+    atoms: int = 0
 
 
 @dataclass(frozen=True)
@@ -663,7 +675,7 @@ class Plan:
         cfg, e, r = self.cfg, self.epilogue, self.roles
         swz = "128B" if e.swizzle128 else "none"
         l2 = "none" if cfg.tma.l2_promotion == "none" else f"{cfg.tma.l2_promotion}B"
-        in_dtype = "u8" if self.mma.operand_format in ("nvfp4", "fp8") else "bf16"
+        in_dtype = "u8" if self.mma.operand_format in ("nvfp4", "fp8", "mxfp8") else "bf16"
         maps = {o.name: (TensorMapSpec(o.name, (SF_LINE_BYTES, o.box_rows), "none", l2, "u8") if o.scales else
                          TensorMapSpec(o.name, (o.box_cols, o.box_rows), "none", "none", "f32") if o.block_scale else
                          TensorMapSpec(o.name, (self.loads.k_coord_step, o.box_rows), "128B", l2, in_dtype))
@@ -695,16 +707,19 @@ class Plan:
         """The self-contained :class:`Kernel` with ``body``: every resource number the emitters and simulator read."""
         e, m, r, cd = self.epilogue, self.mma, self.roles, self.smem.cd
         cd_align = SWIZZLE_ATOM_BYTES if e.swizzle128 else 128
-        # a non-swizzled TMA destination (the FP8 scale vectors) needs 128-byte alignment, a 128B-swizzled one 1024
-        regions = tuple(SmemRegion(o.region.name, o.region.offset, o.region.stride, o.region.count,
-                                   o.region.slot_bytes, TMA_PLAIN_ALIGN if o.block_scale else SWIZZLE_ATOM_BYTES)
+        # a non-swizzled TMA destination (the FP8 scale vectors, the scale atoms) needs 128-byte alignment, a
+        # 128B-swizzled one 1024
+        regions = tuple(SmemRegion(o.region.name, o.region.offset, o.region.stride, o.region.count, o.region.slot_bytes,
+                                   TMA_PLAIN_ALIGN if o.block_scale or o.scales else SWIZZLE_ATOM_BYTES)
                         for o in self.loads.operands)
         if cd.count:
             regions += (SmemRegion("cd", cd.offset, cd.stride, cd.count, e.stage_bytes, cd_align),)
         io = {"nvfp4": "NVFP4 in (packed e2m1, one ue4m3 scale per 16 K, scales copied to TMEM by tcgen05.cp, "
                        "block-scaled MMAs), fp16 out",
               "fp8": "e4m3 in with fp32 scales per 128-K block (A: per row, B: per 128 rows), each block's "
-                     "wgmma partial promoted into the fp32 accumulator, bf16 out"}.get(m.operand_format, "bf16 in and out")
+                     "wgmma partial promoted into the fp32 accumulator, bf16 out",
+              "mxfp8": "MXFP8 in (e4m3, one ue8m0 scale per row per 32 K, scales copied to TMEM by tcgen05.cp, "
+                       "block-scaled MMAs .kind::mxf8f6f4), bf16 out"}.get(m.operand_format, "bf16 in and out")
         if len(m.streams) == 1:
             what = (f"D[M,N] = A[M,K] @ B[N,K]^T, {io}, fp32 accumulate." if e.expr is None else
                     f"D[M,N] = {e.expr} with acc = A[M,K] @ B[N,K]^T, {io}, fp32 accumulate and epilogue.")
@@ -738,6 +753,7 @@ class _Basics:
     sm100: bool
     nvfp4: bool
     fp8: bool
+    mxfp8: bool  # e4m3 with ue8m0 scales per 32 K, block-scaled tcgen05.mma .kind::mxf8f6f4 (sm_100a)
     cs: int  # cluster size
     wgs: int  # consumer warpgroups (1 on sm_100a)
     pingpong: bool
@@ -746,20 +762,26 @@ class _Basics:
     row_bytes: int  # one operand row of a stage: 128 B (one swizzle-atom row)
     elem_bits: int  # operand element bits (bf16 16; NVFP4 packed e2m1, mapped as bytes: 4)
     mma_k: int  # K per MMA instruction (NVFP4: 64 per block-scaled MMA, PTX ISA tcgen05.mma)
-    sf_names: tuple[tuple[str, str], ...]  # NVFP4 scale tiles: (name, operand it scales)
+    sf_names: tuple[tuple[str, str], ...]  # NVFP4 / MXFP8 scale tiles: (name, operand it scales)
     block_scales: tuple[tuple[str, str], ...]  # FP8 scale vectors: (name, operand it scales)
+
+    @property
+    def block_scaled(self) -> bool:
+        """Scale tiles copied to TMEM and block-scaled MMAs (NVFP4 or MXFP8)."""
+        return self.nvfp4 or self.mxfp8
 
 
 def _basics(cfg: Config) -> _Basics:
-    sm100, nvfp4, fp8 = cfg.arch == "sm_100a", cfg.operands == "nvfp4", cfg.operands == "fp8"
+    sm100, nvfp4, fp8, mxfp8 = cfg.arch == "sm_100a", cfg.operands == "nvfp4", cfg.operands == "fp8", cfg.operands == "mxfp8"
     wgs = 1 if sm100 else cfg.mma.warpgroups
     pingpong = cfg.mma.consumers == "pingpong"
     b_names = ("b", "b2") if cfg.kernel == "dual_gemm" else ("b",)
-    elem_bits = 4 if nvfp4 else (8 * FP8_BYTES if fp8 else 8 * BF16_BYTES)
-    return _Basics(sm100=sm100, nvfp4=nvfp4, fp8=fp8, cs=cfg.cluster.size, wgs=wgs, pingpong=pingpong,
+    elem_bits = 4 if nvfp4 else (8 * FP8_BYTES if fp8 or mxfp8 else 8 * BF16_BYTES)
+    mma_k = (descriptors.MXF4_MMA_K if nvfp4 else WGMMA_K_FP8 if fp8 else descriptors.MXF8_MMA_K if mxfp8 else UMMA_K)
+    return _Basics(sm100=sm100, nvfp4=nvfp4, fp8=fp8, mxfp8=mxfp8, cs=cfg.cluster.size, wgs=wgs, pingpong=pingpong,
                    row_split=1 if pingpong else wgs, b_names=b_names, row_bytes=cfg.tile.block_k * elem_bits // 8,
-                   elem_bits=elem_bits, mma_k=descriptors.MXF4_MMA_K if nvfp4 else (WGMMA_K_FP8 if fp8 else UMMA_K),
-                   sf_names=(("sfa", "a"), *((f"sf{nm}", nm) for nm in b_names)) if nvfp4 else (),
+                   elem_bits=elem_bits, mma_k=mma_k,
+                   sf_names=(("sfa", "a"), *((f"sf{nm}", nm) for nm in b_names)) if nvfp4 or mxfp8 else (),
                    block_scales=(("scale_a", "a"), ("scale_b", "b")) if fp8 else ())
 
 
@@ -788,6 +810,7 @@ def _mma_plan(cfg: Config, f: _Basics, roles: RolesPlan) -> MmaIssuePlan:
     if f.sm100:
         umma_m = 128 * roles.cta_group
         idesc = (descriptors.umma_idesc_mxf4nvf4(umma_m, t.block_n) if f.nvfp4 else
+                 descriptors.umma_idesc_mxf8f6f4(umma_m, t.block_n) if f.mxfp8 else
                  descriptors.umma_idesc_f16(umma_m, t.block_n))
         desc_hi = descriptors.umma_smem_desc_hi(sbo_bytes=SWIZZLE_ATOM_BYTES)
         lbo_field = 0
@@ -810,7 +833,9 @@ def _mma_plan(cfg: Config, f: _Basics, roles: RolesPlan) -> MmaIssuePlan:
         a_wave_bytes=a_wave_bytes, wave_desc=a_wave_bytes >> 4, fragment_regs=t.block_n // 2,
         streams=streams, order="interleaved", operand_format=cfg.operands, idesc=idesc, a_desc_hi=desc_hi,
         b_desc_hi=desc_hi, desc_lbo_field=lbo_field, k_step_desc=descriptors.desc_advance(f.mma_k * f.elem_bits // 8),
-        throttle_ns=throttle_ns)
+        throttle_ns=throttle_ns,
+        step_idesc=tuple(descriptors.umma_idesc_mxf8f6f4(umma_m, t.block_n, sf_id_a=sf_id, sf_id_b=sf_id)
+                         for _, sf_id in _sf_steps(cfg, f)) if f.mxfp8 and f.sm100 else ())
 
 
 @dataclass(frozen=True)
@@ -841,10 +866,10 @@ def _stage(cfg: Config, f: _Basics) -> _Stage:
         b_smem_rows = t.block_n
         b_box_rows = t.block_n // 2 if cfg.tma.multicast else t.block_n
     b_bytes, b_load = b_smem_rows * f.row_bytes, b_box_rows * f.row_bytes
-    # NVFP4 scale tiles: per operand, the atoms of its 128-row block for this stage's K (block_k / 64 atoms of
-    # 512 B = 128 rows x 4 scales); each CTA holds whole atom rows: its SFA, and all of B's scales (its MMA rows
+    # NVFP4 / MXFP8 scale tiles: per operand, the atoms of its 128-row block for this stage's K (block_k / atom K:
+    # NVFP4 256 / 64 = 4, MXFP8 128 / 128 = 1 atoms of 512 B = 128 rows x 4 scales); each CTA holds whole atom rows: its SFA, and all of B's scales (its MMA rows
     # span all N).  A 2-SM pair splits each B scale tile: each CTA loads half its lines and multicasts them.
-    sf_atoms = t.block_k // descriptors.MXF4_MMA_K if f.nvfp4 else 0
+    sf_atoms = t.block_k // _atom_k(f) if f.block_scaled else 0
     sf_bytes = sf_atoms * SF_ATOM_BYTES
     sfb_load = sf_bytes // f.cs if _sfb_multicast(cfg, f) else sf_bytes
     nb = len(f.b_names)
@@ -872,9 +897,9 @@ def _stage(cfg: Config, f: _Basics) -> _Stage:
 
 
 def _sfb_multicast(cfg: Config, f: _Basics) -> bool:
-    """NVFP4 on a 2-SM pair: each CTA loads half of each B scale tile and multicasts it to both CTAs (as CuTe's
+    """NVFP4 or MXFP8 on a 2-SM pair: each CTA loads half of each B scale tile and multicasts it to both CTAs (as CuTe's
     blockscaled 2-SM kernels do); the B operands themselves are already split by cta_group::2."""
-    return f.nvfp4 and f.sm100 and f.cs == 2 and cfg.tma.two_sm
+    return f.block_scaled and f.sm100 and f.cs == 2 and cfg.tma.two_sm
 
 
 def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan) -> EpiloguePlan:
@@ -1087,7 +1112,7 @@ def _loads_plan(cfg: Config, f: _Basics, stage: _Stage, layout: _Layout, mma: Mm
     t, regions = cfg.tile, layout.regions
     b_split = "cta_group" if f.sm100 and f.cs == 2 else ("multicast" if cfg.tma.multicast else "none")
     pair_mask = (1 << f.cs) - 1
-    sf_hi = descriptors.sf_copy_desc_hi() if f.nvfp4 else 0
+    sf_hi = descriptors.sf_copy_desc_hi() if f.block_scaled else 0
 
     def scale_tile(i: int, nm: str, of: str) -> OperandPlan:
         load = stage.sf_bytes if of == "a" else stage.sfb_load
@@ -1107,16 +1132,40 @@ def _loads_plan(cfg: Config, f: _Basics, stage: _Stage, layout: _Layout, mma: Mm
                      a_stage_bytes=stage.a_bytes, b_stage_bytes=stage.b_bytes, b_load_bytes=stage.b_load,
                      load_bytes=stage.load_bytes, expect_tx_bytes=stage.expect_tx, full_tx_bytes=stage.full_tx,
                      k_coord_step=f.row_bytes if f.nvfp4 else t.block_k,
-                     k_multiple=t.block_k if f.nvfp4 else (K_MULTIPLE_FP8 if f.fp8 else K_MULTIPLE_BF16),
+                     k_multiple=t.block_k if f.block_scaled else (K_MULTIPLE_FP8 if f.fp8 else K_MULTIPLE_BF16),
                      two_sm=cfg.tma.two_sm,
                      multicast=cfg.tma.multicast)
 
 
-def _scales_plan(f: _Basics, stage: _Stage) -> ScalesPlan:
-    return ScalesPlan(vec="block16" if f.nvfp4 else "", lbo_field=descriptors.SF_COPY_LBO >> 4, atom_bytes=SF_ATOM_BYTES,
+def _scale_vec(f: _Basics) -> str:
+    """The block-scaled MMA's scale vector: NVFP4 ``block16``, MXFP8 ``block32`` (``.scale_vec::1X``)."""
+    return descriptors.MXF8_SCALE_VEC if f.mxfp8 else "block16"
+
+
+def _atom_k(f: _Basics) -> int:
+    """K elements one 128x4 scale atom covers: 4 scales x the scale vector (NVFP4 64 = one MMA, MXFP8 128 = 4 MMAs)."""
+    return SF_ATOM_K * descriptors.SCALE_VEC[_scale_vec(f)]
+
+
+def _sf_steps(cfg: Config, f: _Basics) -> tuple[tuple[int, int], ...]:
+    """Per k-step of a stage: (TMEM column offset inside a scale tile, scale-factor data ID), see :class:`ScalesPlan`.
+
+    A k-step's scales start at K ``ks * mma_k``: atom ``ks * mma_k // atom_k`` (4 columns each) and, when one MMA
+    reads one scale per row (MXFP8), the byte ``ks * mma_k // vec % 4`` of the atom's columns (NVFP4: all 4, ID 0).
+    """
+    vec = descriptors.SCALE_VEC[_scale_vec(f)]
+    whole = f.mma_k // vec == SF_ATOM_K  # one MMA reads all 4 bytes of each column (NVFP4 block16)
+    return tuple((k * f.mma_k // _atom_k(f) * SF_TMEM_COLS_PER_ATOM, 0 if whole else k * f.mma_k // vec % SF_ATOM_K)
+                 for k in range(cfg.tile.block_k // f.mma_k))
+
+
+def _scales_plan(cfg: Config, f: _Basics, stage: _Stage) -> ScalesPlan:
+    vec = _scale_vec(f)
+    return ScalesPlan(vec=vec if f.block_scaled else "", lbo_field=descriptors.SF_COPY_LBO >> 4, atom_bytes=SF_ATOM_BYTES,
                       cols_per_atom=SF_TMEM_COLS_PER_ATOM, rows_per_atom=SF_ATOM_ROWS,
-                      k_per_line=SF_ATOM_K * descriptors.SCALE_VEC["block16"]
-                      // (SF_ATOM_BYTES // SF_LINE_BYTES), stage_lines=stage.sf_bytes // SF_LINE_BYTES)
+                      k_per_line=_atom_k(f) // (SF_ATOM_BYTES // SF_LINE_BYTES), stage_lines=stage.sf_bytes // SF_LINE_BYTES,
+                      kind=("mxf8f6f4" if f.mxfp8 else "mxf4nvf4") if f.block_scaled else "",
+                      steps=_sf_steps(cfg, f) if f.block_scaled else (), atoms=stage.sf_atoms)
 
 
 def _schedule_plan(cfg: Config) -> SchedulePlan:
@@ -1208,7 +1257,7 @@ def make_plan(cfg: Config) -> Plan:
     return Plan(
         cfg=cfg, kernel_name=f"ptxgen_{cfg.kernel}_{cfg.name.replace('-', '_')}", arch=cfg.arch,
         roles=roles, loads=_loads_plan(cfg, f, stage, layout, mma, sf_col0, sf_cols), mma=mma, tmem=tmem,
-        scales=_scales_plan(f, stage),
+        scales=_scales_plan(cfg, f, stage),
         smem=SmemPlan(cd=layout.cd, barriers=bars.region, tmem_slot=bars.tmem_slot, bytes=smem_bytes,
                       ctas_per_sm=ctas_per_sm),
         epilogue=epilogue, schedule=_schedule_plan(cfg), registers=_registers_plan(cfg, f, roles, mma, epilogue),

@@ -152,7 +152,8 @@ class UmmaIssuer:
                 for o in p.loads.matrix_operands]
 
     def scale_copies(self, st: PipelineState) -> list:
-        """NVFP4: ``tcgen05.cp`` of each scale tile's atoms (one per K=64 MMA) from the landed stage into TMEM.
+        """Block-scaled: ``tcgen05.cp`` of each scale tile's atoms (NVFP4: one per K=64 MMA; MXFP8: one per stage) from
+        the landed stage into TMEM.
 
         Issued by the MMA thread after its consumer_wait on ``full`` (+ ``tcgen05.fence::after_thread_sync``) and
         before the MMAs that read them: tcgen05.cp and tcgen05.mma of one thread execute in issue order on the
@@ -163,7 +164,7 @@ class UmmaIssuer:
         return [TmemCopy(fold(TMEM + (s.tmem_col + j * p.scales.cols_per_atom)),
                          desc_lo(p, fold(stage_offset(p, s.name, st.index) + j * p.scales.atom_bytes), p.scales.lbo_field),
                          s.desc_hi, p.roles.cta_group)
-                for s in p.loads.scale_operands for j in range(p.mma.k_steps)]
+                for s in p.loads.scale_operands for j in range(p.scales.atoms)]
 
     def mma(self, mma, d: Expr, a_lo: Expr, b_lo: Expr, ks: int, accumulate: Expr):
         """One MMA of stream ``mma`` at k-step ``ks``: ``tcgen05.mma .kind::f16``, or block-scaled when it has scales."""
@@ -171,9 +172,11 @@ class UmmaIssuer:
         a, b = p.loads.operand(mma.a), p.loads.operand(mma.b)
         if not mma.sfa:
             return Umma(d, a_lo, b_lo, accumulate, idesc=p.mma.idesc, a_hi=a.desc_hi, b_hi=b.desc_hi)
-        sf = {nm: fold(TMEM + (p.loads.operand(nm).tmem_col + ks * p.scales.cols_per_atom)) for nm in (mma.sfa, mma.sfb)}
-        return UmmaBlockScaled(d, a_lo, b_lo, sf[mma.sfa], sf[mma.sfb], accumulate, p.mma.idesc, a.desc_hi, b.desc_hi,
-                               p.roles.cta_group, scale_vec=p.scales.vec, collector=mma.collector)
+        col = p.scales.steps[ks][0]  # this k-step's scale columns; its byte (scale-factor ID) is in step_idesc
+        sf = {nm: fold(TMEM + (p.loads.operand(nm).tmem_col + col)) for nm in (mma.sfa, mma.sfb)}
+        idesc = p.mma.step_idesc[ks] if p.mma.step_idesc else p.mma.idesc
+        return UmmaBlockScaled(d, a_lo, b_lo, sf[mma.sfa], sf[mma.sfb], accumulate, idesc, a.desc_hi, b.desc_hi,
+                               p.roles.cta_group, kind=p.scales.kind, scale_vec=p.scales.vec, collector=mma.collector)
 
     def kblock(self) -> list:
         """consumer_wait on ``full``, scale copies (NVFP4), the MMAs of every stream, M-wave and k-step, consumer_release by commit."""

@@ -191,13 +191,14 @@ def _operand(smem: np.ndarray, base: int, desc: int, rows: int, who: object, wha
 
 
 def scale_rows(tmem_words: np.ndarray, col: int, rows: int, scale_vec: str, sf_id: int, who: object,
-               what: str) -> np.ndarray:
-    """Scale bytes ``[rows, 64 / vec]`` of one MMA: row ``x`` at lane ``x % 32``, column ``col + x // 32``, bytes sf_id..
+               what: str, mma_k: int = MXF4_MMA_K) -> np.ndarray:
+    """Scale bytes ``[rows, mma_k / vec]`` of one MMA: row ``x`` at lane ``x % 32``, column ``col + x // 32``, bytes
+    sf_id.. (``mma_k``: K of one MMA, 64 for ``.kind::mxf4nvf4``, 32 for ``.kind::mxf8f6f4``).
 
     Raises:
         SimError: columns beyond ``tmem_words``.
     """
-    per = MXF4_MMA_K // SCALE_VEC[scale_vec]
+    per = mma_k // SCALE_VEC[scale_vec]
     ncols = rows // 32
     if col + ncols > tmem_words.shape[1]:
         raise SimError(f"out of bounds: {who} reads {what} scale columns [{col}, {col + ncols}) of "
@@ -234,6 +235,15 @@ def mma_shape(idesc: int, scale_vec: str, cta_group: int = 1, who: object = "tcg
     if f["a_sf_id"] or f["b_sf_id"]:
         raise SimError(f"bad instruction descriptor: {who}: scale-factor ids A={f['a_sf_id']} B={f['b_sf_id']}; "
                        ".block16 reads all 4 bytes of a column, so both must be 0")
+    return block_scaled_mn(f, cta_group, who)
+
+
+def block_scaled_mn(f: dict[str, int], cta_group: int, who: object) -> dict[str, int]:
+    """``f`` (a decoded block-scaled idesc) with ``m`` and ``n`` added.
+
+    Raises:
+        SimError: M is not 128 x cta_group (the model covers 128 rows per CTA).
+    """
     f["m"], f["n"] = f["m_dim"] << 7, f["n_dim"] << 3
     if f["m"] != 128 * cta_group:
         raise SimError(f"unsupported MMA shape: {who}: M={f['m']} with cta_group::{cta_group}; the block-scaled "

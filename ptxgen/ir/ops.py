@@ -839,7 +839,9 @@ class UmmaBlockScaled(Op):
 
     One thread issues it.  D[M, N] (+)= (A * scale_A) @ (B * scale_B)^T over K = 64 (dense
     ``.kind::mxf4nvf4``), A and B packed e2m1 in smem (K-major, 128B swizzle), scale_A / scale_B
-    ue4m3 (``block16``) in TMEM at columns ``sfa`` / ``sfb`` (PTX ISA "tcgen05.mma", "Block Scaling").
+    ue4m3 (``block16``) in TMEM at columns ``sfa`` / ``sfb`` (PTX ISA "tcgen05.mma", "Block Scaling");
+    ``.kind::mxf8f6f4``: K = 32, e4m3 A and B, one ue8m0 scale per row (``block32``), the byte of the scale
+    column named by the idesc's scale-factor data IDs (``umma_idesc_mxf8f6f4``).
 
     d, sfa, sfb: TMEM addresses.  a_lo / b_lo: smem descriptor low words.
     accumulate: 0 overwrites D.  idesc, a_desc_hi, b_desc_hi: the constants this op needs

@@ -473,7 +473,14 @@ def _gemm_refuses(spec: Any) -> str | None:
         return f"config {spec.name}: a dual GEMM config; use ptxgen.dual_gemm(a, b1, b2)"
     if "scale_a" in spec.tensor_maps:
         return f"config {spec.name}: an FP8 config (operands: fp8); use ptxgen.gemm_fp8(a, b, scale_a, scale_b)"
+    if "sfa" in spec.tensor_maps:
+        return _mxfp8_refusal(spec)
     return None
+
+
+def _mxfp8_refusal(spec: Any) -> str:
+    return (f"config {spec.name}: an MXFP8 config (operands: mxfp8, sm_100a) has no launch path yet; "
+            "ptxgen.runtime.fp8.to_mx converts the recipe's operands to its form (docs/fp8.md)")
 
 
 def _dual_refuses(spec: Any) -> str | None:
@@ -1228,6 +1235,8 @@ def check_fp8_operands(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = No
 
 
 def _fp8_refuses(spec: Any) -> str | None:
+    if "sfa" in spec.tensor_maps and "b2" not in spec.tensor_maps:
+        return _mxfp8_refusal(spec)
     if "scale_a" not in spec.tensor_maps:
         return f"config {spec.name}: not an FP8 config; gemm_fp8 needs an operands: fp8 config (fp8_*)"
     return None

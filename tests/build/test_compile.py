@@ -25,6 +25,10 @@ def _sass_expect(res) -> dict:
         mmas = len(p.mma.streams) * p.mma.k_steps
         expect = {"UTCOMMA": mmas, "UTCCP": len(p.loads.scale_operands) * p.mma.k_steps, "UTCBAR": 2,
                   "UTMALDG": len(p.loads.operands), "LDTM": 1}
+    elif p.is_sm100 and p.mma.operand_format == "mxfp8":
+        # per k-block: one e4m3 block-scaled MMA (UTCQMMA) per k-step, one tcgen05.cp per scale atom; A, B, SFA, SFB loads
+        expect = {"UTCQMMA": p.mma.k_steps, "UTCCP": len(p.loads.scale_operands) * p.scales.atoms, "UTCBAR": 2,
+                  "UTMALDG": len(p.loads.operands), "LDTM": 1}
     elif p.is_sm100:
         expect = {"UTCHMMA": p.mma.m_waves * p.mma.k_steps, "UTCBAR": 2, "UTMALDG": 2, "LDTM": 1}
     elif p.promotion is not None:  # FP8: e4m3 wgmma (QGMMA) per wave, chunk and k-step; A, B, scale_a, scale_b loads
@@ -50,6 +54,8 @@ def test_shipped_config_assembles_without_spills(name):
                                                                              res.plan.roles.cta_group == 2 else "UTCOMMA.4X")
             assert asm.count("UTCCP") == asm.count("UTCCP.T.S." + ("2CTA." if res.plan.roles.cta_group == 2 else "")
                                                    + "4x32dp128bit")
+        if res.plan.mma.operand_format == "mxfp8":  # e4m3 block-scaled only: no bf16 UTCHMMA, no fp4 UTCOMMA
+            assert asm.count("UTCHMMA") == asm.count("UTCOMMA") == 0 and asm.count("UTCQMMA") == res.plan.mma.k_steps
     else:
         assert asm.count("UTCHMMA") == 0
         if res.plan.promotion is not None:  # e4m3 only: no bf16 HGMMA, no spills with the partial beside the accumulator

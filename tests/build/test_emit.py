@@ -110,8 +110,8 @@ def test_hoist_bases_only_where_ptxas_gains():
     from emitters import hoist_bases
 
     assert [n for n in sorted(shipped_configs()) if hoist_bases(build(n).kernel)] == [
-        "dual_sm100_256x128", "level4", "level5", "level6", "level7", "level8", "level9", "nvfp4_dual_128x128",
-        "nvfp4_dual_256x128"]
+        "dual_sm100_256x128", "fp8_sm100_128x128", "fp8_sm100_256x128", "level4", "level5", "level6", "level7", "level8",
+        "level9", "nvfp4_dual_128x128", "nvfp4_dual_256x128"]
 
 
 def test_teardown_cluster_sync_around_dealloc():

@@ -27,7 +27,7 @@ class Family:
     """One of ours: a config name and the shape facts that pick its CuTe reference."""
 
     name: str
-    operands: str  # "bf16" | "nvfp4"
+    operands: str  # "bf16" | "nvfp4" | "mxfp8"
     cta_group: int
     block_n: int
     m_waves: int  # 128-row MMA waves per CTA (tile.block_m // 128)
@@ -42,7 +42,7 @@ class Family:
 
 def family_of(cfg, derived: str = "") -> Family:
     """The :class:`Family` of a ptxgen Config (reads YAML-level fields only)."""
-    return Family(cfg.name, "nvfp4" if cfg.operands == "nvfp4" else "bf16", cfg.cluster.size, cfg.tile.block_n,
+    return Family(cfg.name, cfg.operands if cfg.operands in ("nvfp4", "mxfp8") else "bf16", cfg.cluster.size, cfg.tile.block_n,
                   cfg.tile.block_m // 128, cfg.accumulator.stages, 2 if cfg.kernel == "dual_gemm" else 1, derived)
 
 
@@ -110,7 +110,8 @@ def compare(fam: Family, ours: Constants, cute: Constants, ref) -> list[Row]:
             rows.append(Row(name, _h(o), _h(c), "differs", why_diff if expected_diff else "UNEXPECTED",
                             bool(expected_diff)))
 
-    nv = fam.operands == "nvfp4"
+    nv = fam.operands in ("nvfp4", "mxfp8")  # block-scaled: scale atoms copied to TMEM
+    mx = fam.operands == "mxfp8"  # one atom per operand and K block; four MMAs pick its bytes by scale-factor ID
     rows.append(Row("resolved", _h(len(ours.unresolved)), _h(len(cute.unresolved)),
                     "equal" if not ours.unresolved and not cute.unresolved else "differs",
                     "; ".join(ours.unresolved + cute.unresolved), not ours.unresolved and not cute.unresolved))
@@ -127,13 +128,23 @@ def compare(fam: Family, ours: Constants, cute: Constants, ref) -> list[Row]:
     runtime_bits = NEGATE_BITS | (SF_ID_BITS if nv else 0)
     cute_base = {v & ~runtime_bits for v in cute.idesc_choices}
     negate_choices = {v & NEGATE_BITS for v in cute.idesc_choices}
-    ours_one = next(iter(ours.idesc)) if len(ours.idesc) == 1 else None
+    # MXFP8: ours is one literal per K step, equal but for its scale-factor ids (checked in their own row)
+    ours_base = {v & ~(SF_ID_BITS if mx else 0) for v in ours.idesc}
+    ours_one = next(iter(ours_base)) if len(ours_base) == 1 else None
     idesc_ok = (ours_one is not None and not ours.idesc_runtime and ours_one & runtime_bits == 0
                 and cute_base == {ours_one} and negate_choices == {0, 1 << 13, 1 << 14, NEGATE_BITS}
                 and cute.idesc_runtime == nv)
-    row("instr descriptor", ours.idesc, cute_base, idesc_ok,
+    row("instr descriptor", ours_base, cute_base, idesc_ok,
         "CuTe picks negate A/B (bits 13, 14) by selp at run time"
-        + ("; ORs the scale-factor ids (bits 4-5, 29-30) from the scale TMEM address" if nv else ""))
+        + ("; ORs the scale-factor ids (bits 4-5, 29-30) from the scale TMEM address" if nv else "")
+        + ("; ours: one literal per K step with its ids" if mx else ""))
+    if mx:  # K step s reads byte s of the atom's columns: ours in the idesc literals, CuTe in bits 30-31 of the address
+        ours_ids = sorted(((v >> 29) & 3, (v >> 4) & 3) for v in ours.idesc)
+        cute_ids = sorted(zip(((c >> 30) & 3 for c in cute.sfa_cols), ((c >> 30) & 3 for c in cute.sfb_cols)))
+        row("scale-factor IDs (A, B) per K step", ours_ids, cute_ids,
+            ours_ids == cute_ids == [(i, i) for i in range(4)],
+            "K step s reads byte s of each 32-bit scale column (its 32-K block); ours in the idesc literal, CuTe "
+            "carries it in the scale TMEM address's top bits and ORs it into the idesc")
 
     row("smem desc hi word", ours.desc_hi, cute.desc_hi, ours.desc_hi == cute.desc_hi and len(ours.desc_hi) == 1,
         "SBO 1024 B, version 1, 128B swizzle")
@@ -151,16 +162,18 @@ def compare(fam: Family, ours: Constants, cute: Constants, ref) -> list[Row]:
         row("SF desc LBO", ours.sf_desc_lbo, cute.sf_desc_lbo, False,
             expected_diff=ours.sf_desc_lbo == {8} and cute.sf_desc_lbo == {1},
             why_diff="ours 128 B, CuTe 16 B: a 32x128b copy reads one 16 B column of core matrices, LBO unused")
-        row("SF desc K step", ours.sf_k_steps, cute.sf_k_steps, ours.sf_k_steps == cute.sf_k_steps == {32},
-            "+32 = 512 B: one 128-row x 4-scale atom per MMA K step")
+        row("SF desc K step", ours.sf_k_steps, cute.sf_k_steps,
+            ours.sf_k_steps == cute.sf_k_steps == (set() if mx else {32}),
+            "one atom per K block: no step" if mx else "+32 = 512 B: one 128-row x 4-scale atom per MMA K step")
         ours_acc = ref.acc_tmem_cols * fam.m_waves * fam.acc_stages * fam.accumulators
-        o_sfa = [c - ours_acc for c in ours.sfa_cols]
-        c_sfa = [c - ref.acc_tmem_cols for c in cute.sfa_cols]
-        row("SFA TMEM cols (after accumulators)", o_sfa, c_sfa, o_sfa == c_sfa == [0, 4, 8, 12],
+        col = (lambda c: c & 0xFFFF) if mx else (lambda c: c)  # the column field (CuTe: IDs in bits 30-31)
+        o_sfa = sorted({col(c) - ours_acc for c in ours.sfa_cols})
+        c_sfa = sorted({col(c) - ref.acc_tmem_cols for c in cute.sfa_cols})
+        row("SFA TMEM cols (after accumulators)", o_sfa, c_sfa, o_sfa == c_sfa == ([0] if mx else [0, 4, 8, 12]),
             f"ours at +{ours_acc}.., CuTe at +{ref.acc_tmem_cols}.. (its tile has one accumulator)")
-        o_sfb = [c - ours.sfa_cols[0] for c in ours.sfb_cols] if ours.sfa_cols else []
-        c_sfb = [c - cute.sfa_cols[0] for c in cute.sfb_cols] if cute.sfa_cols else []
-        first_b = [16 + 4 * i for i in range(4)]
+        o_sfb = sorted({col(c) - col(ours.sfa_cols[0]) for c in ours.sfb_cols}) if ours.sfa_cols else []
+        c_sfb = sorted({col(c) - col(cute.sfa_cols[0]) for c in cute.sfb_cols}) if cute.sfa_cols else []
+        first_b = [4] if mx else [16 + 4 * i for i in range(4)]
         row("SFB TMEM cols (from SFA)", o_sfb, c_sfb, o_sfb == c_sfb == first_b,
             expected_diff=c_sfb == first_b and o_sfb == [16 + 4 * i for i in range(4 * fam.accumulators)],
             why_diff="equal for B1; ours adds B2's scales right after (dual GEMM)")
@@ -256,7 +269,7 @@ def run_all(references: dict) -> list[tuple[Family, list[Row]]]:
 
 
 REFERENCE_KEYS = [("bf16", 1, 128), ("bf16", 1, 256), ("bf16", 2, 128), ("bf16", 2, 256),
-                  ("nvfp4", 1, 128), ("nvfp4", 2, 128)]
+                  ("nvfp4", 1, 128), ("nvfp4", 2, 128), ("mxfp8", 1, 128), ("mxfp8", 2, 128)]
 
 
 def compile_references() -> dict:

@@ -14,6 +14,8 @@ Shapes (PTX ISA "tcgen05.mma", "Instruction descriptor"):
   cta_group::1 M=128 or cta_group::2 M=256 (128 rows per CTA of the pair), N = 128 or 256.
 * ``nvfp4``: ``kind::mxf4nvf4.block_scale.block16`` with packed e2m1 A/B and one ue4m3 scale per 16 K,
   K = 64 per MMA, a 256-element K block; M = 128 (cta_group::1) or 256 (cta_group::2), N = 128.
+* ``mxfp8``: ``kind::mxf8f6f4.block_scale`` with e4m3 A/B and one ue8m0 scale per 32 K (``scale_vec::1X``),
+  K = 32 per MMA, a 128-element K block; M = 128 or 256, N = 128.
 
 Besides the PTX text, each reference reports what CuTe's layout algebra computed while tracing: TMA bytes per
 operand and per CTA for one pipeline stage, the expect_tx byte count it arms, and the TMEM columns of one
@@ -38,13 +40,14 @@ from cutlass.cute.runtime import make_fake_compact_tensor
 THREADS = 128  # one warpgroup: warp 0 issues TMA and MMA, all four warps read TMEM (one 32-lane slice each)
 STAGES = 2
 SF_VEC = 16  # NVFP4: one ue4m3 scale per 16 K elements
+SF_VECS = {"nvfp4": SF_VEC, "mxfp8": 32}  # K elements per scale: NVFP4 ue4m3 per 16, MXFP8 ue8m0 per 32
 
 
 @dataclass(frozen=True)
 class Reference:
     """One compiled reference kernel.
 
-    operands: ``"bf16"`` or ``"nvfp4"``; cta_group: 1 or 2; mma_m / mma_n: the MMA instruction shape (M counts
+    operands: ``"bf16"``, ``"nvfp4"`` or ``"mxfp8"``; cta_group: 1 or 2; mma_m / mma_n: the MMA instruction shape (M counts
     both CTAs of a pair); ptx: the PTX text CuTe emitted; tx_bytes: TMA bytes per operand (``a``, ``b``,
     ``sfa``, ``sfb``) that ONE CTA receives per pipeline stage; expect_tx: the byte count CuTe's pipeline arms
     (for cta_group::2 the leader CTA arms it once for the pair); acc_tmem_cols: TMEM columns of one accumulator
@@ -69,13 +72,14 @@ class _Gemm:
     """C[M,N] = A[M,K] @ B[N,K]^T, K-major A/B, one output tile per MMA tile, no persistence."""
 
     def __init__(self, operands: str, cta_group: int, mma_n: int, facts: dict):
-        self.nvfp4 = operands == "nvfp4"
+        self.nvfp4 = operands in SF_VECS  # block-scaled (NVFP4 or MXFP8): scale atoms copied to TMEM
+        self.sf_vec = SF_VECS.get(operands, SF_VEC)
         self.two_cta = cta_group == 2
         self.cta_group = tcgen05.CtaGroup.TWO if self.two_cta else tcgen05.CtaGroup.ONE
         self.cluster = (2, 1, 1) if self.two_cta else (1, 1, 1)
         self.mma_mn = (256 if self.two_cta else 128, mma_n)
-        self.ab_dtype = cutlass.Float4E2M1FN if self.nvfp4 else cutlass.BFloat16
-        self.sf_dtype = cutlass.Float8E4M3FN
+        self.ab_dtype = {"nvfp4": cutlass.Float4E2M1FN, "mxfp8": cutlass.Float8E4M3FN}.get(operands, cutlass.BFloat16)
+        self.sf_dtype = cutlass.Float8E8M0FNU if operands == "mxfp8" else cutlass.Float8E4M3FN
         self.facts = facts  # filled while tracing (plain Python ints from CuTe's static layouts)
 
     # ------------------------------------------------------------------ host side (traced once)
@@ -85,17 +89,17 @@ class _Gemm:
         if cutlass.const_expr(self.nvfp4):
             tiled_mma = sm100_utils.make_blockscaled_trivial_tiled_mma(
                 self.ab_dtype, self.ab_dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K,
-                self.sf_dtype, SF_VEC, self.cta_group, self.mma_mn)
+                self.sf_dtype, self.sf_vec, self.cta_group, self.mma_mn)
             # the scale factors of B are partitioned as one CTA's worth of a 128-row atom (CuTe's SFB view)
             tiled_mma_sfb = sm100_utils.make_blockscaled_trivial_tiled_mma(
                 self.ab_dtype, self.ab_dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K,
-                self.sf_dtype, SF_VEC, tcgen05.CtaGroup.ONE, (self.mma_mn[0] // cute.size(self.cluster), 128))
+                self.sf_dtype, self.sf_vec, tcgen05.CtaGroup.ONE, (self.mma_mn[0] // cute.size(self.cluster), 128))
         else:
             tiled_mma = sm100_utils.make_trivial_tiled_mma(
                 self.ab_dtype, self.ab_dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K,
                 cutlass.Float32, self.cta_group, self.mma_mn)
             tiled_mma_sfb = tiled_mma
-        k_block = cute.size(tiled_mma.shape_mnk, mode=[2]) * 4  # four MMAs per K block: 64 bf16 / 256 fp4
+        k_block = cute.size(tiled_mma.shape_mnk, mode=[2]) * 4  # four MMAs per K block: 64 bf16 / 256 fp4 / 128 fp8
         tiler = (*self.mma_mn, k_block)
         tiler_sfb = (self.mma_mn[0] // cute.size(self.cluster), 128, k_block)
         vmnk = cute.tiled_divide(cute.make_layout(self.cluster), (tiled_mma.thr_id.shape,))
@@ -115,12 +119,12 @@ class _Gemm:
         sfa_layout, sfb_layout = a_layout, b_layout  # placeholders for bf16 (no scale factors)
         tma_sfa, gSFA, tma_sfb, gSFB = tma_a, gA, tma_b, gB
         if cutlass.const_expr(self.nvfp4):
-            sfa_layout = blockscaled_utils.make_smem_layout_sfa(tiled_mma, tiler, SF_VEC, STAGES)
-            sfb_layout = blockscaled_utils.make_smem_layout_sfb(tiled_mma, tiler, SF_VEC, STAGES)
+            sfa_layout = blockscaled_utils.make_smem_layout_sfa(tiled_mma, tiler, self.sf_vec, STAGES)
+            sfb_layout = blockscaled_utils.make_smem_layout_sfb(tiled_mma, tiler, self.sf_vec, STAGES)
             sfa_one = cute.slice_(sfa_layout, (None, None, None, 0))
             sfb_one = cute.slice_(sfb_layout, (None, None, None, 0))
-            sfa_t = cute.make_tensor(sfa.iterator, blockscaled_utils.tile_atom_to_shape_SF(a.shape, SF_VEC))
-            sfb_t = cute.make_tensor(sfb.iterator, blockscaled_utils.tile_atom_to_shape_SF(b.shape, SF_VEC))
+            sfa_t = cute.make_tensor(sfa.iterator, blockscaled_utils.tile_atom_to_shape_SF(a.shape, self.sf_vec))
+            sfb_t = cute.make_tensor(sfb.iterator, blockscaled_utils.tile_atom_to_shape_SF(b.shape, self.sf_vec))
             tma_sfa, gSFA = cute.nvgpu.make_tiled_tma_atom_A(
                 a_op, sfa_t, sfa_one, tiler, tiled_mma, vmnk.shape, internal_type=cutlass.Int16)
             tma_sfb, gSFB = cute.nvgpu.make_tiled_tma_atom_B(
@@ -229,12 +233,12 @@ class _Gemm:
             # scale factors live in TMEM right after the accumulator: SFA, then SFB
             sfa_tmem = cute.make_tensor(
                 cute.recast_ptr(acc_ptr + tcgen05.find_tmem_tensor_col_offset(tAcc), dtype=self.sf_dtype),
-                blockscaled_utils.make_tmem_layout_sfa(tiled_mma, tiler, SF_VEC,
+                blockscaled_utils.make_tmem_layout_sfa(tiled_mma, tiler, self.sf_vec,
                                                        cute.slice_(sfa_layout, (None, None, None, 0))))
             sfb_tmem = cute.make_tensor(
                 cute.recast_ptr(acc_ptr + tcgen05.find_tmem_tensor_col_offset(tAcc)
                                 + tcgen05.find_tmem_tensor_col_offset(sfa_tmem), dtype=self.sf_dtype),
-                blockscaled_utils.make_tmem_layout_sfb(tiled_mma, tiler, SF_VEC,
+                blockscaled_utils.make_tmem_layout_sfb(tiled_mma, tiler, self.sf_vec,
                                                        cute.slice_(sfb_layout, (None, None, None, 0))))
             s2t_atom = cute.make_copy_atom(tcgen05.Cp4x32x128bOp(self.cta_group), self.sf_dtype)
             s2t_sfa = tcgen05.make_s2t_copy(s2t_atom, cute.filter_zeros(sfa_tmem))
@@ -302,7 +306,7 @@ class _Gemm:
 def compile_reference(operands: str, cta_group: int, mma_n: int) -> Reference:
     """Trace and compile one reference kernel for sm_100a; returns its PTX and the facts CuTe computed.
 
-    operands: ``"bf16"`` or ``"nvfp4"``; cta_group: 1 or 2; mma_n: 128 or 256 (nvfp4: 128).  No GPU or driver is
+    operands: ``"bf16"``, ``"nvfp4"`` or ``"mxfp8"``; cta_group: 1 or 2; mma_n: 128 or 256 (block-scaled: 128).  No GPU or driver is
     needed.  Raises whatever the DSL raises on an unsupported shape.
     """
     facts: dict = {}
@@ -311,7 +315,7 @@ def compile_reference(operands: str, cta_group: int, mma_n: int) -> Reference:
     ab = gemm.ab_dtype
     a = make_fake_compact_tensor(ab, (m, k, 1), stride_order=(1, 0, 2), assumed_align=32)
     b = make_fake_compact_tensor(ab, (n, k, 1), stride_order=(1, 0, 2), assumed_align=32)
-    sf = make_fake_compact_tensor(gemm.sf_dtype, (m * k // SF_VEC,), assumed_align=32)
+    sf = make_fake_compact_tensor(gemm.sf_dtype, (m * k // gemm.sf_vec,), assumed_align=32)
     c = make_fake_compact_tensor(cutlass.BFloat16, (m, n, 1), stride_order=(1, 0, 2), assumed_align=32)
     with tempfile.TemporaryDirectory(prefix="cute-ref-") as dump:  # --keep-ptx also writes the PTX to a file
         compiled = cute.compile(gemm, a, b, sf, sf, c, options=f"--gpu-arch sm_100a --keep-ptx --dump-dir={dump}")

@@ -31,7 +31,7 @@ FAMILIES = families()
 
 @pytest.fixture(scope="session")
 def references():
-    """The six CuTe reference kernels, compiled once per session (keyed by (operands, cta_group, N))."""
+    """The eight CuTe reference kernels, compiled once per session (keyed by (operands, cta_group, N))."""
     return compile_references()
 
 
@@ -61,7 +61,8 @@ def test_references_are_what_they_claim(references):
     would compare against the wrong shape)."""
     for (operands, cta_group, n), ref in references.items():
         c = extract(ref.ptx)
-        kind = "kind::mxf4nvf4.block_scale.block16" if operands == "nvfp4" else "kind::f16"
+        kind = {"nvfp4": "kind::mxf4nvf4.block_scale.block16",
+                "mxfp8": "kind::mxf8f6f4.block_scale.block32"}.get(operands, "kind::f16")
         assert c.mma_forms == {f"tcgen05.mma.cta_group::{cta_group}.{kind}"}, ref.name
         n_field = {(v >> 17) & 0x3F for v in c.idesc_choices}
         m_field = {(v >> 24) & 0x1F for v in c.idesc_choices}
@@ -108,6 +109,12 @@ OURS_BUGS = [
      lambda t: t.replace(".collector::a::lastuse", "")),
     ("nvfp4_dual_256x128", "tcgen05.cp form",
      lambda t: t.replace("tcgen05.cp.cta_group::2.32x128b.warpx4", "tcgen05.cp.cta_group::2.128x128b", 1)),
+    # MXFP8: the third K step's idesc reads scale byte 0 instead of 2 (A id bits 29-30, B id bits 4-5 cleared)
+    ("fp8_sm100_128x128", "scale-factor IDs (A, B) per K step",
+     lambda t: re.sub(r"(mov\.u32 %idesc_2, )(0x[0-9a-f]+)", lambda m: m.group(1) + hex(int(m.group(2), 16) & ~0x60000030),
+                      t, count=1)),
+    ("fp8_sm100_256x128", "instr descriptor", _bump_hex(r"(mov\.u32 %idesc, )(0x[0-9a-f]+)", 1 << 7)),  # A: e5m2
+    ("fp8_sm100_256x128", "SFB TMEM cols (from SFA)", _bump_dec(r"(add\.u32 %x\d+, %tmem, )(260);", 4)),
 ]
 
 

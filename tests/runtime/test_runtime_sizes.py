@@ -53,7 +53,7 @@ def test_grid_is_one_cluster_per_unit_of_work_or_per_cluster_of_sms(name, m, n):
 def test_tma_boxes_are_each_ctas_share_of_the_tile(name):
     cfg = load_config(name)
     maps = build(cfg).launch.tensor_maps
-    k_bytes = cfg.tile.block_k * {"nvfp4": 0.5, "fp8": 1}.get(cfg.operands, 2)  # one k-block of a row of A or B
+    k_bytes = cfg.tile.block_k * {"nvfp4": 0.5, "fp8": 1, "mxfp8": 1}.get(cfg.operands, 2)  # one k-block of a row of A or B
     assert maps["a"].box == (k_bytes // maps["a"].elem_bytes, cfg.tile.block_m)
     # a pair shares B: each CTA loads (and multicasts or 2-SM-loads) half of its rows
     b_rows = cfg.tile.block_n // cfg.cluster.size

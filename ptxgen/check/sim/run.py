@@ -15,7 +15,8 @@ from ..numerics import (POISON, bf16_bits_to_f32, compare, f32_to_bf16_bits, ran
                        silu_mul_reference)
 from ...formats import SF_VEC, sf_to_blocked
 from ..nvfp4 import nvfp4_dual_gemm_reference, random_nvfp4
-from ..fp8 import fp8_gemm_reference, random_fp8
+from ..fp8 import fp8_gemm_reference, mx_gemm_reference, random_fp8, random_mxfp8
+from ...ir import ops as O
 
 MAX_STEPS = 20_000_000
 
@@ -77,6 +78,9 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
         ValueError: an unknown policy.
     """
     spec = kernel.launch
+    if block_scaled_kind(kernel) == "mxf8f6f4":  # the MXFP8 block-scaled GEMM (the FP8 recipe on sm_100a)
+        return simulate_mxfp8(kernel, m, n, k, seed=seed, num_sms=num_sms, schedule_seed=schedule_seed, check=check,
+                              policy=policy)
     if "sfa" in spec.tensor_maps:  # the NVFP4 block-scaled dual GEMM: its own operands and reference
         return simulate_nvfp4(kernel, m, n, k, seed=seed, num_sms=num_sms, schedule_seed=schedule_seed, check=check,
                               policy=policy)
@@ -220,13 +224,62 @@ def simulate_fp8(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int 
         raise ShapeError(f"m={m}, n={n}, k={k}: all must be >= 1 and k a multiple of {spec.k_multiple}")
     x = inputs if inputs is not None else random_fp8(m, n, k, seed)
     extra = {name: fp8_scale_map(x[name]) for name in ("scale_a", "scale_b")}
-    sched = seed if schedule_seed is None else schedule_seed
-    machine = Machine(kernel, m, n, k, x["a"], x["b"], num_sms=num_sms, schedule_seed=sched,
-                      smem_base=DYNAMIC_SMEM_BASE, poison=POISON, extra=extra, policy=policy)
-    machine.run(MAX_STEPS)
-    d = bf16_bits_to_f32(machine.glob.d)
     ref = fp8_gemm_reference(x["a"], x["b"], x["scale_a"], x["scale_b"])
-    return _result(kernel, machine, d, ref, (m, n, k), sched, check)
+    return _run_e4m3(kernel, (m, n, k), x["a"], x["b"], extra, ref, seed=seed, schedule_seed=schedule_seed,
+                     num_sms=num_sms, policy=policy, check=check)
+
+
+def _run_e4m3(kernel, shape: tuple[int, int, int], a: np.ndarray, b: np.ndarray, extra: dict, ref: np.ndarray, *,
+              seed: int, schedule_seed: int | None, num_sms: int, policy: str, check: bool) -> SimResult:
+    """Run an e4m3-in, bf16-out kernel (FP8, MXFP8) on ``a``, ``b`` and its scale maps ``extra``; compare D with ``ref``."""
+    m, n, k = shape
+    sched = seed if schedule_seed is None else schedule_seed
+    machine = Machine(kernel, m, n, k, a, b, num_sms=num_sms, schedule_seed=sched, smem_base=DYNAMIC_SMEM_BASE,
+                      poison=POISON, extra=extra, policy=policy)
+    machine.run(MAX_STEPS)
+    return _result(kernel, machine, bf16_bits_to_f32(machine.glob.d), ref, shape, sched, check)
+
+
+def block_scaled_kind(kernel) -> str:
+    """The ``.kind`` of the kernel's block-scaled MMAs (``mxf4nvf4``, ``mxf8f6f4``), "" when it has none."""
+    return next((op.kind for op in O.walk(kernel.body) if isinstance(op, O.UmmaBlockScaled)), "")
+
+
+# ------------------------------------------------------------------ MXFP8: the FP8 recipe on sm_100a
+# The global tensors the kernel's maps read: A, B as e4m3 bytes (the recipe's operands converted by
+# :func:`~ptxgen.check.fp8.mx_from_recipe`), the ue8m0 scales in the 128x4 atom layout as ``[lines, 128]`` bytes.
+
+
+def simulate_mxfp8(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
+                   schedule_seed: int | None = None, pow2_scales: bool = False,
+                   inputs: dict[str, np.ndarray] | None = None, check: bool = True, policy: str = "random") -> SimResult:
+    """Execute the MXFP8 GEMM ``kernel`` for D[m, n] and compare D with :func:`~ptxgen.check.fp8.mx_gemm_reference`.
+
+    Args:
+        kernel: Kernel IR of an ``operands: mxfp8`` config.
+        m, n, k: problem shape: m, n multiples of 128 (whole scale atoms), k a multiple of the kernel's
+            ``k_multiple`` (128).
+        seed: seeds the recipe's random operands; pow2_scales: with power-of-two recipe scales (the conversion is
+            then exact, see :func:`~ptxgen.check.fp8.random_mxfp8`).
+        inputs: the operands instead (``mx_a``, ``mx_b`` e4m3 bytes, ``sfa`` ``[m, k/32]``, ``sfb`` ``[n, k/32]``
+            row-major ue8m0 bytes).
+        num_sms, schedule_seed, check, policy: as :func:`simulate`.
+
+    Returns:
+        SimResult with ``ref`` the MXFP8 reference of the converted operands.
+
+    Raises:
+        ShapeError: a shape outside the rules above.  SimError: any fault, or a wrong result.
+    """
+    spec = kernel.launch
+    if min(m, n, k) < 1 or m % ROW_MULTIPLE or n % ROW_MULTIPLE or k % spec.k_multiple:
+        raise ShapeError(f"m={m}, n={n}, k={k}: MXFP8 needs m and n multiples of {ROW_MULTIPLE} (whole scale atoms) "
+                         f"and k a multiple of {spec.k_multiple}")
+    x = inputs if inputs is not None else random_mxfp8(m, n, k, seed, pow2_scales)
+    extra = {nm: sf_to_blocked(x[nm]).reshape(-1, SF_LINE_BYTES) for nm in ("sfa", "sfb")}
+    ref = mx_gemm_reference(x["mx_a"], x["mx_b"], x["sfa"], x["sfb"])
+    return _run_e4m3(kernel, (m, n, k), x["mx_a"], x["mx_b"], extra, ref, seed=seed, schedule_seed=schedule_seed,
+                     num_sms=num_sms, policy=policy, check=check)
 
 
 def _result(kernel, machine: Machine, d: np.ndarray, ref: np.ndarray, shape: tuple[int, int, int], sched: int,

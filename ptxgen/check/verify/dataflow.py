@@ -7,14 +7,15 @@ after a producer_acquire on its ``empty`` barrier and signals that stage's
 epilogue reads it after waiting ``tmem_full``.  NVFP4: a ``tcgen05.cp`` reads a scale stage only after
 the consumer wait on its ``full``, outside the accumulator columns; a block-scaled MMA reads scale columns
 that a ``tcgen05.cp`` of the same thread wrote earlier in the same k-block, with the idesc's scale format
-and scale-factor ids matching ``.block16``.  FP8: a promotion's scale loads read the scale_a and scale_b
+and scale-factor ids matching ``.block16`` (MXFP8 ``.kind::mxf8f6f4``: ``.block32`` with ue8m0 scales, any
+ID 0-3, one byte of the column).  FP8: a promotion's scale loads read the scale_a and scale_b
 slots of a stage only after the consumer wait on its ``full`` in the same iteration (and, through the
 hand-over rule, before that warp's release of the stage).
 """
 
 from __future__ import annotations
 
-from ...descriptors import UMMA_IDESC_MXF4, UMMA_SMEM_DESC
+from ...descriptors import MXF8_SCALE_VEC, UMMA_IDESC_MXF4, UMMA_IDESC_MXF8F6F4, UMMA_SMEM_DESC
 from ...hw import DYNAMIC_SMEM_BASE, SF_ATOM_BYTES, SF_TMEM_COLS_PER_ATOM
 from ...errors import VerifyError
 from ...ir import Kernel
@@ -176,10 +177,15 @@ def _check_umma_block_scaled(kernel: Kernel, slots: _Slots, ev: W.Event, rec: _R
     """As :func:`_check_umma`, plus: the scale vector matches the idesc's scale format, and both scale-factor
     column groups were written by this thread's ``tcgen05.cp`` in the same k-block iteration, before the MMA
     (PTX ISA "tcgen05.mma" block scaling: the scales are read from TMEM when the MMA executes)."""
-    f = UMMA_IDESC_MXF4.decode(ev.op.idesc)
+    mx8 = ev.op.kind == "mxf8f6f4"
+    f = (UMMA_IDESC_MXF8F6F4 if mx8 else UMMA_IDESC_MXF4).decode(ev.op.idesc)
     m_total, n_total = f["m_dim"] << 7, f["n_dim"] << 3
     fmt = {"block16": 0, "block32": 1}.get(ev.op.scale_vec)
-    if fmt != f["scale_format"] or f["a_sf_id"] or f["b_sf_id"]:
+    if mx8 and (ev.op.scale_vec != MXF8_SCALE_VEC or f["scale_format"] != 1):
+        raise VerifyError(f"block-scale mismatch: {ev.op.describe()} by {rec.where}: .{ev.op.scale_vec} with idesc "
+                          f"scale format {f['scale_format']}; .kind::mxf8f6f4 is .{MXF8_SCALE_VEC} (scale_vec::1X) "
+                          "with ue8m0 scales (format 1) (PTX ISA 'tcgen05.mma', 'Instruction descriptor')")
+    if not mx8 and (fmt != f["scale_format"] or f["a_sf_id"] or f["b_sf_id"]):
         raise VerifyError(f"block-scale mismatch: {ev.op.describe()} by {rec.where}: .{ev.op.scale_vec} with idesc "
                           f"scale format {f['scale_format']} and scale-factor ids A={f['a_sf_id']} B={f['b_sf_id']}; "
                           "NVFP4 is .block16 with ue4m3 scales (format 0) and ids 0 (PTX ISA 'Instruction descriptor')")

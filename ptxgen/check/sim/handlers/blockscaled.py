@@ -1,4 +1,5 @@
-"""The machine's model of the NVFP4 tcgen05 ops: ``tcgen05.cp`` of scale atoms and the block-scaled MMA.
+"""The machine's model of the block-scaled tcgen05 ops: ``tcgen05.cp`` of scale atoms and the block-scaled MMA
+(NVFP4 ``.kind::mxf4nvf4``, MXFP8 ``.kind::mxf8f6f4``).
 
 Both join the issuing warp's in-order tcgen05 queue (like ``tcgen05.mma``; PTX ISA "tcgen05 memory
 consistency model": tcgen05.cp -> tcgen05.mma of one thread is a pipelined pair, executed in issue
@@ -11,7 +12,8 @@ order), so a copy issued before an MMA completes before it:
   scale factors from TMEM when it *executes* (completes): a scale column a copy has not yet written,
   or never wrote, is a ``TMEM read before write``; stale scales from an earlier k-block give a wrong
   result.  The product is exact e2m1 x ue4m3 (float64 sum of one K=64 slice, one rounding to fp32),
-  accumulated in fp32 TMEM.
+  accumulated in fp32 TMEM.  MXFP8: e4m3 x ue8m0 over one K=32 slice (the same 32 bytes of each row), one
+  scale per row: the byte of the scale column the idesc's scale-factor ID names (:mod:`ptxgen.check.fp8`).
 
 **collector buffer** (``.collector::a::*``, PTX ISA "tcgen05.mma"): ``fill`` keeps the MMA's A in the issuing
 thread's collector buffer; ``use`` / ``lastuse`` read A from it, which needs the buffer to hold the same A (the
@@ -34,7 +36,15 @@ from ....errors import SimError
 from ....hw import SF_TMEM_COLS_PER_ATOM
 from ... import walker as W
 from ....formats import unpack_e2m1
+from ...fp8 import mxf8_mma_shape, mxf8_product
 from ...nvfp4 import block_scaled_product, mma_shape, operand_index, scale_rows, sf_copy_index, sf_copy_words
+
+# per MMA kind: (shape check, operand bytes -> codes, product, K per MMA)
+_KINDS = {
+    "mxf4nvf4": (mma_shape, unpack_e2m1, block_scaled_product, 64),
+    "mxf8f6f4": (lambda idesc, vec, group, who: mxf8_mma_shape(idesc, vec, group, who), lambda b: b,
+                 lambda a, b, sa, sb, vec, who: mxf8_product(a, b, sa, sb, who), 32),
+}
 
 
 
@@ -89,14 +99,17 @@ def umma_block_scaled(m, w, ev: W.Event) -> None:
     """Block-scaled ``tcgen05.mma``: operands read at issue, scale factors at execution (see module docstring)."""
     who, ctas = _issuer(m, w, "tcgen05.mma.block_scale", ev.lanes)
     _collector(m, w, ev, who)
-    f = mma_shape(ev.op.idesc, ev.op.scale_vec, m.kernel.cta_group, who)
+    if ev.op.kind not in _KINDS:
+        raise SimError(f"{who}: .kind::{ev.op.kind} is not modelled (kinds: {sorted(_KINDS)})")
+    shape, codes, product, mma_k = _KINDS[ev.op.kind]
+    f = shape(ev.op.idesc, ev.op.scale_vec, m.kernel.cta_group, who)
     rows_b = f["n"] // len(ctas)
     a_codes, b_codes, handles = [], [], []
     for c in ctas:  # A: each CTA's own 128 rows; B: N/group rows from each CTA, leader's first
         for desc, rows, what, out in ((ev.a_desc, 128, "A", a_codes), (ev.b_desc, rows_b, "B", b_codes)):
             idx = operand_index(desc, rows, m.smem_base, who, what)
             handles.append((c, c.smem.begin_async_read(idx, who)))
-            out.append(unpack_e2m1(c.smem.data[idx]))
+            out.append(codes(c.smem.data[idx]))
     b_all = np.concatenate(b_codes)
     lane, col = ev.d >> 16, ev.d & 0xFFFF
     sfa_col, sfb_col = ev.sfa & 0xFFFF, ev.sfb & 0xFFFF
@@ -106,10 +119,10 @@ def umma_block_scaled(m, w, ev: W.Event) -> None:
     def complete(mm) -> None:
         for c, a in zip(ctas, a_codes):
             sa = scale_rows(c.tmem.read_words(sfa_col, 128 // 32, who, "scale_A"), 0, 128, ev.op.scale_vec,
-                            f["a_sf_id"], who, "A")
+                            f["a_sf_id"], who, "A", mma_k=mma_k)
             sb = scale_rows(c.tmem.read_words(sfb_col, f["n"] // 32, who, "scale_B"), 0, f["n"], ev.op.scale_vec,
-                            f["b_sf_id"], who, "B")
-            c.tmem.end_write(lane, col, block_scaled_product(a, b_all, sa, sb, ev.op.scale_vec, who), ev.accumulate, who)
+                            f["b_sf_id"], who, "B", mma_k=mma_k)
+            c.tmem.end_write(lane, col, product(a, b_all, sa, sb, ev.op.scale_vec, who), ev.accumulate, who)
         for c, h in handles:
             c.smem.end_async_read(h)
 
