@@ -21,7 +21,7 @@ zero fill past ``G x N``); they only feed columns ``>= N``, which no store write
 
 from __future__ import annotations
 
-from ..ir import Const, Expr, For, If, Let, LdGlobalNcU32, Param, Sreg, Var, ceil_div, eq, lt, ne, select
+from ..ir import Const, Expr, For, If, Let, LdGlobalNcU32, Param, Sreg, Var, ceil_div, emin, eq, lt, ne, select
 from ..plan import Plan
 from .common import LANE, T, WARP, Cluster, TileScheduler
 
@@ -66,7 +66,8 @@ class GroupedTileScheduler(TileScheduler):
             per_group = Var("num_m") * Var("num_n")
             head = [Let("group_id", T // per_group),
                     *self.swizzle(T % per_group, [Let("m_local", Var("cm") * p.mma.block_m)]),
-                    LdGlobalNcU32("group_rows", GROUP),
+                    LdGlobalNcU32("group_rows_raw", GROUP),  # clamped to M_max: never a row of the next group
+                    Let("group_rows", emin(Var("group_rows_raw"), Param("m"))),
                     Let("m_row", GROUP * Param("m") + Var("m_local")),
                     Let("row_end", GROUP * Param("m") + ROWS),
                     Let("has_work", lt(Var("m_local"), ROWS))]
