@@ -6,8 +6,8 @@
 ``bench`` times, with CUDA events after a warm-up, the median of 5 runs of 10 launches (with the spread, min and
 max of the 5):
 
-* contiguous BF16 (``m_indices``) against ``torch._grouped_mm`` (2-D A x 3-D B with ``offs``) where the installed
-  torch has it;
+* contiguous BF16 (``m_indices``), every shipped config of the layout, against ``torch._grouped_mm`` (2-D A x 3-D
+  B with ``offs``, the segments' padded ends) where the installed torch has it;
 * contiguous FP8 against a loop of per-group ``torch._scaled_mm`` with the recipe's block scales;
 * masked decode (``masked_m``; G in {8, 16, 32}, M_max in {64, 128, 256}, N x K in {4096 x 7168, 7168 x 2048}),
   bf16 and FP8: the bytes of the weights read (every group with rows reads its whole B) over the time, against a
@@ -26,12 +26,20 @@ import sys
 import torch
 
 import ptxgen
+from fp8_bench import scaled_mm_variants  # the block-scale layouts torch._scaled_mm may take (same folder)
+from ptxgen.config import load_config, shipped_configs
 from ptxgen.runtime.fp8 import dequantize, quantize
 from ptxgen.runtime.grouped import contiguous_layout
 
 BLOCK = 128
 DECODE = [(g, m, n, k) for n, k in ((4096, 7168), (7168, 2048)) for g in (8, 16, 32) for m in (64, 128, 256)]
 PREFILL = [(8, 4096, 4096, 7168), (8, 4096, 7168, 2048), (32, 1024, 4096, 7168), (32, 1024, 7168, 2048)]
+
+
+def configs_for(layout: str, fp8: bool) -> list[str]:
+    """Every shipped config of the layout and operand type."""
+    return [c for c in shipped_configs() if (cfg := load_config(c)).schedule.grouped == layout
+            and (cfg.operands == "fp8") == fp8]
 
 
 def time_us(fn, reps=5, inner=10):
@@ -147,14 +155,19 @@ def contiguous_rows(fp8: bool, quick: bool) -> list[dict]:
         flop = 2.0 * sum(rows) * n * k
         out = torch.empty((idx.numel(), n), device="cuda", dtype=torch.bfloat16)
         row = {"layout": "contiguous", "dtype": "fp8" if fp8 else "bf16", "G": groups, "rows": rows, "N": n, "K": k}
-        ptxgen.grouped_gemm(a, b, m_indices=idx, scale_a=sa, scale_b=sb, out=out)  # checks the table once
         starts = [0]
         for r in rows:
             starts.append(starts[-1] + -(-r // BLOCK) * BLOCK)
-        g0 = 0
-        row["ptxgen rel err (group 0)"] = rel(out[:rows[g0]], reference_rows(a, b, sa, sb, g0, 0, rows[g0]))
-        _timed(row, "ptxgen", lambda: ptxgen.grouped_gemm(a, b, m_indices=idx, scale_a=sa, scale_b=sb, out=out,
-                                                          check_tables=False), flop)
+        for cfg in configs_for("contiguous", fp8):
+            out.fill_(float("nan"))
+            ptxgen.grouped_gemm(a, b, m_indices=idx, scale_a=sa, scale_b=sb, out=out, config=cfg)  # checks the table
+            last = max(g for g, r in enumerate(rows) if r)
+            row[f"{cfg} rel err (first, last group)"] = [
+                rel(out[:rows[0]], reference_rows(a, b, sa, sb, 0, 0, rows[0])),
+                rel(out[starts[last]:starts[last] + rows[last]],
+                    reference_rows(a, b, sa, sb, last, starts[last], starts[last] + rows[last]))]
+            _timed(row, cfg, lambda: ptxgen.grouped_gemm(a, b, m_indices=idx, scale_a=sa, scale_b=sb, out=out,
+                                                         check_tables=False, config=cfg), flop)
         if not fp8:
             if hasattr(torch, "_grouped_mm"):
                 offs = torch.tensor(starts[1:], dtype=torch.int32, device="cuda")
@@ -172,27 +185,24 @@ def contiguous_rows(fp8: bool, quick: bool) -> list[dict]:
         else:
             spans = [(starts[g], starts[g] + r) for g, r in enumerate(rows) if r]
             gs = [g for g, r in enumerate(rows) if r]
-            col = lambda t: t.T.contiguous().T  # noqa: E731 - outer-dim-major scale_a, as _scaled_mm's blockwise wants
-            # per-group operands sliced and laid out once, outside the timed loop; rows padded to 16 for _scaled_mm
-            per = []
-            for g, (r0, r1) in zip(gs, spans):
-                r1p = r0 + -(-(r1 - r0) // 16) * 16
-                per.append((a[r0:r1p], b[g].T, col(sa[r0:r1p]), sb[g]))
-            layouts = [("sb [N/128,K/128] row-major", lambda s: s), ("sb.T [K/128,N/128] row-major", lambda s: s.T.contiguous()),
-                       ("sb [N/128,K/128] col-major", col)]
-            for what, lay in layouts:
+            # per-group operands sliced once, outside the timed loop; rows padded to 16 (the segments' padding)
+            per = [(a[r0:r0 + -(-(r1 - r0) // 16) * 16], b[g], sa[r0:r0 + -(-(r1 - r0) // 16) * 16], sb[g])
+                   for g, (r0, r1) in zip(gs, spans)]
+            for i in range(len(scaled_mm_variants(*per[0]))):
+                args = [(x, y) + scaled_mm_variants(x, y, u, v)[i][1:] for x, y, u, v in per]
+                what = scaled_mm_variants(*per[0])[i][0]
                 try:
-                    args = [(x, y, u, lay(v)) for x, y, u, v in per]
-                    d = [torch._scaled_mm(x, y, scale_a=u, scale_b=v, out_dtype=torch.bfloat16) for x, y, u, v in args]
+                    d = [torch._scaled_mm(x, y.T, scale_a=u, scale_b=v, out_dtype=torch.bfloat16) for x, y, u, v in args]
                     torch.cuda.synchronize()
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - report what the installed torch refuses
                     row.setdefault("scaled_mm refused", []).append(f"{what}: {type(exc).__name__}: "
                                                                    f"{str(exc).splitlines()[0][:160]}")
                     continue
                 row["scaled_mm layout"] = what
-                row["torch._scaled_mm loop rel err (group 0)"] = rel(d[0][:rows[gs[0]]], out[:rows[gs[0]]].float())
+                row["torch._scaled_mm loop rel err (group 0)"] = rel(d[0][:rows[gs[0]]], reference_rows(
+                    a, b, sa, sb, gs[0], spans[0][0], spans[0][1]))
                 _timed(row, "torch._scaled_mm loop",
-                       lambda: [torch._scaled_mm(x, y, scale_a=u, scale_b=v, out_dtype=torch.bfloat16)
+                       lambda: [torch._scaled_mm(x, y.T, scale_a=u, scale_b=v, out_dtype=torch.bfloat16)
                                 for x, y, u, v in args], flop)
                 break
         out_rows.append(row)
@@ -210,13 +220,16 @@ def masked_rows(fp8: bool, quick: bool, copy_gbps: float) -> list[dict]:
         sa = None if sa is None else sa.reshape(groups, m_max, -1)
         mm = torch.tensor(rows, dtype=torch.int32, device="cuda")
         out = torch.empty((groups, m_max, n), device="cuda", dtype=torch.bfloat16)
-        ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=sa, scale_b=sb, out=out)
         nbytes = sum(1 for r in rows if r) * n * k * b.element_size()
         row = {"layout": "masked", "dtype": "fp8" if fp8 else "bf16", "G": groups, "M_max": m_max,
                "masked_m_mean": round(sum(rows) / groups, 1), "N": n, "K": k, "weight_bytes": nbytes}
-        _timed(row, "ptxgen", lambda: ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=sa, scale_b=sb, out=out,
-                                                          check_tables=False), 2.0 * sum(rows) * n * k, nbytes)
-        row["fraction_of_copy_bw"] = round(row["ptxgen"]["weight_GBps"] / copy_gbps, 3)
+        for cfg in configs_for("masked", fp8):
+            ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=sa, scale_b=sb, out=out, config=cfg)  # checks the table
+            row[f"{cfg} rel err (group 0)"] = rel(out[0, :rows[0]], reference_rows(
+                a.reshape(groups * m_max, k), b, None if sa is None else sa.reshape(groups * m_max, -1), sb, 0, 0, rows[0]))
+            _timed(row, cfg, lambda: ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=sa, scale_b=sb, out=out,
+                                                         check_tables=False, config=cfg), 2.0 * sum(rows) * n * k, nbytes)
+            row[cfg]["fraction_of_copy_bw"] = round(row[cfg]["weight_GBps"] / copy_gbps, 3)
         out_rows.append(row)
         print(json.dumps(row))
     return out_rows
@@ -234,11 +247,13 @@ def bench(json_path: str | None, quick: bool) -> None:
             info["grouped_mm_signature"] = (torch._grouped_mm.__doc__ or "")[:300]
     info["copy_GBps"] = round(copy_bandwidth(), 1)
     print(json.dumps(info))
-    rows = contiguous_rows(False, quick) + contiguous_rows(True, quick)
-    rows += masked_rows(False, quick, info["copy_GBps"]) + masked_rows(True, quick, info["copy_GBps"])
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump({"info": info, "rows": rows}, f, indent=1)
+    rows = []
+    for part in (lambda: masked_rows(False, quick, info["copy_GBps"]), lambda: masked_rows(True, quick, info["copy_GBps"]),
+                 lambda: contiguous_rows(False, quick), lambda: contiguous_rows(True, quick)):
+        rows += part()
+        if json_path:  # after each part: a run cut short keeps what it measured
+            with open(json_path, "w") as f:
+                json.dump({"info": info, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

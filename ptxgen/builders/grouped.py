@@ -35,8 +35,8 @@ class GroupedTileScheduler(TileScheduler):
 
     ``setup()`` binds ``num_m``, ``num_n``, ``num_tiles`` (work units), ``cluster_id``, ``num_clusters`` and
     ``tc = 0``; ``loop(body)`` binds per unit ``group_id``, ``m_row`` (a row of the flattened A and D), ``n_col``,
-    ``b_row`` (the row of the flattened B), for FP8 ``sb_col`` (the tile's scale_b box column), for masked
-    ``row_end``; it runs ``body`` only for a unit with work and then advances ``tc``.
+    ``b_row`` (the row of the flattened B), for FP8 ``sa_col`` and ``sb_col`` (the tile's scale box columns),
+    for masked ``row_end``; it runs ``body`` only for a unit with work and then advances ``tc``.
     """
 
     def __init__(self, plan: Plan, cluster: Cluster):
@@ -76,11 +76,16 @@ class GroupedTileScheduler(TileScheduler):
                     LdGlobalNcU32("group_id", Var("m_row")),
                     Let("has_work", ne(GROUP, NO_GROUP))]
         head.append(Let("b_row", GROUP * Param("n") + Var("n_col")))
-        if p.promotion is not None:  # scale_b [G x blocks, ...]: each group's blocks padded to whole 16-byte boxes
+        if p.promotion is not None:
+            # scale_b [k-blocks, G x blocks]: each group's blocks padded to whole 16-byte boxes (sb_box fp32); masked
+            # scale_a [k-blocks, G x M_pad]: each group's rows padded to a multiple of sb_box, so that a box starts
+            # 16-byte aligned (on the H100 a scale box at an unaligned column raised "illegal instruction")
             pr = p.promotion
             box_rows = pr.b_block_rows * pr.sb_box
             head.append(Let("sb_col", GROUP * (ceil_div(Param("n"), box_rows) * pr.sb_box)
                             + Var("n_col") // box_rows * pr.sb_box))
+            head.append(Let("sa_col", GROUP * (ceil_div(Param("m"), pr.sb_box) * pr.sb_box) + Var("m_local"))
+                        if self.mode == "masked" else Let("sa_col", Var("m_row")))
         step = [If(Var("has_work"), tuple(body)), Let("tc", Var("tc") + Var("has_work"))]
         return For("t", Var("cluster_id"), Var("num_tiles"), Var("num_clusters"), tuple(head + step))
 

@@ -107,8 +107,10 @@ class TmaProducer:
         full = Bar(p.ab.full.name, st.index)
         if o.block_scale:  # FP8 scales, transposed [k-blocks, rows]: this k-block's row, the tile's first scale
             pr = p.promotion  # (scale_b: the 16-byte box holding the tile's blocks, at a 16-byte aligned column)
-            first = (Var("m_row") if o.block_scale == "a" else Var("sb_col") if p.schedule.grouped != "none" else
-                     Var("n_col") // (pr.b_block_rows * pr.sb_box) * pr.sb_box)
+            if p.schedule.grouped != "none":  # the grouped scheduler's columns (ptxgen.builders.grouped)
+                first = Var("sa_col") if o.block_scale == "a" else Var("sb_col")
+            else:
+                first = Var("m_row") if o.block_scale == "a" else Var("n_col") // (pr.b_block_rows * pr.sb_box) * pr.sb_box
             return TmaLoad(o.name, dst, first, KB, full)
         if o.scales:  # 128-byte lines of the blocked scales: row block (m_row or n_col) / 128, then this k-block's atoms
             block = (Var("m_row") if o.rows_along == "m" else Var("n_col")) // p.scales.rows_per_atom

@@ -161,6 +161,17 @@ def grouped_scale_b_map(scale_b: np.ndarray) -> np.ndarray:
     return out
 
 
+def grouped_scale_a_map(scale_a: np.ndarray, groups: int) -> np.ndarray:
+    """The global tensor a masked FP8 kernel's scale_a map reads: ``[ceil(K/128), G x M_pad]``, each group's M_max
+    rows padded with zeros to ``M_pad``, a multiple of 4 (a box starts 16-byte aligned), transposed."""
+    rows, kb = scale_a.shape
+    m_max = rows // groups
+    m_pad = -(-m_max // SB_BOX) * SB_BOX
+    out = np.zeros((kb, groups, m_pad), dtype=np.float32)
+    out[:, :, :m_max] = scale_a.reshape(groups, m_max, kb).transpose(2, 0, 1)
+    return out.reshape(kb, groups * m_pad)
+
+
 def simulate_grouped(kernel, *, n: int, k: int, masked_m=None, m_max: int = 0, group_rows=None, seed: int = 0,
                      num_sms: int = 4, schedule_seed: int | None = None, policy: str = "random",
                      check: bool = True) -> GroupedSimResult:
@@ -201,7 +212,8 @@ def simulate_grouped(kernel, *, n: int, k: int, masked_m=None, m_max: int = 0, g
     x = (_fp8_inputs if fp8 else _bf16_inputs)(rows, groups, n, k, seed)
     extra = {}
     if fp8:
-        extra = {"scale_a": fp8_scale_map(x["scale_a"]), "scale_b": grouped_scale_b_map(x["scale_b"])}
+        sa = grouped_scale_a_map(x["scale_a"], groups) if kind == "masked" else fp8_scale_map(x["scale_a"])
+        extra = {"scale_a": sa, "scale_b": grouped_scale_b_map(x["scale_b"])}
     sched = seed if schedule_seed is None else schedule_seed
     machine = Machine(kernel, m_param, n, k, x["a"], x["b"], num_sms=num_sms, schedule_seed=sched,
                       smem_base=DYNAMIC_SMEM_BASE, poison=POISON, extra=extra, policy=policy,

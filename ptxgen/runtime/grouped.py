@@ -239,6 +239,18 @@ def _scale_b_map(scale_b: Any, device: Any) -> tuple[tuple[int, int, int, int], 
     return (staged.data_ptr(), kb, groups * nbp, groups * nbp), staged
 
 
+def _scale_a_map(scale_a: Any, device: Any) -> tuple[tuple[int, int, int, int], Any]:
+    """Masked scale_a ``[G, M_max, kb]`` as the kernel's map reads it: ``[kb, G x M_pad]``, each group's rows padded
+    with zeros to ``M_pad`` (a multiple of 4: a box starts 16-byte aligned), transposed (a new tensor)."""
+    import torch
+
+    groups, m_max, kb = scale_a.shape
+    m_pad = -(-m_max // _SB_BOX) * _SB_BOX
+    staged = torch.zeros((kb, groups, m_pad), dtype=torch.float32, device=device)
+    staged[:, :, :m_max].copy_(scale_a.permute(2, 0, 1))
+    return (staged.data_ptr(), kb, groups * m_pad, groups * m_pad), staged
+
+
 def grouped_gemm(a: Any, b: Any, m_indices: Any = None, masked_m: Any = None, scale_a: Any = None,
                  scale_b: Any = None, out: Any = None, config: Any = None, *, check_tables: bool = True) -> Any:
     """Grouped GEMM on sm_90a, on torch's current stream: for each group g, ``D_g = A_g @ B[g].T`` (fp32 accumulate,
@@ -305,7 +317,10 @@ def _launch(p: GroupedProblem, a: Any, b: Any, table: Any, scale_a: Any, scale_b
     held = []
     if p.fp8:
         kb = -(-p.k // FP8_SCALE_BLOCK)
-        sa, held_a = api._scale_map(scale_a.reshape(p.rows, kb), p.rows, kb, a.device)
+        if p.layout == "masked":
+            sa, held_a = _scale_a_map(scale_a, a.device)
+        else:
+            sa, held_a = api._scale_map(scale_a, p.rows, kb, a.device)
         sb, held_b = _scale_b_map(scale_b, a.device)
         maps += [sa, sb]
         held += [held_a, held_b]

@@ -1,6 +1,6 @@
 """GPU tests of the grouped GEMM ``ptxgen.grouped_gemm`` (marked ``gpu``; sm_90a).
 
-For each layout (masked, contiguous) and operand type (bf16, FP8), Hypothesis draws the number of groups G
+For each shipped config of each layout (masked, contiguous; bf16 and FP8), Hypothesis draws the number of groups G
 (1..12), each group's rows (empty groups and groups of one row included), N and K; ``out`` is poisoned with NaN;
 each group's rows are compared with an fp32 reference of that group alone (FP8: the recipe's dequantized operands,
 :mod:`ptxgen.runtime.fp8`) by relative Frobenius error (< 1e-2), and every row outside the groups' valid rows
@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import ptxgen.config as config_mod
 from ptxgen.errors import ShapeError
 from ptxgen.runtime import fp8 as fp8_recipe
 from ptxgen.runtime.grouped import contiguous_layout
@@ -23,6 +24,17 @@ from ptxgen.runtime.grouped import contiguous_layout
 pytestmark = pytest.mark.gpu
 
 EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "40"))
+
+
+def _configs(layout: str) -> list[tuple[bool, str]]:
+    """(fp8, name) of every shipped config of the layout (``schedule.grouped``)."""
+    out = []
+    for name in config_mod.shipped_configs():
+        cfg = config_mod.load_config(name)
+        if cfg.schedule.grouped == layout:
+            out.append((cfg.operands == "fp8", name))
+    return out
+
 TOLERANCE = 1e-2
 BLOCK = 128
 
@@ -67,10 +79,10 @@ group_rows = st.lists(st.one_of(st.just(0), st.just(1), st.integers(0, 300)), mi
 n_dims = st.one_of(st.integers(1, 300), st.integers(1, 1100))
 
 
-@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("fp8, config", _configs("masked"))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(rows=group_rows, n=n_dims, k16=st.integers(1, 64), seed=st.integers(0, 2**31 - 1), m_extra=st.integers(0, 70))
-def test_masked_matches_per_group_reference(fp8, rows, n, k16, seed, m_extra):
+def test_masked_matches_per_group_reference(fp8, config, rows, n, k16, seed, m_extra):
     torch = pytest.importorskip("torch")
     import ptxgen
 
@@ -81,16 +93,17 @@ def test_masked_matches_per_group_reference(fp8, rows, n, k16, seed, m_extra):
     sa = sa.reshape(groups, m_max, -1) if fp8 else None
     masked_m = torch.tensor(rows, dtype=torch.int32, device="cuda")
     out = torch.full((groups, m_max, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-    assert ptxgen.grouped_gemm(a, b, masked_m=masked_m, scale_a=sa, scale_b=sb, out=out).data_ptr() == out.data_ptr()
+    d = ptxgen.grouped_gemm(a, b, masked_m=masked_m, scale_a=sa, scale_b=sb, out=out, config=config)
+    assert d.data_ptr() == out.data_ptr()
     spans = [(g * m_max, g * m_max + r) for g, r in enumerate(rows)]
-    _check(torch, out, spans, ref_a, ref_b, f"masked {'fp8' if fp8 else 'bf16'} G={groups} M_max={m_max} "
+    _check(torch, out, spans, ref_a, ref_b, f"{config} G={groups} M_max={m_max} "
                                             f"masked_m={rows} N={n} K={k}")
 
 
-@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("fp8, config", _configs("contiguous"))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(rows=group_rows, n=n_dims, k16=st.integers(1, 64), seed=st.integers(0, 2**31 - 1))
-def test_contiguous_matches_per_group_reference(fp8, rows, n, k16, seed):
+def test_contiguous_matches_per_group_reference(fp8, config, rows, n, k16, seed):
     torch = pytest.importorskip("torch")
     import ptxgen
 
@@ -102,12 +115,17 @@ def test_contiguous_matches_per_group_reference(fp8, rows, n, k16, seed):
     groups = len(rows)
     a, b, sa, sb, ref_a, ref_b = _operands(torch, total, groups, n, k, fp8, seed)
     out = torch.full((total, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-    ptxgen.grouped_gemm(a, b, m_indices=m_indices, scale_a=sa, scale_b=sb, out=out)
+    ptxgen.grouped_gemm(a, b, m_indices=m_indices, scale_a=sa, scale_b=sb, out=out, config=config)
     starts, spans = 0, []
     for r in rows:
         spans.append((starts, starts + r))
         starts += -(-r // BLOCK) * BLOCK
-    _check(torch, out, spans, ref_a, ref_b, f"contiguous {'fp8' if fp8 else 'bf16'} rows={rows} N={n} K={k}")
+    _check(torch, out, spans, ref_a, ref_b, f"{config} rows={rows} N={n} K={k}")
+
+
+def test_every_layout_has_bf16_and_fp8_configs():
+    for layout in ("masked", "contiguous"):
+        assert {fp8 for fp8, _ in _configs(layout)} == {False, True}
 
 
 def test_bad_tables_raise_before_launch_out_untouched():
