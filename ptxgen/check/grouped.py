@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ShapeError, SimError, VerifyError
-from ..hw import FP8_SCALE_BLOCK
 
 NO_GROUP = -1  # m_indices of a padding row
 #: the scale_b blocks of one group are padded to a multiple of this (one 16-byte TMA box of fp32)
@@ -76,47 +75,6 @@ def contiguous_indices(group_rows, block_m: int) -> np.ndarray:
         pad = -(-rows // block_m) * block_m
         out += [g] * rows + [NO_GROUP] * (pad - rows)
     return np.array(out, dtype=np.int64)
-
-
-def check_indices(m_indices: np.ndarray, groups: int, block_m: int) -> None:
-    """The rules of a contiguous ``m_indices`` (int ``[M_total]``).  Raises ShapeError (one line) naming the first
-    row that breaks one: values in ``[-1, groups)``; ``M_total`` a multiple of ``block_m``; every m-block starts
-    with a group's row or is all padding; inside an m-block rows of one group, then padding only; a group's rows
-    in one segment (groups ascending, each group's segment starting on an m-block)."""
-    idx = np.asarray(m_indices, dtype=np.int64)
-    total = len(idx)
-    bad = np.flatnonzero((idx < NO_GROUP) | (idx >= groups))
-    if len(bad):
-        raise ShapeError(f"m_indices[{bad[0]}]={idx[bad[0]]}: must be -1 (padding) or a group in [0, {groups})")
-    if total % block_m:
-        raise ShapeError(f"m_indices: length {total}: must be a multiple of block_m={block_m} (each group's segment "
-                         "padded with -1 rows to a multiple of block_m)")
-    if not total:
-        return
-    blocks = idx.reshape(-1, block_m)
-    first = blocks[:, :1]
-    # inside a block: the first row's group, then padding only (never a group row after a -1, never another group)
-    ok = (blocks == first) | (blocks == NO_GROUP)
-    after_pad = np.maximum.accumulate(blocks == NO_GROUP, axis=1) & (blocks != NO_GROUP)
-    wrong = ~ok | after_pad
-    if wrong.any():
-        b, r = (int(x) for x in np.argwhere(wrong)[0])
-        row = b * block_m + r
-        raise ShapeError(f"m_indices[{row}]={idx[row]}: m-block {b} (rows {b * block_m}..{b * block_m + block_m - 1}) "
-                         f"starts with {int(first[b, 0])}; an m-block holds rows of one group followed by -1 padding "
-                         f"(each group's segment aligned to block_m={block_m})")
-    heads = first[:, 0]
-    used = heads[heads != NO_GROUP]
-    if len(used) and (np.diff(used) < 0).any():
-        b = int(np.flatnonzero(heads != NO_GROUP)[int(np.flatnonzero(np.diff(used) < 0)[0]) + 1])
-        raise ShapeError(f"m_indices[{b * block_m}]={heads[b]}: groups must be sorted (ascending segments); "
-                         f"group {heads[b]} follows a later group")
-    # a group's segment is contiguous: no padding-only block or short block before its later blocks
-    full = (blocks != NO_GROUP).all(axis=1)
-    for b in range(1, len(heads)):
-        if heads[b] != NO_GROUP and heads[b] == heads[b - 1] and not full[b - 1]:
-            raise ShapeError(f"m_indices[{b * block_m}]={heads[b]}: group {heads[b]} continues after its -1 padding; "
-                             "a group's rows form one segment, padded only at its end")
 
 
 # ------------------------------------------------------------------ the simulator's grouped run
@@ -248,5 +206,5 @@ def simulate_grouped(kernel, *, n: int, k: int, masked_m=None, m_max: int = 0, g
                             grid=machine.grid)
 
 
-__all__ = ["Tables", "trace_tables", "contiguous_indices", "check_indices", "grouped_scale_b_map", "simulate_grouped",
-           "GroupedSimResult", "NO_GROUP", "FP8_SCALE_BLOCK"]
+__all__ = ["Tables", "trace_tables", "contiguous_indices", "grouped_scale_a_map", "grouped_scale_b_map",
+           "simulate_grouped", "GroupedSimResult", "NO_GROUP"]

@@ -184,3 +184,16 @@ def test_configs_of_another_layout_or_dtype_are_refused(monkeypatch, config, mes
     p = check_grouped_operands(**x, require_cuda=False)
     with pytest.raises(ConfigError, match=message):
         grouped._launch(p, x["a"], x["b"], x["masked_m"], None, None, None, config)
+
+
+def test_default_configs_by_layout_dtype_and_m_max():
+    assert grouped.default_config(check_grouped_operands(**masked(m=128), require_cuda=False)) == \
+        "grouped_masked_h100_128x128"
+    assert grouped.default_config(check_grouped_operands(**masked(m=256), require_cuda=False)) == \
+        "grouped_masked_h100_128x256"
+    assert grouped.default_config(check_grouped_operands(**masked(m=256, dtype=E4M3), require_cuda=False)) == \
+        "grouped_masked_fp8_h100_128x128"
+    assert grouped.default_config(check_grouped_operands(**contiguous(), require_cuda=False)) == \
+        "grouped_contiguous_h100_128x256"
+    for name in {*grouped.DEFAULT_CONFIGS.values(), grouped.MASKED_WIDE}:
+        assert build(name).launch.extra["grouped"] in ("masked", "contiguous")
