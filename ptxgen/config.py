@@ -533,14 +533,14 @@ def validate(cfg: Config) -> None:
 
     if e.expr:
         _validate_expr(cfg)
+    if cfg.schedule.grouped != "none":
+        _validate_grouped(cfg)
     if cfg.arch == "sm_100a":
         _validate_sm100(cfg)
     else:
         _validate_sm90(cfg)
     if cfg.schedule.split_k > 1:
         _validate_split_k(cfg)
-    if cfg.schedule.grouped != "none":
-        _validate_grouped(cfg)
 
 
 def _validate_grouped(cfg: Config) -> None:
