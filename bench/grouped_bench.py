@@ -3,8 +3,8 @@
     python3 bench/grouped_bench.py one                 # one small problem per layout and dtype; exit 1 if wrong
     python3 bench/grouped_bench.py bench [--json PATH] [--quick]
 
-``bench`` times, with CUDA events after a warm-up, the median of 5 runs of 10 launches (with the spread, min and
-max of the 5):
+``bench`` times, with CUDA events, the median of 5 runs of 10 launches, each after a warm-up (with the spread, min
+and max of the 5):
 
 * contiguous BF16 (``m_indices``), every shipped config of the layout, against ``torch._grouped_mm`` (2-D A x 3-D
   B with ``offs``, the segments' padded ends) where the installed torch has it;
@@ -27,6 +27,7 @@ import torch
 
 import ptxgen
 from fp8_bench import scaled_mm_variants  # the block-scale layouts torch._scaled_mm may take (same folder)
+from fp8_bench import time_us as fp8_time_us
 from ptxgen.config import load_config, shipped_configs
 from ptxgen.runtime.fp8 import dequantize, quantize
 from ptxgen.runtime.grouped import contiguous_layout
@@ -43,19 +44,9 @@ def configs_for(layout: str, fp8: bool) -> list[str]:
 
 
 def time_us(fn, reps=5, inner=10):
-    """(median, min, max) microseconds per call over ``reps`` runs of ``inner`` calls, after a warm-up."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    runs = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        runs.append(start.elapsed_time(end) * 1000 / inner)
+    """(median, min, max) microseconds per call over ``reps`` runs of ``inner`` calls (fp8_bench's timing: CUDA
+    events after a warm-up)."""
+    runs = [fp8_time_us(fn, reps=1, inner=inner) for _ in range(reps)]
     return statistics.median(runs), min(runs), max(runs)
 
 

@@ -80,18 +80,6 @@ def contiguous_indices(group_rows, block_m: int) -> np.ndarray:
 # ------------------------------------------------------------------ the simulator's grouped run
 
 
-@dataclass(frozen=True)
-class GroupedSimResult:
-    """One simulated grouped launch: D ``[rows, n]`` (f32 of the stored bf16; poison where never written), its
-    bits, the per-group relative Frobenius errors and the rows that had to stay untouched."""
-
-    d: np.ndarray
-    d_bits: np.ndarray
-    rel_fro: tuple[float, ...]
-    untouched_rows: int
-    grid: int
-
-
 def _bf16_inputs(rows: int, groups: int, n: int, k: int, seed: int) -> dict:
     from .numerics import random_operands
 
@@ -132,13 +120,18 @@ def grouped_scale_a_map(scale_a: np.ndarray, groups: int) -> np.ndarray:
 
 def simulate_grouped(kernel, *, n: int, k: int, masked_m=None, m_max: int = 0, group_rows=None, seed: int = 0,
                      num_sms: int = 4, schedule_seed: int | None = None, policy: str = "random",
-                     check: bool = True) -> GroupedSimResult:
+                     check: bool = True):
     """Run a grouped kernel on a small problem and check D per group, and that the rows outside every group's
     valid rows kept the poison (were never written).
 
     Masked: ``masked_m`` (valid rows per group) and ``m_max``; contiguous: ``group_rows`` (rows per group, 0 for an
     empty group; the layout is :func:`contiguous_indices`).  B ``[G, n, k]`` random; bf16, or FP8 with the recipe's
     quantization for an ``operands: fp8`` kernel.
+
+    Returns:
+        A :class:`~ptxgen.check.sim.run.SimResult`: ``d`` the whole D ``[rows, n]`` (f32 of the stored bf16), ``ref``
+        the per-group references in the groups' rows (NaN in the rows that must stay untouched), ``rel_fro`` and
+        ``max_rel_err`` the largest over the groups.
 
     Raises:
         SimError: any fault of the machine, a wrong group result, or a written row that must stay untouched.
@@ -147,7 +140,7 @@ def simulate_grouped(kernel, *, n: int, k: int, masked_m=None, m_max: int = 0, g
     from .fp8 import fp8_gemm_reference
     from .numerics import POISON, bf16_bits_to_f32, compare, reference
     from .sim.machine import Machine
-    from .sim.run import MAX_STEPS, fp8_scale_map
+    from .sim.run import MAX_STEPS, SimResult, fp8_scale_map
 
     kind = mode(kernel)
     bm = kernel.launch.grid.tile_rows
@@ -181,30 +174,42 @@ def simulate_grouped(kernel, *, n: int, k: int, masked_m=None, m_max: int = 0, g
     machine.run(MAX_STEPS)
     bits = machine.glob.d
     d = bf16_bits_to_f32(bits)
-    errs, valid = [], np.zeros(rows, dtype=bool)
+    errs, valid = [(0.0, 0.0)], np.zeros(rows, dtype=bool)
+    full_ref = np.full((rows, n), np.nan, dtype=np.float32)
     for g, (r0, r1) in enumerate(spans):
         valid[r0:r1] = True
         if r1 == r0:
-            errs.append(0.0)
             continue
         b_g = x["b"][g * n:(g + 1) * n]
         ref = (fp8_gemm_reference(x["a"][r0:r1], b_g, x["scale_a"][r0:r1], x["scale_b"][g]) if fp8 else
                reference(x["a"][r0:r1], b_g))
+        full_ref[r0:r1] = ref
         cmp = compare(d[r0:r1], ref)
-        errs.append(cmp.rel_fro)
+        errs.append((cmp.rel_fro, cmp.max_rel_err))
         if check and not cmp.ok:
             i, j = cmp.first_wrong if cmp.first_wrong else (0, 0)
             raise SimError(f"wrong result: {kernel.name} group {g} (rows {r0}..{r1 - 1}) n={n} k={k} schedule "
                            f"{sched}: relative Frobenius error {cmp.rel_fro:.3e}; first wrong D[{r0 + i}, {j}] = "
                            f"{float(d[r0 + i, j]):.6g} (expected {float(ref[i, j]):.6g})")
-    written = np.argwhere((bits != POISON) & ~valid[:, None])
+    written = np.argwhere((bits != POISON) & ~valid[:, None])  # rows outside every group: never stored
     if check and len(written):
         r, c = (int(v) for v in written[0])
         raise SimError(f"untouched row written: {kernel.name} D[{r}, {c}] was stored, but row {r} is outside every "
                        f"group's valid rows ({len(np.unique(written[:, 0]))} such rows written)")
-    return GroupedSimResult(d=d, d_bits=bits, rel_fro=tuple(errs), untouched_rows=int((~valid).sum()),
-                            grid=machine.grid)
+    return SimResult(d=d, d_bits=bits, ref=full_ref, rel_fro=max(e for e, _ in errs),
+                     max_rel_err=max(e for _, e in errs), steps=machine.steps, ops_executed=machine.ops,
+                     grid=machine.grid, schedule_seed=sched, policy=machine.policy, mean_latency=machine.mean_latency,
+                     fingerprint=machine.fingerprint)
+
+
+def problem_of(kernel, m: int) -> dict:
+    """The grouped problem :func:`ptxgen.check.sim.run.simulate` runs for a shape's ``m``: 3 groups, the middle one
+    empty, the last one partial (masked: ``M_max = m``, ``masked_m = [m, 0, ceil(m/2)]``; contiguous: group rows
+    ``[m, 0, ceil(m/3)]``)."""
+    if mode(kernel) == "masked":
+        return {"masked_m": [m, 0, (m + 1) // 2], "m_max": m}
+    return {"group_rows": [m, 0, (m + 2) // 3]}
 
 
 __all__ = ["Tables", "trace_tables", "contiguous_indices", "grouped_scale_a_map", "grouped_scale_b_map",
-           "simulate_grouped", "GroupedSimResult", "NO_GROUP"]
+           "simulate_grouped", "problem_of", "NO_GROUP"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 import emitters
@@ -15,7 +16,9 @@ from ptxgen.build import build, load_config
 from ptxgen.builders import grouped as grouped_builder
 from ptxgen.builders import kernel as kernel_builder
 from ptxgen.builders.kernel import build_kernel
-from ptxgen.check.grouped import Tables, simulate_grouped, trace_tables
+from ptxgen.check.grouped import Tables, problem_of, simulate_grouped, trace_tables
+from ptxgen.check.numerics import POISON
+from ptxgen.check.sim.run import simulate
 from ptxgen.check.ptx import interp as ptxinterp
 from ptxgen.check.ptx.diff import sweep_threads
 from ptxgen.check.verify import verify
@@ -41,8 +44,17 @@ def problem(name: str) -> dict:
 @pytest.mark.parametrize("name", GROUPED)
 def test_simulator_runs_grouped_problems_with_untouched_rows(name):
     res = simulate_grouped(kernel_of(name), **problem(name), seed=3, num_sms=3)
-    assert max(res.rel_fro) < 1e-2 and res.rel_fro[1] == 0.0  # group 1 is empty
-    assert res.untouched_rows > 0
+    assert res.rel_fro < 1e-2 and res.max_rel_err < 2e-2
+    untouched = np.isnan(res.ref).all(axis=1)  # rows outside every group (group 1 is empty)
+    assert untouched.any() and (res.d_bits[untouched] == POISON).all()
+
+
+@pytest.mark.parametrize("name", GROUPED)
+def test_simulate_runs_a_grouped_kernel_on_three_groups(name):
+    kernel = kernel_of(name)
+    res = simulate(kernel, 200, 136, 272, seed=1)
+    assert res.rel_fro < 5e-3 and res.d.shape[1] == 136
+    assert problem_of(kernel, 200) in ({"masked_m": [200, 0, 100], "m_max": 200}, {"group_rows": [200, 0, 67]})
 
 
 @pytest.mark.parametrize("name", GROUPED)

@@ -197,3 +197,13 @@ def test_default_configs_by_layout_dtype_and_m_max():
         "grouped_contiguous_h100_128x256"
     for name in {*grouped.DEFAULT_CONFIGS.values(), grouped.MASKED_WIDE}:
         assert build(name).launch.extra["grouped"] in ("masked", "contiguous")
+
+
+def test_gemm_and_gemm_fp8_refuse_grouped_configs():
+    from ptxgen.runtime.api import _fp8_refuses, _gemm_refuses
+    from ptxgen.runtime.choose import candidates
+
+    assert "use ptxgen.grouped_gemm" in _gemm_refuses(build("grouped_masked_h100_128x128").launch)
+    assert "use ptxgen.grouped_gemm" in _fp8_refuses(build("grouped_contiguous_fp8_h100_128x128").launch)
+    names = [c.name for k in ("gemm", "gemm_fp8") for c in candidates("sm_90a", k)]
+    assert names and not [n for n in names if n.startswith("grouped_")]

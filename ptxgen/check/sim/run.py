@@ -77,6 +77,13 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
         ValueError: an unknown policy.
     """
     spec = kernel.launch
+    if spec.extra.get("grouped"):  # a grouped GEMM: 3 groups of this m (ptxgen.check.grouped.problem_of)
+        from ..grouped import problem_of, simulate_grouped
+
+        if min(m, n, k) < 1 or k % spec.k_multiple:
+            raise ShapeError(f"m={m}, n={n}, k={k}: all must be >= 1 and k a multiple of {spec.k_multiple}")
+        return simulate_grouped(kernel, n=n, k=k, **problem_of(kernel, m), seed=seed, num_sms=num_sms,
+                                schedule_seed=schedule_seed, policy=policy, check=check)
     if "sfa" in spec.tensor_maps:  # the NVFP4 block-scaled dual GEMM: its own operands and reference
         return simulate_nvfp4(kernel, m, n, k, seed=seed, num_sms=num_sms, schedule_seed=schedule_seed, check=check,
                               policy=policy)
