@@ -1,5 +1,6 @@
 """Grouped GEMM on the CPU: the u32 tables the grouped scheduler reads, the verifier's traced tables, the layouts
-(masked, contiguous with DeepGEMM's padded ``m_indices``) and the simulator's run of a small grouped problem.
+(masked, contiguous with DeepGEMM's padded ``m_indices``) and the inputs of the simulator's grouped run
+(:func:`ptxgen.check.sim.run.simulate_grouped`).
 
 A grouped kernel (``schedule.grouped``, :mod:`ptxgen.builders.grouped`) reads ``masked_m[g]`` or
 ``m_indices[row]`` with :class:`~ptxgen.ir.ops.LdGlobalNcU32`; the verifier's trace and the simulator reply
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ShapeError, SimError, VerifyError
+from ..errors import VerifyError
 
 NO_GROUP = -1  # m_indices of a padding row
 #: the scale_b blocks of one group are padded to a multiple of this (one 16-byte TMA box of fp32)
@@ -80,6 +81,12 @@ def contiguous_indices(group_rows, block_m: int) -> np.ndarray:
 # ------------------------------------------------------------------ the simulator's grouped run
 
 
+def grouped_inputs(rows: int, groups: int, n: int, k: int, fp8: bool, seed: int) -> dict:
+    """Random inputs of a grouped problem: A ``[rows, k]``, B ``[G x n, k]`` (bf16 bits; or e4m3 bytes with the
+    recipe's scales ``scale_a`` ``[rows, ceil(k/128)]`` and ``scale_b`` ``[G, ceil(n/128), ceil(k/128)]``)."""
+    return (_fp8_inputs if fp8 else _bf16_inputs)(rows, groups, n, k, seed)
+
+
 def _bf16_inputs(rows: int, groups: int, n: int, k: int, seed: int) -> dict:
     from .numerics import random_operands
 
@@ -118,90 +125,6 @@ def grouped_scale_a_map(scale_a: np.ndarray, groups: int) -> np.ndarray:
     return out.reshape(kb, groups * m_pad)
 
 
-def simulate_grouped(kernel, *, n: int, k: int, masked_m=None, m_max: int = 0, group_rows=None, seed: int = 0,
-                     num_sms: int = 4, schedule_seed: int | None = None, policy: str = "random",
-                     check: bool = True):
-    """Run a grouped kernel on a small problem and check D per group, and that the rows outside every group's
-    valid rows kept the poison (were never written).
-
-    Masked: ``masked_m`` (valid rows per group) and ``m_max``; contiguous: ``group_rows`` (rows per group, 0 for an
-    empty group; the layout is :func:`contiguous_indices`).  B ``[G, n, k]`` random; bf16, or FP8 with the recipe's
-    quantization for an ``operands: fp8`` kernel.
-
-    Returns:
-        A :class:`~ptxgen.check.sim.run.SimResult`: ``d`` the whole D ``[rows, n]`` (f32 of the stored bf16), ``ref``
-        the per-group references in the groups' rows (NaN in the rows that must stay untouched), ``rel_fro`` and
-        ``max_rel_err`` the largest over the groups.
-
-    Raises:
-        SimError: any fault of the machine, a wrong group result, or a written row that must stay untouched.
-    """
-    from ..hw import DYNAMIC_SMEM_BASE
-    from .fp8 import fp8_gemm_reference
-    from .numerics import POISON, bf16_bits_to_f32, compare, reference
-    from .sim.machine import Machine
-    from .sim.run import MAX_STEPS, SimResult, fp8_scale_map
-
-    kind = mode(kernel)
-    bm = kernel.launch.grid.tile_rows
-    if kind == "masked":
-        groups = len(masked_m)
-        rows, m_param = groups * m_max, m_max
-        table = np.asarray(masked_m, dtype=np.int64)
-        spans = [(g * m_max, g * m_max + int(masked_m[g])) for g in range(groups)]
-    elif kind == "contiguous":
-        groups = len(group_rows)
-        table = contiguous_indices(group_rows, bm)
-        rows = m_param = len(table)
-        starts = np.cumsum([0] + [-(-r // bm) * bm for r in group_rows])
-        spans = [(int(starts[g]), int(starts[g]) + int(group_rows[g])) for g in range(groups)]
-    else:
-        raise ShapeError(f"{kernel.name}: not a grouped kernel (schedule.grouped)")
-    if rows == 0:
-        raise ShapeError("grouped simulation: no rows")
-    fp8 = "scale_a" in kernel.launch.tensor_maps
-    x = (_fp8_inputs if fp8 else _bf16_inputs)(rows, groups, n, k, seed)
-    extra = {}
-    if fp8:
-        sa = grouped_scale_a_map(x["scale_a"], groups) if kind == "masked" else fp8_scale_map(x["scale_a"])
-        extra = {"scale_a": sa, "scale_b": grouped_scale_b_map(x["scale_b"])}
-    sched = seed if schedule_seed is None else schedule_seed
-    machine = Machine(kernel, m_param, n, k, x["a"], x["b"], num_sms=num_sms, schedule_seed=sched,
-                      smem_base=DYNAMIC_SMEM_BASE, poison=POISON, extra=extra, policy=policy,
-                      scalars={"num_groups": groups})
-    machine.glob.d = np.full((rows, n), POISON, dtype=np.uint16)  # D [rows, N], not [rows, G x N]
-    machine.tables = Tables({"num_groups": groups}, {"group_ptr": table})
-    machine.run(MAX_STEPS)
-    bits = machine.glob.d
-    d = bf16_bits_to_f32(bits)
-    errs, valid = [(0.0, 0.0)], np.zeros(rows, dtype=bool)
-    full_ref = np.full((rows, n), np.nan, dtype=np.float32)
-    for g, (r0, r1) in enumerate(spans):
-        valid[r0:r1] = True
-        if r1 == r0:
-            continue
-        b_g = x["b"][g * n:(g + 1) * n]
-        ref = (fp8_gemm_reference(x["a"][r0:r1], b_g, x["scale_a"][r0:r1], x["scale_b"][g]) if fp8 else
-               reference(x["a"][r0:r1], b_g))
-        full_ref[r0:r1] = ref
-        cmp = compare(d[r0:r1], ref)
-        errs.append((cmp.rel_fro, cmp.max_rel_err))
-        if check and not cmp.ok:
-            i, j = cmp.first_wrong if cmp.first_wrong else (0, 0)
-            raise SimError(f"wrong result: {kernel.name} group {g} (rows {r0}..{r1 - 1}) n={n} k={k} schedule "
-                           f"{sched}: relative Frobenius error {cmp.rel_fro:.3e}; first wrong D[{r0 + i}, {j}] = "
-                           f"{float(d[r0 + i, j]):.6g} (expected {float(ref[i, j]):.6g})")
-    written = np.argwhere((bits != POISON) & ~valid[:, None])  # rows outside every group: never stored
-    if check and len(written):
-        r, c = (int(v) for v in written[0])
-        raise SimError(f"untouched row written: {kernel.name} D[{r}, {c}] was stored, but row {r} is outside every "
-                       f"group's valid rows ({len(np.unique(written[:, 0]))} such rows written)")
-    return SimResult(d=d, d_bits=bits, ref=full_ref, rel_fro=max(e for e, _ in errs),
-                     max_rel_err=max(e for _, e in errs), steps=machine.steps, ops_executed=machine.ops,
-                     grid=machine.grid, schedule_seed=sched, policy=machine.policy, mean_latency=machine.mean_latency,
-                     fingerprint=machine.fingerprint)
-
-
 def problem_of(kernel, m: int) -> dict:
     """The grouped problem :func:`ptxgen.check.sim.run.simulate` runs for a shape's ``m``: 3 groups, the middle one
     empty, the last one partial (masked: ``M_max = m``, ``masked_m = [m, 0, ceil(m/2)]``; contiguous: group rows
@@ -211,5 +134,5 @@ def problem_of(kernel, m: int) -> dict:
     return {"group_rows": [m, 0, (m + 2) // 3]}
 
 
-__all__ = ["Tables", "trace_tables", "contiguous_indices", "grouped_scale_a_map", "grouped_scale_b_map",
-           "simulate_grouped", "problem_of", "NO_GROUP"]
+__all__ = ["Tables", "trace_tables", "contiguous_indices", "grouped_scale_a_map", "grouped_scale_b_map", "problem_of",
+           "mode", "grouped_inputs", "NO_GROUP"]

@@ -16,9 +16,9 @@ from ptxgen.build import build, load_config
 from ptxgen.builders import grouped as grouped_builder
 from ptxgen.builders import kernel as kernel_builder
 from ptxgen.builders.kernel import build_kernel
-from ptxgen.check.grouped import Tables, problem_of, simulate_grouped, trace_tables
+from ptxgen.check.grouped import Tables, problem_of, trace_tables
 from ptxgen.check.numerics import POISON
-from ptxgen.check.sim.run import simulate
+from ptxgen.check.sim.run import simulate, simulate_grouped
 from ptxgen.check.ptx import interp as ptxinterp
 from ptxgen.check.ptx.diff import sweep_threads
 from ptxgen.check.verify import verify
