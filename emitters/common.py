@@ -293,7 +293,7 @@ def st_global_16(lw: Lowering, op: ops.StGlobal16) -> None:
     words = _pack_16(lw, op.src, op.idx, op.fmt, op.packed)
     done = lw.label("st_done")
     p_row = lw.pred()
-    lw.emit(f"setp.ge.u32 {p_row}, {row}, %m;")
+    lw.emit(f"setp.ge.u32 {p_row}, {row}, {'%m' if op.row_end is None else lw.reg(op.row_end)};")
     lw.emit(f"@{p_row} bra {done};")
     # element address: d_ptr + (row * n + col) * 2
     lin = lw.tmp()
@@ -365,6 +365,11 @@ def ld_global_f32(lw: Lowering, op: ops.LdGlobalF32) -> None:
     lw.emit(f"{guard}ld.global.v4.f32 {{{', '.join(vals)}}}, [{addr}];")
     for i, v in zip(op.idx, vals):
         lw.emit(f"add.f32 {regs[i]}, {regs[i]}, {v};")
+
+
+def ld_global_nc_u32(lw: Lowering, op: ops.LdGlobalNcU32) -> None:
+    addr = _global_addr(lw, op.param, ex.lift(op.index) * 4)
+    lw.emit(f"ld.global.nc.u32 {lw.var(op.var)}, [{addr}];")
 
 
 def red_global(lw: Lowering, op: ops.RedGlobal) -> None:
@@ -721,6 +726,7 @@ COMMON = {
     ops.StGlobal16: st_global_16,
     ops.StGlobalF32: st_global_f32,
     ops.LdGlobalF32: ld_global_f32,
+    ops.LdGlobalNcU32: ld_global_nc_u32,
     ops.RedGlobal: red_global,
     ops.LdGlobalAcquireWait: ld_global_acquire_wait,
     ops.StGlobalU32: st_global_u32,

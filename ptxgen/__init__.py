@@ -7,8 +7,8 @@ Three wings, imports flowing one way:
   ``ptxgen.build.build(config)`` gives the PTX and its launch metadata without a GPU;
 * check: :mod:`ptxgen.check` (the IR's reference interpreter; verifier, simulator, PTX differential), which
   reads the IR and the PTX and which nothing in build or run imports;
-* run: :mod:`ptxgen.runtime`: ``ptxgen.gemm(a, b)``, ``ptxgen.dual_gemm`` and ``ptxgen.gemm_fp8`` run generated
-  kernels on torch tensors through the CUDA driver.
+* run: :mod:`ptxgen.runtime`: ``ptxgen.gemm(a, b)``, ``ptxgen.dual_gemm``, ``ptxgen.gemm_fp8`` and
+  ``ptxgen.grouped_gemm`` run generated kernels on torch tensors through the CUDA driver.
 """
 
 from .version import __version__  # noqa: F401
@@ -17,6 +17,7 @@ from .version import __version__  # noqa: F401
 # the runtime's function itself (no wrapper frame on the per-call path); importing it needs neither
 # torch nor cuda-bindings
 from .runtime.api import dual_gemm, gemm, gemm_fp8  # noqa: E402,F401
+from .runtime.grouped import grouped_gemm  # noqa: E402,F401
 
 
 def dual_gemm_nvfp4(a, b1, b2, sfa, sfb1, sfb2, out=None, config=None, *, sf_layout=None, sf_sign=None):

@@ -238,11 +238,17 @@ class Schedule:
 
     split_k: split each tile's K range over this many work units (serial split-K: the first ``split_k - 1``
     splits leave fp32 partials in a global workspace, the last adds them and stores D; sm_90a, persistent).
+    grouped: ``none``, or a grouped GEMM for mixture-of-experts (:func:`ptxgen.grouped_gemm`, docs/grouped.md):
+        ``masked`` (A ``[G, M_max, K]``, rows ``>= masked_m[g]`` of group g neither computed past their m-block nor
+        stored) or ``contiguous`` (A ``[M_total, K]`` with rows grouped by expert, ``m_indices[row]`` each row's
+        group, -1 for padding); B ``[G, N, K]``.  The persistent scheduler walks (group, m-block, n-block) and
+        skips empty work (:class:`ptxgen.builders.grouped.GroupedTileScheduler`); sm_90a, direct stores.
     """
 
     persistent: Bool = False
     group: Range(1, 1024) = 1
     split_k: Range(1, 16) = 1
+    grouped: OneOf("none", "masked", "contiguous") = "none"
 
 
 @section
@@ -541,12 +547,33 @@ def validate(cfg: Config) -> None:
 
     if e.expr:
         _validate_expr(cfg)
+    if cfg.schedule.grouped != "none":
+        _validate_grouped(cfg)
     if cfg.arch == "sm_100a":
         _validate_sm100(cfg)
     else:
         _validate_sm90(cfg)
     if cfg.schedule.split_k > 1:
         _validate_split_k(cfg)
+
+
+def _validate_grouped(cfg: Config) -> None:
+    """Grouped GEMM (``schedule.grouped``): the sm_90a persistent cooperative kernel with direct stores.
+
+    Direct stores, because a group's last m-block holds rows that must stay untouched (rows past ``masked_m[g]``,
+    padding rows of ``m_indices``): each ``st.global`` is guarded per row, a TMA store box would write them.
+    """
+    g = cfg.schedule.grouped
+    _rule(cfg.arch == "sm_90a", "schedule.grouped", g, "the grouped scheduler is sm_90a only; needs arch=sm_90a")
+    _rule(cfg.kernel == "gemm", "schedule.grouped", g, "needs kernel=gemm")
+    _rule(cfg.schedule.persistent, "schedule.grouped", g, "needs schedule.persistent=true (CTAs walk the groups' tiles)")
+    _rule(cfg.mma.consumers == "cooperative", "schedule.grouped", g, "needs mma.consumers=cooperative")
+    _rule(cfg.cluster.size == 1, "schedule.grouped", g, "needs cluster.size=1")
+    _rule(cfg.schedule.split_k == 1, "schedule.grouped", g, "needs schedule.split_k=1")
+    _rule(not cfg.epilogue.overlap, "schedule.grouped", g, "needs epilogue.overlap=false")
+    _rule(cfg.epilogue.store == "direct", "schedule.grouped", g,
+          "needs epilogue.store=direct (rows past a group's valid rows must stay untouched; a TMA store box writes them)")
+    _rule(not cfg.epilogue.expr, "schedule.grouped", g, "needs an empty epilogue.expr (D = the accumulator)")
 
 
 def _validate_expr(cfg: Config) -> None:

@@ -122,6 +122,8 @@ class MmaPlan:
 
 
 WORKSPACE_PARAM = ("workspace", "u64")  # the split-K kernels' extra parameter (after ``k``)
+#: the grouped kernels' extra parameters (after ``k``): the u32 table (masked_m or m_indices) and G
+GROUP_PARAMS = (("group_ptr", "u64"), ("num_groups", "u32"))
 F32_BYTES = 4
 PARTIAL_CHUNK_VALUES = 4  # fp32 values per thread per partial access: one st/ld.global.v4.f32 (16 B)
 
@@ -571,12 +573,16 @@ class SchedulePlan:
     cluster_tile_rows: rows of D one cluster covers (block_m x m_ctas).
     m_ctas: CTAs of a cluster along M that compute different m-blocks.
     group_clusters: swizzle group, in cluster m-blocks.
+    grouped: ``none``, ``masked`` or ``contiguous``: the grouped GEMM's walk over (group, m-block, n-block)
+        (:class:`ptxgen.builders.grouped.GroupedTileScheduler`); the kernel then takes ``group_ptr`` (the u32
+        ``masked_m`` or ``m_indices`` table) and ``num_groups`` after ``k``.
     """
 
     persistent: bool
     cluster_tile_rows: int
     m_ctas: int
     group_clusters: int
+    grouped: str = "none"
 
 
 @dataclass(frozen=True)
@@ -667,6 +673,7 @@ class Plan:
         """Kernel parameters in order: one tensor map per operand, D's, then ``d_ptr``, ``m``, ``n``, ``k``."""
         maps = tuple((f"tmap_{o.name}", "tensor_map") for o in self.loads.operands) + (("tmap_d", "tensor_map"),)
         return (maps + tuple(p for p in PARAMS if p[1] != "tensor_map") + ((WORKSPACE_PARAM,) if self.split else ())
+                + (GROUP_PARAMS if self.schedule.grouped != "none" else ())
                 + tuple((o.param, o.param_kind) for o in self.epilogue.operands)
                 + tuple((o.param, "u64") for o in self.epilogue.outputs))
 
@@ -701,6 +708,7 @@ class Plan:
             k_multiple=self.loads.k_multiple,
             n_multiple=e.store_n_multiple if self.is_sm100 and e.tma_store else 1,
             workspace=self.split.workspace if self.split else None,
+            extra={"grouped": self.schedule.grouped} if self.schedule.grouped != "none" else {},
         )
 
     def kernel_resources(self, body) -> Kernel:
@@ -1171,7 +1179,7 @@ def _scales_plan(cfg: Config, f: _Basics, stage: _Stage) -> ScalesPlan:
 def _schedule_plan(cfg: Config) -> SchedulePlan:
     m_ctas = 2 if cfg.cluster.dual_tile else 1
     return SchedulePlan(persistent=cfg.schedule.persistent, cluster_tile_rows=cfg.tile.block_m * m_ctas, m_ctas=m_ctas,
-                        group_clusters=max(1, cfg.schedule.group // m_ctas))
+                        group_clusters=max(1, cfg.schedule.group // m_ctas), grouped=cfg.schedule.grouped)
 
 
 #: registers an sm_90a consumer thread keeps for the epilogue's addresses, predicates and loop state beside the

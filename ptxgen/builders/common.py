@@ -76,14 +76,23 @@ class TileScheduler:
         sched = [
             Let("tc", (T - Var("cluster_id")) // Var("num_clusters")),
             *split_lets,
+            *self.swizzle(tile, [Let("m_row", m_cta * p.mma.block_m)]),
+        ]
+        return For("t", Var("cluster_id"), units, Var("num_clusters"), tuple(sched + body + after))
+
+    def swizzle(self, tile: Expr, between: list) -> list:
+        """Tile ``tile`` of the ``num_m x num_n`` grid in swizzled order: its cluster m-block ``cm``, then the lets
+        ``between``, then ``n_col`` (groups of ``group_clusters`` m-blocks walk their n-blocks together, so they
+        share B in L2)."""
+        g = self.p.schedule.group_clusters
+        return [
             Let("grp", tile // (Var("num_n") * g)),
             Let("gm", emin(Var("num_m") - Var("grp") * g, g)),
             Let("r", tile % (Var("num_n") * g)),
             Let("cm", Var("grp") * g + Var("r") % Var("gm")),
-            Let("m_row", m_cta * p.mma.block_m),
-            Let("n_col", (Var("r") // Var("gm")) * p.mma.block_n),
+            *between,
+            Let("n_col", (Var("r") // Var("gm")) * self.p.mma.block_n),
         ]
-        return For("t", Var("cluster_id"), units, Var("num_clusters"), tuple(sched + body + after))
 
     def cta_tile(self) -> Expr:
         """This CTA's tile index among all CTA tiles (split-K workspace slot): ``tile x ctas_per_tile + rank``."""

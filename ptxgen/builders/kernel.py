@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ..ir import Comment, Elect, If, Kernel, Role, SetMaxNReg, WarpSwitch, eq
 from ..plan import Plan
+from .grouped import GroupedTileScheduler
 from .common import WARP, Cluster, TileScheduler, k_bounds, k_loop, setup, teardown
 from .roles import Epilogue, TmaProducer, UmmaIssuer, WgmmaConsumer
 
@@ -23,7 +24,7 @@ from .roles import Epilogue, TmaProducer, UmmaIssuer, WgmmaConsumer
 def build_kernel(plan: Plan) -> Kernel:
     """The self-contained Kernel IR of ``plan`` (either arch)."""
     cluster = Cluster(plan)
-    sched = TileScheduler(plan, cluster)
+    sched = GroupedTileScheduler(plan, cluster) if plan.schedule.grouped != "none" else TileScheduler(plan, cluster)
     roles = _sm100_roles(plan, cluster, sched) if plan.is_sm100 else _sm90_roles(plan, cluster, sched)
     body = [Comment("setup: barriers" + (", TMEM" if plan.is_sm100 else "")), *setup(plan, cluster, sched),
             Comment("pipeline roles"), *roles,

@@ -29,6 +29,7 @@ from ..ir import (AmaxLocal, AmaxReduce, Bar, Const, Elect, EpilogueExpr, LdEpil
                   WaitRole, WgmmaWait, eq, fold, land, lift, lt, ne)
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
+from . import grouped
 from .common import (KB, LANE, TMEM, WARP, Cluster, TileScheduler, acc_state, desc_lo, k_bounds, k_loop, ring_iteration,
                      ring_state, stage_offset)
 
@@ -107,7 +108,10 @@ class TmaProducer:
         full = Bar(p.ab.full.name, st.index)
         if o.block_scale:  # FP8 scales, transposed [k-blocks, rows]: this k-block's row, the tile's first scale
             pr = p.promotion  # (scale_b: the 16-byte box holding the tile's blocks, at a 16-byte aligned column)
-            first = Var("m_row") if o.block_scale == "a" else Var("n_col") // (pr.b_block_rows * pr.sb_box) * pr.sb_box
+            if p.schedule.grouped != "none":  # the grouped scheduler's columns (ptxgen.builders.grouped)
+                first = Var("sa_col") if o.block_scale == "a" else Var("sb_col")
+            else:
+                first = Var("m_row") if o.block_scale == "a" else Var("n_col") // (pr.b_block_rows * pr.sb_box) * pr.sb_box
             return TmaLoad(o.name, dst, first, KB, full)
         if o.scales:  # 128-byte lines of the blocked scales: row block (m_row or n_col) / 128, then this k-block's atoms
             block = (Var("m_row") if o.rows_along == "m" else Var("n_col")) // p.scales.rows_per_atom
@@ -119,7 +123,7 @@ class TmaProducer:
         if o.rows_along == "m":
             row = Var("m_row")
         elif o.split == "none":
-            row = Var("n_col")
+            row = grouped.b_row(p)
         else:
             row = Var("n_col") + c.rank * o.box_rows
         if o.split == "multicast":
@@ -425,7 +429,8 @@ class Epilogue:
             src = f"{t.array}{v}"
             if not tma:
                 for i in range(0, p.mma.fragment_regs, 2):
-                    out.append(StGlobal16(*self.fragment_coords(t, wg, v, i), src, (i, i + 1), fmt, packed=t.packed))
+                    out.append(StGlobal16(*self.fragment_coords(t, wg, v, i), src, (i, i + 1), fmt, packed=t.packed,
+                                          row_end=grouped.store_row_end(p, v, (i // 2) & 1)))
                 continue
             for c in range(e.stores_per_wave):
                 seq = v * e.stores_per_wave + c
@@ -734,7 +739,8 @@ class WgmmaConsumer:
                         For("kp", Const(u), k1, Const(u), tuple(self.overlapped_kblocks(Var("kp"), first=False))),
                         *fused, *self.stores(CURRENT_TILE)]
             return [Let("kb", k0), *self.promoted_kblock(first=True),
-                    k_loop(self.promoted_kblock(first=False), (k0 + 1, k1)), *fused, *self.stores(CURRENT_TILE)]
+                    k_loop(self.promoted_kblock(first=False), (k0 + 1, k1)), *fused, *self.row_table_loads(),
+                    *self.stores(CURRENT_TILE)]
         release_prev = self.release(PipelineState((Var("it") - 1) % p.stages, None))
         release = self.release(PipelineState(ring_iteration(p, k1 - 1) % p.stages, None))
         if self.fixup is not None:  # an empty split (num_k < splits) has no stage to release
@@ -752,10 +758,15 @@ class WgmmaConsumer:
         k_body = [*self.issue(), WgmmaWait(1), If(ne(KB, k0), tuple(release_prev))]
         out = [*self.math_order(arrive=False), k_loop(k_body, (k0, k1)), *self.math_order(arrive=True),
                WgmmaWait(0), *release]
-        stores = self.stores(CURRENT_TILE)
+        stores = self.row_table_loads() + self.stores(CURRENT_TILE)
         if self.fixup is None:
             return out + fused + stores
         return out + self.fixup.step(wg, (fused, stores))
+
+    def row_table_loads(self) -> list:
+        """Contiguous grouped kernels: the ``m_indices`` entries of the rows this thread stores
+        (:func:`ptxgen.builders.grouped.row_table_loads`); nothing otherwise."""
+        return grouped.row_table_loads(self.p, Var("m_row") + Var("wg") * self.p.mma.wg_row_stride)
 
     def stores(self, tile: StoredTile) -> list:
         """The fragment stores of ``tile``: TMA stores when N allows the D tensor map, else direct."""

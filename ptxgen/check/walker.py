@@ -273,6 +273,7 @@ class WarpWalker:
             O.TmemLoad: self._tmem_load, O.TmemBase: self._tmem_base, O.LdGlobalF32: self._ws_load,
             O.LdEpilogue: self._epi_load,
             O.PromoteScaled: self._promote,
+            O.LdGlobalNcU32: self._table_load,
         }
         self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.EpilogueExpr: self._epi_expr,
                        O.Pack16: self._pack, O.AmaxLocal: self._amax_local, O.AmaxReduce: self._amax_reduce,
@@ -565,6 +566,14 @@ class WarpWalker:
         if derive is not None:
             derive(self, op, values, lanes)
         return Event(op, lanes, values, self.thread())
+
+    def _table_load(self, op):
+        """A word of a read-only u32 table (the grouped scheduler's): the consumer replies the value per lane
+        (an int, or ``(lanes,)`` values); None (a consumer without tables) reads 0."""
+        value = yield self.event(op)
+        values = np.broadcast_to(np.asarray(0 if value is None else value, dtype=np.int64), (self._n(),))
+        first = int(values[0])
+        self._write_var(op.var, first if self.lane is not None or (values == first).all() else values.copy())
 
     def _ws_load(self, op):
         ev = self.event(op)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SREGS = ("tid", "warp", "lane", "ctaid", "nctaid", "rank", "smem")
-PARAMS = ("m", "n", "k")
+PARAMS = ("m", "n", "k", "num_groups")  # num_groups: grouped kernels only (schedule.grouped)
 BINOPS = ("add", "sub", "mul", "div", "mod", "and", "or", "xor", "shl", "shr", "min", "max", "eq", "ne", "lt", "le")
 
 

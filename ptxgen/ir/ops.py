@@ -675,9 +675,11 @@ class StGlobal16(Op):
 
     fmt: ``"bf16"`` (default) or ``"f16"``, as :class:`StShared16`.
     packed: ``src`` was written by :class:`Pack16`, as :class:`StShared16`.
+    row_end: per lane, the row bound in place of m (``row < row_end``): a grouped GEMM's rows past a group's
+        valid rows (``masked_m``, padding rows of ``m_indices``) stay untouched; None: m.
     """
 
-    per_lane: ClassVar[tuple[str, ...]] = ("row", "col")
+    per_lane: ClassVar[tuple[str, ...]] = ("row", "col", "row_end")
 
     row: Expr
     col: Expr
@@ -685,11 +687,32 @@ class StGlobal16(Op):
     idx: tuple[int, ...]
     fmt: str = "bf16"
     packed: bool = False
+    row_end: Expr | None = None
 
     def describe(self) -> str:
         what = "packed " if self.packed else ""
+        bound = "" if self.row_end is None else f" if row < {_s(self.row_end)}"
         return (f"StGlobal16 D[{_s(self.row)}, {_s(self.col)}:+{len(self.idx)}] <- "
-                f"{what}{self.fmt}({self.src}[{self.idx[0]}..{self.idx[-1]}])")
+                f"{what}{self.fmt}({self.src}[{self.idx[0]}..{self.idx[-1]}]){bound}")
+
+
+@dataclass(frozen=True)
+class LdGlobalNcU32(Op):
+    """``var = ld.global.nc.u32 [param + 4 * index]``: one word of a read-only u32 table in global memory (PTX ISA
+    "ld": ``.nc``, the non-coherent read-only path; the table is written before the launch and never during it).
+
+    The grouped scheduler's reads of ``masked_m[g]`` / ``m_indices[row]`` (parameter ``group_ptr``).  ``index``
+    may differ across lanes (a consumer reads its own rows' entries); ``var`` is then per lane.
+    """
+
+    per_lane: ClassVar[tuple[str, ...]] = ("index",)
+
+    var: str
+    index: Expr
+    param: str = "group_ptr"
+
+    def describe(self) -> str:
+        return f"LdGlobalNcU32 {self.var} = {self.param}[{_s(self.index)}]"
 
 
 # ------------------------------------------------------------------ global workspace (split-K fixup)

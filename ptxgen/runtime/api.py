@@ -468,7 +468,16 @@ class _Family:
     refuse: Callable[[Any], str | None]
 
 
+def _grouped_refuses(spec: Any) -> str | None:
+    if spec.extra.get("grouped"):
+        return (f"config {spec.name}: a grouped config (schedule.grouped={spec.extra['grouped']}); use "
+                "ptxgen.grouped_gemm")
+    return None
+
+
 def _gemm_refuses(spec: Any) -> str | None:
+    if _grouped_refuses(spec):
+        return _grouped_refuses(spec)
     if "b2" in spec.tensor_maps:
         return f"config {spec.name}: a dual GEMM config; use ptxgen.dual_gemm(a, b1, b2)"
     if "scale_a" in spec.tensor_maps:
@@ -1235,6 +1244,8 @@ def check_fp8_operands(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = No
 
 
 def _fp8_refuses(spec: Any) -> str | None:
+    if _grouped_refuses(spec):
+        return _grouped_refuses(spec)
     if "sfa" in spec.tensor_maps and "b2" not in spec.tensor_maps:
         return _mxfp8_refusal(spec)
     if "scale_a" not in spec.tensor_maps:

@@ -147,6 +147,7 @@ class Candidate:
     split_k: int = 1  # schedule.split_k as shipped (> 1: never a candidate, see candidates)
     warpgroups: int = 1  # sm_90a consumer warpgroups (mma.warpgroups)
     multicast: bool = False  # sm_90a CTA pair multicasting B (tma.multicast)
+    grouped: str = "none"  # schedule.grouped (masked / contiguous: ptxgen.grouped_gemm's, never a candidate)
 
     @property
     def accumulators(self) -> int:
@@ -162,12 +163,12 @@ def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
     fp8``, kernel ``gemm``) are the candidates of ``kernel="gemm_fp8"`` (``ptxgen.gemm_fp8``) only.  Ping-pong consumer configs
     (``mma.consumers: pingpong``) are not candidates: on an H100 they measured 0.45-0.83x torch where the
     cooperative configs reach 0.95-1.05x (docs/performance.md, "Ping-pong consumers"); nor are split-K configs
-    (module docstring).
+    (module docstring); nor are grouped configs (``schedule.grouped``: ``ptxgen.grouped_gemm`` picks its own).
     """
     out = _shipped_candidates()
     kind, operands = ("gemm", "fp8") if kernel == "gemm_fp8" else (kernel, "bf16")
     return tuple(c for c in out if c.arch == arch and c.kernel == kind and c.operands == operands
-                 and c.consumers == "cooperative" and c.split_k == 1)
+                 and c.consumers == "cooperative" and c.split_k == 1 and c.grouped == "none")
 
 
 @functools.cache
@@ -182,7 +183,7 @@ def _shipped_candidates() -> tuple[Candidate, ...]:
     def build() -> bytes:
         return json.dumps([list(astuple(shipped_candidate(name))) for name in shipped_configs()]).encode()
 
-    blob = cache.get_or_build(("ptxgen-candidates-v2", f"src={source_fingerprint()}"), build)
+    blob = cache.get_or_build(("ptxgen-candidates-v3", f"src={source_fingerprint()}"), build)
     return tuple(Candidate(*row) for row in json.loads(blob))
 
 
@@ -209,7 +210,7 @@ def shipped_candidate(name: str) -> Candidate:
         return Candidate(name, raw["arch"], tile["block_m"], tile["block_n"], tile["block_k"], pipeline["stages"],
                          cluster, raw.get("kernel", "gemm"), raw.get("operands", "bf16"),
                          mma.get("consumers", "cooperative"), schedule.get("split_k", 1), mma.get("warpgroups", 1),
-                         raw.get("tma", {}).get("multicast", False))
+                         raw.get("tma", {}).get("multicast", False), schedule.get("grouped", "none"))
     except (KeyError, TypeError, AttributeError):
         from ptxgen.config import load_config
 

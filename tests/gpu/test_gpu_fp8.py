@@ -22,7 +22,8 @@ from ptxgen.runtime import fp8
 
 pytestmark = pytest.mark.gpu
 
-FP8_CONFIGS = [c for c in config_mod.shipped_configs() if config_mod.load_config(c).operands == "fp8"]
+FP8_CONFIGS = [c for c in config_mod.shipped_configs() if config_mod.load_config(c).operands == "fp8"
+               and config_mod.load_config(c).schedule.grouped == "none"]  # grouped: tests/gpu/test_gpu_grouped.py
 EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "100"))
 TOLERANCE = 1e-2
 BLOCK = 128

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.gpu
 
 SM90_CONFIGS = [c for c in config_mod.shipped_configs()
                 if config_mod.load_config(c).arch == "sm_90a" and config_mod.load_config(c).kernel == "gemm"
-                and config_mod.load_config(c).operands == "bf16"]  # FP8 configs: tests/gpu/test_gpu_fp8.py
+                and config_mod.load_config(c).operands == "bf16"  # FP8 configs: tests/gpu/test_gpu_fp8.py
+                and config_mod.load_config(c).schedule.grouped == "none"]  # grouped: tests/gpu/test_gpu_grouped.py
 #: knobs no shipped config sets (docs/performance.md, "Overlapped epilogue", "stmatrix staging"):
 #: the overlapped epilogue on a pair and a 2-wave tile, stmatrix staging on a pair and, with the overlap (packed words), on a 2-wave tile
 VARIANT_CONFIGS = [config_mod.load_config(c).replace(**changes, name=f"{c}_{suffix}") for c, suffix, changes in (

@@ -26,7 +26,7 @@ def test_candidates_are_every_shipped_config_of_the_arch():
 
     names = [c.name for c in choose.candidates("sm_90a")]
     gemms = [n for n in shipped_configs() if load_config(n).arch == "sm_90a" and load_config(n).kernel == "gemm"
-             and load_config(n).operands == "bf16"]
+             and load_config(n).operands == "bf16" and load_config(n).schedule.grouped == "none"]
     # ping-pong configs are shipped but measured slower: never chosen (docs/performance.md, "Ping-pong consumers")
     assert names == [n for n in gemms if load_config(n).mma.consumers == "cooperative"] and len(names) < len(gemms)
     assert names and all(n.startswith("h100_") for n in names)
@@ -34,7 +34,8 @@ def test_candidates_are_every_shipped_config_of_the_arch():
     assert duals and all(n.startswith("dual_h100_") for n in duals)
     # the FP8 configs are gemm_fp8's candidates only
     fp8 = [c.name for c in choose.candidates("sm_90a", "gemm_fp8")]
-    assert fp8 == [n for n in shipped_configs() if load_config(n).operands == "fp8"] and len(fp8) >= 3
+    assert fp8 == [n for n in shipped_configs() if load_config(n).operands == "fp8"
+                   and load_config(n).schedule.grouped == "none"] and len(fp8) >= 3
     # the NVFP4 dual GEMM configs are never chosen for a bf16 ptxgen.dual_gemm (they have dual_gemm_nvfp4)
     assert [c.name for c in choose.candidates("sm_100a", "dual_gemm")] == ["dual_sm100_256x128"]
 
@@ -48,7 +49,7 @@ def test_shipped_candidate_agrees_with_load_config(name):
     assert shipped_candidate(name) == Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
                                                 cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands,
                                                 cfg.mma.consumers, cfg.schedule.split_k, cfg.mma.warpgroups,
-                                                cfg.tma.multicast)
+                                                cfg.tma.multicast, cfg.schedule.grouped)
 
 
 def test_cost_model_waves_and_tail():

@@ -41,6 +41,8 @@ TMEM_BASE = 0x20  # what the TMEM slot holds after tcgen05.alloc (nonzero, so a 
 D_PTR = 0x7F00_0000_0000  # global address of D
 WATCHDOG_PTR = 0x7E00_0000_0000  # global address of the hang watchdog's record (watched kernels only)
 WORKSPACE_PTR = 0x7D00_0000_0000  # global address of the split-K workspace (split-K kernels only)
+GROUP_PTR = 0x7C00_0000_0000  # global address of a grouped kernel's u32 table (words: interp.table_word)
+NUM_GROUPS = 3  # a grouped kernel's num_groups in the differential
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ class Launch:
     @property
     def params(self) -> dict[str, int]:
         return {"m": self.m, "n": self.n, "k": self.k, "d_ptr": D_PTR, "watchdog_ptr": WATCHDOG_PTR,
-                "workspace": WORKSPACE_PTR}
+                "workspace": WORKSPACE_PTR, "group_ptr": GROUP_PTR, "num_groups": NUM_GROUPS}
 
 
 def smem_base(rank: int) -> int:
@@ -128,8 +130,9 @@ def _umma_commit(c: _Thread, ev, op) -> list[Effect]:
 
 def _st_global(c: _Thread, ev, op) -> list[Effect]:
     launch, row, col = c.launch, c.at_lane(ev.row), c.at_lane(ev.col)
+    row_end = launch.m if ev.row_end is None else c.at_lane(ev.row_end)  # a grouped kernel's per-row bound
     return [E.StGlobal(D_PTR + 2 * (row * launch.n + col + j), e) for j, e in enumerate(c.elements(op))
-            if row < launch.m and col + j < launch.n]
+            if row < row_end and col + j < launch.n]
 
 
 def _ld_epilogue(c: _Thread, ev, op) -> list[Effect]:
@@ -204,6 +207,7 @@ IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     O.StGlobalF32: lambda c, ev, op: [E.StGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offset), c.f32_elements(op))],
     O.LdGlobalF32: lambda c, ev, op: [E.LdGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offset), len(op.idx))],
     O.LdEpilogue: _ld_epilogue,
+    O.LdGlobalNcU32: lambda c, ev, op: [E.LdGlobalTable(GROUP_PTR + 4 * c.at_lane(ev.index))],
     O.RedGlobal: lambda c, ev, op: [E.RedGlobal(op.sem, op.scope, WORKSPACE_PTR + ev.offset, op.value)],
     O.LdGlobalAcquireWait: lambda c, ev, op: [E.LdGlobalU32(op.sem, op.scope, WORKSPACE_PTR + ev.offset)],
     O.StGlobalU32: lambda c, ev, op: [E.StGlobalSemU32("relaxed", op.scope, WORKSPACE_PTR + ev.offset, op.value)],
@@ -231,7 +235,7 @@ def ir_effects(kernel, launch: Launch) -> list[Effect]:
     # ops the walker treats as silent or thread-local have effects in PTX: make them events too
     wk = W.WarpWalker(W.Program(kernel), ctaid=launch.ctaid, nctaid=launch.grid, cluster_size=f["cluster_size"],
                       warp=launch.tid // W.LANES, smem_base=smem_base(launch.ctaid % f["cluster_size"]),
-                      params={"m": launch.m, "n": launch.n, "k": launch.k}, values=False,
+                      params={"m": launch.m, "n": launch.n, "k": launch.k, "num_groups": NUM_GROUPS}, values=False,
                       also=(O.Nanosleep, O.WgmmaFence, O.TcgenFence, O.TmemRelinquish, O.TmemWaitLd))
 
     thread = _Thread(kernel, launch, wk)
@@ -255,6 +259,8 @@ def ir_effects(kernel, launch: Launch) -> list[Effect]:
             sa = thread.base + np.broadcast_to(np.asarray(ev.sa_addr, dtype=np.int64), (W.LANES,))
             reply = np.stack([P.opaque_f32("shared", sa), P.opaque_f32("shared", sa + ev.op.row_half),
                               P.opaque_f32("shared", np.full(W.LANES, thread.base + int(ev.sb_addr)))], axis=1)
+        elif isinstance(ev.op, O.LdGlobalNcU32):  # a table word: the interpreter's data model, by address
+            reply = np.array([P.table_word(GROUP_PTR + 4 * int(i)) for i in np.atleast_1d(ev.index)], dtype=np.int64)
         elif isinstance(ev.op, O.LdGlobalF32):  # a partial another CTA stored: opaque data by address
             addr = WORKSPACE_PTR + np.asarray(ev.offset, dtype=np.int64)[:, None] + 4 * np.arange(len(ev.op.idx))
             reply = P.opaque_f32("global", addr)

@@ -64,6 +64,8 @@ StGlobalF32 = _effect("StGlobalF32", "st.global.f32", "addr elements", "A split-
 LdGlobalF32 = _effect("LdGlobalF32", "ld.global.f32", "addr count", "A split-K partial read: ``ld.global.v4.f32``.")
 LdGlobalNc = _effect("LdGlobalNc", "ld.global.nc", "param offset",
                      "One element of an epilogue operand (``ld.global.nc``): its pointer parameter and byte offset.")
+LdGlobalTable = _effect("LdGlobalTable", "ld.global.nc.u32", "addr",
+                        "A word of a read-only u32 table (the grouped scheduler's masked_m / m_indices).")
 RedGlobal = _effect("RedGlobal", "red.global", "sem scope addr value", "``red.SEM.SCOPE.global.add.u32``.")
 LdGlobalU32 = _effect("LdGlobalU32", "ld.global.u32", "sem scope addr",
                       "``ld.SEM.SCOPE.global.u32`` (a spin passes at once, like ``try_wait``).")
@@ -95,7 +97,8 @@ WgmmaWait = _effect("WgmmaWait", "wgmma.wait", "n", "``wgmma.wait_group.sync.ali
 KINDS: dict[str, type] = {t.KIND: t for t in (
     MbarrierInit, MbarrierArrive, MbarrierTryWait, FenceMbarrierInit, TmaLoad, TmaStore, BulkCommit, BulkWait,
     FenceProxyAsync, BarSync, BarrierClusterArrive, BarrierClusterWait, Nanosleep, SetMaxNReg, StShared, StMatrix,
-    StGlobal, LdShared, LdGlobal, AtomCas, StGlobalU32, StGlobalF32, LdGlobalF32, LdGlobalNc, RedGlobal, LdGlobalU32,
+    StGlobal, LdShared, LdGlobal, AtomCas, StGlobalU32, StGlobalF32, LdGlobalF32, LdGlobalNc, LdGlobalTable, RedGlobal,
+    LdGlobalU32,
     StGlobalSemU32, TmemAlloc, TmemRelinquish, TmemDealloc, TcgenFence, Umma, UmmaBlockScaled, TmemCopy, UmmaCommit,
     TmemLoad, TmemWaitLd, WgmmaFence, Wgmma, WgmmaCommit, WgmmaWait)}
 

@@ -118,6 +118,16 @@ def _mix(z):
     return z ^ (z >> np.uint64(31))
 
 
+#: the data model of read-only u32 tables (``ld.global.nc.u32``, the grouped scheduler's masked_m / m_indices): the
+#: word at byte address ``a`` is ``TABLE_WORDS[(a >> 2) % 5]`` (an empty group, group ids, a partial row count, -1)
+TABLE_WORDS = (0, 1, 2, 70, 0xFFFFFFFF)
+
+
+def table_word(addr: int) -> int:
+    """The u32 word a read-only table holds at byte address ``addr`` (see :data:`TABLE_WORDS`)."""
+    return TABLE_WORDS[(addr >> 2) % len(TABLE_WORDS)]
+
+
 def opaque_f32(domain: str, *keys) -> np.ndarray:
     """The f32 data the model gives what neither side computes (an MMA result, a loaded partial), by key.
 
@@ -874,6 +884,14 @@ def _ld(insn: Insn):
             for r, v in zip(regs, opaque_f32("global", addr + 4 * np.arange(len(regs)))):
                 t.regs[r] = v  # the partial another CTA stored: opaque data, by address
         return ld_partial
+    if tuple(parts[1:]) == ("global", "nc", "u32"):  # a read-only table word (the grouped scheduler's)
+        a = _aligned(insn, _addr(ops[1]), 4)
+
+        def ld_table(t):
+            addr = a(t)
+            t.effects.append(E.LdGlobalTable(addr))
+            t.regs[d] = table_word(addr)
+        return ld_table
     if tuple(parts[1:]) == ("volatile", "global", "u32"):  # only the watchdog flag read; other global loads stay loud
         a = _aligned(insn, _addr(ops[1]), 4)
 

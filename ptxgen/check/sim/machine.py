@@ -88,6 +88,7 @@ from .. import walker as W
 from .handlers import blockscaled
 from .handlers.barriers import Barriers
 from .handlers.epilogue import EpilogueLoads
+from .handlers.grouped import table_read
 from .handlers.stores import Stores
 from .handlers.tma import Tma
 from .handlers.tmem import TmemOps
@@ -134,6 +135,7 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
             raise ValueError(f"schedule policy {policy!r}: one of {', '.join(POLICIES)}")
         self.policy = policy
         self.kernel, self.params = kernel, {"m": m, "n": n, "k": k, **(scalars or {})}
+        self.tables = None  # a grouped kernel's u32 tables (ptxgen.check.grouped.Tables), set before run()
         spec = kernel.launch
         self.maps = {name: (t.box[0], t.box[1], t.swizzle == "128B", t.elem_bytes) for name, t in spec.tensor_maps.items()}
         self.grid = spec.grid.grid_x(m, n, num_sms)
@@ -190,6 +192,7 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
             O.StGlobalF32: self._ws_store, O.LdGlobalF32: self._ws_load,
             O.RedGlobal: self._ws_red, O.StGlobalU32: self._ws_set, O.LdGlobalAcquireWait: self._ws_wait,
             O.LdEpilogue: self._ld_epilogue, O.StEpilogue: self._st_epilogue,
+            O.LdGlobalNcU32: lambda w, ev: table_read(self, w, ev),
         }
 
     # ---------------------------------------------------------------- exit and final checks

@@ -9,7 +9,7 @@ import numpy as np
 from ...errors import ShapeError, SimError
 from ...hw import DYNAMIC_SMEM_BASE, SF_LINE_BYTES
 from ...ir import epilogue as epi
-from .. import epilogue
+from .. import epilogue, grouped
 from .machine import Machine
 from ..numerics import (POISON, bf16_bits_to_f32, compare, f32_to_bf16_bits, random_operands, reference,
                        silu_mul_reference)
@@ -81,6 +81,11 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
     if block_scaled_kind(kernel) == "mxf8f6f4":  # the MXFP8 block-scaled GEMM (the FP8 recipe on sm_100a)
         return simulate_mxfp8(kernel, m, n, k, seed=seed, num_sms=num_sms, schedule_seed=schedule_seed, check=check,
                               policy=policy)
+    if spec.extra.get("grouped"):  # a grouped GEMM: 3 groups of this m (ptxgen.check.grouped.problem_of)
+        if min(m, n, k) < 1 or k % spec.k_multiple:
+            raise ShapeError(f"m={m}, n={n}, k={k}: all must be >= 1 and k a multiple of {spec.k_multiple}")
+        return simulate_grouped(kernel, n=n, k=k, **grouped.problem_of(kernel, m), seed=seed, num_sms=num_sms,
+                                schedule_seed=schedule_seed, policy=policy, check=check)
     if "sfa" in spec.tensor_maps:  # the NVFP4 block-scaled dual GEMM: its own operands and reference
         return simulate_nvfp4(kernel, m, n, k, seed=seed, num_sms=num_sms, schedule_seed=schedule_seed, check=check,
                               policy=policy)
@@ -280,6 +285,84 @@ def simulate_mxfp8(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: in
     ref = mx_gemm_reference(x["mx_a"], x["mx_b"], x["sfa"], x["sfb"])
     return _run_e4m3(kernel, (m, n, k), x["mx_a"], x["mx_b"], extra, ref, seed=seed, schedule_seed=schedule_seed,
                      num_sms=num_sms, policy=policy, check=check)
+
+
+def simulate_grouped(kernel, *, n: int, k: int, masked_m=None, m_max: int = 0, group_rows=None, seed: int = 0,
+                     num_sms: int = 4, schedule_seed: int | None = None, policy: str = "random",
+                     check: bool = True):
+    """Run a grouped kernel on a small problem and check D per group, and that the rows outside every group's
+    valid rows kept the poison (were never written).
+
+    Masked: ``masked_m`` (valid rows per group) and ``m_max``; contiguous: ``group_rows`` (rows per group, 0 for an
+    empty group; the layout is :func:`contiguous_indices`).  B ``[G, n, k]`` random; bf16, or FP8 with the recipe's
+    quantization for an ``operands: fp8`` kernel.
+
+    Returns:
+        A :class:`~ptxgen.check.sim.run.SimResult`: ``d`` the whole D ``[rows, n]`` (f32 of the stored bf16), ``ref``
+        the per-group references in the groups' rows (NaN in the rows that must stay untouched), ``rel_fro`` and
+        ``max_rel_err`` the largest over the groups.
+
+    Raises:
+        SimError: any fault of the machine, a wrong group result, or a written row that must stay untouched.
+    """
+    kind = grouped.mode(kernel)
+    bm = kernel.launch.grid.tile_rows
+    if kind == "masked":
+        groups = len(masked_m)
+        rows, m_param = groups * m_max, m_max
+        table = np.asarray(masked_m, dtype=np.int64)
+        spans = [(g * m_max, g * m_max + int(masked_m[g])) for g in range(groups)]
+    elif kind == "contiguous":
+        groups = len(group_rows)
+        table = grouped.contiguous_indices(group_rows, bm)
+        rows = m_param = len(table)
+        starts = np.cumsum([0] + [-(-r // bm) * bm for r in group_rows])
+        spans = [(int(starts[g]), int(starts[g]) + int(group_rows[g])) for g in range(groups)]
+    else:
+        raise ShapeError(f"{kernel.name}: not a grouped kernel (schedule.grouped)")
+    if rows == 0:
+        raise ShapeError("grouped simulation: no rows")
+    fp8 = "scale_a" in kernel.launch.tensor_maps
+    x = grouped.grouped_inputs(rows, groups, n, k, fp8, seed)
+    extra = {}
+    if fp8:
+        sa = grouped.grouped_scale_a_map(x["scale_a"], groups) if kind == "masked" else fp8_scale_map(x["scale_a"])
+        extra = {"scale_a": sa, "scale_b": grouped.grouped_scale_b_map(x["scale_b"])}
+    sched = seed if schedule_seed is None else schedule_seed
+    machine = Machine(kernel, m_param, n, k, x["a"], x["b"], num_sms=num_sms, schedule_seed=sched,
+                      smem_base=DYNAMIC_SMEM_BASE, poison=POISON, extra=extra, policy=policy,
+                      scalars={"num_groups": groups})
+    machine.glob.d = np.full((rows, n), POISON, dtype=np.uint16)  # D [rows, N], not [rows, G x N]
+    machine.tables = grouped.Tables({"num_groups": groups}, {"group_ptr": table})
+    machine.run(MAX_STEPS)
+    bits = machine.glob.d
+    d = bf16_bits_to_f32(bits)
+    errs, valid = [(0.0, 0.0)], np.zeros(rows, dtype=bool)
+    full_ref = np.full((rows, n), np.nan, dtype=np.float32)
+    for g, (r0, r1) in enumerate(spans):
+        valid[r0:r1] = True
+        if r1 == r0:
+            continue
+        b_g = x["b"][g * n:(g + 1) * n]
+        ref = (fp8_gemm_reference(x["a"][r0:r1], b_g, x["scale_a"][r0:r1], x["scale_b"][g]) if fp8 else
+               reference(x["a"][r0:r1], b_g))
+        full_ref[r0:r1] = ref
+        cmp = compare(d[r0:r1], ref)
+        errs.append((cmp.rel_fro, cmp.max_rel_err))
+        if check and not cmp.ok:
+            i, j = cmp.first_wrong if cmp.first_wrong else (0, 0)
+            raise SimError(f"wrong result: {kernel.name} group {g} (rows {r0}..{r1 - 1}) n={n} k={k} schedule "
+                           f"{sched}: relative Frobenius error {cmp.rel_fro:.3e}; first wrong D[{r0 + i}, {j}] = "
+                           f"{float(d[r0 + i, j]):.6g} (expected {float(ref[i, j]):.6g})")
+    written = np.argwhere((bits != POISON) & ~valid[:, None])  # rows outside every group: never stored
+    if check and len(written):
+        r, c = (int(v) for v in written[0])
+        raise SimError(f"untouched row written: {kernel.name} D[{r}, {c}] was stored, but row {r} is outside every "
+                       f"group's valid rows ({len(np.unique(written[:, 0]))} such rows written)")
+    return SimResult(d=d, d_bits=bits, ref=full_ref, rel_fro=max(e for e, _ in errs),
+                     max_rel_err=max(e for _, e in errs), steps=machine.steps, ops_executed=machine.ops,
+                     grid=machine.grid, schedule_seed=sched, policy=machine.policy, mean_latency=machine.mean_latency,
+                     fingerprint=machine.fingerprint)
 
 
 def _result(kernel, machine: Machine, d: np.ndarray, ref: np.ndarray, shape: tuple[int, int, int], sched: int,

@@ -22,6 +22,7 @@ from ...errors import VerifyError
 from ...hw import DYNAMIC_SMEM_BASE
 from ...ir import Kernel
 from ...ir import ops as O
+from .. import grouped
 from .. import walker as W
 
 
@@ -104,10 +105,12 @@ def _trace(kernel, ragged: bool = False, ragged_rows: bool = False) -> _Trace:
     program = W.Program(kernel)
     counted = ("cluster",) if kernel.cta_group == 2 else ("cta", "cluster")  # barriers that order TMEM use
     warps: dict[tuple[int, int], list[_Rec]] = {}
+    tables = grouped.trace_tables(kernel, m)  # a grouped kernel's u32 table and G (empty groups, partial m-blocks)
+    params = {"m": m, "n": n, "k": k, **tables.params}
     for ctaid in range(grid):
         for warp in range(kernel.threads // W.LANES):
             wk = W.WarpWalker(program, ctaid=ctaid, nctaid=grid, cluster_size=kernel.cluster_size, warp=warp,
-                              smem_base=DYNAMIC_SMEM_BASE, params={"m": m, "n": n, "k": k}, values=False)
+                              smem_base=DYNAMIC_SMEM_BASE, params=params, values=False)
             recs, syncs, gen, reply = [], 0, wk.run(), None
             wgmma = _WgmmaGroups(wk)
             try:
@@ -120,6 +123,8 @@ def _trace(kernel, ragged: bool = False, ragged_rows: bool = False) -> _Trace:
                         reply = 0
                     elif isinstance(ev.op, O.TmemLoad):
                         reply = np.zeros((W.LANES, ev.op.ncols), dtype=np.float32)
+                    elif isinstance(ev.op, O.LdGlobalNcU32):
+                        reply = tables.read(ev.op.param, ev.index, ev.op.describe())
                     elif isinstance(ev.op, W.THREAD_SYNCS) and ev.kind in counted:
                         syncs += 1
             except StopIteration:

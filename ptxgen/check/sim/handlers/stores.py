@@ -33,4 +33,6 @@ class Stores:
         cols = ev.col[:, None] + np.arange(ev.data.shape[1])
         rows = np.broadcast_to(ev.row[:, None], cols.shape)
         ok = (rows < m) & (cols < n)
+        if ev.row_end is not None:  # a grouped kernel's per-row bound (rows past a group's valid rows)
+            ok &= rows < ev.row_end[:, None]
         self.glob.d[rows[ok], cols[ok]] = ev.data[ok]

@@ -39,6 +39,11 @@ class Tma:
             raise SimError(f"unsupported TMA box: {who} reads columns [{ev.col}, {ev.col + cols}) of {ev.op.tensor}, "
                            f"past the end of its rows of {width} elements ({width_bytes} B, not a multiple of 16): "
                            "declare the map's width in whole 16-byte groups")
+        if (ev.col * eb) % 16:
+            # seen on the H100: "illegal instruction" at a grouped FP8 kernel's scale_a box starting at column 130
+            raise SimError(f"misaligned TMA box: {who} starts at column {ev.col} of {ev.op.tensor}, byte {ev.col * eb} "
+                           "of its row, not a multiple of 16: start a box on a 16-byte boundary (pad the rows of the "
+                           "map to whole 16-byte groups)")
         for _ in range(ev.lanes):
             for rank, ref in zip(ev.dst_ranks, ev.bars):
                 dst = self._cta(w, rank)

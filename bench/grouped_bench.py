@@ -1,0 +1,253 @@
+"""Grouped GEMM (mixture-of-experts) on the GPU: checked small problems (for compute-sanitizer) or timings.
+
+    python3 bench/grouped_bench.py one                 # one small problem per layout and dtype; exit 1 if wrong
+    python3 bench/grouped_bench.py bench [--json PATH] [--quick]
+
+``bench`` times, with CUDA events, the median of 5 runs of 10 launches, each after a warm-up (with the spread, min
+and max of the 5):
+
+* contiguous BF16 (``m_indices``), every shipped config of the layout, against ``torch._grouped_mm`` (2-D A x 3-D
+  B with ``offs``, the segments' padded ends) where the installed torch has it;
+* contiguous FP8 against a loop of per-group ``torch._scaled_mm`` with the recipe's block scales;
+* masked decode (``masked_m``; G in {8, 16, 32}, M_max in {64, 128, 256}, N x K in {4096 x 7168, 7168 x 2048}),
+  bf16 and FP8: the bytes of the weights read (every group with rows reads its whole B) over the time, against a
+  device-to-device copy's bandwidth timed in the same run (bytes read + written over its time).
+
+The ptxgen timings pass ``check_tables=False`` (no host read of the table per call; each problem's table is
+checked once before); the JSON has every row, the device name and the torch version.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import torch
+
+import ptxgen
+from fp8_bench import scaled_mm_variants  # the block-scale layouts torch._scaled_mm may take (same folder)
+from fp8_bench import time_us as fp8_time_us
+from ptxgen.config import load_config, shipped_configs
+from ptxgen.runtime.fp8 import dequantize, quantize
+from ptxgen.runtime.grouped import contiguous_layout
+
+BLOCK = 128
+DECODE = [(g, m, n, k) for n, k in ((4096, 7168), (7168, 2048)) for g in (8, 16, 32) for m in (64, 128, 256)]
+PREFILL = [(8, 4096, 4096, 7168), (8, 4096, 7168, 2048), (32, 1024, 4096, 7168), (32, 1024, 7168, 2048)]
+
+
+def configs_for(layout: str, fp8: bool) -> list[str]:
+    """Every shipped config of the layout and operand type."""
+    return [c for c in shipped_configs() if (cfg := load_config(c)).schedule.grouped == layout
+            and (cfg.operands == "fp8") == fp8]
+
+
+def time_us(fn, reps=5, inner=10):
+    """(median, min, max) microseconds per call over ``reps`` runs of ``inner`` calls (fp8_bench's timing: CUDA
+    events after a warm-up)."""
+    runs = [fp8_time_us(fn, reps=1, inner=inner) for _ in range(reps)]
+    return statistics.median(runs), min(runs), max(runs)
+
+
+def group_rows(groups: int, mean: int, seed: int) -> list[int]:
+    """Rows per group: uniform in [mean / 2, 3 mean / 2], one group empty when G > 4."""
+    g = torch.Generator().manual_seed(seed)
+    rows = [int(x) for x in torch.randint(mean // 2, mean * 3 // 2 + 1, (groups,), generator=g)]
+    if groups > 4:
+        rows[1] = 0
+    return rows
+
+
+def operands(rows: int, groups: int, n: int, k: int, fp8: bool, seed: int = 0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(rows, k, device="cuda", generator=gen)
+    b = torch.randn(groups, n, k, device="cuda", generator=gen)
+    if not fp8:
+        return a.bfloat16(), b.bfloat16(), None, None
+    qa, sa = quantize(a, 1)
+    qb = [quantize(b[g], BLOCK) for g in range(groups)]
+    return qa, torch.stack([q for q, _ in qb]), sa, torch.stack([s for _, s in qb])
+
+
+def rel(x, ref):
+    return float((x.float() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def reference_rows(a, b, sa, sb, g, r0, r1):
+    if sa is None:
+        return a[r0:r1].float() @ b[g].float().T
+    return dequantize(a[r0:r1], sa[r0:r1], 1) @ dequantize(b[g], sb[g], BLOCK).T
+
+
+def one() -> int:
+    """One small problem per (layout, dtype): D per group against fp32, untouched rows still NaN."""
+    bad = 0
+    for fp8 in (False, True):
+        rows, n, k = [70, 0, 1, 129], 200, 272 if fp8 else 264
+        for layout in ("masked", "contiguous"):
+            groups = len(rows)
+            if layout == "masked":
+                m_max = 130
+                a, b, sa, sb = operands(groups * m_max, groups, n, k, fp8)
+                spans = [(g * m_max, g * m_max + r) for g, r in enumerate(rows)]
+                out = torch.full((groups, m_max, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                ptxgen.grouped_gemm(a.reshape(groups, m_max, k), b,
+                                    masked_m=torch.tensor(rows, dtype=torch.int32, device="cuda"),
+                                    scale_a=None if sa is None else sa.reshape(groups, m_max, -1), scale_b=sb, out=out)
+            else:
+                idx = contiguous_layout(rows, device="cuda")
+                a, b, sa, sb = operands(idx.numel(), groups, n, k, fp8)
+                starts = [0]
+                for r in rows:
+                    starts.append(starts[-1] + -(-r // BLOCK) * BLOCK)
+                spans = [(starts[g], starts[g] + r) for g, r in enumerate(rows)]
+                out = torch.full((idx.numel(), n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                ptxgen.grouped_gemm(a, b, m_indices=idx, scale_a=sa, scale_b=sb, out=out)
+            torch.cuda.synchronize()
+            flat = out.reshape(-1, n)
+            valid = torch.zeros(flat.shape[0], dtype=torch.bool, device="cuda")
+            errs = []
+            for g, (r0, r1) in enumerate(spans):
+                valid[r0:r1] = True
+                if r1 > r0:
+                    errs.append(rel(flat[r0:r1], reference_rows(a, b, sa, sb, g, r0, r1)))
+            written = int((~torch.isnan(flat[~valid].float())).sum())
+            ok = max(errs) < 1e-2 and written == 0
+            bad += not ok
+            print(f"{layout} {'fp8' if fp8 else 'bf16'}: max group rel err {max(errs):.2e}, untouched elements "
+                  f"written {written}: {'ok' if ok else 'WRONG'}")
+    return 1 if bad else 0
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy, GB/s of bytes read + written (1 GiB copied)."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    us, _, _ = time_us(lambda: dst.copy_(src), inner=5)
+    return 2 * src.numel() / us / 1e3
+
+
+def _timed(row: dict, label: str, fn, flop: float = 0.0, nbytes: float = 0.0) -> None:
+    med, lo, hi = time_us(fn)
+    row[label] = {"us": round(med, 2), "us_min": round(lo, 2), "us_max": round(hi, 2)}
+    if flop:
+        row[label]["tflops"] = round(flop / med / 1e6, 1)
+    if nbytes:
+        row[label]["weight_GBps"] = round(nbytes / med / 1e3, 1)
+
+
+def contiguous_rows(fp8: bool, quick: bool) -> list[dict]:
+    out_rows = []
+    for groups, mean, n, k in PREFILL[:2] if quick else PREFILL:
+        rows = group_rows(groups, mean, 7)
+        idx = contiguous_layout(rows, device="cuda")
+        a, b, sa, sb = operands(idx.numel(), groups, n, k, fp8)
+        flop = 2.0 * sum(rows) * n * k
+        out = torch.empty((idx.numel(), n), device="cuda", dtype=torch.bfloat16)
+        row = {"layout": "contiguous", "dtype": "fp8" if fp8 else "bf16", "G": groups, "rows": rows, "N": n, "K": k}
+        starts = [0]
+        for r in rows:
+            starts.append(starts[-1] + -(-r // BLOCK) * BLOCK)
+        for cfg in configs_for("contiguous", fp8):
+            out.fill_(float("nan"))
+            ptxgen.grouped_gemm(a, b, m_indices=idx, scale_a=sa, scale_b=sb, out=out, config=cfg)  # checks the table
+            last = max(g for g, r in enumerate(rows) if r)
+            row[f"{cfg} rel err (first, last group)"] = [
+                rel(out[:rows[0]], reference_rows(a, b, sa, sb, 0, 0, rows[0])),
+                rel(out[starts[last]:starts[last] + rows[last]],
+                    reference_rows(a, b, sa, sb, last, starts[last], starts[last] + rows[last]))]
+            _timed(row, cfg, lambda: ptxgen.grouped_gemm(a, b, m_indices=idx, scale_a=sa, scale_b=sb, out=out,
+                                                         check_tables=False, config=cfg), flop)
+        if not fp8:
+            if hasattr(torch, "_grouped_mm"):
+                offs = torch.tensor(starts[1:], dtype=torch.int32, device="cuda")
+                bt = b.transpose(-2, -1)
+                try:
+                    d = torch._grouped_mm(a, bt, offs=offs, out_dtype=torch.bfloat16)
+                    torch.cuda.synchronize()
+                    row["torch._grouped_mm rel err (group 0)"] = rel(d[:rows[0]], out[:rows[0]].float())
+                    _timed(row, "torch._grouped_mm", lambda: torch._grouped_mm(a, bt, offs=offs,
+                                                                               out_dtype=torch.bfloat16), flop)
+                except Exception as exc:  # noqa: BLE001 - report what the installed torch refuses
+                    row["torch._grouped_mm"] = f"refused: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            else:
+                row["torch._grouped_mm"] = "absent in this torch"
+        else:
+            spans = [(starts[g], starts[g] + r) for g, r in enumerate(rows) if r]
+            gs = [g for g, r in enumerate(rows) if r]
+            # per-group operands sliced once, outside the timed loop; rows padded to 16 (the segments' padding)
+            per = [(a[r0:r0 + -(-(r1 - r0) // 16) * 16], b[g], sa[r0:r0 + -(-(r1 - r0) // 16) * 16], sb[g])
+                   for g, (r0, r1) in zip(gs, spans)]
+            for i in range(len(scaled_mm_variants(*per[0]))):
+                args = [(x, y) + scaled_mm_variants(x, y, u, v)[i][1:] for x, y, u, v in per]
+                what = scaled_mm_variants(*per[0])[i][0]
+                try:
+                    d = [torch._scaled_mm(x, y.T, scale_a=u, scale_b=v, out_dtype=torch.bfloat16) for x, y, u, v in args]
+                    torch.cuda.synchronize()
+                except Exception as exc:  # noqa: BLE001 - report what the installed torch refuses
+                    row.setdefault("scaled_mm refused", []).append(f"{what}: {type(exc).__name__}: "
+                                                                   f"{str(exc).splitlines()[0][:160]}")
+                    continue
+                row["scaled_mm layout"] = what
+                row["torch._scaled_mm loop rel err (group 0)"] = rel(d[0][:rows[gs[0]]], reference_rows(
+                    a, b, sa, sb, gs[0], spans[0][0], spans[0][1]))
+                _timed(row, "torch._scaled_mm loop",
+                       lambda: [torch._scaled_mm(x, y.T, scale_a=u, scale_b=v, out_dtype=torch.bfloat16)
+                                for x, y, u, v in args], flop)
+                break
+        out_rows.append(row)
+        print(json.dumps(row))
+    return out_rows
+
+
+def masked_rows(fp8: bool, quick: bool, copy_gbps: float) -> list[dict]:
+    out_rows = []
+    for groups, m_max, n, k in (DECODE[::4] if quick else DECODE):
+        g = torch.Generator().manual_seed(groups * m_max)
+        rows = [int(x) for x in torch.randint(m_max // 2, m_max + 1, (groups,), generator=g)]
+        a, b, sa, sb = operands(groups * m_max, groups, n, k, fp8)
+        a = a.reshape(groups, m_max, k)
+        sa = None if sa is None else sa.reshape(groups, m_max, -1)
+        mm = torch.tensor(rows, dtype=torch.int32, device="cuda")
+        out = torch.empty((groups, m_max, n), device="cuda", dtype=torch.bfloat16)
+        nbytes = sum(1 for r in rows if r) * n * k * b.element_size()
+        row = {"layout": "masked", "dtype": "fp8" if fp8 else "bf16", "G": groups, "M_max": m_max,
+               "masked_m_mean": round(sum(rows) / groups, 1), "N": n, "K": k, "weight_bytes": nbytes}
+        for cfg in configs_for("masked", fp8):
+            ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=sa, scale_b=sb, out=out, config=cfg)  # checks the table
+            row[f"{cfg} rel err (group 0)"] = rel(out[0, :rows[0]], reference_rows(
+                a.reshape(groups * m_max, k), b, None if sa is None else sa.reshape(groups * m_max, -1), sb, 0, 0, rows[0]))
+            _timed(row, cfg, lambda: ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=sa, scale_b=sb, out=out,
+                                                         check_tables=False, config=cfg), 2.0 * sum(rows) * n * k, nbytes)
+            row[cfg]["fraction_of_copy_bw"] = round(row[cfg]["weight_GBps"] / copy_gbps, 3)
+        out_rows.append(row)
+        print(json.dumps(row))
+    return out_rows
+
+
+def bench(json_path: str | None, quick: bool) -> None:
+    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "has_grouped_mm": hasattr(torch, "_grouped_mm")}
+    if info["has_grouped_mm"]:
+        import inspect
+
+        try:
+            info["grouped_mm_signature"] = str(inspect.signature(torch._grouped_mm))
+        except (TypeError, ValueError):
+            info["grouped_mm_signature"] = (torch._grouped_mm.__doc__ or "")[:300]
+    info["copy_GBps"] = round(copy_bandwidth(), 1)
+    print(json.dumps(info))
+    rows = []
+    for part in (lambda: masked_rows(False, quick, info["copy_GBps"]), lambda: masked_rows(True, quick, info["copy_GBps"]),
+                 lambda: contiguous_rows(False, quick), lambda: contiguous_rows(True, quick)):
+        rows += part()
+        if json_path:  # after each part: a run cut short keeps what it measured
+            with open(json_path, "w") as f:
+                json.dump({"info": info, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["one"]:
+        sys.exit(one())
+    bench(sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None, "--quick" in sys.argv)

@@ -1,0 +1,116 @@
+"""The grouped GEMM's tile scheduler (``schedule.grouped``): mixture-of-experts, one B per group.
+
+Both modes read a u32 table in global memory (kernel parameter ``group_ptr``) with
+:class:`~ptxgen.ir.ops.LdGlobalNcU32`; the producer and the consumers walk the same tiles and take the same
+skip decision from the same table word, so their operand-ring iterations (``tc x num_k + kb``, ``tc`` counting
+the tiles this CTA computed, not the ones it skipped) stay in step.
+
+* ``masked``: A ``[G, M_max, K]`` and D ``[G, M_max, N]`` flattened to ``[G x M_max, ...]`` (kernel ``m`` =
+  M_max), B ``[G, N, K]`` flattened to ``[G x N, K]``, table ``masked_m[G]``.  Work unit ``t`` of
+  ``G x num_m x num_n`` is group ``t / (num_m x num_n)``, then the usual swizzled tile; it is skipped when its
+  m-block starts at or past ``masked_m[g]``.  Stores are guarded by ``row_end = g x M_max + masked_m[g]``.
+* ``contiguous``: A ``[M_total, K]``, D ``[M_total, N]`` (kernel ``m`` = M_total), B as above, table
+  ``m_indices[M_total]``: each group's rows form one segment padded with -1 rows to a multiple of block_m (the
+  runtime refuses other tables).  An m-block lies in one segment: its group is ``m_indices[m_row]`` and it is
+  skipped when that is -1.  Each consumer thread reads the table entry of each row it stores and stores only
+  rows of the tile's group (padding rows stay untouched).
+
+B rows of the last n-block of a group whose N is not a multiple of block_n come from the next group (or TMA's
+zero fill past ``G x N``); they only feed columns ``>= N``, which no store writes.
+"""
+
+from __future__ import annotations
+
+from ..ir import Const, Expr, For, If, Let, LdGlobalNcU32, Param, Sreg, Var, ceil_div, emin, eq, lt, ne, select
+from ..plan import Plan
+from .common import LANE, T, WARP, Cluster, TileScheduler
+
+#: ``m_indices`` of a padding row (-1 as u32)
+NO_GROUP = 0xFFFFFFFF
+GROUP, ROWS = Var("group_id"), Var("group_rows")
+
+
+class GroupedTileScheduler(TileScheduler):
+    """Persistent walk over (group, m-block, n-block), skipping empty work (see module docstring).
+
+    ``setup()`` binds ``num_m``, ``num_n``, ``num_tiles`` (work units), ``cluster_id``, ``num_clusters`` and
+    ``tc = 0``; ``loop(body)`` binds per unit ``group_id``, ``m_row`` (a row of the flattened A and D), ``n_col``,
+    ``b_row`` (the row of the flattened B), for FP8 ``sa_col`` and ``sb_col`` (the tile's scale box columns),
+    for masked ``row_end``; it runs ``body`` only for a unit with work and then advances ``tc``.
+    """
+
+    def __init__(self, plan: Plan, cluster: Cluster):
+        super().__init__(plan, cluster)
+        assert cluster.size == 1 and plan.split is None
+        self.mode = plan.schedule.grouped
+
+    def setup(self) -> list:
+        p = self.p
+        tiles = Var("num_m") * Var("num_n")
+        return [
+            Let("num_m", ceil_div(Param("m"), p.mma.block_m)),
+            Let("num_n", ceil_div(Param("n"), p.mma.block_n)),
+            Let("num_tiles", Param("num_groups") * tiles if self.mode == "masked" else tiles),
+            Let("cluster_id", Sreg("ctaid")),
+            Let("num_clusters", Sreg("nctaid")),
+            Let("tc", Const(0)),
+        ]
+
+    def tiles_done(self) -> Expr:
+        """Tiles this CTA computed (``tc`` after the loop; skipped units do not count)."""
+        return Var("tc")
+
+    def loop(self, body: list) -> For:
+        p = self.p
+        if self.mode == "masked":
+            per_group = Var("num_m") * Var("num_n")
+            head = [Let("group_id", T // per_group),
+                    *self.swizzle(T % per_group, [Let("m_local", Var("cm") * p.mma.block_m)]),
+                    LdGlobalNcU32("group_rows_raw", GROUP),  # clamped to M_max: never a row of the next group
+                    Let("group_rows", emin(Var("group_rows_raw"), Param("m"))),
+                    Let("m_row", GROUP * Param("m") + Var("m_local")),
+                    Let("row_end", GROUP * Param("m") + ROWS),
+                    Let("has_work", lt(Var("m_local"), ROWS))]
+        else:
+            head = [*self.swizzle(T, [Let("m_row", Var("cm") * p.mma.block_m)]),
+                    LdGlobalNcU32("group_id", Var("m_row")),
+                    Let("has_work", ne(GROUP, NO_GROUP))]
+        head.append(Let("b_row", GROUP * Param("n") + Var("n_col")))
+        if p.promotion is not None:
+            # scale_b [k-blocks, G x blocks]: each group's blocks padded to whole 16-byte boxes (sb_box fp32); masked
+            # scale_a [k-blocks, G x M_pad]: each group's rows padded to a multiple of sb_box, so that a box starts
+            # 16-byte aligned (on the H100 a scale box at an unaligned column raised "illegal instruction")
+            pr = p.promotion
+            box_rows = pr.b_block_rows * pr.sb_box
+            head.append(Let("sb_col", GROUP * (ceil_div(Param("n"), box_rows) * pr.sb_box)
+                            + Var("n_col") // box_rows * pr.sb_box))
+            head.append(Let("sa_col", GROUP * (ceil_div(Param("m"), pr.sb_box) * pr.sb_box) + Var("m_local"))
+                        if self.mode == "masked" else Let("sa_col", Var("m_row")))
+        step = [If(Var("has_work"), tuple(body)), Let("tc", Var("tc") + Var("has_work"))]
+        return For("t", Var("cluster_id"), Var("num_tiles"), Var("num_clusters"), tuple(head + step))
+
+
+def b_row(plan: Plan) -> Expr:
+    """The row of B a tile's load starts at: ``n_col``, or in a grouped kernel the flattened ``b_row``."""
+    return Var("b_row") if plan.schedule.grouped != "none" else Var("n_col")
+
+
+def row_table_loads(plan: Plan, row0: Expr) -> list:
+    """Contiguous grouped kernels: each consumer thread reads ``m_indices`` of the two rows per M-wave it stores
+    (fragment rows ``l/4`` and ``l/4 + 8`` of its warp's 16; ``row0``: the warpgroup's first row in D)."""
+    if plan.schedule.grouped != "contiguous":
+        return []
+    frag_row = (WARP % 4) * 16 + LANE // 4
+    return [LdGlobalNcU32(f"row_group{v}_{h}", row0 + v * plan.mma.wave_rows + frag_row + 8 * h)
+            for v in range(plan.mma.m_waves) for h in (0, 1)]
+
+
+def store_row_end(plan: Plan, v: int, half: int) -> Expr | None:
+    """The row bound of a fragment store of wave ``v``, row ``half`` (:class:`~ptxgen.ir.ops.StGlobal16` ``row_end``):
+    masked ``row_end``; contiguous ``m`` for a row of the tile's group, else 0 (no store); None otherwise."""
+    mode = plan.schedule.grouped
+    if mode == "masked":
+        return Var("row_end")
+    if mode == "contiguous":
+        return select(eq(Var(f"row_group{v}_{half}"), GROUP), Param("m"), 0)
+    return None

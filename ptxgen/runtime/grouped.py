@@ -1,0 +1,341 @@
+"""``ptxgen.grouped_gemm``: grouped GEMM for mixture-of-experts on sm_90a (bf16, or FP8 with DeepSeek-V3's block
+scales), one B per group (expert), the kernels of ``schedule.grouped`` configs (docs/grouped.md).
+
+Two layouts, as DeepGEMM names them:
+
+* masked (decode): A ``[G, M_max, K]``, ``masked_m`` int32 ``[G]`` (valid rows of each group), D
+  ``[G, M_max, N]``; rows ``>= masked_m[g]`` of D are never written.
+* contiguous (prefill, training): A ``[M_total, K]`` with rows grouped by expert, ``m_indices`` int32
+  ``[M_total]`` (each row's group, -1 for a padding row), D ``[M_total, N]``; padding rows are never written.
+
+Every input rule is checked before any launch and raised as one line (:class:`~ptxgen.errors.ShapeError`), ``out``
+untouched; the tables (``masked_m``, ``m_indices``) are read on the host for that (one synchronizing copy per
+call; ``check_tables=False`` skips it, and a table breaking the rules then gives wrong rows, never an access
+outside A, B or D).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ptxgen.errors import ConfigError, ShapeError
+from ptxgen.hw import FP8_SCALE_BLOCK
+
+#: shipped configs by (layout, fp8); bf16 masked with M_max > MASKED_WIDE_ROWS takes MASKED_WIDE instead
+DEFAULT_CONFIGS = {("masked", False): "grouped_masked_h100_128x128",
+                   ("contiguous", False): "grouped_contiguous_h100_128x256",
+                   ("masked", True): "grouped_masked_fp8_h100_128x128",
+                   ("contiguous", True): "grouped_contiguous_fp8_h100_128x128"}
+#: measured on the H100 (docs/grouped.md): the 128x256 tile is 12-16 % faster at M_max = 256, 1-6 % slower at 64-128
+MASKED_WIDE, MASKED_WIDE_ROWS = "grouped_masked_h100_128x256", 128
+#: rows of A per m-block of the shipped configs: a contiguous segment's padding multiple
+BLOCK_M = 128
+NO_GROUP = -1
+_SB_BOX = 4  # fp32 scale_b blocks per 16-byte TMA box: each group's blocks are padded to a multiple of it
+_ALIGN = 16
+
+
+@dataclass(frozen=True)
+class GroupedProblem:
+    """A checked grouped GEMM: ``layout`` (``masked``/``contiguous``), ``fp8``, ``groups`` (G), ``rows`` (rows of A
+    and D: G x M_max or M_total), ``m`` (the kernel's m: M_max or M_total), ``n``, ``k``."""
+
+    layout: str
+    fp8: bool
+    groups: int
+    rows: int
+    m: int
+    n: int
+    k: int
+
+
+def contiguous_layout(group_rows: Any, block_m: int = BLOCK_M, device: Any = None) -> Any:
+    """DeepGEMM's ``m_indices`` (int32 ``[M_total]``) for groups of ``group_rows[g]`` rows: each group's rows, then
+    -1 padding to a multiple of ``block_m``, in group order (an empty group has no segment)."""
+    import torch
+
+    parts = []
+    for g, r in enumerate(int(x) for x in group_rows):
+        pad = -(-r // block_m) * block_m
+        parts += [torch.full((r,), g, dtype=torch.int32), torch.full((pad - r,), NO_GROUP, dtype=torch.int32)]
+    out = torch.cat(parts) if parts else torch.zeros((0,), dtype=torch.int32)
+    return out.to(device) if device is not None else out
+
+
+def _tensor(name: str, t: Any, dims: int, what: str, dtype: Any, require_cuda: bool, device: Any = None) -> None:
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise ShapeError(f"{name}: got {type(t).__name__}: must be a torch.Tensor")
+    if t.dim() != dims:
+        raise ShapeError(f"{name}: shape={tuple(t.shape)}: must be {dims}-D {what}")
+    if t.dtype not in (dtype if isinstance(dtype, tuple) else (dtype,)):
+        want = " or ".join(str(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,)))
+        raise ShapeError(f"{name}: dtype={t.dtype}: must be {want}")
+    if require_cuda and t.device.type != "cuda":
+        raise ShapeError(f"{name}: device={t.device}: must be a CUDA tensor")
+    if device is not None and t.device != device:
+        raise ShapeError(f"{name}: device={t.device}: must be on a's device {device}")
+
+
+def _dense(name: str, t: Any) -> None:
+    if t.numel() and not t.is_contiguous():
+        raise ShapeError(f"{name}: shape={tuple(t.shape)} stride={t.stride()}: must be contiguous; call .contiguous()")
+    if t.numel() and t.data_ptr() % _ALIGN:
+        raise ShapeError(f"{name}: data_ptr={t.data_ptr():#x}: must be {_ALIGN}-byte aligned (TMA); call .clone()")
+
+
+def _extent(t: Any) -> tuple[int, int]:
+    start = t.data_ptr()
+    return start, start + t.numel() * t.element_size()
+
+
+def check_indices(m_indices: Any, groups: int, block_m: int = BLOCK_M) -> None:
+    """The rules of a contiguous ``m_indices`` (a 1-D integer tensor, any device; read on the host).
+
+    Every value is -1 (padding) or a group in ``[0, G)``; ``M_total`` is a multiple of ``block_m``; each group's
+    rows form one segment starting on an m-block (a multiple of ``block_m``) and padded with -1 rows only at its
+    end, up to the next multiple of ``block_m``; segments in ascending group order.  So an m-block holds rows of one
+    group followed by padding, or padding only.  Raises ShapeError (one line) naming the first row breaking a rule.
+    """
+    idx = m_indices.detach().to("cpu", copy=True).long()
+    total = idx.numel()
+    bad = ((idx < NO_GROUP) | (idx >= groups)).nonzero()
+    if len(bad):
+        r = int(bad[0])
+        raise ShapeError(f"m_indices[{r}]={int(idx[r])}: must be -1 (padding) or a group in [0, {groups})")
+    if total % block_m:
+        raise ShapeError(f"m_indices: length {total}: must be a multiple of block_m={block_m} (each group's segment "
+                         "padded with -1 rows to a multiple of block_m)")
+    if not total:
+        return
+    blocks = idx.reshape(-1, block_m)
+    first = blocks[:, :1]
+    pad = blocks == NO_GROUP
+    after_pad = pad.int().cummax(dim=1).values.bool() & ~pad
+    wrong = ((blocks != first) & ~pad) | after_pad
+    if wrong.any():
+        b, r = (int(x) for x in wrong.nonzero()[0])
+        row = b * block_m + r
+        raise ShapeError(f"m_indices[{row}]={int(idx[row])}: m-block {b} starts with {int(first[b, 0])}; an m-block "
+                         f"holds rows of one group then -1 padding (segments aligned to block_m={block_m})")
+    heads = first[:, 0].tolist()
+    full = (~pad).all(dim=1).tolist()
+    last = NO_GROUP
+    for b, g in enumerate(heads):
+        if g == NO_GROUP:
+            continue
+        if g < last or (g == last and (heads[b - 1] != g or not full[b - 1])):
+            raise ShapeError(f"m_indices[{b * block_m}]={g}: group {g} after group {last}"
+                             + (" (unsorted: segments must be in ascending group order)" if g < last else
+                                " ended by padding: a group's rows form one segment, padded only at its end"))
+        last = g
+
+
+def check_grouped_operands(a: Any, b: Any, m_indices: Any = None, masked_m: Any = None, scale_a: Any = None,
+                           scale_b: Any = None, out: Any = None, *, require_cuda: bool = True,
+                           check_tables: bool = True, block_m: int = BLOCK_M) -> GroupedProblem:
+    """Every rule :func:`grouped_gemm` keeps; no launch (``check_tables`` reads the table on the host).
+
+    Returns the :class:`GroupedProblem`.  Raises ShapeError (one line: argument, value, rule) for the first rule
+    broken: tensors of the right rank, dtype (a, b both bf16 or both ``float8_e4m3fn``; tables int32; scales
+    float32; out bf16) and device; exactly one of ``m_indices`` / ``masked_m``; B ``[G, N, K]`` with G equal to
+    the table's (masked) and K equal to A's; K a multiple of 8 (bf16) or 16 (e4m3) for 16-byte TMA row strides;
+    a, b, out contiguous and 16-byte aligned; scales (FP8 only) ``scale_a`` one per row of A and 128-K block,
+    ``scale_b`` ``[G, ceil(N/128), ceil(K/128)]``; out overlapping no input; ``0 <= masked_m[g] <= M_max``;
+    ``m_indices`` as :func:`check_indices`.
+    """
+    import torch
+
+    if (m_indices is None) == (masked_m is None):
+        raise ShapeError("m_indices/masked_m: pass exactly one (contiguous layout: m_indices; masked layout: masked_m)")
+    layout = "masked" if masked_m is not None else "contiguous"
+    e4m3 = torch.float8_e4m3fn
+    a_dims = 3 if layout == "masked" else 2
+    _tensor("a", a, a_dims, "[G, M_max, K]" if layout == "masked" else "[M_total, K]", (torch.bfloat16, e4m3),
+            require_cuda)
+    dev = a.device
+    _tensor("b", b, 3, "[G, N, K]", a.dtype, require_cuda, dev)
+    fp8 = a.dtype == e4m3
+    table, tname = (masked_m, "masked_m") if layout == "masked" else (m_indices, "m_indices")
+    _tensor(tname, table, 1, "[G]" if layout == "masked" else "[M_total]", torch.int32, require_cuda, dev)
+    groups, n, k = b.shape
+    if a.shape[-1] != k:
+        raise ShapeError(f"b: shape={tuple(b.shape)}: K={k} must equal a's K={a.shape[-1]} (b is [G, N, K])")
+    if layout == "masked":
+        if a.shape[0] != groups:
+            raise ShapeError(f"a: shape={tuple(a.shape)}: G={a.shape[0]} must equal b's G={groups}")
+        if masked_m.shape[0] != groups:
+            raise ShapeError(f"masked_m: shape={tuple(masked_m.shape)}: must be [G] = ({groups},) (b's G)")
+        rows, m = groups * a.shape[1], a.shape[1]
+    else:
+        rows = m = a.shape[0]
+        if m_indices.shape[0] != rows:
+            raise ShapeError(f"m_indices: shape={tuple(m_indices.shape)}: must be [M_total] = ({rows},) (a's rows)")
+    k_multiple = 16 if fp8 else 8
+    if k < 1 or k % k_multiple:
+        raise ShapeError(f"K={k}: must be a positive multiple of {k_multiple} ({'e4m3' if fp8 else 'bf16'} rows need "
+                         "16-byte TMA row strides)")
+    for name, t in (("a", a), ("b", b)):
+        _dense(name, t)
+    inputs = [("a", a), ("b", b), (tname, table)]
+    kb = -(-k // FP8_SCALE_BLOCK)
+    if fp8:
+        for name, t, want, what in (
+                ("scale_a", scale_a, tuple(a.shape[:-1]) + (kb,),
+                 "[G, M_max, ceil(K/128)]" if layout == "masked" else "[M_total, ceil(K/128)]"),
+                ("scale_b", scale_b, (groups, -(-n // FP8_SCALE_BLOCK), kb), "[G, ceil(N/128), ceil(K/128)]")):
+            if t is None:
+                raise ShapeError(f"{name}: None: FP8 operands need {name} {what} (float32)")
+            _tensor(name, t, len(want), what, torch.float32, require_cuda, dev)
+            if tuple(t.shape) != want:
+                raise ShapeError(f"{name}: shape={tuple(t.shape)}: must be {what} = {want} (one fp32 scale per "
+                                 f"{'row' if name == 'scale_a' else '128 rows of each group'} and 128-K block)")
+            inputs.append((name, t))
+    elif scale_a is not None or scale_b is not None:
+        raise ShapeError("scale_a/scale_b: given for bf16 operands; scales belong to float8_e4m3fn operands only")
+    if out is not None:
+        want = (groups, m, n) if layout == "masked" else (rows, n)
+        _tensor("out", out, len(want), "[G, M_max, N]" if layout == "masked" else "[M_total, N]", torch.bfloat16,
+                require_cuda, dev)
+        if tuple(out.shape) != want:
+            raise ShapeError(f"out: shape={tuple(out.shape)}: must be {want}")
+        _dense("out", out)
+        for name, t in inputs:
+            (o0, o1), (t0, t1) = _extent(out), _extent(t)
+            if o0 < o1 and t0 < t1 and o0 < t1 and t0 < o1:
+                raise ShapeError(f"out: memory overlaps {name}: D must not alias an input")
+    if check_tables and table.numel():
+        if layout == "masked":
+            host = masked_m.detach().to("cpu", copy=True)
+            bad = ((host < 0) | (host > m)).nonzero()
+            if len(bad):
+                g = int(bad[0])
+                raise ShapeError(f"masked_m[{g}]={int(host[g])}: must be in [0, M_max={m}]")
+        else:
+            check_indices(m_indices, groups, block_m)
+    return GroupedProblem(layout, fp8, groups, rows, m, n, k)
+
+
+def default_config(p: GroupedProblem) -> str:
+    """The shipped config ``config=None`` takes: by layout and dtype, bf16 masked also by M_max (measured)."""
+    if p.layout == "masked" and not p.fp8 and p.m > MASKED_WIDE_ROWS:
+        return MASKED_WIDE
+    return DEFAULT_CONFIGS[(p.layout, p.fp8)]
+
+
+def _refuses(spec: Any, problem: GroupedProblem) -> str | None:
+    layout = spec.extra.get("grouped")
+    if layout != problem.layout:
+        return (f"config {spec.name}: schedule.grouped={layout or 'none'}; this call needs a "
+                f"schedule.grouped={problem.layout} config ({DEFAULT_CONFIGS[(problem.layout, problem.fp8)]})")
+    if ("scale_a" in spec.tensor_maps) != problem.fp8:
+        return (f"config {spec.name}: operands {'fp8' if 'scale_a' in spec.tensor_maps else 'bf16'} do not match "
+                f"{'float8_e4m3fn' if problem.fp8 else 'bf16'} a/b ({DEFAULT_CONFIGS[(problem.layout, problem.fp8)]})")
+    return None
+
+
+def _scale_b_map(scale_b: Any, device: Any) -> tuple[tuple[int, int, int, int], Any]:
+    """scale_b ``[G, nb, kb]`` as the kernel's map reads it: ``[kb, G x nbp]``, each group's blocks padded with
+    zeros to ``nbp`` (a multiple of 4: whole 16-byte boxes), transposed (a new tensor, kept alive by the caller)."""
+    import torch
+
+    groups, nb, kb = scale_b.shape
+    nbp = -(-nb // _SB_BOX) * _SB_BOX
+    staged = torch.zeros((kb, groups, nbp), dtype=torch.float32, device=device)
+    staged[:, :, :nb].copy_(scale_b.permute(2, 0, 1))
+    return (staged.data_ptr(), kb, groups * nbp, groups * nbp), staged
+
+
+def _scale_a_map(scale_a: Any, device: Any) -> tuple[tuple[int, int, int, int], Any]:
+    """Masked scale_a ``[G, M_max, kb]`` as the kernel's map reads it: ``[kb, G x M_pad]``, each group's rows padded
+    with zeros to ``M_pad`` (a multiple of 4: a box starts 16-byte aligned), transposed (a new tensor)."""
+    import torch
+
+    groups, m_max, kb = scale_a.shape
+    m_pad = -(-m_max // _SB_BOX) * _SB_BOX
+    staged = torch.zeros((kb, groups, m_pad), dtype=torch.float32, device=device)
+    staged[:, :, :m_max].copy_(scale_a.permute(2, 0, 1))
+    return (staged.data_ptr(), kb, groups * m_pad, groups * m_pad), staged
+
+
+def grouped_gemm(a: Any, b: Any, m_indices: Any = None, masked_m: Any = None, scale_a: Any = None,
+                 scale_b: Any = None, out: Any = None, config: Any = None, *, check_tables: bool = True) -> Any:
+    """Grouped GEMM on sm_90a, on torch's current stream: for each group g, ``D_g = A_g @ B[g].T`` (fp32 accumulate,
+    bf16 out); with FP8 operands DeepSeek-V3's block-scaled product (:func:`ptxgen.gemm_fp8`, docs/fp8.md).
+
+    Layouts (pass exactly one table):
+
+    * masked (decode): ``a`` ``[G, M_max, K]``, ``masked_m`` int32 ``[G]`` with ``0 <= masked_m[g] <= M_max``;
+      D ``[G, M_max, N]``; rows ``>= masked_m[g]`` of group g are never written (left as they are in ``out``).
+    * contiguous (prefill, training; DeepGEMM's layout): ``a`` ``[M_total, K]``, ``m_indices`` int32
+      ``[M_total]``: each group's rows form one segment that starts at a multiple of block_m = 128 and is padded
+      with -1 rows to the next multiple of 128 (so ``M_total`` is a multiple of 128), segments in ascending group
+      order, an empty group has no segment; D ``[M_total, N]``; padding rows are never written.
+
+    Args:
+        a: A, bf16 or ``torch.float8_e4m3fn``, contiguous, 16-byte aligned, on a CUDA device.
+        b: B ``[G, N, K]`` (one weight per group: D's columns are B's rows), a's dtype, contiguous.  Any N: the
+            last n-block of a group reads rows of the next group, which only feed columns ``>= N`` (never stored).
+        m_indices, masked_m: the table of the layout, int32 on a's device.
+        scale_a: FP8 only: float32 one scale per row of A and 128-K block (``[G, M_max, ceil(K/128)]`` or
+            ``[M_total, ceil(K/128)]``).
+        scale_b: FP8 only: float32 ``[G, ceil(N/128), ceil(K/128)]`` (one scale per 128 x 128 block of each B).
+        out: optional D, bf16, contiguous, 16-byte aligned, overlapping no input.
+        config: a ``schedule.grouped`` config of the layout and dtype, or None for the shipped one
+            (:func:`default_config`).
+        check_tables: read the table on the host to refuse one that breaks the rules (one synchronizing copy).
+
+    Returns:
+        D (``out`` if given; a new tensor is allocated with ``torch.empty``, so its untouched rows hold whatever
+        the allocator gave: pass a filled ``out`` when those rows matter).
+
+    Raises:
+        ShapeError: a bad input (:func:`check_grouped_operands`), before any launch; ``out`` untouched.
+        ConfigError: a config of another layout or dtype, or a device that is not sm_90a.
+        CudaError: a driver call failed.
+    """
+    p = check_grouped_operands(a, b, m_indices, masked_m, scale_a, scale_b, out, check_tables=check_tables)
+    return _launch(p, a, b, masked_m if p.layout == "masked" else m_indices, scale_a, scale_b, out, config)
+
+
+def _launch(p: GroupedProblem, a: Any, b: Any, table: Any, scale_a: Any, scale_b: Any, out: Any, config: Any) -> Any:
+    """Resolve and load the config, map the operands, one launch (the inputs passed :func:`check_grouped_operands`)."""
+    import torch
+
+    from ptxgen.runtime import api, driver
+
+    if out is None:
+        out = torch.empty((p.groups, p.m, p.n) if p.layout == "masked" else (p.rows, p.n), dtype=torch.bfloat16,
+                          device=a.device)
+    if not (p.rows and p.n):
+        return out
+    ordinal = api._ordinal(a)
+    driver.ensure_context(ordinal)
+    info = driver.device_info(ordinal)
+    loaded = api.loaded_kernel(default_config(p) if config is None else config, ordinal)
+    spec = loaded.spec
+    refused = _refuses(spec, p)
+    if refused:
+        raise ConfigError(refused)
+    api.check_arch(spec.name, spec.arch, info.capability)
+    bm, bn = spec.grid.tile_rows, spec.grid.tile_cols
+    units = (p.groups if p.layout == "masked" else 1) * -(-p.m // bm) * -(-p.n // bn)
+    grid_x = max(1, min(units, info.sm_count))
+    maps = [(a.data_ptr(), p.rows, p.k, p.k), (b.data_ptr(), p.groups * p.n, p.k, p.k)]
+    held = []
+    if p.fp8:
+        kb = -(-p.k // FP8_SCALE_BLOCK)
+        if p.layout == "masked":
+            sa, held_a = _scale_a_map(scale_a, a.device)
+        else:
+            sa, held_a = api._scale_map(scale_a, p.rows, kb, a.device)
+        sb, held_b = _scale_b_map(scale_b, a.device)
+        maps += [sa, sb]
+        held += [held_a, held_b]
+    maps.append(None)  # tmap_d: grouped kernels store D directly
+    scalars = (out.data_ptr(), p.m, p.n, p.k, table.data_ptr(), p.groups)
+    loaded.launcher.launch(grid_x, tuple(maps), scalars, driver.current_stream(ordinal))
+    del held  # the caching allocator reuses them only after the launch on this stream
+    return out

@@ -1,0 +1,148 @@
+"""GPU tests of the grouped GEMM ``ptxgen.grouped_gemm`` (marked ``gpu``; sm_90a).
+
+For each shipped config of each layout (masked, contiguous; bf16 and FP8), Hypothesis draws the number of groups G
+(1..12), each group's rows (empty groups and groups of one row included), N and K; ``out`` is poisoned with NaN;
+each group's rows are compared with an fp32 reference of that group alone (FP8: the recipe's dequantized operands,
+:mod:`ptxgen.runtime.fp8`) by relative Frobenius error (< 1e-2), and every row outside the groups' valid rows
+(masked: rows >= masked_m[g]; contiguous: padding rows) must still be NaN (never written).
+``PTXGEN_GPU_EXAMPLES`` sets the examples per test (default 40).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ptxgen.config as config_mod
+from ptxgen.errors import ShapeError
+from ptxgen.runtime import fp8 as fp8_recipe
+from ptxgen.runtime.grouped import contiguous_layout
+
+pytestmark = pytest.mark.gpu
+
+EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "40"))
+
+
+def _configs(layout: str) -> list[tuple[bool, str]]:
+    """(fp8, name) of every shipped config of the layout (``schedule.grouped``)."""
+    out = []
+    for name in config_mod.shipped_configs():
+        cfg = config_mod.load_config(name)
+        if cfg.schedule.grouped == layout:
+            out.append((cfg.operands == "fp8", name))
+    return out
+
+TOLERANCE = 1e-2
+BLOCK = 128
+
+
+def _operands(torch, rows: int, groups: int, n: int, k: int, fp8: bool, seed: int):
+    """A ``[rows, k]``, B ``[G, n, k]`` (and the FP8 scales), and their fp32 values for the reference."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a32 = torch.randn(rows, k, device="cuda", generator=gen)
+    b32 = torch.randn(groups, n, k, device="cuda", generator=gen)
+    if not fp8:
+        a, b = a32.bfloat16(), b32.bfloat16()
+        return a, b, None, None, a.float(), b.float()
+    a, sa = fp8_recipe.quantize(a32, 1)
+    qs = [fp8_recipe.quantize(b32[g], BLOCK) for g in range(groups)]
+    b = torch.stack([q for q, _ in qs])
+    sb = torch.stack([s for _, s in qs])
+    ref_a = fp8_recipe.dequantize(a, sa, 1)
+    ref_b = torch.stack([fp8_recipe.dequantize(b[g], sb[g], BLOCK) for g in range(groups)])
+    return a, b, sa, sb, ref_a, ref_b
+
+
+def _check(torch, out, spans, ref_a, ref_b, what: str) -> None:
+    """Each group's rows against its fp32 product; every other row still NaN."""
+    torch.cuda.synchronize()
+    flat = out.reshape(-1, out.shape[-1])
+    valid = torch.zeros(flat.shape[0], dtype=torch.bool, device="cuda")
+    for g, (r0, r1) in enumerate(spans):
+        if r1 == r0:
+            continue
+        valid[r0:r1] = True
+        ref = ref_a[r0:r1] @ ref_b[g].T
+        got = flat[r0:r1].float()
+        nan = int(torch.isnan(got).sum())
+        assert nan == 0, f"{what}: group {g}: {nan} outputs never written (NaN)"
+        err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+        assert err < TOLERANCE, f"{what}: group {g} rows {r0}..{r1 - 1}: relative Frobenius error {err:.3e}"
+    written = int((~torch.isnan(flat[~valid].float())).sum())
+    assert written == 0, f"{what}: {written} elements of rows outside the groups' valid rows were written"
+
+
+group_rows = st.lists(st.one_of(st.just(0), st.just(1), st.integers(0, 300)), min_size=1, max_size=12)
+n_dims = st.one_of(st.integers(1, 300), st.integers(1, 1100))
+
+
+@pytest.mark.parametrize("fp8, config", _configs("masked"))
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rows=group_rows, n=n_dims, k16=st.integers(1, 64), seed=st.integers(0, 2**31 - 1), m_extra=st.integers(0, 70))
+def test_masked_matches_per_group_reference(fp8, config, rows, n, k16, seed, m_extra):
+    torch = pytest.importorskip("torch")
+    import ptxgen
+
+    k = 16 * k16
+    groups, m_max = len(rows), max(rows) + m_extra or 1
+    a, b, sa, sb, ref_a, ref_b = _operands(torch, groups * m_max, groups, n, k, fp8, seed)
+    a = a.reshape(groups, m_max, k)
+    sa = sa.reshape(groups, m_max, -1) if fp8 else None
+    masked_m = torch.tensor(rows, dtype=torch.int32, device="cuda")
+    out = torch.full((groups, m_max, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    d = ptxgen.grouped_gemm(a, b, masked_m=masked_m, scale_a=sa, scale_b=sb, out=out, config=config)
+    assert d.data_ptr() == out.data_ptr()
+    spans = [(g * m_max, g * m_max + r) for g, r in enumerate(rows)]
+    _check(torch, out, spans, ref_a, ref_b, f"{config} G={groups} M_max={m_max} "
+                                            f"masked_m={rows} N={n} K={k}")
+
+
+@pytest.mark.parametrize("fp8, config", _configs("contiguous"))
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rows=group_rows, n=n_dims, k16=st.integers(1, 64), seed=st.integers(0, 2**31 - 1))
+def test_contiguous_matches_per_group_reference(fp8, config, rows, n, k16, seed):
+    torch = pytest.importorskip("torch")
+    import ptxgen
+
+    k = 16 * k16
+    m_indices = contiguous_layout(rows, device="cuda")
+    total = m_indices.numel()
+    if total == 0:
+        return
+    groups = len(rows)
+    a, b, sa, sb, ref_a, ref_b = _operands(torch, total, groups, n, k, fp8, seed)
+    out = torch.full((total, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    ptxgen.grouped_gemm(a, b, m_indices=m_indices, scale_a=sa, scale_b=sb, out=out, config=config)
+    starts, spans = 0, []
+    for r in rows:
+        spans.append((starts, starts + r))
+        starts += -(-r // BLOCK) * BLOCK
+    _check(torch, out, spans, ref_a, ref_b, f"{config} rows={rows} N={n} K={k}")
+
+
+def test_every_layout_has_bf16_and_fp8_configs():
+    for layout in ("masked", "contiguous"):
+        assert {fp8 for fp8, _ in _configs(layout)} == {False, True}
+
+
+def test_bad_tables_raise_before_launch_out_untouched():
+    torch = pytest.importorskip("torch")
+    import ptxgen
+
+    a = torch.randn(2, 64, 128, device="cuda").bfloat16()
+    b = torch.randn(2, 256, 128, device="cuda").bfloat16()
+    out = torch.full((2, 64, 256), 3.0, dtype=torch.bfloat16, device="cuda")
+    for mm, match in (([65, 1], r"masked_m\[0\]=65: must be in \[0, M_max=64\]"),
+                      ([1, -1], r"masked_m\[1\]=-1"), ([1, 2, 3], r"masked_m: shape=\(3,\): must be \[G\] = \(2,\)")):
+        with pytest.raises(ShapeError, match=match):
+            ptxgen.grouped_gemm(a, b, masked_m=torch.tensor(mm, dtype=torch.int32, device="cuda"), out=out)
+    a2 = torch.randn(256, 128, device="cuda").bfloat16()
+    out2 = torch.full((256, 256), 3.0, dtype=torch.bfloat16, device="cuda")
+    unsorted = torch.cat([contiguous_layout([0, 5]), contiguous_layout([5])]).cuda()  # group 1, then group 0
+    with pytest.raises(ShapeError, match="unsorted"):
+        ptxgen.grouped_gemm(a2, b, m_indices=unsorted, out=out2)
+    torch.cuda.synchronize()
+    assert bool((out == 3.0).all()) and bool((out2 == 3.0).all())

@@ -1,0 +1,209 @@
+"""``ptxgen.grouped_gemm`` without a GPU: every input rule is a one-line ShapeError before any launch, ``out``
+untouched; the table rules of both layouts; configs of another layout or dtype refused; the launch packs the
+kernel's signature (maps and scalars) with a monkeypatched driver."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ptxgen  # noqa: E402
+from ptxgen.build import build  # noqa: E402
+from ptxgen.errors import ConfigError, ShapeError  # noqa: E402
+from ptxgen.runtime import grouped  # noqa: E402
+from ptxgen.runtime.grouped import check_grouped_operands, check_indices, contiguous_layout  # noqa: E402
+
+BF16, E4M3, I32 = torch.bfloat16, torch.float8_e4m3fn, torch.int32
+
+
+def masked(g=3, m=64, n=200, k=256, dtype=BF16, **over):
+    x = {"a": torch.zeros((g, m, k), dtype=dtype), "b": torch.zeros((g, n, k), dtype=dtype),
+         "masked_m": torch.tensor([m, 0, 1][:g] + [1] * max(0, g - 3), dtype=I32)}
+    if dtype == E4M3:
+        x["scale_a"] = torch.ones((g, m, -(-k // 128)))
+        x["scale_b"] = torch.ones((g, -(-n // 128), -(-k // 128)))
+    x.update(over)
+    return x
+
+
+def contiguous(rows=(70, 0, 1), n=200, k=256, dtype=BF16, **over):
+    idx = contiguous_layout(rows)
+    x = {"a": torch.zeros((idx.numel(), k), dtype=dtype), "b": torch.zeros((len(rows), n, k), dtype=dtype),
+         "m_indices": idx}
+    if dtype == E4M3:
+        x["scale_a"] = torch.ones((idx.numel(), -(-k // 128)))
+        x["scale_b"] = torch.ones((len(rows), -(-n // 128), -(-k // 128)))
+    x.update(over)
+    return x
+
+
+def test_valid_operands_give_the_problem():
+    p = check_grouped_operands(**masked(), require_cuda=False)
+    assert (p.layout, p.fp8, p.groups, p.rows, p.m, p.n, p.k) == ("masked", False, 3, 192, 64, 200, 256)
+    p = check_grouped_operands(**contiguous(dtype=E4M3), require_cuda=False)
+    assert (p.layout, p.fp8, p.groups, p.rows, p.m) == ("contiguous", True, 3, 256, 256)
+
+
+def test_contiguous_layout_pads_each_segment_to_block_m():
+    idx = contiguous_layout([70, 0, 129, 1])
+    assert idx.numel() == 128 + 256 + 128
+    assert idx[:70].eq(0).all() and idx[70:128].eq(-1).all() and idx[128:257].eq(2).all()
+    assert idx[257:384].eq(-1).all() and idx[384] == 3 and idx[385:].eq(-1).all()
+
+
+@pytest.mark.parametrize("make, over, message", [
+    (masked, {"a": torch.zeros((3, 64, 256), dtype=torch.float16)}, "a: dtype=torch.float16: must be"),
+    (masked, {"b": torch.zeros((3, 200, 256), dtype=E4M3)}, "b: dtype=torch.float8_e4m3fn: must be torch.bfloat16"),
+    (masked, {"b": torch.zeros((2, 200, 256), dtype=BF16)}, "a: shape=(3, 64, 256): G=3 must equal b's G=2"),
+    (masked, {"masked_m": torch.tensor([1, 1], dtype=I32)}, "masked_m: shape=(2,): must be [G] = (3,) (b's G)"),
+    (masked, {"masked_m": torch.tensor([1, 1, 1], dtype=torch.int64)}, "masked_m: dtype=torch.int64: must be torch.int32"),
+    (masked, {"masked_m": torch.tensor([65, 0, 1], dtype=I32)}, "masked_m[0]=65: must be in [0, M_max=64]"),
+    (masked, {"masked_m": torch.tensor([1, -2, 1], dtype=I32)}, "masked_m[1]=-2: must be in [0, M_max=64]"),
+    (masked, {"b": torch.zeros((3, 200, 128), dtype=BF16)}, "b: shape=(3, 200, 128): K=128 must equal a's K=256"),
+    (masked, {"a": torch.zeros((3, 64, 12), dtype=BF16), "b": torch.zeros((3, 200, 12), dtype=BF16)},
+     "K=12: must be a positive multiple of 8"),
+    (masked, {"scale_a": torch.ones((3, 64, 2))}, "scale_a/scale_b: given for bf16 operands"),
+    (masked, {"out": torch.zeros((3, 64, 199), dtype=BF16)}, "out: shape=(3, 64, 199): must be (3, 64, 200)"),
+    (masked, {"out": torch.zeros((3, 64, 200))}, "out: dtype=torch.float32: must be torch.bfloat16"),
+    (masked, {"a": torch.zeros((3, 256, 64), dtype=BF16).transpose(1, 2)}, "a: shape=(3, 64, 256) stride="),
+    (contiguous, {"m_indices": torch.tensor([0] * 128 + [3] + [-1] * 127, dtype=I32)},
+     "m_indices[128]=3: must be -1 (padding) or a group in [0, 3)"),
+    (contiguous, {"m_indices": torch.tensor([0] * 128 + [-2] + [-1] * 127, dtype=I32)}, "m_indices[128]=-2"),
+    (contiguous, {"m_indices": torch.tensor([0] * 100 + [2] * 156, dtype=I32)},
+     "m_indices[100]=2: m-block 0 starts with 0"),
+    (contiguous, {"m_indices": torch.tensor([2] * 128 + [0] * 128, dtype=I32)}, "unsorted"),
+    (contiguous, {"m_indices": torch.tensor([0] * 60 + [-1] * 68 + [0] * 128, dtype=I32)}, "ended by padding"),
+    (contiguous, {"m_indices": torch.tensor([0, -1, 0] + [-1] * 253, dtype=I32)}, "m_indices[2]=0: m-block 0"),
+    (contiguous, {"a": torch.zeros((200, 256), dtype=BF16), "m_indices": torch.zeros(200, dtype=I32)},
+     "m_indices: length 200: must be a multiple of block_m=128"),
+    (contiguous, {"m_indices": torch.zeros(255, dtype=I32)}, "m_indices: shape=(255,): must be [M_total] = (256,)"),
+])
+def test_input_rules_are_one_line_shape_errors(make, over, message):
+    with pytest.raises(ShapeError) as exc:
+        check_grouped_operands(**make(**over), require_cuda=False)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("make, over, message", [
+    (masked, {"scale_b": torch.ones((2, 2, 2))}, "scale_b: shape=(2, 2, 2): must be [G, ceil(N/128), ceil(K/128)] = (3, 2, 2)"),
+    (masked, {"scale_a": torch.ones((3, 64, 3))}, "scale_a: shape=(3, 64, 3): must be [G, M_max, ceil(K/128)]"),
+    (masked, {"scale_a": None}, "scale_a: None: FP8 operands need scale_a"),
+    (contiguous, {"scale_a": torch.ones((256, 2), dtype=torch.float64)}, "scale_a: dtype=torch.float64"),
+    (contiguous, {"a": torch.zeros((256, 200), dtype=E4M3), "b": torch.zeros((3, 200, 200), dtype=E4M3)},
+     "K=200: must be a positive multiple of 16"),
+])
+def test_fp8_scale_rules(make, over, message):
+    with pytest.raises(ShapeError) as exc:
+        check_grouped_operands(**make(dtype=E4M3, **over), require_cuda=False)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_exactly_one_table():
+    x = masked()
+    with pytest.raises(ShapeError, match="pass exactly one"):
+        check_grouped_operands(x["a"], x["b"], require_cuda=False)
+    with pytest.raises(ShapeError, match="pass exactly one"):
+        check_grouped_operands(x["a"], x["b"], masked_m=x["masked_m"], m_indices=x["masked_m"], require_cuda=False)
+
+
+def test_out_overlapping_an_input_is_refused():
+    x = contiguous(k=200)
+    with pytest.raises(ShapeError, match="out: memory overlaps a"):
+        check_grouped_operands(**x, out=x["a"], require_cuda=False)
+
+
+def test_table_rules_skipped_when_asked():
+    x = masked(masked_m=torch.tensor([99, 0, 1], dtype=I32))
+    assert check_grouped_operands(**x, require_cuda=False, check_tables=False).groups == 3
+
+
+def test_check_indices_accepts_every_layout_contiguous_layout_makes():
+    for rows in ([0], [1], [128], [129, 0, 0, 3], [0, 0, 256, 1]):
+        check_indices(contiguous_layout(rows), len(rows))
+
+
+def test_cpu_tensors_are_refused_before_any_launch_and_out_is_untouched():
+    out = torch.full((3, 64, 200), 7.0, dtype=BF16)
+    with pytest.raises(ShapeError, match="a: device=cpu: must be a CUDA tensor"):
+        ptxgen.grouped_gemm(**masked(), out=out)
+    assert bool((out == 7.0).all())
+
+
+def _fake_driver(monkeypatch, spec):
+    import ptxgen.runtime.api as api
+    import ptxgen.runtime.driver as driver
+
+    calls = []
+    launcher = SimpleNamespace(launch=lambda grid_x, maps, scalars, stream: calls.append((grid_x, maps, scalars)))
+    monkeypatch.setattr(api, "loaded_kernel", lambda cfg, ordinal: SimpleNamespace(spec=spec, launcher=launcher))
+    monkeypatch.setattr(api, "_ordinal", lambda a: 0)
+    monkeypatch.setattr(driver, "ensure_context", lambda ordinal: None)
+    monkeypatch.setattr(driver, "device_info", lambda ordinal: SimpleNamespace(sm_count=132, capability=(9, 0)))
+    monkeypatch.setattr(driver, "current_stream", lambda ordinal: 0)
+    return calls
+
+
+def test_masked_launch_packs_the_kernel_signature(monkeypatch):
+    spec = build("grouped_masked_h100_128x128").launch
+    calls = _fake_driver(monkeypatch, spec)
+    x = masked(g=3, m=130, n=200, k=256)
+    p = check_grouped_operands(**x, require_cuda=False)
+    out = grouped._launch(p, x["a"], x["b"], x["masked_m"], None, None, None, None)
+    (grid_x, maps, scalars), = calls
+    assert [nm for nm, kind in spec.params if kind != "tensor_map"] == ["d_ptr", "m", "n", "k", "group_ptr", "num_groups"]
+    assert grid_x == 3 * 2 * 2  # G x ceil(130 / 128) x ceil(200 / 128) work units (< 132 SMs)
+    assert maps == ((x["a"].data_ptr(), 390, 256, 256), (x["b"].data_ptr(), 600, 256, 256), None)
+    assert scalars == (out.data_ptr(), 130, 200, 256, x["masked_m"].data_ptr(), 3)
+    assert tuple(out.shape) == (3, 130, 200)
+
+
+def test_fp8_contiguous_launch_maps_the_grouped_scales(monkeypatch):
+    spec = build("grouped_contiguous_fp8_h100_128x128").launch
+    calls = _fake_driver(monkeypatch, spec)
+    x = contiguous(rows=(70, 0, 1), n=200, k=256, dtype=E4M3)
+    x["scale_b"] = torch.arange(3 * 2 * 2, dtype=torch.float32).reshape(3, 2, 2)
+    p = check_grouped_operands(**x, require_cuda=False)
+    grouped._launch(p, x["a"], x["b"], x["m_indices"], x["scale_a"], x["scale_b"], None, None)
+    (grid_x, maps, scalars), = calls
+    assert grid_x == 2 * 2 and len(maps) == 5 and maps[4] is None
+    assert maps[3][1:] == (2, 12, 12)  # [ceil(K/128), G x 4]: each group's 2 blocks padded to one 16-byte box
+    assert scalars[4:] == (x["m_indices"].data_ptr(), 3)
+
+
+@pytest.mark.parametrize("config, message", [
+    ("grouped_contiguous_h100_128x128", "schedule.grouped=contiguous; this call needs a schedule.grouped=masked"),
+    ("grouped_masked_fp8_h100_128x128", "operands fp8 do not match bf16 a/b"),
+    ("h100_128x128", "schedule.grouped=none"),
+])
+def test_configs_of_another_layout_or_dtype_are_refused(monkeypatch, config, message):
+    _fake_driver(monkeypatch, build(config).launch)
+    x = masked()
+    p = check_grouped_operands(**x, require_cuda=False)
+    with pytest.raises(ConfigError, match=message):
+        grouped._launch(p, x["a"], x["b"], x["masked_m"], None, None, None, config)
+
+
+def test_default_configs_by_layout_dtype_and_m_max():
+    assert grouped.default_config(check_grouped_operands(**masked(m=128), require_cuda=False)) == \
+        "grouped_masked_h100_128x128"
+    assert grouped.default_config(check_grouped_operands(**masked(m=256), require_cuda=False)) == \
+        "grouped_masked_h100_128x256"
+    assert grouped.default_config(check_grouped_operands(**masked(m=256, dtype=E4M3), require_cuda=False)) == \
+        "grouped_masked_fp8_h100_128x128"
+    assert grouped.default_config(check_grouped_operands(**contiguous(), require_cuda=False)) == \
+        "grouped_contiguous_h100_128x256"
+    for name in {*grouped.DEFAULT_CONFIGS.values(), grouped.MASKED_WIDE}:
+        assert build(name).launch.extra["grouped"] in ("masked", "contiguous")
+
+
+def test_gemm_and_gemm_fp8_refuse_grouped_configs():
+    from ptxgen.runtime.api import _fp8_refuses, _gemm_refuses
+    from ptxgen.runtime.choose import candidates
+
+    assert "use ptxgen.grouped_gemm" in _gemm_refuses(build("grouped_masked_h100_128x128").launch)
+    assert "use ptxgen.grouped_gemm" in _fp8_refuses(build("grouped_contiguous_fp8_h100_128x128").launch)
+    names = [c.name for k in ("gemm", "gemm_fp8") for c in candidates("sm_90a", k)]
+    assert names and not [n for n in names if n.startswith("grouped_")]
