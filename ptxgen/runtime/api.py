@@ -1358,14 +1358,22 @@ def gemm_fp8(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = None, config
         out: optional D ``[M, N]`` bf16, row-major contiguous, 16-byte aligned, overlapping no input.
         config: an FP8 config (``fp8_h100_128x128``, name, path or ``Config``), or None to choose among the shipped
             ``operands: fp8`` configs by shape.
+        epilogue: a :mod:`ptxgen.epi` expression of ``acc``, the promoted fp32 accumulator after the last k-block
+            (``"gelu(acc + bias[col])"``), or None (D = acc); as for :func:`gemm` (:func:`fused`): D's dtype follows
+            the expression (``e4m3(...)``: ``torch.float8_e4m3fn``, ``fp16(...)``: fp16); with ``config=None`` an
+            expression the chosen config cannot hold (registers) takes :data:`FP8_EPILOGUE_FALLBACK_CONFIG`.
+        operands: the expression's operands and outputs beside D by name (``bias=t``; see :func:`fused`).
 
     Returns:
-        D (``out`` if given), bf16, rounded once from the fp32 accumulator.  K must be a multiple of 16.
+        D (``out`` if given), bf16 (or the expression's type), rounded once from the fp32 accumulator; with outputs
+        beside D, ``(D, *outputs)``.  K must be a multiple of 16.
 
     Raises:
         ShapeError: a bad input (dtype, device, shapes, scale shapes not matching ceil(K/128) and ceil(N/128),
-            K not a multiple of 16, layout), before any driver call; ``out`` untouched.
-        ConfigError: not an FP8 config, or no FP8 config for the device (sm_90a only).
+            K not a multiple of 16, layout; an epilogue operand's shape, dtype or device, a missing or unknown
+            one), before any driver call; ``out`` untouched.
+        ConfigError: not an FP8 config, no FP8 config for the device (sm_90a only), not an expression of the
+            language, or an expression the config cannot hold (one line, before any launch).
         CudaError: a driver call failed.
     """
     if epilogue is not None or operands:
