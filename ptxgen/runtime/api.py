@@ -778,12 +778,17 @@ def _new_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: tuple
             call = _Call(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x)
         else:
             call = _StagedCall(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x, plan)
+    _remember(key, call)
+    return call
+
+
+def _remember(key: tuple | None, call: Any) -> None:
+    """Store ``call`` under ``key`` in the call cache (None: not cacheable), clearing it when it is full."""
     if key is not None:
         with _lock:
             if len(_calls) >= _MAX_CALLS:
                 _calls.clear()
             _calls[key] = call
-    return call
 
 
 def _current_device() -> int:
@@ -1332,11 +1337,7 @@ def _new_fp8_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: t
         return None
     call = _Fp8Call(family, config, key is not None and key[1].__class__ is tuple, loaded, ordinal, a.device,
                     m, n, k, grid_x)
-    if key is not None:
-        with _lock:
-            if len(_calls) >= _MAX_CALLS:
-                _calls.clear()
-            _calls[key] = call
+    _remember(key, call)
     return call
 
 
