@@ -60,3 +60,4 @@ def test_planted_epilogue_reading_the_block_partial_is_a_wrong_result(text):
     assert kernel != _kernel(SQUARE, text)  # the rewrite reached the epilogue
     with pytest.raises(SimError, match="wrong result"):
         simulate_fp8(kernel, *SHAPE, seed=3, num_sms=2, expr=epi.parse(text))
+
