@@ -1062,7 +1062,8 @@ def epilogue_config(family: _Family, config: Any, expr: Any, chosen: bool) -> An
 
 
 def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: Any, operands: dict) -> Any:
-    """A GEMM (``bs = (b,)``) or dual GEMM (``(b1, b2)``) whose D is ``epilogue`` of the accumulator(s), fused.
+    """A GEMM (``bs = (b,)``), dual GEMM (``(b1, b2)``) or FP8 GEMM (``(b, scale_a, scale_b)``: ``acc`` the promoted
+    accumulator) whose D is ``epilogue`` of the accumulator(s), fused.
 
     ``epilogue``: a :mod:`ptxgen.epi` expression, text (``"gelu(acc + bias[col])"``) or node; its operands come
     by name in ``operands`` (:func:`check_epilogue_operands`; a 16-bit one not 4-byte aligned is copied per call),
