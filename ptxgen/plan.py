@@ -1198,7 +1198,13 @@ def epilogue_expr_registers(expr, pairwise: bool) -> int:
 
 
 def _epilogue_registers(cfg: Config, f: _Basics, mma: MmaIssuePlan, e: EpiloguePlan, consumer_regs: int) -> None:
-    """Raise ConfigError when the expression's registers, the accumulators and the spare exceed a consumer's."""
+    """Raise ConfigError when the expression's registers, the accumulators and the spare exceed a consumer's.
+
+    FP8 (``promotion``): the expression runs on the promoted main accumulator after the tile's last k-block, when
+    the block partial(s) are dead, so they do not count (the mainloop's accumulator + partials are the config rule
+    ``FP8_FRAGMENT_REGS``).  ptxas 13 spilled nothing at the budget's edge: fp8_h100_128x128 with a 143-register
+    expression, fp8_h100_64x128 with 148, fp8_h100_128x256 with 67.
+    """
     acc_regs = mma.m_waves * mma.fragment_regs * len(mma.streams)
     need = epilogue_expr_registers(e.expr, e.pairwise)
     if acc_regs + need + EPILOGUE_SPARE_REGS > consumer_regs:

@@ -729,10 +729,10 @@ class WgmmaConsumer:
         p = self.p
         wg = Var("wg")
         k0, k1 = k_bounds(p)
+        fused = []  # the epilogue op on the accumulators (FP8: the promoted main accumulator, after every k-block)
+        for v in range(p.mma.m_waves):
+            fused += self.epi.fragment_fuse(wg, v)
         if p.promotion is not None:  # FP8: the first k-block (K >= 1, so num_k >= 1) initialises the accumulator
-            fused = []
-            for v in range(p.mma.m_waves):
-                fused += self.epi.fuse(f"acc{v}", f"acc1_{v}", p.mma.fragment_regs)
             u = p.promotion.unroll
             if u > 1:  # num_k is a multiple of u (common.setup)
                 return [*self.overlapped_kblocks(k0, first=True),
@@ -745,9 +745,6 @@ class WgmmaConsumer:
         release = self.release(PipelineState(ring_iteration(p, k1 - 1) % p.stages, None))
         if self.fixup is not None:  # an empty split (num_k < splits) has no stage to release
             release = [If(lt(k0, k1), tuple(release))]
-        fused = []
-        for v in range(p.mma.m_waves):
-            fused += self.epi.fragment_fuse(wg, v)
         if p.epilogue.overlap:  # config: cooperative, unsplit, persistent
             first = [Let("kb", k0), *self.issue(), If(ne(Var("tc"), 0), tuple(self.stores(PREVIOUS_TILE)))]
             k_body = [*self.issue(), WgmmaWait(1), *release_prev]

@@ -50,7 +50,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ptxgen.errors import ConfigError, ShapeError
@@ -461,11 +461,18 @@ class _Family:
             kernel cannot take are staged); ``bs`` are the family's B operands (``b``; ``b1, b2``), each ``[N, K]``
             with one tensor map.
         refuse: ``refuse(spec)`` -> the ConfigError message for a launch spec of another family, or None.
+        names: the names of the operands after A in messages (``b``; ``b1, b2``; ``b, scale_a, scale_b``).
+        out_in_place: the kernel writes D as it is (no staging D): ``out`` must be row-major, 16-byte aligned.
+        fallback: the config a fused call without ``config`` takes when the shape's choice cannot take its
+            expression (None: :data:`EPILOGUE_FALLBACK_CONFIG`).
     """
 
     kernel: str
     check: Callable[..., tuple[int, int, int]]
     refuse: Callable[[Any], str | None]
+    names: tuple[str, ...] = ("b",)
+    out_in_place: bool = False
+    fallback: str | None = None
 
 
 def _grouped_refuses(spec: Any) -> str | None:
@@ -501,7 +508,7 @@ def _dual_refuses(spec: Any) -> str | None:
 
 
 _GEMM = _Family("gemm", check_gemm_operands, _gemm_refuses)
-_DUAL = _Family("dual_gemm", check_dual_gemm_operands, _dual_refuses)
+_DUAL = _Family("dual_gemm", check_dual_gemm_operands, _dual_refuses, names=("b1", "b2"))
 
 
 def _checked_setup(family: _Family, a: Any, bs: tuple, out: Any,
@@ -638,6 +645,10 @@ class _Call:
             _tls.ordinal = ordinal
         self.launcher.launch(self.grid_x, maps, (pd, m, n, k, *self.extra, *epi), current_stream(ordinal))
         return out
+
+    def fused(self, a: Any, bs: tuple, out: Any, epi: tuple) -> Any:
+        """A fused call (:func:`fused`): ``bs`` the family's B operands, ``epi`` the epilogue's parameters."""
+        return self(a, bs[0], out, bs[1] if len(bs) > 1 else None, epi)
 
     def misfit(self, a: Any, b: Any, out: Any, b2: Any = None, epi: tuple = ()) -> Any:
         """A call whose pointers break a rule the signature cannot show: the staged call of this signature checks
@@ -783,12 +794,17 @@ def _new_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: tuple
             call = _Call(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x)
         else:
             call = _StagedCall(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x, plan)
+    _remember(key, call)
+    return call
+
+
+def _remember(key: tuple | None, call: Any) -> None:
+    """Store ``call`` under ``key`` in the call cache (None: not cacheable), clearing it when it is full."""
     if key is not None:
         with _lock:
             if len(_calls) >= _MAX_CALLS:
                 _calls.clear()
             _calls[key] = call
-    return call
 
 
 def _current_device() -> int:
@@ -1016,11 +1032,11 @@ def _fused_family(family: _Family, d_dtype: Any) -> _Family:
         *bs, out = rest
         m, n, k = base(a, *bs, None, require_cuda=require_cuda)
         if out is not None:
-            names = ("b",) if len(bs) == 1 else ("b1", "b2")
-            _check_out(out, m, n, a, (("a", a), *zip(names, bs)), require_cuda, layout=False, dtype=d_dtype)
+            _check_out(out, m, n, a, (("a", a), *zip(family.names, bs)), require_cuda, layout=family.out_in_place,
+                       dtype=d_dtype)
         return m, n, k
 
-    return _Family(family.kernel, check, family.refuse)
+    return replace(family, check=check)
 
 
 def _expr_config(config: Any, expr: Any) -> Any:
@@ -1045,8 +1061,25 @@ def _expr_config(config: Any, expr: Any) -> Any:
     return hit
 
 
+def epilogue_config(family: _Family, config: Any, expr: Any, chosen: bool) -> Any:
+    """``config`` with ``epilogue.expr`` = ``expr`` (:func:`_expr_config`); when ``config`` is the chooser's
+    (``chosen``) and cannot take the expression (a block scale needs block_n % 128 == 0; the register budget), the
+    family's fallback config instead (:data:`EPILOGUE_FALLBACK_CONFIG`; gemm_fp8: the FP8 one).
+
+    Raises:
+        ConfigError: the config (a caller's, or the fallback) cannot take the expression: the plan's one line.
+    """
+    try:
+        return _expr_config(config, expr)
+    except ConfigError:
+        if not chosen:
+            raise
+        return _expr_config(family.fallback or EPILOGUE_FALLBACK_CONFIG, expr)
+
+
 def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: Any, operands: dict) -> Any:
-    """A GEMM (``bs = (b,)``) or dual GEMM (``(b1, b2)``) whose D is ``epilogue`` of the accumulator(s), fused.
+    """A GEMM (``bs = (b,)``), dual GEMM (``(b1, b2)``) or FP8 GEMM (``(b, scale_a, scale_b)``: ``acc`` the promoted
+    accumulator) whose D is ``epilogue`` of the accumulator(s), fused.
 
     ``epilogue``: a :mod:`ptxgen.epi` expression, text (``"gelu(acc + bias[col])"``) or node; its operands come
     by name in ``operands`` (:func:`check_epilogue_operands`; a 16-bit one not 4-byte aligned is copied per call),
@@ -1075,7 +1108,7 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
     check_epilogue_operands(expr, operands, m, n, a, out)
     order = E.operands(expr)
     named = [(o.name, operands[o.name]) for o in order if o.along != "scalar"]
-    outs = check_epilogue_outputs(expr, operands, m, n, a, out, (("a", a), *zip(("b", "b2"), bs), *named))
+    outs = check_epilogue_outputs(expr, operands, m, n, a, out, (("a", a), *zip(family.names, bs), *named))
     if not (m and n):
         d = out if out is not None else torch.empty((m, n), dtype=d_dtype, device=a.device)
         return (d, *(_new_output(expr, name, t, m, n, a.device) for name, t in outs.items())) if outs else d
@@ -1090,15 +1123,10 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
 
         ordinal = _ordinal(a)
         driver.ensure_context(ordinal)
-        try:
-            derived = _expr_config(resolve_config(config, m, n, k, ordinal, family.kernel), expr)
-        except ConfigError:
-            if config is not None:
-                raise
-            # the shape's choice cannot take the expression (a block scale needs block_n % 128 == 0)
-            derived = _expr_config(EPILOGUE_FALLBACK_CONFIG, expr)
-        call = _new_call(fam, None, derived, a, bs, out)
-        if isinstance(call, _Call):
+        derived = epilogue_config(family, resolve_config(config, m, n, k, ordinal, family.kernel), expr,
+                                  chosen=config is None)
+        call = (_new_fp8_call if family.kernel == _FP8.kernel else _new_call)(fam, None, derived, a, bs, out)
+        if isinstance(call, (_Call, _Fp8Call)):
             call.new_out = functools.partial(torch.empty, (call.m, call.n), dtype=d_dtype, device=a.device)
         with _lock:
             if len(_fused_calls) >= _MAX_CALLS:
@@ -1117,10 +1145,10 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
             held.append(t)
         ptrs.append(t.data_ptr())
     if not outs:
-        return call(a, bs[0], out, bs[1] if len(bs) > 1 else None, tuple(ptrs))
+        return call.fused(a, bs, out, tuple(ptrs))
     results = [_new_output(expr, name, t, m, n, a.device) for name, t in outs.items()]
     ptrs += [t.data_ptr() for t in results]
-    return (call(a, bs[0], out, bs[1] if len(bs) > 1 else None, tuple(ptrs)), *results)
+    return (call.fused(a, bs, out, tuple(ptrs)), *results)
 
 
 def _new_output(expr: Any, name: str, given: Any, m: int, n: int, device: Any) -> Any:
@@ -1253,7 +1281,11 @@ def _fp8_refuses(spec: Any) -> str | None:
     return None
 
 
-_FP8 = _Family("gemm_fp8", check_fp8_operands, _fp8_refuses)
+#: the FP8 config a fused gemm_fp8 without ``config`` takes when the shape's choice cannot take the expression:
+#: the most registers beside its accumulator (one consumer warpgroup: 240 per thread, 64 accumulator registers)
+FP8_EPILOGUE_FALLBACK_CONFIG = "fp8_h100_64x128"
+_FP8 = _Family("gemm_fp8", check_fp8_operands, _fp8_refuses, names=("b", "scale_a", "scale_b"), out_in_place=True,
+               fallback=FP8_EPILOGUE_FALLBACK_CONFIG)
 
 
 def _scale_map(t: Any, cols: int, kblocks: int, device: Any) -> tuple[tuple[int, int, int, int], Any]:
@@ -1279,39 +1311,59 @@ def _scale_map(t: Any, cols: int, kblocks: int, device: Any) -> tuple[tuple[int,
 
 
 class _Fp8Call:
-    """A call signature of :func:`gemm_fp8`: the loaded kernel and grid; per call the full check, the scale maps
-    (in place or a transposed copy) and one launch on torch's current stream."""
+    """A call signature of :func:`gemm_fp8`: the loaded kernel and grid; per call the family's full check, the
+    scale maps (in place or a transposed copy) and one launch on torch's current stream (a fused epilogue's
+    parameters after ``k``)."""
 
-    __slots__ = ("config", "by_id", "launcher", "ordinal", "m", "n", "k", "grid_x", "d_map", "device")
+    __slots__ = ("config", "by_id", "launcher", "ordinal", "m", "n", "k", "grid_x", "d_map", "device", "check",
+                 "new_out")
 
-    def __init__(self, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
+    def __init__(self, family: _Family, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
                  m: int, n: int, k: int, grid_x: int):
-        self.config, self.by_id = config, by_id
+        import torch
+
+        self.config, self.by_id, self.check = config, by_id, family.check
         self.launcher, self.ordinal, self.device = loaded.launcher, ordinal, device
         self.m, self.n, self.k, self.grid_x = m, n, k, grid_x
         self.d_map = "d" in loaded.spec.tensor_maps and n % ELEMS_PER_16B == 0
+        self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
 
-    def __call__(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any) -> Any:
-        import torch
-
-        check_fp8_operands(a, b, scale_a, scale_b, out)
+    def __call__(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any, epi: tuple = ()) -> Any:
+        self.check(a, b, scale_a, scale_b, out)
         m, n, k = self.m, self.n, self.k
         kblocks = -(-k // FP8_SCALE_BLOCK)
         sa, held_a = _scale_map(scale_a, m, kblocks, self.device)
         sb, held_b = _scale_map(scale_b, -(-n // FP8_SCALE_BLOCK), kblocks, self.device)
         if out is None:
-            out = torch.empty((m, n), dtype=torch.bfloat16, device=self.device)
+            out = self.new_out()
         pd = out.data_ptr()
         maps = ((a.data_ptr(), m, k, k), (b.data_ptr(), n, k, k), sa, sb, (pd, m, n, n) if self.d_map else None)
         from ptxgen.runtime import driver
 
         driver.ensure_context(self.ordinal)
-        self.launcher.launch(self.grid_x, maps, (pd, m, n, k), current_stream(self.ordinal))
+        self.launcher.launch(self.grid_x, maps, (pd, m, n, k, *epi), current_stream(self.ordinal))
         del held_a, held_b  # the caching allocator reuses them only after the launch on this stream
         return out
 
+    def fused(self, a: Any, bs: tuple, out: Any, epi: tuple) -> Any:
+        """A fused call (:func:`fused`): ``bs`` = ``(b, scale_a, scale_b)``, ``epi`` the epilogue's parameters."""
+        return self(a, *bs, out, epi)
 
-def gemm_fp8(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = None, config: Any = None) -> Any:
+
+def _new_fp8_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: tuple, out: Any) -> _Fp8Call | None:
+    """The full setup of a :func:`gemm_fp8` call signature (``bs`` = ``(b, scale_a, scale_b)``): every check, the
+    kernel loaded, the call stored under ``key`` (None: not cacheable); None when M, N or K is 0 (no kernel)."""
+    loaded, ordinal, m, n, k, grid_x = _checked_setup(family, a, bs, out, config)
+    if loaded is None:
+        return None
+    call = _Fp8Call(family, config, key is not None and key[1].__class__ is tuple, loaded, ordinal, a.device,
+                    m, n, k, grid_x)
+    _remember(key, call)
+    return call
+
+
+def gemm_fp8(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = None, config: Any = None, epilogue: Any = None,
+             **operands: Any) -> Any:
     """FP8 block-scaled GEMM (DeepSeek-V3's recipe, docs/fp8.md) on sm_90a, on torch's current stream:
     ``D[m, n] = sum_kb scale_a[m, kb] * scale_b[n // 128, kb] * sum_{k in block kb} A[m, k] * B[n, k]``.
 
@@ -1328,16 +1380,26 @@ def gemm_fp8(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = None, config
         out: optional D ``[M, N]`` bf16, row-major contiguous, 16-byte aligned, overlapping no input.
         config: an FP8 config (``fp8_h100_128x128``, name, path or ``Config``), or None to choose among the shipped
             ``operands: fp8`` configs by shape.
+        epilogue: a :mod:`ptxgen.epi` expression of ``acc``, the promoted fp32 accumulator after the last k-block
+            (``"gelu(acc + bias[col])"``), or None (D = acc); as for :func:`gemm` (:func:`fused`): D's dtype follows
+            the expression (``e4m3(...)``: ``torch.float8_e4m3fn``, ``fp16(...)``: fp16); with ``config=None`` an
+            expression the chosen config cannot hold (registers) takes :data:`FP8_EPILOGUE_FALLBACK_CONFIG`.
+        operands: the expression's operands and outputs beside D by name (``bias=t``; see :func:`fused`).
 
     Returns:
-        D (``out`` if given), bf16, rounded once from the fp32 accumulator.  K must be a multiple of 16.
+        D (``out`` if given), bf16 (or the expression's type), rounded once from the fp32 accumulator; with outputs
+        beside D, ``(D, *outputs)``.  K must be a multiple of 16.
 
     Raises:
         ShapeError: a bad input (dtype, device, shapes, scale shapes not matching ceil(K/128) and ceil(N/128),
-            K not a multiple of 16, layout), before any driver call; ``out`` untouched.
-        ConfigError: not an FP8 config, or no FP8 config for the device (sm_90a only).
+            K not a multiple of 16, layout; an epilogue operand's shape, dtype or device, a missing or unknown
+            one), before any driver call; ``out`` untouched.
+        ConfigError: not an FP8 config, no FP8 config for the device (sm_90a only), not an expression of the
+            language, or an expression the config cannot hold (one line, before any launch).
         CudaError: a driver call failed.
     """
+    if epilogue is not None or operands:
+        return fused(_FP8, a, (b, scale_a, scale_b), out, config, epilogue, operands)
     try:
         key = ("gemm_fp8",) + _signature(a, b, out, config) + tuple(
             (t.dtype, t.shape, t.stride(), t.device) for t in (scale_a, scale_b))
@@ -1345,18 +1407,11 @@ def gemm_fp8(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = None, config
     except (AttributeError, TypeError):  # not tensors: the full check names the problem
         key, call = None, None
     if call is None or (call.by_id and call.config is not config):
-        loaded, ordinal, m, n, k, grid_x = _checked_setup(_FP8, a, (b, scale_a, scale_b), out, config)
-        if loaded is None:  # M, N or K = 0: no kernel; D is empty, or zeros when K = 0
+        call = _new_fp8_call(_FP8, key, config, a, (b, scale_a, scale_b), out)
+        if call is None:  # M, N or K = 0: no kernel; D is empty, or zeros when K = 0
             import torch
 
             if out is None:
-                return torch.zeros((m, n), dtype=torch.bfloat16, device=a.device)
+                return torch.zeros((a.shape[0], b.shape[0]), dtype=torch.bfloat16, device=a.device)
             return out.zero_()
-        by_id = key is not None and key[1].__class__ is tuple
-        call = _Fp8Call(config, by_id, loaded, ordinal, a.device, m, n, k, grid_x)
-        if key is not None:
-            with _lock:
-                if len(_calls) >= _MAX_CALLS:
-                    _calls.clear()
-                _calls[key] = call
     return call(a, b, scale_a, scale_b, out)

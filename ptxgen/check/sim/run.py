@@ -91,7 +91,7 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
                               policy=policy)
     if "scale_a" in spec.tensor_maps:  # the FP8 block-scaled GEMM: e4m3 operands, fp32 block scales
         return simulate_fp8(kernel, m, n, k, seed=seed, num_sms=num_sms, schedule_seed=schedule_seed, check=check,
-                            policy=policy)
+                            policy=policy, expr=expr, operands=operands)
     if min(m, n, k) < 1 or k % spec.k_multiple:
         raise ShapeError(f"m={m}, n={n}, k={k}: all must be >= 1 and k a multiple of {spec.k_multiple}")
     a_bits, b_bits = random_operands(m, n, k, seed)
@@ -103,38 +103,54 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
     b2_bits = random_operands(m, n, k, seed + 7919)[1] if dual else None
     sched = seed if schedule_seed is None else schedule_seed
     out_dtype = spec.tensor_maps["d"].dtype if "d" in spec.tensor_maps else epi.out_dtype(expr)
-    extra, scalars = {}, {}
-    if expr is not None:
-        if operands is None:
-            operands = epilogue.random_operands(expr, m, n, seed + 104729, "bf16" if out_dtype == "e4m3" else out_dtype)
-        for o in epi.operands(expr):
-            value = np.asarray(operands[o.name], dtype=np.float32)
-            if o.along == "scalar":
-                scalars[f"epi_{o.name}"] = epilogue.bits_of_f32(float(value))
-            else:
-                extra[f"epi_{o.name}"] = value
-        extra.update(epilogue.output_buffers(expr, m, n))
+    operands, extra, scalars = _epilogue_buffers(expr, operands, m, n, seed, out_dtype)
     machine = Machine(kernel, m, n, k, a_bits, b_bits, num_sms=num_sms, schedule_seed=sched,
                       smem_base=DYNAMIC_SMEM_BASE, poison=POISON, b2=b2_bits, policy=policy, extra=extra,
                       scalars=scalars)
     machine.run(MAX_STEPS)
     d = bf16_bits_to_f32(machine.glob.d) if out_dtype == "bf16" else machine.glob.d.view(np.float16).astype(np.float32)
-    if expr is not None and (epi.outputs(expr) or out_dtype == "e4m3"):  # D and the outputs beside it
-        accs = ({"acc1": reference(a_bits, b_bits), "acc2": reference(a_bits, b2_bits)} if dual else
-                {"acc": reference(a_bits, b_bits)})
-        want = epilogue.reference_outputs(expr, accs, operands)
-        got = {name: extra[name if name == "d_ptr" else f"epi_{name}"] for name in want if name != "D"}
-        got["D"] = extra["d_ptr"] if out_dtype == "e4m3" else d
-        if check:
-            epilogue.check_outputs(f"{kernel.name} m={m} n={n} k={k} schedule {sched}", expr, got, want)
-        return _result(kernel, machine, got["D"], want["D"], (m, n, k), sched, False)
     if expr is not None:
         accs = ({"acc1": reference(a_bits, b_bits), "acc2": reference(a_bits, b2_bits)} if dual else
                 {"acc": reference(a_bits, b_bits)})
-        ref = epilogue.reference(expr, accs, operands)
-    else:
-        ref = silu_mul_reference(a_bits, b_bits, b2_bits) if dual else reference(a_bits, b_bits)
+        return _epilogue_result(kernel, machine, expr, accs, operands, extra, d, (m, n, k), sched, check)
+    ref = silu_mul_reference(a_bits, b_bits, b2_bits) if dual else reference(a_bits, b_bits)
     return _result(kernel, machine, d, ref, (m, n, k), sched, check)
+
+
+def _epilogue_buffers(expr, operands: dict | None, m: int, n: int, seed: int,
+                      out_dtype: str) -> tuple[dict | None, dict, dict]:
+    """The fused epilogue's kernel arguments: (its operands by name, default random (seeded by ``seed``), the
+    global buffers by parameter (operands, NaN-poisoned outputs), the scalar parameters' bits); all empty for
+    ``expr`` None."""
+    extra, scalars = {}, {}
+    if expr is None:
+        return operands, extra, scalars
+    if operands is None:
+        operands = epilogue.random_operands(expr, m, n, seed + 104729, "bf16" if out_dtype == "e4m3" else out_dtype)
+    for o in epi.operands(expr):
+        value = np.asarray(operands[o.name], dtype=np.float32)
+        if o.along == "scalar":
+            scalars[f"epi_{o.name}"] = epilogue.bits_of_f32(float(value))
+        else:
+            extra[f"epi_{o.name}"] = value
+    extra.update(epilogue.output_buffers(expr, m, n))
+    return operands, extra, scalars
+
+
+def _epilogue_result(kernel, machine: Machine, expr, accs: dict, operands: dict, extra: dict, d: np.ndarray,
+                     shape: tuple[int, int, int], sched: int, check: bool) -> SimResult:
+    """Compare a fused epilogue's D (``d``, or an e4m3 D's buffer) and outputs with :mod:`ptxgen.check.epilogue`'s
+    reference of ``expr`` on the fp32 accumulators ``accs``."""
+    m, n, k = shape
+    e4m3 = epi.out_dtype(expr) == "e4m3"
+    if not (epi.outputs(expr) or e4m3):
+        return _result(kernel, machine, d, epilogue.reference(expr, accs, operands), shape, sched, check)
+    want = epilogue.reference_outputs(expr, accs, operands)  # D and the outputs beside it
+    got = {name: extra[name if name == "d_ptr" else f"epi_{name}"] for name in want if name != "D"}
+    got["D"] = extra["d_ptr"] if e4m3 else d
+    if check:
+        epilogue.check_outputs(f"{kernel.name} m={m} n={n} k={k} schedule {sched}", expr, got, want)
+    return _result(kernel, machine, got["D"], want["D"], shape, sched, False)
 
 
 # ------------------------------------------------------------------ NVFP4: the block-scaled dual GEMM
@@ -210,8 +226,10 @@ def fp8_scale_map(scale: np.ndarray) -> np.ndarray:
 
 def simulate_fp8(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
                  schedule_seed: int | None = None, inputs: dict[str, np.ndarray] | None = None, check: bool = True,
-                 policy: str = "random") -> SimResult:
-    """Execute the FP8 GEMM ``kernel`` for D[m, n] and compare D with :func:`~ptxgen.check.fp8.fp8_gemm_reference`.
+                 policy: str = "random", expr=None, operands: dict[str, np.ndarray] | None = None) -> SimResult:
+    """Execute the FP8 GEMM ``kernel`` for D[m, n] and compare D with :func:`~ptxgen.check.fp8.fp8_gemm_reference`
+    (with a fused epilogue ``expr``: that fp32 accumulator, then :mod:`ptxgen.check.epilogue`'s reference of the
+    expression).
 
     Args:
         kernel: Kernel IR of an ``operands: fp8`` config.
@@ -220,6 +238,7 @@ def simulate_fp8(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int 
         inputs: the operands instead (``a``, ``b`` e4m3 bytes, ``scale_a`` ``[m, ceil(k/128)]``, ``scale_b``
             ``[ceil(n/128), ceil(k/128)]`` fp32).
         num_sms, schedule_seed, check, policy: as :func:`simulate`.
+        expr, operands: the kernel's fused epilogue and its operands, as for :func:`simulate`.
 
     Raises:
         ShapeError: a shape outside the rules above.  SimError: any fault, or a wrong result.
@@ -228,10 +247,18 @@ def simulate_fp8(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int 
     if min(m, n, k) < 1 or k % spec.k_multiple:
         raise ShapeError(f"m={m}, n={n}, k={k}: all must be >= 1 and k a multiple of {spec.k_multiple}")
     x = inputs if inputs is not None else random_fp8(m, n, k, seed)
-    extra = {name: fp8_scale_map(x[name]) for name in ("scale_a", "scale_b")}
-    ref = fp8_gemm_reference(x["a"], x["b"], x["scale_a"], x["scale_b"])
-    return _run_e4m3(kernel, (m, n, k), x["a"], x["b"], extra, ref, seed=seed, schedule_seed=schedule_seed,
-                     num_sms=num_sms, policy=policy, check=check)
+    out_dtype = "bf16" if expr is None else epi.out_dtype(expr)
+    operands, extra, scalars = _epilogue_buffers(expr, operands, m, n, seed, out_dtype)
+    extra.update({name: fp8_scale_map(x[name]) for name in ("scale_a", "scale_b")})
+    sched = seed if schedule_seed is None else schedule_seed
+    machine = Machine(kernel, m, n, k, x["a"], x["b"], num_sms=num_sms, schedule_seed=sched,
+                      smem_base=DYNAMIC_SMEM_BASE, poison=POISON, extra=extra, scalars=scalars, policy=policy)
+    machine.run(MAX_STEPS)
+    d = bf16_bits_to_f32(machine.glob.d)
+    acc = fp8_gemm_reference(x["a"], x["b"], x["scale_a"], x["scale_b"])
+    if expr is not None:  # the recipe's accumulator, then the expression
+        return _epilogue_result(kernel, machine, expr, {"acc": acc}, operands, extra, d, (m, n, k), sched, check)
+    return _result(kernel, machine, d, acc, (m, n, k), sched, check)
 
 
 def _run_e4m3(kernel, shape: tuple[int, int, int], a: np.ndarray, b: np.ndarray, extra: dict, ref: np.ndarray, *,

@@ -1,0 +1,129 @@
+"""GPU tests of fused epilogues on the FP8 block-scaled GEMM (marked ``gpu``; sm_90a):
+``ptxgen.gemm_fp8(a, b, scale_a, scale_b, epilogue=..., **operands)``.
+
+Per expression (``gelu(acc + bias[col])``, ``acc * scale[row] + residual``, an e4m3 D with its 1 x 128 block scale),
+Hypothesis draws shapes with M and N tails (any size in [1, 1200], biased to small and off-tile) and K a multiple of
+16 (whole and partial 128-K scale blocks); ``config=None`` (the FP8 chooser) or an explicit FP8 config; fresh inputs
+quantized by the recipe's rules, fresh operands, D and the outputs poisoned with NaN, compared with the recipe in
+fp32 (the dequantized operands' product) followed by the expression in fp32 torch ops, by relative Frobenius error
+(< 1e-2; an e4m3 D rescaled by its block scale: < 0.05, e4m3 keeps 3 mantissa bits).  ``PTXGEN_GPU_EXAMPLES`` sets
+the shapes per expression (default 100); each (config, expression) is one kernel build.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ptxgen.epi as epi
+from ptxgen.errors import ConfigError, ShapeError
+from tests.gpu.test_gpu_epilogue import E4M3_TOLERANCE, make_operands, torch_eval
+from tests.gpu.test_gpu_fp8 import TOLERANCE, dims, fp8_operands, k_dims, reference
+
+pytestmark = pytest.mark.gpu
+
+EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "100"))
+CONFIGS = [None, "fp8_h100_128x128_c2"]  # None: the FP8 chooser (64x128 for M <= 128, else 128x128 or the pair)
+EXPRS = ["gelu(acc + bias[col])", "acc * scale[row] + residual"]
+
+
+def run_fp8_epilogue(torch, config, text: str, m: int, n: int, k: int, seed: int) -> dict:
+    """One call with NaN-poisoned D (and outputs passed by name); the relative error of D (and of each output)
+    against the recipe then the expression, in fp32."""
+    import ptxgen
+    from ptxgen.bench import relative_error
+
+    expr = epi.parse(text)
+    a, b, sa, sb = fp8_operands(torch, m, n, k, seed)
+    gen = torch.Generator(device="cuda").manual_seed(seed + 1)
+    ops, env = make_operands(torch, expr, m, n, torch.bfloat16, gen)
+    env["acc"] = reference(torch, a, b, sa, sb)
+    e4m3 = epi.out_dtype(expr) == "e4m3"
+    out = torch.full((m, n), float("nan"), device="cuda").to(torch.float8_e4m3fn if e4m3 else torch.bfloat16)
+    given_outs = {name: torch.full(epi.output_shape(along, m, n), float("nan"), device="cuda")
+                  for name, kind, along in epi.outputs(expr)}
+    res = ptxgen.gemm_fp8(a, b, sa, sb, out=out, config=config, epilogue=text, **ops, **given_outs)
+    torch.cuda.synchronize()
+    d = res[0] if given_outs else res
+    assert d.data_ptr() == out.data_ptr()
+    where = f"{config} {text} {m}x{n}x{k} seed {seed}"
+    nan = int(torch.isnan(out.float()).sum().item())
+    assert nan == 0, f"{where}: {nan} of {m * n} outputs never written (NaN)"
+    want = torch.broadcast_to(torch_eval(torch, epi.body(expr), env), (m, n))
+    if not e4m3:
+        return {"D": relative_error(out.float(), want)}
+    s = given_outs[expr.scale]
+    assert not torch.isnan(s).any(), f"{where}: block scale not all written"
+    amax = torch.nn.functional.pad(want.abs(), (0, -n % 128)).reshape(m, -1, 128).amax(dim=2)
+    return {"D": relative_error(out.float() * s.repeat_interleave(128, 1)[:, :n], want),
+            expr.scale: relative_error(s, torch.where(amax > 0, amax / 448, torch.ones_like(amax)))}
+
+
+def _check(torch, config, text, m, n, k, seed):
+    for name, err in run_fp8_epilogue(torch, config, text, m, n, k, seed).items():
+        tol = E4M3_TOLERANCE if name == "D" and text.startswith("e4m3") else TOLERANCE
+        assert err < tol, f"{config} {text} {m}x{n}x{k} seed {seed}: {name} relative error {err:.3e}"
+
+
+@pytest.mark.parametrize("text", EXPRS)
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(config=st.sampled_from(CONFIGS), m=dims, n=dims, k=k_dims, seed=st.integers(0, 2**31 - 1))
+def test_fp8_epilogue_is_the_recipe_then_the_expression(torch, text, config, m, n, k, seed):
+    _check(torch, config, text, m, n, k, seed)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(config=st.sampled_from(CONFIGS), m=dims, n=dims, k=k_dims, seed=st.integers(0, 2**31 - 1))
+def test_fp8_block_scaled_e4m3_d(torch, config, m, n, k, seed):
+    """``e4m3(acc, "s")``: the FP8 configs' block_n (128, 256) are whole 128-column blocks."""
+    _check(torch, config, 'e4m3(acc, "s")', m, n, k, seed)
+
+
+def test_block_scaled_d_feeds_the_next_gemm_fp8_and_the_cache(torch):
+    """An FP8 GEMM's ``e4m3(acc, "s")`` is the next FP8 GEMM's A and scale_a; a second call builds nothing."""
+    import ptxgen
+    from ptxgen.bench import relative_error
+    from ptxgen.runtime import api
+    from ptxgen.runtime.fp8 import quantize
+
+    m, k, k2, n = 384, 512, 1024, 320
+    a, b, sa, sb = fp8_operands(torch, m, k2, k, 7)
+    q, s = ptxgen.gemm_fp8(a, b, sa, sb, epilogue='e4m3(acc, "s")')
+    builds = len(api._expr_configs)
+    q2, s2 = ptxgen.gemm_fp8(a, b, sa, sb, epilogue='e4m3(acc, "s")')
+    assert len(api._expr_configs) == builds
+    torch.cuda.synchronize()
+    assert torch.equal(q.view(torch.uint8), q2.view(torch.uint8)) and torch.equal(s, s2)
+    w = torch.randn(n, k2, device="cuda") * 0.1
+    w8, sw = quantize(w, 128)
+    d = ptxgen.gemm_fp8(q, w8, s, sw)
+    assert relative_error(d.float(), reference(torch, a, b, sa, sb) @ w.T) < E4M3_TOLERANCE
+
+
+def test_bad_operands_raise_before_launch_out_untouched(torch):
+    import ptxgen
+
+    m, n, k = 64, 200, 256
+    a, b, sa, sb = fp8_operands(torch, m, n, k, 1)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda").bfloat16()
+    bad = [("gelu(acc + bias[col])", {}, ShapeError, r"^bias: missing"),
+           ("gelu(acc + bias[col])", {"bias": bias[:m]}, ShapeError, r"^bias: shape=\(64,\)"),
+           ("gelu(acc + bias[col])", {"bias": bias.float()}, ShapeError, r"^bias: dtype=torch.float32"),
+           ("gelu(acc + bias[col])", {"bias": bias.cpu()}, ShapeError, r"^bias: device=cpu"),
+           ("gelu(acc + bias[col])", {"bias": bias, "extra": 1.0}, ShapeError, r"^extra: not an operand"),
+           ("acc * scale[row]", {"scale": torch.ones(m, device="cuda").bfloat16()}, ShapeError, r"^scale: dtype"),
+           ("acc + residual", {"residual": torch.zeros(m, n, device="cuda")}, ShapeError, r"^residual: dtype"),
+           ("tanh(acc)", {}, ConfigError, r"unknown op 'tanh'")]
+    for text, ops, err, match in bad:
+        with pytest.raises(err, match=match):
+            ptxgen.gemm_fp8(a, b, sa, sb, out=out, epilogue=text, **ops)
+    with pytest.raises(ShapeError, match=r"^scale_a: shape"):
+        ptxgen.gemm_fp8(a, b, sa[:, :1], sb, out=out, epilogue="gelu(acc + bias[col])", bias=bias)
+    with pytest.raises(ConfigError, match="not an FP8 config"):
+        ptxgen.gemm_fp8(a, b, sa, sb, out=out, config="h100_128x128", epilogue="gelu(acc + bias[col])", bias=bias)
+    torch.cuda.synchronize()
+    assert bool(torch.isnan(out.float()).all())
