@@ -46,7 +46,7 @@ def configs_for(layout: str, fp8: bool) -> list[str]:
 def time_us(fn, reps=5, inner=10):
     """(median, min, max) microseconds per call over ``reps`` runs of ``inner`` calls (fp8_bench's timing: CUDA
     events after a warm-up)."""
-    runs = [fp8_time_us(fn, reps=1, inner=inner) for _ in range(reps)]
+    runs = [fp8_time_us(fn, reps=1, inner=inner)[0] for _ in range(reps)]
     return statistics.median(runs), min(runs), max(runs)
 
 
