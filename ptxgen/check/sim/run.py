@@ -104,6 +104,10 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
                 scalars[f"epi_{o.name}"] = epilogue.bits_of_f32(float(value))
             else:
                 extra[f"epi_{o.name}"] = value
+                if f"tile_{o.name}" in spec.tensor_maps:  # read through the staging ring: the bits its map reads
+                    fmt = spec.tensor_maps[f"tile_{o.name}"].dtype
+                    extra[f"tile_{o.name}"] = (f32_to_bf16_bits(value) if fmt == "bf16" else
+                                               value.astype(np.float16).view(np.uint16))
         extra.update(epilogue.output_buffers(expr, m, n))
     machine = Machine(kernel, m, n, k, a_bits, b_bits, num_sms=num_sms, schedule_seed=sched,
                       smem_base=DYNAMIC_SMEM_BASE, poison=POISON, b2=b2_bits, policy=policy, extra=extra,
