@@ -121,3 +121,14 @@ def test_planted_ldmatrix_of_another_slot():
                   if isinstance(op, O.LdMatrix) else None)
     with pytest.raises(VerifyError, match=r"^(ldmatrix of the wrong slot|smem access outside its region)"):
         verify(bad)
+
+
+def test_runtime_passes_the_staged_operand_map_after_d():
+    """The call's tensor-map slot after D's takes the operand's address from the epilogue arguments."""
+    from ptxgen.runtime.api import epilogue_maps
+
+    spec = _plan("gelu(acc + bias[col]) * scale + residual").launch_spec()
+    epi_params = [name for name, _ in spec.params if name.startswith("epi_")]
+    assert epi_params == ["epi_bias", "epi_scale", "epi_residual"]
+    assert epilogue_maps(spec) == (2,)
+    assert epilogue_maps(_plan("acc + residual", "h100_128x128").launch_spec()) == ()
