@@ -132,3 +132,39 @@ def test_runtime_passes_the_staged_operand_map_after_d():
     assert epi_params == ["epi_bias", "epi_scale", "epi_residual"]
     assert epilogue_maps(spec) == (2,)
     assert epilogue_maps(_plan("acc + residual", "h100_128x128").launch_spec()) == ()
+
+
+# ------------------------------------------------------------------ PTX against IR (ldmatrix, the box load)
+
+
+def _differential():
+    """The staged kernel without the direct branch's global pair loads (the interpreter reads no ld.global.nc) and
+    its PTX, and the threads to compare at an N % 8 == 0 shape (the TMA branch)."""
+    from ptxgen.build import kernel_ptx
+    from ptxgen.check.ptx import diff as D
+
+    kernel = rewrite(build_kernel(_plan("acc * 2 - residual")), lambda op: () if isinstance(op, O.LdEpilogue) else None)
+    return kernel, kernel_ptx(kernel), D.default_launches(kernel, (300, 520, 128))
+
+
+def test_ptx_effects_equal_ir_effects_for_the_staged_residual():
+    from ptxgen.check.ptx import diff as D
+
+    kernel, ptx, launches = _differential()
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
+    assert D.sweep_threads(kernel, ptx, launches) is None
+    effects = D.ir_effects(kernel, launches[-2])
+    assert any(e[0] == "ldmatrix" for e in effects) and any(e[0] == "tma.load" and e[1] == "tile_residual" for e in effects)
+
+
+@pytest.mark.parametrize("old, new, what", [
+    ("cvt.f32.bf16", "cvt.f32.f16", "stmatrix"),  # the loaded halves widened as the wrong type
+    ("[%tmap_tile_residual, {%n_col,", "[%tmap_tile_residual, {%m_row,", "tma.load"),  # the box at the wrong column
+])
+def test_planted_ptx_of_the_staged_residual(old, new, what):
+    from ptxgen.check.ptx import diff as D
+
+    kernel, ptx, launches = _differential()
+    assert old in ptx
+    msg = D.sweep_threads(kernel, ptx.replace(old, new), launches)
+    assert msg is not None and msg.startswith("PTX != IR") and f"('{what}'" in msg
