@@ -1047,7 +1047,8 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
     """A GEMM (``bs = (b,)``) or dual GEMM (``(b1, b2)``) whose D is ``epilogue`` of the accumulator(s), fused.
 
     ``epilogue``: a :mod:`ptxgen.epi` expression, text (``"gelu(acc + bias[col])"``) or node; its operands come
-    by name in ``operands`` (:func:`check_epilogue_operands`; a 16-bit one not 4-byte aligned is copied per call),
+    by name in ``operands`` (:func:`check_epilogue_operands`; one not 4-byte aligned, an ``[M, N]`` one not 16-byte
+    aligned, is copied per call),
     and so may its outputs beside D (:func:`check_epilogue_outputs`); with outputs the call returns
     ``(D, *outputs)`` (:func:`ptxgen.epi.outputs` order), each output not given allocated (an amax zero-filled).
     An ``e4m3(...)`` D is ``torch.float8_e4m3fn``.  Every check (A, B, out, the expression, each
@@ -1110,7 +1111,7 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
 
             ptrs.append(struct.unpack("<I", struct.pack("<f", float(t)))[0])
             continue
-        if not t.is_contiguous() or t.data_ptr() % 16:  # pair loads read 4 bytes, a staged tile's TMA map 16
+        if not t.is_contiguous() or t.data_ptr() % (16 if o.along == "tile" else 4):  # pair loads: 4 B, a tile's map: 16
             t = t.clone(memory_format=torch.contiguous_format)
             held.append(t)
         ptrs.append(t.data_ptr())
