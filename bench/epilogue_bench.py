@@ -3,7 +3,9 @@ matmul, then the epilogue's ops as separate kernels) and ``torch.compile`` of th
 
     PYTHONPATH=$PWD python3 bench/epilogue_bench.py [--json out.json] [--runs 5] [--iters 20]
 
-Cases: ``gelu(acc + bias[col])`` (tanh GELU), ``acc + residual``, the dual GEMM's ``silu(acc1) * acc2`` (D
+Cases: ``gelu(acc + bias[col])`` (tanh GELU), ``acc + residual`` (the chooser's config: on H100 one whose TMA-store
+epilogue stages through ``stmatrix``, so the residual is read through the CD staging ring) and the same with the
+residual's per-thread pair loads (``h100_128x256`` without ``stmatrix``), the dual GEMM's ``silu(acc1) * acc2`` (D
 bf16), and FP8 output: ``e4m3(acc, "d_scale")`` (1 x 128 block scale; torch: matmul, amax per block, divide,
 cast) and ``e4m3(amax("amax", acc) * scale[row])`` (torch: matmul, row amax, scale, cast), on LLM projection
 shapes.  ``torch.compile`` runs ``--compile-mode`` (default ``max-autotune-no-cudagraphs``), falling back to the
@@ -26,8 +28,13 @@ import torch.nn.functional as F
 
 import ptxgen
 from ptxgen.bench import time_interleaved, warm_gpu
+from ptxgen.config import load_config
 
 SHAPES = [(4096, 4096, 4096), (8192, 14336, 4096), (4096, 28672, 4096), (2048, 8192, 8192)]
+
+
+#: the residual's pair-load path (see CASES)
+PAIR_LOADS = load_config("h100_128x256").replace(**{"epilogue.stmatrix": False})
 
 
 def gelu_bias(a, b, bias):
@@ -63,6 +70,10 @@ CASES = {
                                                                      bias=x["bias"])),
     "acc + residual": (add_residual, lambda a, b, x: ptxgen.gemm(a, b, out=x["out"], epilogue="acc + residual",
                                                                  residual=x["residual"])),
+    # the residual's per-thread pair loads from global memory: the same tile with st.shared staging (no stmatrix:
+    # not staged), the path before the residual went through the CD staging ring
+    "acc + residual, pair loads": (add_residual, lambda a, b, x: ptxgen.gemm(
+        a, b, out=x["out"], config=PAIR_LOADS, epilogue="acc + residual", residual=x["residual"])),
     "silu(acc1) * acc2": (swiglu, lambda a, b, x: ptxgen.dual_gemm(a, b, x["b2"], out=x["out"])),
     "e4m3 with 1x128 block scale": (e4m3_block, lambda a, b, x: ptxgen.gemm(a, b, out=x["out8"],
                                                                              epilogue='e4m3(acc, "d_scale")')),

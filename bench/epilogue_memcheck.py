@@ -1,5 +1,6 @@
 """One small call of each new epilogue path (e4m3 D with block scale, row amax, a stored tile, the residual's pair
-loads) at M and N tails, for ``compute-sanitizer --tool memcheck``."""
+loads, the residual's TMA box load through the CD staging ring) at M and N tails, for ``compute-sanitizer --tool
+memcheck``."""
 
 import torch
 
@@ -12,6 +13,14 @@ for m, n in ((70, 261), (130, 384)):
     ptxgen.gemm(a, b, epilogue='e4m3(amax("am", acc) * scale[row])', scale=torch.rand(m, device="cuda"))
     ptxgen.gemm(a, b, epilogue='e4m3(amax("am", acc, "tensor") * scale)', scale=0.5)
     ptxgen.gemm(a, b, epilogue="gelu(acc + bias[col]) + residual", bias=torch.randn(n, device="cuda").bfloat16(), residual=r)
+for config in ("h100_128x256", "h100_256x128"):  # the staged residual (N % 8 == 0) and its direct branch (N odd)
+    for m, n in ((70, 264), (300, 520), (130, 261)):
+        a, b = torch.randn(m, 64, device="cuda").bfloat16(), torch.randn(n, 64, device="cuda").bfloat16()
+        r = torch.randn(m, n, device="cuda").bfloat16()
+        ptxgen.gemm(a, b, config=config, epilogue="acc + residual", residual=r)
+        ptxgen.gemm(a, b, config=config, epilogue="gelu(acc + bias[col]) + residual",
+                    bias=torch.randn(n, device="cuda").bfloat16(), residual=r)
+        ptxgen.gemm(a, b, config=config, epilogue="fp16(acc - residual)", residual=r.half())
 torch.cuda.synchronize()
 print("memcheck script done")
 ptxgen.gemm(torch.randn(70, 64, device="cuda").bfloat16(), torch.randn(200, 64, device="cuda").bfloat16(),

@@ -286,6 +286,18 @@ def st_matrix(lw: Lowering, op: ops.StMatrix) -> None:
     lw.emit(f"stmatrix.sync.aligned.m8n8.x4.shared.b16 [{lw.smem(op.addr)}], {{{', '.join(words)}}};")
 
 
+def ld_matrix(lw: Lowering, op: ops.LdMatrix) -> None:
+    """``ldmatrix.x4`` into four words, each split (``mov.b32 {lo, hi}``) and converted exactly to f32."""
+    dst = lw.array(op.dst, max(op.idx) + 1, _array_type(lw, op.dst))
+    words = [lw.tmp() for _ in range(4)]
+    lw.emit(f"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{', '.join(words)}}}, [{lw.smem(op.addr)}];")
+    for j, w in enumerate(words):
+        lo, hi = lw.tmp16(), lw.tmp16()
+        lw.emit(f"mov.b32 {{{lo}, {hi}}}, {w};")
+        lw.emit(f"cvt.f32.{op.fmt} {dst[op.idx[2 * j]]}, {lo};")
+        lw.emit(f"cvt.f32.{op.fmt} {dst[op.idx[2 * j + 1]]}, {hi};")
+
+
 def st_global_16(lw: Lowering, op: ops.StGlobal16) -> None:
     """Vector store when the whole run is inside D and aligned (n % len == 0); else per element with masks."""
     n_el = len(op.idx)
@@ -723,6 +735,7 @@ COMMON = {
     ops.Nanosleep: nanosleep,
     ops.StShared16: st_shared_16,
     ops.StMatrix: st_matrix,
+    ops.LdMatrix: ld_matrix,
     ops.StGlobal16: st_global_16,
     ops.StGlobalF32: st_global_f32,
     ops.LdGlobalF32: ld_global_f32,

@@ -530,6 +530,11 @@ class EpiloguePlan:
         chunks_per_load: 16-byte chunks of 8 bf16 values per load (tmem_ld_cols / 8).
     release_per_thread: every epilogue thread arrives on ``tmem_empty`` (else one elected thread).
     tmem_empty_arrivals_per_cta: arrivals one writing CTA makes on ``tmem_empty`` per phase.
+    staged: sm_90a: the ``[M, N]`` operand (a residual) read through the CD staging ring, or None: before the
+        epilogue stages a box, one thread TMA-loads the operand's box (:meth:`staged_map`, D's box and swizzle)
+        into the staging slot (completing on ``epi_full[box]``), the warpgroup reads it with ``ldmatrix.x4`` (the inverse of
+        the staging's ``stmatrix.x4``), computes the expression and stages D over it (CUTLASS's epilogue source
+        load).  Configs with TMA stores through ``stmatrix``, one ``[M, N]`` operand, no split-K, no overlap.
     """
 
     expr: object
@@ -563,6 +568,12 @@ class EpiloguePlan:
     chunks_per_load: int
     release_per_thread: bool
     tmem_empty_arrivals_per_cta: int
+    staged: EpilogueOperand | None = None
+
+    @property
+    def staged_map(self) -> str:
+        """The tensor-map name of the staged operand (kernel parameter ``tmap_`` + it)."""
+        return f"tile_{self.staged.name}"
 
 
 @dataclass(frozen=True)
@@ -628,6 +639,7 @@ class Plan:
     math_order: BarrierArray | None
     split: SplitKPlan | None = None  # serial split-K (schedule.split_k > 1)
     promotion: PromotionPlan | None = None  # FP8 per-block promotion (operands: fp8)
+    epi_full: BarrierArray | None = None  # per store box of a tile: the staged epilogue operand's TMA load landed
 
     @property
     def kernel(self) -> str:
@@ -666,12 +678,15 @@ class Plan:
 
     def barrier_specs(self) -> list[BarrierArray]:
         """Every barrier array, in shared-memory order."""
-        return [b for b in (self.full, self.empty, self.tmem_full, self.tmem_empty, self.math_order) if b is not None]
+        return [b for b in (self.full, self.empty, self.tmem_full, self.tmem_empty, self.math_order, self.epi_full)
+                if b is not None]
 
     @property
     def params(self) -> tuple[tuple[str, str], ...]:
         """Kernel parameters in order: one tensor map per operand, D's, then ``d_ptr``, ``m``, ``n``, ``k``."""
         maps = tuple((f"tmap_{o.name}", "tensor_map") for o in self.loads.operands) + (("tmap_d", "tensor_map"),)
+        if self.epilogue.staged is not None:
+            maps += ((f"tmap_{self.epilogue.staged_map}", "tensor_map"),)
         return (maps + tuple(p for p in PARAMS if p[1] != "tensor_map") + ((WORKSPACE_PARAM,) if self.split else ())
                 + (GROUP_PARAMS if self.schedule.grouped != "none" else ())
                 + tuple((o.param, o.param_kind) for o in self.epilogue.operands)
@@ -689,6 +704,8 @@ class Plan:
                 for o in self.loads.operands}
         if e.out_dtype != "e4m3":  # an e4m3 D is stored per fragment pair (st.global), never through a map
             maps["d"] = TensorMapSpec("d", (e.store_block_n, e.box_rows), swz, "none", e.out_dtype)
+        if e.staged is not None:  # the staged operand's box is D's box
+            maps[e.staged_map] = TensorMapSpec(e.staged_map, (e.store_block_n, e.box_rows), swz, "none", e.out_dtype)
         return LaunchSpec(
             name=cfg.name,
             arch=self.arch,
@@ -931,6 +948,9 @@ def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan)
     if outputs or out_dtype == "e4m3":
         _epilogue_output_rules(cfg, f, mma, expr, block_scale)
         tma_store = False  # stored per fragment pair by the fused epilogue
+    tiles = [o for o in operands if o.along == "tile"]
+    staged = tiles[0] if (len(tiles) == 1 and tma_store and e.stmatrix and not f.sm100 and not f.fp8 and not e.overlap
+                          and cfg.schedule.split_k == 1) else None
     return EpiloguePlan(
         expr=expr, operands=operands, outputs=outputs, block_scale=block_scale,
         scale_blocks=-(-mma.block_n // FP8_SCALE_BLOCK),
@@ -944,7 +964,7 @@ def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan)
         stores_per_wave=stores_per_wave, stores_per_tile=mma.m_waves * stores_per_wave, box_values=sbn // 2,
         row_chunks=sbn * BF16_BYTES // 16, tmem_ld_cols=tmem_ld_cols, loads_per_box=sbn // tmem_ld_cols,
         chunks_per_load=tmem_ld_cols * BF16_BYTES // 16, release_per_thread=per_thread,
-        tmem_empty_arrivals_per_cta=threads if per_thread else 1)
+        tmem_empty_arrivals_per_cta=threads if per_thread else 1, staged=staged)
 
 
 def _epilogue_output_rules(cfg: Config, f: _Basics, mma: MmaIssuePlan, expr, block_scale) -> None:
@@ -1001,6 +1021,7 @@ class _Barriers:
     math_order: BarrierArray | None
     region: SmemRegion
     tmem_slot: int
+    epi_full: BarrierArray | None = None
 
 
 def _barriers(cfg: Config, f: _Basics, stage: _Stage, epi: EpiloguePlan, ab_end: int) -> _Barriers:
@@ -1038,8 +1059,15 @@ def _barriers(cfg: Config, f: _Basics, stage: _Stage, epi: EpiloguePlan, ab_end:
                                   "one elected thread of the warpgroup whose mainloop ran the CTA's previous tile; "
                                   "the next tile's owner waits before its mainloop")
         nxt = math_order.offset + MBARRIER_BYTES * f.wgs
+    epi_full = None
+    if epi.staged is not None:  # one per store box of a tile and staging group: one phase per tile
+        boxes = epi.stores_per_tile * epi.groups
+        epi_full = BarrierArray("epi_full", boxes, nxt, (1,) * cs, epi.stage_bytes,
+                                f"one thread of the storing warp: arrive.expect_tx; the TMA load of the staged "
+                                f"{epi.staged.name} box completes here; the warpgroup waits before ldmatrix")
+        nxt = epi_full.offset + MBARRIER_BYTES * boxes
     region = SmemRegion("barriers", bar_off, MBARRIER_BYTES, (nxt - bar_off) // MBARRIER_BYTES, MBARRIER_BYTES)
-    return _Barriers(full, empty, tmem_full, tmem_empty, math_order, region, nxt)
+    return _Barriers(full, empty, tmem_full, tmem_empty, math_order, region, nxt, epi_full)
 
 
 def _smem_bytes(cfg: Config, layout: _Layout, bars: _Barriers) -> int:
@@ -1276,7 +1304,7 @@ def make_plan(cfg: Config) -> Plan:
                       ctas_per_sm=ctas_per_sm),
         epilogue=epilogue, schedule=_schedule_plan(cfg), registers=_registers_plan(cfg, f, roles, mma, epilogue),
         ab=ab, acc=acc, cd_ring=cd_ring, math_order=bars.math_order, split=_split_plan(cfg, f, mma),
-        promotion=_promotion_plan(cfg, f, mma),
+        promotion=_promotion_plan(cfg, f, mma), epi_full=bars.epi_full,
     )
 
 

@@ -30,6 +30,7 @@ from ..ir import (AmaxLocal, AmaxReduce, Bar, Const, Elect, EpilogueExpr, LdEpil
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
 from . import grouped
+from .staged import staged_box
 from .common import (KB, LANE, TMEM, WARP, Cluster, TileScheduler, acc_state, desc_lo, k_bounds, k_loop, ring_iteration,
                      ring_state, stage_offset)
 
@@ -325,12 +326,7 @@ class Epilogue:
         for i in range(0, p.mma.fragment_regs, 2):
             row, col = self.fragment_coords(CURRENT_TILE, wg, v, i)
             half = (i // 2) & 1  # the pair's row: the thread's first (0) or second (1, 8 rows down)
-            for o in e.operands:
-                # a row vector's two values are loaded once per wave, a column vector's pair once per 8 columns
-                if o.along == "row" and i < 4:
-                    out.append(LdEpilogue(f"ep_{o.name}", o.param, "row", o.dtype, row, col, (half,), guard))
-                elif o.along == "tile" or (o.along == "col" and not half):
-                    out.append(LdEpilogue(f"ep_{o.name}", o.param, o.along, o.dtype, row, col, (0, 1), guard))
+            out += self.operand_loads(row, col, i, half, guard)
             idx = (i, i + 1)
 
             def leaf(x, idx=idx, half=half):
@@ -355,6 +351,19 @@ class Epilogue:
         out += self.output_reductions(wg, v, taps, by_name)
         if blocks:
             out += self.block_scaled_store(wg, v, acc, blocks)
+        return out
+
+    def operand_loads(self, row: Expr, col: Expr, i: int, half: int, guard: bool, skip: str | None = None) -> list:
+        """The operand loads before fragment pair ``i`` (at ``row``, ``col``; ``half``: its row half), but ``skip``'s:
+        a row vector's two values once per wave, a column vector's pair once per 8 columns, a tile's every pair."""
+        out = []
+        for o in self.p.epilogue.operands:
+            if o.name == skip:
+                continue
+            if o.along == "row" and i < 4:
+                out.append(LdEpilogue(f"ep_{o.name}", o.param, "row", o.dtype, row, col, (half,), guard))
+            elif o.along == "tile" or (o.along == "col" and not half):
+                out.append(LdEpilogue(f"ep_{o.name}", o.param, o.along, o.dtype, row, col, (0, 1), guard))
         return out
 
     def output_reductions(self, wg: Expr, v: int, taps: tuple, by_name: dict) -> list:
@@ -437,7 +446,9 @@ class Epilogue:
                 out += self.cd_acquire(wg)
                 buf = self.cd_buffer(seq, wg, t.count)
                 values = range(c * e.box_values, (c + 1) * e.box_values)  # this box's fragment values
-                if e.stmatrix:  # values 8q..8q+7: 16 rows x 16 columns; lane l addresses row l % 8 of matrix l // 8
+                if e.staged is not None:  # the staged operand's box lands in the slot; D is staged over it
+                    out += staged_box(self, wg, v, c, seq, t, buf)
+                elif e.stmatrix:  # values 8q..8q+7: 16 rows x 16 columns; lane l addresses row l % 8 of matrix l // 8
                     row = fold((WARP % 4) * 16 + 8 * ((LANE // 8) % 2) + LANE % 8)
                     for i in values[::8]:
                         chunk = fold(LANE // 16 + (i // 4 - c * e.row_chunks))
@@ -755,7 +766,10 @@ class WgmmaConsumer:
         k_body = [*self.issue(), WgmmaWait(1), If(ne(KB, k0), tuple(release_prev))]
         out = [*self.math_order(arrive=False), k_loop(k_body, (k0, k1)), *self.math_order(arrive=True),
                WgmmaWait(0), *release]
-        stores = self.row_table_loads() + self.stores(CURRENT_TILE)
+        if p.epilogue.staged is not None:  # the TMA branch computes per staged box; the direct one as before
+            fused, stores = [], self.row_table_loads() + self.stores(CURRENT_TILE, fused)
+        else:
+            stores = self.row_table_loads() + self.stores(CURRENT_TILE)
         if self.fixup is None:
             return out + fused + stores
         return out + self.fixup.step(wg, (fused, stores))
@@ -765,13 +779,14 @@ class WgmmaConsumer:
         (:func:`ptxgen.builders.grouped.row_table_loads`); nothing otherwise."""
         return grouped.row_table_loads(self.p, Var("m_row") + Var("wg") * self.p.mma.wg_row_stride)
 
-    def stores(self, tile: StoredTile) -> list:
-        """The fragment stores of ``tile``: TMA stores when N allows the D tensor map, else direct."""
+    def stores(self, tile: StoredTile, fused: list = ()) -> list:
+        """The fragment stores of ``tile``: TMA stores when N allows the D tensor map, else direct (after ``fused``:
+        the fused epilogue of a staged operand's direct branch)."""
         p, wg = self.p, Var("wg")
         if p.epilogue.tma_store:  # the D tensor map needs 16-byte rows; other N store directly
             n_ok = eq(Param("n") % p.epilogue.store_n_multiple, 0)
             return [If(n_ok, tuple(self.epi.fragment_store(wg, True, tile)),
-                       tuple(self.epi.fragment_store(wg, False, tile)))]
+                       (*fused, *self.epi.fragment_store(wg, False, tile)))]
         return self.epi.fragment_store(wg, False, tile)
 
     def tail(self, sched: TileScheduler) -> list:

@@ -271,7 +271,7 @@ class WarpWalker:
         self._handlers = {
             O.WarpSwitch: self._warp_switch, O.For: self._for, O.If: self._if, O.Elect: self._elect,
             O.TmemLoad: self._tmem_load, O.TmemBase: self._tmem_base, O.LdGlobalF32: self._ws_load,
-            O.LdEpilogue: self._epi_load,
+            O.LdEpilogue: self._epi_load, O.LdMatrix: self._epi_load,
             O.PromoteScaled: self._promote,
             O.LdGlobalNcU32: self._table_load,
         }

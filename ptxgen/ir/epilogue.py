@@ -14,7 +14,8 @@ Leaves (per output element ``D[row, col]``):
   (A @ B2^T) instead.
 * ``bias[col]`` / ``bias[row]``: a vector ``[N]`` / ``[M]`` in D's type (bf16, or fp16 under ``fp16(...)``).
 * ``scale`` (a scalar fp32 kernel argument), ``scale[row]`` / ``scale[col]``: fp32 vectors ``[M]`` / ``[N]``.
-* ``residual``: an ``[M, N]`` tensor in D's type.
+* ``residual``: an ``[M, N]`` tensor in D's type (on sm_90a configs whose TMA-store epilogue stages through
+  ``stmatrix``, one such operand is read through the CD staging ring: :mod:`ptxgen.builders.staged`).
 * numbers (``0.5``, ``-3``): fp32 constants.
 
 Another operand of the same kind takes a name: ``bias("b2")[row]``, ``scale("alpha")``, ``residual("skip")``;
@@ -249,7 +250,7 @@ def scale(name: str = "scale", along: str = "scalar") -> Operand:
 
 
 def residual(name: str = "residual") -> Operand:
-    """An ``[M, N]`` tensor in D's type (row-major), read element by element."""
+    """An ``[M, N]`` tensor in D's type (row-major; 16-byte aligned when read through the staging ring)."""
     return operand("residual", name, "tile")
 
 

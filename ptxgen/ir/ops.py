@@ -670,6 +670,29 @@ class StMatrix(_SharedStore16):
 
 
 @dataclass(frozen=True)
+class LdMatrix(Op):
+    """``ldmatrix.sync.aligned.m8n8.x4.shared.b16 {w0, w1, w2, w3}, [addr]``: the warp loads four 8x8 16-bit
+    matrices, the exact inverse of :class:`StMatrix` (whole warp; PTX ISA "ldmatrix").
+
+    Lane ``l`` supplies ``addr``, the smem byte offset of row ``l % 8`` of matrix ``l // 8`` (16 contiguous bytes),
+    and receives in word ``j`` row ``l // 4``, columns ``2 (l % 4)`` and ``2 (l % 4) + 1`` of matrix ``j``: the
+    wgmma accumulator fragment layout.  Word ``j``'s low half goes to ``dst[idx[2j]]``, its high half to
+    ``dst[idx[2j + 1]]``, each converted exactly from ``fmt`` (``bf16`` / ``f16``) to f32.  len(idx) == 8.
+    """
+
+    collective: ClassVar[bool] = True
+    per_lane: ClassVar[tuple[str, ...]] = ("addr",)
+
+    dst: str
+    addr: Expr
+    idx: tuple[int, ...]
+    fmt: str = "bf16"
+
+    def describe(self) -> str:
+        return f"LdMatrix x4 {self.dst}[{_span(self.idx)}] <- {self.fmt} smem+{_s(self.addr)}"
+
+
+@dataclass(frozen=True)
 class StGlobal16(Op):
     """``D[row, col + j] = bf16(src[idx[j]])`` for each j with row < m and col + j < n (D row-major, ld = n).
 

@@ -598,7 +598,8 @@ class _Call:
     """
 
     __slots__ = ("config", "by_id", "launcher", "spec", "ordinal", "m", "n", "k", "grid_x", "d_map",
-                 "a_bytes", "b_bytes", "d_bytes", "new_out", "check", "extra", "family", "loaded", "device", "staged")
+                 "a_bytes", "b_bytes", "d_bytes", "new_out", "check", "extra", "family", "loaded", "device", "staged",
+                 "epi_maps")
 
     def __init__(self, family: _Family, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
                  m: int, n: int, k: int, grid_x: int):
@@ -609,6 +610,7 @@ class _Call:
         self.ordinal = ordinal
         self.m, self.n, self.k, self.grid_x = m, n, k, grid_x
         self.d_map = "d" in loaded.spec.tensor_maps and n % ELEMS_PER_16B == 0
+        self.epi_maps = epilogue_maps(loaded.spec)
         self.a_bytes, self.b_bytes, self.d_bytes = 2 * m * k, 2 * n * k, 2 * m * n
         self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
         self.check = family.check
@@ -637,6 +639,8 @@ class _Call:
             maps = ((pa, m, k, k), (pb, n, k, k), (p2, n, k, k), d_map)
         if bad:  # an overlap or a misaligned pointer: the staged call checks (raising) or copies the operand
             return self.misfit(a, b, out, b2, epi)
+        if self.epi_maps:  # an [M, N] epilogue operand read through the staging ring: its map after D's
+            maps += tuple((epi[i], m, n, n) if d_map else None for i in self.epi_maps)
         ordinal = self.ordinal
         if getattr(_tls, "ordinal", None) != ordinal or _current_device() != ordinal:
             from ptxgen.runtime import driver
@@ -659,6 +663,15 @@ class _Call:
             staged = self.staged = _StagedCall(self.family, self.config, self.by_id, self.loaded, self.ordinal,
                                                self.device, self.m, self.n, self.k, self.grid_x, plan)
         return staged(a, b, out, b2, epi)
+
+
+def epilogue_maps(spec: Any) -> tuple[int, ...]:
+    """Per tensor-map parameter after D's (``tmap_tile_<name>``: an ``[M, N]`` epilogue operand read through the
+    staging ring), the index of its operand's address among the epilogue arguments (``epi_<name>`` in the
+    signature's order of ``epi_`` parameters)."""
+    epi_params = [name for name, kind in spec.params if name.startswith("epi_")]
+    return tuple(epi_params.index("epi_" + name.removeprefix("tmap_tile_")) for name, kind in spec.params
+                 if kind == "tensor_map" and name.startswith("tmap_tile_"))
 
 
 def _round_up(x: int, multiple: int) -> int:
@@ -749,6 +762,7 @@ class _StagedCall(_Call):
         d = self.new_out() if self.plan.stage_d or out is None else out
         pd = d.data_ptr()
         maps.append((pd, m, self.n, self.n) if self.d_map else None)
+        maps += [(epi[i], m, self.n_true, self.n_true) if self.d_map else None for i in self.epi_maps]
         from ptxgen.runtime import driver
 
         driver.ensure_context(self.ordinal)
@@ -1082,7 +1096,8 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
     accumulator) whose D is ``epilogue`` of the accumulator(s), fused.
 
     ``epilogue``: a :mod:`ptxgen.epi` expression, text (``"gelu(acc + bias[col])"``) or node; its operands come
-    by name in ``operands`` (:func:`check_epilogue_operands`; a 16-bit one not 4-byte aligned is copied per call),
+    by name in ``operands`` (:func:`check_epilogue_operands`; one not 4-byte aligned, an ``[M, N]`` one not 16-byte
+    aligned, is copied per call),
     and so may its outputs beside D (:func:`check_epilogue_outputs`); with outputs the call returns
     ``(D, *outputs)`` (:func:`ptxgen.epi.outputs` order), each output not given allocated (an amax zero-filled).
     An ``e4m3(...)`` D is ``torch.float8_e4m3fn``.  Every check (A, B, out, the expression, each
@@ -1140,7 +1155,7 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
 
             ptrs.append(struct.unpack("<I", struct.pack("<f", float(t)))[0])
             continue
-        if not t.is_contiguous() or t.data_ptr() % 4:  # the pair loads read 4 bytes
+        if not t.is_contiguous() or t.data_ptr() % (16 if o.along == "tile" else 4):  # pair loads: 4 B, a tile's map: 16
             t = t.clone(memory_format=torch.contiguous_format)
             held.append(t)
         ptrs.append(t.data_ptr())

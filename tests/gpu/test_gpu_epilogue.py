@@ -298,6 +298,22 @@ def test_residual_wide_loads_odd_n_and_misaligned(torch):
         assert relative_error(d.float(), a.float() @ b.float().T + r.float()) < TOLERANCE
 
 
+@pytest.mark.parametrize("config", ["h100_128x256", "h100_256x128"])
+@pytest.mark.parametrize("text", ["acc + residual", "gelu(acc + bias[col]) * scale[row] + residual",
+                                  "fp16(acc * 0.5 - residual)"])
+def test_residual_through_the_staging_ring(torch, config, text):
+    """The residual's TMA box load into the CD staging ring, read back with ldmatrix (N a multiple of 8; several
+    tiles per CTA, so every slot is refilled), and the direct branch's pair loads (N odd)."""
+    from ptxgen.config import load_config
+    from ptxgen.plan import make_plan
+
+    expr = epi.parse(text)
+    assert make_plan(load_config(config).replace(**{"epilogue.expr": text})).epilogue.staged is not None
+    for seed, (m, n, k) in enumerate(((1000, 2056, 256), (4093, 4096, 512), (130, 261, 64), (64, 8, 64))):
+        err = run_checked(torch, config, expr, m, n, k, seed)
+        assert err < TOLERANCE, f"{config} {text} {m}x{n}x{k}: relative Frobenius error {err:.3e}"
+
+
 def test_bad_outputs_before_launch(torch):
     import ptxgen
 

@@ -202,6 +202,7 @@ IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     O.WgmmaWait: lambda c, ev, op: [E.WgmmaWait(op.n)],
     # the lane's operands: address, words
     O.StMatrix: lambda c, ev, op: [E.StMatrix(c.base + c.at_lane(ev.addr), c.elements(op))],
+    O.LdMatrix: lambda c, ev, op: [E.LdMatrix(c.base + c.at_lane(ev.addr))],
     O.StShared16: lambda c, ev, op: [E.StShared(c.base + c.at_lane(ev.addr), c.elements(op))],
     O.StGlobal16: _st_global,
     O.StGlobalF32: lambda c, ev, op: [E.StGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offset), c.f32_elements(op))],
@@ -261,6 +262,10 @@ def ir_effects(kernel, launch: Launch) -> list[Effect]:
                               P.opaque_f32("shared", np.full(W.LANES, thread.base + int(ev.sb_addr)))], axis=1)
         elif isinstance(ev.op, O.LdGlobalNcU32):  # a table word: the interpreter's data model, by address
             reply = np.array([P.table_word(GROUP_PTR + 4 * int(i)) for i in np.atleast_1d(ev.index)], dtype=np.int64)
+        elif isinstance(ev.op, O.LdMatrix):  # a staged operand's box: opaque 16-bit data by (row address, element)
+            bits = P.ldmatrix_bits(thread.base + np.asarray(ev.addr, dtype=np.int64)[:, None], np.arange(8)[None, :])
+            reply = ((bits.astype(np.uint32) << 16).view(np.float32) if ev.op.fmt == "bf16" else
+                     bits.astype(np.uint16).view(np.float16).astype(np.float32))
         elif isinstance(ev.op, O.LdGlobalF32):  # a partial another CTA stored: opaque data by address
             addr = WORKSPACE_PTR + np.asarray(ev.offset, dtype=np.int64)[:, None] + 4 * np.arange(len(ev.op.idx))
             reply = P.opaque_f32("global", addr)
@@ -290,14 +295,25 @@ def stored_array(wk: W.WarpWalker, op) -> str:
 MAX_STEPS = 200_000  # instructions one thread may run (the test shapes need < 15k; an endless loop stops here)
 
 
+EPILOGUE_PTR = 0x7C00_0000_0000  # global address of the first epilogue operand / output (one 4 GiB window each)
+
+
+def epilogue_params(kernel) -> dict[str, int]:
+    """Values of the kernel's epilogue parameters (``epi_*``): each pointer its own window above
+    :data:`EPILOGUE_PTR`, a scalar the f32 bits of 1.0."""
+    names = [(name, kind) for name, kind in kernel.params if name.startswith("epi_")]
+    return {name: EPILOGUE_PTR + (i << 32) if kind == "u64" else 0x3F800000 for i, (name, kind) in enumerate(names)}
+
+
 def ptx_effects(prog: P.Program | str, kernel, launch: Launch) -> list[Effect]:
     """Effects of the same thread per the emitted PTX (``prog``: text or :func:`ptxgen.check.ptx.interp.parse` result).
 
     Raises PtxInterpError (see :func:`ptxgen.check.ptx.interp.run_thread`), also after MAX_STEPS instructions."""
     f = kernel_facts(kernel)
     rank = launch.ctaid % f["cluster_size"]
+    params = {**launch.params, **epilogue_params(kernel)}
     return P.run_thread(prog, tid=launch.tid, ctaid=launch.ctaid, nctaid=launch.grid, ntid=f["threads"], rank=rank,
-                        cluster_size=f["cluster_size"], params=launch.params, smem_base=smem_base(rank),
+                        cluster_size=f["cluster_size"], params=params, smem_base=smem_base(rank),
                         tmem_base=TMEM_BASE, max_steps=MAX_STEPS)
 
 

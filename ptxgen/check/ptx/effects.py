@@ -54,6 +54,7 @@ SetMaxNReg = _effect("SetMaxNReg", "setmaxnreg", "action regs", "``setmaxnreg.{i
 # stores and loads (PTX ISA "st", "stmatrix", "ld", "red", "atom")
 StShared = _effect("StShared", "st.shared", "addr elements", "``st.shared`` of packed bf16 words.")
 StMatrix = _effect("StMatrix", "stmatrix", "addr elements", "``stmatrix.sync.aligned.m8n8.x4``: the lane's operands.")
+LdMatrix = _effect("LdMatrix", "ldmatrix", "addr", "``ldmatrix.sync.aligned.m8n8.x4``: the lane's row address.")
 StGlobal = _effect("StGlobal", "st.global", "addr element", "One element of a bf16/f16 ``st.global``.")
 LdShared = _effect("LdShared", "ld.shared", "addr", "``ld.shared`` of the TMEM-address slot.")
 LdGlobal = _effect("LdGlobal", "ld.global", "addr", "The hang watchdog's flag load (reads 0).")
@@ -97,8 +98,8 @@ WgmmaWait = _effect("WgmmaWait", "wgmma.wait", "n", "``wgmma.wait_group.sync.ali
 KINDS: dict[str, type] = {t.KIND: t for t in (
     MbarrierInit, MbarrierArrive, MbarrierTryWait, FenceMbarrierInit, TmaLoad, TmaStore, BulkCommit, BulkWait,
     FenceProxyAsync, BarSync, BarrierClusterArrive, BarrierClusterWait, Nanosleep, SetMaxNReg, StShared, StMatrix,
-    StGlobal, LdShared, LdGlobal, AtomCas, StGlobalU32, StGlobalF32, LdGlobalF32, LdGlobalNc, LdGlobalTable, RedGlobal,
-    LdGlobalU32,
+    LdMatrix, StGlobal, LdShared, LdGlobal, AtomCas, StGlobalU32, StGlobalF32, LdGlobalF32, LdGlobalNc, LdGlobalTable,
+    RedGlobal, LdGlobalU32,
     StGlobalSemU32, TmemAlloc, TmemRelinquish, TmemDealloc, TcgenFence, Umma, UmmaBlockScaled, TmemCopy, UmmaCommit,
     TmemLoad, TmemWaitLd, WgmmaFence, Wgmma, WgmmaCommit, WgmmaWait)}
 

@@ -108,7 +108,14 @@ class Packed:
 
 # ------------------------------------------------------------------ opaque f32 data
 
-_DOMAINS = {"tmem": 1, "reg": 2, "global": 3, "shared": 4}
+_DOMAINS = {"tmem": 1, "reg": 2, "global": 3, "shared": 4, "ldmatrix": 5}
+
+
+def ldmatrix_bits(addr, element) -> np.ndarray:
+    """The 16-bit data an ``ldmatrix.x4`` gives the lane whose row address is ``addr``, element ``element`` (0..7:
+    word ``element // 2``, low half first): what another lane's TMA load landed, opaque, by (address, element);
+    bf16 bits of :func:`opaque_f32` (read as f16 too they stay finite).  Both sides of the differential read it."""
+    return f32_to_16_bits(opaque_f32("ldmatrix", addr, element), "bf16")
 
 
 def _mix(z):
@@ -808,6 +815,17 @@ def _cvt(insn: Insn):
     d = ops[0]
     if parts[0] == "cvt" and parts[-1] == "f32" and any(p in ("bf16x2", "f16x2", "bf16", "f16") for p in parts):
         return _cvt_16(insn)
+    if parts[0] == "cvt" and parts[1] == "f32" and parts[2:] in (("bf16",), ("f16",)):  # exact widening of 16 bits
+        a, fmt = _src(ops[1]), parts[2]
+
+        def widen(t):
+            v = a(t)
+            if not isinstance(v, Packed) or len(v.elements) != 1:
+                raise PtxInterpError(f"line {insn.line}: {insn.text}: {v!r} is not one 16-bit element")
+            bits = np.uint16(v.elements[0][-1])
+            t.regs[d] = ((np.uint32(bits) << np.uint32(16)).view(np.float32) if fmt == "bf16" else
+                         np.float32(bits.view(np.float16)))
+        return widen
     if parts[0] == "cvta":
         a = _src(ops[1])
         return lambda t: t.regs.__setitem__(d, a(t))
@@ -1014,6 +1032,22 @@ def _tensor(text: str):
             raise PtxInterpError(f"{tmap} holds {v!r}, not a tensor-map parameter address")
         return v.name.removeprefix("tmap_")
     return name, cs
+
+
+def _ldmatrix(insn: Insn):
+    """``ldmatrix.sync.aligned.m8n8.x4.shared.b16 {w0..w3}, [a]``: the effect ``("ldmatrix", addr)`` and four packed
+    words of :func:`ldmatrix_bits` (elements ``("ldmatrix", addr, i, bits)``; ``cvt.f32.{bf16|f16}`` reads the bits)."""
+    if tuple(insn.parts[1:]) != ("sync", "aligned", "m8n8", "x4", "shared", "b16"):
+        raise PtxInterpError(f"line {insn.line}: ldmatrix form not interpreted: {insn.text}")
+    words = _vec(insn.ops[0])
+    a = _aligned(insn, _addr(insn.ops[1]), 16)
+
+    def ld(t):
+        addr = a(t)
+        t.effects.append(E.LdMatrix(addr))
+        for j, w in enumerate(words):
+            t.regs[w] = Packed(tuple(("ldmatrix", addr, i, int(ldmatrix_bits(addr, i))) for i in (2 * j, 2 * j + 1)))
+    return ld
 
 
 def _stmatrix(insn: Insn):
@@ -1282,7 +1316,7 @@ _FAMILIES = {
     "wgmma": _wgmma, "createpolicy": _createpolicy, "st": _st, "atom": _atom, "red": _red, "bar": _bar,
     "barrier": _bar, "fence": _fence,
     "nanosleep": lambda insn: _effect(insn, E.Nanosleep, _src(insn.ops[0])),
-    "stmatrix": _stmatrix,
+    "stmatrix": _stmatrix, "ldmatrix": _ldmatrix,
     "setmaxnreg": lambda insn: _effect(insn, E.SetMaxNReg, _const(insn.parts[1]), _src(insn.ops[0])),
 }
 

@@ -191,7 +191,7 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
             O.UmmaBlockScaled: lambda w, ev: blockscaled.umma_block_scaled(self, w, ev),
             O.StGlobalF32: self._ws_store, O.LdGlobalF32: self._ws_load,
             O.RedGlobal: self._ws_red, O.StGlobalU32: self._ws_set, O.LdGlobalAcquireWait: self._ws_wait,
-            O.LdEpilogue: self._ld_epilogue, O.StEpilogue: self._st_epilogue,
+            O.LdEpilogue: self._ld_epilogue, O.StEpilogue: self._st_epilogue, O.LdMatrix: self._ld_matrix,
             O.LdGlobalNcU32: lambda w, ev: table_read(self, w, ev),
         }
 

@@ -103,7 +103,7 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
     b2_bits = random_operands(m, n, k, seed + 7919)[1] if dual else None
     sched = seed if schedule_seed is None else schedule_seed
     out_dtype = spec.tensor_maps["d"].dtype if "d" in spec.tensor_maps else epi.out_dtype(expr)
-    operands, extra, scalars = _epilogue_buffers(expr, operands, m, n, seed, out_dtype)
+    operands, extra, scalars = _epilogue_buffers(expr, operands, m, n, seed, out_dtype, spec)
     machine = Machine(kernel, m, n, k, a_bits, b_bits, num_sms=num_sms, schedule_seed=sched,
                       smem_base=DYNAMIC_SMEM_BASE, poison=POISON, b2=b2_bits, policy=policy, extra=extra,
                       scalars=scalars)
@@ -118,9 +118,10 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
 
 
 def _epilogue_buffers(expr, operands: dict | None, m: int, n: int, seed: int,
-                      out_dtype: str) -> tuple[dict | None, dict, dict]:
+                      out_dtype: str, spec=None) -> tuple[dict | None, dict, dict]:
     """The fused epilogue's kernel arguments: (its operands by name, default random (seeded by ``seed``), the
-    global buffers by parameter (operands, NaN-poisoned outputs), the scalar parameters' bits); all empty for
+    global buffers by parameter (operands, NaN-poisoned outputs; an operand the launch ``spec`` reads through the
+    staging ring also as the bits of its ``tile_<name>`` map), the scalar parameters' bits); all empty for
     ``expr`` None."""
     extra, scalars = {}, {}
     if expr is None:
@@ -133,6 +134,10 @@ def _epilogue_buffers(expr, operands: dict | None, m: int, n: int, seed: int,
             scalars[f"epi_{o.name}"] = epilogue.bits_of_f32(float(value))
         else:
             extra[f"epi_{o.name}"] = value
+            if spec is not None and f"tile_{o.name}" in spec.tensor_maps:  # read through the staging ring
+                fmt = spec.tensor_maps[f"tile_{o.name}"].dtype
+                extra[f"tile_{o.name}"] = (f32_to_bf16_bits(value) if fmt == "bf16" else
+                                           value.astype(np.float16).view(np.uint16))
     extra.update(epilogue.output_buffers(expr, m, n))
     return operands, extra, scalars
 

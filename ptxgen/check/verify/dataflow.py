@@ -22,6 +22,7 @@ from ...ir import Kernel
 from ...ir import ops as O
 from .. import walker as W
 from ..mma import umma_operand, umma_shape, wgmma_operand
+from .epilogue import check_staged, staged_fills
 from .trace import _Rec, _Trace
 
 
@@ -73,10 +74,12 @@ def _check_dataflow(trace: _Trace) -> None:
     kernel = trace.kernel
     slots = _Slots(kernel)
     acc_cols = kernel.tmem_acc_stage_cols or 1
+    fills = staged_fills(trace, slots)
     for (ctaid, warp), recs in trace.warps.items():
         last_wait: dict[tuple[str, int], tuple] = {}
         committed: dict[object, _Rec] = {}  # bulk async groups: issuing thread -> its last commit
         copied: dict[int, _Rec] = {}  # TMEM column -> the tcgen05.cp that last wrote it (NVFP4 scales)
+        staged: dict = {}  # the warp's staged-operand state (epilogue.check_staged)
 
         def require(name: str, index: int, rec: _Rec, what: str) -> None:
             got = last_wait.get((name, index))
@@ -89,6 +92,9 @@ def _check_dataflow(trace: _Trace) -> None:
             ev = rec.ev
             if isinstance(ev.op, O.MbarrierWait):
                 last_wait[(ev.bar.name, ev.bar.index)] = rec.key
+                check_staged(kernel, slots, ev, rec, require, staged, fills)
+            elif check_staged(kernel, slots, ev, rec, require, staged, fills):
+                pass
             elif isinstance(ev.op, O.TmaLoad):
                 size = kernel.launch.tensor_maps[ev.op.tensor]
                 region, s = slots.slot(ev.dst, ev.dst + size.box_bytes, f"TmaLoad {ev.op.tensor}", rec.where,

@@ -3,6 +3,11 @@
 parameter is written: each ``.u64`` epilogue parameter that no load reads (an output beside D) has a
 :class:`~ptxgen.ir.ops.StEpilogue`, and a D no ``StGlobal16`` / ``TmaStore`` writes (an e4m3 D) has one to ``d_ptr``.
 
+A staged operand (read through the CD staging ring, :mod:`ptxgen.builders.staged`): its TMA load lands in one CD
+slot, completes on an ``epi_full`` barrier and loads the box the slot's next TMA store writes (D's box); every
+``ldmatrix`` of the slot comes after a wait, in the same iteration, on the barrier its last load completes on.  The load writes
+the slot, so the staging-reuse rule (:mod:`.handover`) holds it to the previous store's ``wait_group.read``.
+
 A guarded load (the fragment's row/column guard the direct store keeps) issues only the elements inside D; an
 unguarded one issues every element, so at an M or N tail it reads past the operand (a vector ``[N]``, ``[M]`` or
 an ``[M, N]`` tensor): a VerifyError naming the load, the element and the launch.
@@ -39,6 +44,64 @@ def _check_operand_loads(trace: _Trace) -> int:
                     f"{int(np.broadcast_to(rows, cols.shape)[lane, j])}, col {int(cols[lane, j])} (lane {lane}) of a "
                     f"{m} x {n} launch; the load needs the fragment's row < M and column < N guard of the direct store")
     return checked
+
+
+def staged_fills(trace: _Trace, slots) -> dict:
+    """``(ctaid, epi_full index, loop key) -> CD slot`` of every staged operand load of the trace."""
+    fills = {}
+    for (ctaid, _), recs in trace.warps.items():
+        for rec in recs:
+            op = rec.ev.op
+            if isinstance(op, O.TmaLoad) and op.tensor.startswith("tile_"):
+                box = trace.kernel.launch.tensor_maps[op.tensor].box_bytes
+                hit = slots.find(rec.ev.dst, rec.ev.dst + box)
+                for ref in rec.ev.bars:
+                    fills[(ctaid, ref.index, rec.key)] = hit[1] if hit else None
+    return fills
+
+
+def check_staged(kernel, slots, ev, rec, require, state: dict, fills: dict) -> bool:
+    """The staged-operand rules (module docstring) for one event of a warp.  ``state``: the warp's ``boxes`` (CD
+    slot -> the (op, col, row) of the staged load into it, not yet matched by a store) and ``wait`` (its last wait on
+    an ``epi_full`` barrier: (index, loop key)); ``fills``: :func:`staged_fills`.  Returns True when ``ev`` was a
+    staged access (a TmaLoad into a CD slot, an LdMatrix).  Raises VerifyError."""
+    op = ev.op
+    boxes = state.setdefault("boxes", {})
+    if isinstance(op, O.MbarrierWait) and ev.bar.name == "epi_full":
+        state["wait"] = (ev.bar.index, rec.key)
+        return False
+    if isinstance(op, O.TmaLoad) and op.tensor.startswith("tile_"):
+        box = kernel.launch.tensor_maps[op.tensor].box_bytes
+        _, s = slots.slot(ev.dst, ev.dst + box, f"TmaLoad {op.tensor}", rec.where, ("CD",))
+        if any(ref.name != "epi_full" for ref in ev.bars):
+            raise VerifyError(f"staged operand load on the wrong barrier: {op.describe()} by {rec.where} writes CD "
+                              f"stage {s} but completes on {', '.join(map(str, ev.bars))}, not an epi_full barrier")
+        rec.uses.append(("CD", s))  # a write of the slot: the staging-reuse rule applies
+        boxes[s] = (op, ev.col, ev.row)
+        return True
+    if isinstance(op, O.LdMatrix):
+        wait = state.get("wait")
+        if wait is None or rec.key[: len(wait[1])] != wait[1]:
+            raise VerifyError(f"missing wait: {op.describe()} by {rec.where} reads the staged operand without a wait "
+                              f"on its epi_full barrier in this iteration (last wait on one: "
+                              f"{'never' if wait is None else wait[1]})")
+        require("epi_full", wait[0], rec, op.describe())
+        filled = fills.get((rec.where.ctaid, wait[0], wait[1]))
+        for s in sorted({slots.slot(a, a + 16, "LdMatrix", rec.where, ("CD",))[1] for a in set(ev.addr.tolist())}):
+            if filled != s:
+                raise VerifyError(f"ldmatrix of the wrong slot: {op.describe()} by {rec.where} reads CD stage {s}, but "
+                                  f"the load epi_full[{wait[0]}] waited for filled "
+                                  f"{'no CD stage' if filled is None else f'CD stage {filled}'}")
+        return True
+    if isinstance(op, O.TmaStore) and boxes:
+        s = slots.slot(ev.src, ev.src + kernel.launch.tensor_maps[op.tensor].box_bytes, "TmaStore", rec.where,
+                       ("CD",))[1]
+        load = boxes.pop(s, None)
+        if load is not None and (load[1], load[2]) != (ev.col, ev.row):
+            raise VerifyError(f"staged operand from the wrong box: {load[0].describe()} loaded (col {load[1]}, row "
+                              f"{load[2]}) into CD stage {s}, but {op.describe()} by {rec.where} stores D's box at "
+                              f"(col {ev.col}, row {ev.row}) from it; the operand's box is D's box")
+    return False
 
 
 def _check_outputs_written(kernel) -> int:

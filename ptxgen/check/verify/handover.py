@@ -171,9 +171,9 @@ class _WarpHandovers:
             store = _Store(self.point(rec, i), rec.uses[0][1])
             self.stores.append(store)
             self.unbulked[ev.thread].append(store)
-        elif isinstance(ev.op, W.SHARED_STORES):
-            at = self.point(rec, i)
-            self.writes += [(at, slot) for _, slot in rec.uses]
+        elif isinstance(ev.op, W.SHARED_STORES) or (isinstance(ev.op, O.TmaLoad) and any(u[0] == "CD" for u in rec.uses)):
+            at = self.point(rec, i)  # a staged operand's TMA load writes its CD slot too
+            self.writes += [(at, slot) for name, slot in rec.uses if name == "CD"]
         elif isinstance(ev.op, O.BulkCommitGroup):
             self.bulk.append((ev.thread, self.unbulked.pop(ev.thread, [])))
         elif isinstance(ev.op, O.BulkWaitGroup):

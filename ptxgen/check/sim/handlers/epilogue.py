@@ -8,6 +8,7 @@ import numpy as np
 
 from ....errors import SimError
 from ... import walker as W
+from ..memory import INFLIGHT, UNDEF
 from ..state import Warp
 
 
@@ -18,6 +19,37 @@ class EpilogueLoads:
     The operands live in ``glob.extra`` by parameter name as float32 arrays (bf16/f16 values converted exactly); so
     do the outputs (NaN-poisoned; an amax output starts at 0.0), holding the stored values as float32.
     """
+
+    def _ld_matrix(self, w: Warp, ev: W.Event) -> None:
+        """``ldmatrix.x4`` (PTX ISA "ldmatrix"): lane ``L`` receives in word ``j`` the 4 bytes at ``4 (L % 4)`` of the
+        row lane ``8 j + L // 4`` addressed; every byte must hold landed or written data (a byte a TMA load still
+        writes: read before the load's barrier wait)."""
+        op = ev.op
+        addr = np.asarray(ev.addr, dtype=np.int64)
+        smem = w.cta.smem
+        who = w.who(op.describe())
+        if (addr % 16).any():
+            raise SimError(f"misaligned: {who}: ldmatrix rows are 16-byte aligned, got smem offsets "
+                           f"{sorted(set(addr[addr % 16 != 0].tolist()))[:4]}")
+        lanes = np.arange(32)
+        # element (L, 2j + h): 2 bytes at addr[8j + L // 4] + 4 (L % 4) + 2h
+        at = addr[8 * np.arange(4)[None, :] + (lanes // 4)[:, None]] + 4 * (lanes % 4)[:, None]
+        at = (at[:, :, None] + 2 * np.arange(2)).reshape(32, 8)
+        for lo in np.unique(addr):
+            smem.check_range(int(lo), int(lo) + 16, who, write=False)
+        state = smem.state[np.stack([at, at + 1])]
+        bad = np.flatnonzero((state == UNDEF) | (state == INFLIGHT))
+        if len(bad):
+            off = int(np.stack([at, at + 1]).flat[bad[0]])
+            raise SimError(f"read before write: {who} reads smem {off:#x} of {smem.cta}, which "
+                           + ("a TMA load still writes (no wait on its barrier?)" if state.flat[bad[0]] == INFLIGHT
+                              else "no write produced"))
+        bits = smem.data[at].astype(np.uint16) | (smem.data[at + 1].astype(np.uint16) << 8)
+        if op.fmt == "bf16":
+            vals = (bits.astype(np.uint32) << 16).view(np.float32)
+        else:
+            vals = bits.view(np.float16).astype(np.float32)
+        w.reply = vals  # column 2j + h -> dst[idx[2j + h]]
 
     def _st_epilogue(self, w: Warp, ev: W.Event) -> None:
         from ...epilogue import store_rounding

@@ -1,0 +1,170 @@
+"""The staged epilogue operand (an ``[M, N]`` residual read through the CD staging ring on sm_90a): the plan, the
+emitted PTX, the simulator against the fp32 reference, the verifier, and planted bugs (the residual read before its
+barrier wait, the wrong residual box, the staging slot refilled before the previous store read it out)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from ptxgen.build import build
+from ptxgen.builders.kernel import build_kernel
+from ptxgen.check.sim import simulate
+from ptxgen.check.verify import verify
+from ptxgen.config import load_config
+from ptxgen.errors import SimError, VerifyError
+from ptxgen.ir import ops as O
+from ptxgen.ir.rewrite import rewrite
+from ptxgen.plan import make_plan
+
+pytestmark = pytest.mark.sim
+
+#: a 2-stage ring with 4 store boxes per tile: each slot is refilled within a tile
+CONFIG = "h100_128x256"
+SHAPE = (300, 520, 64)  # M and N tails, several tiles per CTA on 2 SMs
+
+
+def _plan(expr: str, config: str = CONFIG, **changes):
+    return make_plan(load_config(config).replace(**{**changes, "epilogue.expr": expr}))
+
+
+def _sim(kernel, plan, shape=SHAPE, **kw):
+    return simulate(kernel, *shape, expr=plan.epilogue.expr, num_sms=2, **kw)
+
+
+def test_plan_stages_one_tile_operand_of_stmatrix_tma_configs():
+    p = _plan("gelu(acc + bias[col]) + residual")
+    e = p.epilogue
+    assert e.staged is not None and e.staged.name == "residual" and e.staged_map == "tile_residual"
+    assert p.epi_full.num == e.stores_per_tile * e.groups and p.epi_full.tx_bytes == e.stage_bytes
+    names = [n for n, _ in p.params]
+    assert names.index("tmap_tile_residual") == names.index("tmap_d") + 1 and "epi_residual" in names
+    spec = p.launch_spec().tensor_maps["tile_residual"]
+    assert spec.box == p.launch_spec().tensor_maps["d"].box and spec.swizzle == "128B"
+    # not staged: direct stores, st.shared staging, two residuals, split-K, the overlapped epilogue
+    assert _plan("acc + residual", "h100_128x128").epilogue.staged is None
+    assert _plan("acc + residual", **{"epilogue.stmatrix": False}).epilogue.staged is None
+    assert _plan('acc + residual + residual("r2")').epilogue.staged is None
+    assert _plan("acc + residual", **{"schedule.split_k": 2}).epilogue.staged is None
+    assert _plan("acc + residual").epi_full is not None and _plan("acc * 2").epi_full is None
+
+
+def test_ptx_loads_the_box_and_reads_it_with_ldmatrix():
+    ptx = build(load_config(CONFIG).replace(**{"epilogue.expr": "acc + residual"})).ptx
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == ptx.count("stmatrix.sync.aligned.m8n8.x4.shared.b16")
+    assert "[%tmap_tile_residual, {" in ptx and "// LdMatrix x4 ep_residual[0:8] <- bf16 smem+" in ptx
+    # the direct branch (N not a multiple of 8) keeps the per-pair global loads
+    assert "// LdEpilogue ep_residual[0:2] <- bf16 epi_residual[" in ptx
+
+
+@pytest.mark.parametrize("config, expr, changes", [
+    (CONFIG, "acc + residual", {}),
+    (CONFIG, "gelu(acc + bias[col]) * scale[row] + residual", {}),
+    ("h100_256x128", "fp16(acc * 0.25 - residual)", {}),
+    ("h100_128x128_pp", "relu(acc) + residual", {"epilogue.store": "tma", "epilogue.stmatrix": True,
+                                                 "epilogue.swizzle": "128", "epilogue.store_block_n": 64}),
+])
+@pytest.mark.parametrize("policy", ["random", "latest"])
+def test_staged_residual_matches_the_reference(config, expr, changes, policy):
+    plan = _plan(expr, config, **changes)
+    assert plan.epilogue.staged is not None
+    kernel = build_kernel(plan)
+    verify(kernel)
+    _sim(kernel, plan, policy=policy)
+    _sim(kernel, plan, shape=(130, 261, 64), policy=policy)  # N % 8 != 0: the direct branch
+
+
+# ------------------------------------------------------------------ planted bugs
+
+
+def _staged():
+    plan = _plan("acc * scale[row] + residual")
+    return plan, build_kernel(plan)
+
+
+def test_planted_residual_read_before_its_barrier_wait():
+    plan, kernel = _staged()
+    bad = rewrite(kernel, lambda op: () if isinstance(op, O.MbarrierWait) and op.bar.name == "epi_full" else None)
+    with pytest.raises(VerifyError, match=r"^missing wait: LdMatrix x4 ep_residual.* without a wait on its epi_full"):
+        verify(bad)
+    # the load not issued yet (no write produced the bytes), or issued and not landed (a TMA load still writes)
+    with pytest.raises(SimError, match=r"^read before write: LdMatrix .* (a TMA load still writes|no write produced)"):
+        _sim(bad, plan, policy="latest")
+
+
+def test_planted_wrong_residual_box_coordinate():
+    plan, kernel = _staged()
+    bad = rewrite(kernel, lambda op: replace(op, col=op.col + 64)
+                  if isinstance(op, O.TmaLoad) and op.tensor == "tile_residual" else None)
+    with pytest.raises(VerifyError, match=r"^staged operand from the wrong box: TmaLoad tile_residual"):
+        verify(bad)
+    with pytest.raises(SimError, match=r"^wrong result"):
+        _sim(bad, plan)
+
+
+def test_planted_staging_slot_reused_before_the_store_read_it():
+    plan, kernel = _staged()
+    bad = rewrite(kernel, lambda op: () if isinstance(op, O.BulkWaitGroup) and op.n > 0 else None)
+    with pytest.raises(VerifyError, match=r"^consumer release before the last read: TmaLoad tile_residual .* writes "
+                                          r"CD stage \d+ while TmaStore d"):
+        verify(bad)
+    with pytest.raises(SimError, match=r"^write after read: .*TmaLoad tile_residual"):
+        _sim(bad, plan, policy="latest")
+
+
+def test_planted_ldmatrix_of_another_slot():
+    """The ldmatrix reads the slot the previous box's load filled (the barrier waited is right)."""
+    plan, kernel = _staged()
+    stride = plan.smem.cd.stride
+    bad = rewrite(kernel, lambda op: replace(op, addr=(op.addr + stride) % (2 * stride))
+                  if isinstance(op, O.LdMatrix) else None)
+    with pytest.raises(VerifyError, match=r"^(ldmatrix of the wrong slot|smem access outside its region)"):
+        verify(bad)
+
+
+def test_runtime_passes_the_staged_operand_map_after_d():
+    """The call's tensor-map slot after D's takes the operand's address from the epilogue arguments."""
+    from ptxgen.runtime.api import epilogue_maps
+
+    spec = _plan("gelu(acc + bias[col]) * scale + residual").launch_spec()
+    epi_params = [name for name, _ in spec.params if name.startswith("epi_")]
+    assert epi_params == ["epi_bias", "epi_scale", "epi_residual"]
+    assert epilogue_maps(spec) == (2,)
+    assert epilogue_maps(_plan("acc + residual", "h100_128x128").launch_spec()) == ()
+
+
+# ------------------------------------------------------------------ PTX against IR (ldmatrix, the box load)
+
+
+def _differential():
+    """The staged kernel without the direct branch's global pair loads (the interpreter reads no ld.global.nc) and
+    its PTX, and the threads to compare at an N % 8 == 0 shape (the TMA branch)."""
+    from ptxgen.build import kernel_ptx
+    from ptxgen.check.ptx import diff as D
+
+    kernel = rewrite(build_kernel(_plan("acc * 2 - residual")), lambda op: () if isinstance(op, O.LdEpilogue) else None)
+    return kernel, kernel_ptx(kernel), D.default_launches(kernel, (300, 520, 128))
+
+
+def test_ptx_effects_equal_ir_effects_for_the_staged_residual():
+    from ptxgen.check.ptx import diff as D
+
+    kernel, ptx, launches = _differential()
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
+    assert D.sweep_threads(kernel, ptx, launches) is None
+    effects = D.ir_effects(kernel, launches[-2])
+    assert any(e[0] == "ldmatrix" for e in effects) and any(e[0] == "tma.load" and e[1] == "tile_residual" for e in effects)
+
+
+@pytest.mark.parametrize("old, new, what", [
+    ("cvt.f32.bf16", "cvt.f32.f16", "stmatrix"),  # the loaded halves widened as the wrong type
+    ("[%tmap_tile_residual, {%n_col,", "[%tmap_tile_residual, {%m_row,", "tma.load"),  # the box at the wrong column
+])
+def test_planted_ptx_of_the_staged_residual(old, new, what):
+    from ptxgen.check.ptx import diff as D
+
+    kernel, ptx, launches = _differential()
+    assert old in ptx
+    msg = D.sweep_threads(kernel, ptx.replace(old, new), launches)
+    assert msg is not None and msg.startswith("PTX != IR") and f"('{what}'" in msg
