@@ -212,10 +212,10 @@ def test_non_uniform_kernel_is_a_sim_fault() -> None:
 @settings(max_examples=25)
 @given(data=st.data())
 def test_random_shapes_and_grids(config: str, data) -> None:
-    """Shapes within the kernel's rules: NVFP4 takes M and N in whole 128-row scale atoms, K in its k_multiple."""
+    """Shapes within the kernel's rules: NVFP4 and MXFP8 take M and N in whole 128-row scale atoms, K in its k_multiple."""
     kernel = kernel_for(config)
     grid = kernel.launch.grid
-    rows = ROW_MULTIPLE if load_config(config).operands == "nvfp4" else 1
+    rows = ROW_MULTIPLE if load_config(config).operands in ("nvfp4", "mxfp8") else 1  # whole 128-row scale atoms
     kstep = kernel.launch.k_multiple
     m = rows * data.draw(st.integers(1, 3 * grid.tile_rows // rows), label="m")
     n = rows * data.draw(st.integers(1, 3 * grid.tile_cols // rows), label="n")
