@@ -483,8 +483,8 @@ def _grouped_refuses(spec: Any) -> str | None:
 
 
 def _gemm_refuses(spec: Any) -> str | None:
-    if _grouped_refuses(spec):
-        return _grouped_refuses(spec)
+    if why := _grouped_refuses(spec):
+        return why
     if "b2" in spec.tensor_maps:
         return f"config {spec.name}: a dual GEMM config; use ptxgen.dual_gemm(a, b1, b2)"
     if "scale_a" in spec.tensor_maps:
@@ -1287,8 +1287,8 @@ def check_fp8_operands(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = No
 
 
 def _fp8_refuses(spec: Any) -> str | None:
-    if _grouped_refuses(spec):
-        return _grouped_refuses(spec)
+    if why := _grouped_refuses(spec):
+        return why
     if "sfa" in spec.tensor_maps and "b2" not in spec.tensor_maps:
         return _mxfp8_refusal(spec)
     if "scale_a" not in spec.tensor_maps:
