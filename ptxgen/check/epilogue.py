@@ -3,9 +3,9 @@
 The simulator evaluates :class:`~ptxgen.ir.ops.EpilogueExpr` with :func:`evaluate`, and the tests' and the
 simulator's references evaluate the unbound expression with :func:`reference` on the fp32 accumulators and the
 operands; both follow the instruction sequences of ``emitters.common`` (``epilogue_expr``) step by step in
-float32.  ``ex2.approx.ftz`` and ``rcp.approx.ftz`` are :mod:`ptxgen.check.numerics`' models (the correctly
-rounded result, subnormals flushed: the one model the PTX differential uses on both sides); for
-``tanh.approx.f32`` numpy computes the exact function.  The difference from the hardware is the instruction's
+float32.  ``ex2.approx.ftz``, ``rcp.approx.ftz`` and ``tanh.approx.f32`` are :mod:`ptxgen.check.numerics`' models
+(the correctly rounded result, ex2 and rcp with subnormals flushed: the one model the PTX differential uses on both
+sides).  The difference from the hardware is the instruction's
 error bound (:data:`ptxgen.epi.OPS`), far below bf16's 2^-8 rounding of the stored result.
 
 Outputs beside D (:func:`ptxgen.ir.epilogue.outputs`): :func:`reference_outputs` gives D and each output as the
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import epilogue as epi
-from .numerics import ex2_approx_f32, rcp_approx_f32
+from .numerics import ex2_approx_f32, f32_to_e4m3_bits, rcp_approx_f32, tanh_approx_f32
 
 F32 = np.float32
 NEG_LOG2E = F32(-1.4426950408889634)
@@ -66,7 +66,7 @@ def apply(op: str, params: tuple, args: list[np.ndarray]) -> np.ndarray:
             out = x * rcp_approx_f32(_sigmoid_parts(x))
         elif op == "gelu":
             t = ((x * x).astype(F32) * GELU_K3 + GELU_K).astype(F32)
-            t = np.tanh((t * x).astype(F32)).astype(F32)
+            t = tanh_approx_f32((t * x).astype(F32))
             out = x * (t * F32(0.5) + F32(0.5)).astype(F32)
         elif op == "block_scale":
             out = np.where(x == 0, F32(1), (x / F32(448.0)).astype(F32))
@@ -100,18 +100,12 @@ def evaluate(node, leaf, taps: dict | None = None) -> np.ndarray:
 
 def round_e4m3(x: np.ndarray) -> np.ndarray:
     """``cvt.rn.satfinite.e4m3x2.f32`` of each value as float32 (:data:`ptxgen.epi.E4M3_ROUNDING`): nearest, ties
-    to the even code, beyond +-448 (and +-inf) saturated to +-448, NaN kept."""
-    from ..formats import E4M3_MAX, E4M3_VALUES
+    to the even code, beyond +-448 (and +-inf) saturated to +-448, NaN kept (the codes of
+    :func:`ptxgen.check.numerics.f32_to_e4m3_bits`)."""
+    from ..formats import E4M3_VALUES
 
-    table = E4M3_VALUES[:0x7F].astype(np.float64)  # codes 0..0x7E: 0 .. 448 ascending
     x = np.asarray(x, dtype=F32)
-    a = np.minimum(np.abs(x.astype(np.float64)), E4M3_MAX)
-    hi = np.clip(np.searchsorted(table, a), 0, len(table) - 1)
-    lo = np.maximum(hi - 1, 0)
-    d_lo, d_hi = a - table[lo], table[hi] - a
-    pick = np.where((d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0)), hi, lo)
-    out = np.copysign(table[pick], x).astype(F32)
-    return np.where(np.isnan(x), np.float32(np.nan), out)
+    return np.where(np.isnan(x), np.float32(np.nan), E4M3_VALUES[f32_to_e4m3_bits(x)]).astype(F32)
 
 
 def store_rounding(x: np.ndarray, fmt: str) -> np.ndarray:

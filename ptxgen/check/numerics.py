@@ -192,3 +192,59 @@ def rcp_approx_f32(x) -> np.ndarray:
     a = _flush(np.asarray(x, dtype=np.float32)).astype(np.float64)
     with np.errstate(divide="ignore"):
         return _flush((1.0 / a).astype(np.float32))
+
+
+def tanh_approx_f32(x) -> np.ndarray:
+    """``tanh.approx.f32``: tanh(x), modelled as the correctly rounded result, subnormals passed through (PTX ISA
+    "tanh": maximum relative error 2^-11 over the whole range; the model is the one both sides of the PTX
+    differential use, :data:`APPROX_BOUNDS` the bound the differential's bound-edge runs move it by)."""
+    a = np.asarray(x, dtype=np.float32).astype(np.float64)
+    return np.tanh(a).astype(np.float32)
+
+
+#: the PTX ISA's error bound of each approximate f32 instruction the emitters use, as (unit, amount): ``ulp`` from
+#: the correctly rounded result, or ``rel`` maximum relative error (PTX ISA "ex2": 2 ulp over the full range;
+#: "rcp": ``rcp.approx.ftz.f32`` 1 ulp; "tanh": relative 2^-11 over the whole range)
+APPROX_BOUNDS = {"ex2": ("ulp", 2), "rcp": ("ulp", 1), "tanh": ("rel", 2.0 ** -11)}
+
+
+def approx_edge(op: str, model, edge: int) -> np.ndarray:
+    """``model`` (the correctly rounded result of approximate instruction ``op``) moved to the ``edge`` (-1: down,
+    +1: up, 0: kept) of the PTX ISA bound :data:`APPROX_BOUNDS`: the farthest f32 the ISA still allows there (``ulp``
+    bounds exactly; a relative bound is applied to the model value less a 2^-23 margin, so the result stays inside
+    the bound of the exact function)."""
+    r = np.asarray(model, dtype=np.float32)
+    if edge == 0:
+        return r
+    unit, amount = APPROX_BOUNDS[op]
+    toward = np.float32(np.inf) if edge > 0 else np.float32(-np.inf)
+    finite = np.isfinite(r)
+    if unit == "ulp":
+        out = r
+        for _ in range(amount):
+            out = np.where(finite, np.nextafter(out, toward), out)
+        return out.astype(np.float32)
+    # relative: r moved by (amount - 2^-23) |r| toward the edge (the margin covers the model's own half ulp), the
+    # f32 nearest it, stepped back toward r if it went past
+    with np.errstate(invalid="ignore"):
+        moved = r.astype(np.float64) + edge * (amount - 2.0 ** -23) * np.abs(r.astype(np.float64))
+        out = moved.astype(np.float32)
+        out = np.where(edge * (out.astype(np.float64) - moved) > 0, np.nextafter(out, r), out)
+    return np.where(finite, out, r).astype(np.float32)
+
+
+def f32_to_e4m3_bits(x) -> np.ndarray:
+    """The e4m3 byte of ``cvt.rn.satfinite.e4m3x2.f32`` for each f32 (PTX ISA "cvt": ``.rn`` nearest even, and the
+    required ``.satfinite``: finite values beyond +-448 and +-inf saturate to +-448 (0x7E/0xFE), NaN gives the
+    canonical NaN 0x7F)."""
+    from ..formats import E4M3_MAX, E4M3_VALUES
+
+    table = E4M3_VALUES[:0x7F].astype(np.float64)  # codes 0..0x7E: 0 .. 448 ascending
+    x = np.asarray(x, dtype=np.float32)
+    a = np.minimum(np.abs(x.astype(np.float64)), E4M3_MAX)
+    hi = np.clip(np.searchsorted(table, a), 0, len(table) - 1)
+    lo = np.maximum(hi - 1, 0)
+    d_lo, d_hi = a - table[lo], table[hi] - a
+    code = np.where((d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0)), hi, lo)
+    code = code | np.where(np.signbit(x), 0x80, 0)
+    return np.where(np.isnan(x), 0x7F, code).astype(np.uint8)

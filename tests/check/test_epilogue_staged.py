@@ -137,22 +137,25 @@ def test_runtime_passes_the_staged_operand_map_after_d():
 # ------------------------------------------------------------------ PTX against IR (ldmatrix, the box load)
 
 
-def _differential():
-    """The staged kernel without the direct branch's global pair loads (the interpreter reads no ld.global.nc) and
-    its PTX, and the threads to compare at an N % 8 == 0 shape (the TMA branch)."""
+def _differential(shape=(300, 520, 128)):
+    """The staged kernel and its PTX, and the threads to compare at ``shape`` (N % 8 == 0: the TMA branch)."""
     from ptxgen.build import kernel_ptx
     from ptxgen.check.ptx import diff as D
 
-    kernel = rewrite(build_kernel(_plan("acc * 2 - residual")), lambda op: () if isinstance(op, O.LdEpilogue) else None)
-    return kernel, kernel_ptx(kernel), D.default_launches(kernel, (300, 520, 128))
+    kernel = build_kernel(_plan("acc * 2 - residual"))
+    return kernel, kernel_ptx(kernel), D.default_launches(kernel, shape)
 
 
 def test_ptx_effects_equal_ir_effects_for_the_staged_residual():
+    """Both branches: the box through ldmatrix (N % 8 == 0) and the direct pair loads (``ld.global.nc``)."""
     from ptxgen.check.ptx import diff as D
 
     kernel, ptx, launches = _differential()
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
     assert D.sweep_threads(kernel, ptx, launches) is None
+    direct = D.default_launches(kernel, (300, 517, 128))
+    assert D.sweep_threads(kernel, ptx, direct) is None
+    assert any(e[0] == "ld.global.nc" for e in D.ir_effects(kernel, direct[-2]))
     effects = D.ir_effects(kernel, launches[-2])
     assert any(e[0] == "ldmatrix" for e in effects) and any(e[0] == "tma.load" and e[1] == "tile_residual" for e in effects)
 

@@ -24,6 +24,7 @@ shape and count, the MMA kind and types, and (:func:`diff_directives`) the kerne
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -32,10 +33,11 @@ import numpy as np
 from . import effects as E
 from . import interp as P
 from .effects import Effect
+from ...formats import e4m3_decode
 from ...hw import DYNAMIC_SMEM_BASE
 from ...ir import ops as O
 from .. import walker as W
-from ..numerics import f32_to_16_bits
+from ..numerics import bits16_to_f32, f32_to_16_bits, f32_to_e4m3_bits
 
 TMEM_BASE = 0x20  # what the TMEM slot holds after tcgen05.alloc (nonzero, so a dropped base shows)
 D_PTR = 0x7F00_0000_0000  # global address of D
@@ -90,6 +92,7 @@ class _Thread:
         self.g = f["cta_group"]
         self.slot = self.base + f["tmem_slot"]
         self._bars = f["barriers"]
+        self.ptrs = {"d_ptr": D_PTR, **epilogue_params(kernel)}  # global pointer parameters: their values
 
     def bar_addr(self, ref: W.BarRef) -> int:
         return smem_base(ref.rank) + self._bars[ref.name] + 8 * ref.index
@@ -153,6 +156,43 @@ def _ld_epilogue(c: _Thread, ev, op) -> list[Effect]:
     return out
 
 
+def operand_values(c: _Thread, ev, op) -> np.ndarray:
+    """The ``(lanes, len(idx))`` f32 values an :class:`~ptxgen.ir.ops.LdEpilogue` reads: the interpreter's data
+    model (:func:`ptxgen.check.ptx.interp.operand_bits16` widened exactly, or ``operand_f32``) at each element's
+    address, 0.0 for a guarded element outside D (a predicated-off load leaves the zeroed register)."""
+    lanes = c.wk._n()
+    rows = np.broadcast_to(np.asarray(ev.row, dtype=np.int64), (lanes,))[:, None]
+    cols = np.broadcast_to(np.asarray(ev.col, dtype=np.int64), (lanes,))[:, None] + np.arange(len(op.idx))
+    m, n = c.launch.m, c.launch.n
+    index = {"row": rows + 0 * cols, "col": cols, "tile": rows * n + cols}[op.layout]
+    inside = {"row": rows < m, "col": cols < n, "tile": (rows < m) & (cols < n)}[op.layout] | (not op.guard)
+    addr = c.ptrs[op.param] + (4 if op.dtype == "f32" else 2) * index
+    vals = P.operand_f32(addr) if op.dtype == "f32" else bits16_to_f32(P.operand_bits16(addr), op.dtype)
+    return np.where(inside, vals, np.float32(0)).astype(np.float32)
+
+
+def _st_epilogue(c: _Thread, ev, op) -> list[Effect]:
+    """An epilogue output store (ops.StEpilogue): a tile's elements inside D at ``P + size (row n + col + j)``
+    (rounded by ``cvt.rn`` to bf16/f16, ``cvt.rn.satfinite`` to e4m3); a block scale's f32 by each quad's first lane
+    at ``P + 4 (row ceil(n/128) + col/128)``; an amax's ``red.relaxed.gpu.global.max.u32`` of the f32 bits by each
+    quad's first lane at ``P + 4 row`` (``row_max``) or by lane 0 at ``P`` (``tensor_max``)."""
+    row, col, lane = c.at_lane(ev.row), c.at_lane(ev.col), c.lane
+    m, n, base = c.launch.m, c.launch.n, c.ptrs[op.param]
+    vals = c.wk.regs[op.src][lane, list(op.idx)]
+    if op.layout == "tile":
+        size = 1 if op.fmt == "e4m3" else 2
+        bits = f32_to_e4m3_bits(vals) if op.fmt == "e4m3" else f32_to_16_bits(vals, op.fmt)
+        return [E.StGlobal(base + size * (row * n + col + j), P.stored((op.src, i), op.fmt, int(b)))
+                for j, (i, b) in enumerate(zip(op.idx, bits)) if row < m and col + j < n]
+    if op.layout == "block":
+        if lane % 4 or row >= m or col >= n:
+            return []
+        return [E.StGlobalF32(base + 4 * (row * -(-n // 128) + col // 128), ((op.src, op.idx[0], P.f32_bits(vals[0])),))]
+    if op.layout == "row_max":
+        return [] if lane % 4 or row >= m else [E.RedGlobal("relaxed", "gpu", "max", base + 4 * row, P.f32_bits(vals[0]))]
+    return [] if lane % 32 else [E.RedGlobal("relaxed", "gpu", "max", base, P.f32_bits(vals[0]))]
+
+
 def umma_kind(idesc: int) -> str:
     """The ``.kind::`` an instruction descriptor is written for: A and B formats (bits 7-9 and 10-12) F16 (0) or
     BF16 (1) are ``.kind::f16``, TF32 (2) ``.kind::tf32`` (PTX ISA "Instruction descriptor" of tcgen05.mma).
@@ -209,7 +249,8 @@ IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     O.LdGlobalF32: lambda c, ev, op: [E.LdGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offset), len(op.idx))],
     O.LdEpilogue: _ld_epilogue,
     O.LdGlobalNcU32: lambda c, ev, op: [E.LdGlobalTable(GROUP_PTR + 4 * c.at_lane(ev.index))],
-    O.RedGlobal: lambda c, ev, op: [E.RedGlobal(op.sem, op.scope, WORKSPACE_PTR + ev.offset, op.value)],
+    O.RedGlobal: lambda c, ev, op: [E.RedGlobal(op.sem, op.scope, "add", WORKSPACE_PTR + ev.offset, op.value)],
+    O.StEpilogue: _st_epilogue,
     O.LdGlobalAcquireWait: lambda c, ev, op: [E.LdGlobalU32(op.sem, op.scope, WORKSPACE_PTR + ev.offset)],
     O.StGlobalU32: lambda c, ev, op: [E.StGlobalSemU32("relaxed", op.scope, WORKSPACE_PTR + ev.offset, op.value)],
     # ops the walker treats as silent or thread-local (ir_effects makes them events)
@@ -236,7 +277,8 @@ def ir_effects(kernel, launch: Launch) -> list[Effect]:
     # ops the walker treats as silent or thread-local have effects in PTX: make them events too
     wk = W.WarpWalker(W.Program(kernel), ctaid=launch.ctaid, nctaid=launch.grid, cluster_size=f["cluster_size"],
                       warp=launch.tid // W.LANES, smem_base=smem_base(launch.ctaid % f["cluster_size"]),
-                      params={"m": launch.m, "n": launch.n, "k": launch.k, "num_groups": NUM_GROUPS}, values=False,
+                      params={"m": launch.m, "n": launch.n, "k": launch.k, "num_groups": NUM_GROUPS,
+                              **epilogue_params(kernel)}, values=False,
                       also=(O.Nanosleep, O.WgmmaFence, O.TcgenFence, O.TmemRelinquish, O.TmemWaitLd))
 
     thread = _Thread(kernel, launch, wk)
@@ -264,8 +306,9 @@ def ir_effects(kernel, launch: Launch) -> list[Effect]:
             reply = np.array([P.table_word(GROUP_PTR + 4 * int(i)) for i in np.atleast_1d(ev.index)], dtype=np.int64)
         elif isinstance(ev.op, O.LdMatrix):  # a staged operand's box: opaque 16-bit data by (row address, element)
             bits = P.ldmatrix_bits(thread.base + np.asarray(ev.addr, dtype=np.int64)[:, None], np.arange(8)[None, :])
-            reply = ((bits.astype(np.uint32) << 16).view(np.float32) if ev.op.fmt == "bf16" else
-                     bits.astype(np.uint16).view(np.float16).astype(np.float32))
+            reply = bits16_to_f32(bits, ev.op.fmt)
+        elif isinstance(ev.op, O.LdEpilogue):  # a bias/scale/residual: the interpreter's operand data by address
+            reply = operand_values(thread, ev, ev.op)
         elif isinstance(ev.op, O.LdGlobalF32):  # a partial another CTA stored: opaque data by address
             addr = WORKSPACE_PTR + np.asarray(ev.offset, dtype=np.int64)[:, None] + 4 * np.arange(len(ev.op.idx))
             reply = P.opaque_f32("global", addr)
@@ -295,18 +338,21 @@ def stored_array(wk: W.WarpWalker, op) -> str:
 MAX_STEPS = 200_000  # instructions one thread may run (the test shapes need < 15k; an endless loop stops here)
 
 
-EPILOGUE_PTR = 0x7C00_0000_0000  # global address of the first epilogue operand / output (one 4 GiB window each)
+EPILOGUE_PTR = 0x7B00_0000_0000  # global address of the first epilogue operand / output (one 4 GiB window each)
+EPILOGUE_SCALAR = 0x3FB00000  # an f32 scalar parameter's value (1.375: a dropped or doubled scale shows)
 
 
 def epilogue_params(kernel) -> dict[str, int]:
     """Values of the kernel's epilogue parameters (``epi_*``): each pointer its own window above
-    :data:`EPILOGUE_PTR`, a scalar the f32 bits of 1.0."""
+    :data:`EPILOGUE_PTR`, a scalar the f32 bits of :data:`EPILOGUE_SCALAR`."""
     names = [(name, kind) for name, kind in kernel.params if name.startswith("epi_")]
-    return {name: EPILOGUE_PTR + (i << 32) if kind == "u64" else 0x3F800000 for i, (name, kind) in enumerate(names)}
+    return {name: EPILOGUE_PTR + (i << 32) if kind == "u64" else EPILOGUE_SCALAR for i, (name, kind) in enumerate(names)}
 
 
-def ptx_effects(prog: P.Program | str, kernel, launch: Launch) -> list[Effect]:
-    """Effects of the same thread per the emitted PTX (``prog``: text or :func:`ptxgen.check.ptx.interp.parse` result).
+def ptx_effects(prog: P.Program | str, kernel, launch: Launch, approx: int = 0) -> list[Effect]:
+    """Effects of the same thread per the emitted PTX (``prog``: text or :func:`ptxgen.check.ptx.interp.parse` result);
+    ``approx``: the approximate instructions by their model (0) or at the low (-1) / high (+1) edge of their PTX ISA
+    bound (:func:`ptxgen.check.ptx.interp.run_thread`).
 
     Raises PtxInterpError (see :func:`ptxgen.check.ptx.interp.run_thread`), also after MAX_STEPS instructions."""
     f = kernel_facts(kernel)
@@ -314,7 +360,7 @@ def ptx_effects(prog: P.Program | str, kernel, launch: Launch) -> list[Effect]:
     params = {**launch.params, **epilogue_params(kernel)}
     return P.run_thread(prog, tid=launch.tid, ctaid=launch.ctaid, nctaid=launch.grid, ntid=f["threads"], rank=rank,
                         cluster_size=f["cluster_size"], params=params, smem_base=smem_base(rank),
-                        tmem_base=TMEM_BASE, max_steps=MAX_STEPS)
+                        tmem_base=TMEM_BASE, max_steps=MAX_STEPS, approx=approx)
 
 
 def _fmt(e) -> str:
@@ -348,22 +394,83 @@ def diff_directives(kernel, prog: P.Program) -> str | None:
     return None
 
 
-def diff_thread(kernel, prog: P.Program | str, launch: Launch) -> str | None:
+#: how far a stored value of the PTX run with approximate instructions at an edge of their PTX ISA bounds may be from
+#: the IR's (the model's), beyond one unit in the last place of the stored format (a rounding boundary crossed): the
+#: bounds propagated through an epilogue on the data model's operands (|value| < 4): gelu's tanh (relative 2^-11)
+#: moves x/2 (1 + tanh) by at most 0.5 * 8 * 2^-11 = 2^-9, times a scale below 2; ex2 (2 ulp) and rcp (1 ulp)
+#: move sigmoid, silu and erf by a few f32 ulps
+APPROX_ABS_TOL = 2.0 ** -8
+_ULP_EXP = {"bf16": (7, -126), "f16": (10, -14), "e4m3": (3, -6), "f32": (23, -126)}  # mantissa bits, min exponent
+
+
+def _value(e: tuple, f32: bool) -> tuple[tuple, str, float]:
+    """(name, format, value) of a stored element ``(..., bits)`` (an f32 store's bits are an f32's)."""
+    fmt = "f32" if f32 else (e[0] if len(e) == 4 and e[0] in ("f16", "e4m3") else "bf16")
+    bits = e[-1]
+    if fmt == "f32":
+        v = np.uint32(bits).view(np.float32)
+    elif fmt == "e4m3":
+        v = e4m3_decode(bits)
+    else:
+        v = bits16_to_f32(np.uint16(bits), fmt)
+    return e[:-1], fmt, float(v)
+
+
+def _element_close(a: tuple, b: tuple, f32: bool, tol: float) -> bool:
+    """Same element name and format, values within ``tol`` plus one ulp of the format at the IR's value ``b``."""
+    if a[:1] == ("int",) or b[:1] == ("int",):
+        return a == b
+    (na, fa, va), (nb, fb, vb) = _value(a, f32), _value(b, f32)
+    if na != nb or fa != fb:
+        return False
+    if np.isnan(va) or np.isnan(vb):
+        return np.isnan(va) and np.isnan(vb)
+    mant, emin = _ULP_EXP[fa]
+    ulp = 2.0 ** (max(math.floor(math.log2(abs(vb))) if vb else emin, emin) - mant)
+    return abs(va - vb) <= tol + ulp
+
+
+def effect_close(ptx: Effect, ir: Effect, tol: float = APPROX_ABS_TOL) -> bool:
+    """``ptx == ir``, but stored values (st.global, st.shared, stmatrix, st.global.f32 elements, the value of a
+    ``red.global.max``) compared within :func:`_element_close`: how a run at an edge of the approximate
+    instructions' bounds is compared."""
+    if type(ptx) is not type(ir) or len(ptx) != len(ir):
+        return False
+    if isinstance(ptx, E.StGlobal):
+        return ptx.addr == ir.addr and _element_close(ptx.element, ir.element, False, tol)
+    if isinstance(ptx, (E.StShared, E.StMatrix, E.StGlobalF32)):
+        f32 = isinstance(ptx, E.StGlobalF32)
+        return ptx.addr == ir.addr and len(ptx.elements) == len(ir.elements) and all(
+            _element_close(a, b, f32, tol) for a, b in zip(ptx.elements, ir.elements))
+    if isinstance(ptx, E.RedGlobal) and ptx.op == "max":
+        return ptx[:-1] == ir[:-1] and _element_close(("v", ptx.value), ("v", ir.value), True, tol)
+    return ptx == ir
+
+
+def diff_thread(kernel, prog: P.Program | str, launch: Launch, approx: int = 0) -> str | None:
     """None when PTX and IR give the same effects for the thread (and the kernel directives agree, see
-    :func:`diff_directives`); else a message naming the first difference."""
+    :func:`diff_directives`); else a message naming the first difference.
+
+    approx 0: the PTX's approximate instructions by the model both sides use (the correctly rounded result, an
+    admissible hardware result), every effect equal, stored values bit for bit.  approx -1 / +1: the PTX's
+    approximate instructions at that edge of their PTX ISA bounds (``ex2.approx`` 2 ulp, ``rcp.approx`` 1 ulp,
+    ``tanh.approx`` relative 2^-11: :data:`ptxgen.check.numerics.APPROX_BOUNDS`), stored values within
+    :data:`APPROX_ABS_TOL` plus one ulp of the stored format of the IR's (:func:`effect_close`), all else equal."""
     try:
         prog = P.parse(prog) if isinstance(prog, str) else prog
         msg = diff_directives(kernel, prog)
         if msg is not None:
             return msg
-        ptx = ptx_effects(prog, kernel, launch)
+        ptx = ptx_effects(prog, kernel, launch, approx)
     except P.PtxInterpError as exc:
         return f"PTX cannot be interpreted for {launch}: {exc}"
     ir = ir_effects(kernel, launch)
-    if ptx == ir:
+    same = (lambda a, b: a == b) if approx == 0 else effect_close
+    if len(ptx) == len(ir) and all(same(a, b) for a, b in zip(ptx, ir)):
         return None
-    i = next((j for j, (a, b) in enumerate(zip(ptx, ir)) if a != b), min(len(ptx), len(ir)))
-    return (f"PTX != IR at effect #{i} of {launch} ({len(ptx)} vs {len(ir)} effects): "
+    i = next((j for j, (a, b) in enumerate(zip(ptx, ir)) if not same(a, b)), min(len(ptx), len(ir)))
+    edge = "" if approx == 0 else f" beyond the bound (approximate instructions at their {'low' if approx < 0 else 'high'} edge)"
+    return (f"PTX != IR{edge} at effect #{i} of {launch} ({len(ptx)} vs {len(ir)} effects): "
             f"PTX {_fmt(ptx[i] if i < len(ptx) else None)} vs IR {_fmt(ir[i] if i < len(ir) else None)}")
 
 
@@ -403,10 +510,15 @@ def role_of(kernel, tid: int) -> str:
     return "/".join(dict.fromkeys(names)) or "-"
 
 
-def sweep_threads(kernel, prog: P.Program | str, launches: list[Launch] | None = None) -> str | None:
-    """The first difference over ``launches`` (default :func:`default_launches`), or None when PTX and IR agree."""
+def sweep_threads(kernel, prog: P.Program | str, launches: list[Launch] | None = None, approx: int = 0) -> str | None:
+    """The first difference over ``launches`` (default :func:`default_launches`), or None when PTX and IR agree
+    (``approx``: as :func:`diff_thread`)."""
+    try:
+        prog = P.parse(prog) if isinstance(prog, str) else prog
+    except P.PtxInterpError as exc:
+        return f"PTX cannot be interpreted: {exc}"
     for launch in launches if launches is not None else default_launches(kernel):
-        msg = diff_thread(kernel, prog, launch)
+        msg = diff_thread(kernel, prog, launch, approx)
         if msg is not None:
             return msg
     return None

@@ -6,7 +6,7 @@ field ``kind`` is the PTX instruction family it records (so an effect reads, pri
 tuple ``(kind, operands...)``); the constructor takes the operands only.  Addresses are ints (shared-window
 addresses carry the CTA rank in bits 24..27), ``cta_group`` is 1 or 2, stored elements are
 ``(array, index, bits)``: the register element and the bit pattern stored (bf16; an f16 store tags them
-``("f16", array, index, bits)``; an f32 store's bits are the f32's).  Memory-order qualifiers are recorded as
+``("f16", array, index, bits)``, an e4m3 store ``("e4m3", array, index, byte)``; an f32 store's bits are the f32's).  Memory-order qualifiers are recorded as
 ``sem`` (``relaxed``/``release``/``acquire``) and ``scope`` (``cta``/``cluster``/``gpu``), the PTX defaults filled in.
 """
 
@@ -55,19 +55,23 @@ SetMaxNReg = _effect("SetMaxNReg", "setmaxnreg", "action regs", "``setmaxnreg.{i
 StShared = _effect("StShared", "st.shared", "addr elements", "``st.shared`` of packed bf16 words.")
 StMatrix = _effect("StMatrix", "stmatrix", "addr elements", "``stmatrix.sync.aligned.m8n8.x4``: the lane's operands.")
 LdMatrix = _effect("LdMatrix", "ldmatrix", "addr", "``ldmatrix.sync.aligned.m8n8.x4``: the lane's row address.")
-StGlobal = _effect("StGlobal", "st.global", "addr element", "One element of a bf16/f16 ``st.global``.")
+StGlobal = _effect("StGlobal", "st.global", "addr element",
+                   "One element of a bf16/f16/e4m3 ``st.global`` (D, or an epilogue output), at its own address.")
 LdShared = _effect("LdShared", "ld.shared", "addr", "``ld.shared`` of the TMEM-address slot.")
 LdGlobal = _effect("LdGlobal", "ld.global", "addr", "The hang watchdog's flag load (reads 0).")
 AtomCas = _effect("AtomCas", "atom.cas", "sem scope addr cmp new",
                   "The hang watchdog's claim (old value 0; ``relaxed``, ``gpu`` by default).")
 StGlobalU32 = _effect("StGlobalU32", "st.global.u32", "addr value", "The hang watchdog's record words.")
-StGlobalF32 = _effect("StGlobalF32", "st.global.f32", "addr elements", "A split-K partial: ``st.global.v4.f32``.")
+StGlobalF32 = _effect("StGlobalF32", "st.global.f32", "addr elements",
+                      "A split-K partial (``st.global.v4.f32``) or an epilogue block scale (``st.global.f32``).")
 LdGlobalF32 = _effect("LdGlobalF32", "ld.global.f32", "addr count", "A split-K partial read: ``ld.global.v4.f32``.")
 LdGlobalNc = _effect("LdGlobalNc", "ld.global.nc", "param offset",
                      "One element of an epilogue operand (``ld.global.nc``): its pointer parameter and byte offset.")
 LdGlobalTable = _effect("LdGlobalTable", "ld.global.nc.u32", "addr",
                         "A word of a read-only u32 table (the grouped scheduler's masked_m / m_indices).")
-RedGlobal = _effect("RedGlobal", "red.global", "sem scope addr value", "``red.SEM.SCOPE.global.add.u32``.")
+RedGlobal = _effect("RedGlobal", "red.global", "sem scope op addr value",
+                    "``red.SEM.SCOPE.global.OP.u32``: op ``add`` (a split-K counter) or ``max`` (an amax output: the "
+                    "bits of a nonnegative f32).")
 LdGlobalU32 = _effect("LdGlobalU32", "ld.global.u32", "sem scope addr",
                       "``ld.SEM.SCOPE.global.u32`` (a spin passes at once, like ``try_wait``).")
 StGlobalSemU32 = _effect("StGlobalSemU32", "st.global.sem.u32", "sem scope addr value",

@@ -71,7 +71,8 @@ import numpy as np
 
 from . import effects as E
 from .effects import Effect
-from ..numerics import ROUNDINGS, ex2_approx_f32, f32_to_16_bits, f64_to_f32, rcp_approx_f32
+from ..numerics import (ROUNDINGS, approx_edge, ex2_approx_f32, f32_to_16_bits, f32_to_e4m3_bits, f64_to_f32,
+                        rcp_approx_f32, tanh_approx_f32)
 
 MASKS = {8: 0xFF, 16: 0xFFFF, 32: 0xFFFFFFFF, 64: 0xFFFFFFFFFFFFFFFF}
 RANK_SHIFT = 24
@@ -108,7 +109,7 @@ class Packed:
 
 # ------------------------------------------------------------------ opaque f32 data
 
-_DOMAINS = {"tmem": 1, "reg": 2, "global": 3, "shared": 4, "ldmatrix": 5}
+_DOMAINS = {"tmem": 1, "reg": 2, "global": 3, "shared": 4, "ldmatrix": 5, "operand": 6}
 
 
 def ldmatrix_bits(addr, element) -> np.ndarray:
@@ -116,6 +117,18 @@ def ldmatrix_bits(addr, element) -> np.ndarray:
     word ``element // 2``, low half first): what another lane's TMA load landed, opaque, by (address, element);
     bf16 bits of :func:`opaque_f32` (read as f16 too they stay finite).  Both sides of the differential read it."""
     return f32_to_16_bits(opaque_f32("ldmatrix", addr, element), "bf16")
+
+
+def operand_bits16(addr) -> np.ndarray:
+    """The 16-bit word a read-only epilogue operand (bias, scale, residual: ``ld.global.nc``) holds at byte address
+    ``addr``: bf16 bits of :func:`opaque_f32` (read as f16 they stay finite).  A 4-byte load reads the words at
+    ``addr`` (low half) and ``addr + 2``.  Both sides of the differential read it."""
+    return f32_to_16_bits(opaque_f32("operand", addr), "bf16")
+
+
+def operand_f32(addr) -> np.ndarray:
+    """The f32 a read-only epilogue operand of f32 elements (``scale[row]``, ``scale[col]``) holds at ``addr``."""
+    return opaque_f32("operand", addr, 4)
 
 
 def _mix(z):
@@ -309,8 +322,9 @@ class Thread:
     """One thread's state; :meth:`run` executes until the end or the next ``shfl`` (which the warp resolves)."""
 
     def __init__(self, prog: Program, *, tid: int, ctaid: int, nctaid: int, ntid: int, rank: int, cluster_size: int,
-                 params: dict[str, int], smem_base: int, tmem_base: int, max_steps: int):
+                 params: dict[str, int], smem_base: int, tmem_base: int, max_steps: int, approx: int = 0):
         self.prog = prog
+        self.approx = approx  # -1 / +1: approximate instructions at that edge of their PTX ISA bound; 0: the model
         self.lane = tid % 32
         self.smem_base, self.tmem_base = smem_base, tmem_base
         self.params = params
@@ -402,11 +416,14 @@ class Warp:
 
 def run_thread(prog: Program | str, *, tid: int, ctaid: int, nctaid: int, ntid: int, rank: int = 0,
                cluster_size: int = 1, params: dict[str, int], smem_base: int, tmem_base: int = 0,
-               max_steps: int = 2_000_000) -> list[Effect]:
+               max_steps: int = 2_000_000, approx: int = 0) -> list[Effect]:
     """Execute ``prog`` for thread ``tid`` of CTA ``ctaid``; return its effects in program order.
 
     params: values of the ``.param`` scalars by name (``m``, ``n``, ``k``, ``d_ptr``).
     smem_base: the shared-window address of the dynamic shared memory, rank bits included (module docstring).
+    approx: 0 computes each approximate instruction (``ex2.approx``, ``rcp.approx``, ``tanh.approx``) by its model
+    (the correctly rounded result); -1 / +1 moves every such result to the low / high edge of its PTX ISA error
+    bound (:data:`ptxgen.check.numerics.APPROX_BOUNDS`).
     Raises PtxInterpError (unknown instruction, endless loop, arithmetic on an unmodelled value).
     """
     if isinstance(prog, str):
@@ -416,7 +433,7 @@ def run_thread(prog: Program | str, *, tid: int, ctaid: int, nctaid: int, ntid: 
     def make(lane: int) -> Thread:
         return Thread(prog, tid=warp0 + lane, ctaid=ctaid, nctaid=nctaid, ntid=ntid, rank=rank,
                       cluster_size=cluster_size, params=params, smem_base=smem_base, tmem_base=tmem_base,
-                      max_steps=max_steps)
+                      max_steps=max_steps, approx=approx)
 
     warp = Warp(make)
     t = warp.lane(tid % 32)
@@ -619,6 +636,14 @@ def _exact_round(exact: Fraction, near: np.float32, rounding: str) -> np.float32
     return min(c for c in cands if Fraction(float(c)) >= exact)
 
 
+def _div(a, b, rounding: str) -> np.float32:
+    """``div.rnd.f32`` (the exact quotient rounded once), exact with rationals."""
+    near = np.float32(np.float64(a) / np.float64(b))
+    if not all(np.isfinite(x) for x in (a, b, near)) or b == 0:
+        return near
+    return _exact_round(Fraction(float(a)) / Fraction(float(b)), near, rounding)
+
+
 def _fma(a, b, c, rounding: str) -> np.float32:
     """``fma.rnd.f32`` (one rounding of ``a * b + c``), exact with rationals."""
     near = np.float32(np.float64(a) * np.float64(b) + np.float64(c))
@@ -627,26 +652,33 @@ def _fma(a, b, c, rounding: str) -> np.float32:
     return _exact_round(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)), near, rounding)
 
 
-_F32_UNARY = {"neg": lambda a, r: -a, "abs": lambda a, r: np.abs(a), "ex2": lambda a, r: ex2_approx_f32(a),
-              "rcp": lambda a, r: rcp_approx_f32(a) if r is None else f64_to_f32(1.0 / np.float64(a), r)}
+_F32_UNARY = {"neg": lambda a, r: -a, "abs": lambda a, r: np.abs(a),
+              "rcp": lambda a, r: f64_to_f32(1.0 / np.float64(a), r)}  # rcp.rnd: f64 holds 1/a to 2p+2 bits
+#: approximate f32 instructions (``.approx``): the model of each (the correctly rounded result, ``ex2`` and ``rcp``
+#: with subnormals flushed), moved to an edge of its PTX ISA bound on request (:func:`run_thread`'s ``approx``)
+_APPROX = {"ex2": ex2_approx_f32, "rcp": rcp_approx_f32, "tanh": tanh_approx_f32}
 _F32_BINARY = {"add": lambda a, b: np.float64(a) + np.float64(b), "sub": lambda a, b: np.float64(a) - np.float64(b),
                "mul": lambda a, b: np.float64(a) * np.float64(b)}  # exact in f64 for f32 operands but far-apart sums
 
 
 def _float(insn: Insn):
-    """f32 arithmetic, bit-exact (PTX ISA "Floating Point Instructions"): ``add sub mul fma mad neg abs min max`` with
-    ``.rn/.rz/.rm/.rp`` (default ``.rn``), ``.ftz``, ``.sat``; ``ex2.approx`` and ``rcp.approx`` as
-    :func:`ptxgen.check.numerics.ex2_approx_f32` / ``rcp_approx_f32`` model them, ``rcp.rnd``.  The destination
-    holds an f32 value (``np.float32``); an add whose exact sum f64 cannot hold rounds twice (operands of the
-    same magnitude, as the epilogue's, never do)."""
+    """f32 arithmetic, bit-exact (PTX ISA "Floating Point Instructions"): ``add sub mul div fma mad neg abs min max``
+    with ``.rn/.rz/.rm/.rp`` (default ``.rn``; ``div`` needs one: ``div.approx``/``div.full`` are not interpreted),
+    ``.ftz``, ``.sat``; ``rcp.rnd``; the approximate ``ex2.approx``, ``rcp.approx`` and ``tanh.approx`` by
+    their models (:data:`_APPROX`: the correctly rounded result, which their PTX ISA bounds allow), or at an edge of
+    those bounds (the thread's ``approx``).  The destination holds an f32 value (``np.float32``); an add whose exact
+    sum f64 cannot hold rounds twice (operands of the same magnitude, as the epilogue's, never do)."""
     parts, ops = insn.parts, insn.ops
     op = parts[0]
     if "f32" not in parts:
         raise PtxInterpError(f"line {insn.line}: only f32 arithmetic is interpreted: {insn.text}")
     rnd = next((p for p in parts if p in ROUNDINGS), None)
     ftz, sat = "ftz" in parts, "sat" in parts
-    if op in ("ex2", "rcp") and "approx" not in parts and rnd is None:
-        raise PtxInterpError(f"line {insn.line}: {op} needs .approx or a rounding modifier: {insn.text}")
+    approx = "approx" in parts
+    if (op in ("ex2", "tanh") and not approx) or (op == "rcp" and approx == (rnd is not None)) or \
+            (op == "div" and (rnd is None or approx or "full" in parts)):
+        raise PtxInterpError(f"line {insn.line}: {op} form not interpreted (ex2 and tanh take .approx, rcp .approx or "
+                             f"a rounding modifier, div a rounding modifier): {insn.text}")
     d, srcs = ops[0], [_src(x) for x in ops[1:]]
     rounding = rnd or "rn"
 
@@ -655,8 +687,12 @@ def _float(insn: Insn):
         if ftz:
             a = [f64_to_f32(np.float64(x), ftz=True)[()] for x in a]
         with np.errstate(all="ignore"):
-            if op in _F32_UNARY:
-                r = np.float32(_F32_UNARY[op](a[0], rnd if op == "rcp" and "approx" not in parts else None))
+            if approx:
+                r = approx_edge(op, _APPROX[op](a[0]), t.approx)[()]
+            elif op in _F32_UNARY:
+                r = np.float32(_F32_UNARY[op](a[0], rnd))
+            elif op == "div":
+                r = _div(a[0], a[1], rounding)
             elif op in _F32_BINARY:
                 r = f64_to_f32(_F32_BINARY[op](a[0], a[1]), rounding)[()]
             elif op in ("fma", "mad"):
@@ -721,11 +757,30 @@ def _arith(insn: Insn):
 
     def arith(t):
         x, y = a(t), b(t)
+        if op == "shr" and isinstance(x, Packed):  # a packed register shifted by whole elements: the upper ones
+            t.regs[d] = _shift_elements(insn, x, _need_int(y, ops[2]))
+            return
         if pred:
             t.regs[d] = bool(f(x, y))
             return
         t.regs[d] = f(_need_int(x, ops[1]), _need_int(y, ops[2]))
     return arith
+
+
+def element_bytes(e: tuple) -> int:
+    """Bytes a stored 16- or 8-bit element takes in memory (an ``e4m3`` one 1, others 2)."""
+    return 1 if e[0] == "e4m3" else 2
+
+
+def _shift_elements(insn: Insn, v: Packed, shift: int) -> Packed:
+    """``shr`` of a packed register by ``shift`` bits: the elements above the first ``shift`` bits; a shift inside an
+    element is not interpreted."""
+    els, drop = list(v.elements), shift
+    while els and drop >= 8 * element_bytes(els[0]):
+        drop -= 8 * element_bytes(els.pop(0))
+    if drop:
+        raise PtxInterpError(f"line {insn.line}: {insn.text}: shift by {shift} splits an element of {v!r}")
+    return Packed(tuple(els))
 
 
 def _setp(insn: Insn):
@@ -740,11 +795,19 @@ def _setp(insn: Insn):
     neg_c = bool(c) and c.startswith("!")
     c = c[1:] if neg_c else c
 
+    f32 = parts[-1] == "f32"  # ordered comparisons: false when an operand is NaN (PTX ISA "setp")
+    if f32 and parts[1] in ("lo", "ls", "hi", "hs"):
+        raise PtxInterpError(f"line {insn.line}: unsigned comparison on f32: {insn.text}")
+
     def setp(t):
-        x, y = _need_int(a(t), ops[1]) & mask, _need_int(b(t), ops[2]) & mask
-        if signed:
-            x, y = _to_signed(x, bits), _to_signed(y, bits)
-        r = cmp(x, y)
+        if f32:
+            x, y = _f32(a(t), ops[1]), _f32(b(t), ops[2])
+            r = bool(cmp(x, y)) and not (np.isnan(x) or np.isnan(y))
+        else:
+            x, y = _need_int(a(t), ops[1]) & mask, _need_int(b(t), ops[2]) & mask
+            if signed:
+                x, y = _to_signed(x, bits), _to_signed(y, bits)
+            r = cmp(x, y)
         if boolop:
             q = t.regs.get(c)
             if not isinstance(q, bool):
@@ -777,6 +840,11 @@ def _mov(insn: Insn):
 
         def unpack(t):
             v = a(t)
+            if isinstance(v, int) and not isinstance(v, bool):  # a loaded word: its halves, low first
+                w = bits // len(dsts)
+                for i, r in enumerate(dsts):
+                    t.regs[r] = v >> (w * i) & MASKS[w]
+                return
             if not isinstance(v, Packed) or len(v.elements) != len(dsts):
                 raise PtxInterpError(f"line {insn.line}: unpacking {v!r}: only packed 16-bit pairs are interpreted")
             for r, e in zip(dsts, v.elements):
@@ -815,11 +883,15 @@ def _cvt(insn: Insn):
     d = ops[0]
     if parts[0] == "cvt" and parts[-1] == "f32" and any(p in ("bf16x2", "f16x2", "bf16", "f16") for p in parts):
         return _cvt_16(insn)
+    if parts[0] == "cvt" and any(p in ("e4m3x2", "e5m2x2") for p in parts):
+        return _cvt_e4m3x2(insn)
     if parts[0] == "cvt" and parts[1] == "f32" and parts[2:] in (("bf16",), ("f16",)):  # exact widening of 16 bits
         a, fmt = _src(ops[1]), parts[2]
 
         def widen(t):
             v = a(t)
+            if isinstance(v, int) and not isinstance(v, bool):  # a loaded 16-bit word
+                v = Packed((("int", v & MASKS[16]),))
             if not isinstance(v, Packed) or len(v.elements) != 1:
                 raise PtxInterpError(f"line {insn.line}: {insn.text}: {v!r} is not one 16-bit element")
             bits = np.uint16(v.elements[0][-1])
@@ -869,6 +941,22 @@ def _cvt_16(insn: Insn):
     return cvt16
 
 
+def _cvt_e4m3x2(insn: Insn):
+    """``cvt.rn.satfinite.e4m3x2.f32 d, a, b``: ``a`` in the upper byte of ``d``, ``b`` in the lower, each by
+    :func:`ptxgen.check.numerics.f32_to_e4m3_bits` (PTX ISA "cvt": the f32 -> f8x2 form takes ``.rn`` and requires
+    ``.satfinite``).  ``d`` is a :class:`Packed` of the two bytes, low first, tagged ``e4m3``."""
+    parts, ops = insn.parts, insn.ops
+    if tuple(parts) != ("cvt", "rn", "satfinite", "e4m3x2", "f32") or len(ops) != 3:
+        raise PtxInterpError(f"line {insn.line}: cvt form not interpreted (f32 -> e4m3x2 is cvt.rn.satfinite.e4m3x2"
+                             f".f32 d, a, b; PTX ISA requires .satfinite): {insn.text}")
+    d, getters = ops[0], [(_src(x), x) for x in (ops[2], ops[1])]  # memory order: low byte first
+
+    def cvt8(t):
+        t.regs[d] = Packed(tuple(stored(Sym(x).key(), "e4m3", int(f32_to_e4m3_bits(_f32(g(t), x))))
+                                 for g, x in getters))
+    return cvt8
+
+
 def _ld(insn: Insn):
     parts, ops = insn.parts, insn.ops
     d = ops[0]
@@ -902,6 +990,8 @@ def _ld(insn: Insn):
             for r, v in zip(regs, opaque_f32("global", addr + 4 * np.arange(len(regs)))):
                 t.regs[r] = v  # the partial another CTA stored: opaque data, by address
         return ld_partial
+    if tuple(parts[1:3]) == ("global", "nc") and parts[3:] in (("b16",), ("b32",), ("f32",)):
+        return _ld_operand(insn)
     if tuple(parts[1:]) == ("global", "nc", "u32"):  # a read-only table word (the grouped scheduler's)
         a = _aligned(insn, _addr(ops[1]), 4)
 
@@ -920,6 +1010,38 @@ def _ld(insn: Insn):
     raise PtxInterpError(f"line {insn.line}: load not interpreted: {insn.text}")
 
 
+def operand_window(params: dict, addr: int) -> tuple[str, int] | None:
+    """(parameter, byte offset) of a global address inside an epilogue pointer's window (a ``.u64`` parameter
+    ``d_ptr`` or ``epi_*`` whose value is at most ``addr`` and within 4 GiB of it), or None."""
+    hits = [(name, addr - v) for name, v in params.items() if (name == "d_ptr" or name.startswith("epi_"))
+            and isinstance(v, int) and v > 0xFFFFFFFF and 0 <= addr - v < 1 << 32]
+    return min(hits, key=lambda h: h[1]) if hits else None
+
+
+def _ld_operand(insn: Insn):
+    """``ld.global.nc.{b16,b32,f32} d, [a]`` of a read-only epilogue operand (PTX ISA "ld.global.nc"): the effect
+    ``("ld.global.nc", param, offset)`` and the data of :func:`operand_bits16` (a ``.b32`` reads two words, the
+    lower address in the low half) or :func:`operand_f32`.  A 16-bit word is an integer register (``mov.b32 {lo,
+    hi}``, ``or.b32`` and ``cvt.f32.{bf16,f16}`` read it)."""
+    parts, ops = insn.parts, insn.ops
+    typ, d = parts[3], ops[0]
+    a = _aligned(insn, _addr(ops[1]), _TYPE_BYTES[typ])
+
+    def ld(t):
+        addr = a(t)
+        where = operand_window(t.params, addr)
+        if where is None:
+            raise PtxInterpError(f"line {insn.line}: {insn.text}: address {addr:#x} is in no epilogue operand")
+        t.effects.append(E.LdGlobalNc(*where))
+        if typ == "f32":
+            t.regs[d] = operand_f32(addr)[()]
+        elif typ == "b16":
+            t.regs[d] = int(operand_bits16(addr))
+        else:
+            t.regs[d] = int(operand_bits16(addr)) | int(operand_bits16(addr + 2)) << 16
+    return ld
+
+
 def _ld_spin(insn: Insn):
     """``ld.SEM.SCOPE.global.u32 d, [a]`` of a counter spin: it reads the value the ``setp.ne.u32 p, d, V`` after
     it compares with (nothing blocks in this model), so the loop passes at once."""
@@ -935,12 +1057,25 @@ def _ld_spin(insn: Insn):
 
 
 def _red(insn: Insn):
-    """``red.SEM.SCOPE.global.add.u32 [a], v`` (a split-K counter increment)."""
+    """``red{.sem}{.scope}.global.{add,max}.u32 [a], v`` (a split-K counter increment; an amax output's
+    ``red.global.max`` of the bits of a nonnegative f32): the effect names semantics, scope and operation, the
+    defaults filled in (PTX ISA "red": ``.relaxed`` without ``.sem``, ``.gpu`` without ``.scope``; ``.sem`` is
+    ``.relaxed`` or ``.release``).  An f32 register operand is read as its bits (the ``.u32`` view)."""
     parts, ops = insn.parts, insn.ops
-    if len(parts) != 6 or parts[3:] != ("global", "add", "u32"):
-        raise PtxInterpError(f"line {insn.line}: red form not interpreted: {insn.text}")
-    return _effect(insn, E.RedGlobal, _const(parts[1]), _const(parts[2]), _aligned(insn, _addr(ops[0]), 4),
-                   _src(ops[1]))
+    g = parts.index("global") if "global" in parts else len(parts)
+    quals = parts[1:g]
+    sems, scopes = [q for q in quals if q in ("relaxed", "release")], [q for q in quals if q in _SCOPES]
+    if len(sems) > 1 or len(scopes) > 1 or len(sems) + len(scopes) != len(quals) or \
+            parts[g + 1:] not in (("add", "u32"), ("max", "u32")):
+        raise PtxInterpError(f"line {insn.line}: red form not interpreted (red{{.relaxed|.release}}{{.scope}}.global"
+                             f".{{add|max}}.u32): {insn.text}")
+    sem, scope, value = sems[0] if sems else "relaxed", scopes[0] if scopes else "gpu", _src(ops[1])
+
+    def word(t):
+        v = value(t)
+        return f32_bits(v) if isinstance(v, np.float32) else _need_int(v, ops[1])
+    return _effect(insn, E.RedGlobal, _const(sem), _const(scope), _const(parts[g + 1]),
+                   _aligned(insn, _addr(ops[0]), 4), word)
 
 
 def _atom(insn: Insn):
@@ -987,14 +1122,26 @@ def _elect(insn: Insn):
 
 
 def _shfl(insn: Insn):
-    if insn.parts[2] != "idx":
-        raise PtxInterpError(f"line {insn.line}: only shfl.sync.idx is interpreted")
+    """``shfl.sync.{idx,bfly}.b32 d, a, b, c, membermask`` (PTX ISA "shfl.sync"): with ``c``'s segment mask and
+    maximum lane, ``idx`` reads lane ``(lane & segmask) | (b & ~segmask & maxLane)``, ``bfly`` lane ``lane ^ b``
+    (the lane itself when that exceeds the segment's last lane).  The whole warp executes every shfl here (the
+    emitters shuffle on whole warps), so membermask must be 0xffffffff."""
+    mode = insn.parts[2]
+    if mode not in ("idx", "bfly") or len(insn.ops) != 5 or (_int(insn.ops[4]) or 0) & MASKS[32] != MASKS[32]:
+        raise PtxInterpError(f"line {insn.line}: shfl form not interpreted (shfl.sync.idx/bfly.b32 over the full "
+                             f"warp, membermask 0xffffffff): {insn.text}")
     src, lane, clamp = _src(insn.ops[1]), _src(insn.ops[2]), _src(insn.ops[3])
 
     def shfl(t):
         c = _need_int(clamp(t), "clamp")
+        b = _need_int(lane(t), insn.ops[2])
         seg_mask = (c >> 8) & 0x1F
-        sl = (t.lane & seg_mask) | (_need_int(lane(t), insn.ops[2]) & (c & 0x1F) & ~seg_mask)
+        max_lane = (t.lane & seg_mask) | (c & 0x1F & ~seg_mask)
+        if mode == "idx":
+            sl = (t.lane & seg_mask) | (b & (c & 0x1F) & ~seg_mask)
+        else:
+            sl = t.lane ^ b
+            sl = t.lane if sl > max_lane else sl
         t.shfl_src.append((sl & 31, src(t)))
         return "shfl"
     return shfl
@@ -1259,10 +1406,18 @@ def _st(insn: Insn):
             t.effects.append(E.StShared(a(t), els(t)))
         return st_shared
     if space == "global":
-        def st_global(t):
-            base = a(t)
-            for j, e in enumerate(els(t)):  # bf16 elements, 2 bytes each
-                t.effects.append(E.StGlobal(base + 2 * j, e))
+        size = access_bytes(parts)
+
+        def st_global(t):  # the elements the access covers, in memory order (e4m3 1 byte each, others 2)
+            base, offset = a(t), 0
+            for e in els(t):
+                if offset >= size:
+                    break
+                t.effects.append(E.StGlobal(base + offset, e))
+                offset += element_bytes(e)
+            if offset != size:
+                raise PtxInterpError(f"line {insn.line}: {insn.text}: {offset} bytes of elements for a {size}-byte "
+                                     "store")
         return st_global
     raise PtxInterpError(f"line {insn.line}: store not interpreted: {insn.text}")
 
@@ -1309,7 +1464,7 @@ def _fence(insn: Insn):
 _ARITH_OPS = ("add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max", "and", "or", "xor", "not", "shl", "shr")
 _FAMILIES = {
     **{op: _arith for op in _ARITH_OPS},
-    "ex2": _float, "rcp": _float, "fma": _float, "neg": _float, "abs": _float,
+    "ex2": _float, "rcp": _float, "tanh": _float, "fma": _float, "neg": _float, "abs": _float,
     "setp": _setp, "selp": _selp, "mov": _mov, "cvt": _cvt, "cvta": _cvt, "ld": _ld, "bra": _bra,
     "ret": lambda insn: (lambda t: "ret"), "exit": lambda insn: (lambda t: "ret"),
     "elect": _elect, "shfl": _shfl, "mapa": _mapa, "mbarrier": _mbarrier, "cp": _cp, "tcgen05": _tcgen05,
