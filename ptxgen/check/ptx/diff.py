@@ -20,6 +20,41 @@ executes the emitted f32 instructions and ``cvt``, both through :mod:`ptxgen.che
 element carries its bits, so a changed f32 instruction or rounding modifier changes a stored element.
 The instruction forms the IR fixes are compared too: memory-order semantics and scopes, ``tcgen05.ld``
 shape and count, the MMA kind and types, and (:func:`diff_directives`) the kernel's directives.
+
+Fused epilogues (:mod:`ptxgen.epi`) are compared by meaning, not text.  The IR side evaluates each
+``EpilogueExpr`` with :mod:`ptxgen.check.epilogue` (the emitted instruction sequence step by step in f32), reads
+each ``LdEpilogue`` operand from the interpreter's data model at the element's address (:func:`operand_values`;
+0.0 where a guarded element lies outside D), gives scalar parameters :data:`EPILOGUE_SCALAR`, and writes each
+``StEpilogue`` (:func:`_st_epilogue`) as the PTX must store it.  Compared, per thread:
+
+* operand loads (bias ``[row]``/``[col]``, ``scale[row]``/``[col]``, residual by ``ld.global.nc``): the
+  parameter and byte offset of each load (a 4-byte pair load one effect), so an operand indexed along the wrong
+  axis, at the wrong offset, or loaded outside D differs; a residual staged through the CD ring: its TMA box
+  and the ``ldmatrix`` row addresses, the 16-bit data widened by ``cvt.f32.{bf16,f16}`` (exact);
+* arithmetic: every stored element carries its bits, so a changed f32 instruction, constant, operand order,
+  ``setp``/``selp`` (gelu's erf form), ``min``/``max`` (clamp, relu) or dropped scale changes a stored element;
+* rounding of each cast: ``cvt.{rn,rz,rm,rp}.{bf16,f16}[x2].f32`` bit-exact, ``cvt.rn.satfinite.e4m3x2.f32``
+  (nearest even, saturation to +-448, NaN 0x7F; the interpreter refuses the form without ``.satfinite``),
+  ``div.rn`` and ``rcp.rn`` of the block scale correctly rounded;
+* effects of the outputs: which addresses are stored (D's e4m3 bytes, a stored tap's bf16/f16 elements, the
+  1 x 128 block scales' f32), and each amax's ``red.global.max.u32``: semantics and scope (``red.global.max``
+  means ``.relaxed.gpu``, so the two spellings are the same effect), operation, address (row or tensor) and
+  value, which the ``shfl.sync.bfly`` butterfly (the quad's or the warp's lanes, interpreted) and the
+  ``abs``/``max.f32`` chain computed;
+* approximate instructions (``tanh.approx.f32``, ``ex2.approx.ftz.f32``, ``rcp.approx.ftz.f32``): by their
+  shared model bit for bit (``approx=0``), and (``approx=-1/+1``) with every PTX result at an edge of its PTX ISA
+  bound (:data:`ptxgen.check.numerics.APPROX_BOUNDS`), stored values within :data:`APPROX_ABS_TOL` plus one ulp of
+  the stored format (:func:`effect_close`).
+
+Kernels and expressions the tests compare (tests/check/ptx/test_epilogue_ptx.py; the shipped configs and their
+variants in test_ptx_vs_ir.py): gelu (tanh form) with a column bias and a scalar scale, gelu_erf with a row
+bias, silu(acc1) * acc2 on the dual GEMM, a residual staged through the CD ring with a row scale (both its
+branches), an e4m3 D with 1 x 128 block scales and a row amax, an e4m3 D with a tensor amax, clamp and relu, an fp16
+D with a residual and a stored fp16 tap, gelu with a column bias on the FP8 GEMM (the promoted accumulator), an
+sm_100a epilogue from TMEM; every simulator expression under ``--runslow``.  Not covered: an e4m3 D's values at
+the approximation edges (its block scale 448 / amax magnifies the absolute error past the tolerance: compared by
+the model only), a 1-ulp change of the block scale's reciprocal that no sampled e4m3 byte shows, and the other
+lanes' stores (one thread's effects; which lanes store is the simulator's business).
 """
 
 from __future__ import annotations

@@ -10,12 +10,15 @@ its operands evaluated.  Nothing blocks: ``mbarrier.try_wait`` returns true.
 
 Interpreted (u32/s32/u64/s64/b16/b32/b64 as fits): ``add sub mul.lo mul.hi mul.wide
 mad.lo div rem min max and or xor not shl shr setp (incl. setp.CMP.and/or)
-selp mov (incl. mov.b64 {lo, hi}, a symbol's address) cvt cvta ld.param
-ld.shared bra ret elect.sync shfl.sync.idx mapa``; f32 ``add sub mul fma mad neg abs min max ex2.approx rcp``
-with their rounding modifiers and ``cvt.{rn,rz,rm,rp}[.satfinite].{bf16,f16}[x2].f32``, bit-exact.  Anything
-else raises :class:`PtxInterpError`, so an emitter change that leaves the subset is loud.  So does a form the
-model rules out: a misaligned memory access, an ``elect.sync`` mask other than the full warp, a ``mul.hi.u32``
-by a constant that is not an exact u32 division (:func:`exact_udiv`, checked by :func:`parse`).
+selp mov (incl. mov.b64 {lo, hi}, mov.b32 {lo, hi}, a symbol's address) cvt cvta ld.param
+ld.shared bra ret elect.sync shfl.sync.{idx,bfly} mapa``; f32 ``add sub mul div.rnd fma mad neg abs min max
+setp selp rcp.rnd`` with their rounding modifiers and ``cvt.{rn,rz,rm,rp}[.satfinite].{bf16,f16}[x2].f32`` and
+``cvt.rn.satfinite.e4m3x2.f32``, bit-exact; the approximate ``ex2.approx``, ``rcp.approx`` and ``tanh.approx``
+by a model inside their PTX ISA error bounds (below).  Anything else raises :class:`PtxInterpError`, so an
+emitter change that leaves the subset is loud.  So does a form the model rules out: a misaligned memory access,
+an ``elect.sync`` or ``shfl.sync`` mask other than the full warp, a ``mul.hi.u32`` by a constant that is not an
+exact u32 division (:func:`exact_udiv`, checked by :func:`parse`), an f32 -> e4m3x2 ``cvt`` without the
+``.rn.satfinite`` the ISA requires.
 
 Model (what the effects' numbers mean):
 
@@ -43,10 +46,25 @@ Model (what the effects' numbers mean):
 * ``elect.sync`` elects lane 0 (the lowest lane of a full warp: every
   ``elect.sync`` the emitters produce runs on whole warps; the IR simulator's
   walker makes the same choice for ``Elect``).
-* ``shfl.sync.idx``: the thread's warp mates are interpreted on demand. When
+* ``shfl.sync.idx`` / ``.bfly``: the thread's warp mates are interpreted on demand. When
   the thread reaches its j-th shfl, the source lane's interpreter is advanced to
   its own j-th shfl and its source register read there (lanes of a warp run
-  the same shfls in the same order, as ``.sync`` with a full mask requires).
+  the same shfls in the same order, as ``.sync`` with a full mask requires): an epilogue's amax
+  butterfly runs the quad's (or the warp's) lanes.
+* Fused-epilogue operands (``ld.global.nc.{b16,b32,f32}`` of a bias, scale or residual): the effect names the
+  pointer parameter and the byte offset (:func:`operand_window`), the data is :func:`operand_bits16` /
+  :func:`operand_f32` of the address (the IR side gives the walker the same).  Epilogue outputs: ``st.global``
+  of bf16/f16/e4m3 elements, one effect per element at its own byte address (an e4m3 byte 1 byte, a 16-bit one
+  2: a ``.b16`` store of an e4m3x2 word is two elements, a ``.b8`` store of one its low byte; ``shr`` by whole
+  elements keeps the upper ones), ``st.global.f32`` of a block scale, ``red.global.{add,max}.u32`` with its
+  semantics, scope (PTX defaults ``.relaxed``, ``.gpu``) and operation; an f32 operand of a ``.u32`` reduction is
+  its bits.
+* Approximate instructions (PTX ISA "ex2": 2 ulp from the correctly rounded result; "rcp": ``rcp.approx.ftz.f32``
+  1 ulp; "tanh": relative error 2^-11 over the whole range): by default each result is the model both sides of
+  the differential use, the correctly rounded result (:func:`ptxgen.check.numerics.ex2_approx_f32`,
+  ``rcp_approx_f32``, ``tanh_approx_f32``), which the bound admits; :func:`run_thread`'s ``approx`` moves every
+  such result to the low or high edge of its bound (:func:`ptxgen.check.numerics.approx_edge`), so the
+  differential can check what the PTX stores stays within the bound's effect of what the IR says.
 
 Effects are the typed tuples of :mod:`ptxgen.check.ptx.effects` (``(kind, operands...)``; addresses are
 ints; memory-order qualifiers as semantics and scope with the PTX defaults filled in; instruction forms the
