@@ -222,10 +222,10 @@ def _st_epilogue(c: _Thread, ev, op) -> list[Effect]:
     if op.layout == "block":
         if lane % 4 or row >= m or col >= n:
             return []
-        return [E.StGlobalF32(base + 4 * (row * -(-n // 128) + col // 128), ((op.src, op.idx[0], P.f32_bits(vals[0])),))]
-    if op.layout == "row_max":
-        return [] if lane % 4 or row >= m else [E.RedGlobal("relaxed", "gpu", "max", base + 4 * row, P.f32_bits(vals[0]))]
-    return [] if lane % 32 else [E.RedGlobal("relaxed", "gpu", "max", base, P.f32_bits(vals[0]))]
+        at = base + 4 * (row * -(-n // 128) + col // 128)
+        return [E.StGlobalF32(at, ((op.src, op.idx[0], P.f32_bits(vals[0])),))]
+    leader, at = (lane % 4 == 0 and row < m, base + 4 * row) if op.layout == "row_max" else (lane == 0, base)
+    return [E.RedGlobal("relaxed", "gpu", "max", at, P.f32_bits(vals[0]))] if leader else []
 
 
 def umma_kind(idesc: int) -> str:
@@ -381,7 +381,8 @@ def epilogue_params(kernel) -> dict[str, int]:
     """Values of the kernel's epilogue parameters (``epi_*``): each pointer its own window above
     :data:`EPILOGUE_PTR`, a scalar the f32 bits of :data:`EPILOGUE_SCALAR`."""
     names = [(name, kind) for name, kind in kernel.params if name.startswith("epi_")]
-    return {name: EPILOGUE_PTR + (i << 32) if kind == "u64" else EPILOGUE_SCALAR for i, (name, kind) in enumerate(names)}
+    return {name: EPILOGUE_PTR + (i << 32) if kind == "u64" else EPILOGUE_SCALAR
+            for i, (name, kind) in enumerate(names)}
 
 
 def ptx_effects(prog: P.Program | str, kernel, launch: Launch, approx: int = 0) -> list[Effect]:
@@ -504,7 +505,8 @@ def diff_thread(kernel, prog: P.Program | str, launch: Launch, approx: int = 0) 
     if len(ptx) == len(ir) and all(same(a, b) for a, b in zip(ptx, ir)):
         return None
     i = next((j for j, (a, b) in enumerate(zip(ptx, ir)) if not same(a, b)), min(len(ptx), len(ir)))
-    edge = "" if approx == 0 else f" beyond the bound (approximate instructions at their {'low' if approx < 0 else 'high'} edge)"
+    side = "low" if approx < 0 else "high"
+    edge = "" if approx == 0 else f" beyond the bound (approximate instructions at their {side} edge)"
     return (f"PTX != IR{edge} at effect #{i} of {launch} ({len(ptx)} vs {len(ir)} effects): "
             f"PTX {_fmt(ptx[i] if i < len(ptx) else None)} vs IR {_fmt(ir[i] if i < len(ir) else None)}")
 

@@ -6,7 +6,8 @@ field ``kind`` is the PTX instruction family it records (so an effect reads, pri
 tuple ``(kind, operands...)``); the constructor takes the operands only.  Addresses are ints (shared-window
 addresses carry the CTA rank in bits 24..27), ``cta_group`` is 1 or 2, stored elements are
 ``(array, index, bits)``: the register element and the bit pattern stored (bf16; an f16 store tags them
-``("f16", array, index, bits)``, an e4m3 store ``("e4m3", array, index, byte)``; an f32 store's bits are the f32's).  Memory-order qualifiers are recorded as
+``("f16", array, index, bits)``, an e4m3 store ``("e4m3", array, index, byte)``; an f32 store's bits are the
+f32's).  Memory-order qualifiers are recorded as
 ``sem`` (``relaxed``/``release``/``acquire``) and ``scope`` (``cta``/``cluster``/``gpu``), the PTX defaults filled in.
 """
 

@@ -179,10 +179,13 @@ PLANTED = [
     ("e4m3_block_amax", r"div\.rn\.f32", "div.rz.f32", "'st.global.f32'"),
     ("e4m3_block_amax", r"selp\.f32 (%ep_bsc_\d+), 0f3F800000, (%ep_bsc_\d+), ", r"selp.f32 \1, \2, 0f3F800000, ",
      "'st.global.f32'"),  # the scale 1 where amax is nonzero
-    ("e4m3_block_amax", r"red\.relaxed\.gpu\.global\.max", "red.relaxed.gpu.global.add", "'red.global', 'relaxed', 'gpu', 'add'"),
-    ("e4m3_block_amax", r"red\.relaxed\.gpu\.global\.max", "red.relaxed.cta.global.max", "'red.global', 'relaxed', 'cta', 'max'"),
+    ("e4m3_block_amax", r"red\.relaxed\.gpu\.global\.max", "red.relaxed.gpu.global.add",
+     "'red.global', 'relaxed', 'gpu', 'add'"),
+    ("e4m3_block_amax", r"red\.relaxed\.gpu\.global\.max", "red.relaxed.cta.global.max",
+     "'red.global', 'relaxed', 'cta', 'max'"),
     ("e4m3_block_amax", r"red\.relaxed\.gpu\.global\.max", "red.release.gpu.global.max", "'red.global', 'release'"),
-    ("e4m3_block_amax", r"(shfl\.sync\.bfly\.b32 %\w+, %ep_am_am_0, )2,", r"\g<1>4,", "'red.global', 'relaxed', 'gpu', 'max'"),
+    ("e4m3_block_amax", r"(shfl\.sync\.bfly\.b32 %\w+, %ep_am_am_0, )2,", r"\g<1>4,",
+     "'red.global', 'relaxed', 'gpu', 'max'"),  # the quad's butterfly crosses into the next row's quad
     ("e4m3_tensor_amax", r"(shfl\.sync\.bfly\.b32 %\w+, %ep_am_am_0, 1, 31, -1;\s*)max\.f32", r"\1min.f32",
      "'red.global'"),
     # operand loads and stores: addresses
