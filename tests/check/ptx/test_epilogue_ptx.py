@@ -69,12 +69,27 @@ def built(name: str):
     return kernel, text, ptxinterp.parse(text)
 
 
+def odd_n(kernel) -> tuple[int, int, int]:
+    """The sweep's shape with N odd: the per-element store and load paths (a pair never whole at the row end)."""
+    m, n, k = D.default_shape(kernel)
+    return m, n - 1, k
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_epilogue_ptx_computes_what_the_ir_says(name):
     """Every role's first and last warp of the first and last cluster at a ragged 2 x 2-tile shape."""
     kernel, text, prog = built(name)
     assert all(s in text for s in CASES[name][3]), [s for s in CASES[name][3] if s not in text]
     assert D.sweep_threads(kernel, prog) is None
+
+
+@pytest.mark.parametrize("name", ["e4m3_block_amax", "fp16_out", "gelu_tanh"])
+def test_per_element_paths_at_odd_n(name):
+    """N odd: D and the outputs stored element by element (``st.global.b8`` e4m3 bytes, ``cvt.rn.{bf16,f16}.f32``
+    and ``st.global.b16``), the operand pairs loaded per element."""
+    kernel, _, prog = built(name)
+    launches = D.default_launches(kernel, odd_n(kernel))
+    assert D.sweep_threads(kernel, prog, launches) is None
 
 
 def _consumer_effects(name: str, tid: int = 128, shape=None):
@@ -158,7 +173,8 @@ def _bias_by_row(text: str) -> str:
                   count=1)
 
 
-#: (case, pattern, replacement (or a function of the text), what the failure message holds); every match replaced
+#: (case, pattern, replacement (or a function of the text), what the failure message holds[, shape]); every match
+#: replaced; the shape "odd" sweeps at an odd N (the per-element paths)
 PLANTED = [
     # casts: rounding modifier, satfinite, operand order
     ("fp16_out", r"cvt\.rn\.f16x2\.f32", "cvt.rz.f16x2.f32", "PTX != IR"),
@@ -193,22 +209,26 @@ PLANTED = [
     ("residual_staged", r"ld\.global\.nc\.f32 (%\w+), \[(%\w+)\];", r"ld.global.nc.f32 \1, [\2+4];",
      "('ld.global.nc', 'epi_scale', "),
     ("e4m3_block_amax", r"(@%p\d+ st\.global\.b16 \[%xd\d+)\]", r"\1+2]", "'st.global'"),
+    # the per-element paths (N odd)
+    ("e4m3_block_amax", r"st\.global\.b8 \[(%\w+)\+1\]", r"st.global.b8 [\1]", "'st.global'", "odd"),
+    ("gelu_tanh", r"cvt\.rn\.bf16\.f32", "cvt.rz.bf16.f32", "'st.global'", "odd"),
+    ("fp16_out", r"cvt\.rn\.f16\.f32", "cvt.rm.f16.f32", "'f16'", "odd"),
 ]
 
 
 def _planted_id(bug) -> str:
-    name, pattern, repl, _ = bug
+    name, pattern, repl = bug[:3]
     what = pattern.__name__.strip("_") if callable(pattern) else re.sub(r"[^\w.]+", "_", (repl or "").split(" ")[0])
-    return f"{name}-{what}"
+    return f"{name}-{what}" + ("-odd_n" if bug[4:] else "")
 
 
 @pytest.mark.parametrize("bug", PLANTED, ids=[_planted_id(b) for b in PLANTED])
 def test_planted_epilogue_bug_is_caught(bug):
-    name, pattern, repl, expect = bug
+    name, pattern, repl, expect = bug[:4]
     kernel, text, _ = built(name)
     bad = pattern(text) if callable(pattern) else re.sub(pattern, repl, text)
     assert bad != text, f"{pattern} matches nothing in {name}"
-    msg = D.sweep_threads(kernel, bad)
+    msg = D.sweep_threads(kernel, bad, D.default_launches(kernel, odd_n(kernel) if bug[4:] else None))
     assert msg is not None, f"{bug} not caught"
     assert expect in msg, msg
 
