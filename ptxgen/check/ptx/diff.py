@@ -52,10 +52,10 @@ bias, silu(acc1) * acc2 on the dual GEMM, a residual staged through the CD ring 
 branches), an e4m3 D with 1 x 128 block scales and a row amax, an e4m3 D with a tensor amax, clamp and relu, an fp16
 D with a residual and a stored fp16 tap, gelu with a column bias on the FP8 GEMM (the promoted accumulator), an
 sm_100a epilogue from TMEM, at an even N and at an odd N (the per-element stores and loads); every simulator
-expression under ``--runslow``.  Not covered: an e4m3 D's values at
-the approximation edges (its block scale 448 / amax magnifies the absolute error past the tolerance: compared by
-the model only), a 1-ulp change of the block scale's reciprocal that no sampled e4m3 byte shows, and the other
-lanes' stores (one thread's effects; which lanes store is the simulator's business).
+expression under ``--runslow``.  Not covered: an e4m3 D's values at the approximation edges (its block scale
+448 / amax magnifies the absolute error past the tolerance: compared by the model only), a 1-ulp change of the
+block scale's reciprocal that no sampled e4m3 byte shows, and the lanes the sweep does not sample (one thread's
+effects at a time; which lanes store is the simulator's business).
 """
 
 from __future__ import annotations
