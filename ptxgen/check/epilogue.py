@@ -98,9 +98,10 @@ def evaluate(node, leaf, taps: dict | None = None) -> np.ndarray:
     return np.asarray(leaf(node), dtype=F32)
 
 
-def round_e4m3(x: np.ndarray) -> np.ndarray:
-    """``cvt.rn.satfinite.e4m3x2.f32`` of each value as float32 (:data:`ptxgen.epi.E4M3_ROUNDING`): nearest, ties
-    to the even code, beyond +-448 (and +-inf) saturated to +-448, NaN kept."""
+def e4m3_bits(x: np.ndarray) -> np.ndarray:
+    """The e4m3 codes (uint8) ``cvt.rn.satfinite.e4m3x2.f32`` gives each value (:data:`ptxgen.epi.E4M3_ROUNDING`):
+    nearest, ties to the even code, beyond +-448 (and +-inf) saturated to +-448 (0x7E / 0xFE), NaN 0x7F, the sign
+    in bit 7 (-0.0 is 0x80)."""
     from ..formats import E4M3_MAX, E4M3_VALUES
 
     table = E4M3_VALUES[:0x7F].astype(np.float64)  # codes 0..0x7E: 0 .. 448 ascending
@@ -109,9 +110,16 @@ def round_e4m3(x: np.ndarray) -> np.ndarray:
     hi = np.clip(np.searchsorted(table, a), 0, len(table) - 1)
     lo = np.maximum(hi - 1, 0)
     d_lo, d_hi = a - table[lo], table[hi] - a
-    pick = np.where((d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0)), hi, lo)
-    out = np.copysign(table[pick], x).astype(F32)
-    return np.where(np.isnan(x), np.float32(np.nan), out)
+    pick = np.where((d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0)), hi, lo).astype(np.uint8)
+    code = np.where(np.signbit(x), pick | np.uint8(0x80), pick).astype(np.uint8)
+    return np.where(np.isnan(x), np.uint8(0x7F), code).astype(np.uint8)
+
+
+def round_e4m3(x: np.ndarray) -> np.ndarray:
+    """``cvt.rn.satfinite.e4m3x2.f32`` of each value as float32 (:func:`e4m3_bits` decoded)."""
+    from ..formats import E4M3_VALUES
+
+    return E4M3_VALUES[e4m3_bits(x)].astype(F32)
 
 
 def store_rounding(x: np.ndarray, fmt: str) -> np.ndarray:

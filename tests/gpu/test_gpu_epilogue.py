@@ -328,3 +328,18 @@ def test_bad_outputs_before_launch(torch):
     with pytest.raises(ShapeError, match=r"^out: dtype"):
         ptxgen.gemm(a, b, out=torch.empty(64, 256, device="cuda").bfloat16(), epilogue='e4m3(acc, "s")')
     assert (out.float() == 7.0).all()
+
+
+@pytest.mark.parametrize("config", ["h100_128x256", "h100_256x128", "h100_128x144"])
+def test_e4m3_d_staged_and_direct(torch, config):
+    """An e4m3 D through the staging ring and a UINT8 TMA store (N % 16 == 0) and per pair (N % 16 == 8, N odd), at
+    M and N tails, for each e4m3 output form (a block scale on the tiles of whole 128-column blocks)."""
+    forms = ["row_amax", "tensor_amax"] + (["block"] if launch_spec(config).grid.tile_cols % 128 == 0 else [])
+    for form in forms:
+        expr = wrap_outputs(epi.gelu(epi.acc + epi.bias("bias", "col")), form)
+        for i, (m, n, k) in enumerate(((300, 528, 128), (257, 520, 64), (129, 4112, 72), (1024, 1024, 256),
+                                       (70, 261, 64))):
+            errs = run_outputs(torch, config, expr, m, n, k, 100 + i)
+            for name, err in errs.items():
+                tol = E4M3_TOLERANCE if name == "D" else TOLERANCE
+                assert err < tol, f"{config} {expr} {m}x{n}x{k}: {name} relative error {err:.3e}"

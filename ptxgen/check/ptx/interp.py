@@ -71,6 +71,7 @@ import numpy as np
 
 from . import effects as E
 from .effects import Effect
+from ..epilogue import e4m3_bits
 from ..numerics import ROUNDINGS, ex2_approx_f32, f32_to_16_bits, f64_to_f32, rcp_approx_f32
 
 MASKS = {8: 0xFF, 16: 0xFFFF, 32: 0xFFFFFFFF, 64: 0xFFFFFFFFFFFFFFFF}
@@ -813,7 +814,7 @@ def _mov(insn: Insn):
 def _cvt(insn: Insn):
     parts, ops = insn.parts, insn.ops
     d = ops[0]
-    if parts[0] == "cvt" and parts[-1] == "f32" and any(p in ("bf16x2", "f16x2", "bf16", "f16") for p in parts):
+    if parts[0] == "cvt" and parts[-1] == "f32" and any(p in ("bf16x2", "f16x2", "bf16", "f16", "e4m3x2") for p in parts):
         return _cvt_16(insn)
     if parts[0] == "cvt" and parts[1] == "f32" and parts[2:] in (("bf16",), ("f16",)):  # exact widening of 16 bits
         a, fmt = _src(ops[1]), parts[2]
@@ -844,15 +845,18 @@ def _cvt(insn: Insn):
 
 
 def _cvt_16(insn: Insn):
-    """``cvt.rnd[.satfinite].{bf16|f16}[x2].f32``, bit-exact (:func:`ptxgen.check.numerics.f32_to_16_bits`).  The x2
-    form ``d, a, b`` puts ``a`` in the upper half of ``d`` and ``b`` in the lower (PTX ISA "cvt"), so the packed
+    """``cvt.rnd[.satfinite].{bf16|f16}[x2].f32``, bit-exact (:func:`ptxgen.check.numerics.f32_to_16_bits`), and
+    ``cvt.rn.satfinite.e4m3x2.f32`` (two e4m3 bytes: :func:`ptxgen.check.epilogue.e4m3_bits`).  The x2 form
+    ``d, a, b`` puts ``a`` in the upper half of ``d`` and ``b`` in the lower (PTX ISA "cvt"), so the packed
     word's elements in memory order are ``b``'s then ``a``'s."""
     parts, ops = insn.parts, insn.ops
-    known = {"cvt", "satfinite", "f32", "bf16x2", "f16x2", "bf16", "f16", *ROUNDINGS}
+    known = {"cvt", "satfinite", "f32", "bf16x2", "f16x2", "bf16", "f16", "e4m3x2", *ROUNDINGS}
     rnd = [p for p in parts if p in ROUNDINGS]
-    if len(rnd) != 1 or any(p not in known for p in parts):
+    if len(rnd) != 1 or any(p not in known for p in parts) or ("e4m3x2" in parts and tuple(parts[1:3]) != ("rn", "satfinite")):
         raise PtxInterpError(f"line {insn.line}: cvt form not interpreted (one of .{'/.'.join(ROUNDINGS)} and "
-                             f"optionally .satfinite): {insn.text}")
+                             f"optionally .satfinite; e4m3x2: .rn.satfinite): {insn.text}")
+    if "e4m3x2" in parts:
+        return _cvt_e4m3x2(insn)
     to = next(p for p in parts if p in ("bf16x2", "f16x2", "bf16", "f16"))
     fmt, sat, d = to.removesuffix("x2"), "satfinite" in parts, ops[0]
     srcs = [ops[2], ops[1]] if to.endswith("x2") else [ops[1]]  # memory order: low half first
@@ -867,6 +871,18 @@ def _cvt_16(insn: Insn):
             els.append(stored(Sym(x).key(), fmt, int(f32_to_16_bits(v, fmt, rnd[0], sat))))
         t.regs[d] = Packed(tuple(els))
     return cvt16
+
+
+def _cvt_e4m3x2(insn: Insn):
+    """``cvt.rn.satfinite.e4m3x2.f32 d, a, b``: ``b``'s e4m3 code in the low byte of ``d``, ``a``'s in the high byte
+    (PTX ISA "cvt"); the elements are tagged ``("e4m3", array, index, code)`` (:func:`stored`)."""
+    ops = insn.ops
+    getters = [(_src(x), x) for x in (ops[2], ops[1])]  # memory order: low byte first
+
+    def cvt8(t):
+        t.regs[ops[0]] = Packed(tuple(stored(Sym(x).key(), "e4m3", int(e4m3_bits(np.float32(_f32(g(t), x)))))
+                                      for g, x in getters))
+    return cvt8
 
 
 def _ld(insn: Insn):
