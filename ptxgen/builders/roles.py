@@ -30,7 +30,7 @@ from ..ir import (AmaxLocal, AmaxReduce, Bar, Const, Elect, EpilogueExpr, LdEpil
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
 from . import grouped
-from .staged import staged_box
+from .staged import staged_box, staged_prefetch, staged_refill
 from .common import (KB, LANE, TMEM, WARP, Cluster, TileScheduler, acc_state, desc_lo, k_bounds, k_loop, ring_iteration,
                      ring_state, stage_offset)
 
@@ -468,6 +468,8 @@ class Epilogue:
                         addr = fold(self.cd_addr(buf, row, chunk) + (LANE % 4) * 4)
                         out.append(StShared16(addr, src, (i, i + 1), fmt, packed=t.packed))
                 out += self.cd_commit(fold(t.n_col + c * e.store_block_n), fold(row0 + v * p.mma.wave_rows), seq, wg, t.count)
+                if e.staged is not None:
+                    out += staged_refill(self, wg, seq, t)
         return out
 
     def e4m3_box(self, v: int, c: int, src: str, buf: Expr) -> list:
@@ -792,7 +794,9 @@ class WgmmaConsumer:
             return [*first, k_loop(k_body, (k0 + 1, k1)), WgmmaWait(0), *release, *fused, *pack,
                     Let("m_prev", Var("m_row")), Let("n_prev", Var("n_col"))]
         k_body = [*self.issue(), WgmmaWait(1), If(ne(KB, k0), tuple(release_prev))]
-        out = [*self.math_order(arrive=False), k_loop(k_body, (k0, k1)), *self.math_order(arrive=True),
+        # the staged operand's first boxes load under the mainloop (ptxgen.builders.staged)
+        prefetch = staged_prefetch(self.epi, wg, CURRENT_TILE) if p.epilogue.staged is not None else []
+        out = [*prefetch, *self.math_order(arrive=False), k_loop(k_body, (k0, k1)), *self.math_order(arrive=True),
                WgmmaWait(0), *release]
         if p.epilogue.staged is not None:  # the TMA branch computes per staged box; the direct one as before
             fused, stores = [], self.row_table_loads() + self.stores(CURRENT_TILE, fused)
