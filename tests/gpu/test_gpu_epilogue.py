@@ -343,3 +343,22 @@ def test_e4m3_d_staged_and_direct(torch, config):
             for name, err in errs.items():
                 tol = E4M3_TOLERANCE if name == "D" else TOLERANCE
                 assert err < tol, f"{config} {expr} {m}x{n}x{k}: {name} relative error {err:.3e}"
+
+
+@pytest.mark.parametrize("config", ["h100_128x256", "h100_256x128"])
+def test_staged_residual_over_many_tiles(torch, config):
+    """The residual boxes loaded ahead (before the mainloop, after the previous box's store) across many tiles per
+    CTA and at M and N tails, N a multiple of 8 (staged) or not (pair loads)."""
+    import ptxgen
+    from ptxgen.bench import relative_error
+
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    for m, n, k in ((4096, 4096, 64), (1000, 2056, 136), (300, 520, 64), (257, 261, 64)):
+        a = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
+        b = torch.randn(n, k, device="cuda", generator=gen).bfloat16()
+        r = torch.randn(m, n, device="cuda", generator=gen).bfloat16()
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        ptxgen.gemm(a, b, out=out, config=config, epilogue="acc * 0.5 + residual", residual=r)
+        assert not torch.isnan(out.float()).any(), f"{config} {m}x{n}x{k}: D not all written"
+        err = relative_error(out.float(), (a.float() @ b.float().T) * 0.5 + r.float())
+        assert err < TOLERANCE, f"{config} {m}x{n}x{k}: relative error {err:.3e}"
