@@ -71,6 +71,19 @@ def test_staged_e4m3_matches_the_reference(config, expr):
         simulate(kernel, *shape, expr=plan.epilogue.expr, num_sms=2)
 
 
+@pytest.mark.parametrize("config, expr, changes", [
+    ("h100_128x128_pp", 'e4m3(amax("am", acc) * scale[row], "ds")', {}),  # pingpong: each warpgroup's own tiles
+    ("h100_256x128", 'e4m3(amax("am", acc) * scale[row], "ds")', {"schedule.split_k": 2}),  # the last split stores
+    ("dual_h100_128x128", 'e4m3(silu(acc1) * acc2, "ds")', {}),
+])
+def test_staged_e4m3_on_pingpong_split_k_and_dual(config, expr, changes):
+    plan = make_plan(load_config(config).replace(**{**changes, "epilogue.expr": expr}))
+    assert plan.epilogue.tma_store
+    kernel = build_kernel(plan)
+    verify(kernel)
+    simulate(kernel, 300, 528, 320, expr=plan.epilogue.expr, num_sms=3)
+
+
 def test_fp8_kernel_stages_its_e4m3_d():
     from ptxgen import epi
     from ptxgen.check.sim.run import simulate_fp8
