@@ -662,6 +662,7 @@ class _Call:
             plan = Staging(self.k, self.n, (self.k,) * (2 if b2 is None else 3), False)
             staged = self.staged = _StagedCall(self.family, self.config, self.by_id, self.loaded, self.ordinal,
                                                self.device, self.m, self.n, self.k, self.grid_x, plan)
+            staged.new_out = self.new_out  # a fused call's D type (an e4m3 D is float8_e4m3fn, not bf16)
         return staged(a, b, out, b2, epi)
 
 

@@ -362,3 +362,16 @@ def test_staged_residual_over_many_tiles(torch, config):
         assert not torch.isnan(out.float()).any(), f"{config} {m}x{n}x{k}: D not all written"
         err = relative_error(out.float(), (a.float() @ b.float().T) * 0.5 + r.float())
         assert err < TOLERANCE, f"{config} {m}x{n}x{k}: relative error {err:.3e}"
+
+
+def test_e4m3_d_with_a_misaligned_input(torch):
+    """A misaligned A (copied by the staged call) keeps an e4m3 D's type when D is allocated."""
+    import ptxgen
+    from ptxgen.bench import relative_error
+
+    m, n, k = 300, 528, 64
+    a = torch.randn(m * k + 1, device="cuda").bfloat16()[1:].view(m, k)  # 2-byte offset
+    b = torch.randn(n, k, device="cuda").bfloat16()
+    d = ptxgen.gemm(a, b, config="h100_128x256", epilogue="e4m3(acc * 0.25)")
+    assert d.dtype == torch.float8_e4m3fn and d.shape == (m, n)
+    assert relative_error(d.float(), (a.float() @ b.float().T) * 0.25) < E4M3_TOLERANCE
