@@ -7,8 +7,8 @@ Cases: ``gelu(acc + bias[col])`` (tanh GELU), ``acc + residual`` (the chooser's 
 epilogue stages through ``stmatrix``, so the residual is read through the CD staging ring) and the same with the
 residual's per-thread pair loads (``h100_128x256`` without ``stmatrix``), the dual GEMM's ``silu(acc1) * acc2`` (D
 bf16), and FP8 output: ``e4m3(acc, "d_scale")`` (1 x 128 block scale; torch: matmul, amax per block, divide,
-cast) and ``e4m3(amax("amax", acc) * scale[row])`` (torch: matmul, row amax, scale, cast), on LLM projection
-shapes.  ``torch.compile`` runs ``--compile-mode`` (default ``max-autotune-no-cudagraphs``), falling back to the
+cast) and ``e4m3(amax("amax", acc) * scale[row])`` (torch: matmul, row amax, scale, cast), and the plain GEMM
+(``acc``: every case's baseline, ptxgen's chooser config against cuBLAS), on LLM projection shapes.  ``torch.compile`` runs ``--compile-mode`` (default ``max-autotune-no-cudagraphs``), falling back to the
 default mode where that fails; the JSON records the mode and each side's spread (max - min over the runs).  Each time is the median over ``--runs`` runs of the median of
 ``--iters`` CUDA-event intervals around one call (``ptxgen.bench.time_interleaved``: the three sides in
 alternating order), after warm-up calls; input sets are rotated so that the bytes touched between two uses of a
@@ -35,6 +35,10 @@ SHAPES = [(4096, 4096, 4096), (8192, 14336, 4096), (4096, 28672, 4096), (2048, 8
 
 #: the residual's pair-load path (see CASES)
 PAIR_LOADS = load_config("h100_128x256").replace(**{"epilogue.stmatrix": False})
+
+
+def plain(a, b):
+    return a @ b.T
 
 
 def gelu_bias(a, b, bias):
@@ -79,6 +83,8 @@ CASES = {
                                                                              epilogue='e4m3(acc, "d_scale")')),
     "e4m3(acc*scale[row]) + amax": (e4m3_row_amax, lambda a, b, x: ptxgen.gemm(
         a, b, out=x["out8"], epilogue='e4m3(amax("amax", acc) * scale[row])', scale=x["scale"])),
+    # the baseline of every case: the same GEMM with D = acc (bf16), ptxgen's chooser config against cuBLAS
+    "acc (plain GEMM)": (plain, lambda a, b, x: ptxgen.gemm(a, b, out=x["out"])),
 }
 
 
@@ -93,6 +99,8 @@ def make_set(case: str, m: int, n: int, k: int, gen) -> dict:
         if "scale[row]" in case:
             x["scale"] = torch.rand(m, device="cuda", generator=gen) + 0.5
         return x
+    if case.startswith("acc ("):
+        return x
     if case.startswith("gelu"):
         x["bias"] = torch.randn(n, device="cuda", generator=gen).bfloat16()
     elif case.startswith("acc +"):
@@ -103,6 +111,8 @@ def make_set(case: str, m: int, n: int, k: int, gen) -> dict:
 
 
 def torch_args(case: str, x: dict) -> tuple:
+    if case.startswith("acc ("):
+        return x["a"], x["b"]
     if case.startswith("e4m3"):
         return (x["a"], x["b"], x["scale"]) if "scale" in x else (x["a"], x["b"])
     return (x["a"], x["b"], x["bias"] if case.startswith("gelu") else x["residual"] if case.startswith("acc +")

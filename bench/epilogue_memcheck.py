@@ -1,6 +1,6 @@
 """One small call of each new epilogue path (e4m3 D with block scale, row amax, a stored tile, the residual's pair
-loads, the residual's TMA box load through the CD staging ring) at M and N tails, for ``compute-sanitizer --tool
-memcheck``."""
+loads, the residual's TMA box load through the CD staging ring, an e4m3 D staged as bytes and stored by TMA) at M
+and N tails, for ``compute-sanitizer --tool memcheck``."""
 
 import torch
 
@@ -21,6 +21,12 @@ for config in ("h100_128x256", "h100_256x128"):  # the staged residual (N % 8 ==
         ptxgen.gemm(a, b, config=config, epilogue="gelu(acc + bias[col]) + residual",
                     bias=torch.randn(n, device="cuda").bfloat16(), residual=r)
         ptxgen.gemm(a, b, config=config, epilogue="fp16(acc - residual)", residual=r.half())
+for config in ("h100_128x256", "h100_128x144"):  # the e4m3 D staged as bytes (N % 16 == 0) and its direct branch
+    for m, n in ((70, 272), (300, 528), (130, 264)):
+        a, b = torch.randn(m, 64, device="cuda").bfloat16(), torch.randn(n, 64, device="cuda").bfloat16()
+        ptxgen.gemm(a, b, config=config, epilogue='e4m3(amax("am", acc) * scale[row])', scale=torch.rand(m, device="cuda"))
+        if config == "h100_128x256":
+            ptxgen.gemm(a, b, config=config, epilogue='e4m3(store("pre", acc), "ds")')
 torch.cuda.synchronize()
 print("memcheck script done")
 ptxgen.gemm(torch.randn(70, 64, device="cuda").bfloat16(), torch.randn(200, 64, device="cuda").bfloat16(),

@@ -274,6 +274,12 @@ def _array_type(lw: Lowering, name: str) -> str:
 
 
 def st_shared_16(lw: Lowering, op: ops.StShared16) -> None:
+    if op.fmt == "e4m3":  # one pair -> two e4m3 bytes, the first element in the low byte (PTX ISA "cvt")
+        regs = lw.array(op.src, max(op.idx) + 1, _array_type(lw, op.src))
+        h = lw.tmp16()
+        lw.emit(f"cvt.rn.satfinite.e4m3x2.f32 {h}, {regs[op.idx[1]]}, {regs[op.idx[0]]};")
+        lw.emit(f"st.shared.b16 [{lw.smem(op.addr)}], {h};")
+        return
     words = _pack_16(lw, op.src, op.idx, op.fmt, op.packed)
     addr = lw.smem(op.addr)
     vec = {1: "", 2: ".v2", 4: ".v4"}[len(words)]

@@ -38,6 +38,7 @@ TMA_PLAIN_ALIGN = 128  # shared destination of a non-swizzled cp.async.bulk.tens
 TMEM_LANES = 128
 UMMA_K = 16  # bf16 tcgen05.mma / wgmma K per instruction
 FP8_BYTES = 1
+E4M3_BYTES = 1  # an e4m3 D element (float8_e4m3fn)
 WGMMA_K_FP8 = 32  # wgmma K per instruction for 8-bit inputs (PTX ISA "wgmma.mma_async": .e4m3/.e5m2, k32)
 F32_SCALE_BYTES = 4
 SB_BOX_COLS = 16 // F32_SCALE_BYTES  # a scale_b box: 4 fp32 (a TMA box's inner extent is a multiple of 16 B)
@@ -513,19 +514,23 @@ class EpiloguePlan:
     pairwise: sm_90a: the expression runs per fragment pair, after that pair's operand loads (it has operands);
         else once over each whole fragment array.
     out_dtype: D's element type, ``bf16``, ``f16`` (NVFP4, or an ``fp16(...)`` expression) or ``e4m3``.
-    tma_store: D through shared-memory staging and TMA stores (else ``st.global``; always for an e4m3 D, stored per
-        fragment pair by the fused epilogue).
+    tma_store: D through shared-memory staging and TMA stores (else ``st.global``).  An e4m3 D (sm_90a) is staged
+        as bytes when the config stages D and ``block_n`` is a multiple of twice its ``store_block_n``: a box of
+        ``2 * store_block_n`` columns of one byte, so the staging rows keep their bytes (128 B under the 128B
+        swizzle) and the D map is a UINT8 map; else it is stored per fragment pair (``st.global.b16``), as is a
+        bf16 D beside outputs.
     early_release: release ``tmem_empty`` right after the last TMEM read.
     overlap: sm_90a: tile t's packed accumulator is stored while tile t+1's first k-block runs.
     stmatrix: sm_90a: CD staging through ``stmatrix.x4`` (four 8x8 matrices) instead of ``st.shared.b32``.
     swizzle128: CD staging rows 128B-swizzled (chunk i of row r at i ^ (r % 8)).
     threads: epilogue threads (the named barrier's count); groups: staging groups (sm_90a: one per consumer
         warpgroup; 1 on sm_100a); writers: CTAs of a cluster whose epilogue writes D.
-    store_block_n: D columns per store box; store_n_multiple: N must be a multiple of this for the D tensor map.
+    store_block_n: D columns per store box; store_n_multiple: N must be a multiple of this for the D tensor map
+        (16-byte rows: 8 for a 16-bit D, 16 for an e4m3 D).
     box_rows, row_bytes, stage_bytes, stages: one staging box's rows, row bytes, bytes, and the ring's stages.
     stores_per_wave: store boxes per M-wave (block_n / store_block_n); stores_per_tile: per tile (x m_waves).
     box_values: fragment values per thread per store box (store_block_n / 2, sm_90a).
-    row_chunks: 16-byte chunks of one staging row (store_block_n / 8).
+    row_chunks: 16-byte chunks of one staging row (store_block_n / 8; an e4m3 D: store_block_n / 16).
     tmem_ld_cols: columns of one ``tcgen05.ld`` (32x32b.xN); loads_per_box: per store box (store_block_n / tmem_ld_cols);
         chunks_per_load: 16-byte chunks of 8 bf16 values per load (tmem_ld_cols / 8).
     release_per_thread: every epilogue thread arrives on ``tmem_empty`` (else one elected thread).
@@ -702,8 +707,10 @@ class Plan:
                          TensorMapSpec(o.name, (o.box_cols, o.box_rows), "none", "none", "f32") if o.block_scale else
                          TensorMapSpec(o.name, (self.loads.k_coord_step, o.box_rows), "128B", l2, in_dtype))
                 for o in self.loads.operands}
-        if e.out_dtype != "e4m3":  # an e4m3 D is stored per fragment pair (st.global), never through a map
+        if e.out_dtype != "e4m3":
             maps["d"] = TensorMapSpec("d", (e.store_block_n, e.box_rows), swz, "none", e.out_dtype)
+        elif e.tma_store:  # an e4m3 D staged as bytes (e4m3 codes): a UINT8 map; else stored per pair (st.global)
+            maps["d"] = TensorMapSpec("d", (e.store_block_n, e.box_rows), swz, "none", "u8")
         if e.staged is not None:  # the staged operand's box is D's box
             maps[e.staged_map] = TensorMapSpec(e.staged_map, (e.store_block_n, e.box_rows), swz, "none", e.out_dtype)
         return LaunchSpec(
@@ -945,12 +952,18 @@ def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan)
     outputs = tuple(EpilogueOutput(name, kind, along, tile_dtype if kind == "store" else "f32", f"epi_{name}")
                     for name, kind, along in (epi.outputs(expr) if expr is not None else ()))
     block_scale = next((o for o in outputs if o.kind == "block_scale"), None)
+    d_bytes = BF16_BYTES
     if outputs or out_dtype == "e4m3":
         _epilogue_output_rules(cfg, f, mma, expr, block_scale)
-        tma_store = False  # stored per fragment pair by the fused epilogue
+        # an e4m3 D keeps the config's staging rows (row_bytes): a box of twice the columns, one byte each, when the
+        # tile holds whole such boxes; a bf16 D beside outputs, or a tile that does not, stores per fragment pair
+        tma_store = tma_store and out_dtype == "e4m3" and mma.block_n % (2 * sbn) == 0
+        if out_dtype == "e4m3":
+            d_bytes, sbn = E4M3_BYTES, (2 * sbn if tma_store else sbn)
+            stores_per_wave = mma.block_n // sbn
     tiles = [o for o in operands if o.along == "tile"]
     staged = tiles[0] if (len(tiles) == 1 and tma_store and e.stmatrix and not f.sm100 and not f.fp8 and not e.overlap
-                          and cfg.schedule.split_k == 1) else None
+                          and cfg.schedule.split_k == 1 and d_bytes == BF16_BYTES) else None
     return EpiloguePlan(
         expr=expr, operands=operands, outputs=outputs, block_scale=block_scale,
         scale_blocks=-(-mma.block_n // FP8_SCALE_BLOCK),
@@ -959,10 +972,10 @@ def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan)
         early_release=e.early_release,
         overlap=e.overlap, stmatrix=e.stmatrix, swizzle128=e.swizzle == "128", threads=threads, groups=f.wgs,
         writers=(2 if cfg.cluster.dual_tile else 1) if f.sm100 else 1, store_block_n=sbn,
-        store_n_multiple=STORE_N_MULTIPLE, box_rows=mma.wave_rows, row_bytes=sbn * BF16_BYTES,
-        stage_bytes=mma.wave_rows * sbn * BF16_BYTES if tma_store else 0, stages=e.stages,
+        store_n_multiple=16 // d_bytes, box_rows=mma.wave_rows, row_bytes=sbn * d_bytes,
+        stage_bytes=mma.wave_rows * sbn * d_bytes if tma_store else 0, stages=e.stages,
         stores_per_wave=stores_per_wave, stores_per_tile=mma.m_waves * stores_per_wave, box_values=sbn // 2,
-        row_chunks=sbn * BF16_BYTES // 16, tmem_ld_cols=tmem_ld_cols, loads_per_box=sbn // tmem_ld_cols,
+        row_chunks=sbn * d_bytes // 16, tmem_ld_cols=tmem_ld_cols, loads_per_box=sbn // tmem_ld_cols,
         chunks_per_load=tmem_ld_cols * BF16_BYTES // 16, release_per_thread=per_thread,
         tmem_empty_arrivals_per_cta=threads if per_thread else 1, staged=staged)
 

@@ -30,7 +30,7 @@ from ..ir import (AmaxLocal, AmaxReduce, Bar, Const, Elect, EpilogueExpr, LdEpil
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
 from . import grouped
-from .staged import staged_box
+from .staged import staged_box, staged_prefetch, staged_refill
 from .common import (KB, LANE, TMEM, WARP, Cluster, TileScheduler, acc_state, desc_lo, k_bounds, k_loop, ring_iteration,
                      ring_state, stage_offset)
 
@@ -346,7 +346,7 @@ class Epilogue:
             if blocks:
                 b = 8 * (i // 4) // FP8_SCALE_BLOCK
                 out.append(AmaxLocal("ep_bam", half * blocks + b, acc, idx, row, col, (0, 1)))
-            elif e4m3:
+            elif e4m3 and not e.tma_store:  # else staged by fragment_store
                 out.append(StEpilogue("d_ptr", "tile", "e4m3", row, col, acc, idx))
         out += self.output_reductions(wg, v, taps, by_name)
         if blocks:
@@ -388,7 +388,7 @@ class Epilogue:
     def block_scaled_store(self, wg: Expr, v: int, acc: str, blocks: int) -> list:
         """The e4m3 D of a wave with 1 x 128 block scales: per row half and block, the quad's amax -> scale =
         ``block_scale(amax)`` (stored by the quad leader) and its reciprocal; each pair times the reciprocal, stored
-        as e4m3."""
+        as e4m3 (with ``epilogue.tma_store`` staged afterwards by :meth:`fragment_store`)."""
         p, e = self.p, self.p.epilogue
         slots = tuple(range(2 * blocks))
         out = [AmaxReduce("ep_bam", slots, 4),
@@ -404,7 +404,8 @@ class Epilogue:
             slot = ((i // 2) & 1) * blocks + 8 * (i // 4) // FP8_SCALE_BLOCK
             idx = (i, i + 1)
             out.append(EpilogueExpr(acc, idx, epi.Reg(acc, idx) * epi.Reg("ep_binv", (slot, slot))))
-            out.append(StEpilogue("d_ptr", "tile", "e4m3", row, col, acc, idx))
+            if not e.tma_store:
+                out.append(StEpilogue("d_ptr", "tile", "e4m3", row, col, acc, idx))
         return out
 
     def release_tmem(self, st: PipelineState) -> list:
@@ -420,13 +421,14 @@ class Epilogue:
 
     def fragment_store(self, wg: Expr, tma: bool, tile: StoredTile | None = None) -> list:
         """Fragments -> bf16 -> D: direct st.global, or staging (st.shared, or stmatrix with ``epilogue.stmatrix``)
-        + one TMA store per box.
+        + one TMA store per box.  An e4m3 D (the fused epilogue left its f32 values in the fragments) is staged
+        by :meth:`e4m3_box` with ``epilogue.tma_store``, stored per pair in the direct branch.
 
         ``tile``: which registers hold the tile and where it goes (default: the f32 accumulators of the
         current tile, :data:`CURRENT_TILE`).
         """
         p, e = self.p, self.p.epilogue
-        if e.out_dtype == "e4m3":
+        if e.out_dtype == "e4m3" and not e.tma_store:
             return []  # stored per pair by the fused epilogue (fragment_fuse)
         t = tile or CURRENT_TILE
         out = []
@@ -436,6 +438,10 @@ class Epilogue:
         fmt = e.out_dtype
         for v in range(p.mma.m_waves):
             src = f"{t.array}{v}"
+            if not tma and fmt == "e4m3":  # N not a multiple of 16 (no D map): per pair, as without staging
+                for i in range(0, p.mma.fragment_regs, 2):
+                    out.append(StEpilogue("d_ptr", "tile", "e4m3", *self.fragment_coords(t, wg, v, i), src, (i, i + 1)))
+                continue
             if not tma:
                 for i in range(0, p.mma.fragment_regs, 2):
                     out.append(StGlobal16(*self.fragment_coords(t, wg, v, i), src, (i, i + 1), fmt, packed=t.packed,
@@ -446,7 +452,9 @@ class Epilogue:
                 out += self.cd_acquire(wg)
                 buf = self.cd_buffer(seq, wg, t.count)
                 values = range(c * e.box_values, (c + 1) * e.box_values)  # this box's fragment values
-                if e.staged is not None:  # the staged operand's box lands in the slot; D is staged over it
+                if fmt == "e4m3":
+                    out += self.e4m3_box(v, c, src, buf)
+                elif e.staged is not None:  # the staged operand's box lands in the slot; D is staged over it
                     out += staged_box(self, wg, v, c, seq, t, buf)
                 elif e.stmatrix:  # values 8q..8q+7: 16 rows x 16 columns; lane l addresses row l % 8 of matrix l // 8
                     row = fold((WARP % 4) * 16 + 8 * ((LANE // 8) % 2) + LANE % 8)
@@ -460,6 +468,28 @@ class Epilogue:
                         addr = fold(self.cd_addr(buf, row, chunk) + (LANE % 4) * 4)
                         out.append(StShared16(addr, src, (i, i + 1), fmt, packed=t.packed))
                 out += self.cd_commit(fold(t.n_col + c * e.store_block_n), fold(row0 + v * p.mma.wave_rows), seq, wg, t.count)
+                if e.staged is not None:
+                    out += staged_refill(self, wg, seq, t)
+        return out
+
+    def e4m3_box(self, v: int, c: int, src: str, buf: Expr) -> list:
+        """Box ``c`` of wave ``v`` of an e4m3 D into staging slot ``buf``: per fragment pair (one row, two adjacent
+        columns) one ``cvt.rn.satfinite.e4m3x2.f32`` and one ``st.shared.b16`` of its two bytes.
+
+        ``stmatrix`` moves 16-bit elements only (PTX ISA "stmatrix"), so the pairs are stored as they lie in the
+        fragment: pair ``i`` of lane ``l`` is row ``l / 4 + 8 ((i / 2) & 1)``, byte ``8 (i / 4) + 2 (l % 4)`` of
+        the box row, i.e. 16-byte chunk ``(8 (i / 4) - c * store_block_n) / 16`` at byte ``8 ((i / 4) & 1) +
+        2 (l % 4)``.  A warp's store covers 8 rows x 8 bytes; under the 128B swizzle (chunk ^ row % 8) the 8 rows
+        land in 8 different chunks, 2 of the 32 banks each: one wavefront.
+        """
+        e = self.p.epilogue
+        frag_row = (WARP % 4) * 16 + LANE // 4
+        out = []
+        for i in range(c * e.box_values, (c + 1) * e.box_values, 2):
+            row = fold(frag_row + 8 * ((i // 2) & 1))
+            chunk = (8 * (i // 4) - c * e.store_block_n) // 16
+            addr = fold(self.cd_addr(buf, row, chunk) + 8 * ((i // 4) & 1) + (LANE % 4) * 2)
+            out.append(StShared16(addr, src, (i, i + 1), "e4m3"))
         return out
 
     # -------------------------------------------------------------- the CD staging ring (both arches)
@@ -764,7 +794,9 @@ class WgmmaConsumer:
             return [*first, k_loop(k_body, (k0 + 1, k1)), WgmmaWait(0), *release, *fused, *pack,
                     Let("m_prev", Var("m_row")), Let("n_prev", Var("n_col"))]
         k_body = [*self.issue(), WgmmaWait(1), If(ne(KB, k0), tuple(release_prev))]
-        out = [*self.math_order(arrive=False), k_loop(k_body, (k0, k1)), *self.math_order(arrive=True),
+        # the staged operand's first boxes load under the mainloop (ptxgen.builders.staged)
+        prefetch = staged_prefetch(self.epi, wg, CURRENT_TILE) if p.epilogue.staged is not None else []
+        out = [*prefetch, *self.math_order(arrive=False), k_loop(k_body, (k0, k1)), *self.math_order(arrive=True),
                WgmmaWait(0), *release]
         if p.epilogue.staged is not None:  # the TMA branch computes per staged box; the direct one as before
             fused, stores = [], self.row_table_loads() + self.stores(CURRENT_TILE, fused)

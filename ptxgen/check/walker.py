@@ -46,11 +46,13 @@ from ..ir.expr import Bin, Const, Expr, Param, Select, Sreg, Var, apply_binop
 from ..ir.printer import expr_str
 from ..ir import epilogue as epi
 from .epilogue import evaluate, f32_of_bits
-from .numerics import bf16_bits_to_f32, ex2_approx_f32, f32_to_16_bits, f32_to_bf16_bits, rcp_approx_f32
+from .numerics import (bf16_bits_to_f32, ex2_approx_f32, f32_to_16_bits, f32_to_bf16_bits, f32_to_e4m3_bits,
+                       rcp_approx_f32)
 
 LANES = 32
-_STORE_BITS = {"bf16": f32_to_bf16_bits, "f16": lambda v: f32_to_16_bits(v, "f16")}
-"""16-bit store conversions by ``StShared16.fmt``: round to nearest even (:mod:`ptxgen.check.numerics`)."""
+_STORE_BITS = {"bf16": f32_to_bf16_bits, "f16": lambda v: f32_to_16_bits(v, "f16"), "e4m3": f32_to_e4m3_bits}
+"""Store conversions by ``StShared16.fmt``: round to nearest even (:mod:`ptxgen.check.numerics`); ``e4m3``: the
+1-byte codes of ``cvt.rn.satfinite.e4m3x2.f32`` (:func:`ptxgen.check.numerics.f32_to_e4m3_bits`)."""
 LANE_IDS = np.arange(LANES, dtype=np.int64)
 
 
@@ -652,7 +654,7 @@ class WarpWalker:
         v["desc"] = op.desc_hi << 32 | v["src_lo"]
 
     def _st_shared(self, op, v: dict, lanes: int) -> None:
-        v["nbytes"], v["data"] = 2 * len(op.idx), None
+        v["nbytes"], v["data"] = (1 if op.fmt == "e4m3" else 2) * len(op.idx), None
         if self.values:
             vals = self._reg(op.src, op.idx, type(op).__name__)
             v["data"] = _STORE_BITS[op.fmt](vals).view(np.uint8).reshape(len(v["addr"]), -1)

@@ -646,7 +646,10 @@ class _SharedStore16(Op):
 class StShared16(_SharedStore16):
     """Convert ``src[idx]`` (f32) to bf16 (round to nearest even) and store them contiguously at smem+``addr``.
 
-    len(idx) in (2, 4, 8): one ``st.shared`` of 4, 8 or 16 bytes.  fmt, packed: see :class:`_SharedStore16`.
+    len(idx) in (2, 4, 8): one ``st.shared`` of 4, 8 or 16 bytes.  fmt, packed: see :class:`_SharedStore16`;
+    ``fmt="e4m3"`` (an e4m3 D's staging, not packed): len(idx) == 2, one ``cvt.rn.satfinite.e4m3x2.f32`` and one
+    ``st.shared.b16`` of the two bytes, ``src[idx[0]]`` at ``addr`` (PTX ISA "cvt": nearest even, saturating to
+    +-448, NaN stays NaN).
     """
 
     label: ClassVar[str] = "StShared16"

@@ -561,7 +561,7 @@ def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm
         out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
     maps = loaded.spec.tensor_maps
     # D's tensor map needs 16-byte rows; for other N the sm_90a kernels store D directly (tmap_d unused)
-    d_map = "d" in maps and n % ELEMS_PER_16B == 0
+    d_map = d_map_ok(loaded.spec, n)
     if loaded.spec.workspace is not None:  # the split-K signature: packed by the fast-path launcher
         pd = out.data_ptr()
         launch = _Packed(loaded.launcher, loaded.spec,
@@ -609,7 +609,7 @@ class _Call:
         self.launcher, self.spec = loaded.launcher, loaded.spec
         self.ordinal = ordinal
         self.m, self.n, self.k, self.grid_x = m, n, k, grid_x
-        self.d_map = "d" in loaded.spec.tensor_maps and n % ELEMS_PER_16B == 0
+        self.d_map = d_map_ok(loaded.spec, n)
         self.epi_maps = epilogue_maps(loaded.spec)
         self.a_bytes, self.b_bytes, self.d_bytes = 2 * m * k, 2 * n * k, 2 * m * n
         self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
@@ -662,7 +662,16 @@ class _Call:
             plan = Staging(self.k, self.n, (self.k,) * (2 if b2 is None else 3), False)
             staged = self.staged = _StagedCall(self.family, self.config, self.by_id, self.loaded, self.ordinal,
                                                self.device, self.m, self.n, self.k, self.grid_x, plan)
+            staged.new_out = self.new_out  # a fused call's D type (an e4m3 D is float8_e4m3fn, not bf16)
         return staged(a, b, out, b2, epi)
+
+
+def d_map_ok(spec: Any, n: int) -> bool:
+    """The kernel stores D through its tensor map at this N: it has one and D's rows are whole 16-byte groups (N % 8
+    == 0 for a 16-bit D, N % 16 for an e4m3 D's UINT8 map; PTX ISA "Tensor maps": 16-byte global strides).  The
+    sm_90a kernels test the same in-kernel (``plan.epilogue.store_n_multiple``) and store directly otherwise."""
+    d = spec.tensor_maps.get("d")
+    return d is not None and n * d.elem_bytes % 16 == 0
 
 
 def epilogue_maps(spec: Any) -> tuple[int, ...]:
@@ -1340,7 +1349,7 @@ class _Fp8Call:
         self.config, self.by_id, self.check = config, by_id, family.check
         self.launcher, self.ordinal, self.device = loaded.launcher, ordinal, device
         self.m, self.n, self.k, self.grid_x = m, n, k, grid_x
-        self.d_map = "d" in loaded.spec.tensor_maps and n % ELEMS_PER_16B == 0
+        self.d_map = d_map_ok(loaded.spec, n)
         self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
 
     def __call__(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any, epi: tuple = ()) -> Any:

@@ -103,9 +103,17 @@ def test_planted_wrong_residual_box_coordinate():
         _sim(bad, plan)
 
 
+def _loads_residual(op) -> bool:
+    return any(isinstance(x, O.TmaLoad) and x.tensor == "tile_residual" for x in O.walk(op.then))
+
+
 def test_planted_staging_slot_reused_before_the_store_read_it():
+    """The residual box loads (ahead of their boxes) without the wait for the earlier stores' reads of the slot."""
     plan, kernel = _staged()
-    bad = rewrite(kernel, lambda op: () if isinstance(op, O.BulkWaitGroup) and op.n > 0 else None)
+    bad = rewrite(kernel, lambda op: replace(op, then=tuple(x for x in op.then if not isinstance(x, O.BulkWaitGroup)))
+                  if isinstance(op, O.If) and _loads_residual(op) and any(isinstance(x, O.BulkWaitGroup) for x in op.then)
+                  else None)
+    assert bad != kernel
     with pytest.raises(VerifyError, match=r"^consumer release before the last read: TmaLoad tile_residual .* writes "
                                           r"CD stage \d+ while TmaStore d"):
         verify(bad)
@@ -171,3 +179,16 @@ def test_planted_ptx_of_the_staged_residual(old, new, what):
     assert old in ptx
     msg = D.sweep_threads(kernel, ptx.replace(old, new), launches)
     assert msg is not None and msg.startswith("PTX != IR") and f"('{what}'" in msg
+
+
+def test_residual_boxes_load_ahead():
+    """The first ``stages`` boxes load before the tile's first wgmma, the others right after a store's commit: no
+    box's load sits between its slot's acquire and its wait (ptxgen.builders.staged)."""
+    plan, kernel = _staged()
+    order = [op for op in O.walk(kernel.body) if isinstance(op, (O.TmaLoad, O.Wgmma, O.TmaStore, O.MbarrierWait))]
+    loads = [i for i, op in enumerate(order) if isinstance(op, O.TmaLoad) and op.tensor == "tile_residual"]
+    first_wgmma = next(i for i, op in enumerate(order) if isinstance(op, O.Wgmma))
+    e = plan.epilogue
+    assert len(loads) == e.stores_per_tile and sum(i < first_wgmma for i in loads) == e.stages
+    for i in loads[e.stages:]:  # a refill follows a store and precedes the next box's wait
+        assert isinstance(order[i - 1], O.TmaStore)

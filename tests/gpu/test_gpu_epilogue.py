@@ -328,3 +328,50 @@ def test_bad_outputs_before_launch(torch):
     with pytest.raises(ShapeError, match=r"^out: dtype"):
         ptxgen.gemm(a, b, out=torch.empty(64, 256, device="cuda").bfloat16(), epilogue='e4m3(acc, "s")')
     assert (out.float() == 7.0).all()
+
+
+@pytest.mark.parametrize("config", ["h100_128x256", "h100_256x128", "h100_128x144"])
+def test_e4m3_d_staged_and_direct(torch, config):
+    """An e4m3 D through the staging ring and a UINT8 TMA store (N % 16 == 0) and per pair (N % 16 == 8, N odd), at
+    M and N tails, for each e4m3 output form (a block scale on the tiles of whole 128-column blocks)."""
+    forms = ["row_amax", "tensor_amax"] + (["block"] if launch_spec(config).grid.tile_cols % 128 == 0 else [])
+    for form in forms:
+        expr = wrap_outputs(epi.gelu(epi.acc + epi.bias("bias", "col")), form)
+        for i, (m, n, k) in enumerate(((300, 528, 128), (257, 520, 64), (129, 4112, 72), (1024, 1024, 256),
+                                       (70, 261, 64))):
+            errs = run_outputs(torch, config, expr, m, n, k, 100 + i)
+            for name, err in errs.items():
+                tol = E4M3_TOLERANCE if name == "D" else TOLERANCE
+                assert err < tol, f"{config} {expr} {m}x{n}x{k}: {name} relative error {err:.3e}"
+
+
+@pytest.mark.parametrize("config", ["h100_128x256", "h100_256x128"])
+def test_staged_residual_over_many_tiles(torch, config):
+    """The residual boxes loaded ahead (before the mainloop, after the previous box's store) across many tiles per
+    CTA and at M and N tails, N a multiple of 8 (staged) or not (pair loads)."""
+    import ptxgen
+    from ptxgen.bench import relative_error
+
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    for m, n, k in ((4096, 4096, 64), (1000, 2056, 136), (300, 520, 64), (257, 261, 64)):
+        a = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
+        b = torch.randn(n, k, device="cuda", generator=gen).bfloat16()
+        r = torch.randn(m, n, device="cuda", generator=gen).bfloat16()
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        ptxgen.gemm(a, b, out=out, config=config, epilogue="acc * 0.5 + residual", residual=r)
+        assert not torch.isnan(out.float()).any(), f"{config} {m}x{n}x{k}: D not all written"
+        err = relative_error(out.float(), (a.float() @ b.float().T) * 0.5 + r.float())
+        assert err < TOLERANCE, f"{config} {m}x{n}x{k}: relative error {err:.3e}"
+
+
+def test_e4m3_d_with_a_misaligned_input(torch):
+    """A misaligned A (copied by the staged call) keeps an e4m3 D's type when D is allocated."""
+    import ptxgen
+    from ptxgen.bench import relative_error
+
+    m, n, k = 300, 528, 64
+    a = torch.randn(m * k + 1, device="cuda").bfloat16()[1:].view(m, k)  # 2-byte offset
+    b = torch.randn(n, k, device="cuda").bfloat16()
+    d = ptxgen.gemm(a, b, config="h100_128x256", epilogue="e4m3(acc * 0.25)")
+    assert d.dtype == torch.float8_e4m3fn and d.shape == (m, n)
+    assert relative_error(d.float(), (a.float() @ b.float().T) * 0.25) < E4M3_TOLERANCE

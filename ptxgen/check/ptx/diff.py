@@ -138,9 +138,11 @@ class _Thread:
         return int(arr[self.lane] if arr.shape[0] == W.LANES else arr[0])
 
     def elements(self, op) -> tuple:
-        """The lane's stored elements of a 16-bit store: (array, index, bits), rounded to nearest even."""
+        """The lane's stored elements of a 16-bit store: (array, index, bits), rounded to nearest even (an e4m3
+        staging store: the e4m3 codes, :func:`ptxgen.check.numerics.f32_to_e4m3_bits`)."""
         src = stored_array(self.wk, op)
-        bits = f32_to_16_bits(self.wk.regs[op.src][self.lane, list(op.idx)], op.fmt)
+        vals = self.wk.regs[op.src][self.lane, list(op.idx)]
+        bits = f32_to_e4m3_bits(vals) if op.fmt == "e4m3" else f32_to_16_bits(vals, op.fmt)
         return tuple(P.stored((src, i), op.fmt, int(b)) for i, b in zip(op.idx, bits))
 
     def f32_elements(self, op) -> tuple:

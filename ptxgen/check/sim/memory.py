@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import SimError
+from ...formats import e4m3_decode
 
 UNDEF, VALID, INFLIGHT, GENERIC = 0, 1, 2, 3
 _STATE_WORDS = {UNDEF: "never written", INFLIGHT: "its async write (TMA) has not completed",
@@ -317,8 +318,12 @@ class GlobalTensors:
         return box
 
     def store_box(self, col: int, row: int, box: np.ndarray) -> None:
-        """Write a ``[rows, cols]`` box of D at (col, row), clipped at M and N (TMA store clipping)."""
+        """Write a ``[rows, cols]`` box of D at (col, row), clipped at M and N (TMA store clipping).  A box of bytes
+        (an e4m3 D's UINT8 map) holds e4m3 codes: decoded into the e4m3 D's float32 buffer ``extra["d_ptr"]``."""
         m, n = self.d.shape
         r1, c1 = min(row + box.shape[0], m), min(col + box.shape[1], n)
         if r1 > row and c1 > col:
+            if box.dtype == np.uint8:
+                self.extra["d_ptr"][row:r1, col:c1] = e4m3_decode(box[: r1 - row, : c1 - col])
+                return
             self.d[row:r1, col:c1] = box[: r1 - row, : c1 - col]

@@ -15,9 +15,9 @@ class Stores:
     """Handlers of the epilogue store events (a mixin of :class:`~ptxgen.check.sim.machine.Machine`)."""
 
     def _st_shared(self, w: Warp, ev: W.Event) -> None:
-        if ev.nbytes not in (4, 8, 16) or (ev.addr % ev.nbytes).any():
+        if ev.nbytes not in (2, 4, 8, 16) or (ev.addr % ev.nbytes).any():
             raise SimError(f"misaligned: StShared16 by {w.walker.where()} stores {ev.nbytes} B at smem offsets "
-                           f"{sorted(set((ev.addr[ev.addr % ev.nbytes != 0]).tolist()))[:4]}; st.shared.v of "
+                           f"{sorted(set((ev.addr[ev.addr % ev.nbytes != 0]).tolist()))[:4]}; st.shared of "
                            f"{ev.nbytes} B needs {ev.nbytes}-byte alignment")
         idx = (ev.addr[:, None] + np.arange(ev.nbytes)).ravel()
         w.cta.smem.generic_write(idx, ev.data.ravel(), w.who("StShared16"))

@@ -53,11 +53,11 @@ class Tma:
 
     def _tma_store(self, w: Warp, ev: W.Event) -> None:
         who = w.who(f"TmaStore {ev.op.tensor} (col {ev.col}, row {ev.row})")
-        idx, cols, rows, _ = self._box_index(ev.op.tensor, ev.src, who)
+        idx, cols, rows, eb = self._box_index(ev.op.tensor, ev.src, who)
         smem = w.cta.smem
         for _ in range(ev.lanes):
             handle = smem.begin_async_read(idx, who)
-            box = smem.data[idx].view(np.uint16).reshape(rows, cols)
+            box = smem.data[idx].view(np.uint16 if eb == 2 else np.uint8).reshape(rows, cols)  # eb 1: e4m3 codes
             unit = StoreUnit(w, handle, box, ev.col, ev.row)
             w.bulk_open.setdefault(ev.thread, []).append(unit)
             self.schedule(unit)
