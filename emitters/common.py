@@ -229,6 +229,12 @@ def named_barrier(lw: Lowering, op: ops.NamedBarrier) -> None:
     lw.emit(f"bar.sync {lw.value(op.id)}, {op.threads};")
 
 
+def named_barrier_popc(lw: Lowering, op: ops.NamedBarrierPopc) -> None:
+    pred = lw.predicate(op.pred)
+    lw.emit(f"bar.red.popc.u32 {lw.var(op.var)}, {lw.value(op.id)}, {op.threads}, {pred};")
+    lw.assigned()
+
+
 def cluster_sync(lw: Lowering, op: ops.ClusterSync) -> None:
     lw.emit("barrier.cluster.arrive.release.aligned;")
     lw.emit("barrier.cluster.wait.acquire.aligned;")
@@ -387,6 +393,12 @@ def ld_global_nc_u32(lw: Lowering, op: ops.LdGlobalNcU32) -> None:
 def red_global(lw: Lowering, op: ops.RedGlobal) -> None:
     addr = _global_addr(lw, op.param, op.offset)
     lw.emit(f"red.{op.sem}.{op.scope}.global.add.u32 [{addr}], {op.value};")
+
+
+def atom_global_add(lw: Lowering, op: ops.AtomGlobalAdd) -> None:
+    addr = _global_addr(lw, op.param, op.offset)
+    lw.emit(f"atom.{op.sem}.{op.scope}.global.add.u32 {lw.var(op.var)}, [{addr}], {op.value};")
+    lw.assigned()
 
 
 def ld_global_acquire_wait(lw: Lowering, op: ops.LdGlobalAcquireWait) -> None:
@@ -730,6 +742,7 @@ COMMON = {
     ops.FenceProxyAsync: fence_proxy_async,
     ops.CtaSync: cta_sync,
     ops.NamedBarrier: named_barrier,
+    ops.NamedBarrierPopc: named_barrier_popc,
     ops.ClusterSync: cluster_sync,
     ops.Shfl: shfl,
     ops.Nanosleep: nanosleep,
@@ -741,6 +754,7 @@ COMMON = {
     ops.LdGlobalF32: ld_global_f32,
     ops.LdGlobalNcU32: ld_global_nc_u32,
     ops.RedGlobal: red_global,
+    ops.AtomGlobalAdd: atom_global_add,
     ops.LdGlobalAcquireWait: ld_global_acquire_wait,
     ops.StGlobalU32: st_global_u32,
 }

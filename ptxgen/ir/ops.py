@@ -195,6 +195,27 @@ class NamedBarrier(Op):
 
 
 @dataclass(frozen=True)
+class NamedBarrierPopc(Op):
+    """``bar.red.popc.u32 var, id, threads, pred``: a :class:`NamedBarrier` that also counts its threads whose
+    ``pred`` is nonzero; every participating thread gets the count in ``var`` (uniform).
+
+    The barrier orders memory like ``bar.sync`` (PTX ISA "bar, barrier": ``bar.red`` has the barrier semantics of
+    ``bar.sync``), so one thread's acquire before it orders the other threads' loads after it.
+    """
+
+    collective: ClassVar[bool] = True
+    per_lane: ClassVar[tuple[str, ...]] = ("pred",)
+
+    var: str
+    id: Expr
+    threads: int
+    pred: Expr
+
+    def describe(self) -> str:
+        return f"NamedBarrierPopc {self.var} = count({_s(self.pred)}) id={_s(self.id)} threads={self.threads}"
+
+
+@dataclass(frozen=True)
 class ClusterSync(Op):
     """``barrier.cluster.arrive.release`` + ``wait.acquire``: every thread of the cluster."""
 
@@ -800,6 +821,28 @@ class RedGlobal(Op):
 
     def describe(self) -> str:
         return f"RedGlobal add.u32 {self.param}+{_s(self.offset)} += {self.value} ({self.sem}.{self.scope})"
+
+
+@dataclass(frozen=True)
+class AtomGlobalAdd(Op):
+    """``var = atom.{sem}.{scope}.global.add.u32 [param + offset], value`` (one thread): arrive on a split-K counter
+    and read the count before this arrival.
+
+    sem ``acq_rel`` (default): a release (the thread's prior memory operations, and those ordered before it by a
+    thread barrier, are visible to whoever acquires a later value of the counter) and an acquire (the thread's later
+    memory operations, and after a thread barrier those of the threads it syncs with, see what every earlier
+    release on the counter published); PTX ISA "atom", "Memory Consistency Model: release and acquire patterns".
+    """
+
+    var: str
+    offset: Expr
+    value: int
+    sem: str = "acq_rel"
+    scope: str = "gpu"
+    param: str = "workspace"
+
+    def describe(self) -> str:
+        return f"AtomGlobalAdd {self.var} = {self.param}+{_s(self.offset)} += {self.value} ({self.sem}.{self.scope})"
 
 
 @dataclass(frozen=True)

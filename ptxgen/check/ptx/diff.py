@@ -210,6 +210,8 @@ IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     O.LdEpilogue: _ld_epilogue,
     O.LdGlobalNcU32: lambda c, ev, op: [E.LdGlobalTable(GROUP_PTR + 4 * c.at_lane(ev.index))],
     O.RedGlobal: lambda c, ev, op: [E.RedGlobal(op.sem, op.scope, WORKSPACE_PTR + ev.offset, op.value)],
+    O.AtomGlobalAdd: lambda c, ev, op: [E.AtomAdd(op.sem, op.scope, WORKSPACE_PTR + ev.offset, op.value)],
+    O.NamedBarrierPopc: lambda c, ev, op: [E.BarRedPopc(ev.id, ev.threads)],
     O.LdGlobalAcquireWait: lambda c, ev, op: [E.LdGlobalU32(op.sem, op.scope, WORKSPACE_PTR + ev.offset)],
     O.StGlobalU32: lambda c, ev, op: [E.StGlobalSemU32("relaxed", op.scope, WORKSPACE_PTR + ev.offset, op.value)],
     # ops the walker treats as silent or thread-local (ir_effects makes them events)
@@ -241,6 +243,7 @@ def ir_effects(kernel, launch: Launch) -> list[Effect]:
 
     thread = _Thread(kernel, launch, wk)
     out: list[Effect] = []
+    counters: dict[int, int] = {}  # split-K counters (workspace byte offset -> value), as the interpreter models them
     gen, reply = wk.run(), None
     while True:
         try:
@@ -266,6 +269,13 @@ def ir_effects(kernel, launch: Launch) -> list[Effect]:
             bits = P.ldmatrix_bits(thread.base + np.asarray(ev.addr, dtype=np.int64)[:, None], np.arange(8)[None, :])
             reply = ((bits.astype(np.uint32) << 16).view(np.float32) if ev.op.fmt == "bf16" else
                      bits.astype(np.uint16).view(np.float16).astype(np.float32))
+        elif isinstance(ev.op, O.AtomGlobalAdd):  # the interpreter's model: this thread's own arrivals and resets
+            reply = counters.get(ev.offset, 0)
+            counters[ev.offset] = reply + ev.op.value
+        elif isinstance(ev.op, O.StGlobalU32):
+            counters[ev.offset] = ev.op.value
+        elif isinstance(ev.op, O.NamedBarrierPopc):  # the interpreter's model: every warpgroup arrives last
+            reply = 1
         elif isinstance(ev.op, O.LdGlobalF32):  # a partial another CTA stored: opaque data by address
             addr = WORKSPACE_PTR + np.asarray(ev.offset, dtype=np.int64)[:, None] + 4 * np.arange(len(ev.op.idx))
             reply = P.opaque_f32("global", addr)

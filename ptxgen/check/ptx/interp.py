@@ -322,6 +322,7 @@ class Thread:
             "%globaltimer": 0,  # a stopped clock: nothing blocks here, so no watchdog budget expires
         }
         self.effects: list[Effect] = []
+        self.counters: dict[int, int] = {}  # split-K counters this thread changed (address -> value; others 0)
         self.pc = 0
         self.steps = 0
         self.max_steps = max_steps
@@ -945,9 +946,20 @@ def _red(insn: Insn):
 
 def _atom(insn: Insn):
     """``atom[.sem.scope].global.cas.b32 d, [a], cmp, new`` (the watchdog's claim): effect with its semantics
-    (``relaxed.gpu`` when absent, PTX ISA "atom"), and the old word reads 0."""
+    (``relaxed.gpu`` when absent, PTX ISA "atom"), and the old word reads 0.  ``atom.SEM.SCOPE.global.add.u32 d,
+    [a], v`` (a split-K arrival): the old word is what this thread's own arrivals and resets left there (0 at
+    first), the only writers this one-thread model knows."""
     parts, ops = insn.parts, insn.ops
     sem, scope = ("relaxed", "gpu") if parts[1] == "global" else (parts[1], parts[2])
+    if tuple(parts[-3:]) == ("global", "add", "u32") and len(parts) == 6:
+        d, a, v = ops[0], _aligned(insn, _addr(ops[1]), 4), _src(ops[2])
+
+        def atom_add(t):
+            addr, value = a(t), v(t)
+            t.effects.append(E.AtomAdd(sem, scope, addr, value))
+            t.regs[d] = t.counters.get(addr, 0)
+            t.counters[addr] = (t.regs[d] + value) & 0xFFFFFFFF
+        return atom_add
     if tuple(parts[-3:]) != ("global", "cas", "b32") or len(parts) not in (4, 6):
         raise PtxInterpError(f"line {insn.line}: atom form not interpreted: {insn.text}")
     d, a, cmp_, new = ops[0], _aligned(insn, _addr(ops[1]), 4), _src(ops[2]), _src(ops[3])
@@ -1245,7 +1257,11 @@ def _st(insn: Insn):
     vals = [_src(x) for x in _vec(ops[1])]
     els = _stored(_vec(ops[1]))
     if parts[1] in ("relaxed", "release") and tuple(parts[3:]) == ("global", "u32"):  # a split-K counter reset
-        return _effect(insn, E.StGlobalSemU32, _const(parts[1]), _const(parts[2]), a, vals[0])
+        def st_counter(t):
+            addr, value = a(t), vals[0](t)
+            t.effects.append(E.StGlobalSemU32(parts[1], parts[2], addr, value))
+            t.counters[addr] = value
+        return st_counter
     if space == "global" and parts[-1] == "f32":  # a split-K partial chunk (st.global.v4.f32)
         def st_partial(t):
             t.effects.append(E.StGlobalF32(a(t), els(t)))
@@ -1279,6 +1295,15 @@ def _bar(insn: Insn):
             return _effect(insn, E.BarrierClusterArrive, _const(sem))
         sem, _ = _sem_scope(insn, "acquire", ("acquire",))
         return _effect(insn, E.BarrierClusterWait, _const(sem))
+    if insn.parts[0] == "bar" and insn.parts[1:] == ("red", "popc", "u32"):
+        # bar.red.popc.u32 d, id, threads, p (a split-K verdict): the count reads 1, as if this thread's
+        # warpgroup arrived last on its tile (the path with the partial loads; the IR side replies the same)
+        d, bid, n = insn.ops[0], _src(insn.ops[1]), _src(insn.ops[2])
+
+        def bar_red(t):
+            t.effects.append(E.BarRedPopc(bid(t), n(t)))
+            t.regs[d] = 1
+        return bar_red
     if insn.parts[1] not in ("sync",):
         raise PtxInterpError(f"line {insn.line}: barrier form not interpreted: {insn.text}")
     n = _src(insn.ops[1]) if len(insn.ops) > 1 else _const(None)

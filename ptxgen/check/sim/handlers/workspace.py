@@ -19,7 +19,7 @@ class WorkspaceOps:
         w.reply = self.ws.load(w, ev.offset, w.who("LdGlobalF32"))
 
     def _ws_counter(self, w: Warp, ev: W.Event) -> str:
-        """``who`` of a split-K counter op (``RedGlobal``, ``StGlobalU32``, ``LdGlobalAcquireWait``), which one
+        """``who`` of a split-K counter op (``RedGlobal``, ``AtomGlobalAdd``, ``StGlobalU32``, ``LdGlobalAcquireWait``), which one
         thread runs.  Raises SimError."""
         who = w.who(ev.op.describe())
         if ev.lanes != 1:
@@ -28,6 +28,10 @@ class WorkspaceOps:
 
     def _ws_red(self, w: Warp, ev: W.Event) -> None:
         self.ws.red(w, ev.offset, ev.op.value, ev.op.sem, self._ws_counter(w, ev))
+        self.wake(self.ws)
+
+    def _ws_atom(self, w: Warp, ev: W.Event) -> None:
+        w.reply = self.ws.atom(w, ev.offset, ev.op.value, ev.op.sem, self._ws_counter(w, ev))
         self.wake(self.ws)
 
     def _ws_set(self, w: Warp, ev: W.Event) -> None:
