@@ -1,5 +1,5 @@
 """Split-K on CPU: config rules, plan numbers, the simulator's answer and the planted protocol bugs it catches,
-the verifier's counter replay, the runtime workspace and the chooser's picks.
+the verifier's counter replay, the runtime workspace (one per stream) and the chooser's split-K term and picks.
 
 A planted bug rewrites the builder's IR (:func:`ptxgen.ir.rewrite.rewrite`); each must fail with its message:
 the counter is not reset, the last arriver skips a partial, a fixed split reduces without the count, the
@@ -221,28 +221,49 @@ def test_workspace_is_one_per_stream_zeroed_and_bounded(monkeypatch):
         api.split_k_workspace(spec, 65536, 65536, "cpu", 0, 7)
 
 
-@pytest.mark.parametrize("shape,kernel", [
-    ((4096, 576, 7168), "gemm"), ((4096, 2112, 7168), "gemm"), ((4096, 4096, 4096), "gemm"),
-    ((256, 4096, 7168), "dual_gemm"), ((512, 3072, 7168), "dual_gemm"), ((1000, 1000, 1000), "gemm"),
-])
-def test_chooser_never_picks_split_k(shape, kernel, monkeypatch):
-    """Split-K is opt-in (config=): measured slower than the unsplit tile where the model chose it, and a call
-    without a named config cannot promise the residency and no-concurrency it needs (docs/performance.md, "Split-K").
-    A shipped split-K config would not be a candidate either."""
+def test_shipped_split_k_configs_are_candidates():
+    """The shipped split-K configs (chosen from the tune-half survey; docs/performance.md, "Split-K") are GEMM
+    candidates: the protocol needs neither residency nor a stream of its own."""
     from ptxgen.runtime import choose
 
-    monkeypatch.setattr(choose, "_shipped_candidates", lambda real=choose._shipped_candidates: tuple(
-        dataclasses.replace(c, split_k=4) if c.name == "h100_128x192" else c for c in real()))
-    choose.candidates.cache_clear()
+    split_names = {c.name for c in choose.candidates("sm_90a") if c.split_k > 1}
+    assert split_names == {"h100_64x128_sk2", "h100_128x64_sk2", "h100_128x192_sk3"}
+    assert all(load_config(n).schedule.split_k == choose.shipped_candidate(n).split_k for n in split_names)
+
+
+@pytest.mark.parametrize("shape,split", [
+    ((16, 5120, 8192), True),  # 40 n-blocks of 64x128 on 132 SMs: two splits fill them (tuned table, measured)
+    ((64, 5120, 25600), True),  # few tiles, long K: the cost model
+    ((4096, 4096, 4096), False), ((4096, 2112, 7168), False), ((1000, 1000, 1000), False),  # enough tiles
+])
+def test_chooser_picks_split_k_for_few_tiles_and_long_k(shape, split):
+    from ptxgen.runtime import choose
+
     choose.choose_cached.cache_clear()
     try:
-        info = type("Info", (), {"capability": (9, 0), "sm_count": 132})()
-        picked = choose.choose(*shape, info, kernel)
-        assert isinstance(picked, str) and load_config(picked).schedule.split_k == 1
-        assert "h100_128x192" not in {c.name for c in choose.candidates("sm_90a", kernel)}
+        picked, _ = choose.choose_cached(*shape, (9, 0), 132)
+        assert (load_config(picked).schedule.split_k > 1) == split, picked
     finally:
-        choose.candidates.cache_clear()
         choose.choose_cached.cache_clear()
+
+
+def test_cost_model_split_k_term():
+    """Splitting K multiplies the work units and divides each unit's K; the partial traffic costs per unit."""
+    from dataclasses import replace
+
+    from ptxgen.runtime.choose import SM90_GEMM_MODEL, Candidate, predict
+
+    one = Candidate("t", "sm_90a", 64, 128, 64, 8, 1)
+    two = replace(one, split_k=2)
+    few = predict(two, 16, 5120, 16384, 132, SM90_GEMM_MODEL)
+    assert (few["tiles"], few["units"], few["waves"]) == (40, 80, 1)
+    assert few["us"] < predict(one, 16, 5120, 16384, 132, SM90_GEMM_MODEL)["us"]  # idle SMs filled
+    # many tiles: the split only adds partial traffic and waves
+    assert predict(two, 4096, 4096, 4096, 132, SM90_GEMM_MODEL)["us"] > predict(one, 4096, 4096, 4096, 132,
+                                                                                  SM90_GEMM_MODEL)["us"]
+    slow = replace(SM90_GEMM_MODEL, partial_tbps=SM90_GEMM_MODEL.partial_tbps / 4)
+    assert predict(two, 16, 5120, 16384, 132, slow)["us"] > few["us"]
+    assert predict(one, 16, 5120, 16384, 132, slow)["us"] == predict(one, 16, 5120, 16384, 132, SM90_GEMM_MODEL)["us"]
 
 
 def test_kb1_var_is_bound_per_unit():

@@ -9,7 +9,7 @@ from ptxgen.build import build
 from ptxgen.config import load_config
 from ptxgen.shipped import shipped_configs
 
-SK3 = load_config("bench/configs/h100_128x192_sk3.yaml")
+SK3 = load_config("h100_128x192_sk3")
 SPLIT_K = {
     "sk3": SK3,
     "sk3_pair": SK3.replace(**{"cluster.size": 2, "cluster.dual_tile": True, "name": "sk3_pair"}),
