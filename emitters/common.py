@@ -390,24 +390,10 @@ def ld_global_nc_u32(lw: Lowering, op: ops.LdGlobalNcU32) -> None:
     lw.emit(f"ld.global.nc.u32 {lw.var(op.var)}, [{addr}];")
 
 
-def red_global(lw: Lowering, op: ops.RedGlobal) -> None:
-    addr = _global_addr(lw, op.param, op.offset)
-    lw.emit(f"red.{op.sem}.{op.scope}.global.add.u32 [{addr}], {op.value};")
-
-
 def atom_global_add(lw: Lowering, op: ops.AtomGlobalAdd) -> None:
     addr = _global_addr(lw, op.param, op.offset)
     lw.emit(f"atom.{op.sem}.{op.scope}.global.add.u32 {lw.var(op.var)}, [{addr}], {op.value};")
     lw.assigned()
-
-
-def ld_global_acquire_wait(lw: Lowering, op: ops.LdGlobalAcquireWait) -> None:
-    addr = _global_addr(lw, op.param, op.offset)
-    top, value, p = lw.label("spin"), lw.tmp(), lw.pred()
-    lw.place(top)
-    lw.emit(f"ld.{op.sem}.{op.scope}.global.u32 {value}, [{addr}];")
-    lw.emit(f"setp.ne.u32 {p}, {value}, {op.value};")
-    lw.emit(f"@{p} bra {top};")
 
 
 def st_global_u32(lw: Lowering, op: ops.StGlobalU32) -> None:
@@ -753,8 +739,6 @@ COMMON = {
     ops.StGlobalF32: st_global_f32,
     ops.LdGlobalF32: ld_global_f32,
     ops.LdGlobalNcU32: ld_global_nc_u32,
-    ops.RedGlobal: red_global,
     ops.AtomGlobalAdd: atom_global_add,
-    ops.LdGlobalAcquireWait: ld_global_acquire_wait,
     ops.StGlobalU32: st_global_u32,
 }

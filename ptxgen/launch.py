@@ -94,7 +94,7 @@ class GridPolicy:
     def grid_x(self, m: int, n: int, num_sms: int) -> int:
         """``gridDim.x`` in CTAs (a multiple of ``cluster_size``) for an ``m`` x ``n`` output.
 
-        Persistent: at most one cluster per ``cluster_size`` SMs, so with split-K every CTA is resident.
+        Persistent: at most one cluster per ``cluster_size`` SMs (split-K: over tiles x split_k work units).
         """
         clusters = self.cluster_tiles(m, n) * self.split_k
         if self.persistent:

@@ -138,7 +138,7 @@ class Event:
 ARRIVES = (O.MbarrierArrive, O.MbarrierArriveExpectTx)
 THREAD_SYNCS = (O.CtaSync, O.NamedBarrier, O.NamedBarrierPopc, O.ClusterSync)  # events carry the rendezvous: kind, id, threads
 SHARED_STORES = (O.StShared16, O.StMatrix)  # events carry addr (per lane), nbytes and data
-COUNTER_OPS = (O.RedGlobal, O.AtomGlobalAdd, O.LdGlobalAcquireWait, O.StGlobalU32)  # the split-K counter ops (one thread)
+COUNTER_OPS = (O.AtomGlobalAdd, O.StGlobalU32)  # the split-K counter ops (one thread)
 
 _SPECS: dict[type, tuple[tuple[str, str, str], ...]] = {}
 

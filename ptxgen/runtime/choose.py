@@ -37,17 +37,16 @@ The GEMM chooser ranks with :data:`SM90_GEMM_MODEL`, fitted on the tune half of 
 constants within physical bounds and one tile factor per config, chosen for the regret of the pick; report half:
 docs/performance.md, "Chooser fit"); the dual GEMM with :data:`SM90_MODEL`.
 
-Not chosen automatically, though they run when passed as ``config=``:
+Split-K candidates (``schedule.split_k = S > 1``, shipped: ``h100_64x128_sk2``, ``h100_128x64_sk2``,
+``h100_128x192_sk3``): ``tiles x S`` work units in waves, K / S per unit, and per unit the fp32 partial traffic
+``accumulators * bm * bn * 4 B * (2S - 1) / S`` (every split stores its partial, the last arriver reads the other
+S - 1) over ``partial_tbps``, fitted on the tune-half split-K survey (docs/performance.md, "Split-K").  Their protocol
+("last arriver reduces") needs no resident grid and the runtime gives each stream its own workspace, so a call that
+names no config may run one.
 
-* ping-pong consumer configs (``mma.consumers: pingpong``): 0.45-0.83x torch on an H100 where the
-  cooperative configs reach 0.95-1.05x (docs/performance.md, "Ping-pong consumers");
-* split-K variants (``schedule.split_k > 1``): slower than the unsplit tile on the GEMM shapes the model
-  predicted them for (4096x576x7168: 0.59x vs 0.82x torch; 4096x2112x7168: 0.67-0.79x vs 0.85-0.90x), a gain
-  only on the dual GEMM's M = 256 shapes (docs/performance.md, "Split-K"); at small M the 64-row tiles fill the
-  SMs instead: on the tune half a split-K config beat every shipped config on two shapes of 49 (16x5120x8192 by
-  11 %, 16x7168x16384 by 3 %; docs/performance.md, "Small M").  A split-K launch also needs its whole grid resident and must not run
-  concurrently with a launch of the same kernel on another stream (they share the workspace counters), which a
-  call made without naming the config cannot promise.
+Not chosen automatically, though they run when passed as ``config=``: ping-pong consumer configs
+(``mma.consumers: pingpong``): 0.45-0.83x torch on an H100 where the cooperative configs reach 0.95-1.05x
+(docs/performance.md, "Ping-pong consumers").
 
 Device constants are for an H100 SXM and only their ratios matter for the ranking.  Ties go to the arch's
 default config.

@@ -209,10 +209,8 @@ IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     O.LdGlobalF32: lambda c, ev, op: [E.LdGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offset), len(op.idx))],
     O.LdEpilogue: _ld_epilogue,
     O.LdGlobalNcU32: lambda c, ev, op: [E.LdGlobalTable(GROUP_PTR + 4 * c.at_lane(ev.index))],
-    O.RedGlobal: lambda c, ev, op: [E.RedGlobal(op.sem, op.scope, WORKSPACE_PTR + ev.offset, op.value)],
     O.AtomGlobalAdd: lambda c, ev, op: [E.AtomAdd(op.sem, op.scope, WORKSPACE_PTR + ev.offset, op.value)],
     O.NamedBarrierPopc: lambda c, ev, op: [E.BarRedPopc(ev.id, ev.threads)],
-    O.LdGlobalAcquireWait: lambda c, ev, op: [E.LdGlobalU32(op.sem, op.scope, WORKSPACE_PTR + ev.offset)],
     O.StGlobalU32: lambda c, ev, op: [E.StGlobalSemU32("relaxed", op.scope, WORKSPACE_PTR + ev.offset, op.value)],
     # ops the walker treats as silent or thread-local (ir_effects makes them events)
     O.Nanosleep: lambda c, ev, op: [E.Nanosleep(op.ns)],

@@ -67,11 +67,8 @@ LdGlobalNc = _effect("LdGlobalNc", "ld.global.nc", "param offset",
                      "One element of an epilogue operand (``ld.global.nc``): its pointer parameter and byte offset.")
 LdGlobalTable = _effect("LdGlobalTable", "ld.global.nc.u32", "addr",
                         "A word of a read-only u32 table (the grouped scheduler's masked_m / m_indices).")
-RedGlobal = _effect("RedGlobal", "red.global", "sem scope addr value", "``red.SEM.SCOPE.global.add.u32``.")
 AtomAdd = _effect("AtomAdd", "atom.add", "sem scope addr value", "``atom.SEM.SCOPE.global.add.u32`` (a split-K arrival).")
 BarRedPopc = _effect("BarRedPopc", "bar.red.popc", "id threads", "``bar.red.popc.u32 d, id, threads, p`` (reads 1).")
-LdGlobalU32 = _effect("LdGlobalU32", "ld.global.u32", "sem scope addr",
-                      "``ld.SEM.SCOPE.global.u32`` (a spin passes at once, like ``try_wait``).")
 StGlobalSemU32 = _effect("StGlobalSemU32", "st.global.sem.u32", "sem scope addr value",
                          "``st.relaxed.SCOPE.global.u32``.")
 # tcgen05 (PTX ISA "tcgen05.alloc", "tcgen05.fence", "tcgen05.mma", "tcgen05.commit", "tcgen05.ld", "tcgen05.cp")
@@ -101,7 +98,7 @@ KINDS: dict[str, type] = {t.KIND: t for t in (
     MbarrierInit, MbarrierArrive, MbarrierTryWait, FenceMbarrierInit, TmaLoad, TmaStore, BulkCommit, BulkWait,
     FenceProxyAsync, BarSync, BarrierClusterArrive, BarrierClusterWait, Nanosleep, SetMaxNReg, StShared, StMatrix,
     LdMatrix, StGlobal, LdShared, LdGlobal, AtomCas, StGlobalU32, StGlobalF32, LdGlobalF32, LdGlobalNc, LdGlobalTable,
-    RedGlobal, AtomAdd, BarRedPopc, LdGlobalU32,
+    AtomAdd, BarRedPopc,
     StGlobalSemU32, TmemAlloc, TmemRelinquish, TmemDealloc, TcgenFence, Umma, UmmaBlockScaled, TmemCopy, UmmaCommit,
     TmemLoad, TmemWaitLd, WgmmaFence, Wgmma, WgmmaCommit, WgmmaWait)}
 

@@ -54,8 +54,9 @@ IR fixes, such as ``tcgen05.ld``'s shape and the MMA kind and types).  :func:`pa
 performance-tuning and cluster directives (:attr:`Program.directives`).  The hang watchdog's loads read 0
 (never reached here: ``try_wait`` succeeds at once), its
 ``atom.cas`` returns 0 and ``%globaltimer`` reads 0; a predicated-off ``ld.global.v4.f32`` has no effect;
-a split-K spin (``ld.SEM.SCOPE.global.u32``) reads the value the ``setp.ne`` after it waits for, so it
-passes at once, like ``try_wait``.
+a split-K arrival (``atom.SEM.SCOPE.global.add.u32``) reads what this thread's own arrivals and counter resets
+left (the one-thread model's only writers), and ``bar.red.popc`` counts 1 (every warpgroup reduces its tile:
+the path with the partial loads).
 
 Sources: PTX ISA 8.8, the instruction sections named above and in :mod:`.effects`.
 """
@@ -891,8 +892,6 @@ def _ld(insn: Insn):
             t.effects.append(E.LdShared(addr))
             t.regs[d] = opaque_f32("shared", addr)[()] if f32 else t.tmem_base
         return ld_shared
-    if parts[1] in ("acquire", "relaxed") and tuple(parts[3:]) == ("global", "u32"):  # a split-K counter spin
-        return _ld_spin(insn)
     if tuple(parts[1:]) == ("global", "v4", "f32"):  # a split-K partial chunk
         a = _aligned(insn, _addr(ops[1]), access_bytes(parts))
         regs = _vec(ops[0])
@@ -919,29 +918,6 @@ def _ld(insn: Insn):
             t.regs[d] = 0
         return ld_global
     raise PtxInterpError(f"line {insn.line}: load not interpreted: {insn.text}")
-
-
-def _ld_spin(insn: Insn):
-    """``ld.SEM.SCOPE.global.u32 d, [a]`` of a counter spin: it reads the value the ``setp.ne.u32 p, d, V`` after
-    it compares with (nothing blocks in this model), so the loop passes at once."""
-    parts, ops = insn.parts, insn.ops
-    d, a, sem, scope = ops[0], _aligned(insn, _addr(ops[1]), 4), parts[1], parts[2]
-
-    def ld_spin(t):
-        t.effects.append(E.LdGlobalU32(sem, scope, a(t)))
-        nxt = t.prog.insns[t.pc + 1] if t.pc + 1 < len(t.prog.insns) else None
-        awaited = _int(nxt.ops[2]) if nxt is not None and nxt.parts[:2] == ("setp", "ne") and nxt.ops[1] == d else None
-        t.regs[d] = awaited if awaited is not None else 0
-    return ld_spin
-
-
-def _red(insn: Insn):
-    """``red.SEM.SCOPE.global.add.u32 [a], v`` (a split-K counter increment)."""
-    parts, ops = insn.parts, insn.ops
-    if len(parts) != 6 or parts[3:] != ("global", "add", "u32"):
-        raise PtxInterpError(f"line {insn.line}: red form not interpreted: {insn.text}")
-    return _effect(insn, E.RedGlobal, _const(parts[1]), _const(parts[2]), _aligned(insn, _addr(ops[0]), 4),
-                   _src(ops[1]))
 
 
 def _atom(insn: Insn):
@@ -1338,7 +1314,7 @@ _FAMILIES = {
     "setp": _setp, "selp": _selp, "mov": _mov, "cvt": _cvt, "cvta": _cvt, "ld": _ld, "bra": _bra,
     "ret": lambda insn: (lambda t: "ret"), "exit": lambda insn: (lambda t: "ret"),
     "elect": _elect, "shfl": _shfl, "mapa": _mapa, "mbarrier": _mbarrier, "cp": _cp, "tcgen05": _tcgen05,
-    "wgmma": _wgmma, "createpolicy": _createpolicy, "st": _st, "atom": _atom, "red": _red, "bar": _bar,
+    "wgmma": _wgmma, "createpolicy": _createpolicy, "st": _st, "atom": _atom, "bar": _bar,
     "barrier": _bar, "fence": _fence,
     "nanosleep": lambda insn: _effect(insn, E.Nanosleep, _src(insn.ops[0])),
     "stmatrix": _stmatrix, "ldmatrix": _ldmatrix,

@@ -190,7 +190,7 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
             O.TmemCopy: lambda w, ev: blockscaled.tmem_copy(self, w, ev),
             O.UmmaBlockScaled: lambda w, ev: blockscaled.umma_block_scaled(self, w, ev),
             O.StGlobalF32: self._ws_store, O.LdGlobalF32: self._ws_load,
-            O.RedGlobal: self._ws_red, O.AtomGlobalAdd: self._ws_atom, O.StGlobalU32: self._ws_set, O.LdGlobalAcquireWait: self._ws_wait,
+            O.AtomGlobalAdd: self._ws_atom, O.StGlobalU32: self._ws_set,
             O.LdEpilogue: self._ld_epilogue, O.StEpilogue: self._st_epilogue, O.LdMatrix: self._ld_matrix,
             O.LdGlobalNcU32: lambda w, ev: table_read(self, w, ev),
         }

@@ -12,11 +12,12 @@ Ordering (PTX ISA "Memory Consistency Model": release/acquire patterns, causalit
 ``bar.sync``).  A warp's stores are *pending* until a release by the warp publishes them; a completed thread
 barrier shares its warps' pending stores and acquired counters (a release by one thread after the barrier
 covers the others' earlier stores, an acquire by one thread before it orders the others' later loads).  An
-acquire (``ld.acquire`` that saw the awaited value, or the acquire half of ``atom.acq_rel``) records the
-counter and the counter operations up to it; a load is legal only on words ``PUBLISHED`` on a counter the
-loading warp has acquired, by a release that came before that acquire.  Anything else is a *read of a partial
-that no completed store produced* (or not ordered before the read).  Counter waits park the warp until the
-value is reached; a launch must leave every counter at 0 (self-cleaning workspace).
+``atom.add`` releases (``release``, ``acq_rel``: the warp's pending stores become published on that counter),
+adds, and acquires (``acquire``, ``acq_rel``: the warp records the counter and the counter operations up to
+it); a load is legal only on words ``PUBLISHED`` on a counter the loading warp has acquired, by a release that
+came before that acquire.  Anything else is a *read of a partial that no completed store produced* (or not
+ordered before the read).  Nothing waits on a counter; a launch must leave every counter at 0 (self-cleaning
+workspace).
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ class Workspace:
         self.ops = 0  # counter operations so far (releases and acquires are numbered by it)
         self.pending: dict[object, list[_Stores]] = {}  # warp -> stores not yet published by a release of its
         self.acquired: dict[object, dict[int, int]] = {}  # warp -> counter byte offset -> the latest acquire's place
-        self.waiters: list = []  # warps parked on a counter (Machine.park / wake)
 
     # ---------------------------------------------------------------- partials
 
@@ -87,7 +87,7 @@ class Workspace:
             if st[i] == UNDEF:
                 why = "no store in this launch wrote it"
             elif st[i] == STORED:
-                why = "it was stored but no release (red.release after the store) has published it"
+                why = "it was stored but no release (the atom.acq_rel arrival after the store) has published it"
             elif seen[i] < 0:
                 why = (f"it was published on the counter at byte {int(pub[i]):#x}, which the reader has not acquired "
                        "(an acquire of the counter's final value, then a thread barrier)")
@@ -106,13 +106,13 @@ class Workspace:
                            f"[{self.counters_at:#x}, {self.nbytes:#x}) in 4-byte words")
         return offset // WORD
 
-    def value(self, offset: int) -> int:
-        return int(self.data[offset // WORD])
-
-    def red(self, warp, offset: int, value: int, sem: str, who: object) -> None:
+    def atom(self, warp, offset: int, value: int, sem: str, who: object) -> int:
+        """``atom.SEM.add`` of ``value`` to the counter at ``offset``: release (``release``, ``acq_rel``), add, acquire
+        (``acquire``, ``acq_rel``); returns the old value."""
         i = self._counter(offset, who)
-        self.ops += 1
+        old = int(self.data[i])
         if sem in ("release", "acq_rel"):
+            self.ops += 1
             for batch in self.pending.pop(warp, []):
                 if not batch.published:
                     w = batch.words[self.state[batch.words] == STORED]
@@ -120,24 +120,14 @@ class Workspace:
                     self.publisher[w] = offset
                     self.seq[w] = self.ops
                     batch.published = True
-        self.data[i] = (int(self.data[i]) + value) & 0xFFFFFFFF
-
-    def atom(self, warp, offset: int, value: int, sem: str, who: object) -> int:
-        """``atom.SEM.add``: release (``release``, ``acq_rel``), add, acquire (``acquire``, ``acq_rel``); the old
-        value."""
-        old = self.value(offset)
-        self.red(warp, offset, value, "release" if sem in ("release", "acq_rel") else "relaxed", who)
-        self.acquire(warp, offset, "acquire" if sem in ("acquire", "acq_rel") else "relaxed")
+        self.data[i] = (old + value) & 0xFFFFFFFF
+        if sem in ("acquire", "acq_rel"):
+            self.ops += 1
+            self.acquired.setdefault(warp, {})[offset] = self.ops
         return old
 
     def set(self, offset: int, value: int, who: object) -> None:
         self.data[self._counter(offset, who)] = value
-
-    def acquire(self, warp, offset: int, sem: str) -> None:
-        """``ld.acquire`` saw the awaited value (a relaxed load orders nothing)."""
-        if sem == "acquire":
-            self.ops += 1
-            self.acquired.setdefault(warp, {})[offset] = self.ops
 
     def barrier(self, warps: list) -> None:
         """A completed thread barrier: its warps share pending stores and acquired counters."""

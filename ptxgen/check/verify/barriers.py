@@ -317,11 +317,9 @@ class _Replay:
     def _counter(self, rec: _Rec) -> bool:
         ev = rec.ev
         value = self.counters.get(ev.offset, 0)
-        if isinstance(ev.op, O.LdGlobalAcquireWait):
-            return value == ev.op.value
         if isinstance(ev.op, O.AtomGlobalAdd) and value != rec.value:
             return False  # the trace's arrival order: this arrival read rec.value (a later arrival waits its turn)
-        self.counters[ev.offset] = value + ev.op.value if isinstance(ev.op, (O.RedGlobal, O.AtomGlobalAdd)) else ev.op.value
+        self.counters[ev.offset] = value + ev.op.value if isinstance(ev.op, O.AtomGlobalAdd) else ev.op.value
         return True
 
     def _key(self, w, ref: W.BarRef) -> tuple:
