@@ -388,13 +388,12 @@ def split_k_workspace(spec: Any, m: int, n: int, device: Any, ordinal: int, stre
     ``()`` otherwise.
 
     The workspace (:class:`~ptxgen.launch.WorkspaceSpec`: fp32 partials and u32 counters) is allocated once per
-    (device, stream, config, size), zero-filled when allocated (every counter starts at 0; the kernel's last
-    arriver resets each counter it used, so the buffer is clean again after every launch, even one cut short
-    by nothing: no CTA waits) and kept for the process.  Launches on one stream are ordered, so they may share
-    it; launches on different streams get different workspaces and may overlap.  Under CUDA-graph capture each
-    captured call gets a workspace of its own (kept for the process: a replay may run while another graph
-    or stream runs the same config and size).  With ``stream=None`` the caller owns the returned buffer's
-    lifetime through :data:`_owned` (a prepared launch keeps one for itself).
+    (device, stream, config, size) and zero-filled then: every counter starts at 0, and each launch's last arriver
+    resets the counters it used, so the buffer is clean after every launch and under CUDA-graph replays (no CTA
+    waits on another, so every launch finishes its tiles).  Launches on one stream are ordered and share it;
+    launches on different streams have different workspaces and may overlap.  A call under CUDA-graph capture,
+    and ``stream=None``, get a workspace of their own (the graph may be replayed on any stream, the prepared launch
+    enqueued on any); those are kept for the process in :data:`_owned`.
 
     Raises:
         ShapeError: the workspace would exceed 4 GiB (the kernel addresses it with u32 byte offsets).
@@ -609,7 +608,7 @@ class _Call:
     """
 
     __slots__ = ("config", "by_id", "launcher", "spec", "ordinal", "m", "n", "k", "grid_x", "d_map",
-                 "a_bytes", "b_bytes", "d_bytes", "new_out", "check", "extra", "family", "loaded", "device", "staged",
+                 "a_bytes", "b_bytes", "d_bytes", "new_out", "check", "split_k", "family", "loaded", "device", "staged",
                  "epi_maps")
 
     def __init__(self, family: _Family, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
@@ -625,7 +624,7 @@ class _Call:
         self.a_bytes, self.b_bytes, self.d_bytes = 2 * m * k, 2 * n * k, 2 * m * n
         self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
         self.check = family.check
-        self.extra = loaded.spec.workspace is not None  # split-K: the workspace of the launch's stream, per call
+        self.split_k = loaded.spec.workspace is not None  # split-K: the workspace of the launch's stream, per call
         self.family, self.loaded, self.device = family, loaded, device
         self.staged: _StagedCall | None = None
 
@@ -659,7 +658,7 @@ class _Call:
             driver.ensure_context(ordinal)
             _tls.ordinal = ordinal
         stream = current_stream(ordinal)
-        ws = split_k_workspace(self.spec, m, n, self.device, ordinal, stream) if self.extra else ()
+        ws = split_k_workspace(self.spec, m, n, self.device, ordinal, stream) if self.split_k else ()
         self.launcher.launch(self.grid_x, maps, (pd, m, n, k, *ws, *epi), stream)
         return out
 
@@ -780,7 +779,7 @@ class _StagedCall(_Call):
 
         driver.ensure_context(self.ordinal)
         stream = current_stream(self.ordinal)
-        ws = split_k_workspace(self.spec, m, self.n, self.device, self.ordinal, stream) if self.extra else ()
+        ws = split_k_workspace(self.spec, m, self.n, self.device, self.ordinal, stream) if self.split_k else ()
         self.launcher.launch(self.grid_x, tuple(maps), (pd, m, self.n, self.k, *ws, *epi), stream)
         if not self.plan.stage_d:
             return d
