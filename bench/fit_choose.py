@@ -12,8 +12,12 @@ chooser as shipped (tables first, then the cost model; ``--model-only`` skips th
 regret (chosen config time / best shipped config time) and the median and worst regret; after ``--fit`` the
 cost model is the fitted one.
 
-Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json] [--eval survey_report.json ...]
-       [--model-only] [--json F] [--table F]
+``--fit-split F ...`` fits only the split-K term (``partial_tbps`` and the tile factors of the split-K candidates),
+holding every other constant of the shipped model, on the shapes of the survey files (tune-half shapes only) that
+timed the split-K configs beside the unsplit ones.
+
+Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json] [--fit-split survey_tune_sk.json ...]
+       [--eval survey_report.json ...] [--model-only] [--json F] [--table F]
 """
 import argparse
 import dataclasses
@@ -91,6 +95,33 @@ def fit(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
     return model_of(x)
 
 
+PARTIAL_BOUNDS = (0.5, 20.0)  # TB/s: from below HBM to above the L2's bandwidth
+
+
+def fit_split(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
+    """Nelder-Mead on the log of ``partial_tbps`` and of the split-K candidates' tile factors (others held)."""
+    from scipy.optimize import minimize
+
+    split = [c.name for c in cands if c.split_k > 1]
+    held = tuple((n, f) for n, f in start.tile_factors if n not in split)
+
+    def model_of(x):
+        v = [math.exp(min(max(t, -20.0), 20.0)) for t in x]
+        return dataclasses.replace(start, partial_tbps=v[0],
+                                   tile_factors=held + tuple((n, round(f, 4)) for n, f in zip(split, v[1:])))
+
+    x = [math.log(start.partial_tbps)] + [0.0] * len(split)
+    bounds = [(math.log(PARTIAL_BOUNDS[0]), math.log(PARTIAL_BOUNDS[1]))]
+    bounds += [(math.log(TILE_FACTOR_BOUNDS[0]), math.log(TILE_FACTOR_BOUNDS[1]))] * len(split)
+    for rnd in range(2):
+        res = minimize(lambda x: loss(model_of(x), cands, rows), x, method="Nelder-Mead", bounds=bounds,
+                       options={"maxiter": 3000, "xatol": 1e-3, "fatol": 1e-7, "adaptive": True})
+        x = res.x
+        score = hard_regret(model_of(x), cands, rows)
+        print(f"  round {rnd}: soft loss {res.fun:.4f}, regret median {score[0]:.3f}, worst {score[1]:.3f}")
+    return model_of(x)
+
+
 def evaluate(path: str, cands, model_only: bool, model: choose.DeviceModel = choose.SM90_GEMM_MODEL) -> dict:
     names = {c.name for c in cands}
     out = []
@@ -111,6 +142,7 @@ def evaluate(path: str, cands, model_only: bool, model: choose.DeviceModel = cho
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--fit")
+    p.add_argument("--fit-split", nargs="+", default=[])
     p.add_argument("--eval", action="append", default=[])
     p.add_argument("--model-only", action="store_true")
     p.add_argument("--json")
@@ -129,6 +161,19 @@ def main() -> None:
         print(f"fitted: loss {loss(model, cands, rows):.4f}")
         print("DeviceModel(" + ", ".join(f"{f}={getattr(model, f):.4g}" for f in FITTED) + ", multicast=True, "
               f"tile_factors={model.tile_factors})")
+    if args.fit_split:
+        rows = [row for path in args.fit_split for row in measured(path, names)]
+        unsplit = tuple(c for c in cands if c.split_k == 1)
+        for label, m in (("shipped", model), ("shipped, unsplit candidates", None)):
+            picks = hard_regret(model, unsplit if m is None else cands, rows)
+            print(f"{label}: regret median {picks[0]:.3f}, worst {picks[1]:.3f}")
+        model = fit_split(cands, rows, model)
+        print(f"fitted: partial_tbps={model.partial_tbps:.4g}, split tile factors "
+              f"{[tf for tf in model.tile_factors if tf[0] in {c.name for c in cands if c.split_k > 1}]}")
+        for mnk, times in rows:
+            pick = model_pick(model, cands, mnk, times)
+            print(f"  {mnk}: pick {pick} {times[pick]:.4f} ms, best {min(times, key=times.get)} "
+                  f"{min(times.values()):.4f} ms")
     if args.table and args.fit:
         device = json.load(open(args.fit))["device"]
         entries = [{"m": mnk[0], "n": mnk[1], "k": mnk[2], "config": min(t, key=t.get), "ms": round(min(t.values()), 4),

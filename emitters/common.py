@@ -229,6 +229,12 @@ def named_barrier(lw: Lowering, op: ops.NamedBarrier) -> None:
     lw.emit(f"bar.sync {lw.value(op.id)}, {op.threads};")
 
 
+def named_barrier_popc(lw: Lowering, op: ops.NamedBarrierPopc) -> None:
+    pred = lw.predicate(op.pred)
+    lw.emit(f"bar.red.popc.u32 {lw.var(op.var)}, {lw.value(op.id)}, {op.threads}, {pred};")
+    lw.assigned()
+
+
 def cluster_sync(lw: Lowering, op: ops.ClusterSync) -> None:
     lw.emit("barrier.cluster.arrive.release.aligned;")
     lw.emit("barrier.cluster.wait.acquire.aligned;")
@@ -390,18 +396,10 @@ def ld_global_nc_u32(lw: Lowering, op: ops.LdGlobalNcU32) -> None:
     lw.emit(f"ld.global.nc.u32 {lw.var(op.var)}, [{addr}];")
 
 
-def red_global(lw: Lowering, op: ops.RedGlobal) -> None:
+def atom_global_add(lw: Lowering, op: ops.AtomGlobalAdd) -> None:
     addr = _global_addr(lw, op.param, op.offset)
-    lw.emit(f"red.{op.sem}.{op.scope}.global.add.u32 [{addr}], {op.value};")
-
-
-def ld_global_acquire_wait(lw: Lowering, op: ops.LdGlobalAcquireWait) -> None:
-    addr = _global_addr(lw, op.param, op.offset)
-    top, value, p = lw.label("spin"), lw.tmp(), lw.pred()
-    lw.place(top)
-    lw.emit(f"ld.{op.sem}.{op.scope}.global.u32 {value}, [{addr}];")
-    lw.emit(f"setp.ne.u32 {p}, {value}, {op.value};")
-    lw.emit(f"@{p} bra {top};")
+    lw.emit(f"atom.{op.sem}.{op.scope}.global.add.u32 {lw.var(op.var)}, [{addr}], {op.value};")
+    lw.assigned()
 
 
 def st_global_u32(lw: Lowering, op: ops.StGlobalU32) -> None:
@@ -736,6 +734,7 @@ COMMON = {
     ops.FenceProxyAsync: fence_proxy_async,
     ops.CtaSync: cta_sync,
     ops.NamedBarrier: named_barrier,
+    ops.NamedBarrierPopc: named_barrier_popc,
     ops.ClusterSync: cluster_sync,
     ops.Shfl: shfl,
     ops.Nanosleep: nanosleep,
@@ -746,7 +745,6 @@ COMMON = {
     ops.StGlobalF32: st_global_f32,
     ops.LdGlobalF32: ld_global_f32,
     ops.LdGlobalNcU32: ld_global_nc_u32,
-    ops.RedGlobal: red_global,
-    ops.LdGlobalAcquireWait: ld_global_acquire_wait,
+    ops.AtomGlobalAdd: atom_global_add,
     ops.StGlobalU32: st_global_u32,
 }

@@ -666,11 +666,10 @@ def _validate_fp8(cfg: Config) -> None:
 
 
 def _validate_split_k(cfg: Config) -> None:
-    """Serial split-K (``schedule.split_k > 1``): the fixup exists for the sm_90a register accumulators only, and a
-    tile's last split spins on a counter the other splits of the same launch increment, which is deadlock-free
-    only when every CTA of the grid is resident (a persistent grid of at most one CTA per SM; see
-    :class:`ptxgen.plan.SplitKPlan`).  K itself is a runtime value: a split left without k-blocks
-    (``ceil(K / block_k) < split_k``) is handled in the kernel (it contributes nothing)."""
+    """Split-K (``schedule.split_k > 1``): the fixup exists for the sm_90a register accumulators only, and the
+    work units (tiles x split_k) are walked by the persistent tile loop (see :class:`ptxgen.plan.SplitKPlan`; the
+    protocol itself waits on nothing, so any grid finishes).  K itself is a runtime value: a split left without
+    k-blocks (``ceil(K / block_k) < split_k``) is handled in the kernel (it neither publishes nor arrives)."""
     s = cfg.schedule.split_k
     _rule(cfg.arch == "sm_90a", "schedule.split_k", s,
           "split-K is sm_90a only for now (the sm_100a TMEM epilogue has no partial-tile fixup); must be 1")
@@ -678,8 +677,7 @@ def _validate_split_k(cfg: Config) -> None:
           "split-K's fixup counts partials per (tile, consumer warpgroup); with mma.consumers=pingpong a tile's splits "
           "run in different warpgroups: must be 1")
     _rule(cfg.schedule.persistent, "schedule.split_k", s,
-          "needs schedule.persistent=true: a tile's last split waits for its other splits, which is deadlock-free "
-          "only when every CTA is resident (persistent grid <= SM count)")
+          "needs schedule.persistent=true: the persistent tile loop walks the work units (tiles x split_k)")
 
 
 def _validate_sm100(cfg: Config) -> None:

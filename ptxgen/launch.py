@@ -94,7 +94,7 @@ class GridPolicy:
     def grid_x(self, m: int, n: int, num_sms: int) -> int:
         """``gridDim.x`` in CTAs (a multiple of ``cluster_size``) for an ``m`` x ``n`` output.
 
-        Persistent: at most one cluster per ``cluster_size`` SMs, so with split-K every CTA is resident.
+        Persistent: at most one cluster per ``cluster_size`` SMs (split-K: over tiles x split_k work units).
         """
         clusters = self.cluster_tiles(m, n) * self.split_k
         if self.persistent:
@@ -104,16 +104,16 @@ class GridPolicy:
 
 @dataclass(frozen=True)
 class WorkspaceSpec:
-    """The global workspace of a split-K kernel (serial split-K; see :class:`ptxgen.plan.SplitKPlan`).
+    """The global workspace of a split-K kernel (split-K, last arriver reduces; see :class:`ptxgen.plan.SplitKPlan`).
 
     Layout, bytes from the buffer's start, for ``cta_tiles`` CTA tiles (cluster tiles x ``ctas_per_tile``)::
 
-        [partials: cta_tiles x (split_k - 1) x partial_bytes][counters: cta_tiles x counters_per_tile x 4 B]
+        [partials: cta_tiles x split_k x partial_bytes][counters: cta_tiles x counters_per_tile x 4 B]
 
     Partial ``s`` of CTA tile ``t`` is the fp32 accumulator(s) of split ``s`` in fragment order (what
     each consumer thread holds, 16 B per thread per chunk); counter ``(t, g)`` counts the splits of
     tile ``t`` whose consumer warpgroup ``g`` has published its partial.  Counters start at 0 (the
-    runtime zero-fills the buffer once) and the tile's last split resets them to 0.
+    runtime zero-fills the buffer once, when it allocates it) and the tile's last arriver resets them to 0.
 
     The methods compute with ints (runtime, simulator) and with IR expressions (the builder) alike.
 
@@ -133,11 +133,11 @@ class WorkspaceSpec:
 
     def counters_offset(self, cta_tiles):
         """Byte offset of the first counter (the end of the partials)."""
-        return cta_tiles * ((self.split_k - 1) * self.partial_bytes)
+        return cta_tiles * (self.split_k * self.partial_bytes)
 
     def partial_offset(self, cta_tile, split):
-        """Byte offset of partial ``split`` (< split_k - 1) of CTA tile ``cta_tile``."""
-        return (cta_tile * (self.split_k - 1) + split) * self.partial_bytes
+        """Byte offset of partial ``split`` (< split_k) of CTA tile ``cta_tile``."""
+        return (cta_tile * self.split_k + split) * self.partial_bytes
 
     def counter_offset(self, cta_tiles, cta_tile, group):
         """Byte offset of the counter of consumer warpgroup ``group`` of CTA tile ``cta_tile``."""

@@ -131,34 +131,32 @@ PARTIAL_CHUNK_VALUES = 4  # fp32 values per thread per partial access: one st/ld
 
 @dataclass(frozen=True)
 class SplitKPlan:
-    """Serial split-K into a global workspace (sm_90a, ``schedule.split_k = splits > 1``).
+    """Split-K into a global workspace, the last arriver reduces (sm_90a, ``schedule.split_k = splits > 1``).
 
     Work units.  The persistent scheduler walks ``tiles x splits`` units in the usual swizzled tile
     order; unit ``u`` is split ``u % splits`` of tile ``u // splits`` (a tile's splits are consecutive
-    units) and covers k-blocks ``[s * num_k // splits, (s + 1) * num_k // splits)`` (``num_k`` is a
-    runtime value: the builder emits the expression, the IR carries it; a split may be empty when
-    ``num_k < splits`` and then contributes nothing).  The operand ring counts k-blocks across units
-    (``kdone``: k-blocks this CTA walked before the unit).
+    units, so they run at once on neighbouring CTAs and the tile's last arriver comes soon after the
+    first) and covers k-blocks ``[s * num_k // splits, (s + 1) * num_k // splits)`` (``num_k`` is a
+    runtime value: the builder emits the expression, the IR carries it; a split is empty when
+    ``num_k < splits`` and then neither publishes nor arrives: ``min(num_k, splits)`` splits arrive).
+    The operand ring counts k-blocks across units (``kdone``: k-blocks this CTA walked before the unit).
 
     Fixup, per consumer warpgroup ``g`` of CTA tile ``t`` (see :class:`~ptxgen.launch.WorkspaceSpec` for
-    the layout).  A split ``s < splits - 1`` stores its fp32 fragments to partial ``s`` (``st.global.v4.f32``),
-    syncs the warpgroup (``bar.sync``), and one thread increments counter ``(t, g)`` with
-    ``red.release.gpu.global.add.u32`` (the release orders the warpgroup's stores before the increment:
-    CUTLASS's ``arrive_inc``).  The last split runs its own mainloop, then one thread spins with
-    ``ld.acquire.gpu.global.u32`` until the counter is ``splits - 1``, resets it to 0 (the workspace cleans
-    itself: the next launch, or a CUDA-graph replay, starts from 0), the warpgroup syncs, every thread adds
-    the ``splits - 1`` partials into its registers (``ld.global.v4.f32``) and the normal epilogue runs.
+    the layout).  Every non-empty split ``s`` stores its fp32 fragments to partial ``s`` (``st.global.v4.f32``),
+    syncs the warpgroup (``bar.sync``), and one thread arrives on counter ``(t, g)`` with
+    ``atom.acq_rel.gpu.global.add.u32``, reading the count before its arrival (PTX ISA "atom", "Memory
+    Consistency Model": the release orders the warpgroup's stores, which the bar.sync ordered before it, before
+    the arrival; the acquire orders every earlier arriver's stores before this thread's later loads).  The
+    thread that reads ``arrivals - 1`` is the tile's last arriver: it resets the counter to 0 (the workspace
+    cleans itself: the next launch, or a CUDA-graph replay, starts from 0; nothing else touches the counter in
+    this launch), and the warpgroup learns the verdict at a ``bar.red.popc`` that also carries the acquire to
+    its other threads; they add the other non-empty partials into their registers (``ld.global.v4.f32``) and
+    run the normal epilogue.  The other splits go on to their next unit.
 
-    Deadlock freedom.  The grid is persistent with at most one CTA per SM (``GridPolicy.grid_x`` caps it at
-    the SM count), so every CTA is resident; each CTA takes its units in increasing order, and only a
-    tile's last split waits, on units with smaller numbers.  Suppose every unfinished CTA were blocked and
-    let ``u`` be the smallest unit a CTA is blocked at: it waits on a unit ``v < u`` of some CTA ``c``;
-    ``c`` is blocked at a unit ``>= u > v`` or finished, so it has already passed ``v``, and a non-last
-    split never blocks after its mainloop (store, sync, increment): ``v`` completed.  Contradiction.
-    Residency is the assumption: one CTA per SM always fits an idle GPU; a CTA pair (cluster of 2) needs the
-    GPCs to hold ``SMs / 2`` pairs at once (true of the H100's 2-SM TPCs; the chooser never picks split-K,
-    see ptxgen/runtime/choose.py); two split-K launches running concurrently on different streams share the SMs and
-    can leave both grids partly resident (run them on one stream).
+    No wait.  No CTA ever waits on another: an arrival is one atomic, and the last arriver reads partials
+    that are complete by the time it arrives.  So any grid (not all resident, a CTA pair, another kernel
+    sharing the SMs) finishes.  Two launches sharing one workspace at once would mix their counts: the
+    runtime gives each (device, stream) its own workspace (``ptxgen.runtime.api.split_k_workspace``).
 
     Attributes:
         splits: ``split_k``.

@@ -35,7 +35,7 @@ fi
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
-SAN_CONFIGS=${SAN_CONFIGS:-h100_256x128 h100_128x256 h100_128x144 h100_192x176 dual_h100_128x128_c2 bench/configs/h100_128x192_sk3.yaml}
+SAN_CONFIGS=${SAN_CONFIGS:-h100_256x128 h100_128x256 h100_128x144 h100_192x176 dual_h100_128x128_c2 h100_128x192_sk3 h100_64x128_sk2}
 for part in "$@"; do
   echo "==== $part"
   case $part in

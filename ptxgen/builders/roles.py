@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 
 from .. import epi
 from ..config import FP8_SCALE_BLOCK
-from ..ir import (AmaxLocal, AmaxReduce, Bar, Const, Elect, EpilogueExpr, LdEpilogue, StEpilogue, Expr, FenceProxyAsync, For, If, LdGlobalAcquireWait, LdGlobalF32, Let,
-                  MbarrierArrive, MbarrierWait, NamedBarrier, Nanosleep, Pack16, Param, PromoteScaled, RedGlobal, SetMaxNReg,
+from ..ir import (AmaxLocal, AmaxReduce, Bar, Const, Elect, EpilogueExpr, LdEpilogue, StEpilogue, Expr, FenceProxyAsync, For, If, AtomGlobalAdd, LdGlobalF32, Let,
+                  MbarrierArrive, MbarrierWait, NamedBarrier, NamedBarrierPopc, Nanosleep, Pack16, Param, PromoteScaled, SetMaxNReg,
                   Shfl,
                   StGlobal16, StGlobalF32, StGlobalU32, StMatrix, StShared16, TcgenFence, TmaLoad, TmaStore,
                   TmemCopy, TmemLoad, TmemWaitLd, Umma, UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence,
-                  WaitRole, WgmmaWait, eq, fold, land, lift, lt, ne)
+                  WaitRole, WgmmaWait, eq, fold, land, lift, lt, ne, select)
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
 from . import grouped
@@ -559,8 +559,8 @@ class Epilogue:
 
 
 class SplitKFixup:
-    """The split-K step of the sm_90a consumer: publish a partial tile, or collect the others' (see
-    :class:`ptxgen.plan.SplitKPlan` for the protocol, the workspace layout and why it cannot deadlock).
+    """The split-K step of the sm_90a consumer: publish a partial tile, and reduce the tile if this split arrived
+    last (see :class:`ptxgen.plan.SplitKPlan` for the protocol, the workspace layout and why nothing waits).
 
     Each consumer warpgroup has its own counter and its own share of each partial, so the warpgroups of a
     CTA never wait for each other.  Register arrays are the consumer's fragments (``acc{v}``, ``acc1_{v}``).
@@ -596,41 +596,47 @@ class SplitKFixup:
         n = self.sp.splits
         return lt(s * Var("num_k") // n, (s + 1) * Var("num_k") // n)
 
-    def is_last(self) -> Expr:
-        return eq(Var("split"), self.sp.splits - 1)
-
-    def elected(self, ops: list) -> If:
-        return If(eq(WARP % 4, 0), (Elect(tuple(ops)),))
+    def arrivals(self) -> Expr:
+        """Splits of a tile that arrive on its counters: the non-empty ones, ``min(num_k, splits)``."""
+        n = self.sp.splits
+        return select(lt(Var("num_k"), n), Var("num_k"), n)
 
     def publish(self, wg: Expr) -> list:
-        """A split but the last: fragments -> partial ``split`` (if it had k-blocks), sync, release-increment the counter."""
+        """A split with k-blocks: fragments -> partial ``split``; sync the warpgroup; one thread arrives on the
+        counter (``atom.acq_rel``) and, if the count before it was ``arrivals - 1``, this split is the tile's last:
+        it resets the counter to 0.  ``sk_last`` (1 on that thread, 0 elsewhere) is what the warpgroup learns next."""
         stores = self.chunk_ops(lambda off, name, idx: StGlobalF32(off, name, idx), Var("split"), wg)
-        return [If(lt(Var("kb0"), Var("kb1")), tuple(stores)), self.epi.named_sync(wg),
-                self.elected([RedGlobal(self.counter(wg), 1)])]
+        arrive = [AtomGlobalAdd("sk_seen", self.counter(wg), 1),
+                  Let("sk_last", eq(Var("sk_seen"), self.arrivals() - 1)),
+                  If(Var("sk_last"), (StGlobalU32(self.counter(wg), 0),))]
+        return [Let("sk_last", Const(0)), If(lt(Var("kb0"), Var("kb1")), tuple(stores)), self.epi.named_sync(wg),
+                If(eq(WARP % 4, 0), (Elect((If(lt(Var("kb0"), Var("kb1")), tuple(arrive)),)),))]
 
-    def acquire(self, wg: Expr) -> list:
-        """The last split: acquire-wait the counter (splits - 1), reset it to 0, sync the warpgroup."""
-        return [self.elected([LdGlobalAcquireWait(self.counter(wg), self.sp.splits - 1), StGlobalU32(self.counter(wg), 0)]),
-                self.epi.named_sync(wg)]
+    def learn(self, wg: Expr) -> NamedBarrierPopc:
+        """The warpgroup learns whether its split is the tile's last (``sk_reduce`` = 1 or 0) at a barrier that also
+        orders the arriving thread's acquire before every thread's partial loads."""
+        return NamedBarrierPopc("sk_reduce", fold(EPI_BAR_ID + wg), 128, Var("sk_last"))
 
     def collect(self, wg: Expr) -> list:
-        """Add every non-empty partial ``ps`` into the fragments: loads predicated on the last split, adds on every path."""
+        """Add every other non-empty partial ``ps`` into the fragments: loads predicated on ``sk_reduce``, adds on
+        every path."""
         s = Var("ps")
-        pred = land(self.is_last(), self.nonempty(s))
+        pred = land(land(ne(Var("sk_reduce"), 0), ne(s, Var("split"))), self.nonempty(s))
         loads = self.chunk_ops(lambda off, name, idx: LdGlobalF32(off, name, idx, pred), s, wg)
         # not unrolled: with the loads of two partials in flight ptxas spills 4 B at 128x192, split_k 3
-        return [For("ps", Const(0), Const(self.sp.splits - 1), Const(1), tuple(loads), unroll=False)]
+        return [For("ps", Const(0), Const(self.sp.splits), Const(1), tuple(loads), unroll=False)]
 
     def step(self, wg: Expr, epilogue: tuple[list, list]) -> list:
-        """After the mainloop: publish or acquire, collect, then ``epilogue`` = (fused op, D stores) on the last split.
+        """After the mainloop: publish and arrive, learn, collect, then ``epilogue`` = (fused op, D stores) on the
+        tile's last arriver; the other splits go on to their next unit.
 
         The partial adds redefine the accumulator registers on every path (predicated loads, no branch around
         the adds) and the mainloop has no branch around it (an empty split runs zero k-blocks): with either,
         ptxas (CUDA 13) serializes the wgmma pipeline (C7515), measured on h100_256x128 with split_k 3.
         """
         fused, stores = epilogue
-        return [If(self.is_last(), tuple(self.acquire(wg)), tuple(self.publish(wg))), *self.collect(wg),
-                If(self.is_last(), (*fused, *stores, Let("tiles_stored", Var("tiles_stored") + 1)))]
+        return [*self.publish(wg), self.learn(wg), *self.collect(wg),
+                If(ne(Var("sk_reduce"), 0), (*fused, *stores, Let("tiles_stored", Var("tiles_stored") + 1)))]
 
 
 class WgmmaConsumer:

@@ -138,9 +138,9 @@ class Event:
 
 #: op families the consumers treat alike
 ARRIVES = (O.MbarrierArrive, O.MbarrierArriveExpectTx)
-THREAD_SYNCS = (O.CtaSync, O.NamedBarrier, O.ClusterSync)  # events carry the rendezvous: kind, id, threads
+THREAD_SYNCS = (O.CtaSync, O.NamedBarrier, O.NamedBarrierPopc, O.ClusterSync)  # events carry the rendezvous: kind, id, threads
 SHARED_STORES = (O.StShared16, O.StMatrix)  # events carry addr (per lane), nbytes and data
-COUNTER_OPS = (O.RedGlobal, O.LdGlobalAcquireWait, O.StGlobalU32)  # the split-K counter ops (one thread)
+COUNTER_OPS = (O.AtomGlobalAdd, O.StGlobalU32)  # the split-K counter ops (one thread)
 
 _SPECS: dict[type, tuple[tuple[str, str, str], ...]] = {}
 
@@ -275,7 +275,8 @@ class WarpWalker:
             O.TmemLoad: self._tmem_load, O.TmemBase: self._tmem_base, O.LdGlobalF32: self._ws_load,
             O.LdEpilogue: self._epi_load, O.LdMatrix: self._epi_load,
             O.PromoteScaled: self._promote,
-            O.LdGlobalNcU32: self._table_load,
+            O.LdGlobalNcU32: self._table_load, O.AtomGlobalAdd: self._counter_arrive,
+            O.NamedBarrierPopc: self._barrier_popc,
         }
         self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.EpilogueExpr: self._epi_expr,
                        O.Pack16: self._pack, O.AmaxLocal: self._amax_local, O.AmaxReduce: self._amax_reduce,
@@ -577,6 +578,19 @@ class WarpWalker:
         first = int(values[0])
         self._write_var(op.var, first if self.lane is not None or (values == first).all() else values.copy())
 
+    def _counter_arrive(self, op):
+        """A split-K counter arrival: the consumer replies the count before it (None, a consumer without
+        counters: 0)."""
+        value = yield self.event(op)
+        self._write_var(op.var, 0 if value is None else int(value))
+
+    def _barrier_popc(self, op):
+        """``bar.red.popc``: the consumer replies the count over every participating thread (None, a consumer that
+        does not meet warps: this warp's own count)."""
+        ev = self.event(op)
+        value = yield ev
+        self._write_var(op.var, int(np.count_nonzero(ev.pred)) if value is None else int(value))
+
     def _ws_load(self, op):
         ev = self.event(op)
         if ev.pred is not None and not ev.pred:
@@ -702,4 +716,5 @@ class WarpWalker:
         O.StShared16: _st_shared, O.StMatrix: _st_matrix, O.StGlobal16: _st_global, O.StGlobalF32: _ws_store,
         O.StEpilogue: _st_epilogue,
         O.CtaSync: _cta_sync, O.ClusterSync: _cluster_sync, O.NamedBarrier: _named_barrier,
+        O.NamedBarrierPopc: _named_barrier,
     }

@@ -195,6 +195,27 @@ class NamedBarrier(Op):
 
 
 @dataclass(frozen=True)
+class NamedBarrierPopc(Op):
+    """``bar.red.popc.u32 var, id, threads, pred``: a :class:`NamedBarrier` that also counts its threads whose
+    ``pred`` is nonzero; every participating thread gets the count in ``var`` (uniform).
+
+    The barrier orders memory like ``bar.sync`` (PTX ISA "bar, barrier": ``bar.red`` has the barrier semantics of
+    ``bar.sync``), so one thread's acquire before it orders the other threads' loads after it.
+    """
+
+    collective: ClassVar[bool] = True
+    per_lane: ClassVar[tuple[str, ...]] = ("pred",)
+
+    var: str
+    id: Expr
+    threads: int
+    pred: Expr
+
+    def describe(self) -> str:
+        return f"NamedBarrierPopc {self.var} = count({_s(self.pred)}) id={_s(self.id)} threads={self.threads}"
+
+
+@dataclass(frozen=True)
 class ClusterSync(Op):
     """``barrier.cluster.arrive.release`` + ``wait.acquire``: every thread of the cluster."""
 
@@ -743,14 +764,14 @@ class LdGlobalNcU32(Op):
 
 # ------------------------------------------------------------------ global workspace (split-K fixup)
 # Offsets are u32 byte offsets from the kernel parameter ``param`` (a u64 global address, the split-K
-# ``workspace``); PTX ISA "ld", "st", "red", "Memory Consistency Model: release and acquire patterns".
+# ``workspace``); PTX ISA "ld", "st", "atom", "Memory Consistency Model: release and acquire patterns".
 
 
 @dataclass(frozen=True)
 class StGlobalF32(Op):
     """``st.global.v4.f32 [param + offset], {src[idx]}``: four fp32 register values per lane (a partial tile chunk).
 
-    offset: per-lane byte offset (16-byte aligned).  A weak store: a later release (``RedGlobal``) publishes it.
+    offset: per-lane byte offset (16-byte aligned).  A weak store: a later release (``AtomGlobalAdd``) publishes it.
     """
 
     per_lane: ClassVar[tuple[str, ...]] = ("offset",)
@@ -768,7 +789,7 @@ class StGlobalF32(Op):
 class LdGlobalF32(Op):
     """``ld.global.v4.f32`` of [param + offset] per lane, added into ``dst[idx]`` (``add.f32``): a partial tile chunk.
 
-    Must follow an acquire (``LdGlobalAcquireWait``) of the counter that published it, by this thread or
+    Must follow an acquire (``AtomGlobalAdd``) of the counter that published it, by this thread or
     ordered before it by a thread barrier.  pred (uniform): where 0 the load is skipped and 0.0 is added (a
     predicated ``ld``, not a branch: ptxas serializes the wgmma pipeline (C7515) when accumulator registers
     are redefined on only some paths of the tile loop).
@@ -788,39 +809,25 @@ class LdGlobalF32(Op):
 
 
 @dataclass(frozen=True)
-class RedGlobal(Op):
-    """``red.{sem}.{scope}.global.add.u32 [param + offset], value`` (one thread): increment a split-K counter.
+class AtomGlobalAdd(Op):
+    """``var = atom.{sem}.{scope}.global.add.u32 [param + offset], value`` (one thread): arrive on a split-K counter
+    and read the count before this arrival.
 
-    sem ``release`` (default): the thread's prior memory operations, and those ordered before it by a thread
-    barrier, are visible to whoever acquires the counter's new value; ``relaxed``: no ordering.
+    sem ``acq_rel`` (default): a release (the thread's prior memory operations, and those ordered before it by a
+    thread barrier, are visible to whoever acquires a later value of the counter) and an acquire (the thread's later
+    memory operations, and after a thread barrier those of the threads it syncs with, see what every earlier
+    release on the counter published); PTX ISA "atom", "Memory Consistency Model: release and acquire patterns".
     """
 
+    var: str
     offset: Expr
     value: int
-    sem: str = "release"
+    sem: str = "acq_rel"
     scope: str = "gpu"
     param: str = "workspace"
 
     def describe(self) -> str:
-        return f"RedGlobal add.u32 {self.param}+{_s(self.offset)} += {self.value} ({self.sem}.{self.scope})"
-
-
-@dataclass(frozen=True)
-class LdGlobalAcquireWait(Op):
-    """Spin on ``ld.{sem}.{scope}.global.u32 [param + offset]`` until it equals ``value`` (one thread).
-
-    sem ``acquire`` (default): later memory operations of the thread (and, after a thread barrier, of the
-    threads it syncs with) see what the releases up to that value published.
-    """
-
-    offset: Expr
-    value: int
-    sem: str = "acquire"
-    scope: str = "gpu"
-    param: str = "workspace"
-
-    def describe(self) -> str:
-        return f"LdGlobalAcquireWait {self.param}+{_s(self.offset)} == {self.value} ({self.sem}.{self.scope})"
+        return f"AtomGlobalAdd {self.var} = {self.param}+{_s(self.offset)} += {self.value} ({self.sem}.{self.scope})"
 
 
 @dataclass(frozen=True)

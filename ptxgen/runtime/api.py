@@ -74,8 +74,10 @@ _loaded: dict[tuple[int, Any], "LoadedKernel"] = {}
 _calls: dict[tuple, "_Call"] = {}
 _MAX_CALLS = 4096
 _tls = threading.local()
-#: (ordinal, config name, kernel, WorkspaceSpec, bytes) -> the zero-filled split-K workspace (a torch uint8 tensor)
+#: (ordinal, stream, config name, kernel, WorkspaceSpec, bytes) -> the zero-filled split-K workspace (torch uint8)
 _workspaces: dict[tuple, Any] = {}
+#: split-K workspaces of one prepared launch or one graph-captured call each (kept for the process)
+_owned: list = []
 _U32_LIMIT = 1 << 32
 
 
@@ -380,15 +382,18 @@ def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
         return _loaded.setdefault((ordinal, ident), found)
 
 
-def split_k_workspace(spec: Any, m: int, n: int, device: Any, ordinal: int) -> tuple[int, ...]:
-    """The extra kernel arguments of ``spec`` for an ``m`` x ``n`` output: ``(workspace address,)`` for a split-K
-    kernel, ``()`` otherwise.
+def split_k_workspace(spec: Any, m: int, n: int, device: Any, ordinal: int, stream: int | None = None) -> tuple[int, ...]:
+    """The extra kernel arguments of ``spec`` for an ``m`` x ``n`` output launched on ``stream`` (a ``cudaStream_t``
+    as an int; None: a workspace of its own, for a prepared launch): ``(workspace address,)`` for a split-K kernel,
+    ``()`` otherwise.
 
     The workspace (:class:`~ptxgen.launch.WorkspaceSpec`: fp32 partials and u32 counters) is allocated once per
-    (device, config, size), zero-filled (every counter starts at 0; the kernel resets each counter it used, so
-    the buffer is clean again after every launch and under CUDA-graph replays) and kept for the process.
-    Launches that share it must not overlap: calls on one stream are ordered; concurrent streams running the
-    same config and shape at once would share counters.
+    (device, stream, config, size) and zero-filled then: every counter starts at 0, and each launch's last arriver
+    resets the counters it used, so the buffer is clean after every launch and under CUDA-graph replays (no CTA
+    waits on another, so every launch finishes its tiles).  Launches on one stream are ordered and share it;
+    launches on different streams have different workspaces and may overlap.  A call under CUDA-graph capture,
+    and ``stream=None``, get a workspace of their own (the graph may be replayed on any stream, the prepared launch
+    enqueued on any); those are kept for the process in :data:`_owned`.
 
     Raises:
         ShapeError: the workspace would exceed 4 GiB (the kernel addresses it with u32 byte offsets).
@@ -400,11 +405,16 @@ def split_k_workspace(spec: Any, m: int, n: int, device: Any, ordinal: int) -> t
     if nbytes >= _U32_LIMIT:
         raise ShapeError(f"M={m}, N={n}: config {spec.name} (schedule.split_k={ws.split_k}) needs a {nbytes} B split-K "
                          f"workspace; must be < 4 GiB (u32 offsets): use a config with a smaller split_k")
-    key = (ordinal, spec.name, spec.kernel, ws, nbytes)
+    import torch
+
+    if stream is None or (device != "cpu" and torch.cuda.is_current_stream_capturing()):
+        buf = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+        with _lock:
+            _owned.append(buf)
+        return (buf.data_ptr(),)
+    key = (ordinal, stream, spec.name, spec.kernel, ws, nbytes)
     buf = _workspaces.get(key)
     if buf is None:
-        import torch
-
         with _lock:
             buf = _workspaces.get(key)
             if buf is None:
@@ -566,7 +576,7 @@ def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm
         pd = out.data_ptr()
         launch = _Packed(loaded.launcher, loaded.spec,
                          ((a.data_ptr(), m, k, k), (b.data_ptr(), n, k, k), (pd, m, n, n) if d_map else None),
-                         (pd, m, n, k, *split_k_workspace(loaded.spec, m, n, a.device, ordinal)))
+                         (pd, m, n, k, *split_k_workspace(loaded.spec, m, n, a.device, ordinal, None)))
         return PreparedGemm(a=a, b=b, out=out, kernel=launch, params=None, grid_x=grid_x, ordinal=ordinal)
     tmaps = (encode_tiled(a, maps["a"]), encode_tiled(b, maps["b"]), encode_tiled(out, maps["d"]) if d_map else None)
     params = KernelParams(tmaps, out.data_ptr(), m, n, k)
@@ -598,7 +608,7 @@ class _Call:
     """
 
     __slots__ = ("config", "by_id", "launcher", "spec", "ordinal", "m", "n", "k", "grid_x", "d_map",
-                 "a_bytes", "b_bytes", "d_bytes", "new_out", "check", "extra", "family", "loaded", "device", "staged",
+                 "a_bytes", "b_bytes", "d_bytes", "new_out", "check", "split_k", "family", "loaded", "device", "staged",
                  "epi_maps")
 
     def __init__(self, family: _Family, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
@@ -614,7 +624,7 @@ class _Call:
         self.a_bytes, self.b_bytes, self.d_bytes = 2 * m * k, 2 * n * k, 2 * m * n
         self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
         self.check = family.check
-        self.extra = split_k_workspace(loaded.spec, m, n, device, ordinal)
+        self.split_k = loaded.spec.workspace is not None  # split-K: the workspace of the launch's stream, per call
         self.family, self.loaded, self.device = family, loaded, device
         self.staged: _StagedCall | None = None
 
@@ -647,7 +657,9 @@ class _Call:
 
             driver.ensure_context(ordinal)
             _tls.ordinal = ordinal
-        self.launcher.launch(self.grid_x, maps, (pd, m, n, k, *self.extra, *epi), current_stream(ordinal))
+        stream = current_stream(ordinal)
+        ws = split_k_workspace(self.spec, m, n, self.device, ordinal, stream) if self.split_k else ()
+        self.launcher.launch(self.grid_x, maps, (pd, m, n, k, *ws, *epi), stream)
         return out
 
     def fused(self, a: Any, bs: tuple, out: Any, epi: tuple) -> Any:
@@ -775,8 +787,9 @@ class _StagedCall(_Call):
         from ptxgen.runtime import driver
 
         driver.ensure_context(self.ordinal)
-        self.launcher.launch(self.grid_x, tuple(maps), (pd, m, self.n, self.k, *self.extra, *epi),
-                             current_stream(self.ordinal))
+        stream = current_stream(self.ordinal)
+        ws = split_k_workspace(self.spec, m, self.n, self.device, self.ordinal, stream) if self.split_k else ()
+        self.launcher.launch(self.grid_x, tuple(maps), (pd, m, self.n, self.k, *ws, *epi), stream)
         if not self.plan.stage_d:
             return d
         d = d[:, :self.n_true]

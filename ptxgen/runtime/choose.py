@@ -37,17 +37,16 @@ The GEMM chooser ranks with :data:`SM90_GEMM_MODEL`, fitted on the tune half of 
 constants within physical bounds and one tile factor per config, chosen for the regret of the pick; report half:
 docs/performance.md, "Chooser fit"); the dual GEMM with :data:`SM90_MODEL`.
 
-Not chosen automatically, though they run when passed as ``config=``:
+Split-K candidates (``schedule.split_k = S > 1``, shipped: ``h100_64x128_sk2``, ``h100_128x64_sk2``,
+``h100_128x192_sk3``): ``tiles x S`` work units in waves, K / S per unit, and per unit the fp32 partial traffic
+``accumulators * bm * bn * 4 B * (2S - 1) / S`` (every split stores its partial, the last arriver reads the other
+S - 1) over ``partial_tbps``, fitted on the tune-half split-K survey (docs/performance.md, "Split-K").  Their protocol
+("last arriver reduces") needs no resident grid and the runtime gives each stream its own workspace, so a call that
+names no config may run one.
 
-* ping-pong consumer configs (``mma.consumers: pingpong``): 0.45-0.83x torch on an H100 where the
-  cooperative configs reach 0.95-1.05x (docs/performance.md, "Ping-pong consumers");
-* split-K variants (``schedule.split_k > 1``): slower than the unsplit tile on the GEMM shapes the model
-  predicted them for (4096x576x7168: 0.59x vs 0.82x torch; 4096x2112x7168: 0.67-0.79x vs 0.85-0.90x), a gain
-  only on the dual GEMM's M = 256 shapes (docs/performance.md, "Split-K"); at small M the 64-row tiles fill the
-  SMs instead: on the tune half a split-K config beat every shipped config on two shapes of 49 (16x5120x8192 by
-  11 %, 16x7168x16384 by 3 %; docs/performance.md, "Small M").  A split-K launch also needs its whole grid resident and must not run
-  concurrently with a launch of the same kernel on another stream (they share the workspace counters), which a
-  call made without naming the config cannot promise.
+Not chosen automatically, though they run when passed as ``config=``: ping-pong consumer configs
+(``mma.consumers: pingpong``): 0.45-0.83x torch on an H100 where the cooperative configs reach 0.95-1.05x
+(docs/performance.md, "Ping-pong consumers").
 
 Device constants are for an H100 SXM and only their ratios matter for the ranking.  Ties go to the arch's
 default config.
@@ -97,6 +96,8 @@ class DeviceModel:
             per latency (Little's law), so a grid that keeps few SMs busy, or keeps few bytes in flight on each,
             cannot reach ``hbm_tbps``; 0 = no such cap.
         launch_us: fixed microseconds per launch (launch, prologue, last store drain).
+        partial_tbps: split-K: bandwidth of the fp32 partial traffic (each split's store, the last arriver's reads of
+            the others; L2-resident for the few-tile shapes split-K is for), TB/s.
         tile_factors: ``((config name, factor), ...)``: a config's tile time (math or operand time, plus its fixed
             cost) multiplied by its factor, what the throughputs above do not see of it (its epilogue, its number
             of consumer warpgroups, its stage count); a config not listed: 1.
@@ -114,6 +115,7 @@ class DeviceModel:
     dram_latency_us: float = 0.0
     launch_us: float = 0.0
     overlap: float = 0.0
+    partial_tbps: float = 3.0
     tile_factors: tuple[tuple[str, float], ...] = ()
 
 
@@ -124,10 +126,11 @@ SM90_MODEL = DeviceModel()
 #: docs/performance.md, "Chooser fit"); the report half never entered the fit
 SM90_GEMM_MODEL = DeviceModel(
     l2_tbps=9.475, hbm_tbps=3.998, store_tbps=0.5018, one_wg_efficiency=0.7887, multicast=True, ragged_load_factor=3.596,
-    dram_latency_us=2.433, overlap=4.757,
+    dram_latency_us=2.433, overlap=4.757, partial_tbps=1.163,
     tile_factors=(("h100_128x128", 1.2466), ("h100_128x128_c2", 0.9856), ("h100_128x144", 1.248),
                   ("h100_128x192", 1.159), ("h100_128x256", 1.0437), ("h100_128x64", 0.9078), ("h100_192x176", 1.1948),
-                  ("h100_256x128", 0.999), ("h100_64x128", 1.0199), ("h100_64x256", 1.0438), ("h100_64x64", 1.0886)))
+                  ("h100_256x128", 0.999), ("h100_64x128", 1.0199), ("h100_64x256", 1.0438), ("h100_64x64", 1.0886),
+                  ("h100_128x192_sk3", 1.001), ("h100_128x64_sk2", 1.0005), ("h100_64x128_sk2", 1.0016)))
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,7 @@ class Candidate:
     kernel: str = "gemm"
     operands: str = "bf16"
     consumers: str = "cooperative"  # sm_90a mma.consumers (pingpong: never a candidate, see candidates)
-    split_k: int = 1  # schedule.split_k as shipped (> 1: never a candidate, see candidates)
+    split_k: int = 1  # schedule.split_k as shipped (> 1: tiles x split_k work units, see predict)
     warpgroups: int = 1  # sm_90a consumer warpgroups (mma.warpgroups)
     multicast: bool = False  # sm_90a CTA pair multicasting B (tma.multicast)
     grouped: str = "none"  # schedule.grouped (masked / contiguous: ptxgen.grouped_gemm's, never a candidate)
@@ -162,13 +165,14 @@ def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
     NVFP4 configs (``operands: nvfp4``) are ``dual_gemm_nvfp4``'s, never a bf16 call's; FP8 configs (``operands:
     fp8``, kernel ``gemm``) are the candidates of ``kernel="gemm_fp8"`` (``ptxgen.gemm_fp8``) only.  Ping-pong consumer configs
     (``mma.consumers: pingpong``) are not candidates: on an H100 they measured 0.45-0.83x torch where the
-    cooperative configs reach 0.95-1.05x (docs/performance.md, "Ping-pong consumers"); nor are split-K configs
-    (module docstring); nor are grouped configs (``schedule.grouped``: ``ptxgen.grouped_gemm`` picks its own).
+    cooperative configs reach 0.95-1.05x (docs/performance.md, "Ping-pong consumers"); nor are grouped configs
+    (``schedule.grouped``: ``ptxgen.grouped_gemm`` picks its own).  Split-K configs are (no residency or stream
+    condition: docs/performance.md, "Split-K").
     """
     out = _shipped_candidates()
     kind, operands = ("gemm", "fp8") if kernel == "gemm_fp8" else (kernel, "bf16")
     return tuple(c for c in out if c.arch == arch and c.kernel == kind and c.operands == operands
-                 and c.consumers == "cooperative" and c.split_k == 1 and c.grouped == "none")
+                 and c.consumers == "cooperative" and c.grouped == "none")
 
 
 @functools.cache
@@ -224,29 +228,34 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
     """Predicted time of one candidate on one shape (see module docstring).
 
     Returns:
-        ``{"us", "tiles", "waves", "tail", "bytes_per_flop"}``: microseconds, tile count, waves,
-        tail efficiency in (0, 1], operand bytes per FLOP of one tile.
+        ``{"us", "tiles", "units", "waves", "tail", "bytes_per_flop"}``: microseconds, tile count, work units
+        (tiles x split_k), waves of units, tail efficiency in (0, 1], operand bytes per FLOP of one tile.
     """
     slots = max(c.cluster, sm_count // c.cluster * c.cluster)
     # an sm_90a CTA pair takes two m-blocks of one n-block, so an odd count of m-blocks leaves one CTA of a pair
     # idle: M <= block_m keeps half the SMs of a pair config idle
     pair = c.cluster if c.arch == "sm_90a" else 1
     tiles = math.ceil(math.ceil(m / c.block_m) / pair) * pair * math.ceil(n / c.block_n)
-    waves = math.ceil(tiles / slots)
+    splits = c.split_k
+    units = tiles * splits  # split-K: each tile's K in split_k work units, scheduled like tiles
+    waves = math.ceil(units / slots)
     acc = c.accumulators
     per_sm_flops = model.peak_tflops * 1e12 / sm_count * (model.one_wg_efficiency if c.warpgroups == 1 else 1.0)
     per_sm_l2 = model.l2_tbps * 1e12 / sm_count
     per_sm_store = model.store_tbps * 1e12 / sm_count
     b_rows = acc * c.block_n / (2 if model.multicast and c.multicast else 1)
     ragged = model.ragged_load_factor if (2 * k) % 128 else 1.0
-    math_s = 2.0 * acc * c.block_m * c.block_n * k / per_sm_flops
-    load_s = (c.block_m + b_rows) * k * 2.0 * ragged / per_sm_l2
+    k_unit = k / splits
+    math_s = 2.0 * acc * c.block_m * c.block_n * k_unit / per_sm_flops
+    load_s = (c.block_m + b_rows) * k_unit * 2.0 * ragged / per_sm_l2
     fixed_s = (c.stages * (c.block_m + acc * c.block_n) * c.block_k * 2.0) / per_sm_l2 + c.block_m * c.block_n * 2.0 / per_sm_store
+    if splits > 1:  # every split stores its fp32 partial, the last arriver reads the other splits - 1: per unit on average
+        fixed_s += acc * c.block_m * c.block_n * 4.0 * (2 * splits - 1) / splits / (model.partial_tbps * 1e12 / sm_count)
     dram_bytes = 2.0 * (m * k + acc * n * k + m * n)
     dram_bw = model.hbm_tbps * 1e12
     if model.dram_latency_us:
         in_flight = c.stages * (c.block_m + b_rows) * c.block_k * 2.0
-        dram_bw = min(dram_bw, min(tiles, slots) * in_flight / (model.dram_latency_us * 1e-6))
+        dram_bw = min(dram_bw, min(units, slots) * in_flight / (model.dram_latency_us * 1e-6))
     tile_s = waves * (max(math_s, load_s) + fixed_s) * dict(model.tile_factors).get(c.name, 1.0)
     dram_s = dram_bytes / dram_bw
     p = model.overlap
@@ -254,8 +263,9 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
     return {
         "us": both * 1e6 + model.launch_us,
         "tiles": tiles,
+        "units": units,
         "waves": waves,
-        "tail": tiles / (waves * slots),
+        "tail": units / (waves * slots),
         "bytes_per_flop": (c.block_m + acc * c.block_n) * 2.0 / (2.0 * acc * c.block_m * c.block_n),
     }
 

@@ -1,9 +1,10 @@
 """Split-K on CPU: config rules, plan numbers, the simulator's answer and the planted protocol bugs it catches,
-the verifier's counter replay, the runtime workspace and the chooser's picks.
+the verifier's counter replay, the runtime workspace (one per stream) and the chooser's split-K term and picks.
 
 A planted bug rewrites the builder's IR (:func:`ptxgen.ir.rewrite.rewrite`); each must fail with its message:
-the last split adds partials without waiting for the counter, the counter is not reset, a partial is stored
-after the counter increment, the increment loses its release, a split's k-block range is off by one.
+the counter is not reset, the last arriver skips a partial, a fixed split reduces without the count, the
+count's threshold is off by one, the arrival loses its release or its acquire, a partial is stored after the
+arrival, a split's k-block range is off by one, an arrival adds 2.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from ptxgen.config import load_config
 from ptxgen.errors import ConfigError, ShapeError, SimError, VerifyError
 from ptxgen.ir import ops as O
-from ptxgen.ir.expr import Var
+from ptxgen.ir.expr import Const, Var, eq, lt, select
 from ptxgen.launch import LaunchSpec
 from ptxgen.plan import make_plan
 from ptxgen.check.sim import simulate
@@ -46,7 +47,7 @@ def test_split_k_is_sm90_only():
 
 
 def test_split_k_needs_a_persistent_grid():
-    with pytest.raises(ConfigError, match=r"^schedule\.split_k=2: needs schedule\.persistent=true: .*deadlock-free"):
+    with pytest.raises(ConfigError, match=r"^schedule\.split_k=2: needs schedule\.persistent=true: the persistent tile loop walks"):
         load_config("h100_128x128").replace(**{"schedule.split_k": 2})
 
 
@@ -71,7 +72,7 @@ def test_plan_numbers_and_launch_spec():
     assert spec.grid.split_k == 3 and LaunchSpec.from_json(spec.to_json()) == spec
     # 4096x576: 32 x 3 tiles of 128x192, 3 splits: 288 units, persistent grid capped at the SM count
     assert spec.grid.grid_x(4096, 576, 132) == 132 and spec.grid.grid_x(256, 192, 132) == 6
-    assert ws.bytes_for(spec.grid, 4096, 576) == 96 * 2 * 128 * 192 * 4 + 96 * 2 * 4
+    assert ws.bytes_for(spec.grid, 4096, 576) == 96 * 3 * 128 * 192 * 4 + 96 * 2 * 4  # a partial per split
     assert ws.counter_offset(96, 5, 1) == ws.counters_offset(96) + (5 * 2 + 1) * 4
     pair = make_plan(split("h100_128x256", 2)).split.workspace
     assert pair.ctas_per_tile == 2  # a multicast CTA pair computes two m-blocks: two CTA tiles per cluster tile
@@ -95,9 +96,11 @@ def test_split_k_emits_the_protocol():
     from emitters import emit
 
     ptx = emit(kernel("h100_128x192", 3))
-    for line in ("red.release.gpu.global.add.u32", "ld.acquire.gpu.global.u32", "st.relaxed.gpu.global.u32",
+    for line in ("atom.acq_rel.gpu.global.add.u32", "bar.red.popc.u32", "st.relaxed.gpu.global.u32",
                  "st.global.v4.f32", "ld.global.v4.f32", '.pragma "nounroll";', ".param .u64 workspace"):
         assert line in ptx, line
+    for spin in ("ld.acquire.gpu.global.u32", "red.release.gpu"):  # no CTA waits on another
+        assert spin not in ptx, spin
 
 
 def _planted(fn, name="h100_128x192", splits=3):
@@ -113,12 +116,6 @@ def _sim_error(k, shape=(300, 390, 136), seeds=(0, 1)) -> list[str]:
     return out
 
 
-def test_planted_owner_does_not_wait():
-    k = _planted(lambda op: () if isinstance(op, O.LdGlobalAcquireWait) else None)
-    for msg in _sim_error(k):
-        assert msg.startswith("read of a partial that no completed store produced")
-
-
 def test_planted_counter_not_reset():
     k = _planted(lambda op: () if isinstance(op, O.StGlobalU32) else None)
     with pytest.raises(VerifyError, match=r"^split-K counter not reset: \d+ workspace counter"):
@@ -127,25 +124,57 @@ def test_planted_counter_not_reset():
         assert msg.startswith("split-K counter not reset")
 
 
-def _store_after_increment(op):
-    """The publishing branch with its stores moved after the counter increment."""
-    if isinstance(op, O.If) and op.orelse and any(isinstance(o, O.RedGlobal) for o in O.walk(op.orelse)):
-        stores, sync, inc = op.orelse
-        return dataclasses.replace(op, orelse=(sync, inc, stores))
-    return None
+def test_planted_last_arriver_skips_a_partial():
+    """The reduction's loop stops one partial short: the sim's result is wrong."""
+    k = _planted(lambda op: dataclasses.replace(op, stop=op.stop - 1) if isinstance(op, O.For) and op.var == "ps"
+                 else None)
+    for msg in _sim_error(k, shape=(150, 200, 7 * 64 - 40)):
+        assert msg.startswith("wrong result:")
 
 
-def test_planted_partial_stored_after_increment():
-    k = _planted(_store_after_increment)
+def test_planted_fixed_owner_reduces_without_the_count():
+    """The highest split reduces whatever the counter says: it reads partials before the counter says they landed."""
+    def fixed_owner(op):
+        if isinstance(op, O.NamedBarrierPopc):
+            return (O.NamedBarrier(op.id, op.threads), O.Let("sk_reduce", eq(Var("split"), 2)))
+        return None
+    msgs = _sim_error(_planted(fixed_owner))
+    assert all(m.startswith(("read of a partial that no completed store produced", "wrong result")) for m in msgs), msgs
+    assert any(m.startswith("read of a partial") for m in msgs), msgs
+
+
+def test_planted_count_off_by_one():
+    """The split that sees ``arrivals - 2`` reduces: it reads a partial that has not landed yet."""
+    def early(op):
+        if isinstance(op, O.Let) and op.var == "sk_last" and op.expr != Const(0):
+            return dataclasses.replace(op, expr=eq(Var("sk_seen"), select(lt(Var("num_k"), 3), Var("num_k"), 3) - 2))
+        return None
+    for msg in _sim_error(_planted(early)):
+        assert msg.startswith("read of a partial that no completed store produced")
+
+
+@pytest.mark.parametrize("sem,why", [("relaxed", "stored but no release"), ("release", "not acquired"),
+                                     ("acquire", "stored but no release")])
+def test_planted_arrival_loses_an_ordering(sem, why):
+    k = _planted(lambda op: dataclasses.replace(op, sem=sem) if isinstance(op, O.AtomGlobalAdd) else None)
     for msg in _sim_error(k):
         assert msg.startswith("read of a partial that no completed store produced")
-        assert "no release" in msg or "no store in this launch" in msg
+        assert why in msg, msg
 
 
-def test_planted_relaxed_increment():
-    k = _planted(lambda op: dataclasses.replace(op, sem="relaxed") if isinstance(op, O.RedGlobal) else None)
+def test_planted_partial_stored_after_arrival():
+    """Each split's stores moved after its arrival: the release does not cover them."""
+    def late(op):
+        if isinstance(op, O.If) and any(isinstance(o, O.StGlobalF32) for o in op.then):
+            return ()
+        if isinstance(op, O.NamedBarrierPopc):
+            stores = [o for o in O.walk(kernel("h100_128x192", 3).body)
+                      if isinstance(o, O.If) and any(isinstance(x, O.StGlobalF32) for x in o.then)]
+            return (*stores, op)
+        return None
+    k = _planted(late)
     for msg in _sim_error(k):
-        assert "stored but no release" in msg
+        assert msg.startswith("read of a partial that no completed store produced")
 
 
 @pytest.mark.parametrize("delta", [1, -1], ids=["doubled", "skipped"])
@@ -160,53 +189,81 @@ def test_planted_wrong_split_range(delta):
         assert msg.startswith("wrong result:")
 
 
-def test_verifier_reports_a_counter_wait_nobody_satisfies():
-    k = _planted(lambda op: dataclasses.replace(op, value=op.value + 1) if isinstance(op, O.LdGlobalAcquireWait) else None)
-    with pytest.raises(VerifyError, match=r"(?s)^circular wait: .*LdGlobalAcquireWait .*the counter holds 2"):
+def test_verifier_holds_the_traced_arrival_order():
+    """An arrival that adds 2 leaves the counters off the traced order: the replay reports the arrival that waits
+    for a count nobody leaves (or the counter is left nonzero)."""
+    k = _planted(lambda op: dataclasses.replace(op, value=2) if isinstance(op, O.AtomGlobalAdd) else None)
+    with pytest.raises(VerifyError, match=r"(?s)^(circular wait: .*AtomGlobalAdd .*the counter holds|split-K counter not reset)"):
         verify(k)
 
 
 # --------------------------------------------------------------------------- runtime and chooser
 
 
-def test_workspace_is_allocated_once_zeroed_and_bounded(monkeypatch):
+def test_workspace_is_one_per_stream_zeroed_and_bounded(monkeypatch):
     torch = pytest.importorskip("torch")
     from ptxgen.runtime import api
 
     spec = make_plan(split("h100_128x192", 3)).launch_spec()
     monkeypatch.setattr(api, "_workspaces", {})
-    (ptr,) = api.split_k_workspace(spec, 300, 400, "cpu", 0)
-    assert api.split_k_workspace(spec, 300, 400, "cpu", 0) == (ptr,)  # cached: no per-call allocation
-    (buf,) = api._workspaces.values()
-    assert buf.numel() == spec.workspace.bytes_for(spec.grid, 300, 400) and not buf.any()
-    assert buf.dtype == torch.uint8
-    assert api.split_k_workspace(make_plan(load_config("h100_128x192")).launch_spec(), 300, 400, "cpu", 0) == ()
+    monkeypatch.setattr(api, "_owned", [])
+    (ptr,) = api.split_k_workspace(spec, 300, 400, "cpu", 0, 7)
+    assert api.split_k_workspace(spec, 300, 400, "cpu", 0, 7) == (ptr,)  # cached per stream: no per-call allocation
+    (other,) = api.split_k_workspace(spec, 300, 400, "cpu", 0, 8)
+    assert other != ptr  # another stream: its own counters
+    (own,) = api.split_k_workspace(spec, 300, 400, "cpu", 0, None)
+    assert own not in (ptr, other) and len(api._owned) == 1  # a prepared launch's own, kept alive
+    for buf in (*api._workspaces.values(), *api._owned):
+        assert buf.numel() == spec.workspace.bytes_for(spec.grid, 300, 400) and not buf.any()
+        assert buf.dtype == torch.uint8
+    assert api.split_k_workspace(make_plan(load_config("h100_128x192")).launch_spec(), 300, 400, "cpu", 0, 7) == ()
     with pytest.raises(ShapeError, match=r"needs a \d+ B split-K workspace; must be < 4 GiB"):
-        api.split_k_workspace(spec, 65536, 65536, "cpu", 0)
+        api.split_k_workspace(spec, 65536, 65536, "cpu", 0, 7)
 
 
-@pytest.mark.parametrize("shape,kernel", [
-    ((4096, 576, 7168), "gemm"), ((4096, 2112, 7168), "gemm"), ((4096, 4096, 4096), "gemm"),
-    ((256, 4096, 7168), "dual_gemm"), ((512, 3072, 7168), "dual_gemm"), ((1000, 1000, 1000), "gemm"),
-])
-def test_chooser_never_picks_split_k(shape, kernel, monkeypatch):
-    """Split-K is opt-in (config=): measured slower than the unsplit tile where the model chose it, and a call
-    without a named config cannot promise the residency and no-concurrency it needs (docs/performance.md, "Split-K").
-    A shipped split-K config would not be a candidate either."""
+def test_shipped_split_k_configs_are_candidates():
+    """The shipped split-K configs (chosen from the tune-half survey; docs/performance.md, "Split-K") are GEMM
+    candidates: the protocol needs neither residency nor a stream of its own."""
     from ptxgen.runtime import choose
 
-    monkeypatch.setattr(choose, "_shipped_candidates", lambda real=choose._shipped_candidates: tuple(
-        dataclasses.replace(c, split_k=4) if c.name == "h100_128x192" else c for c in real()))
-    choose.candidates.cache_clear()
+    split_names = {c.name for c in choose.candidates("sm_90a") if c.split_k > 1}
+    assert split_names == {"h100_64x128_sk2", "h100_128x64_sk2", "h100_128x192_sk3"}
+    assert all(load_config(n).schedule.split_k == choose.shipped_candidate(n).split_k for n in split_names)
+
+
+@pytest.mark.parametrize("shape,split", [
+    ((16, 5120, 8192), True),  # 40 n-blocks of 64x128 on 132 SMs: two splits fill them (tuned table, measured)
+    ((64, 5120, 25600), True),  # few tiles, long K: the cost model
+    ((4096, 4096, 4096), False), ((4096, 2112, 7168), False), ((1000, 1000, 1000), False),  # enough tiles
+])
+def test_chooser_picks_split_k_for_few_tiles_and_long_k(shape, split):
+    from ptxgen.runtime import choose
+
     choose.choose_cached.cache_clear()
     try:
-        info = type("Info", (), {"capability": (9, 0), "sm_count": 132})()
-        picked = choose.choose(*shape, info, kernel)
-        assert isinstance(picked, str) and load_config(picked).schedule.split_k == 1
-        assert "h100_128x192" not in {c.name for c in choose.candidates("sm_90a", kernel)}
+        picked, _ = choose.choose_cached(*shape, (9, 0), 132)
+        assert (load_config(picked).schedule.split_k > 1) == split, picked
     finally:
-        choose.candidates.cache_clear()
         choose.choose_cached.cache_clear()
+
+
+def test_cost_model_split_k_term():
+    """Splitting K multiplies the work units and divides each unit's K; the partial traffic costs per unit."""
+    from dataclasses import replace
+
+    from ptxgen.runtime.choose import SM90_GEMM_MODEL, Candidate, predict
+
+    one = Candidate("t", "sm_90a", 64, 128, 64, 8, 1)
+    two = replace(one, split_k=2)
+    few = predict(two, 16, 5120, 16384, 132, SM90_GEMM_MODEL)
+    assert (few["tiles"], few["units"], few["waves"]) == (40, 80, 1)
+    assert few["us"] < predict(one, 16, 5120, 16384, 132, SM90_GEMM_MODEL)["us"]  # idle SMs filled
+    # many tiles: the split only adds partial traffic and waves
+    assert predict(two, 4096, 4096, 4096, 132, SM90_GEMM_MODEL)["us"] > predict(one, 4096, 4096, 4096, 132,
+                                                                                  SM90_GEMM_MODEL)["us"]
+    slow = replace(SM90_GEMM_MODEL, partial_tbps=SM90_GEMM_MODEL.partial_tbps / 4)
+    assert predict(two, 16, 5120, 16384, 132, slow)["us"] > few["us"]
+    assert predict(one, 16, 5120, 16384, 132, slow)["us"] == predict(one, 16, 5120, 16384, 132, SM90_GEMM_MODEL)["us"]
 
 
 def test_kb1_var_is_bound_per_unit():

@@ -4,9 +4,12 @@ Split-K variants of shipped configs (``cfg.replace(**{"schedule.split_k": s})``,
 Hypothesis draws M, N in [1, 4096] (tiny, just off a tile multiple, or anywhere) and K a multiple of 8 in
 [8, 4096] (so ``ceil(K / 64) < split_k`` happens: empty splits); fresh random inputs per example, ``out``
 poisoned with NaN, fp32 reference, relative Frobenius error < 1e-2.  Each example runs the same call twice
-into freshly poisoned outputs and requires bitwise-equal results (the tile counters were reset by the first
-launch; a stale counter lets the last split add partials that are not there yet).  CUDA-graph capture and
-replay with new input values; a shape whose K leaves every split but the last empty.
+into freshly poisoned outputs and checks both (the tile counters were reset by the first launch; a stale
+counter makes the wrong split reduce, before the partials are there).  The two runs need not be bitwise equal:
+the split that arrives last adds the others' partials into its own registers, so the order of the fp32 adds
+follows the arrival order.  CUDA-graph capture and replay with new input values; a shape whose K leaves every
+split but the last empty; two streams running the same config and shape at once (each its own workspace);
+many launches in a row.
 ``PTXGEN_GPU_EXAMPLES`` sets the examples per config (default 100).
 """
 
@@ -28,7 +31,8 @@ EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "100"))
 TOLERANCE = 1e-2
 #: (shipped config, split_k): 1 CTA 128x192 (the small-N tile), 256x128 (128 accumulator registers),
 #: the multicast CTA pair (two CTA tiles per cluster tile), both dual-GEMM layouts
-GEMM_CASES = [("h100_128x192", 3), ("h100_128x192", 4), ("h100_256x128", 2), ("h100_128x256", 3)]
+GEMM_CASES = [("h100_128x192", 3), ("h100_128x192", 4), ("h100_256x128", 2), ("h100_128x256", 3),
+              ("h100_128x64", 4), ("h100_64x128", 2), ("h100_64x64", 4)]
 DUAL_CASES = [("dual_h100_128x128", 2), ("dual_h100_128x128", 4), ("dual_h100_128x128_c2", 3)]
 
 
@@ -43,7 +47,7 @@ def _poisoned(torch, m: int, n: int):
 
 
 def run_twice(torch, fn, m: int, n: int, ref, label: str) -> float:
-    """``fn(out)`` twice into NaN-poisoned outputs: no NaN, bitwise-equal runs; returns the relative error."""
+    """``fn(out)`` twice into NaN-poisoned outputs: no NaN; returns the larger relative error of the two."""
     from ptxgen.bench import relative_error
 
     outs = [_poisoned(torch, m, n), _poisoned(torch, m, n)]
@@ -52,8 +56,9 @@ def run_twice(torch, fn, m: int, n: int, ref, label: str) -> float:
     torch.cuda.synchronize()
     nan = int(torch.isnan(outs[0]).sum().item())
     assert nan == 0, f"{label}: {nan} of {m * n} outputs never written (NaN)"
-    assert torch.equal(outs[0], outs[1]), f"{label}: the second launch differs from the first (counter not reset?)"
-    return relative_error(outs[0], ref)
+    nan = int(torch.isnan(outs[1]).sum().item())
+    assert nan == 0, f"{label}: {nan} of {m * n} outputs of the second launch never written (NaN)"
+    return max(relative_error(out, ref) for out in outs)
 
 
 @pytest.mark.parametrize("name,splits", GEMM_CASES)
@@ -178,3 +183,47 @@ def test_splitk_prepared_launch(torch):
         torch.cuda.synchronize()
         assert not torch.isnan(out).any()
         assert relative_error(out, a.float() @ b.float().T) < TOLERANCE
+
+
+@pytest.mark.parametrize("name,splits,shape", [("h100_128x64", 4, (1000, 1000, 8200)), ("h100_64x128", 2, (130, 3000, 5000)),
+                                               ("h100_64x64", 4, (70, 700, 40))])
+def test_splitk_many_launches_reset_the_counters(torch, name, splits, shape):
+    """Twenty launches in a row into one output: each is right (a counter left nonzero makes the next launch's
+    tile reduce early or never)."""
+    from ptxgen import gemm
+    from ptxgen.bench import relative_error
+
+    m, n, k = shape
+    a, b = random_operands(torch, m, n, k, seed=31)
+    ref = a.float() @ b.float().T
+    cfg = split_config(name, splits)
+    for i in range(20):
+        out = _poisoned(torch, m, n)
+        gemm(a, b, out=out, config=cfg)
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any(), f"launch {i}: NaN"
+        assert relative_error(out, ref) < TOLERANCE, f"launch {i}"
+
+
+def test_splitk_two_streams_at_once(torch):
+    """The same config and shape on two streams, launched back to back many times without syncing between
+    them: each stream has its own workspace, so the launches may overlap on the GPU and both stay right."""
+    from ptxgen import gemm
+    from ptxgen.bench import relative_error
+
+    m, n, k = 256, 2048, 8192
+    cfg = split_config("h100_128x64", 4)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    inputs = [random_operands(torch, m, n, k, seed=41 + i) for i in range(2)]
+    outs = [[_poisoned(torch, m, n) for _ in range(8)] for _ in range(2)]
+    torch.cuda.synchronize()
+    for j in range(8):
+        for s, (a, b), o in zip(streams, inputs, outs):
+            with torch.cuda.stream(s):
+                gemm(a, b, out=o[j], config=cfg)
+    torch.cuda.synchronize()
+    for (a, b), o in zip(inputs, outs):
+        ref = a.float() @ b.float().T
+        for j, out in enumerate(o):
+            assert not torch.isnan(out).any(), f"launch {j}: NaN"
+            assert relative_error(out, ref) < TOLERANCE, f"launch {j}"

@@ -9,7 +9,7 @@ from ptxgen.build import build
 from ptxgen.config import load_config
 from ptxgen.shipped import shipped_configs
 
-SK3 = load_config("bench/configs/h100_128x192_sk3.yaml")
+SK3 = load_config("h100_128x192_sk3")
 SPLIT_K = {
     "sk3": SK3,
     "sk3_pair": SK3.replace(**{"cluster.size": 2, "cluster.dual_tile": True, "name": "sk3_pair"}),
@@ -34,7 +34,7 @@ def test_split_k_workspace_holds_every_ctas_partials_and_counters(name, m, n):
     partial = cfg.tile.block_m * cfg.tile.block_n * 4 * accumulators  # fp32 partial tile of one CTA
     counters = cfg.mma.warpgroups  # one per consumer warpgroup
     splits = cfg.schedule.split_k
-    assert spec.workspace.bytes_for(spec.grid, m, n) == cta_tiles * ((splits - 1) * partial + counters * 4)
+    assert spec.workspace.bytes_for(spec.grid, m, n) == cta_tiles * (splits * partial + counters * 4)
 
 
 @pytest.mark.parametrize("name", shipped_configs() + list(SPLIT_K))

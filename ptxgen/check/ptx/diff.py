@@ -287,9 +287,9 @@ IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     O.LdGlobalF32: lambda c, ev, op: [E.LdGlobalF32(WORKSPACE_PTR + c.at_lane(ev.offset), len(op.idx))],
     O.LdEpilogue: _ld_epilogue,
     O.LdGlobalNcU32: lambda c, ev, op: [E.LdGlobalTable(GROUP_PTR + 4 * c.at_lane(ev.index))],
-    O.RedGlobal: lambda c, ev, op: [E.RedGlobal(op.sem, op.scope, "add", WORKSPACE_PTR + ev.offset, op.value)],
     O.StEpilogue: _st_epilogue,
-    O.LdGlobalAcquireWait: lambda c, ev, op: [E.LdGlobalU32(op.sem, op.scope, WORKSPACE_PTR + ev.offset)],
+    O.AtomGlobalAdd: lambda c, ev, op: [E.AtomAdd(op.sem, op.scope, WORKSPACE_PTR + ev.offset, op.value)],
+    O.NamedBarrierPopc: lambda c, ev, op: [E.BarRedPopc(ev.id, ev.threads)],
     O.StGlobalU32: lambda c, ev, op: [E.StGlobalSemU32("relaxed", op.scope, WORKSPACE_PTR + ev.offset, op.value)],
     # ops the walker treats as silent or thread-local (ir_effects makes them events)
     O.Nanosleep: lambda c, ev, op: [E.Nanosleep(op.ns)],
@@ -321,6 +321,7 @@ def ir_effects(kernel, launch: Launch) -> list[Effect]:
 
     thread = _Thread(kernel, launch, wk)
     out: list[Effect] = []
+    counters: dict[int, int] = {}  # split-K counters (workspace byte offset -> value), as the interpreter models them
     gen, reply = wk.run(), None
     while True:
         try:
@@ -347,6 +348,13 @@ def ir_effects(kernel, launch: Launch) -> list[Effect]:
             reply = bits16_to_f32(bits, ev.op.fmt)
         elif isinstance(ev.op, O.LdEpilogue):  # a bias/scale/residual: the interpreter's operand data by address
             reply = operand_values(thread, ev, ev.op)
+        elif isinstance(ev.op, O.AtomGlobalAdd):  # the interpreter's model: this thread's own arrivals and resets
+            reply = counters.get(ev.offset, 0)
+            counters[ev.offset] = reply + ev.op.value
+        elif isinstance(ev.op, O.StGlobalU32):
+            counters[ev.offset] = ev.op.value
+        elif isinstance(ev.op, O.NamedBarrierPopc):  # the interpreter's model: every warpgroup arrives last
+            reply = 1
         elif isinstance(ev.op, O.LdGlobalF32):  # a partial another CTA stored: opaque data by address
             addr = WORKSPACE_PTR + np.asarray(ev.offset, dtype=np.int64)[:, None] + 4 * np.arange(len(ev.op.idx))
             reply = P.opaque_f32("global", addr)

@@ -73,8 +73,8 @@ LdGlobalTable = _effect("LdGlobalTable", "ld.global.nc.u32", "addr",
 RedGlobal = _effect("RedGlobal", "red.global", "sem scope op addr value",
                     "``red.SEM.SCOPE.global.OP.u32``: op ``add`` (a split-K counter) or ``max`` (an amax output: the "
                     "bits of a nonnegative f32).")
-LdGlobalU32 = _effect("LdGlobalU32", "ld.global.u32", "sem scope addr",
-                      "``ld.SEM.SCOPE.global.u32`` (a spin passes at once, like ``try_wait``).")
+AtomAdd = _effect("AtomAdd", "atom.add", "sem scope addr value", "``atom.SEM.SCOPE.global.add.u32`` (a split-K arrival).")
+BarRedPopc = _effect("BarRedPopc", "bar.red.popc", "id threads", "``bar.red.popc.u32 d, id, threads, p`` (reads 1).")
 StGlobalSemU32 = _effect("StGlobalSemU32", "st.global.sem.u32", "sem scope addr value",
                          "``st.relaxed.SCOPE.global.u32``.")
 # tcgen05 (PTX ISA "tcgen05.alloc", "tcgen05.fence", "tcgen05.mma", "tcgen05.commit", "tcgen05.ld", "tcgen05.cp")
@@ -104,7 +104,7 @@ KINDS: dict[str, type] = {t.KIND: t for t in (
     MbarrierInit, MbarrierArrive, MbarrierTryWait, FenceMbarrierInit, TmaLoad, TmaStore, BulkCommit, BulkWait,
     FenceProxyAsync, BarSync, BarrierClusterArrive, BarrierClusterWait, Nanosleep, SetMaxNReg, StShared, StMatrix,
     LdMatrix, StGlobal, LdShared, LdGlobal, AtomCas, StGlobalU32, StGlobalF32, LdGlobalF32, LdGlobalNc, LdGlobalTable,
-    RedGlobal, LdGlobalU32,
+    AtomAdd, BarRedPopc,
     StGlobalSemU32, TmemAlloc, TmemRelinquish, TmemDealloc, TcgenFence, Umma, UmmaBlockScaled, TmemCopy, UmmaCommit,
     TmemLoad, TmemWaitLd, WgmmaFence, Wgmma, WgmmaCommit, WgmmaWait)}
 

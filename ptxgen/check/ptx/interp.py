@@ -72,8 +72,9 @@ IR fixes, such as ``tcgen05.ld``'s shape and the MMA kind and types).  :func:`pa
 performance-tuning and cluster directives (:attr:`Program.directives`).  The hang watchdog's loads read 0
 (never reached here: ``try_wait`` succeeds at once), its
 ``atom.cas`` returns 0 and ``%globaltimer`` reads 0; a predicated-off ``ld.global.v4.f32`` has no effect;
-a split-K spin (``ld.SEM.SCOPE.global.u32``) reads the value the ``setp.ne`` after it waits for, so it
-passes at once, like ``try_wait``.
+a split-K arrival (``atom.SEM.SCOPE.global.add.u32``) reads what this thread's own arrivals and counter resets
+left (the one-thread model's only writers), and ``bar.red.popc`` counts 1 (every warpgroup reduces its tile:
+the path with the partial loads).
 
 Sources: PTX ISA 8.8, the instruction sections named above and in :mod:`.effects`.
 """
@@ -354,6 +355,7 @@ class Thread:
             "%globaltimer": 0,  # a stopped clock: nothing blocks here, so no watchdog budget expires
         }
         self.effects: list[Effect] = []
+        self.counters: dict[int, int] = {}  # split-K counters this thread changed (address -> value; others 0)
         self.pc = 0
         self.steps = 0
         self.max_steps = max_steps
@@ -996,8 +998,6 @@ def _ld(insn: Insn):
             t.effects.append(E.LdShared(addr))
             t.regs[d] = opaque_f32("shared", addr)[()] if f32 else t.tmem_base
         return ld_shared
-    if parts[1] in ("acquire", "relaxed") and tuple(parts[3:]) == ("global", "u32"):  # a split-K counter spin
-        return _ld_spin(insn)
     if tuple(parts[1:]) == ("global", "v4", "f32"):  # a split-K partial chunk
         a = _aligned(insn, _addr(ops[1]), access_bytes(parts))
         regs = _vec(ops[0])
@@ -1060,23 +1060,9 @@ def _ld_operand(insn: Insn):
     return ld
 
 
-def _ld_spin(insn: Insn):
-    """``ld.SEM.SCOPE.global.u32 d, [a]`` of a counter spin: it reads the value the ``setp.ne.u32 p, d, V`` after
-    it compares with (nothing blocks in this model), so the loop passes at once."""
-    parts, ops = insn.parts, insn.ops
-    d, a, sem, scope = ops[0], _aligned(insn, _addr(ops[1]), 4), parts[1], parts[2]
-
-    def ld_spin(t):
-        t.effects.append(E.LdGlobalU32(sem, scope, a(t)))
-        nxt = t.prog.insns[t.pc + 1] if t.pc + 1 < len(t.prog.insns) else None
-        awaited = _int(nxt.ops[2]) if nxt is not None and nxt.parts[:2] == ("setp", "ne") and nxt.ops[1] == d else None
-        t.regs[d] = awaited if awaited is not None else 0
-    return ld_spin
-
-
 def _red(insn: Insn):
-    """``red{.sem}{.scope}.global.{add,max}.u32 [a], v`` (a split-K counter increment; an amax output's
-    ``red.global.max`` of the bits of a nonnegative f32): the effect names semantics, scope and operation, the
+    """``red{.sem}{.scope}.global.{add,max}.u32 [a], v`` (an amax output's ``red.global.max`` of the bits of a
+    nonnegative f32; ``add`` for a counter): the effect names semantics, scope and operation, the
     defaults filled in (PTX ISA "red": ``.relaxed`` without ``.sem``, ``.gpu`` without ``.scope``; ``.sem`` is
     ``.relaxed`` or ``.release``).  An f32 register operand is read as its bits (the ``.u32`` view)."""
     parts, ops = insn.parts, insn.ops
@@ -1098,9 +1084,20 @@ def _red(insn: Insn):
 
 def _atom(insn: Insn):
     """``atom[.sem.scope].global.cas.b32 d, [a], cmp, new`` (the watchdog's claim): effect with its semantics
-    (``relaxed.gpu`` when absent, PTX ISA "atom"), and the old word reads 0."""
+    (``relaxed.gpu`` when absent, PTX ISA "atom"), and the old word reads 0.  ``atom.SEM.SCOPE.global.add.u32 d,
+    [a], v`` (a split-K arrival): the old word is what this thread's own arrivals and resets left there (0 at
+    first), the only writers this one-thread model knows."""
     parts, ops = insn.parts, insn.ops
     sem, scope = ("relaxed", "gpu") if parts[1] == "global" else (parts[1], parts[2])
+    if tuple(parts[-3:]) == ("global", "add", "u32") and len(parts) == 6:
+        d, a, v = ops[0], _aligned(insn, _addr(ops[1]), 4), _src(ops[2])
+
+        def atom_add(t):
+            addr, value = a(t), v(t)
+            t.effects.append(E.AtomAdd(sem, scope, addr, value))
+            t.regs[d] = t.counters.get(addr, 0)
+            t.counters[addr] = (t.regs[d] + value) & 0xFFFFFFFF
+        return atom_add
     if tuple(parts[-3:]) != ("global", "cas", "b32") or len(parts) not in (4, 6):
         raise PtxInterpError(f"line {insn.line}: atom form not interpreted: {insn.text}")
     d, a, cmp_, new = ops[0], _aligned(insn, _addr(ops[1]), 4), _src(ops[2]), _src(ops[3])
@@ -1410,7 +1407,11 @@ def _st(insn: Insn):
     vals = [_src(x) for x in _vec(ops[1])]
     els = _stored(_vec(ops[1]))
     if parts[1] in ("relaxed", "release") and tuple(parts[3:]) == ("global", "u32"):  # a split-K counter reset
-        return _effect(insn, E.StGlobalSemU32, _const(parts[1]), _const(parts[2]), a, vals[0])
+        def st_counter(t):
+            addr, value = a(t), vals[0](t)
+            t.effects.append(E.StGlobalSemU32(parts[1], parts[2], addr, value))
+            t.counters[addr] = value
+        return st_counter
     if space == "global" and parts[-1] == "f32":  # a split-K partial chunk (st.global.v4.f32)
         def st_partial(t):
             t.effects.append(E.StGlobalF32(a(t), els(t)))
@@ -1452,6 +1453,15 @@ def _bar(insn: Insn):
             return _effect(insn, E.BarrierClusterArrive, _const(sem))
         sem, _ = _sem_scope(insn, "acquire", ("acquire",))
         return _effect(insn, E.BarrierClusterWait, _const(sem))
+    if insn.parts[0] == "bar" and insn.parts[1:] == ("red", "popc", "u32"):
+        # bar.red.popc.u32 d, id, threads, p (a split-K verdict): the count reads 1, as if this thread's
+        # warpgroup arrived last on its tile (the path with the partial loads; the IR side replies the same)
+        d, bid, n = insn.ops[0], _src(insn.ops[1]), _src(insn.ops[2])
+
+        def bar_red(t):
+            t.effects.append(E.BarRedPopc(bid(t), n(t)))
+            t.regs[d] = 1
+        return bar_red
     if insn.parts[1] not in ("sync",):
         raise PtxInterpError(f"line {insn.line}: barrier form not interpreted: {insn.text}")
     n = _src(insn.ops[1]) if len(insn.ops) > 1 else _const(None)
@@ -1486,7 +1496,7 @@ _FAMILIES = {
     "setp": _setp, "selp": _selp, "mov": _mov, "cvt": _cvt, "cvta": _cvt, "ld": _ld, "bra": _bra,
     "ret": lambda insn: (lambda t: "ret"), "exit": lambda insn: (lambda t: "ret"),
     "elect": _elect, "shfl": _shfl, "mapa": _mapa, "mbarrier": _mbarrier, "cp": _cp, "tcgen05": _tcgen05,
-    "wgmma": _wgmma, "createpolicy": _createpolicy, "st": _st, "atom": _atom, "red": _red, "bar": _bar,
+    "wgmma": _wgmma, "createpolicy": _createpolicy, "st": _st, "atom": _atom, "bar": _bar,
     "barrier": _bar, "fence": _fence,
     "nanosleep": lambda insn: _effect(insn, E.Nanosleep, _src(insn.ops[0])),
     "stmatrix": _stmatrix, "ldmatrix": _ldmatrix,

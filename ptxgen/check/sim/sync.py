@@ -114,10 +114,11 @@ class Mbarrier:
 class Rendezvous:
     """A thread barrier (``bar.sync``, ``barrier.cluster``): ``warps`` whole warps meet, then all go on."""
 
-    __slots__ = ("name", "warps", "threads", "arrived", "waiters", "clock")
+    __slots__ = ("name", "warps", "threads", "arrived", "waiters", "clock", "popc")
 
     def __init__(self, name: str, threads: int):
         self.name, self.threads = name, threads
+        self.popc = 0  # bar.red.popc: threads of this round's arrivals whose predicate was true
         self.warps = threads // 32
         self.arrived: list = []
         self.waiters: list = []

@@ -5,16 +5,19 @@ runtime's buffer.  Each 4-byte word of the partial region carries a state:
 
 * ``UNDEF``      no store wrote it in this launch;
 * ``STORED``     written by ``st.global`` and not yet published by a release;
-* ``PUBLISHED``  published by a ``red.release`` on counter ``publisher``.
+* ``PUBLISHED``  published by a release (``red.release``, ``atom.acq_rel``) on counter ``publisher``, as the
+  ``seq``-th counter operation of the launch.
 
 Ordering (PTX ISA "Memory Consistency Model": release/acquire patterns, causality order through
 ``bar.sync``).  A warp's stores are *pending* until a release by the warp publishes them; a completed thread
 barrier shares its warps' pending stores and acquired counters (a release by one thread after the barrier
-covers the others' earlier stores, an acquire by one thread before it orders the others' later loads).  A
-load is legal only on words ``PUBLISHED`` by a counter the loading warp has acquired
-(``ld.acquire`` that saw the awaited value); anything else is a *read of a partial that no completed store
-produced* (or not ordered before the read).  Counter waits park the warp until the value is reached; a
-launch must leave every counter at 0 (self-cleaning workspace).
+covers the others' earlier stores, an acquire by one thread before it orders the others' later loads).  An
+``atom.add`` releases (``release``, ``acq_rel``: the warp's pending stores become published on that counter),
+adds, and acquires (``acquire``, ``acq_rel``: the warp records the counter and the counter operations up to
+it); a load is legal only on words ``PUBLISHED`` on a counter the loading warp has acquired, by a release that
+came before that acquire.  Anything else is a *read of a partial that no completed store produced* (or not
+ordered before the read).  Nothing waits on a counter; a launch must leave every counter at 0 (self-cleaning
+workspace).
 """
 
 from __future__ import annotations
@@ -51,9 +54,10 @@ class Workspace:
         self.data = np.zeros(self.nbytes // WORD, dtype=np.uint32)
         self.state = np.zeros(self.counters_at // WORD, dtype=np.uint8)
         self.publisher = np.full(self.counters_at // WORD, -1, dtype=np.int64)
+        self.seq = np.zeros(self.counters_at // WORD, dtype=np.int64)  # the publishing release's place in order
+        self.ops = 0  # counter operations so far (releases and acquires are numbered by it)
         self.pending: dict[object, list[_Stores]] = {}  # warp -> stores not yet published by a release of its
-        self.acquired: dict[object, set[int]] = {}  # warp -> counters (byte offsets) it acquired
-        self.waiters: list = []  # warps parked on a counter (Machine.park / wake)
+        self.acquired: dict[object, dict[int, int]] = {}  # warp -> counter byte offset -> the latest acquire's place
 
     # ---------------------------------------------------------------- partials
 
@@ -73,19 +77,23 @@ class Workspace:
 
     def load(self, warp, offsets: np.ndarray, who: object) -> np.ndarray:
         words = self._words(offsets, who)
-        acquired = self.acquired.get(warp, set())
+        acquired = self.acquired.get(warp, {})
         st, pub = self.state[words], self.publisher[words]
-        ok = (st == PUBLISHED) & np.isin(pub, list(acquired))
+        seen = np.array([acquired.get(int(c), -1) for c in pub], dtype=np.int64)
+        ok = (st == PUBLISHED) & (self.seq[words] < seen)
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
             byte = int(words[i]) * WORD
             if st[i] == UNDEF:
                 why = "no store in this launch wrote it"
             elif st[i] == STORED:
-                why = "it was stored but no release (red.release after the store) has published it"
-            else:
+                why = "it was stored but no release (the atom.acq_rel arrival after the store) has published it"
+            elif seen[i] < 0:
                 why = (f"it was published on the counter at byte {int(pub[i]):#x}, which the reader has not acquired "
-                       "(ld.acquire of the counter's final value, then a thread barrier)")
+                       "(an acquire of the counter's final value, then a thread barrier)")
+            else:
+                why = (f"it was published on the counter at byte {int(pub[i]):#x} after the reader's acquire of it "
+                       "(the reader decided before that split arrived)")
             raise SimError(f"read of a partial that no completed store produced: {who} loads workspace byte "
                            f"{byte:#x}, but {why}")
         return self.data[words].view(np.float32).reshape(len(offsets), 4).copy()
@@ -98,35 +106,39 @@ class Workspace:
                            f"[{self.counters_at:#x}, {self.nbytes:#x}) in 4-byte words")
         return offset // WORD
 
-    def value(self, offset: int) -> int:
-        return int(self.data[offset // WORD])
-
-    def red(self, warp, offset: int, value: int, sem: str, who: object) -> None:
+    def atom(self, warp, offset: int, value: int, sem: str, who: object) -> int:
+        """``atom.SEM.add`` of ``value`` to the counter at ``offset``: release (``release``, ``acq_rel``), add, acquire
+        (``acquire``, ``acq_rel``); returns the old value."""
         i = self._counter(offset, who)
-        if sem == "release":
+        old = int(self.data[i])
+        if sem in ("release", "acq_rel"):
+            self.ops += 1
             for batch in self.pending.pop(warp, []):
                 if not batch.published:
                     w = batch.words[self.state[batch.words] == STORED]
                     self.state[w] = PUBLISHED
                     self.publisher[w] = offset
+                    self.seq[w] = self.ops
                     batch.published = True
-        self.data[i] = (int(self.data[i]) + value) & 0xFFFFFFFF
+        self.data[i] = (old + value) & 0xFFFFFFFF
+        if sem in ("acquire", "acq_rel"):
+            self.ops += 1
+            self.acquired.setdefault(warp, {})[offset] = self.ops
+        return old
 
     def set(self, offset: int, value: int, who: object) -> None:
         self.data[self._counter(offset, who)] = value
 
-    def acquire(self, warp, offset: int, sem: str) -> None:
-        """``ld.acquire`` saw the awaited value (a relaxed load orders nothing)."""
-        if sem == "acquire":
-            self.acquired.setdefault(warp, set()).add(offset)
-
     def barrier(self, warps: list) -> None:
         """A completed thread barrier: its warps share pending stores and acquired counters."""
         pending = [b for w in warps for b in self.pending.get(w, []) if not b.published]
-        acquired = set().union(*(self.acquired.get(w, set()) for w in warps))
+        acquired: dict[int, int] = {}
+        for w in warps:
+            for c, at in self.acquired.get(w, {}).items():
+                acquired[c] = max(at, acquired.get(c, -1))
         for w in warps:
             self.pending[w] = list(pending)
-            self.acquired[w] = set(acquired)
+            self.acquired[w] = dict(acquired)
 
     def check_exit(self) -> None:
         """Every counter back at 0 (the next launch, or a CUDA-graph replay, starts from 0)."""

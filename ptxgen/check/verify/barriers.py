@@ -314,11 +314,12 @@ class _Replay:
             raise VerifyError(f"split-K counter not reset: {len(left)} workspace counter(s) nonzero at exit (byte "
                               f"{off:#x} holds {v}); the next launch's last split would see a stale count")
 
-    def _counter(self, ev: W.Event) -> bool:
+    def _counter(self, rec: _Rec) -> bool:
+        ev = rec.ev
         value = self.counters.get(ev.offset, 0)
-        if isinstance(ev.op, O.LdGlobalAcquireWait):
-            return value == ev.op.value
-        self.counters[ev.offset] = value + ev.op.value if isinstance(ev.op, O.RedGlobal) else ev.op.value
+        if isinstance(ev.op, O.AtomGlobalAdd) and value != rec.value:
+            return False  # the trace's arrival order: this arrival read rec.value (a later arrival waits its turn)
+        self.counters[ev.offset] = value + ev.op.value if isinstance(ev.op, O.AtomGlobalAdd) else ev.op.value
         return True
 
     def _key(self, w, ref: W.BarRef) -> tuple:
@@ -349,7 +350,7 @@ class _Replay:
         elif isinstance(ev.op, W.THREAD_SYNCS):
             return self._sync(w, ev)
         elif isinstance(ev.op, W.COUNTER_OPS):
-            return self._counter(ev)
+            return self._counter(rec)
         return True
 
     def _sync(self, w, ev: W.Event) -> bool:

@@ -41,6 +41,7 @@ class _Rec:
     ld_pending: bool = False  # a tcgen05.ld issued before this event is not yet waited (tcgen05.wait::ld)
     uses: list = field(default_factory=list)  # (waited barrier, stage) of each stage access (_check_dataflow)
     retires: list = field(default_factory=list)  # wgmma.wait_group: the wgmma events (_Rec) it retires
+    value: object = None  # the reply the trace gave (AtomGlobalAdd: the count before the arrival; NamedBarrierPopc)
 
 
 @dataclass
@@ -107,6 +108,7 @@ def _trace(kernel, ragged: bool = False, ragged_rows: bool = False) -> _Trace:
     warps: dict[tuple[int, int], list[_Rec]] = {}
     tables = grouped.trace_tables(kernel, m)  # a grouped kernel's u32 table and G (empty groups, partial m-blocks)
     params = {"m": m, "n": n, "k": k, **tables.params}
+    counters = _Arrivals()
     for ctaid in range(grid):
         for warp in range(kernel.threads // W.LANES):
             wk = W.WarpWalker(program, ctaid=ctaid, nctaid=grid, cluster_size=kernel.cluster_size, warp=warp,
@@ -125,11 +127,62 @@ def _trace(kernel, ragged: bool = False, ragged_rows: bool = False) -> _Trace:
                         reply = np.zeros((W.LANES, ev.op.ncols), dtype=np.float32)
                     elif isinstance(ev.op, O.LdGlobalNcU32):
                         reply = tables.read(ev.op.param, ev.index, ev.op.describe())
+                    elif isinstance(ev.op, (O.AtomGlobalAdd, O.NamedBarrierPopc)):
+                        reply = recs[-1].value = counters.reply(ctaid, warp, ev)
                     elif isinstance(ev.op, W.THREAD_SYNCS) and ev.kind in counted:
                         syncs += 1
+                    if isinstance(ev.op, W.THREAD_SYNCS):
+                        counters.passed(ctaid, warp, ev)
             except StopIteration:
                 pass
             except W.IRFault as exc:
                 raise VerifyError(f"{exc} ({wk.where()})") from None
             warps[(ctaid, warp)] = recs
+    counters.check(warps)
     return _Trace(kernel, m, n, k, grid, warps)
+
+
+class _Arrivals:
+    """The trace's replies to split-K arrivals and to counting barriers, consistent across the traced warps.
+
+    Warps are traced one after another (CTA by CTA, warp by warp), so the trace fixes one arrival order: an
+    ``AtomGlobalAdd`` reads the counter as the arrivals traced before it left it (the replay then holds each
+    arrival to that order).  A ``bar.red.popc`` replies the count of the warps traced so far at the same visit
+    of the same named barrier (the visit: how many named-barrier syncs on that id the warp passed before);
+    :meth:`check` then requires every reply to equal the visit's final count, so a trace whose later warps
+    would have changed an earlier warp's verdict is refused instead of checked on a wrong path.
+    """
+
+    def __init__(self):
+        self.counters: dict[int, int] = {}  # workspace byte offset -> value
+        self.visits: dict[tuple, int] = {}  # (ctaid, warp, barrier id) -> named syncs passed
+        self.popc: dict[tuple, int] = {}  # (ctaid, barrier id, visit) -> count so far
+
+    def reply(self, ctaid: int, warp: int, ev: W.Event) -> int:
+        if isinstance(ev.op, O.AtomGlobalAdd):
+            old = self.counters.get(ev.offset, 0)
+            self.counters[ev.offset] = old + ev.op.value
+            return old
+        key = (ctaid, ev.id, self.visits.get((ctaid, warp, ev.id), 0))
+        self.popc[key] = self.popc.get(key, 0) + int(np.count_nonzero(ev.pred))
+        return self.popc[key]
+
+    def passed(self, ctaid: int, warp: int, ev: W.Event) -> None:
+        if ev.kind == "named":
+            k = (ctaid, warp, ev.id)
+            self.visits[k] = self.visits.get(k, 0) + 1
+
+    def check(self, warps: dict) -> None:
+        visits: dict[tuple, int] = {}
+        for (ctaid, warp), recs in warps.items():
+            for rec in recs:
+                ev = rec.ev
+                if not isinstance(ev.op, W.THREAD_SYNCS) or ev.kind != "named":
+                    continue
+                k = (ctaid, warp, ev.id)
+                visit = visits.get(k, 0)
+                visits[k] = visit + 1
+                if isinstance(ev.op, O.NamedBarrierPopc) and rec.value != self.popc[(ctaid, ev.id, visit)]:
+                    raise VerifyError(f"{ev.op.describe()} at {rec.where}: the trace replied {rec.value}, but the "
+                                      f"barrier's threads count {self.popc[(ctaid, ev.id, visit)]} (a warp traced "
+                                      "later changed the verdict)")

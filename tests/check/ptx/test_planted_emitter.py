@@ -213,8 +213,8 @@ def f16_stored_as_bf16(mp):
 
 
 def release_dropped(mp):
-    """The split-K counter increment emitted ``red.relaxed.gpu``: partial stores no longer ordered before it."""
-    _patch_op(mp, ops.RedGlobal, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, sem="relaxed")))
+    """The split-K arrival emitted ``atom.relaxed.gpu``: partial stores no longer ordered before it."""
+    _patch_op(mp, ops.AtomGlobalAdd, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, sem="relaxed")))
 
 
 def partial_chunk_off_by_one(mp):

@@ -145,7 +145,8 @@ def test_nvfp4_traces_are_not_trivial(name):
 
 
 def test_split_k_traces_are_not_trivial():
-    """The split-K comparison sees the fixup: partial stores and loads, the release increment, the acquire spin."""
+    """The split-K comparison sees the fixup: partial stores and loads, the acq_rel arrival, the counting barrier,
+    the counter reset."""
     kernel, prog = built_variant(SPLIT_K[0])
     g = kernel.launch.grid
     m, n, k = g.tile_rows * 2 - 3, g.tile_cols * 2 - 8, kernel.block_k * (kernel.stages + 2) - 8
@@ -153,8 +154,8 @@ def test_split_k_traces_are_not_trivial():
     effects = ptx_effects(prog, kernel, launch)
     assert effects == ir_effects(kernel, launch)
     kinds = {e[0] for e in effects}
-    assert {"st.global.f32", "ld.global.f32", "red.global", "ld.global.u32", "st.global.sem.u32"} <= kinds
-    assert {e[1:3] for e in effects if e[0] in ("red.global", "ld.global.u32")} == {("release", "gpu"), ("acquire", "gpu")}
+    assert {"st.global.f32", "ld.global.f32", "atom.add", "bar.red.popc", "st.global.sem.u32"} <= kinds
+    assert {e[1:3] for e in effects if e[0] == "atom.add"} == {("acq_rel", "gpu")}
 
 
 def test_interpreter_basics():

@@ -76,7 +76,8 @@ PLANTED = [
     ("order", "level9", r"fence\.proxy\.async\.shared::cta", "fence.proxy.async.global", "'fence.proxy.async', 'global'"),
     ("order", "h100_128x256", r"fence\.proxy\.async\.shared::cta", "fence.proxy.async.global",
      "'fence.proxy.async', 'global'"),
-    ("order", "split-K", r"red\.release\.gpu", "red.relaxed.gpu", "'red.global', 'relaxed'"),
+    ("order", "split-K", r"atom\.acq_rel\.gpu", "atom.relaxed.gpu", "'atom.add', 'relaxed'"),
+    ("order", "split-K", r"atom\.acq_rel\.gpu", "atom.release.gpu", "'atom.add', 'release'"),
     # (d) instruction forms and directives the IR fixes
     ("form", "level9", r"tcgen05\.ld\.sync\.aligned\.32x32b\.x32", "tcgen05.ld.sync.aligned.16x256b.x8", "'16x256b'"),
     ("form", "level9", r"kind::f16", "kind::tf32", "'tcgen05.mma', 2, 'tf32'"),

@@ -5,7 +5,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ....errors import SimError
+from ....ir import ops as O
 from ... import walker as W
 from ..state import Blocked, Cta, Warp
 from ..sync import Mbarrier, Rendezvous
@@ -80,14 +83,18 @@ class Barriers:
         if rv is None:
             rv = self.rendezvous[key] = Rendezvous(name, ev.threads)
         join_clocks(rv.clock, self._release(w))
+        if isinstance(ev.op, O.NamedBarrierPopc):  # bar.red.popc: every thread gets the count of the round
+            rv.popc += int(np.count_nonzero(ev.pred))
         released = rv.arrive(w, ev.threads, str(w.walker.where()))
         if released is None:
             self.park(w, Blocked(rv, lambda: f"{rv.name}: {len(rv.arrived)} of {rv.warps} warps arrived",
                                   w.walker.where()), lambda: w not in rv.arrived)
             return
         clock, rv.clock = rv.clock, {}
+        count, rv.popc = rv.popc, 0
         for x in released:
             self._acquire(x, clock, rv.name)
+            x.reply = count if isinstance(ev.op, O.NamedBarrierPopc) else None
         self._publish_inits(ev.kind, cta)
         if self.ws is not None:
             self.ws.barrier(released)
