@@ -28,6 +28,7 @@ pytestmark = pytest.mark.sim
 
 SQUARE, WIDE, TALL = "fp8_h100_128x128", "fp8_h100_128x256", "fp8_h100_256x128"
 OVERLAP, PAIR = "fp8_h100_64x128", "fp8_h100_128x128_c2"  # promotion_unroll 4; B multicast over a CTA pair
+WIDE_PAIR, PAIR3 = "fp8_h100_128x256_c2", "fp8_h100_192x128_c2"  # pairs: two chunks; three consumer warpgroups
 
 
 # ------------------------------------------------------------------ host numerics
@@ -69,7 +70,8 @@ def test_reference_is_the_recipe_formula():
 @pytest.mark.parametrize("config, shape", [(SQUARE, (64, 256, 384)), (WIDE, (130, 300, 272)), (TALL, (300, 136, 400)),
                                            # K = 272 and 1040: 3 and 9 k-blocks, walked as 4 and 12 (zero fill)
                                            (OVERLAP, (130, 300, 272)), (OVERLAP, (65, 129, 1040)),
-                                           (PAIR, (300, 136, 400)), (PAIR, (520, 260, 272))])
+                                           (PAIR, (300, 136, 400)), (PAIR, (520, 260, 272)),
+                                           (WIDE_PAIR, (300, 520, 272)), (PAIR3, (520, 300, 1040))])
 def test_simulated_fp8_gemm_equals_the_recipe(config, shape):
     kernel = _kernel(config)
     r = simulate_fp8(kernel, *shape, seed=5, num_sms=2)
@@ -165,7 +167,7 @@ def test_scale_read_after_the_release_fails_the_verifier():
         verify(kernel)
 
 
-@pytest.mark.parametrize("config", [SQUARE, WIDE, TALL, OVERLAP, PAIR])
+@pytest.mark.parametrize("config", [SQUARE, WIDE, TALL, OVERLAP, PAIR, WIDE_PAIR, PAIR3])
 def test_shipped_fp8_kernels_verify(config):
     verify(_kernel(config))
 
