@@ -33,18 +33,24 @@ def wgmma(lw: Lowering, op: ops.Wgmma) -> None:
             f"{adesc}, {bdesc}, {p}, {imm};")
 
 
+def scale_load(lw: Lowering, op: ops.ScaleLoad) -> None:
+    """Scales from the stage (two scale_a rows, one scale_b), then their two products into ``dst``."""
+    dst = lw.array(op.dst, 2, ".f32")
+    sb = lw.tmp()
+    lw.emit(f"ld.shared.f32 {dst[0]}, [{lw.smem(op.sa_addr)}];")
+    lw.emit(f"ld.shared.f32 {dst[1]}, [{lw.smem(ex.fold(ex.lift(op.sa_addr) + op.row_half))}];")
+    lw.emit(f"ld.shared.f32 {sb}, [{lw.smem(op.sb_addr)}];")
+    lw.emit(f"mul.f32 {dst[0]}, {dst[0]}, {sb};")
+    lw.emit(f"mul.f32 {dst[1]}, {dst[1]}, {sb};")
+
+
 def promote_scaled(lw: Lowering, op: ops.PromoteScaled) -> None:
-    """Scales from the stage (two scale_a rows, one scale_b), their products, then one FMA per partial value."""
+    """One FMA per partial value with its row's scale product (``mul`` on a tile's first k-block)."""
     acc = lw.array(op.acc, op.offset + op.n, ".f32")
     part = lw.array(op.part, op.n, ".f32")
-    s0, s1, sb = lw.tmp(), lw.tmp(), lw.tmp()
-    lw.emit(f"ld.shared.f32 {s0}, [{lw.smem(op.sa_addr)}];")
-    lw.emit(f"ld.shared.f32 {s1}, [{lw.smem(ex.fold(ex.lift(op.sa_addr) + op.row_half))}];")
-    lw.emit(f"ld.shared.f32 {sb}, [{lw.smem(op.sb_addr)}];")
-    lw.emit(f"mul.f32 {s0}, {s0}, {sb};")
-    lw.emit(f"mul.f32 {s1}, {s1}, {sb};")
+    scales = lw.array(op.scales, 2, ".f32")
     for j in range(op.n):
-        s, d = (s0, s1)[(j // 2) & 1], acc[op.offset + j]
+        s, d = scales[(j // 2) & 1], acc[op.offset + j]
         if op.accumulate:
             lw.emit(f"fma.rn.f32 {d}, {part[j]}, {s}, {d};")
         else:
@@ -65,5 +71,6 @@ WGMMA = {
     ops.Wgmma: wgmma,
     ops.WgmmaCommit: wgmma_commit,
     ops.WgmmaWait: wgmma_wait,
+    ops.ScaleLoad: scale_load,
     ops.PromoteScaled: promote_scaled,
 }

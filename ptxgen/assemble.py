@@ -396,6 +396,19 @@ def disassemble(cubin: bytes) -> str:
     return proc.stdout
 
 
+def compile_ptx(ptx: str, target: str, backend: str = "ptxas") -> bytes:
+    """The cubin of ``ptx`` for ``target`` with ``backend``, as the runtime loads it: errors raise, every other
+    diagnostic (spills, wgmma serialization) is left to :func:`assemble`'s checks.
+
+    Raises:
+        AssembleError: the assembler rejected the PTX or is not installed.
+    """
+    cubin, log = _BACKEND_RUNNERS[backend](ptx, target)
+    if cubin is None:
+        check_log(ptx, log, failed=True, who=f"{backend} ({target})")
+    return cubin
+
+
 def assemble(ptx: str, target: str, *, sass: bool = False, backend: str = "ptxas") -> AssembleResult:
     """Assemble one PTX module holding one ``.entry`` for ``target``.
 

@@ -175,7 +175,8 @@ class Mma:
         two block partials; block kb + 1's wgmmas are issued before block kb is promoted (``wgmma.wait_group 1``),
         so the promotion overlaps them; K is walked in whole iterations (the k-blocks past K are the TMA's zero
         fill, promoted as zeros).  Measured on the H100 (docs/fp8.md, "Speed"): even with one consumer
-        warpgroup, 2.2-3.4x slower with two.
+        warpgroup; with two, 0.93-1.06x compiled as a whole program (2.2-3.4x slower where the driver's
+        relocatable JIT spilled the third partial).
     """
 
     lanes: OneOf("one", "all") = "one"

@@ -31,6 +31,14 @@ variable                   meaning
                            parity, role, CTA, warp, tile and k-block.  Each call then
                            synchronizes (slow).  ``0``/``off``/empty: off (default; the
                            shipped PTX is unchanged).
+``PTXGEN_JIT``             Which compiler turns the PTX into the cubin the runtime loads:
+                           ``auto`` (default): ``ptxas`` when cuda.pathfinder finds it, else
+                           ``driver``; ``ptxas``: the NVIDIA wheel's ptxas, a whole-program
+                           compile (the one whose spill report the build checks);
+                           ``driver``: the driver's JIT (``cuLinkAddData``); ``nvjitlink``.
+                           The driver's JIT and nvJitLink compile relocatable code, which
+                           caps every warp at ``.maxnreg`` however far ``setmaxnreg`` raises
+                           it: consumers that need more registers spill.
 =========================  =================================================================
 
 When they are read: at kernel-load time (the first call that needs a given
@@ -53,6 +61,8 @@ NO_CACHE = "PTXGEN_NO_CACHE"
 DUMP = "PTXGEN_DUMP"
 OVERRIDE_PTX = "PTXGEN_OVERRIDE_PTX"
 WATCHDOG = "PTXGEN_WATCHDOG"
+JIT = "PTXGEN_JIT"
+JITS = ("auto", "ptxas", "driver", "nvjitlink")
 
 #: every knob and its one-line meaning (the README's "Environment knobs" table mirrors this; a test checks it)
 KNOBS: dict[str, str] = {
@@ -62,6 +72,8 @@ KNOBS: dict[str, str] = {
     OVERRIDE_PTX: "PTX file or directory of <name>.ptx: load it in place of the generated PTX "
                   "(refused when its launch metadata differs)",
     WATCHDOG: "ns per mbarrier wait (or 200ms, 50us, 1s; on = 1s): bounded waits, a hang raises DeadlockError",
+    JIT: "auto (default: ptxas if found, else driver), ptxas, driver or nvjitlink: the compiler of the PTX the "
+         "runtime loads",
 }
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -78,6 +90,7 @@ class Knobs:
         dump_dir: ``PTXGEN_DUMP``, or None.
         override_ptx: ``PTXGEN_OVERRIDE_PTX``, or None.
         watchdog_ns: ``PTXGEN_WATCHDOG`` budget in ns, 0 when off.
+        jit: ``PTXGEN_JIT``: ``auto``, ``ptxas``, ``driver`` or ``nvjitlink``.
     """
 
     cache_dir: Path | None = None
@@ -85,6 +98,15 @@ class Knobs:
     dump_dir: Path | None = None
     override_ptx: Path | None = None
     watchdog_ns: int = 0
+    jit: str = "auto"
+
+
+def _jit(name: str, value: str) -> str:
+    """``PTXGEN_JIT``'s value (empty: ``auto``)."""
+    v = value.strip().lower() or "auto"
+    if v not in JITS:
+        raise ConfigError(f"{name}={value!r}: must be one of {', '.join(JITS)}")
+    return v
 
 
 def _flag(name: str, value: str) -> bool:
@@ -126,7 +148,8 @@ def read(environ: Mapping[str, str] | None = None) -> Knobs:
     """Parse the knobs from ``environ`` (default ``os.environ``).
 
     Raises:
-        ConfigError: ``PTXGEN_NO_CACHE`` is not a recognised boolean word, or ``PTXGEN_WATCHDOG`` not a budget.
+        ConfigError: ``PTXGEN_NO_CACHE`` is not a recognised boolean word, ``PTXGEN_WATCHDOG`` not a budget, or
+            ``PTXGEN_JIT`` not a compiler.
     """
     env = os.environ if environ is None else environ
     return Knobs(
@@ -135,4 +158,5 @@ def read(environ: Mapping[str, str] | None = None) -> Knobs:
         dump_dir=_path(env.get(DUMP)),
         override_ptx=_path(env.get(OVERRIDE_PTX)),
         watchdog_ns=_budget(WATCHDOG, env.get(WATCHDOG, "")),
+        jit=_jit(JIT, env.get(JIT, "")),
     )

@@ -400,10 +400,11 @@ class ScalesPlan:
 class PromotionPlan:
     """FP8 two-level accumulation (``operands: fp8``; docs/fp8.md).  Units: elements, registers, bytes.
 
-    Per k-block (one 128-K scale block) each consumer warpgroup runs, for every M-wave and every chunk of
-    ``chunk_n`` columns: ``k_steps`` wgmma ``m64n{chunk_n}k32 .f32.e4m3.e4m3`` into the block partial (the first
-    one overwrites it), ``wgmma.wait_group 0``, then the promotion: main accumulator += partial x scale_a[row] x
-    scale_b[column block].  A chunk never spans two 128-row blocks of B, so it has one scale_b.
+    Per k-block (one 128-K scale block) each consumer warpgroup first loads the scales of every M-wave and chunk
+    (``ScaleLoad``: scale_a[row] x scale_b[column block] into two registers), then runs, for every M-wave and every
+    chunk of ``chunk_n`` columns: ``k_steps`` wgmma ``m64n{chunk_n}k32 .f32.e4m3.e4m3`` into the block partial (the
+    first one overwrites it), ``wgmma.wait_group 0``, then the promotion: main accumulator += partial x the row's
+    scale product.  A chunk never spans two 128-row blocks of B, so it has one scale_b.
 
     atype: the wgmma input type (``e4m3``); mma_k: K per wgmma (32).
     chunk_n: columns of one promoted chunk (min(block_n, 128)); chunks: chunks per M-wave (block_n / chunk_n).

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from .. import epi
 from ..config import FP8_SCALE_BLOCK
 from ..ir import (AmaxLocal, AmaxReduce, Bar, Const, Elect, EpilogueExpr, LdEpilogue, StEpilogue, Expr, FenceProxyAsync, For, If, AtomGlobalAdd, LdGlobalF32, Let,
-                  MbarrierArrive, MbarrierWait, NamedBarrier, NamedBarrierPopc, Nanosleep, Pack16, Param, PromoteScaled, SetMaxNReg,
+                  MbarrierArrive, MbarrierWait, NamedBarrier, NamedBarrierPopc, Nanosleep, Pack16, Param, PromoteScaled, ScaleLoad, SetMaxNReg,
                   Shfl,
                   StGlobal16, StGlobalF32, StGlobalU32, StMatrix, StShared16, TcgenFence, TmaLoad, TmaStore,
                   TmemCopy, TmemLoad, TmemWaitLd, Umma, UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence,
@@ -35,6 +35,7 @@ from .common import (KB, LANE, TMEM, WARP, Cluster, TileScheduler, acc_state, de
                      ring_state, stage_offset)
 
 EPI_BAR_ID = 1  # named barrier of the epilogue threads (sm_90a: 1 + consumer warpgroup)
+SCALES = "sc"  # FP8: the register arrays of a promotion's two scale products (a ScaleLoad)
 PARTIAL = "part"  # FP8: the register array of a k-block's wgmma partial (one m64 x chunk_n fragment)
 CHUNK_VALUES = 8  # bf16 / f16 values of one 16-byte store
 
@@ -715,55 +716,70 @@ class WgmmaConsumer:
                              Const(1 if ks else 0), a_hi=a.desc_hi, b_hi=b.desc_hi, atype=pr.atype, k=pr.mma_k))
         return out + [WgmmaCommit()]
 
-    def promotion(self, stage: Expr, v: int, c: int, part: str, first: bool) -> PromoteScaled:
-        """FP8: promote ``part`` (M-wave ``v``, column chunk ``c``) into the main accumulator with the scales in
-        stage ``stage``: this thread's two scale_a rows and the chunk's scale_b."""
+    @staticmethod
+    def scales_name(v: int, c: int, j: int = 0) -> str:
+        """Register array of the scale products of M-wave ``v``, column chunk ``c`` (overlapped: k-block parity ``j``)."""
+        return f"{SCALES}{v}_{c}" + (f"_{j}" if j else "")
+
+    def scale_load(self, stage: Expr, v: int, c: int, dst: str) -> ScaleLoad:
+        """FP8: the scales of M-wave ``v``, column chunk ``c`` from stage ``stage`` (this thread's two scale_a rows
+        and the chunk's scale_b), their products into ``dst``."""
         p, pr = self.p, self.p.promotion
         sa, sb = stage_offset(p, "scale_a", stage), stage_offset(p, "scale_b", stage)
         sb_first = (Var("n_col") // pr.b_block_rows) % pr.sb_box  # the tile's first block inside the scale_b box
         row = Var("wg") * p.mma.wg_row_stride + v * p.mma.wave_rows + (WARP % 4) * 16 + LANE // 4
-        return PromoteScaled(self.acc_name(0, v), part, pr.chunk_values, c * pr.chunk_values,
-                             fold(sa + row * pr.scale_bytes),
-                             fold(sb + (sb_first + c * pr.chunk_n // pr.b_block_rows) * pr.scale_bytes),
-                             pr.row_half, accumulate=not first)
+        return ScaleLoad(dst, fold(sa + row * pr.scale_bytes),
+                         fold(sb + (sb_first + c * pr.chunk_n // pr.b_block_rows) * pr.scale_bytes), pr.row_half)
+
+    def promotion(self, v: int, c: int, part: str, scales: str, first: bool) -> PromoteScaled:
+        """FP8: promote ``part`` (M-wave ``v``, column chunk ``c``) into the main accumulator with the scale
+        products in ``scales``."""
+        pr = self.p.promotion
+        return PromoteScaled(self.acc_name(0, v), part, pr.chunk_values, c * pr.chunk_values, scales, accumulate=not first)
 
     def promoted_kblock(self, first: bool) -> list:
-        """FP8 k-block ``kb`` (one 128-K scale block): consumer_wait ``full``; per M-wave and column chunk, the e4m3
-        wgmmas into the block partial, ``wgmma.wait_group 0``, the promotion into the main accumulator with the
-        stage's scale_a (this thread's two rows) and scale_b (the chunk's block); then consumer_release of the stage
-        (every read of it, wgmma and scale loads, is complete).  ``first``: the tile's first k-block initialises
-        the main accumulator.  See :class:`ptxgen.plan.PromotionPlan`.
+        """FP8 k-block ``kb`` (one 128-K scale block): consumer_wait ``full``; the scale loads of every M-wave and
+        column chunk (before any wgmma: no ``ld.shared`` queues behind the wgmmas' shared-memory reads); per
+        M-wave and chunk the e4m3 wgmmas into the block partial, ``wgmma.wait_group 0`` and the promotion into the
+        main accumulator, the last one after the consumer_release of the stage (its wgmma reads and scale loads
+        are complete: the promotion reads registers only).  ``first``: the tile's first k-block initialises the
+        main accumulator.  See :class:`ptxgen.plan.PromotionPlan`.
         """
         p, pr = self.p, self.p.promotion
         lets, st = ring_state(p)
-        out = [*lets, *p.ab.consumer_wait(st)]
-        for v in range(p.mma.m_waves):
-            for c in range(pr.chunks):
-                out += [*self.promoted_wgmmas(st, v, c, PARTIAL), WgmmaWait(0), self.promotion(st.index, v, c, PARTIAL, first)]
-        return out + self.release(PipelineState(st.index, None))
+        chunks = [(v, c) for v in range(p.mma.m_waves) for c in range(pr.chunks)]
+        out = [*lets, *p.ab.consumer_wait(st), *(self.scale_load(st.index, v, c, self.scales_name(v, c)) for v, c in chunks)]
+        for i, (v, c) in enumerate(chunks):
+            out += [*self.promoted_wgmmas(st, v, c, PARTIAL), WgmmaWait(0)]
+            if i == len(chunks) - 1:
+                out += self.release(PipelineState(st.index, None))
+            out.append(self.promotion(v, c, PARTIAL, self.scales_name(v, c), first))
+        return out
 
     def overlapped_kblocks(self, start: Expr, first: bool) -> list:
         """FP8 with ``promotion.unroll`` = U >= 2 (one wave, one chunk): k-blocks ``start .. start + U - 1``.
 
-        Block j: consumer_wait ``full``, its wgmmas into partial ``j % 2``, commit; for j >= 1 then
-        ``wgmma.wait_group 1`` (block j - 1's group retired, block j's still running) and block j - 1's
-        promotion and consumer_release, which so overlap block j's wgmmas; the last block is promoted after
-        ``wgmma.wait_group 0``.  Every promotion reads a stage waited in the same iteration.  ``first``: the
-        tile's first iteration, whose first promotion initialises the main accumulator.
+        Block j: consumer_wait ``full``, its scale loads into scale array ``j % 2``, its wgmmas into partial
+        ``j % 2``, commit; for j >= 1 then ``wgmma.wait_group 1`` (block j - 1's group retired, block j's still
+        running), block j - 1's consumer_release and promotion, which so overlaps block j's wgmmas; the last block
+        is released and promoted after ``wgmma.wait_group 0``.  Every scale load reads a stage waited in the same
+        iteration.  ``first``: the tile's first iteration, whose first promotion initialises the main accumulator.
         """
         p, pr = self.p, self.p.promotion
         parts = (PARTIAL, PARTIAL + "1")
+        scales = (self.scales_name(0, 0), self.scales_name(0, 0, 1))
         out = []
         for j in range(pr.unroll):
             lets, st = ring_state(p)
-            out += [Let("kb", fold(start + j)), *lets, *p.ab.consumer_wait(st), *self.promoted_wgmmas(st, 0, 0, parts[j % 2])]
+            out += [Let("kb", fold(start + j)), *lets, *p.ab.consumer_wait(st),
+                    self.scale_load(st.index, 0, 0, scales[j % 2]), *self.promoted_wgmmas(st, 0, 0, parts[j % 2])]
             if j:
                 prev = fold((Var("it") - 1) % p.stages)
-                out += [WgmmaWait(1), self.promotion(prev, 0, 0, parts[(j - 1) % 2], first and j == 1),
-                        *self.release(PipelineState(prev, None))]
-        last = parts[(pr.unroll - 1) % 2]
-        return out + [WgmmaWait(0), self.promotion(st.index, 0, 0, last, False),
-                      *self.release(PipelineState(st.index, None))]
+                out += [WgmmaWait(1), *self.release(PipelineState(prev, None)),
+                        self.promotion(0, 0, parts[(j - 1) % 2], scales[(j - 1) % 2], first and j == 1)]
+        last = (pr.unroll - 1) % 2
+        return out + [WgmmaWait(0), *self.release(PipelineState(st.index, None)),
+                      self.promotion(0, 0, parts[last], scales[last], False)]
 
     def tile(self) -> list:
         """One tile: the k-loop (each k-block releases the previous one's stage after ``wgmma.wait_group 1``),

@@ -274,13 +274,13 @@ class WarpWalker:
             O.WarpSwitch: self._warp_switch, O.For: self._for, O.If: self._if, O.Elect: self._elect,
             O.TmemLoad: self._tmem_load, O.TmemBase: self._tmem_base, O.LdGlobalF32: self._ws_load,
             O.LdEpilogue: self._epi_load, O.LdMatrix: self._epi_load,
-            O.PromoteScaled: self._promote,
+            O.ScaleLoad: self._scale_load,
             O.LdGlobalNcU32: self._table_load, O.AtomGlobalAdd: self._counter_arrive,
             O.NamedBarrierPopc: self._barrier_popc,
         }
         self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.EpilogueExpr: self._epi_expr,
                        O.Pack16: self._pack, O.AmaxLocal: self._amax_local, O.AmaxReduce: self._amax_reduce,
-                       O.WgmmaFence: self._wgmma_fence, O.TcgenFence: self._tcgen_fence}
+                       O.WgmmaFence: self._wgmma_fence, O.TcgenFence: self._tcgen_fence, O.PromoteScaled: self._promote}
 
     # ---------------------------------------------------------------- position
 
@@ -600,28 +600,25 @@ class WarpWalker:
         if values is not None:
             self.regs[op.dst][self._lane_ids()[:, None], list(op.idx)] = old + values
 
+    def _scale_load(self, op):
+        """FP8 scale loads: the consumer replies the scales ``(32, 3)`` f32 (scale_a of rows l/4 and l/4 + 8,
+        scale_b; None in a dry run, 0); ``dst`` gets their two products rounded to f32, as ``mul.f32`` does."""
+        scales = yield self.event(op)
+        if scales is None:
+            scales = np.zeros((LANES, 3), dtype=np.float32)
+        self._write_array(op.dst, (scales[:, :2] * scales[:, 2:3]).astype(np.float32), type(op).__name__)
+
     def _promote(self, op):
-        """FP8 promotion: the consumer replies the scales ``(32, 3)`` f32 (scale_a of rows l/4 and l/4 + 8, scale_b;
-        None in a dry run); then ``acc[offset + j] (+)= part[j] * (scale_a[row(j)] * scale_b)`` as the emitted PTX
-        computes it: the scale product rounded to f32 (``mul.f32``), then one fused multiply-add (one rounding)."""
-        ev = self.event(op)
-        part = self._reg(op.part, tuple(range(op.n)), type(op).__name__)  # after the wgmma.wait_group that wrote it
-        cols = list(range(op.offset, op.offset + op.n))
-        old = self._reg(op.acc, tuple(cols), type(op).__name__) if op.accumulate else None
-        scales = yield ev
-        self.touched.setdefault(op.acc, type(op).__name__)
-        arr = self.regs.get(op.acc)
-        if arr is None or arr.shape[1] < op.offset + op.n:
-            grown = np.full((LANES, op.offset + op.n), np.nan, dtype=np.float32)
-            if arr is not None:
-                grown[:, : arr.shape[1]] = arr
-            arr = self.regs[op.acc] = grown
-        if scales is None:  # a dry run: the accumulator exists, its values are unknown
-            return
-        s = (scales[:, :2] * scales[:, 2:3]).astype(np.float32)  # per lane: scale of row l/4, of row l/4 + 8
-        sel = s[:, (np.arange(op.n) // 2) & 1]
+        """FP8 promotion: ``acc[offset + j] (+)= part[j] * scales[(j/2) & 1]`` as the emitted PTX computes it:
+        one fused multiply-add (one rounding) per value."""
+        by = type(op).__name__
+        part = self._reg(op.part, tuple(range(op.n)), by)  # after the wgmma.wait_group that wrote it
+        sel = self._reg(op.scales, (0, 1), by)[:, (np.arange(op.n) // 2) & 1]
         prod = part.astype(np.float64) * sel.astype(np.float64)
-        arr[:, cols] = (prod + old.astype(np.float64) if op.accumulate else prod).astype(np.float32)
+        cols = tuple(range(op.offset, op.offset + op.n))
+        if op.accumulate:
+            prod = prod + self._reg(op.acc, cols, by).astype(np.float64)
+        self._write_at(op.acc, cols, prod.astype(np.float32), by)
 
     def _bar(self, bar: O.Bar, rank: int | None) -> BarRef:
         rank = self.rank if rank is None else rank

@@ -566,35 +566,56 @@ class Wgmma(Op):
 
 
 @dataclass(frozen=True)
-class PromoteScaled(Op):
-    """FP8 promotion of a block partial (whole warp): ``acc[offset + j] (+)= part[j] * (sa[row(j)] * sb)`` for
-    ``j < n``, fp32 (``ld.shared.f32`` of the scales, two ``mul.f32``, then ``fma.rn.f32`` per value, or
-    ``mul.rn.f32`` when ``accumulate`` is False: a tile's first k-block initialises the accumulator).
+class ScaleLoad(Op):
+    """FP8: the scales of one promotion (whole warp): ``dst[0] = sa[row l/4] * sb``, ``dst[1] = sa[row l/4 + 8] *
+    sb`` in fp32 (three ``ld.shared.f32``, two ``mul.f32``).
 
-    ``part`` is a wgmma m64nN fragment (N = 2n): value j of lane l lies in row ``l/4 + 8 ((j/2) & 1)`` of the
-    warp's 16 rows (PTX ISA "wgmma: Matrix fragments for .m64nNk32"), so each lane reads two scale_a values: at
-    ``sa_addr`` (row l/4, per lane) and ``sa_addr + row_half`` (row l/4 + 8); ``sb_addr`` (uniform) holds the
-    chunk's scale_b.  Addresses are byte offsets from the dynamic shared-memory base, in the landed stage's scale
-    slots: the op reads shared memory, so it sits after the stage's ``full`` wait and before its release, and
-    reads ``part`` only after the ``wgmma.wait_group`` that retires the wgmmas writing it.
+    A lane's values of a wgmma m64nN fragment lie in rows ``l/4`` and ``l/4 + 8`` of its warp's 16 (PTX ISA "wgmma:
+    Matrix fragments for .m64nNk32"), so each lane reads two scale_a values: at ``sa_addr`` (per lane) and
+    ``sa_addr + row_half``; ``sb_addr`` (uniform) holds the chunk's scale_b.  Addresses are byte offsets from the
+    dynamic shared-memory base, in the landed stage's scale slots: the op reads shared memory, so it sits after
+    the stage's ``full`` wait and before its release.  The consumer issues it before the k-block's wgmmas: no
+    ``ld.shared`` waits behind their shared-memory operand reads, and the promotion reads registers only.
     """
 
     collective: ClassVar[bool] = True
     per_lane: ClassVar[tuple[str, ...]] = ("sa_addr",)
 
+    dst: str
+    sa_addr: Expr
+    sb_addr: Expr
+    row_half: int = 32
+
+    def describe(self) -> str:
+        return (f"ScaleLoad {self.dst}[0:2] = scale_a(smem+{_s(self.sa_addr)}, +{self.row_half}) x "
+                f"scale_b(smem+{_s(self.sb_addr)})")
+
+
+@dataclass(frozen=True)
+class PromoteScaled(Op):
+    """FP8 promotion of a block partial (whole warp): ``acc[offset + j] (+)= part[j] * scales[(j/2) & 1]`` for
+    ``j < n``, fp32 (``fma.rn.f32`` per value, or ``mul.rn.f32`` when ``accumulate`` is False: a tile's first
+    k-block initialises the accumulator).
+
+    ``part`` is a wgmma m64nN fragment (N = 2n): value j of lane l lies in row ``l/4 + 8 ((j/2) & 1)`` of the
+    warp's 16 rows (PTX ISA "wgmma: Matrix fragments for .m64nNk32"); ``scales`` holds the two scale products of
+    those rows (a :class:`ScaleLoad`).  The op reads ``part`` only after the ``wgmma.wait_group`` that retires the
+    wgmmas writing it; it reads no shared memory.
+    """
+
+    collective: ClassVar[bool] = True
+
     acc: str
     part: str
     n: int
     offset: int
-    sa_addr: Expr
-    sb_addr: Expr
-    row_half: int = 32
+    scales: str
     accumulate: bool = True
 
     def describe(self) -> str:
         op = "+=" if self.accumulate else "="
         return (f"PromoteScaled {self.acc}[{self.offset}:{self.offset + self.n}] {op} {self.part}[0:{self.n}] x "
-                f"scale_a(smem+{_s(self.sa_addr)}, +{self.row_half}) x scale_b(smem+{_s(self.sb_addr)})")
+                f"{self.scales}[0:2]")
 
 
 @dataclass(frozen=True)

@@ -358,18 +358,19 @@ def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
     from ptxgen import knobs
 
     settings = knobs.read()
-    ident = (_config_identity(config), settings.watchdog_ns)
+    ident = (_config_identity(config), settings.watchdog_ns, settings.jit)
     with _lock:
         found = _loaded.get((ordinal, ident))
     if found is not None:
         return found
     from ptxgen.runtime import driver, loader
     from ptxgen.runtime.fastpath import Launcher
-    from ptxgen.runtime.module import Kernel, jit_ptx
+    from ptxgen.runtime.module import Kernel, compiler, resolve_jit
 
     driver.ensure_context(ordinal)
     info = driver.device_info(ordinal)
-    image = loader.load_image(config, driver.driver_version(), info.capability, jit_ptx, settings,
+    settings = replace(settings, jit=resolve_jit(settings.jit))
+    image = loader.load_image(config, driver.driver_version(), info.capability, compiler(settings.jit), settings,
                               accept=lambda spec: check_arch(spec.name, spec.arch, info.capability))
     kernel = Kernel.from_cubin(image.cubin, image.spec, ordinal)
     launcher = Launcher.for_kernel(kernel)
@@ -1227,7 +1228,8 @@ def kernel_call(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
     from ptxgen.build import kernel_ptx
     from ptxgen.runtime import driver
     from ptxgen.runtime.fastpath import Launcher
-    from ptxgen.runtime.module import Kernel, jit_ptx
+    from ptxgen import knobs
+    from ptxgen.runtime.module import Kernel, compiler
     from ptxgen.runtime.watchdog import WatchedLauncher
 
     m, n, k = check_gemm_inputs(a, b, out)
@@ -1235,7 +1237,7 @@ def kernel_call(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
     driver.ensure_context(ordinal)
     spec = kernel.launch
     check_gemm_inputs(a, b, out, spec.k_multiple, n_multiple=spec.n_multiple)
-    loaded_k = Kernel.from_cubin(jit_ptx(kernel_ptx(kernel)), spec, ordinal)
+    loaded_k = Kernel.from_cubin(compiler(knobs.read().jit)(kernel_ptx(kernel)), spec, ordinal)
     launcher = Launcher.for_kernel(loaded_k)
     if "watchdog" in spec.extra:
         launcher = WatchedLauncher(launcher, spec, ordinal)

@@ -393,10 +393,21 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     return rank(cands, m, n, k, sm_count, default, SM90_GEMM_MODEL)[0][1], "cost model"
 
 
-#: gemm_fp8 on sm_90a: the 64-row tile (one consumer warpgroup) at or below this M, the 128-row tiles above
+#: gemm_fp8 on sm_90a: the 64-row tile (one consumer warpgroup) at or below this M, the CTA pairs above
 FP8_SMALL_M = 128
-#: gemm_fp8 on sm_90a: the CTA pair multicasting B from this K up (a pair also needs two m-blocks of 128 rows)
-FP8_PAIR_MIN_K = 2048
+#: gemm_fp8 on sm_90a above FP8_SMALL_M: (config, block_m, block_n, TFLOP/s relative to the 128x256 pair where both
+#: fill whole waves), both CTA pairs multicasting B; the rate is measured (H100: 192x128 pair 1065 against 1162
+#: TFLOP/s at 8192^3, 1063 against 1050-1181 at 4096x24576x1536; docs/fp8.md, "Speed")
+FP8_PAIR_TILES = (("fp8_h100_128x256_c2", 128, 256, 1.0), ("fp8_h100_192x128_c2", 192, 128, 0.9))
+
+
+def fp8_wave_efficiency(m: int, n: int, block_m: int, block_n: int, sm_count: int) -> float:
+    """The fraction of the launched tile area that holds D for a persistent CTA-pair grid: ``m x n`` over (waves x
+    ``sm_count`` x ``block_m x block_n``), with m-blocks rounded up to whole pairs and waves = ceil(tiles /
+    ``sm_count``).  Units: elements; 1.0 when the tiles fill every SM of every wave exactly."""
+    tiles = 2 * -(-(-(-m // block_m)) // 2) * -(-n // block_n)
+    waves = -(-tiles // sm_count)
+    return m * n / (waves * sm_count * block_m * block_n)
 
 
 def fp8_rule(m: int, n: int, k: int, sm_count: int) -> str:
@@ -405,18 +416,16 @@ def fp8_rule(m: int, n: int, k: int, sm_count: int) -> str:
     * ``m <= FP8_SMALL_M``: ``fp8_h100_64x128`` (one consumer warpgroup per 64-row tile: at M = 128 twice the
       CTAs of a 128-row tile, at M <= 64 no warpgroup multiplies rows past M; measured 1.01-1.25x the 128x128
       tile at M = 128, 0.89-1.48x at M = 64, geomean 1.03x);
-    * ``k >= FP8_PAIR_MIN_K`` (and, since ``m > FP8_SMALL_M``, at least two m-blocks): ``fp8_h100_128x128_c2``
-      (B multicast over a CTA pair halves B's L2 -> SM traffic; the unpaired kernel ran at 81 % of L2
-      throughput; measured 1.01-1.10x at M = 4096 with K >= 2048, 0.92-0.98x at K = 512 and 1536);
-    * otherwise ``fp8_h100_128x128``.
+    * above: of :data:`FP8_PAIR_TILES` (CTA pairs multicasting B, 32 and 40 KiB of L2 -> shared memory per CTA
+      and k-block against 32 KiB for half the work of the 128x128 tile), the one with the largest measured rate x
+      :func:`fp8_wave_efficiency`: the 128x256 pair unless its waves leave SMs idle, as at N = 2112 (288 tiles
+      = 2.2 waves of 132 SMs: the 192x128 pair's 374 tiles fill 2.8; measured 1144 against 880 TFLOP/s).
 
-    The 128x256 and 256x128 FP8 tiles are never chosen (2.2-2.8x slower).  ``n`` and ``sm_count`` do not enter.
+    ``k`` does not enter (measured K = 512 to 16384 at M = 4096).
     """
     if m <= FP8_SMALL_M:
         return "fp8_h100_64x128"
-    if k >= FP8_PAIR_MIN_K:
-        return "fp8_h100_128x128_c2"
-    return DEFAULT_FP8_SM90
+    return max(FP8_PAIR_TILES, key=lambda t: t[3] * fp8_wave_efficiency(m, n, t[1], t[2], sm_count))[0]
 
 
 def choose(m: int, n: int, k: int, info: Any, kernel: str = "gemm") -> str:

@@ -371,6 +371,10 @@ def load_image(config: Any, driver_version: int, capability: tuple[int, int], ji
     key = image_key(config, driver_version, capability)
     if settings.watchdog_ns:
         key += (f"watchdog={settings.watchdog_ns}",)
+    if settings.jit not in ("driver", "auto"):  # the cubin of another compiler (api resolves auto): name, version
+        from ptxgen.assemble import toolchain_version
+
+        key += (f"jit={toolchain_version(settings.jit)}",)
     image = cached_image(config, key, jit, use_cache=use_cache, watchdog_ns=settings.watchdog_ns, accept=accept)
     found = override_for(image.spec, settings.override_ptx)
     if found is not None:

@@ -27,6 +27,7 @@ explicit array is used because it is version-independent and testable on a CPU.)
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import re
@@ -92,6 +93,48 @@ def jit_ptx(ptx: str) -> bytes:
     if info:
         log.debug("driver JIT info log:\n%s", info)
     return cubin
+
+
+@functools.cache
+def resolve_jit(name: str) -> str:
+    """The compiler ``PTXGEN_JIT=name`` means: ``auto`` is ``ptxas`` when cuda.pathfinder finds the NVIDIA wheel's
+    ptxas, else ``driver``; other names are themselves."""
+    if name != "auto":
+        return name
+    from ptxgen.assemble import _tool
+    from ptxgen.errors import AssembleError
+
+    try:
+        _tool("ptxas")
+    except AssembleError:
+        return "driver"
+    return "ptxas"
+
+
+def compiler(name: str):
+    """``ptx -> cubin`` of ``PTXGEN_JIT=name`` (:func:`resolve_jit`): :func:`jit_ptx` or :func:`toolchain_jit`."""
+    resolved = resolve_jit(name)
+    return jit_ptx if resolved == "driver" else toolchain_jit(resolved)
+
+
+def toolchain_jit(backend: str):
+    """``ptx -> cubin`` with :func:`ptxgen.assemble.assemble`'s ``backend`` (``"nvjitlink"`` or ``"ptxas"``) for the
+    PTX's own ``.target``, instead of the driver's JIT (knob ``PTXGEN_JIT``).
+
+    ``"ptxas"`` compiles the whole program; the driver's JIT (``cuLinkAddData``) and nvJitLink compile relocatable
+    code, where ptxas (13.0 and 13.5) allocates every warp within the kernel's ``.maxnreg`` however far
+    ``setmaxnreg`` raises it (PTX ISA "setmaxnreg"): ``fp8_h100_128x256`` spills 436 bytes per thread there and
+    none as a whole program (docs/fp8.md, "Speed").
+
+    Raises:
+        AssembleError: the assembler rejected the PTX or is not installed.
+    """
+    from ptxgen.assemble import compile_ptx
+
+    def jit(ptx: str) -> bytes:
+        return compile_ptx(ptx, ptx_target(ptx), backend)
+
+    return jit
 
 
 def _link(drv: Any, state: Any, ptx: str, err_log: bytearray) -> bytes:

@@ -125,6 +125,30 @@ def test_fp8_kernels_assemble_without_spills(changes):
     assert asm.count("QGMMA") == blocks * p.mma.m_waves * p.promotion.chunks * p.mma.k_steps and asm.count("HGMMA") == 0
 
 
+@pytest.mark.compile
+def test_relocatable_compile_caps_setmaxnreg_consumers(tmp_path):
+    """Why the runtime compiles whole programs (``PTXGEN_JIT``): the 128x256 consumer (128 accumulator + 64 partial
+    registers) fits its ``setmaxnreg`` share as a whole program, but ptxas ``-c`` (relocatable code, what the
+    driver's JIT and nvJitLink compile) keeps every warp within ``.maxnreg`` and spills."""
+    pytest.importorskip("cuda.pathfinder", reason="assembler wheels (pip install .[cuda]) are not installed")
+    import re
+    import subprocess
+
+    from ptxgen.assemble import _tool
+    from ptxgen.build import build
+
+    ptx = build(from_dict(_cfg(**{"tile.block_n": 256, "pipeline.stages": 4, "epilogue.stages": 1}))).ptx
+    (tmp_path / "k.ptx").write_text(ptx)
+
+    def spill_stores(*flags):
+        log = subprocess.run([_tool("ptxas"), "-arch=sm_90a", "-O3", "-v", *flags, "k.ptx", "-o", "k.out"],
+                             cwd=tmp_path, capture_output=True, text=True, check=True).stderr
+        return int(re.search(r"(\d+) bytes spill stores", log).group(1))
+
+    assert ".maxnreg 168" in ptx and "setmaxnreg.inc.sync.aligned.u32 232;" in ptx
+    assert spill_stores() == 0 and spill_stores("-c") > 0
+
+
 def _overlapped(**changes):
     return from_dict(_cfg(**{"tile.block_m": 64, "mma.warpgroups": 1, "mma.promotion_unroll": 4, **changes}))
 

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.sim
 
 SQUARE, WIDE, TALL = "fp8_h100_128x128", "fp8_h100_128x256", "fp8_h100_256x128"
 OVERLAP, PAIR = "fp8_h100_64x128", "fp8_h100_128x128_c2"  # promotion_unroll 4; B multicast over a CTA pair
+WIDE_PAIR, PAIR3 = "fp8_h100_128x256_c2", "fp8_h100_192x128_c2"  # pairs: two chunks; three consumer warpgroups
 
 
 # ------------------------------------------------------------------ host numerics
@@ -69,7 +70,8 @@ def test_reference_is_the_recipe_formula():
 @pytest.mark.parametrize("config, shape", [(SQUARE, (64, 256, 384)), (WIDE, (130, 300, 272)), (TALL, (300, 136, 400)),
                                            # K = 272 and 1040: 3 and 9 k-blocks, walked as 4 and 12 (zero fill)
                                            (OVERLAP, (130, 300, 272)), (OVERLAP, (65, 129, 1040)),
-                                           (PAIR, (300, 136, 400)), (PAIR, (520, 260, 272))])
+                                           (PAIR, (300, 136, 400)), (PAIR, (520, 260, 272)),
+                                           (WIDE_PAIR, (300, 520, 272)), (PAIR3, (520, 300, 1040))])
 def test_simulated_fp8_gemm_equals_the_recipe(config, shape):
     kernel = _kernel(config)
     r = simulate_fp8(kernel, *shape, seed=5, num_sms=2)
@@ -101,7 +103,7 @@ def _sim_fault(kernel, shape=(64, 256, 384)) -> str:
 def _scale_b_block_zero(op):
     """Every promotion reads the first scale of the stage's scale_b box (its tiles all lie in the first box of 4
     blocks at N = 256): scale_b[n // 128] replaced by scale_b[0]."""
-    if isinstance(op, O.PromoteScaled):
+    if isinstance(op, O.ScaleLoad):
         region = make_plan(load_config(SQUARE)).loads.operand("scale_b").region
         return replace(op, sb_addr=fold(region.offset + Var("stage") * region.stride))
 
@@ -126,21 +128,21 @@ def test_planted_bugs_start_from_a_correct_kernel():
 # ------------------------------------------------------------------ planted protocol bugs: the verifier
 
 
-def _promote_before_the_wait(body):
-    """The loop's promotion (its scale loads) moved before the consumer_wait on ``full``: it reads the scale slots of
-    a stage whose TMA may still be in flight (or hold the previous fill)."""
-    promote = next(x for x in body if isinstance(x, O.PromoteScaled))
+def _scale_load_before_the_wait(body):
+    """The loop's first scale load moved before the consumer_wait on ``full``: it reads the scale slots of a stage
+    whose TMA may still be in flight (or hold the previous fill)."""
+    promote = next(x for x in body if isinstance(x, O.ScaleLoad))
     body.remove(promote)
     wait = next(i for i, x in enumerate(body) if isinstance(x, O.MbarrierWait) and x.bar.name == "full")
     body.insert(wait, promote)
     return body
 
 
-def _release_before_the_promotion(body):
-    """The stage released (empty arrive) before the promotion's scale loads: the producer may refill them."""
+def _release_before_the_scale_loads(body):
+    """The stage released (empty arrive) before its scale loads: the producer may refill them."""
     release = next(x for x in body if isinstance(x, O.Elect) and any(isinstance(y, O.MbarrierArrive) for y in x.body))
     body.remove(release)
-    body.insert(next(i for i, x in enumerate(body) if isinstance(x, O.PromoteScaled)), release)
+    body.insert(next(i for i, x in enumerate(body) if isinstance(x, O.ScaleLoad)), release)
     return body
 
 
@@ -153,19 +155,19 @@ def _k_loop(fn):
 
 
 def test_scale_read_before_its_full_wait_fails_the_verifier():
-    kernel = _kernel(SQUARE, fn=_k_loop(_promote_before_the_wait))
-    with pytest.raises(VerifyError, match=r"missing wait: PromoteScaled reads SCALE_(A|B) stage \d+ by consumer .* "
+    kernel = _kernel(SQUARE, fn=_k_loop(_scale_load_before_the_wait))
+    with pytest.raises(VerifyError, match=r"missing wait: ScaleLoad reads SCALE_(A|B) stage \d+ by consumer .* "
                                           r"without a wait on full\[\d+\] in this iteration"):
         verify(kernel)
 
 
 def test_scale_read_after_the_release_fails_the_verifier():
-    kernel = _kernel(SQUARE, fn=_k_loop(_release_before_the_promotion))
+    kernel = _kernel(SQUARE, fn=_k_loop(_release_before_the_scale_loads))
     with pytest.raises(VerifyError, match="consumer release before the last read"):
         verify(kernel)
 
 
-@pytest.mark.parametrize("config", [SQUARE, WIDE, TALL, OVERLAP, PAIR])
+@pytest.mark.parametrize("config", [SQUARE, WIDE, TALL, OVERLAP, PAIR, WIDE_PAIR, PAIR3])
 def test_shipped_fp8_kernels_verify(config):
     verify(_kernel(config))
 
@@ -230,6 +232,23 @@ def test_planted_overlap_bug_reads_a_running_wgmma(name, fn):
 
 
 def test_overlapped_scale_read_before_its_full_wait_fails_the_verifier():
-    kernel = _kernel(OVERLAP, fn=_kp_loop(_promote_before_the_wait))
-    with pytest.raises(VerifyError, match=r"missing wait: PromoteScaled reads SCALE_(A|B) stage \d+ by consumer"):
+    kernel = _kernel(OVERLAP, fn=_kp_loop(_scale_load_before_the_wait))
+    with pytest.raises(VerifyError, match=r"missing wait: ScaleLoad reads SCALE_(A|B) stage \d+ by consumer"):
         verify(kernel)
+
+
+def _promote_with_the_next_blocks_scales(body):
+    """The first promotion of the iteration multiplies block j - 1's partial by block j's scale products (the
+    scale array the running block loaded)."""
+    i = next(i for i, x in enumerate(body) if isinstance(x, O.PromoteScaled))
+    other = "sc0_0_1" if body[i].scales == "sc0_0" else "sc0_0"
+    body[i] = replace(body[i], scales=other)
+    return body
+
+
+def test_planted_overlap_scale_swap_is_a_wrong_result():
+    """Each block of the overlapped loop keeps its own scale products: promoting with the other array is wrong."""
+    kernel = _kernel(OVERLAP, fn=_kp_loop(_promote_with_the_next_blocks_scales))
+    verify(kernel)  # registers written and read in order: only the numbers tell
+    with pytest.raises(SimError, match="wrong result"):
+        simulate_fp8(kernel, 64, 256, 1024, seed=2, num_sms=2)

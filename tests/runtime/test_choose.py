@@ -158,3 +158,31 @@ def test_cost_model_terms():
     assert predict(solo, 8192, 8192, 8192, 132, replace(base, overlap=2.0))["us"] > predict(solo, 8192, 8192, 8192, 132, base)["us"]
     assert SM90_GEMM_MODEL.multicast and SM90_GEMM_MODEL.tile_factors
 
+
+def test_chooser_follows_the_fp8_rule_on_hopper_only():
+    """gemm_fp8's rule (ptxgen.runtime.choose.fp8_rule): the 64-row tile for M <= 128; above, the 128x256 CTA pair
+    unless the 192x128 pair fills more of its waves (rate 0.9 x wave efficiency), as at N = 2112 on 132 SMs."""
+    from ptxgen.runtime import choose
+
+    choose.choose_cached.cache_clear()
+    pair, pair192 = "fp8_h100_128x256_c2", "fp8_h100_192x128_c2"
+    expect = {(1, 7168, 7168): "fp8_h100_64x128", (64, 2112, 7168): "fp8_h100_64x128",
+              (128, 32768, 512): "fp8_h100_64x128", (4096, 2112, 7168): pair192, (4096, 24576, 1536): pair,
+              (4096, 32768, 512): pair, (4096, 7168, 16384): pair, (4096, 4096, 7168): pair,
+              (4096, 7168, 2048): pair, (4096, 4096, 4096): pair, (8192, 8192, 8192): pair,
+              (256, 7168, 7168): pair192, (1024, 4096, 4096): pair}
+    for shape, name in expect.items():
+        assert choose.choose_cached(*shape, (9, 0), 132, "gemm_fp8") == (name, "fp8 rule"), shape
+    assert choose.choose_cached(4096, 2112, 7168, (9, 0), 114, "gemm_fp8")[0] == pair  # 288 tiles: 2.5 waves of 114
+    shipped = {c.name for c in choose.candidates("sm_90a", "gemm_fp8")}
+    assert set(expect.values()) <= shipped
+    choose.choose_cached.cache_clear()
+
+
+def test_fp8_wave_efficiency():
+    from ptxgen.runtime.choose import fp8_wave_efficiency
+
+    assert fp8_wave_efficiency(4096, 2112, 128, 256, 132) == 4096 * 2112 / (3 * 132 * 128 * 256)  # 288 tiles
+    assert fp8_wave_efficiency(4096, 2112, 192, 128, 132) == 4096 * 2112 / (3 * 132 * 192 * 128)  # 22 x 17 = 374
+    assert fp8_wave_efficiency(300, 256, 128, 256, 132) == 300 * 256 / (132 * 128 * 256)  # 3 m-blocks: 2 pairs
+    assert fp8_wave_efficiency(256, 264 * 256, 128, 256, 132) == 256 * 264 * 256 / (4 * 132 * 128 * 256)

@@ -17,7 +17,7 @@ def test_knobs_parse():
                     "PTXGEN_OVERRIDE_PTX": "x.ptx"})
     assert k.cache_dir == Path("~/c").expanduser() and k.no_cache is True
     assert k.dump_dir == Path("/d") and k.override_ptx == Path("x.ptx")
-    assert knobs.read({}) == knobs.Knobs()
+    assert knobs.read({}) == knobs.Knobs()  # PTXGEN_JIT unset: auto
     for off in ("", "0", "false", "OFF", "no"):
         assert knobs.read({"PTXGEN_NO_CACHE": off}).no_cache is False
     with pytest.raises(ConfigError, match=r"^PTXGEN_NO_CACHE='maybe': must be one of 1, true"):
@@ -31,3 +31,31 @@ def test_readme_documents_every_knob():
     section = readme.split("## Environment knobs", 1)[1].split("\n## ", 1)[0]
     rows = {line.split("|")[1].strip().strip("`") for line in section.splitlines() if line.startswith("| `PTXGEN_")}
     assert rows == set(knobs.KNOBS)
+
+
+def test_jit_knob_names_a_compiler():
+    from ptxgen import knobs
+
+    assert knobs.read({}).jit == "auto"
+    for name in ("auto", "ptxas", "driver", "nvjitlink"):
+        assert knobs.read({"PTXGEN_JIT": name.upper()}).jit == name
+    with pytest.raises(ConfigError, match=r"^PTXGEN_JIT='nvcc': must be one of auto, ptxas, driver, nvjitlink$"):
+        knobs.read({"PTXGEN_JIT": "nvcc"})
+
+
+def test_auto_jit_is_ptxas_when_the_wheel_is_found(monkeypatch):
+    import ptxgen.assemble as asm
+    from ptxgen.errors import AssembleError
+    from ptxgen.runtime import module
+
+    module.resolve_jit.cache_clear()
+    monkeypatch.setattr(asm, "_tool", lambda name: "/x/ptxas")
+    assert module.resolve_jit("auto") == "ptxas" and module.compiler("driver") is module.jit_ptx
+
+    def missing(name):
+        raise AssembleError("ptxas not found")
+
+    module.resolve_jit.cache_clear()
+    monkeypatch.setattr(asm, "_tool", missing)
+    assert module.resolve_jit("auto") == "driver" and module.compiler("auto") is module.jit_ptx
+    module.resolve_jit.cache_clear()

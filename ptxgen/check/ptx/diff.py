@@ -272,8 +272,8 @@ IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     # ops.Wgmma: f32 accumulator (D), A and B of the op's input type; K per instruction from the type
     O.Wgmma: lambda c, ev, op: [E.Wgmma(op.acc, f"m64n{op.n}k{op.k}", f"f32.{op.atype}.{op.atype}", ev.a_desc, ev.b_desc,
                                         ev.accumulate)],
-    # FP8 promotion: the lane's scale loads (scale_a rows l/4 and l/4 + 8, the chunk's scale_b); the FMAs stay in the thread
-    O.PromoteScaled: lambda c, ev, op: [E.LdShared(c.base + c.at_lane(ev.sa_addr)),
+    # FP8 scale loads: the lane's scale_a rows l/4 and l/4 + 8, the chunk's scale_b (products and FMAs stay in the thread)
+    O.ScaleLoad: lambda c, ev, op: [E.LdShared(c.base + c.at_lane(ev.sa_addr)),
                                         E.LdShared(c.base + c.at_lane(ev.sa_addr) + op.row_half),
                                         E.LdShared(c.base + ev.sb_addr)],
     O.WgmmaCommit: lambda c, ev, op: [E.WgmmaCommit()],
@@ -337,7 +337,7 @@ def ir_effects(kernel, launch: Launch) -> list[Effect]:
         elif isinstance(ev.op, O.Wgmma):  # the accumulator fragment: opaque data by (array, index, lane)
             wk.regs[ev.op.acc][:] = P.opaque_f32("reg", ev.op.acc, np.arange(ev.op.n // 2)[None, :],
                                                  np.arange(W.LANES)[:, None])
-        elif isinstance(ev.op, O.PromoteScaled):  # the scales a TMA load wrote: opaque data by shared address
+        elif isinstance(ev.op, O.ScaleLoad):  # the scales a TMA load wrote: opaque data by shared address
             sa = thread.base + np.broadcast_to(np.asarray(ev.sa_addr, dtype=np.int64), (W.LANES,))
             reply = np.stack([P.opaque_f32("shared", sa), P.opaque_f32("shared", sa + ev.op.row_half),
                               P.opaque_f32("shared", np.full(W.LANES, thread.base + int(ev.sb_addr)))], axis=1)

@@ -116,8 +116,8 @@ def _check_dataflow(trace: _Trace) -> None:
                     region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo), f"Wgmma operand {operand}", rec.where,
                                            slots.operands)
                     require("full", s, rec, f"Wgmma reads {region} stage {s}")
-            elif isinstance(ev.op, O.PromoteScaled):
-                _check_promotion(slots, ev, rec, require)
+            elif isinstance(ev.op, O.ScaleLoad):
+                _check_scale_load(slots, ev, rec, require)
             elif isinstance(ev.op, O.TmemLoad):
                 lane, col = ev.taddr >> 16, ev.taddr & 0xFFFF
                 if lane != 32 * (warp % 4) or col + ev.op.ncols > kernel.tmem_cols:
@@ -218,16 +218,16 @@ def _check_umma_block_scaled(kernel: Kernel, slots: _Slots, ev: W.Event, rec: _R
         raise VerifyError(f"tcgen05.mma.cta_group::2 issued by the odd CTA of the pair: {rec.where}")
 
 
-def _check_promotion(slots: _Slots, ev: W.Event, rec: _Rec, require) -> None:
-    """FP8 promotion: its scale loads (``ld.shared.f32``, every lane's two scale_a rows and the scale_b) read a
+def _check_scale_load(slots: _Slots, ev: W.Event, rec: _Rec, require) -> None:
+    """FP8 scale loads (``ld.shared.f32``, every lane's two scale_a rows and the scale_b) read a
     SCALE_A and a SCALE_B slot of a stage this warp waited ``full`` on in this iteration: the scales are operands of
     the pipeline, landed by the TMA behind the same barrier as the A/B tiles they scale."""
     reads = {("SCALE_A", int(x)) for x in (*ev.sa_addr.tolist(), *(ev.sa_addr + ev.op.row_half).tolist())}
     reads.add(("SCALE_B", int(ev.sb_addr)))
-    stages = sorted({slots.slot(lo, lo + 4, f"PromoteScaled {kind.lower()} load", rec.where, (kind,))
+    stages = sorted({slots.slot(lo, lo + 4, f"ScaleLoad {kind.lower()}", rec.where, (kind,))
                      for kind, lo in reads})
     for region, s in stages:
-        require("full", s, rec, f"PromoteScaled reads {region} stage {s}")
+        require("full", s, rec, f"ScaleLoad reads {region} stage {s}")
 
 
 def _check_issuers(ev: W.Event, rec: _Rec) -> None:

@@ -71,9 +71,9 @@ class Wgmma:
         w.wg_pending.append((w.wg_committed, op, ev.op.acc))
         w.walker.busy[ev.op.acc] = "a wgmma writing it is not covered by a wgmma.wait_group"
 
-    def _promote_scaled(self, w: Warp, ev: W.Event) -> None:
-        """FP8 promotion's scale loads (``ld.shared.f32``): per lane scale_a of its two rows and the chunk's scale_b,
-        as ``(32, 3)`` f32 (the walker does the FMAs).  Every byte must hold landed TMA data: a read before the
+    def _scale_load(self, w: Warp, ev: W.Event) -> None:
+        """FP8 scale loads (``ld.shared.f32``): per lane scale_a of its two rows and the chunk's scale_b, as
+        ``(32, 3)`` f32 (the walker forms the products).  Every byte must hold landed TMA data: a read before the
         stage's ``full`` wait finds its bytes in flight or never written (``read before write``)."""
         who = w.who(ev.op.describe())
         smem = w.cta.smem
