@@ -365,11 +365,10 @@ def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
         return found
     from ptxgen.runtime import driver, loader
     from ptxgen.runtime.fastpath import Launcher
-    from ptxgen.runtime.module import Kernel, compiler, resolve_jit
+    from ptxgen.runtime.module import Kernel, compiler
 
     driver.ensure_context(ordinal)
     info = driver.device_info(ordinal)
-    settings = replace(settings, jit=resolve_jit(settings.jit))
     image = loader.load_image(config, driver.driver_version(), info.capability, compiler(settings.jit), settings,
                               accept=lambda spec: check_arch(spec.name, spec.arch, info.capability))
     kernel = Kernel.from_cubin(image.cubin, image.spec, ordinal)

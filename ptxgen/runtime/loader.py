@@ -371,7 +371,9 @@ def load_image(config: Any, driver_version: int, capability: tuple[int, int], ji
     key = image_key(config, driver_version, capability)
     if settings.watchdog_ns:
         key += (f"watchdog={settings.watchdog_ns}",)
-    if settings.jit not in ("driver", "auto"):  # the cubin of another compiler (api resolves auto): name, version
+    if settings.jit == "auto":  # whichever compiler auto found at the miss: a hit looks for no tool
+        key += ("jit=auto",)
+    elif settings.jit != "driver":  # a named toolchain: its name and version
         from ptxgen.assemble import toolchain_version
 
         key += (f"jit={toolchain_version(settings.jit)}",)

@@ -1,16 +1,22 @@
 """Load generated kernels through the CUDA driver and launch them.
 
-Compilation path (decided here): PTX is compiled by the *driver's* JIT
-(``cuLinkCreate`` / ``cuLinkAddData`` / ``cuLinkComplete``), never by the
-``ptxas`` wheel: the wheel can be newer than the GPU machine's driver, and a
-cubin from a newer ptxas may not load there.  The cubin the driver's JIT
-produces is, by construction, loadable by that driver, so it is stored in the
-on-disk cache (:mod:`ptxgen.runtime.cache`) keyed by PTX text + ``.target`` +
-driver version + device capability, and later processes skip the JIT.  The
-cubin is then loaded with ``cuModuleLoadData`` into torch's context.  On a JIT
-failure the driver's error log (``CU_JIT_ERROR_LOG_BUFFER``) is in the
-:class:`~ptxgen.errors.CudaError` message.  :meth:`Kernel.from_cubin` loads an
-offline-assembled cubin instead.
+Compilation path (decided here, knob ``PTXGEN_JIT``): by default (``auto``)
+the NVIDIA wheel's ``ptxas`` compiles the PTX as a whole program, the same
+compile whose register and spill report the build checks; where
+cuda.pathfinder finds no ptxas, the *driver's* JIT (``cuLinkCreate`` /
+``cuLinkAddData`` / ``cuLinkComplete``) does.  The driver's linker JIT
+compiles relocatable code, which keeps every warp within the kernel's
+``.maxnreg`` however far ``setmaxnreg`` raises it (PTX ISA "setmaxnreg"), so
+consumer warpgroups that need more registers spill there (the FP8 128x256
+tiles: 436 bytes per thread).  A cubin of a 13.x ptxas loads on any 13.x
+driver (CUDA minor-version compatibility covers machine code, not PTX); the
+``cuda`` extra pins both to 13.x.  The cubin is stored in the on-disk cache
+(:mod:`ptxgen.runtime.cache`) keyed by PTX text + ``.target`` + driver version
++ device capability + the compiler knob (a named toolchain with its version),
+so later processes skip the compile; ``auto`` is resolved only on a miss.  The
+cubin is then loaded with ``cuModuleLoadData`` into torch's context.  On a
+compile failure the compiler's error log is in the raised error's message.
+:meth:`Kernel.from_cubin` loads an offline-assembled cubin instead.
 
 Kernel parameters (fixed signature, :data:`ptxgen.launch.PARAMS`): three
 128-byte ``CUtensorMap`` by value, ``d_ptr`` u64, ``m``, ``n``, ``k`` u32.
@@ -112,9 +118,15 @@ def resolve_jit(name: str) -> str:
 
 
 def compiler(name: str):
-    """``ptx -> cubin`` of ``PTXGEN_JIT=name`` (:func:`resolve_jit`): :func:`jit_ptx` or :func:`toolchain_jit`."""
-    resolved = resolve_jit(name)
-    return jit_ptx if resolved == "driver" else toolchain_jit(resolved)
+    """``ptx -> cubin`` of ``PTXGEN_JIT=name``: :func:`jit_ptx` or :func:`toolchain_jit`.  ``auto`` is resolved
+    (:func:`resolve_jit`) when the first PTX is compiled, not before: a cache hit never looks for ptxas."""
+    if name != "auto":
+        return jit_ptx if name == "driver" else toolchain_jit(name)
+
+    def jit(ptx: str) -> bytes:
+        return compiler(resolve_jit(name))(ptx)
+
+    return jit
 
 
 def toolchain_jit(backend: str):

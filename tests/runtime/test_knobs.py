@@ -57,5 +57,39 @@ def test_auto_jit_is_ptxas_when_the_wheel_is_found(monkeypatch):
 
     module.resolve_jit.cache_clear()
     monkeypatch.setattr(asm, "_tool", missing)
-    assert module.resolve_jit("auto") == "driver" and module.compiler("auto") is module.jit_ptx
+    assert module.resolve_jit("auto") == "driver"
     module.resolve_jit.cache_clear()
+
+
+def test_auto_jit_looks_for_ptxas_only_when_it_compiles(monkeypatch):
+    """A cache hit of an ``auto`` image must not pay the tool lookup (cuda.pathfinder, ``ptxas --version``)."""
+    import ptxgen.assemble as asm
+    from ptxgen.runtime import module
+
+    looked = []
+    module.resolve_jit.cache_clear()
+    monkeypatch.setattr(asm, "_tool", lambda name: looked.append(name) or "/x/ptxas")
+    monkeypatch.setattr(asm, "compile_ptx", lambda ptx, target, backend: f"{backend}:{target}".encode())
+    jit = module.compiler("auto")
+    assert looked == []
+    assert jit(".version 8.8\n.target sm_90a\n") == b"ptxas:sm_90a" and looked == ["ptxas"]
+    module.resolve_jit.cache_clear()
+
+
+def test_image_key_names_the_compiler_knob_without_resolving_it(monkeypatch):
+    import ptxgen.assemble as asm
+    from ptxgen import knobs
+    from ptxgen.runtime import loader
+
+    seen = {}
+
+    def cached_image(config, key, jit, **kw):
+        seen["key"] = key
+        raise StopIteration
+
+    monkeypatch.setattr(loader, "cached_image", cached_image)
+    monkeypatch.setattr(asm, "toolchain_version", lambda backend: f"{backend} 13.5")
+    for jit, tail in (("auto", "jit=auto"), ("ptxas", "jit=ptxas 13.5"), ("driver", None)):
+        with pytest.raises(StopIteration):
+            loader.load_image("h100_128x128", 13000, (9, 0), None, knobs.Knobs(jit=jit))
+        assert (seen["key"][-1] == tail) if tail else not any(str(p).startswith("jit=") for p in seen["key"])
