@@ -1496,7 +1496,7 @@ _FAMILIES = {
     "setp": _setp, "selp": _selp, "mov": _mov, "cvt": _cvt, "cvta": _cvt, "ld": _ld, "bra": _bra,
     "ret": lambda insn: (lambda t: "ret"), "exit": lambda insn: (lambda t: "ret"),
     "elect": _elect, "shfl": _shfl, "mapa": _mapa, "mbarrier": _mbarrier, "cp": _cp, "tcgen05": _tcgen05,
-    "wgmma": _wgmma, "createpolicy": _createpolicy, "st": _st, "atom": _atom, "bar": _bar,
+    "wgmma": _wgmma, "createpolicy": _createpolicy, "st": _st, "atom": _atom, "red": _red, "bar": _bar,
     "barrier": _bar, "fence": _fence,
     "nanosleep": lambda insn: _effect(insn, E.Nanosleep, _src(insn.ops[0])),
     "stmatrix": _stmatrix, "ldmatrix": _ldmatrix,
