@@ -1349,12 +1349,14 @@ def _scale_map(t: Any, cols: int, kblocks: int, device: Any) -> tuple[tuple[int,
 
 
 class _Fp8Call:
-    """A call signature of :func:`gemm_fp8`: the loaded kernel and grid; per call the family's full check, the
-    scale maps (in place or a transposed copy) and one launch on torch's current stream (a fused epilogue's
-    parameters after ``k``)."""
+    """A call signature of :func:`gemm_fp8`: the loaded kernel and grid; per call the pointer rules the signature
+    cannot show (16-byte alignment, ``out`` overlapping no input; a break runs the family's full check, which
+    raises), the scale maps (in place or a transposed copy) and one launch on torch's current stream (a fused
+    epilogue's parameters after ``k``).  Dtypes, shapes, strides and devices are the signature's: a call that
+    differs in one of them is another signature, set up with every check."""
 
     __slots__ = ("config", "by_id", "launcher", "ordinal", "m", "n", "k", "grid_x", "d_map", "device", "check",
-                 "new_out")
+                 "new_out", "spans")
 
     def __init__(self, family: _Family, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
                  m: int, n: int, k: int, grid_x: int):
@@ -1365,27 +1367,44 @@ class _Fp8Call:
         self.m, self.n, self.k, self.grid_x = m, n, k, grid_x
         self.d_map = d_map_ok(loaded.spec, n)
         self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
+        self.spans = None  # bytes from data_ptr to the end of A, B, scale_a, scale_b: set by the first call
 
     def __call__(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any, epi: tuple = ()) -> Any:
-        self.check(a, b, scale_a, scale_b, out)
+        ins = (a, b, scale_a, scale_b)
+        if self.spans is None:
+            self.spans = tuple(end - start for start, end in map(_extent, ins))
+        if out is None:
+            out = self.new_out()
+        else:
+            pd = out.data_ptr()
+            d_end = pd + 2 * self.m * self.n
+            if pd & (_ALIGN - 1) or (a.data_ptr() | b.data_ptr()) & (_ALIGN - 1) or any(
+                    p < d_end and pd < p + span for p, span in ((t.data_ptr(), s) for t, s in zip(ins, self.spans))):
+                self.check(a, b, scale_a, scale_b, out)  # raises the broken rule's ShapeError
+        return self.launch(a, b, scale_a, scale_b, out, epi)
+
+    def launch(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any, epi: tuple = ()) -> Any:
+        """One launch on checked operands."""
         m, n, k = self.m, self.n, self.k
         kblocks = -(-k // FP8_SCALE_BLOCK)
         sa, held_a = _scale_map(scale_a, m, kblocks, self.device)
         sb, held_b = _scale_map(scale_b, -(-n // FP8_SCALE_BLOCK), kblocks, self.device)
-        if out is None:
-            out = self.new_out()
         pd = out.data_ptr()
         maps = ((a.data_ptr(), m, k, k), (b.data_ptr(), n, k, k), sa, sb, (pd, m, n, n) if self.d_map else None)
-        from ptxgen.runtime import driver
+        ordinal = self.ordinal
+        if getattr(_tls, "ordinal", None) != ordinal or _current_device() != ordinal:
+            from ptxgen.runtime import driver
 
-        driver.ensure_context(self.ordinal)
-        self.launcher.launch(self.grid_x, maps, (pd, m, n, k, *epi), current_stream(self.ordinal))
+            driver.ensure_context(ordinal)
+            _tls.ordinal = ordinal
+        self.launcher.launch(self.grid_x, maps, (pd, m, n, k, *epi), current_stream(ordinal))
         del held_a, held_b  # the caching allocator reuses them only after the launch on this stream
         return out
 
     def fused(self, a: Any, bs: tuple, out: Any, epi: tuple) -> Any:
-        """A fused call (:func:`fused`): ``bs`` = ``(b, scale_a, scale_b)``, ``epi`` the epilogue's parameters."""
-        return self(a, *bs, out, epi)
+        """A fused call (:func:`fused`, which checked every operand): ``bs`` = ``(b, scale_a, scale_b)``, ``epi``
+        the epilogue's parameters."""
+        return self.launch(a, *bs, out, epi)
 
 
 def _new_fp8_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: tuple, out: Any) -> _Fp8Call | None:

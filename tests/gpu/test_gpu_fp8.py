@@ -106,3 +106,31 @@ def test_bad_inputs_raise_before_launch_out_untouched():
             gemm_fp8(*args, out=out, config="fp8_h100_128x128")
     torch.cuda.synchronize()
     assert bool((out == 3.0).all())
+
+
+def test_pointer_rules_hold_on_a_cached_signature():
+    """After a good call cached the signature, an ``out`` that overlaps a scale tensor or is misaligned (same
+    dtype, shape and strides: the signature cannot tell) still raises before any launch, ``out`` untouched; a
+    later good call with other tensors of the signature is right."""
+    torch = pytest.importorskip("torch")
+    from ptxgen import gemm_fp8
+
+    m, n, k = 64, 256, 256
+    a, b, sa, sb = fp8_operands(torch, m, n, k, 4)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gemm_fp8(a, b, sa, sb, out=out, config="fp8_h100_128x128")
+    buf = torch.full((m * n + 8,), 3.0, device="cuda", dtype=torch.bfloat16)
+    sa_in_out = torch.as_strided(buf.view(torch.float32), sa.shape, sa.stride()).copy_(sa)  # sa's signature
+    out_over_sa = buf[:m * n].view(m, n)
+    with pytest.raises(ShapeError, match="out: memory overlaps scale_a"):
+        gemm_fp8(a, b, sa_in_out, sb, out=out_over_sa, config="fp8_h100_128x128")
+    misaligned = buf[1:1 + m * n].view(m, n)
+    with pytest.raises(ShapeError, match="out: data_ptr=.*must be 16-byte aligned"):
+        gemm_fp8(a, b, sa, sb, out=misaligned, config="fp8_h100_128x128")
+    torch.cuda.synchronize()
+    assert bool((buf[2 * sa.numel():] == 3.0).all())
+    a2, b2, sa2, sb2 = fp8_operands(torch, m, n, k, 5)
+    out2 = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gemm_fp8(a2, b2, sa2, sb2, out=out2, config="fp8_h100_128x128")
+    ref = reference(torch, a2, b2, sa2, sb2)
+    assert float((out2.float() - ref).norm() / ref.norm()) < TOLERANCE
