@@ -1373,9 +1373,7 @@ class _Fp8Call:
         ins = (a, b, scale_a, scale_b)
         if self.spans is None:
             self.spans = tuple(end - start for start, end in map(_extent, ins))
-        if out is None:
-            out = self.new_out()
-        else:
+        if out is not None:
             pd = out.data_ptr()
             d_end = pd + 2 * self.m * self.n
             if pd & (_ALIGN - 1) or (a.data_ptr() | b.data_ptr()) & (_ALIGN - 1) or any(
@@ -1384,7 +1382,9 @@ class _Fp8Call:
         return self.launch(a, b, scale_a, scale_b, out, epi)
 
     def launch(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any, epi: tuple = ()) -> Any:
-        """One launch on checked operands."""
+        """One launch on checked operands (``out`` None: a new D of the call's type)."""
+        if out is None:
+            out = self.new_out()
         m, n, k = self.m, self.n, self.k
         kblocks = -(-k // FP8_SCALE_BLOCK)
         sa, held_a = _scale_map(scale_a, m, kblocks, self.device)
