@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ptxgen.errors import ConfigError, ShapeError
-from ptxgen.hw import FP8_SCALE_BLOCK
+from ptxgen.hw import FP8_SCALE_BLOCK, GROUPED_SEGMENT_ROWS
 
 #: shipped configs by (layout, fp8); bf16 masked with M_max > MASKED_WIDE_ROWS takes MASKED_WIDE instead
 DEFAULT_CONFIGS = {("masked", False): "grouped_masked_h100_128x128",
@@ -29,8 +29,8 @@ DEFAULT_CONFIGS = {("masked", False): "grouped_masked_h100_128x128",
                    ("contiguous", True): "grouped_contiguous_fp8_h100_128x128"}
 #: measured on the H100 (docs/grouped.md): the 128x256 tile is 12-16 % faster at M_max = 256, 1-6 % slower at 64-128
 MASKED_WIDE, MASKED_WIDE_ROWS = "grouped_masked_h100_128x256", 128
-#: rows of A per m-block of the shipped configs: a contiguous segment's padding multiple
-BLOCK_M = 128
+#: a contiguous segment's padding multiple (every contiguous config's block_m divides it: ptxgen.config)
+BLOCK_M = GROUPED_SEGMENT_ROWS
 NO_GROUP = -1
 _SB_BOX = 4  # fp32 scale_b blocks per 16-byte TMA box: each group's blocks are padded to a multiple of it
 _ALIGN = 16
