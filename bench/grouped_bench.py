@@ -15,7 +15,8 @@ and max of the 5):
   device-to-device copy's bandwidth timed in the same run (bytes read + written over its time).
 
 The ptxgen timings pass ``check_tables=False`` (no host read of the table per call; each problem's table is
-checked once before); the JSON has every row, the device name and the torch version.
+checked once before); the JSON has every row, the device name and the torch version.  Parts run in the order
+contiguous FP8, contiguous BF16, masked FP8, masked BF16; the JSON is written after each part.
 """
 
 from __future__ import annotations
