@@ -30,8 +30,8 @@ DEFAULT_CONFIGS = {("masked", False): "grouped_masked_h100_128x128",
 #: measured on the H100 (docs/grouped.md): the 128x256 tile is 12-16 % faster at M_max = 256, 1-6 % slower at 64-128
 MASKED_WIDE, MASKED_WIDE_ROWS = "grouped_masked_h100_128x256", 128
 #: FP8 tiles (docs/grouped.md, "Speed: the FP8 128x256 and 256x128 tiles"; H100, whole-program ptxas).  Contiguous,
-#: K >= FP8_WIDE_K: the 128x256 tile, 1.11-1.19x the 128x128 tile at K = 7168; at K = 2048 it is 0.97-1.01x (an
-#: estimate of why: with 16 k-blocks per tile its direct-store epilogue, not overlapped, weighs more), so 128x128.
+#: K >= FP8_WIDE_K: the 128x256 tile, 1.11-1.19x the 128x128 tile at K = 7168; at K = 2048 it is 0.97-1.01x (why is
+#: not measured), so 128x128 there.
 #: Masked, read at G = 32 (the G <= 16 rows of that run sat on a per-call floor of ~200 us): M_max > MASKED_WIDE_ROWS
 #: with K >= FP8_WIDE_K takes the 128x256 tile (1.11x the 128x128 tile at K = 7168), smaller K the 256x128 tile
 #: (one m-block per group reads each B once: 1.07x at K = 2048); M_max <= 128 keeps 128x128 (the larger tiles
