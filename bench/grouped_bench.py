@@ -1,6 +1,7 @@
 """Grouped GEMM (mixture-of-experts) on the GPU: checked small problems (for compute-sanitizer) or timings.
 
-    python3 bench/grouped_bench.py one                 # one small problem per layout and dtype; exit 1 if wrong
+    python3 bench/grouped_bench.py one [--configs A,B]  # one small problem per layout and dtype (or per named
+                                                        # config, of its layout and dtype); exit 1 if wrong
     python3 bench/grouped_bench.py bench [--json PATH] [--quick]
 
 ``bench`` times, with CUDA events, the median of 5 runs of 10 launches, each after a warm-up (with the spread, min
@@ -14,7 +15,8 @@ and max of the 5):
   device-to-device copy's bandwidth timed in the same run (bytes read + written over its time).
 
 The ptxgen timings pass ``check_tables=False`` (no host read of the table per call; each problem's table is
-checked once before); the JSON has every row, the device name and the torch version.
+checked once before); the JSON has every row, the device name and the torch version.  Parts run in the order
+contiguous FP8, contiguous BF16, masked FP8, masked BF16; the JSON is written after each part.
 """
 
 from __future__ import annotations
@@ -80,43 +82,46 @@ def reference_rows(a, b, sa, sb, g, r0, r1):
     return dequantize(a[r0:r1], sa[r0:r1], 1) @ dequantize(b[g], sb[g], BLOCK).T
 
 
-def one() -> int:
-    """One small problem per (layout, dtype): D per group against fp32, untouched rows still NaN."""
+def one(configs: list[str] | None = None) -> int:
+    """One small problem per (layout, dtype), or per config of ``configs`` (its layout and dtype; ragged groups: 70,
+    0, 1 and 129 rows): D per group against fp32, untouched rows still NaN."""
     bad = 0
-    for fp8 in (False, True):
+    runs = ([(load_config(c).operands == "fp8", load_config(c).schedule.grouped, c) for c in configs] if configs
+            else [(fp8, layout, None) for fp8 in (False, True) for layout in ("masked", "contiguous")])
+    for fp8, layout, cfg in runs:
         rows, n, k = [70, 0, 1, 129], 200, 272 if fp8 else 264
-        for layout in ("masked", "contiguous"):
-            groups = len(rows)
-            if layout == "masked":
-                m_max = 130
-                a, b, sa, sb = operands(groups * m_max, groups, n, k, fp8)
-                spans = [(g * m_max, g * m_max + r) for g, r in enumerate(rows)]
-                out = torch.full((groups, m_max, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-                ptxgen.grouped_gemm(a.reshape(groups, m_max, k), b,
-                                    masked_m=torch.tensor(rows, dtype=torch.int32, device="cuda"),
-                                    scale_a=None if sa is None else sa.reshape(groups, m_max, -1), scale_b=sb, out=out)
-            else:
-                idx = contiguous_layout(rows, device="cuda")
-                a, b, sa, sb = operands(idx.numel(), groups, n, k, fp8)
-                starts = [0]
-                for r in rows:
-                    starts.append(starts[-1] + -(-r // BLOCK) * BLOCK)
-                spans = [(starts[g], starts[g] + r) for g, r in enumerate(rows)]
-                out = torch.full((idx.numel(), n), float("nan"), device="cuda", dtype=torch.bfloat16)
-                ptxgen.grouped_gemm(a, b, m_indices=idx, scale_a=sa, scale_b=sb, out=out)
-            torch.cuda.synchronize()
-            flat = out.reshape(-1, n)
-            valid = torch.zeros(flat.shape[0], dtype=torch.bool, device="cuda")
-            errs = []
-            for g, (r0, r1) in enumerate(spans):
-                valid[r0:r1] = True
-                if r1 > r0:
-                    errs.append(rel(flat[r0:r1], reference_rows(a, b, sa, sb, g, r0, r1)))
-            written = int((~torch.isnan(flat[~valid].float())).sum())
-            ok = max(errs) < 1e-2 and written == 0
-            bad += not ok
-            print(f"{layout} {'fp8' if fp8 else 'bf16'}: max group rel err {max(errs):.2e}, untouched elements "
-                  f"written {written}: {'ok' if ok else 'WRONG'}")
+        groups = len(rows)
+        if layout == "masked":
+            m_max = 130
+            a, b, sa, sb = operands(groups * m_max, groups, n, k, fp8)
+            spans = [(g * m_max, g * m_max + r) for g, r in enumerate(rows)]
+            out = torch.full((groups, m_max, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            ptxgen.grouped_gemm(a.reshape(groups, m_max, k), b,
+                                masked_m=torch.tensor(rows, dtype=torch.int32, device="cuda"),
+                                scale_a=None if sa is None else sa.reshape(groups, m_max, -1), scale_b=sb, out=out,
+                                config=cfg)
+        else:
+            idx = contiguous_layout(rows, device="cuda")
+            a, b, sa, sb = operands(idx.numel(), groups, n, k, fp8)
+            starts = [0]
+            for r in rows:
+                starts.append(starts[-1] + -(-r // BLOCK) * BLOCK)
+            spans = [(starts[g], starts[g] + r) for g, r in enumerate(rows)]
+            out = torch.full((idx.numel(), n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            ptxgen.grouped_gemm(a, b, m_indices=idx, scale_a=sa, scale_b=sb, out=out, config=cfg)
+        torch.cuda.synchronize()
+        flat = out.reshape(-1, n)
+        valid = torch.zeros(flat.shape[0], dtype=torch.bool, device="cuda")
+        errs = []
+        for g, (r0, r1) in enumerate(spans):
+            valid[r0:r1] = True
+            if r1 > r0:
+                errs.append(rel(flat[r0:r1], reference_rows(a, b, sa, sb, g, r0, r1)))
+        written = int((~torch.isnan(flat[~valid].float())).sum())
+        ok = max(errs) < 1e-2 and written == 0
+        bad += not ok
+        print(f"{cfg or layout} {'fp8' if fp8 else 'bf16'}: max group rel err {max(errs):.2e}, untouched elements "
+              f"written {written}: {'ok' if ok else 'WRONG'}")
     return 1 if bad else 0
 
 
@@ -239,8 +244,8 @@ def bench(json_path: str | None, quick: bool) -> None:
     info["copy_GBps"] = round(copy_bandwidth(), 1)
     print(json.dumps(info))
     rows = []
-    for part in (lambda: masked_rows(False, quick, info["copy_GBps"]), lambda: masked_rows(True, quick, info["copy_GBps"]),
-                 lambda: contiguous_rows(False, quick), lambda: contiguous_rows(True, quick)):
+    for part in (lambda: contiguous_rows(True, quick), lambda: contiguous_rows(False, quick),
+                 lambda: masked_rows(True, quick, info["copy_GBps"]), lambda: masked_rows(False, quick, info["copy_GBps"])):
         rows += part()
         if json_path:  # after each part: a run cut short keeps what it measured
             with open(json_path, "w") as f:
@@ -249,5 +254,5 @@ def bench(json_path: str | None, quick: bool) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["one"]:
-        sys.exit(one())
+        sys.exit(one(sys.argv[sys.argv.index("--configs") + 1].split(",") if "--configs" in sys.argv else None))
     bench(sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None, "--quick" in sys.argv)

@@ -48,6 +48,7 @@ from pydantic.dataclasses import dataclass as _pydantic_dataclass
 
 from .errors import ConfigError
 from .hw import FP8_SCALE_BLOCK  # K elements per FP8 scale block (plan and runtime read it too)
+from .hw import GROUPED_SEGMENT_ROWS  # the contiguous layout's segment padding (the runtime reads it too)
 from .shipped import configs_dir, resolve_config_path, shipped_configs  # noqa: F401 - re-exported
 
 ARCHS = ("sm_100a", "sm_90a")
@@ -575,6 +576,10 @@ def _validate_grouped(cfg: Config) -> None:
     _rule(cfg.epilogue.store == "direct", "schedule.grouped", g,
           "needs epilogue.store=direct (rows past a group's valid rows must stay untouched; a TMA store box writes them)")
     _rule(not cfg.epilogue.expr, "schedule.grouped", g, "needs an empty epilogue.expr (D = the accumulator)")
+    if g == "contiguous":
+        _rule(GROUPED_SEGMENT_ROWS % cfg.tile.block_m == 0, "tile.block_m", cfg.tile.block_m,
+              f"schedule.grouped=contiguous needs block_m dividing {GROUPED_SEGMENT_ROWS} (each group's segment is "
+              f"padded to {GROUPED_SEGMENT_ROWS} rows; an m-block must not span two groups)")
 
 
 def _validate_expr(cfg: Config) -> None:

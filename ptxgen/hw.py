@@ -42,3 +42,7 @@ SF_TMEM_COLS_PER_ATOM = 4
 # The FP8 block-scaled recipe's granularity (the kernel's scale ABI: DeepSeek-V3's recipe, as DeepGEMM takes it):
 # one scale_a per row per 128 K, one scale_b per 128 rows of B per 128 K.
 FP8_SCALE_BLOCK = 128
+
+# The contiguous grouped layout (DeepGEMM's m_indices): each group's rows form one segment padded to a multiple of
+# this many rows.  A grouped kernel's m-block must divide it, so that an m-block never spans two groups.
+GROUPED_SEGMENT_ROWS = 128

@@ -21,6 +21,8 @@ BASE = "grouped_masked_h100_128x128"
     ({"epilogue.expr": "relu(acc)"}, "needs an empty epilogue.expr"),
     ({"mma.consumers": "pingpong"}, "needs mma.consumers=cooperative"),
     ({"schedule.grouped": "ragged"}, "schedule.grouped"),
+    ({"schedule.grouped": "contiguous", "tile.block_m": 256, "pipeline.stages": 3},
+     "schedule.grouped=contiguous needs block_m dividing 128"),
 ])
 def test_grouped_rules_are_one_line_config_errors(changes, message):
     with pytest.raises(ConfigError) as exc:

@@ -1,0 +1,45 @@
+"""``ptxgen.runtime.grouped.default_config`` (no torch needed): the tile ``grouped_gemm`` takes with ``config=None``,
+pinned to the H100 measurements its constants state (docs/grouped.md, "Speed")."""
+
+from __future__ import annotations
+
+import pytest
+
+from ptxgen.config import load_config
+from ptxgen.runtime import grouped
+from ptxgen.runtime.grouped import GroupedProblem, default_config
+
+
+def problem(layout: str, fp8: bool, m: int, k: int, groups: int = 8, n: int = 4096) -> GroupedProblem:
+    rows = groups * m if layout == "masked" else m
+    return GroupedProblem(layout, fp8, groups, rows, m, n, k)
+
+
+@pytest.mark.parametrize("layout, fp8, m, k, chosen", [
+    # bf16: masked by M_max (128x256 12-16 % faster at M_max = 256), contiguous always 128x256
+    ("masked", False, 128, 7168, "grouped_masked_h100_128x128"),
+    ("masked", False, 256, 7168, "grouped_masked_h100_128x256"),
+    ("contiguous", False, 29696, 2048, "grouped_contiguous_h100_128x256"),
+    # contiguous FP8 by K: the 128x256 tile 1.11-1.19x the 128x128 at K = 7168, 0.97-1.01x at K = 2048
+    ("contiguous", True, 29696, 7168, "grouped_contiguous_fp8_h100_128x256"),
+    ("contiguous", True, 29696, 4096, "grouped_contiguous_fp8_h100_128x256"),
+    ("contiguous", True, 29696, 2048, "grouped_contiguous_fp8_h100_128x128"),
+    # masked FP8 by M_max, then K (G = 32, M_max = 256: 128x256 1.11x at K = 7168, 256x128 1.07x at K = 2048)
+    ("masked", True, 64, 2048, "grouped_masked_fp8_h100_128x128"),
+    ("masked", True, 128, 7168, "grouped_masked_fp8_h100_128x128"),
+    ("masked", True, 256, 7168, "grouped_masked_fp8_h100_128x256"),
+    ("masked", True, 256, 2048, "grouped_masked_fp8_h100_256x128"),
+    ("masked", True, 129, 256, "grouped_masked_fp8_h100_256x128"),
+])
+def test_default_config_by_layout_dtype_m_max_and_k(layout, fp8, m, k, chosen):
+    assert default_config(problem(layout, fp8, m, k)) == chosen
+
+
+def test_every_chosen_config_is_shipped_of_its_layout_and_dtype():
+    for (layout, fp8), name in grouped.DEFAULT_CONFIGS.items():
+        cfg = load_config(name)
+        assert (cfg.schedule.grouped, cfg.operands == "fp8") == (layout, fp8)
+    for name, layout in ((grouped.MASKED_WIDE, "masked"), (grouped.CONTIGUOUS_FP8_WIDE, "contiguous"),
+                         (grouped.MASKED_FP8_WIDE, "masked"), (grouped.MASKED_FP8_TALL, "masked")):
+        cfg = load_config(name)
+        assert cfg.schedule.grouped == layout and (cfg.operands == "fp8") == (name != grouped.MASKED_WIDE)
