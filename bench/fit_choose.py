@@ -74,8 +74,6 @@ def hard_regret(model: choose.DeviceModel, cands, rows) -> tuple[float, float]:
 
 def fit(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
     """Nelder-Mead on the log of the :data:`FITTED` constants and of one tile factor per candidate."""
-    from scipy.optimize import minimize
-
     names = [c.name for c in cands]
 
     def model_of(x):
@@ -86,6 +84,13 @@ def fit(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
     x = [math.log(max(getattr(start, f), 1e-3)) for f in FITTED] + [0.0] * len(names)
     bounds = [(math.log(BOUNDS[f][0]), math.log(BOUNDS[f][1])) for f in FITTED]
     bounds += [(math.log(TILE_FACTOR_BOUNDS[0]), math.log(TILE_FACTOR_BOUNDS[1]))] * len(names)
+    return _minimize(model_of, x, bounds, cands, rows)
+
+
+def _minimize(model_of, x, bounds, cands, rows) -> choose.DeviceModel:
+    """Two rounds of bounded Nelder-Mead on the soft loss from ``x``, each reporting the hard regret; the model."""
+    from scipy.optimize import minimize
+
     for rnd in range(2):
         res = minimize(lambda x: loss(model_of(x), cands, rows), x, method="Nelder-Mead", bounds=bounds,
                        options={"maxiter": 3000, "xatol": 1e-3, "fatol": 1e-7, "adaptive": True})
@@ -100,8 +105,6 @@ PARTIAL_BOUNDS = (0.5, 20.0)  # TB/s: from below HBM to above the L2's bandwidth
 
 def fit_split(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
     """Nelder-Mead on the log of ``partial_tbps`` and of the split-K candidates' tile factors (others held)."""
-    from scipy.optimize import minimize
-
     split = [c.name for c in cands if c.split_k > 1]
     held = tuple((n, f) for n, f in start.tile_factors if n not in split)
 
@@ -113,13 +116,7 @@ def fit_split(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
     x = [math.log(start.partial_tbps)] + [0.0] * len(split)
     bounds = [(math.log(PARTIAL_BOUNDS[0]), math.log(PARTIAL_BOUNDS[1]))]
     bounds += [(math.log(TILE_FACTOR_BOUNDS[0]), math.log(TILE_FACTOR_BOUNDS[1]))] * len(split)
-    for rnd in range(2):
-        res = minimize(lambda x: loss(model_of(x), cands, rows), x, method="Nelder-Mead", bounds=bounds,
-                       options={"maxiter": 3000, "xatol": 1e-3, "fatol": 1e-7, "adaptive": True})
-        x = res.x
-        score = hard_regret(model_of(x), cands, rows)
-        print(f"  round {rnd}: soft loss {res.fun:.4f}, regret median {score[0]:.3f}, worst {score[1]:.3f}")
-    return model_of(x)
+    return _minimize(model_of, x, bounds, cands, rows)
 
 
 def evaluate(path: str, cands, model_only: bool, model: choose.DeviceModel = choose.SM90_GEMM_MODEL) -> dict:
