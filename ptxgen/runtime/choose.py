@@ -362,8 +362,9 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     """``(config name, why)`` for a shape on a device of ``capability`` with ``sm_count`` SMs.
 
     ``why`` is ``"user table"``, ``"shipped table"``, ``"cost model"``, ``"fp8 rule"`` (``kernel="gemm_fp8"``:
-    :func:`fp8_rule`) or ``"default"``.  The tuned tables hold
-    GEMM configs; a dual GEMM (``kernel="dual_gemm"``) is chosen by the cost model among the ``dual_*`` configs.
+    :func:`fp8_rule`), ``"small-M rule"`` (sm_90a ``kernel="dual_gemm"``: :func:`dual_small_m_rule`) or
+    ``"default"``.  The tuned tables hold GEMM configs; a dual GEMM (``kernel="dual_gemm"``) is chosen by the
+    small-M rule, else by the cost model among the ``dual_*`` configs.
 
     Raises:
         ConfigError: the capability has no shipped config at all.
@@ -378,6 +379,9 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
         cands = candidates(arch, kernel) if arch else ()
         if not cands:
             return default, "default"
+        small = dual_small_m_rule(m) if arch == "sm_90a" and kernel == "dual_gemm" else None
+        if small is not None and any(c.name == small for c in cands):
+            return small, "small-M rule"
         if m <= 256:  # one pair of m-blocks: B multicast has nothing to amortise (H100: 1.13-1.26x vs 1.08-1.24x
             cands = tuple(c for c in cands if c.cluster == 1) or cands  # over torch; docs/performance.md)
         return rank(cands, m, n, k, sm_count, default)[0][1], "cost model"
@@ -391,6 +395,20 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     if not cands:
         return default, "default"
     return rank(cands, m, n, k, sm_count, default, SM90_GEMM_MODEL)[0][1], "cost model"
+
+
+#: dual_gemm on sm_90a, (largest M, config) fastest first: at small M the dual GEMM reads B1 and B2 at the copy
+#: bandwidth only with more CTAs than a 128x128 grid has, and the cost model (DRAM-bound there) ties every tile.
+#: Measured on the tune half of the SwiGLU suite (H100, ``bench/dual_bench.py``, 5 runs; docs/performance.md,
+#: "Small tiles for the small-M SwiGLU"): M <= 64 the 64x64 tile (one m-block reads B once; 1.04-1.88x torch unfused
+#: against 0.89-1.73x for 128x128), M <= 256 the 128x64 tile (1.13x and 1.68x against 1.04x and 1.46x; at
+#: 128x29568x8192 1.09x against 1.14x for 128x128); above, the cost model (at M = 512 the 64-row tiles fall to 0.5x).
+DUAL_SMALL_M = ((64, "dual_h100_64x64"), (256, "dual_h100_128x64"))
+
+
+def dual_small_m_rule(m: int) -> str | None:
+    """The sm_90a dual-GEMM config for ``m`` rows when :data:`DUAL_SMALL_M` has one, else None (cost model)."""
+    return next((name for rows, name in DUAL_SMALL_M if m <= rows), None)
 
 
 #: gemm_fp8 on sm_90a: the 64-row tile (one consumer warpgroup) at or below this M, the CTA pairs above

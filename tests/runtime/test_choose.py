@@ -186,3 +186,26 @@ def test_fp8_wave_efficiency():
     assert fp8_wave_efficiency(4096, 2112, 192, 128, 132) == 4096 * 2112 / (3 * 132 * 192 * 128)  # 22 x 17 = 374
     assert fp8_wave_efficiency(300, 256, 128, 256, 132) == 300 * 256 / (132 * 128 * 256)  # 3 m-blocks: 2 pairs
     assert fp8_wave_efficiency(256, 264 * 256, 128, 256, 132) == 256 * 264 * 256 / (4 * 132 * 128 * 256)
+
+
+def test_dual_small_m_rule_follows_the_tune_half_measurement(fresh_choice):
+    """sm_90a dual GEMM at small M: the rule's pick per tune-half shape of docs/results/dual_small_m_tune_h100.json
+    is within 5 % of the fastest config measured there (the rule was read off that file); above the rule's largest M
+    the cost model decides, and sm_100a never takes an sm_90a rule."""
+    from ptxgen.suites import load
+
+    rows = json.loads((RESULTS / "dual_small_m_tune_h100.json").read_text())["rows"]
+    tune = {s.mnk for s in load("swiglu").half("tune")}
+    by_shape: dict = {}
+    for r in rows:
+        by_shape.setdefault((r["m"], r["n"], r["k"]), {})[r["config"]] = r["ptxgen_ms"]
+    assert set(by_shape) <= tune and len(by_shape) >= 5
+    for (m, n, k), times in by_shape.items():
+        name, why = fresh_choice.choose_cached(m, n, k, (9, 0), 132, "dual_gemm")
+        assert name in times, (m, n, k, name)
+        assert times[name] <= 1.05 * min(times.values()), (m, n, k, name, times)
+        assert why == ("small-M rule" if m <= fresh_choice.DUAL_SMALL_M[-1][0] else "cost model")
+    assert fresh_choice.dual_small_m_rule(1) == "dual_h100_64x64"
+    assert fresh_choice.dual_small_m_rule(65) == "dual_h100_128x64"
+    assert fresh_choice.dual_small_m_rule(257) is None
+    assert fresh_choice.choose_cached(16, 4096, 4096, (10, 0), 148, "dual_gemm")[0] == "dual_sm100_256x128"
