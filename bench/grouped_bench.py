@@ -2,7 +2,8 @@
 
     python3 bench/grouped_bench.py one [--configs A,B]  # one small problem per layout and dtype (or per named
                                                         # config, of its layout and dtype); exit 1 if wrong
-    python3 bench/grouped_bench.py bench [--json PATH] [--quick]
+    python3 bench/grouped_bench.py bench [--json PATH] [--quick] [--defaults]
+    python3 bench/grouped_bench.py host [--json PATH]   # per-call host time against GPU time (HOST_CASES)
 
 ``bench`` times, with CUDA events, the median of 5 runs of 10 launches, each after a warm-up (with the spread, min
 and max of the 5):
@@ -14,8 +15,10 @@ and max of the 5):
   bf16 and FP8: the bytes of the weights read (every group with rows reads its whole B) over the time, against a
   device-to-device copy's bandwidth timed in the same run (bytes read + written over its time).
 
-The ptxgen timings pass ``check_tables=False`` (no host read of the table per call; each problem's table is
-checked once before); the JSON has every row, the device name and the torch version.  Parts run in the order
+Each ptxgen timing is taken twice: the default call (``check_tables=True``: the table is read on the host by the
+first call and, while it is the same unchanged tensor, not again) and ``check_tables=False``.  ``--defaults`` times
+only the shipped choice (``config=None``) of each problem.  The JSON has every row, the device name and the torch
+version.  Parts run in the order
 contiguous FP8, contiguous BF16, masked FP8, masked BF16; the JSON is written after each part.
 """
 
@@ -133,6 +136,15 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() / us / 1e3
 
 
+#: ``--defaults``: time only ``config=None`` (the shipped choice), not every config of the layout
+DEFAULTS_ONLY = "--defaults" in sys.argv
+
+
+def label(cfg: str | None, checked: bool) -> str:
+    """A timing's key: the config (``default`` for None) and the table mode."""
+    return f"{cfg or 'default'}{'' if checked else ' check_tables=False'}"
+
+
 def _timed(row: dict, label: str, fn, flop: float = 0.0, nbytes: float = 0.0) -> None:
     med, lo, hi = time_us(fn)
     row[label] = {"us": round(med, 2), "us_min": round(lo, 2), "us_max": round(hi, 2)}
@@ -154,16 +166,17 @@ def contiguous_rows(fp8: bool, quick: bool) -> list[dict]:
         starts = [0]
         for r in rows:
             starts.append(starts[-1] + -(-r // BLOCK) * BLOCK)
-        for cfg in configs_for("contiguous", fp8):
+        for cfg in [None] if DEFAULTS_ONLY else configs_for("contiguous", fp8):
             out.fill_(float("nan"))
             ptxgen.grouped_gemm(a, b, m_indices=idx, scale_a=sa, scale_b=sb, out=out, config=cfg)  # checks the table
             last = max(g for g, r in enumerate(rows) if r)
-            row[f"{cfg} rel err (first, last group)"] = [
+            row[f"{cfg or 'default'} rel err (first, last group)"] = [
                 rel(out[:rows[0]], reference_rows(a, b, sa, sb, 0, 0, rows[0])),
                 rel(out[starts[last]:starts[last] + rows[last]],
                     reference_rows(a, b, sa, sb, last, starts[last], starts[last] + rows[last]))]
-            _timed(row, cfg, lambda: ptxgen.grouped_gemm(a, b, m_indices=idx, scale_a=sa, scale_b=sb, out=out,
-                                                         check_tables=False, config=cfg), flop)
+            for checked in (False, True):
+                _timed(row, label(cfg, checked), lambda: ptxgen.grouped_gemm(
+                    a, b, m_indices=idx, scale_a=sa, scale_b=sb, out=out, check_tables=checked, config=cfg), flop)
         if not fp8:
             if hasattr(torch, "_grouped_mm"):
                 offs = torch.tensor(starts[1:], dtype=torch.int32, device="cuda")
@@ -219,13 +232,16 @@ def masked_rows(fp8: bool, quick: bool, copy_gbps: float) -> list[dict]:
         nbytes = sum(1 for r in rows if r) * n * k * b.element_size()
         row = {"layout": "masked", "dtype": "fp8" if fp8 else "bf16", "G": groups, "M_max": m_max,
                "masked_m_mean": round(sum(rows) / groups, 1), "N": n, "K": k, "weight_bytes": nbytes}
-        for cfg in configs_for("masked", fp8):
+        for cfg in [None] if DEFAULTS_ONLY else configs_for("masked", fp8):
             ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=sa, scale_b=sb, out=out, config=cfg)  # checks the table
-            row[f"{cfg} rel err (group 0)"] = rel(out[0, :rows[0]], reference_rows(
+            row[f"{cfg or 'default'} rel err (group 0)"] = rel(out[0, :rows[0]], reference_rows(
                 a.reshape(groups * m_max, k), b, None if sa is None else sa.reshape(groups * m_max, -1), sb, 0, 0, rows[0]))
-            _timed(row, cfg, lambda: ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=sa, scale_b=sb, out=out,
-                                                         check_tables=False, config=cfg), 2.0 * sum(rows) * n * k, nbytes)
-            row[cfg]["fraction_of_copy_bw"] = round(row[cfg]["weight_GBps"] / copy_gbps, 3)
+            for checked in (False, True):
+                what = label(cfg, checked)
+                _timed(row, what, lambda: ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=sa, scale_b=sb, out=out,
+                                                              check_tables=checked, config=cfg),
+                       2.0 * sum(rows) * n * k, nbytes)
+                row[what]["fraction_of_copy_bw"] = round(row[what]["weight_GBps"] / copy_gbps, 3)
         out_rows.append(row)
         print(json.dumps(row))
     return out_rows
@@ -252,7 +268,153 @@ def bench(json_path: str | None, quick: bool) -> None:
                 json.dump({"info": info, "rows": rows}, f, indent=1)
 
 
+#: (layout, fp8, G, M_max or mean rows per group, N, K) of the host-time measurement: the masked rows that sat on
+#: the per-call floor, one that did not, and one contiguous problem of each dtype
+HOST_CASES = [("masked", True, 8, 64, 7168, 2048), ("masked", True, 8, 128, 4096, 7168),
+              ("masked", True, 32, 64, 4096, 7168), ("masked", False, 8, 64, 7168, 2048),
+              ("contiguous", True, 8, 4096, 4096, 7168), ("contiguous", False, 8, 4096, 7168, 2048)]
+
+
+def host_problem(layout, fp8, groups, rows_per, n, k):
+    """Operands and a ``grouped_gemm`` keyword set of one HOST_CASES row (default config)."""
+    if layout == "masked":
+        g = torch.Generator().manual_seed(groups * rows_per)
+        rows = [int(x) for x in torch.randint(rows_per // 2, rows_per + 1, (groups,), generator=g)]
+        a, b, sa, sb = operands(groups * rows_per, groups, n, k, fp8)
+        kw = {"a": a.reshape(groups, rows_per, k), "b": b, "masked_m": torch.tensor(rows, dtype=torch.int32,
+                                                                                    device="cuda"),
+              "scale_a": None if sa is None else sa.reshape(groups, rows_per, -1), "scale_b": sb,
+              "out": torch.empty((groups, rows_per, n), device="cuda", dtype=torch.bfloat16)}
+    else:
+        rows = group_rows(groups, rows_per, 7)
+        idx = contiguous_layout(rows, device="cuda")
+        a, b, sa, sb = operands(idx.numel(), groups, n, k, fp8)
+        kw = {"a": a, "b": b, "m_indices": idx, "scale_a": sa, "scale_b": sb,
+              "out": torch.empty((idx.numel(), n), device="cuda", dtype=torch.bfloat16)}
+    return rows, kw
+
+
+def host_us(fn, reps=5, inner=10):
+    """(median, min, max) microseconds of host time per call: ``inner`` calls back to back, no synchronize between
+    them (a call that synchronizes itself pays its GPU time here too)."""
+    import time
+
+    runs = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        runs.append((time.perf_counter() - t0) * 1e6 / inner)
+    torch.cuda.synchronize()
+    return statistics.median(runs), min(runs), max(runs)
+
+
+def graph_us(fn, reps=5, inner=10):
+    """(median, min, max) microseconds per call of a CUDA graph holding ``inner`` calls, replayed (the GPU time of
+    the call's kernels, staging copies included, without the host path)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()  # warm-up on a side stream, as torch.cuda.graphs asks
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(inner):
+            fn()
+    med, lo, hi = time_us(graph.replay, reps=reps, inner=1)
+    return med / inner, lo / inner, hi / inner
+
+
+def kernel_us(fn, inner=10):
+    """GPU microseconds per call by kernel name (torch.profiler, CUPTI), over ``inner`` calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(inner):
+            fn()
+        torch.cuda.synchronize()
+    per = {}
+    for ev in prof.key_averages():
+        t = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
+        if t:
+            per[ev.key[:60]] = round(t / inner, 2)
+    return per
+
+
+def host_parts(kw) -> dict:
+    """Host microseconds of the parts of one call (median of 200): the operand check with and without the table
+    read, and the scale staging where this version has it."""
+    import time
+
+    from ptxgen.runtime import grouped
+
+    def us(fn, n=200):
+        for _ in range(5):
+            fn()
+        t = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - t0)
+        return round(statistics.median(t) * 1e6, 2)
+
+    args = {x: kw.get(x) for x in ("a", "b", "m_indices", "masked_m", "scale_a", "scale_b", "out")}
+    parts = {"torch.empty(1) on cuda": us(lambda: torch.empty(1, device="cuda")),
+             "check, check_tables=False": us(lambda: grouped.check_grouped_operands(**args, check_tables=False)),
+             "check, check_tables=True": us(lambda: grouped.check_grouped_operands(**args, check_tables=True))}
+    if kw.get("scale_b") is not None and hasattr(grouped, "_scale_b_map"):
+        parts["scale_b staging"] = us(lambda: grouped._scale_b_map(kw["scale_b"], kw["a"].device))
+        if "masked_m" in kw and hasattr(grouped, "_scale_a_map"):
+            parts["scale_a staging"] = us(lambda: grouped._scale_a_map(kw["scale_a"], kw["a"].device))
+    return parts
+
+
+def host(json_path: str | None) -> None:
+    """Per call: host time, event time (what ``bench`` reports), CUDA-graph replay and kernel time, with
+    ``check_tables`` True and False, for each HOST_CASES problem at its default config."""
+    import ptxgen.runtime.grouped as grouped
+
+    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "runtime": grouped.__file__, "copy_GBps": round(copy_bandwidth(), 1)}
+    print(json.dumps(info))
+    rows = []
+    for case in HOST_CASES:
+        layout, fp8, groups, rows_per, n, k = case
+        _, kw = host_problem(*case)
+        row = {"layout": layout, "dtype": "fp8" if fp8 else "bf16", "G": groups,
+               ("M_max" if layout == "masked" else "mean rows"): rows_per, "N": n, "K": k}
+        ptxgen.grouped_gemm(**kw)  # loads the kernel, checks the table
+        try:
+            row["kernels_us"] = kernel_us(lambda: ptxgen.grouped_gemm(**kw, check_tables=False))
+        except Exception as exc:  # noqa: BLE001 - no CUPTI: the graph time stands for it
+            row["kernels_us"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        for checked in (False, True):
+            fn = lambda: ptxgen.grouped_gemm(**kw, check_tables=checked)  # noqa: E731
+            part = row[f"check_tables={checked}"] = {}
+            for what, timer in (("host_us", host_us), ("events_us", time_us), ("graph_us", graph_us)):
+                if what == "graph_us" and checked and not hasattr(grouped, "GroupedCall"):
+                    part[what] = "not capturable: the table check copies the table to the host"
+                    continue
+                try:
+                    med, lo, hi = timer(fn)
+                    part[what] = [round(med, 2), round(lo, 2), round(hi, 2)]
+                except Exception as exc:  # noqa: BLE001 - a call that cannot be captured says why
+                    part[what] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                    torch.cuda.synchronize()
+        row["host_parts_us"] = host_parts(kw)
+        rows.append(row)
+        print(json.dumps(row))
+        if json_path:
+            with open(json_path, "w") as f:
+                json.dump({"info": info, "rows": rows}, f, indent=1)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["host"]:
+        sys.exit(host(sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None))
     if sys.argv[1:2] == ["one"]:
         sys.exit(one(sys.argv[sys.argv.index("--configs") + 1].split(",") if "--configs" in sys.argv else None))
     bench(sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None, "--quick" in sys.argv)

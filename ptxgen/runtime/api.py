@@ -652,12 +652,7 @@ class _Call:
         if self.epi_maps:  # an [M, N] epilogue operand read through the staging ring: its map after D's
             maps += tuple((epi[i], m, n, n) if d_map else None for i in self.epi_maps)
         ordinal = self.ordinal
-        if getattr(_tls, "ordinal", None) != ordinal or _current_device() != ordinal:
-            from ptxgen.runtime import driver
-
-            driver.ensure_context(ordinal)
-            _tls.ordinal = ordinal
-        stream = current_stream(ordinal)
+        stream = launch_stream(ordinal)
         ws = split_k_workspace(self.spec, m, n, self.device, ordinal, stream) if self.split_k else ()
         self.launcher.launch(self.grid_x, maps, (pd, m, n, k, *ws, *epi), stream)
         return out
@@ -841,6 +836,17 @@ def _remember(key: tuple | None, call: Any) -> None:
             if len(_calls) >= _MAX_CALLS:
                 _calls.clear()
             _calls[key] = call
+
+
+def launch_stream(ordinal: int) -> int:
+    """torch's current stream of device ``ordinal`` (a ``CUstream`` as int), with that device's primary context
+    made current on this thread first when it may not be (once per thread and device switch)."""
+    if getattr(_tls, "ordinal", None) != ordinal or _current_device() != ordinal:
+        from ptxgen.runtime import driver
+
+        driver.ensure_context(ordinal)
+        _tls.ordinal = ordinal
+    return current_stream(ordinal)
 
 
 def _current_device() -> int:
@@ -1326,25 +1332,38 @@ _FP8 = _Family("gemm_fp8", check_fp8_operands, _fp8_refuses, names=("b", "scale_
                fallback=FP8_EPILOGUE_FALLBACK_CONFIG)
 
 
-def _scale_map(t: Any, cols: int, kblocks: int, device: Any) -> tuple[tuple[int, int, int, int], Any]:
-    """The kernel's ``[kblocks, round_up(cols, 4)]`` map of a ``[cols, kblocks]`` scale tensor (and the copy it reads,
-    kept alive by the caller, or None).
+def _scale_map(t: Any, device: Any) -> tuple[tuple[int, int, int, int], Any]:
+    """The kernel's map of a scale tensor (and the copy it reads, kept alive by the caller, or None).
 
-    The map's width is whole 16-byte groups: on the H100 a scale box reaching past a row whose width is not a
-    multiple of 16 bytes raised "illegal instruction" (the A/B/D maps always have such widths).  The padding
-    scales only ever multiply rows of A past M or blocks of B past N, whose results are never stored.  ``t.T`` is
-    read in place when it is row-major with a 16-byte row pitch, 16-byte aligned, and its storage holds the padded
-    last row; otherwise it is copied into a new ``[kblocks, round_up(cols, 4)]`` tensor.
+    ``t`` is ``[rows, kblocks]`` (dense FP8, contiguous grouped scale_a) or ``[G, rows, kblocks]`` (grouped scale_b
+    and masked scale_a; a 2-D tensor is the G = 1 case); the kernel reads it as a 2-D
+    ``[kblocks, G x round_up(rows, 4)]`` map: one k-block's scales contiguous, each group's rows padded to whole
+    16-byte groups so that a scale box starts 16-byte aligned (measured, not a documented rule: on the H100 a scale
+    box at an unaligned column, or reaching past a row whose width is not a multiple of 16 bytes, raised "illegal
+    instruction"; the row pitch is a 16-byte multiple as cuTensorMapEncodeTiled requires of global strides).  The
+    padding scales only ever multiply rows of A past M (or M_max) or blocks of B past N, whose results are never
+    stored, so they are not filled.
+
+    Read in place (no copy) when ``t`` already has that layout: rows stride 1, groups ``round_up(rows, 4)`` apart,
+    k-blocks a 16-byte multiple ``>= G x round_up(rows, 4)`` apart, 16-byte aligned, its storage holding the padded
+    last row (``t.permute(2, 0, 1)`` of a ``[kblocks, G, round_up(rows, 4)]`` tensor, or for 2-D ``t`` DeepGEMM's
+    ``get_col_major_tma_aligned_tensor``: ``t.T`` row-major with a 16-byte row pitch).  Otherwise one copy into a
+    new ``[kblocks, G, round_up(rows, 4)]`` tensor (one kernel: ``rows x kblocks`` floats per group).
     """
-    width = _round_up(cols, _F32_PER_16B)
-    s0, s1 = t.stride()
-    if (s0 == 1 or cols == 1) and s1 % _F32_PER_16B == 0 and s1 >= width and t.data_ptr() % _ALIGN == 0 \
-            and t.untyped_storage().nbytes() // 4 >= t.storage_offset() + (kblocks - 1) * s1 + width:
-        return (t.data_ptr(), kblocks, width, s1), None
+    if t.dim() == 2:
+        t = t.unsqueeze(0)
+    groups, rows, kblocks = t.shape
+    pad = _round_up(rows, _F32_PER_16B)
+    width = groups * pad
+    s0, s1, s2 = t.stride()
+    if (s1 == 1 or rows == 1) and (s0 == pad or groups == 1) and s2 % _F32_PER_16B == 0 and s2 >= width \
+            and t.data_ptr() % _ALIGN == 0 \
+            and t.untyped_storage().nbytes() // 4 >= t.storage_offset() + (kblocks - 1) * s2 + width:
+        return (t.data_ptr(), kblocks, width, s2), None
     import torch
 
-    staged = torch.empty((kblocks, width), dtype=torch.float32, device=device)
-    staged[:, :cols].copy_(t.T)
+    staged = torch.empty((kblocks, groups, pad), dtype=torch.float32, device=device)
+    staged[:, :, :rows].copy_(t.permute(2, 0, 1))
     return (staged.data_ptr(), kblocks, width, width), staged
 
 
@@ -1386,18 +1405,11 @@ class _Fp8Call:
         if out is None:
             out = self.new_out()
         m, n, k = self.m, self.n, self.k
-        kblocks = -(-k // FP8_SCALE_BLOCK)
-        sa, held_a = _scale_map(scale_a, m, kblocks, self.device)
-        sb, held_b = _scale_map(scale_b, -(-n // FP8_SCALE_BLOCK), kblocks, self.device)
+        sa, held_a = _scale_map(scale_a, self.device)
+        sb, held_b = _scale_map(scale_b, self.device)
         pd = out.data_ptr()
         maps = ((a.data_ptr(), m, k, k), (b.data_ptr(), n, k, k), sa, sb, (pd, m, n, n) if self.d_map else None)
-        ordinal = self.ordinal
-        if getattr(_tls, "ordinal", None) != ordinal or _current_device() != ordinal:
-            from ptxgen.runtime import driver
-
-            driver.ensure_context(ordinal)
-            _tls.ordinal = ordinal
-        self.launcher.launch(self.grid_x, maps, (pd, m, n, k, *epi), current_stream(ordinal))
+        self.launcher.launch(self.grid_x, maps, (pd, m, n, k, *epi), launch_stream(self.ordinal))
         del held_a, held_b  # the caching allocator reuses them only after the launch on this stream
         return out
 

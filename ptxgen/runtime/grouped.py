@@ -9,9 +9,25 @@ Two layouts, as DeepGEMM names them:
   ``[M_total]`` (each row's group, -1 for a padding row), D ``[M_total, N]``; padding rows are never written.
 
 Every input rule is checked before any launch and raised as one line (:class:`~ptxgen.errors.ShapeError`), ``out``
-untouched; the tables (``masked_m``, ``m_indices``) are read on the host for that (one synchronizing copy per
-call; ``check_tables=False`` skips it, and a table breaking the rules then gives wrong rows, never an access
-outside A, B or D).
+untouched.
+
+Per-call path (:class:`GroupedCall`, as :class:`~ptxgen.runtime.api._Fp8Call` for ``gemm_fp8``): the first call of
+a signature (config identity; each operand's dtype, shape, stride and device) runs every shape rule, loads the
+kernel and stores the call; later calls check only what the signature cannot show (16-byte alignment of A, B, D;
+``out`` overlapping no input), map the scales (in place when their layout allows, else one copy each:
+``api._scale_map``) and launch.  No call synchronizes except a table read:
+
+* the table rules (``masked_m`` in ``[0, M_max]``; ``m_indices`` as :func:`check_indices`) read the table on the
+  host: one synchronizing copy (the GPU drains, then idles while Python works);
+* a table already read by this signature is not read again while it is the same tensor object at the same
+  address with the same version counter (``t._version``, which every torch in-place op bumps).  Writes that torch
+  does not see (a Triton or CUDA-extension kernel writing through ``data_ptr``, a CUDA-graph replay) leave the
+  counter as it was: pass such a table with ``check_tables=False``;
+* ``check_tables=False`` never reads it (for tables produced on the GPU, and inside CUDA-graph capture).  A table
+  breaking the rules then gives wrong rows but never an access outside A, B, D and the scales: the kernel clamps
+  ``masked_m[g]`` to M_max (unsigned minimum: a negative word is a huge u32), a group id past G addresses B and
+  scale_b rows past their tensor maps (TMA zero-fills loads outside the map), and every store is bounded by D's
+  rows (``StGlobal16`` ``row_end``).
 """
 
 from __future__ import annotations
@@ -253,28 +269,43 @@ def _refuses(spec: Any, problem: GroupedProblem) -> str | None:
     return None
 
 
-def _scale_b_map(scale_b: Any, device: Any) -> tuple[tuple[int, int, int, int], Any]:
-    """scale_b ``[G, nb, kb]`` as the kernel's map reads it: ``[kb, G x nbp]``, each group's blocks padded with
-    zeros to ``nbp`` (a multiple of 4: whole 16-byte boxes), transposed (a new tensor, kept alive by the caller)."""
+def tma_scale_layout(scale: Any) -> Any:
+    """The same scales in the layout :func:`grouped_gemm` (and ``gemm_fp8``) reads in place, with no copy per call:
+    a view ``[G, rows, kblocks]`` (or ``[rows, kblocks]``) of a new ``[kblocks, G, round_up(rows, 4)]`` float32
+    tensor (one copy now; the padding rows are zeros).  Convert constant scales (a weight's ``scale_b``) once;
+    produce per-call scales (``scale_a``) in this layout to skip the per-call copy.
+
+    Raises:
+        ShapeError: ``scale`` is not a 2-D or 3-D float32 tensor.
+    """
     import torch
 
-    groups, nb, kb = scale_b.shape
-    nbp = -(-nb // _SB_BOX) * _SB_BOX
-    staged = torch.zeros((kb, groups, nbp), dtype=torch.float32, device=device)
-    staged[:, :, :nb].copy_(scale_b.permute(2, 0, 1))
-    return (staged.data_ptr(), kb, groups * nbp, groups * nbp), staged
+    if not isinstance(scale, torch.Tensor) or scale.dim() not in (2, 3) or scale.dtype != torch.float32:
+        what = f"shape={tuple(scale.shape)} dtype={scale.dtype}" if isinstance(scale, torch.Tensor) else \
+            f"got {type(scale).__name__}"
+        raise ShapeError(f"scale: {what}: must be a 2-D or 3-D float32 tensor ([rows, kblocks] or [G, rows, kblocks])")
+    flat = scale.dim() == 2
+    t = scale.unsqueeze(0) if flat else scale
+    groups, rows, kblocks = t.shape
+    pad = -(-rows // _SB_BOX) * _SB_BOX
+    store = torch.zeros((kblocks, groups, pad), dtype=torch.float32, device=scale.device)
+    store[:, :, :rows].copy_(t.permute(2, 0, 1))
+    view = store[:, :, :rows].permute(1, 2, 0)
+    return view[0] if flat else view
 
 
-def _scale_a_map(scale_a: Any, device: Any) -> tuple[tuple[int, int, int, int], Any]:
-    """Masked scale_a ``[G, M_max, kb]`` as the kernel's map reads it: ``[kb, G x M_pad]``, each group's rows padded
-    with zeros to ``M_pad`` (a multiple of 4: a box starts 16-byte aligned), transposed (a new tensor)."""
-    import torch
+def _span(t: Any) -> int:
+    """Bytes from ``t.data_ptr()`` to one past its last element (0 for an empty tensor)."""
+    if t is None or not t.numel():
+        return 0
+    return (sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1) * t.element_size()
 
-    groups, m_max, kb = scale_a.shape
-    m_pad = -(-m_max // _SB_BOX) * _SB_BOX
-    staged = torch.zeros((kb, groups, m_pad), dtype=torch.float32, device=device)
-    staged[:, :, :m_max].copy_(scale_a.permute(2, 0, 1))
-    return (staged.data_ptr(), kb, groups * m_pad, groups * m_pad), staged
+
+def _table_key(t: Any) -> tuple:
+    """What must match for a table read before not to be read again: the object (weakly), address, version."""
+    import weakref
+
+    return weakref.ref(t), t.data_ptr(), t._version
 
 
 def grouped_gemm(a: Any, b: Any, m_indices: Any = None, masked_m: Any = None, scale_a: Any = None,
@@ -297,12 +328,18 @@ def grouped_gemm(a: Any, b: Any, m_indices: Any = None, masked_m: Any = None, sc
             last n-block of a group reads rows of the next group, which only feed columns ``>= N`` (never stored).
         m_indices, masked_m: the table of the layout, int32 on a's device.
         scale_a: FP8 only: float32 one scale per row of A and 128-K block (``[G, M_max, ceil(K/128)]`` or
-            ``[M_total, ceil(K/128)]``).
-        scale_b: FP8 only: float32 ``[G, ceil(N/128), ceil(K/128)]`` (one scale per 128 x 128 block of each B).
+            ``[M_total, ceil(K/128)]``), any strides.
+        scale_b: FP8 only: float32 ``[G, ceil(N/128), ceil(K/128)]`` (one scale per 128 x 128 block of each B), any
+            strides.  A scale tensor in the kernel's layout (:func:`tma_scale_layout`; for contiguous scale_a also
+            DeepGEMM's ``get_col_major_tma_aligned_tensor``) is read in place, any other copied once per call.
         out: optional D, bf16, contiguous, 16-byte aligned, overlapping no input.
         config: a ``schedule.grouped`` config of the layout and dtype, or None for the shipped one
             (:func:`default_config`).
-        check_tables: read the table on the host to refuse one that breaks the rules (one synchronizing copy).
+        check_tables: refuse a table that breaks the rules, reading it on the host (one synchronizing copy) unless
+            this call signature read this same tensor before, unchanged (same object, address and ``t._version``;
+            writes torch does not see, such as a Triton kernel's, keep the version: pass those with False).  False:
+            never read (a table produced on the GPU; CUDA-graph capture); a bad table then gives wrong rows, never
+            an access outside A, B, D and the scales (module docstring).
 
     Returns:
         D (``out`` if given; a new tensor is allocated with ``torch.empty``, so its untouched rows hold whatever
@@ -313,46 +350,104 @@ def grouped_gemm(a: Any, b: Any, m_indices: Any = None, masked_m: Any = None, sc
         ConfigError: a config of another layout or dtype, or a device that is not sm_90a.
         CudaError: a driver call failed.
     """
-    p = check_grouped_operands(a, b, m_indices, masked_m, scale_a, scale_b, out, check_tables=check_tables)
-    return _launch(p, a, b, masked_m if p.layout == "masked" else m_indices, scale_a, scale_b, out, config)
+    from ptxgen.runtime import api
+
+    table = masked_m if m_indices is None else m_indices
+    try:
+        ckey = config if config is None or config.__class__ is str else ("id", id(config))
+        key = ("grouped_gemm", ckey, m_indices is None) + tuple(
+            None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in (a, b, table, scale_a, scale_b, out))
+        call = api._calls.get(key)
+    except (AttributeError, TypeError):  # not tensors: the full check names the problem
+        key, call = None, None
+    if call is None or (call.by_id and call.config is not config):
+        p = check_grouped_operands(a, b, m_indices, masked_m, scale_a, scale_b, out, check_tables=False)
+        if not (p.rows and p.n):
+            check_grouped_operands(a, b, m_indices, masked_m, scale_a, scale_b, out, check_tables=check_tables)
+            return out if out is not None else torch_empty_out(p, a.device)
+        call = GroupedCall(p, config, key is not None and key[1].__class__ is tuple, a)
+        api._remember(key, call)
+    return call(a, b, table, scale_a, scale_b, out, check_tables)
 
 
-def _launch(p: GroupedProblem, a: Any, b: Any, table: Any, scale_a: Any, scale_b: Any, out: Any, config: Any) -> Any:
-    """Resolve and load the config, map the operands, one launch (the inputs passed :func:`check_grouped_operands`)."""
+def torch_empty_out(p: GroupedProblem, device: Any) -> Any:
+    """A new D of the problem (``torch.empty``: its untouched rows hold whatever the allocator gave)."""
     import torch
 
-    from ptxgen.runtime import api, driver
+    return torch.empty((p.groups, p.m, p.n) if p.layout == "masked" else (p.rows, p.n), dtype=torch.bfloat16,
+                       device=device)
 
-    if out is None:
-        out = torch.empty((p.groups, p.m, p.n) if p.layout == "masked" else (p.rows, p.n), dtype=torch.bfloat16,
-                          device=a.device)
-    if not (p.rows and p.n):
+
+class GroupedCall:
+    """A call signature of :func:`grouped_gemm` (see module docstring): the problem, the loaded kernel and grid;
+    per call the pointer rules, the table rules (unless read before, or ``check_tables=False``), the scale maps
+    and one launch on torch's current stream."""
+
+    __slots__ = ("p", "config", "by_id", "launcher", "ordinal", "grid_x", "new_out", "spans", "d_bytes",
+                 "table_read")
+
+    def __init__(self, p: GroupedProblem, config: Any, by_id: bool, a: Any):
+        import functools
+
+        from ptxgen.runtime import api, driver
+
+        ordinal = api._ordinal(a)
+        driver.ensure_context(ordinal)
+        info = driver.device_info(ordinal)
+        loaded = api.loaded_kernel(default_config(p) if config is None else config, ordinal)
+        spec = loaded.spec
+        refused = _refuses(spec, p)
+        if refused:
+            raise ConfigError(refused)
+        api.check_arch(spec.name, spec.arch, info.capability)
+        units = (p.groups if p.layout == "masked" else 1) * -(-p.m // spec.grid.tile_rows) * \
+            -(-p.n // spec.grid.tile_cols)
+        self.p, self.config, self.by_id = p, config, by_id
+        self.launcher, self.ordinal, self.grid_x = loaded.launcher, ordinal, max(1, min(units, info.sm_count))
+        self.new_out = functools.partial(torch_empty_out, p, a.device)
+        self.spans: tuple | None = None  # bytes from data_ptr to the end of each input: set by the first call
+        self.d_bytes = 2 * p.rows * p.n
+        self.table_read: tuple | None = None  # _table_key of the last table that passed the table rules
+
+    def __call__(self, a: Any, b: Any, table: Any, scale_a: Any, scale_b: Any, out: Any, check_tables: bool) -> Any:
+        p = self.p
+        ins = (a, b, table, scale_a, scale_b)
+        if self.spans is None:
+            self.spans = tuple(_span(t) for t in ins)
+        if (a.data_ptr() | b.data_ptr()) & (_ALIGN - 1) or out is not None and self._misplaced(out, ins):
+            self._full_check(ins, out, False)  # raises the broken rule's ShapeError
+        if check_tables:
+            read = self.table_read
+            if read is None or read[0]() is not table or read[1] != table.data_ptr() or read[2] != table._version:
+                self.table_read = None
+                self._full_check(ins, out, True)  # the table rules: one synchronizing read
+                self.table_read = _table_key(table)
+        if out is None:
+            out = self.new_out()
+        from ptxgen.runtime import api
+
+        maps = [(a.data_ptr(), p.rows, p.k, p.k), (b.data_ptr(), p.groups * p.n, p.k, p.k)]
+        held_a = held_b = None
+        if p.fp8:
+            sa, held_a = api._scale_map(scale_a, a.device)
+            sb, held_b = api._scale_map(scale_b, a.device)
+            maps += [sa, sb]
+        maps.append(None)  # tmap_d: grouped kernels store D directly
+        scalars = (out.data_ptr(), p.m, p.n, p.k, table.data_ptr(), p.groups)
+        self.launcher.launch(self.grid_x, tuple(maps), scalars, api.launch_stream(self.ordinal))
+        del held_a, held_b  # the caching allocator reuses them only after the launch on this stream
         return out
-    ordinal = api._ordinal(a)
-    driver.ensure_context(ordinal)
-    info = driver.device_info(ordinal)
-    loaded = api.loaded_kernel(default_config(p) if config is None else config, ordinal)
-    spec = loaded.spec
-    refused = _refuses(spec, p)
-    if refused:
-        raise ConfigError(refused)
-    api.check_arch(spec.name, spec.arch, info.capability)
-    bm, bn = spec.grid.tile_rows, spec.grid.tile_cols
-    units = (p.groups if p.layout == "masked" else 1) * -(-p.m // bm) * -(-p.n // bn)
-    grid_x = max(1, min(units, info.sm_count))
-    maps = [(a.data_ptr(), p.rows, p.k, p.k), (b.data_ptr(), p.groups * p.n, p.k, p.k)]
-    held = []
-    if p.fp8:
-        kb = -(-p.k // FP8_SCALE_BLOCK)
-        if p.layout == "masked":
-            sa, held_a = _scale_a_map(scale_a, a.device)
-        else:
-            sa, held_a = api._scale_map(scale_a, p.rows, kb, a.device)
-        sb, held_b = _scale_b_map(scale_b, a.device)
-        maps += [sa, sb]
-        held += [held_a, held_b]
-    maps.append(None)  # tmap_d: grouped kernels store D directly
-    scalars = (out.data_ptr(), p.m, p.n, p.k, table.data_ptr(), p.groups)
-    loaded.launcher.launch(grid_x, tuple(maps), scalars, driver.current_stream(ordinal))
-    del held  # the caching allocator reuses them only after the launch on this stream
-    return out
+
+    def _misplaced(self, out: Any, ins: tuple) -> bool:
+        """Whether ``out`` is misaligned or overlaps an input (its byte range)."""
+        pd = out.data_ptr()
+        d_end = pd + self.d_bytes
+        return bool(pd & (_ALIGN - 1)) or any(
+            span and q < d_end and pd < q + span for q, span in ((t.data_ptr() if t is not None else 0, s)
+                                                                  for t, s in zip(ins, self.spans)))
+
+    def _full_check(self, ins: tuple, out: Any, check_tables: bool) -> None:
+        a, b, table, scale_a, scale_b = ins
+        masked = self.p.layout == "masked"
+        check_grouped_operands(a, b, None if masked else table, table if masked else None, scale_a, scale_b, out,
+                               check_tables=check_tables)

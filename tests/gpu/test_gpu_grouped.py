@@ -146,3 +146,77 @@ def test_bad_tables_raise_before_launch_out_untouched():
         ptxgen.grouped_gemm(a2, b, m_indices=unsorted, out=out2)
     torch.cuda.synchronize()
     assert bool((out == 3.0).all()) and bool((out2 == 3.0).all())
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_bad_tables_unchecked_write_nothing_outside_d(fp8):
+    """check_tables=False with tables that break every rule: no write outside D (NaN guards before and after D
+    in one buffer stay NaN); the kernel clamps masked_m, TMA bounds B and the scales, stores are bounded by D."""
+    torch = pytest.importorskip("torch")
+    import ptxgen
+
+    groups, m_max, n, k = 3, 64, 200, 256
+    a, b, sa, sb, _, _ = _operands(torch, groups * m_max, groups, n, k, fp8, 5)
+    guard = 4096
+    buf = torch.full((guard + groups * m_max * n + guard,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = buf[guard:guard + groups * m_max * n].view(groups, m_max, n)
+    for mm in ([m_max + 50, -3, 2**31 - 1], [-(2**31), m_max, 0]):
+        ptxgen.grouped_gemm(a.reshape(groups, m_max, k), b, masked_m=torch.tensor(mm, dtype=torch.int32, device="cuda"),
+                            scale_a=None if sa is None else sa.reshape(groups, m_max, -1), scale_b=sb, out=out,
+                            check_tables=False)
+    rows = 3 * BLOCK
+    a2, _, sa2, _, _, _ = _operands(torch, rows, groups, n, k, fp8, 6)
+    buf2 = torch.full((guard + rows * n + guard,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out2 = buf2[guard:guard + rows * n].view(rows, n)
+    bad = torch.cat([torch.full((BLOCK,), 7, dtype=torch.int32), torch.full((BLOCK,), -5, dtype=torch.int32),
+                     torch.arange(BLOCK, dtype=torch.int32) - 64]).cuda()  # past G, below -1, mixed in a block
+    ptxgen.grouped_gemm(a2, b, m_indices=bad, scale_a=sa2, scale_b=sb, out=out2, check_tables=False)
+    torch.cuda.synchronize()
+    for what, x in (("masked", buf), ("contiguous", buf2)):
+        assert bool(torch.isnan(x[:guard].float()).all()) and bool(torch.isnan(x[-guard:].float()).all()), \
+            f"{what}: a store outside D"
+
+
+def test_cached_table_read_again_after_a_gpu_write_and_graph_capture_after_a_read():
+    """The table a signature read is read again after an in-place torch write (on the GPU); once read, a call with
+    the default check_tables can be captured in a CUDA graph (no host read inside the capture)."""
+    torch = pytest.importorskip("torch")
+    import ptxgen
+
+    groups, m_max, n, k = 2, 64, 256, 128
+    a = torch.randn(groups, m_max, k, device="cuda").bfloat16()
+    b = torch.randn(groups, n, k, device="cuda").bfloat16()
+    mm = torch.tensor([64, 3], dtype=torch.int32, device="cuda")
+    out = torch.full((groups, m_max, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    ptxgen.grouped_gemm(a, b, masked_m=mm, out=out)
+    mm.add_(1)  # [65, 4]: breaks the rule; the version counter moved
+    with pytest.raises(ShapeError, match=r"masked_m\[0\]=65"):
+        ptxgen.grouped_gemm(a, b, masked_m=mm, out=out)
+    mm.sub_(1)
+    ptxgen.grouped_gemm(a, b, masked_m=mm, out=out)  # read again, passes
+    torch.cuda.synchronize()
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    out.fill_(float("nan"))
+    with torch.cuda.graph(graph, stream=side):
+        ptxgen.grouped_gemm(a, b, masked_m=mm, out=out)
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = torch.einsum("gmk,gnk->gmn", a.float(), b.float())
+    assert float((out[0].float() - ref[0]).norm() / ref[0].norm()) < TOLERANCE
+    assert float((out[1, :3].float() - ref[1, :3]).norm() / ref[1, :3].norm()) < TOLERANCE
+    assert bool(torch.isnan(out[1, 3:].float()).all())
+
+
+def test_scales_in_the_kernel_layout_give_the_same_bits():
+    torch = pytest.importorskip("torch")
+    import ptxgen
+    from ptxgen.runtime.grouped import tma_scale_layout
+
+    groups, m_max, n, k = 3, 62, 200, 384
+    a, b, sa, sb, _, _ = _operands(torch, groups * m_max, groups, n, k, True, 9)
+    a, sa = a.reshape(groups, m_max, k), sa.reshape(groups, m_max, -1)
+    mm = torch.tensor([62, 0, 17], dtype=torch.int32, device="cuda")
+    plain = ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=sa, scale_b=sb)
+    fast = ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=tma_scale_layout(sa), scale_b=tma_scale_layout(sb))
+    torch.cuda.synchronize()
+    assert torch.equal(plain[0], fast[0]) and torch.equal(plain[2, :17], fast[2, :17])

@@ -133,25 +133,40 @@ def test_cpu_tensors_are_refused_before_any_launch_and_out_is_untouched():
 
 
 def _fake_driver(monkeypatch, spec):
+    """grouped_gemm on CPU tensors: the driver, the kernel load and the CUDA-device rule replaced; records the
+    launches (``calls``), the kernel loads (``loads``) and each operand check's ``check_tables`` (``checks``)."""
+    import functools
+
     import ptxgen.runtime.api as api
     import ptxgen.runtime.driver as driver
 
-    calls = []
+    calls, loads, checks = [], [], []
     launcher = SimpleNamespace(launch=lambda grid_x, maps, scalars, stream: calls.append((grid_x, maps, scalars)))
-    monkeypatch.setattr(api, "loaded_kernel", lambda cfg, ordinal: SimpleNamespace(spec=spec, launcher=launcher))
+
+    def load(cfg, ordinal):
+        loads.append(cfg)
+        return SimpleNamespace(spec=spec, launcher=launcher)
+
+    def check(*args, check_tables=True, **kw):
+        checks.append(check_tables)
+        return check_grouped_operands(*args, check_tables=check_tables, require_cuda=False, **kw)
+
+    monkeypatch.setattr(api, "loaded_kernel", load)
     monkeypatch.setattr(api, "_ordinal", lambda a: 0)
-    monkeypatch.setattr(driver, "ensure_context", lambda ordinal: None)
+    monkeypatch.setattr(api, "_calls", {})
+    monkeypatch.setattr(api, "_current_device", lambda: 0)
+    monkeypatch.setattr(api, "current_stream", lambda ordinal: 0)
+    monkeypatch.setattr(driver, "ensure_context", lambda ordinal=None: 0)
     monkeypatch.setattr(driver, "device_info", lambda ordinal: SimpleNamespace(sm_count=132, capability=(9, 0)))
-    monkeypatch.setattr(driver, "current_stream", lambda ordinal: 0)
-    return calls
+    monkeypatch.setattr(grouped, "check_grouped_operands", functools.partial(check))
+    return SimpleNamespace(calls=calls, loads=loads, checks=checks)
 
 
 def test_masked_launch_packs_the_kernel_signature(monkeypatch):
     spec = build("grouped_masked_h100_128x128").launch
-    calls = _fake_driver(monkeypatch, spec)
+    calls = _fake_driver(monkeypatch, spec).calls
     x = masked(g=3, m=130, n=200, k=256)
-    p = check_grouped_operands(**x, require_cuda=False)
-    out = grouped._launch(p, x["a"], x["b"], x["masked_m"], None, None, None, None)
+    out = ptxgen.grouped_gemm(**x)
     (grid_x, maps, scalars), = calls
     assert [nm for nm, kind in spec.params if kind != "tensor_map"] == ["d_ptr", "m", "n", "k", "group_ptr", "num_groups"]
     assert grid_x == 3 * 2 * 2  # G x ceil(130 / 128) x ceil(200 / 128) work units (< 132 SMs)
@@ -161,16 +176,104 @@ def test_masked_launch_packs_the_kernel_signature(monkeypatch):
 
 
 def test_fp8_contiguous_launch_maps_the_grouped_scales(monkeypatch):
-    spec = build("grouped_contiguous_fp8_h100_128x128").launch
-    calls = _fake_driver(monkeypatch, spec)
+    calls = _fake_driver(monkeypatch, build("grouped_contiguous_fp8_h100_128x128").launch).calls
     x = contiguous(rows=(70, 0, 1), n=200, k=256, dtype=E4M3)
     x["scale_b"] = torch.arange(3 * 2 * 2, dtype=torch.float32).reshape(3, 2, 2)
-    p = check_grouped_operands(**x, require_cuda=False)
-    grouped._launch(p, x["a"], x["b"], x["m_indices"], x["scale_a"], x["scale_b"], None, None)
+    ptxgen.grouped_gemm(**x)
     (grid_x, maps, scalars), = calls
     assert grid_x == 2 * 2 and len(maps) == 5 and maps[4] is None
     assert maps[3][1:] == (2, 12, 12)  # [ceil(K/128), G x 4]: each group's 2 blocks padded to one 16-byte box
     assert scalars[4:] == (x["m_indices"].data_ptr(), 3)
+
+
+def test_a_repeated_signature_is_set_up_once_and_a_changed_one_again(monkeypatch):
+    fake = _fake_driver(monkeypatch, build("grouped_masked_h100_128x128").launch)
+    x = masked(g=3, m=64, n=200, k=256)
+    out = torch.zeros((3, 64, 200), dtype=BF16)
+    for _ in range(3):
+        ptxgen.grouped_gemm(**x, out=out, check_tables=False)
+    assert len(fake.loads) == 1 and len(fake.calls) == 3 and fake.checks == [False]
+    y = dict(x, a=torch.zeros((3, 64, 256), dtype=BF16))  # new tensors, same signature: new pointers, no check
+    ptxgen.grouped_gemm(**y, out=out, check_tables=False)
+    assert len(fake.loads) == 1 and fake.calls[-1][1][0][0] == y["a"].data_ptr()
+    with pytest.raises(ShapeError, match="out: shape="):  # another out stride: another signature, fully checked
+        ptxgen.grouped_gemm(**x, out=torch.zeros((3, 200, 64), dtype=BF16).transpose(1, 2), check_tables=False)
+    ptxgen.grouped_gemm(**x, out=out, config="grouped_masked_h100_128x128", check_tables=False)  # another config
+    assert len(fake.loads) == 2 and fake.checks.count(False) == 3
+
+
+def test_a_cached_signature_still_refuses_a_bad_pointer_before_launch(monkeypatch):
+    fake = _fake_driver(monkeypatch, build("grouped_masked_h100_128x128").launch)
+    x = masked(g=3, m=64, n=200, k=256)
+    ptxgen.grouped_gemm(**x, out=torch.zeros((3, 64, 200), dtype=BF16), check_tables=False)
+    launches = len(fake.calls)
+    base = torch.full((3 * 64 * 200 + 8,), 7.0, dtype=BF16)
+    shifted = base[1:1 + 3 * 64 * 200].view(3, 64, 200)  # same signature, 2 bytes off 16-byte alignment
+    with pytest.raises(ShapeError, match="out: data_ptr=.*must be 16-byte aligned"):
+        ptxgen.grouped_gemm(**x, out=shifted, check_tables=False)
+    a_in_d = torch.full((3 * 64 * 256 + 3 * 64 * 200,), 7.0, dtype=BF16)
+    with pytest.raises(ShapeError, match="out: memory overlaps a"):
+        ptxgen.grouped_gemm(**dict(x, a=a_in_d[:3 * 64 * 256].view(3, 64, 256)),
+                            out=a_in_d[3 * 64 * 100:3 * 64 * 100 + 3 * 64 * 200].view(3, 64, 200), check_tables=False)
+    assert len(fake.calls) == launches and bool((base == 7.0).all()) and bool((a_in_d == 7.0).all())
+
+
+def test_the_table_is_read_once_until_it_changes(monkeypatch):
+    fake = _fake_driver(monkeypatch, build("grouped_masked_h100_128x128").launch)
+    x = masked(g=3, m=64, n=200, k=256)
+    out = torch.full((3, 64, 200), 7.0, dtype=BF16)
+    ptxgen.grouped_gemm(**x, out=out)
+    ptxgen.grouped_gemm(**x, out=out)
+    assert fake.checks.count(True) == 1 and len(fake.calls) == 2  # the same table, unchanged: read once
+    x["masked_m"][0] = 65  # an in-place write bumps the version counter: read again, refused before launch
+    with pytest.raises(ShapeError, match=r"masked_m\[0\]=65: must be in \[0, M_max=64\]"):
+        ptxgen.grouped_gemm(**x, out=out)
+    with pytest.raises(ShapeError, match=r"masked_m\[0\]=65"):  # a refused table is not remembered
+        ptxgen.grouped_gemm(**x, out=out)
+    assert len(fake.calls) == 2 and bool((out == 7.0).all())
+    x["masked_m"] = torch.tensor([64, 0, 1], dtype=I32)  # another tensor object: read
+    ptxgen.grouped_gemm(**x, out=out)
+    assert fake.checks.count(True) == 4 and len(fake.calls) == 3
+    x["masked_m"].copy_(torch.tensor([99, 0, 1], dtype=I32))
+    ptxgen.grouped_gemm(**x, out=out, check_tables=False)  # never read: the kernel's bounds hold (docstring)
+    assert fake.checks.count(True) == 4 and len(fake.calls) == 4
+
+
+def test_a_changed_contiguous_table_is_read_again(monkeypatch):
+    fake = _fake_driver(monkeypatch, build("grouped_contiguous_h100_128x128").launch)
+    x = contiguous(rows=(70, 0, 1))
+    ptxgen.grouped_gemm(**x)
+    ptxgen.grouped_gemm(**x)
+    x["m_indices"][128] = 0  # group 2's m-block now says group 0 after group 0 ended by padding
+    with pytest.raises(ShapeError, match="ended by padding"):
+        ptxgen.grouped_gemm(**x)
+    assert fake.checks.count(True) == 2 and len(fake.calls) == 2
+
+
+def test_scales_in_the_kernel_layout_are_read_in_place(monkeypatch):
+    from ptxgen.runtime.grouped import tma_scale_layout
+
+    calls = _fake_driver(monkeypatch, build("grouped_masked_fp8_h100_128x128").launch).calls
+    x = masked(g=3, m=62, n=200, k=256, dtype=E4M3)
+    x["scale_a"] = torch.rand((3, 62, 2))
+    x["scale_b"] = torch.rand((3, 2, 2))
+    ptxgen.grouped_gemm(**x, check_tables=False)  # plain row-major scales: one copy each, kernel layout
+    sa, sb = calls[-1][1][2:4]
+    assert sa[0] != x["scale_a"].data_ptr() and sa[1:] == (2, 3 * 64, 3 * 64)
+    assert sb[0] != x["scale_b"].data_ptr() and sb[1:] == (2, 3 * 4, 3 * 4)
+    fast = dict(x, scale_a=tma_scale_layout(x["scale_a"]), scale_b=tma_scale_layout(x["scale_b"]))
+    assert torch.equal(fast["scale_a"], x["scale_a"]) and torch.equal(fast["scale_b"], x["scale_b"])
+    ptxgen.grouped_gemm(**fast, check_tables=False)
+    assert calls[-1][1][2] == (fast["scale_a"].data_ptr(), 2, 3 * 64, 3 * 64)
+    assert calls[-1][1][3] == (fast["scale_b"].data_ptr(), 2, 3 * 4, 3 * 4)
+
+
+def test_deepgemm_col_major_contiguous_scale_a_is_read_in_place(monkeypatch):
+    calls = _fake_driver(monkeypatch, build("grouped_contiguous_fp8_h100_128x128").launch).calls
+    x = contiguous(rows=(70, 0, 1), dtype=E4M3)
+    x["scale_a"] = torch.rand((2, 256)).T  # [M_total, K/128], column-major (get_col_major_tma_aligned_tensor)
+    ptxgen.grouped_gemm(**x, check_tables=False)
+    assert calls[-1][1][2] == (x["scale_a"].data_ptr(), 2, 256, 256)
 
 
 @pytest.mark.parametrize("config, message", [
@@ -179,11 +282,10 @@ def test_fp8_contiguous_launch_maps_the_grouped_scales(monkeypatch):
     ("h100_128x128", "schedule.grouped=none"),
 ])
 def test_configs_of_another_layout_or_dtype_are_refused(monkeypatch, config, message):
-    _fake_driver(monkeypatch, build(config).launch)
-    x = masked()
-    p = check_grouped_operands(**x, require_cuda=False)
+    fake = _fake_driver(monkeypatch, build(config).launch)
     with pytest.raises(ConfigError, match=message):
-        grouped._launch(p, x["a"], x["b"], x["masked_m"], None, None, None, config)
+        ptxgen.grouped_gemm(**masked(), config=config)
+    assert not fake.calls
 
 
 def test_default_configs_by_layout_dtype_and_m_max():
