@@ -18,7 +18,8 @@ kernel and stores the call; later calls check only what the signature cannot sho
 ``api._scale_map``) and launch.  No call synchronizes except a table read:
 
 * the table rules (``masked_m`` in ``[0, M_max]``; ``m_indices`` as :func:`check_indices`) read the table on the
-  host: one synchronizing copy (the GPU drains, then idles while Python works);
+  host: one synchronizing copy (the GPU drains, then idles while Python works); a table given as a CPU tensor is
+  read where it is, no sync, and copied to the device on the current stream (:func:`_device_table`);
 * a table already read by this signature is not read again while it is the same tensor object at the same
   address with the same version counter (``t._version``, which every torch in-place op bumps).  Writes that torch
   does not see (a Triton or CUDA-extension kernel writing through ``data_ptr``, a CUDA-graph replay) leave the
@@ -126,10 +127,12 @@ def check_indices(m_indices: Any, groups: int, block_m: int = BLOCK_M) -> None:
     end, up to the next multiple of ``block_m``; segments in ascending group order.  So an m-block holds rows of one
     group followed by padding, or padding only.  Raises ShapeError (one line) naming the first row breaking a rule.
     """
-    idx = m_indices.detach().to("cpu", copy=True).long()
-    total = idx.numel()
-    bad = ((idx < NO_GROUP) | (idx >= groups)).nonzero()
-    if len(bad):
+    import numpy as np
+
+    idx = m_indices.detach().to("cpu").numpy().astype(np.int64)  # one host read; numpy: ~10x torch's CPU ops here
+    total = idx.size
+    bad = np.flatnonzero((idx < NO_GROUP) | (idx >= groups))
+    if bad.size:
         r = int(bad[0])
         raise ShapeError(f"m_indices[{r}]={int(idx[r])}: must be -1 (padding) or a group in [0, {groups})")
     if total % block_m:
@@ -140,24 +143,25 @@ def check_indices(m_indices: Any, groups: int, block_m: int = BLOCK_M) -> None:
     blocks = idx.reshape(-1, block_m)
     first = blocks[:, :1]
     pad = blocks == NO_GROUP
-    after_pad = pad.int().cummax(dim=1).values.bool() & ~pad
-    wrong = ((blocks != first) & ~pad) | after_pad
+    wrong = (blocks != first) & ~pad
+    wrong[:, 1:] |= pad[:, :-1] & ~pad[:, 1:]  # a row after padding (the first such row of each m-block suffices)
     if wrong.any():
-        b, r = (int(x) for x in wrong.nonzero()[0])
-        row = b * block_m + r
+        row = int(np.flatnonzero(wrong)[0])
+        b = row // block_m
         raise ShapeError(f"m_indices[{row}]={int(idx[row])}: m-block {b} starts with {int(first[b, 0])}; an m-block "
                          f"holds rows of one group then -1 padding (segments aligned to block_m={block_m})")
-    heads = first[:, 0].tolist()
-    full = (~pad).all(dim=1).tolist()
-    last = NO_GROUP
-    for b, g in enumerate(heads):
-        if g == NO_GROUP:
-            continue
-        if g < last or (g == last and (heads[b - 1] != g or not full[b - 1])):
-            raise ShapeError(f"m_indices[{b * block_m}]={g}: group {g} after group {last}"
-                             + (" (unsorted: segments must be in ascending group order)" if g < last else
-                                " ended by padding: a group's rows form one segment, padded only at its end"))
-        last = g
+    at = np.flatnonzero(first[:, 0] != NO_GROUP)  # m-blocks holding a group, in order
+    heads, full = first[at, 0], ~pad[at].any(axis=1)
+    # a head below the one before: unsorted; equal to it: the same group goes on, which needs the m-block just
+    # before to be that group's and full (a group's rows form one segment, padded only at its end)
+    down = heads[1:] < heads[:-1]
+    split = (heads[1:] == heads[:-1]) & ((at[1:] != at[:-1] + 1) | ~full[:-1])
+    if (down | split).any():
+        i = int(np.flatnonzero(down | split)[0]) + 1
+        g, last = int(heads[i]), int(heads[i - 1])
+        raise ShapeError(f"m_indices[{int(at[i]) * block_m}]={g}: group {g} after group {last}"
+                         + (" (unsorted: segments must be in ascending group order)" if g < last else
+                            " ended by padding: a group's rows form one segment, padded only at its end"))
 
 
 def check_grouped_operands(a: Any, b: Any, m_indices: Any = None, masked_m: Any = None, scale_a: Any = None,
@@ -167,7 +171,7 @@ def check_grouped_operands(a: Any, b: Any, m_indices: Any = None, masked_m: Any 
 
     Returns the :class:`GroupedProblem`.  Raises ShapeError (one line: argument, value, rule) for the first rule
     broken: tensors of the right rank, dtype (a, b both bf16 or both ``float8_e4m3fn``; tables int32; scales
-    float32; out bf16) and device; exactly one of ``m_indices`` / ``masked_m``; B ``[G, N, K]`` with G equal to
+    float32; out bf16) and device (the table on a's device or the CPU); exactly one of ``m_indices`` / ``masked_m``; B ``[G, N, K]`` with G equal to
     the table's (masked) and K equal to A's; K a multiple of 8 (bf16) or 16 (e4m3) for 16-byte TMA row strides;
     a, b, out contiguous and 16-byte aligned; scales (FP8 only) ``scale_a`` one per row of A and 128-K block,
     ``scale_b`` ``[G, ceil(N/128), ceil(K/128)]``; out overlapping no input; ``0 <= masked_m[g] <= M_max``;
@@ -186,7 +190,9 @@ def check_grouped_operands(a: Any, b: Any, m_indices: Any = None, masked_m: Any 
     _tensor("b", b, 3, "[G, N, K]", a.dtype, require_cuda, dev)
     fp8 = a.dtype == e4m3
     table, tname = (masked_m, "masked_m") if layout == "masked" else (m_indices, "m_indices")
-    _tensor(tname, table, 1, "[G]" if layout == "masked" else "[M_total]", torch.int32, require_cuda, dev)
+    on_host = isinstance(table, torch.Tensor) and table.device.type == "cpu"  # read without a sync, then copied
+    _tensor(tname, table, 1, "[G]" if layout == "masked" else "[M_total]", torch.int32, require_cuda and not on_host,
+            None if on_host else dev)
     groups, n, k = b.shape
     if a.shape[-1] != k:
         raise ShapeError(f"b: shape={tuple(b.shape)}: K={k} must equal a's K={a.shape[-1]} (b is [G, N, K])")
@@ -206,7 +212,7 @@ def check_grouped_operands(a: Any, b: Any, m_indices: Any = None, masked_m: Any 
                          "16-byte TMA row strides)")
     for name, t in (("a", a), ("b", b)):
         _dense(name, t)
-    inputs = [("a", a), ("b", b), (tname, table)]
+    inputs = [("a", a), ("b", b)] + ([] if on_host else [(tname, table)])
     kb = -(-k // FP8_SCALE_BLOCK)
     if fp8:
         for name, t, want, what in (
@@ -308,6 +314,22 @@ def _table_key(t: Any) -> tuple:
     return weakref.ref(t), t.data_ptr(), t._version
 
 
+def _device_table(table: Any, name: str, device: Any) -> Any:
+    """A CPU table's copy on ``device``, enqueued on torch's current stream without a sync: through a private
+    pinned copy (a pageable source may make the driver synchronize; the caching host allocator reuses the pinned
+    block only after the copy ran), so the caller may change ``table`` as soon as the call returns.
+
+    Raises:
+        ShapeError: inside CUDA-graph capture (a replay would read the pinned copy of the capture's call).
+    """
+    import torch
+
+    if torch.cuda.is_current_stream_capturing():
+        raise ShapeError(f"{name}: device=cpu: a CPU table cannot be captured in a CUDA graph (each replay would read "
+                         f"the capture's copy); pass it on {device}")
+    return table.pin_memory().to(device, non_blocking=True)
+
+
 def grouped_gemm(a: Any, b: Any, m_indices: Any = None, masked_m: Any = None, scale_a: Any = None,
                  scale_b: Any = None, out: Any = None, config: Any = None, *, check_tables: bool = True) -> Any:
     """Grouped GEMM on sm_90a, on torch's current stream: for each group g, ``D_g = A_g @ B[g].T`` (fp32 accumulate,
@@ -326,7 +348,8 @@ def grouped_gemm(a: Any, b: Any, m_indices: Any = None, masked_m: Any = None, sc
         a: A, bf16 or ``torch.float8_e4m3fn``, contiguous, 16-byte aligned, on a CUDA device.
         b: B ``[G, N, K]`` (one weight per group: D's columns are B's rows), a's dtype, contiguous.  Any N: the
             last n-block of a group reads rows of the next group, which only feed columns ``>= N`` (never stored).
-        m_indices, masked_m: the table of the layout, int32 on a's device.
+        m_indices, masked_m: the table of the layout, int32, on a's device or the CPU (then checked on the host
+            without a sync and copied to a's device on the current stream per call; not in CUDA-graph capture).
         scale_a: FP8 only: float32 one scale per row of A and 128-K block (``[G, M_max, ceil(K/128)]`` or
             ``[M_total, ceil(K/128)]``), any strides.
         scale_b: FP8 only: float32 ``[G, ceil(N/128), ceil(K/128)]`` (one scale per 128 x 128 block of each B), any
@@ -384,7 +407,7 @@ class GroupedCall:
     and one launch on torch's current stream."""
 
     __slots__ = ("p", "config", "by_id", "launcher", "ordinal", "grid_x", "new_out", "spans", "d_bytes",
-                 "table_read")
+                 "table_read", "device")
 
     def __init__(self, p: GroupedProblem, config: Any, by_id: bool, a: Any):
         import functools
@@ -405,6 +428,7 @@ class GroupedCall:
         self.p, self.config, self.by_id = p, config, by_id
         self.launcher, self.ordinal, self.grid_x = loaded.launcher, ordinal, max(1, min(units, info.sm_count))
         self.new_out = functools.partial(torch_empty_out, p, a.device)
+        self.device = a.device
         self.spans: tuple | None = None  # bytes from data_ptr to the end of each input: set by the first call
         self.d_bytes = 2 * p.rows * p.n
         self.table_read: tuple | None = None  # _table_key of the last table that passed the table rules
@@ -412,8 +436,9 @@ class GroupedCall:
     def __call__(self, a: Any, b: Any, table: Any, scale_a: Any, scale_b: Any, out: Any, check_tables: bool) -> Any:
         p = self.p
         ins = (a, b, table, scale_a, scale_b)
+        on_host = table.device.type == "cpu" and self.device.type != "cpu"
         if self.spans is None:
-            self.spans = tuple(_span(t) for t in ins)
+            self.spans = tuple(0 if t is table and on_host else _span(t) for t in ins)
         if (a.data_ptr() | b.data_ptr()) & (_ALIGN - 1) or out is not None and self._misplaced(out, ins):
             self._full_check(ins, out, False)  # raises the broken rule's ShapeError
         if check_tables:
@@ -422,6 +447,8 @@ class GroupedCall:
                 self.table_read = None
                 self._full_check(ins, out, True)  # the table rules: one synchronizing read
                 self.table_read = _table_key(table)
+        if on_host:
+            table = _device_table(table, "masked_m" if p.layout == "masked" else "m_indices", self.device)
         if out is None:
             out = self.new_out()
         from ptxgen.runtime import api
@@ -435,7 +462,7 @@ class GroupedCall:
         maps.append(None)  # tmap_d: grouped kernels store D directly
         scalars = (out.data_ptr(), p.m, p.n, p.k, table.data_ptr(), p.groups)
         self.launcher.launch(self.grid_x, tuple(maps), scalars, api.launch_stream(self.ordinal))
-        del held_a, held_b  # the caching allocator reuses them only after the launch on this stream
+        del held_a, held_b, table  # the caching allocator reuses them only after the launch on this stream
         return out
 
     def _misplaced(self, out: Any, ins: tuple) -> bool:

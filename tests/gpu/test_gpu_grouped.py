@@ -220,3 +220,21 @@ def test_scales_in_the_kernel_layout_give_the_same_bits():
     fast = ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=tma_scale_layout(sa), scale_b=tma_scale_layout(sb))
     torch.cuda.synchronize()
     assert torch.equal(plain[0], fast[0]) and torch.equal(plain[2, :17], fast[2, :17])
+
+
+def test_cpu_tables_give_the_device_tables_bits_and_are_refused_in_capture():
+    torch = pytest.importorskip("torch")
+    import ptxgen
+
+    rows = [70, 0, 129]
+    a, b, _, _, _, _ = _operands(torch, contiguous_layout(rows).numel(), 3, 200, 256, False, 11)
+    on_gpu = ptxgen.grouped_gemm(a, b, m_indices=contiguous_layout(rows, device="cuda"))
+    host = contiguous_layout(rows)
+    on_cpu = ptxgen.grouped_gemm(a, b, m_indices=host)
+    host.fill_(-1)  # changed right after the call returned: the call copied it first
+    torch.cuda.synchronize()
+    assert torch.equal(on_gpu[:70], on_cpu[:70]) and torch.equal(on_gpu[256:385], on_cpu[256:385])
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(ShapeError, match="m_indices: device=cpu: a CPU table cannot be captured"):
+        with torch.cuda.graph(graph):
+            ptxgen.grouped_gemm(a, b, m_indices=contiguous_layout(rows))

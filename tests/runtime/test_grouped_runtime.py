@@ -310,3 +310,25 @@ def test_gemm_and_gemm_fp8_refuse_grouped_configs():
     assert "use ptxgen.grouped_gemm" in _fp8_refuses(build("grouped_contiguous_fp8_h100_128x128").launch)
     names = [c.name for k in ("gemm", "gemm_fp8") for c in candidates("sm_90a", k)]
     assert names and not [n for n in names if n.startswith("grouped_")]
+
+
+def test_a_cpu_table_is_checked_without_a_device_read_and_copied_per_call(monkeypatch):
+    fake = _fake_driver(monkeypatch, build("grouped_masked_h100_128x128").launch)
+    copies = []
+
+    def device_table(table, name, device):
+        copies.append((name, device))
+        return table.clone()
+
+    monkeypatch.setattr(grouped, "_device_table", device_table)
+    x = masked(g=3, m=64, n=200, k=256)
+    ptxgen.grouped_gemm(**x, check_tables=False)
+    call, = ptxgen.runtime.api._calls.values()
+    call.device = torch.device("meta")  # stands for the CUDA device of a: the table is a CPU tensor beside it
+    ptxgen.grouped_gemm(**x)
+    assert copies == [("masked_m", torch.device("meta"))] and fake.checks.count(True) == 1
+    assert fake.calls[-1][2][4] != x["masked_m"].data_ptr()  # the kernel reads the device copy
+    x["masked_m"][1] = -1
+    with pytest.raises(ShapeError, match=r"masked_m\[1\]=-1"):
+        ptxgen.grouped_gemm(**x)
+    assert len(copies) == 1 and len(fake.calls) == 2
