@@ -24,6 +24,7 @@ contiguous FP8, contiguous BF16, masked FP8, masked BF16; the JSON is written af
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import sys
@@ -34,6 +35,7 @@ import ptxgen
 from fp8_bench import scaled_mm_variants  # the block-scale layouts torch._scaled_mm may take (same folder)
 from fp8_bench import time_us as fp8_time_us
 from ptxgen.config import load_config, shipped_configs
+from ptxgen.runtime import grouped
 from ptxgen.runtime.fp8 import dequantize, quantize
 from ptxgen.runtime.grouped import contiguous_layout
 
@@ -145,6 +147,17 @@ def label(cfg: str | None, checked: bool) -> str:
     return f"{cfg or 'default'}{'' if checked else ' check_tables=False'}"
 
 
+def variants(cfg: str | None, sa, sb) -> list:
+    """(label, check_tables, (scale_a, scale_b)) of each timing: the table modes, and for FP8 where the runtime has
+    :func:`ptxgen.runtime.grouped.tma_scale_layout` the default call with scales in the kernel's layout (read in
+    place, no copy per call)."""
+    out = [(label(cfg, checked), checked, (sa, sb)) for checked in (False, True)]
+    if sa is not None and hasattr(grouped, "tma_scale_layout"):
+        out.append((f"{cfg or 'default'} scales in place", True,
+                    (grouped.tma_scale_layout(sa), grouped.tma_scale_layout(sb))))
+    return out
+
+
 def _timed(row: dict, label: str, fn, flop: float = 0.0, nbytes: float = 0.0) -> None:
     med, lo, hi = time_us(fn)
     row[label] = {"us": round(med, 2), "us_min": round(lo, 2), "us_max": round(hi, 2)}
@@ -174,9 +187,9 @@ def contiguous_rows(fp8: bool, quick: bool) -> list[dict]:
                 rel(out[:rows[0]], reference_rows(a, b, sa, sb, 0, 0, rows[0])),
                 rel(out[starts[last]:starts[last] + rows[last]],
                     reference_rows(a, b, sa, sb, last, starts[last], starts[last] + rows[last]))]
-            for checked in (False, True):
-                _timed(row, label(cfg, checked), lambda: ptxgen.grouped_gemm(
-                    a, b, m_indices=idx, scale_a=sa, scale_b=sb, out=out, check_tables=checked, config=cfg), flop)
+            for what, checked, (u, v) in variants(cfg, sa, sb):
+                _timed(row, what, lambda: ptxgen.grouped_gemm(
+                    a, b, m_indices=idx, scale_a=u, scale_b=v, out=out, check_tables=checked, config=cfg), flop)
         if not fp8:
             if hasattr(torch, "_grouped_mm"):
                 offs = torch.tensor(starts[1:], dtype=torch.int32, device="cuda")
@@ -236,9 +249,8 @@ def masked_rows(fp8: bool, quick: bool, copy_gbps: float) -> list[dict]:
             ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=sa, scale_b=sb, out=out, config=cfg)  # checks the table
             row[f"{cfg or 'default'} rel err (group 0)"] = rel(out[0, :rows[0]], reference_rows(
                 a.reshape(groups * m_max, k), b, None if sa is None else sa.reshape(groups * m_max, -1), sb, 0, 0, rows[0]))
-            for checked in (False, True):
-                what = label(cfg, checked)
-                _timed(row, what, lambda: ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=sa, scale_b=sb, out=out,
+            for what, checked, (u, v) in variants(cfg, sa, sb):
+                _timed(row, what, lambda: ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=u, scale_b=v, out=out,
                                                               check_tables=checked, config=cfg),
                        2.0 * sum(rows) * n * k, nbytes)
                 row[what]["fraction_of_copy_bw"] = round(row[what]["weight_GBps"] / copy_gbps, 3)
@@ -365,18 +377,23 @@ def host_parts(kw) -> dict:
     parts = {"torch.empty(1) on cuda": us(lambda: torch.empty(1, device="cuda")),
              "check, check_tables=False": us(lambda: grouped.check_grouped_operands(**args, check_tables=False)),
              "check, check_tables=True": us(lambda: grouped.check_grouped_operands(**args, check_tables=True))}
-    if kw.get("scale_b") is not None and hasattr(grouped, "_scale_b_map"):
+    if kw.get("scale_b") is not None and hasattr(grouped, "_scale_b_map"):  # before the cached call signature
         parts["scale_b staging"] = us(lambda: grouped._scale_b_map(kw["scale_b"], kw["a"].device))
         if "masked_m" in kw and hasattr(grouped, "_scale_a_map"):
             parts["scale_a staging"] = us(lambda: grouped._scale_a_map(kw["scale_a"], kw["a"].device))
+    elif kw.get("scale_b") is not None:
+        from ptxgen.runtime import api
+
+        for name in ("scale_a", "scale_b"):
+            parts[f"{name} map (copied)"] = us(lambda: api._scale_map(kw[name], kw["a"].device))
+            fast = grouped.tma_scale_layout(kw[name])
+            parts[f"{name} map (in place)"] = us(lambda: api._scale_map(fast, kw["a"].device))
     return parts
 
 
 def host(json_path: str | None) -> None:
     """Per call: host time, event time (what ``bench`` reports), CUDA-graph replay and kernel time, with
     ``check_tables`` True and False, for each HOST_CASES problem at its default config."""
-    import ptxgen.runtime.grouped as grouped
-
     info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "runtime": grouped.__file__, "copy_GBps": round(copy_bandwidth(), 1)}
     print(json.dumps(info))
@@ -404,6 +421,25 @@ def host(json_path: str | None) -> None:
                 except Exception as exc:  # noqa: BLE001 - a call that cannot be captured says why
                     part[what] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
                     torch.cuda.synchronize()
+        if hasattr(grouped, "GroupedCall"):  # the cached call signature: the modes it adds
+            modes = {"cpu table": dict(kw, **{t: kw[t].cpu() for t in ("masked_m", "m_indices") if t in kw})}
+            if fp8:
+                modes["scales in place"] = dict(kw, scale_a=grouped.tma_scale_layout(kw["scale_a"]),
+                                                scale_b=grouped.tma_scale_layout(kw["scale_b"]))
+            name = "masked_m" if layout == "masked" else "m_indices"
+            tables = itertools.cycle([kw[name].clone(), kw[name].clone()])  # another object each call: read each time
+            modes["new table object per call"] = None
+            for mode, kw2 in modes.items():
+                if kw2 is None:
+                    fn = lambda: ptxgen.grouped_gemm(**dict(kw, **{name: next(tables)}))  # noqa: E731
+                else:
+                    ptxgen.grouped_gemm(**kw2)
+                    fn = lambda: ptxgen.grouped_gemm(**kw2)  # noqa: E731
+                part = row[mode] = {}
+                for what, timer in (("host_us", host_us), ("events_us", time_us)) + (
+                        (("graph_us", graph_us),) if mode == "scales in place" else ()):
+                    med, lo, hi = timer(fn)
+                    part[what] = [round(med, 2), round(lo, 2), round(hi, 2)]
         row["host_parts_us"] = host_parts(kw)
         rows.append(row)
         print(json.dumps(row))
