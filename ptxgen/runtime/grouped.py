@@ -369,7 +369,8 @@ def grouped_gemm(a: Any, b: Any, m_indices: Any = None, masked_m: Any = None, sc
         the allocator gave: pass a filled ``out`` when those rows matter).
 
     Raises:
-        ShapeError: a bad input (:func:`check_grouped_operands`), before any launch; ``out`` untouched.
+        ShapeError: a bad input (:func:`check_grouped_operands`), or a CPU table inside CUDA-graph capture, before
+            any launch; ``out`` untouched.
         ConfigError: a config of another layout or dtype, or a device that is not sm_90a.
         CudaError: a driver call failed.
     """
@@ -387,13 +388,13 @@ def grouped_gemm(a: Any, b: Any, m_indices: Any = None, masked_m: Any = None, sc
         p = check_grouped_operands(a, b, m_indices, masked_m, scale_a, scale_b, out, check_tables=False)
         if not (p.rows and p.n):
             check_grouped_operands(a, b, m_indices, masked_m, scale_a, scale_b, out, check_tables=check_tables)
-            return out if out is not None else torch_empty_out(p, a.device)
+            return out if out is not None else empty_d(p, a.device)
         call = GroupedCall(p, config, key is not None and key[1].__class__ is tuple, a)
         api._remember(key, call)
     return call(a, b, table, scale_a, scale_b, out, check_tables)
 
 
-def torch_empty_out(p: GroupedProblem, device: Any) -> Any:
+def empty_d(p: GroupedProblem, device: Any) -> Any:
     """A new D of the problem (``torch.empty``: its untouched rows hold whatever the allocator gave)."""
     import torch
 
@@ -427,7 +428,7 @@ class GroupedCall:
             -(-p.n // spec.grid.tile_cols)
         self.p, self.config, self.by_id = p, config, by_id
         self.launcher, self.ordinal, self.grid_x = loaded.launcher, ordinal, max(1, min(units, info.sm_count))
-        self.new_out = functools.partial(torch_empty_out, p, a.device)
+        self.new_out = functools.partial(empty_d, p, a.device)
         self.device = a.device
         self.spans: tuple | None = None  # bytes from data_ptr to the end of each input: set by the first call
         self.d_bytes = 2 * p.rows * p.n
