@@ -311,7 +311,12 @@ def ld_matrix(lw: Lowering, op: ops.LdMatrix) -> None:
 
 
 def st_global_16(lw: Lowering, op: ops.StGlobal16) -> None:
-    """Vector store when the whole run is inside D and aligned (n % len == 0); else per element with masks."""
+    """Vector store when the whole run is inside D and aligned (n % len == 0); else per element with masks.
+
+    ``op.transposed`` (swap-AB): per element, ``D^T[col + j, row]`` at ``d_ptr + ((col + j) * m + row) * 2``."""
+    if op.transposed:
+        _st_global_16_transposed(lw, op)
+        return
     n_el = len(op.idx)
     row, col = lw.reg(op.row), lw.reg(op.col)
     words = _pack_16(lw, op.src, op.idx, op.fmt, op.packed)
@@ -352,6 +357,31 @@ def st_global_16(lw: Lowering, op: ops.StGlobal16) -> None:
             h = lw.tmp16()
             lw.emit(f"cvt.rn.{op.fmt}.f32 {h}, {regs[i]};")
         lw.emit(f"@{p} st.global.b16 [{addr}+{2 * j}], {h};")
+    lw.place(done)
+
+
+def _st_global_16_transposed(lw: Lowering, op: ops.StGlobal16) -> None:
+    """Swap-AB's store: element j of the run (the kernel's row ``row``, column ``col + j``) to ``D^T[col + j, row]``,
+    a row-major D of pitch ``m``; guarded by ``row < m`` (the caller's N) and ``col + j < n`` (the caller's M).
+    Lanes of consecutive rows write consecutive addresses (PTX ISA "wgmma register fragments": lane l holds row
+    l / 4), so each st.global.b16 of a warp covers 8 runs of 8 bf16 (16 bytes)."""
+    row, col = lw.reg(op.row), lw.reg(op.col)
+    done = lw.label("st_done")
+    p_row = lw.pred()
+    lw.emit(f"setp.ge.u32 {p_row}, {row}, {'%m' if op.row_end is None else lw.reg(op.row_end)};")
+    lw.emit(f"@{p_row} bra {done};")
+    if op.packed:  # only epilogue.overlap packs, and swap-AB refuses it (ptxgen.config)
+        raise NotImplementedError("StGlobal16: a transposed store of packed words")
+    regs = lw.array(op.src, max(op.idx) + 1, _array_type(lw, op.src))
+    for j, i in enumerate(op.idx):
+        p, c, lin, addr, h = lw.pred(), lw.tmp(), lw.tmp(), lw.tmp64(), lw.tmp16()
+        lw.emit(f"add.u32 {c}, {col}, {j};")
+        lw.emit(f"setp.lt.u32 {p}, {c}, %n;")
+        lw.emit(f"mad.lo.u32 {lin}, {c}, %m, {row};")
+        lw.emit(f"mul.wide.u32 {addr}, {lin}, 2;")
+        lw.emit(f"add.u64 {addr}, {addr}, %d_ptr;")
+        lw.emit(f"cvt.rn.{op.fmt}.f32 {h}, {regs[i]};")
+        lw.emit(f"@{p} st.global.b16 [{addr}], {h};")
     lw.place(done)
 
 

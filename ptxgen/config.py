@@ -245,12 +245,19 @@ class Schedule:
         stored) or ``contiguous`` (A ``[M_total, K]`` with rows grouped by expert, ``m_indices[row]`` each row's
         group, -1 for padding); B ``[G, N, K]``.  The persistent scheduler walks (group, m-block, n-block) and
         skips empty work (:class:`ptxgen.builders.grouped.GroupedTileScheduler`); sm_90a, direct stores.
+    swap_ab: swap-AB for small M: the kernel computes ``D^T = B @ A^T``.  The runtime passes B ``[N, K]`` as the
+        kernel's A operand and A ``[M, K]`` as its B operand, so the kernel's ``m`` is the caller's N (``block_m``
+        rows of B per tile, many CTAs) and its ``n`` the caller's M (``block_n`` >= M: the small dimension is the
+        wgmma N, PTX ISA "wgmma.mma_async" shapes m64nNk16); both operands stay K-major, the mainloop is
+        unchanged, and the epilogue stores accumulator element (i, j) at ``D[j, i]`` (row pitch = the kernel's
+        ``m``) with guarded ``st.global.b16``.  sm_90a plain bf16 GEMM, direct stores, no fused expression.
     """
 
     persistent: Bool = False
     group: Range(1, 1024) = 1
     split_k: Range(1, 16) = 1
     grouped: OneOf("none", "masked", "contiguous") = "none"
+    swap_ab: Bool = False
 
 
 @section
@@ -557,6 +564,28 @@ def validate(cfg: Config) -> None:
         _validate_sm90(cfg)
     if cfg.schedule.split_k > 1:
         _validate_split_k(cfg)
+    if cfg.schedule.swap_ab:
+        _validate_swap_ab(cfg)
+
+
+def _validate_swap_ab(cfg: Config) -> None:
+    """Swap-AB (``schedule.swap_ab``): the sm_90a bf16 GEMM whose epilogue stores the accumulator transposed.
+
+    Direct stores only: a TMA store writes a box of the kernel's D rows, which are D's columns after the swap
+    (a transposed box would need its own staging).  No fused expression: ``bias[col]`` of the caller's D is a
+    row vector of the kernel's accumulator after the swap, and the expression's row/col operands would need to
+    trade places.
+    """
+    s = "schedule.swap_ab"
+    _rule(cfg.arch == "sm_90a", s, True, "swap-AB is sm_90a only (the wgmma fragment epilogue stores it); needs arch=sm_90a")
+    _rule(cfg.kernel == "gemm" and cfg.operands == "bf16", s, True, "needs kernel=gemm and operands=bf16")
+    _rule(cfg.schedule.grouped == "none", s, True, "needs schedule.grouped=none")
+    _rule(cfg.cluster.size == 1, s, True, "needs cluster.size=1")
+    _rule(cfg.epilogue.store == "direct", s, True,
+          "needs epilogue.store=direct (the transposed store writes D[j, i] per element; a TMA box is untransposed)")
+    _rule(not cfg.epilogue.overlap, s, True, "needs epilogue.overlap=false")
+    _rule(not cfg.epilogue.expr, s, True,
+          "needs an empty epilogue.expr (after the swap D's columns are the kernel's rows: bias[col] would be a row bias)")
 
 
 def _validate_grouped(cfg: Config) -> None:

@@ -539,6 +539,9 @@ class EpiloguePlan:
         into the staging slot (completing on ``epi_full[box]``), the warpgroup reads it with ``ldmatrix.x4`` (the inverse of
         the staging's ``stmatrix.x4``), computes the expression and stages D over it (CUTLASS's epilogue source
         load).  Configs with TMA stores through ``stmatrix``, one ``[M, N]`` operand, no split-K, no overlap.
+    transposed: swap-AB (``schedule.swap_ab``): the kernel's D is stored transposed, accumulator element (i, j) of
+        the kernel's ``m x n`` problem at ``D[j, i]`` of the caller's row-major ``[n, m]`` D (row pitch ``m``), by
+        :class:`~ptxgen.ir.ops.StGlobal16` with ``transposed``; the launch spec has no D tensor map.
     """
 
     expr: object
@@ -573,6 +576,7 @@ class EpiloguePlan:
     release_per_thread: bool
     tmem_empty_arrivals_per_cta: int
     staged: EpilogueOperand | None = None
+    transposed: bool = False
 
     @property
     def staged_map(self) -> str:
@@ -706,7 +710,7 @@ class Plan:
                          TensorMapSpec(o.name, (o.box_cols, o.box_rows), "none", "none", "f32") if o.block_scale else
                          TensorMapSpec(o.name, (self.loads.k_coord_step, o.box_rows), "128B", l2, in_dtype))
                 for o in self.loads.operands}
-        if e.out_dtype != "e4m3":
+        if e.out_dtype != "e4m3" and not e.transposed:  # swap-AB stores D^T per element: no D map (tmap_d zeros)
             maps["d"] = TensorMapSpec("d", (e.store_block_n, e.box_rows), swz, "none", e.out_dtype)
         elif e.tma_store:  # an e4m3 D staged as bytes (e4m3 codes): a UINT8 map; else stored per pair (st.global)
             maps["d"] = TensorMapSpec("d", (e.store_block_n, e.box_rows), swz, "none", "u8")
@@ -731,7 +735,8 @@ class Plan:
             k_multiple=self.loads.k_multiple,
             n_multiple=e.store_n_multiple if self.is_sm100 and e.tma_store else 1,
             workspace=self.split.workspace if self.split else None,
-            extra={"grouped": self.schedule.grouped} if self.schedule.grouped != "none" else {},
+            extra=({"grouped": self.schedule.grouped} if self.schedule.grouped != "none" else
+                   {"swap_ab": True} if e.transposed else {}),
         )
 
     def kernel_resources(self, body) -> Kernel:
@@ -752,7 +757,9 @@ class Plan:
               "mxfp8": "MXFP8 in (e4m3, one ue8m0 scale per row per 32 K, scales copied to TMEM by tcgen05.cp, "
                        "block-scaled MMAs .kind::mxf8f6f4), bf16 out"}.get(m.operand_format, "bf16 in and out")
         if len(m.streams) == 1:
-            what = (f"D[M,N] = A[M,K] @ B[N,K]^T, {io}, fp32 accumulate." if e.expr is None else
+            what = (f"D[M,N] = A[M,K] @ B[N,K]^T, {io}, fp32 accumulate." if e.expr is None and not e.transposed else
+                    f"swap-AB: D^T[N,M] = B[N,K] @ A[M,K]^T (tmap_a maps B, tmap_b maps A; the kernel's m is N, its n "
+                    f"is M), {io}, fp32 accumulate; accumulator (i, j) stored at D[j, i]." if e.transposed else
                     f"D[M,N] = {e.expr} with acc = A[M,K] @ B[N,K]^T, {io}, fp32 accumulate and epilogue.")
         else:
             fused = ("silu(A @ B1^T) * (A @ B2^T)" if str(e.expr) == epi.DEFAULTS["dual_gemm"] else
@@ -976,7 +983,7 @@ def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan)
         stores_per_wave=stores_per_wave, stores_per_tile=mma.m_waves * stores_per_wave, box_values=sbn // 2,
         row_chunks=sbn * d_bytes // 16, tmem_ld_cols=tmem_ld_cols, loads_per_box=sbn // tmem_ld_cols,
         chunks_per_load=tmem_ld_cols * BF16_BYTES // 16, release_per_thread=per_thread,
-        tmem_empty_arrivals_per_cta=threads if per_thread else 1, staged=staged)
+        tmem_empty_arrivals_per_cta=threads if per_thread else 1, staged=staged, transposed=cfg.schedule.swap_ab)
 
 
 def _epilogue_output_rules(cfg: Config, f: _Basics, mma: MmaIssuePlan, expr, block_scale) -> None:

@@ -446,7 +446,7 @@ class Epilogue:
             if not tma:
                 for i in range(0, p.mma.fragment_regs, 2):
                     out.append(StGlobal16(*self.fragment_coords(t, wg, v, i), src, (i, i + 1), fmt, packed=t.packed,
-                                          row_end=grouped.store_row_end(p, v, (i // 2) & 1)))
+                                          row_end=grouped.store_row_end(p, v, (i // 2) & 1), transposed=e.transposed))
                 continue
             for c in range(e.stores_per_wave):
                 seq = v * e.stores_per_wave + c

@@ -745,6 +745,9 @@ class StGlobal16(Op):
     packed: ``src`` was written by :class:`Pack16`, as :class:`StShared16`.
     row_end: per lane, the row bound in place of m (``row < row_end``): a grouped GEMM's rows past a group's
         valid rows (``masked_m``, padding rows of ``m_indices``) stay untouched; None: m.
+    transposed: swap-AB: the kernel's ``[m, n]`` result is stored as ``D^T``, a row-major ``[n, m]`` D (ld = m):
+        ``D^T[col + j, row] = src[idx[j]]`` for each j with row < m and col + j < n, one ``st.global.b16`` per
+        element (the run's elements lie ``m`` apart).
     """
 
     per_lane: ClassVar[tuple[str, ...]] = ("row", "col", "row_end")
@@ -756,10 +759,14 @@ class StGlobal16(Op):
     fmt: str = "bf16"
     packed: bool = False
     row_end: Expr | None = None
+    transposed: bool = False
 
     def describe(self) -> str:
         what = "packed " if self.packed else ""
         bound = "" if self.row_end is None else f" if row < {_s(self.row_end)}"
+        if self.transposed:
+            return (f"StGlobal16 D^T[{_s(self.col)}:+{len(self.idx)}, {_s(self.row)}] <- "
+                    f"{what}{self.fmt}({self.src}[{self.idx[0]}..{self.idx[-1]}]){bound}")
         return (f"StGlobal16 D[{_s(self.row)}, {_s(self.col)}:+{len(self.idx)}] <- "
                 f"{what}{self.fmt}({self.src}[{self.idx[0]}..{self.idx[-1]}]){bound}")
 

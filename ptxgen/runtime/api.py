@@ -539,7 +539,24 @@ def _checked_setup(family: _Family, a: Any, bs: tuple, out: Any,
     if refused:
         raise ConfigError(refused)
     check_arch(spec.name, spec.arch, info.capability)
-    return loaded, ordinal, m, n, k, spec.grid.grid_x(m, _round_up(n, spec.n_multiple), info.sm_count)
+    return loaded, ordinal, m, n, k, spec.grid.grid_x(*kernel_mn(spec, m, _round_up(n, spec.n_multiple)), info.sm_count)
+
+
+def swap_ab(spec: Any) -> bool:
+    """Whether the kernel of ``spec`` is swap-AB (``schedule.swap_ab``): it computes ``D^T = B @ A^T`` and stores
+    it transposed, so it takes B as its A operand, A as its B operand and the shape ``(N, M, K)``."""
+    return bool(spec.extra.get("swap_ab"))
+
+
+def kernel_mn(spec: Any, m: int, n: int) -> tuple[int, int]:
+    """The kernel's ``(m, n)`` for a caller's ``M x N`` D: ``(N, M)`` for a swap-AB kernel, else ``(M, N)``."""
+    return (n, m) if swap_ab(spec) else (m, n)
+
+
+def kernel_args(spec: Any, a_map: Any, b_map: Any, m: int, n: int) -> tuple[Any, Any, int, int]:
+    """The kernel's A and B tensor-map arguments and its ``m``, ``n`` for the caller's A and B maps and ``M x N``
+    D: traded for a swap-AB kernel (:func:`swap_ab`), as they are otherwise."""
+    return (b_map, a_map, n, m) if swap_ab(spec) else (a_map, b_map, m, n)
 
 
 def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm:
@@ -572,11 +589,12 @@ def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm
     maps = loaded.spec.tensor_maps
     # D's tensor map needs 16-byte rows; for other N the sm_90a kernels store D directly (tmap_d unused)
     d_map = d_map_ok(loaded.spec, n)
-    if loaded.spec.workspace is not None:  # the split-K signature: packed by the fast-path launcher
+    spec = loaded.spec
+    if spec.workspace is not None or swap_ab(spec):  # split-K, swap-AB: packed by the fast-path launcher
         pd = out.data_ptr()
-        launch = _Packed(loaded.launcher, loaded.spec,
-                         ((a.data_ptr(), m, k, k), (b.data_ptr(), n, k, k), (pd, m, n, n) if d_map else None),
-                         (pd, m, n, k, *split_k_workspace(loaded.spec, m, n, a.device, ordinal, None)))
+        ka, kb, km, kn = kernel_args(spec, (a.data_ptr(), m, k, k), (b.data_ptr(), n, k, k), m, n)
+        launch = _Packed(loaded.launcher, spec, (ka, kb, (pd, m, n, n) if d_map else None),
+                         (pd, km, kn, k, *split_k_workspace(spec, km, kn, a.device, ordinal, None)))
         return PreparedGemm(a=a, b=b, out=out, kernel=launch, params=None, grid_x=grid_x, ordinal=ordinal)
     tmaps = (encode_tiled(a, maps["a"]), encode_tiled(b, maps["b"]), encode_tiled(out, maps["d"]) if d_map else None)
     params = KernelParams(tmaps, out.data_ptr(), m, n, k)
@@ -609,7 +627,7 @@ class _Call:
 
     __slots__ = ("config", "by_id", "launcher", "spec", "ordinal", "m", "n", "k", "grid_x", "d_map",
                  "a_bytes", "b_bytes", "d_bytes", "new_out", "check", "split_k", "family", "loaded", "device", "staged",
-                 "epi_maps")
+                 "epi_maps", "swap")
 
     def __init__(self, family: _Family, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
                  m: int, n: int, k: int, grid_x: int):
@@ -625,6 +643,7 @@ class _Call:
         self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
         self.check = family.check
         self.split_k = loaded.spec.workspace is not None  # split-K: the workspace of the launch's stream, per call
+        self.swap = swap_ab(loaded.spec)  # swap-AB: B is the kernel's A, A its B, (N, M) its (m, n)
         self.family, self.loaded, self.device = family, loaded, device
         self.staged: _StagedCall | None = None
 
@@ -651,6 +670,8 @@ class _Call:
             return self.misfit(a, b, out, b2, epi)
         if self.epi_maps:  # an [M, N] epilogue operand read through the staging ring: its map after D's
             maps += tuple((epi[i], m, n, n) if d_map else None for i in self.epi_maps)
+        if self.swap:  # a GEMM only (no B2, no epilogue operands: ptxgen.config)
+            m, n, maps = n, m, (maps[1], maps[0], d_map)
         ordinal = self.ordinal
         stream = launch_stream(ordinal)
         ws = split_k_workspace(self.spec, m, n, self.device, ordinal, stream) if self.split_k else ()
@@ -779,12 +800,13 @@ class _StagedCall(_Call):
         pd = d.data_ptr()
         maps.append((pd, m, self.n, self.n) if self.d_map else None)
         maps += [(epi[i], m, self.n_true, self.n_true) if self.d_map else None for i in self.epi_maps]
+        maps[0], maps[1], km, kn = kernel_args(self.spec, maps[0], maps[1], m, self.n)  # traded for swap-AB
         from ptxgen.runtime import driver
 
         driver.ensure_context(self.ordinal)
         stream = current_stream(self.ordinal)
-        ws = split_k_workspace(self.spec, m, self.n, self.device, self.ordinal, stream) if self.split_k else ()
-        self.launcher.launch(self.grid_x, tuple(maps), (pd, m, self.n, self.k, *ws, *epi), stream)
+        ws = split_k_workspace(self.spec, km, kn, self.device, self.ordinal, stream) if self.split_k else ()
+        self.launcher.launch(self.grid_x, tuple(maps), (pd, km, kn, self.k, *ws, *epi), stream)
         if not self.plan.stage_d:
             return d
         d = d[:, :self.n_true]
@@ -1247,7 +1269,7 @@ def kernel_call(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
     if "watchdog" in spec.extra:
         launcher = WatchedLauncher(launcher, spec, ordinal)
     loaded = LoadedKernel(kernel=loaded_k, launcher=launcher, spec=spec)
-    grid_x = spec.grid.grid_x(m, n, driver.device_info(ordinal).sm_count)
+    grid_x = spec.grid.grid_x(*kernel_mn(spec, m, n), driver.device_info(ordinal).sm_count)
     return _Call(_GEMM, None, False, loaded, ordinal, a.device, m, n, k, grid_x)
 
 

@@ -44,6 +44,10 @@ S - 1) over ``partial_tbps``, fitted on the tune-half split-K survey (docs/perfo
 ("last arriver reduces") needs no resident grid and the runtime gives each stream its own workspace, so a call that
 names no config may run one.
 
+Swap-AB candidates (``schedule.swap_ab``: the kernel runs ``D^T = B @ A^T``, so its ``m`` is N and its ``n`` is M)
+rank when M fits their ``block_n`` (:func:`swap_ab_fits`) with the same model on the problem they run, ``(N, M, K)``;
+their tile factors are not fitted (1).
+
 Not chosen automatically, though they run when passed as ``config=``: ping-pong consumer configs
 (``mma.consumers: pingpong``): 0.45-0.83x torch on an H100 where the cooperative configs reach 0.95-1.05x
 (docs/performance.md, "Ping-pong consumers").
@@ -151,6 +155,7 @@ class Candidate:
     warpgroups: int = 1  # sm_90a consumer warpgroups (mma.warpgroups)
     multicast: bool = False  # sm_90a CTA pair multicasting B (tma.multicast)
     grouped: str = "none"  # schedule.grouped (masked / contiguous: ptxgen.grouped_gemm's, never a candidate)
+    swap_ab: bool = False  # schedule.swap_ab: runs D^T = B @ A^T, predicted as the swapped problem (N, M, K)
 
     @property
     def accumulators(self) -> int:
@@ -187,7 +192,7 @@ def _shipped_candidates() -> tuple[Candidate, ...]:
     def build() -> bytes:
         return json.dumps([list(astuple(shipped_candidate(name))) for name in shipped_configs()]).encode()
 
-    blob = cache.get_or_build(("ptxgen-candidates-v3", f"src={source_fingerprint()}"), build)
+    blob = cache.get_or_build(("ptxgen-candidates-v4", f"src={source_fingerprint()}"), build)
     return tuple(Candidate(*row) for row in json.loads(blob))
 
 
@@ -214,14 +219,16 @@ def shipped_candidate(name: str) -> Candidate:
         return Candidate(name, raw["arch"], tile["block_m"], tile["block_n"], tile["block_k"], pipeline["stages"],
                          cluster, raw.get("kernel", "gemm"), raw.get("operands", "bf16"),
                          mma.get("consumers", "cooperative"), schedule.get("split_k", 1), mma.get("warpgroups", 1),
-                         raw.get("tma", {}).get("multicast", False), schedule.get("grouped", "none"))
+                         raw.get("tma", {}).get("multicast", False), schedule.get("grouped", "none"),
+                         schedule.get("swap_ab", False))
     except (KeyError, TypeError, AttributeError):
         from ptxgen.config import load_config
 
         cfg = load_config(name)
         return Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
                          cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands, cfg.mma.consumers,
-                         cfg.schedule.split_k, cfg.mma.warpgroups, cfg.tma.multicast)
+                         cfg.schedule.split_k, cfg.mma.warpgroups, cfg.tma.multicast, cfg.schedule.grouped,
+                         cfg.schedule.swap_ab)
 
 
 def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceModel = SM90_MODEL) -> dict:
@@ -272,8 +279,10 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
 
 def rank(cands: tuple[Candidate, ...], m: int, n: int, k: int, sm_count: int, default: str | None = None,
          model: DeviceModel = SM90_MODEL) -> list[tuple[float, str]]:
-    """Candidates by predicted time, fastest first: ``[(us, name), ...]`` (the default wins ties)."""
-    scored = [(round(predict(c, m, n, k, sm_count, model)["us"], 3), c.name != default, c.name) for c in cands]
+    """Candidates by predicted time, fastest first: ``[(us, name), ...]`` (the default wins ties).  A swap-AB
+    candidate is predicted on the problem it runs, ``(n, m, k)``."""
+    scored = [(round(predict(c, *((n, m, k) if c.swap_ab else (m, n, k)), sm_count, model)["us"], 3),
+               c.name != default, c.name) for c in cands]
     return [(us, name) for us, _, name in sorted(scored)]
 
 
@@ -391,7 +400,7 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
         hit = read_table(path).get((m, n, k))
         if hit in shipped:
             return hit, why
-    cands = candidates(arch) if arch else ()
+    cands = tuple(c for c in candidates(arch) if swap_ab_fits(c, m)) if arch else ()
     if not cands:
         return default, "default"
     return rank(cands, m, n, k, sm_count, default, SM90_GEMM_MODEL)[0][1], "cost model"
@@ -409,6 +418,14 @@ DUAL_SMALL_M = ((64, "dual_h100_64x64"), (256, "dual_h100_128x64"))
 def dual_small_m_rule(m: int) -> str | None:
     """The sm_90a dual-GEMM config for ``m`` rows when :data:`DUAL_SMALL_M` has one, else None (cost model)."""
     return next((name for rows, name in DUAL_SMALL_M if m <= rows), None)
+
+
+def swap_ab_fits(c: Candidate, m: int) -> bool:
+    """Whether ``c`` is a candidate at this M: any config that is not swap-AB; a swap-AB one only when M fits its
+    ``block_n`` (one n-block of the swapped problem, so each CTA reads its rows of B once).  On the H100's tune half
+    (docs/performance.md, "Swap-AB") the swap-AB tiles ran at 0.57-0.90x the unswapped pick at M = 64 over 16- and
+    32-column tiles (B read 4 and 2 times), and at 0.95-1.10x it where M fits."""
+    return not c.swap_ab or m <= c.block_n
 
 
 #: gemm_fp8 on sm_90a: the 64-row tile (one consumer warpgroup) at or below this M, the CTA pairs above

@@ -49,7 +49,7 @@ def test_shipped_candidate_agrees_with_load_config(name):
     assert shipped_candidate(name) == Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
                                                 cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands,
                                                 cfg.mma.consumers, cfg.schedule.split_k, cfg.mma.warpgroups,
-                                                cfg.tma.multicast, cfg.schedule.grouped)
+                                                cfg.tma.multicast, cfg.schedule.grouped, cfg.schedule.swap_ab)
 
 
 def test_cost_model_waves_and_tail():
@@ -209,3 +209,37 @@ def test_dual_small_m_rule_follows_the_tune_half_measurement(fresh_choice):
     assert fresh_choice.dual_small_m_rule(65) == "dual_h100_128x64"
     assert fresh_choice.dual_small_m_rule(257) is None
     assert fresh_choice.choose_cached(16, 4096, 4096, (10, 0), 148, "dual_gemm")[0] == "dual_sm100_256x128"
+
+
+def test_swap_ab_candidates_rank_on_the_swapped_problem_when_m_fits():
+    """A swap-AB candidate is predicted on (N, M, K) and ranks only when M fits its block_n (one n-block: B read
+    once); a shape moved past that falls back to the candidates that are not swap-AB."""
+    from ptxgen.runtime.choose import SM90_GEMM_MODEL, Candidate, predict, rank, swap_ab_fits
+
+    swap = Candidate("s", "sm_90a", 64, 16, 64, 16, 1, swap_ab=True)
+    plain = Candidate("p", "sm_90a", 64, 64, 64, 12, 1)
+    assert swap_ab_fits(swap, 16) and not swap_ab_fits(swap, 17) and swap_ab_fits(plain, 4096)
+    (us, name), = rank((swap,), 16, 4096, 4096, 132, model=SM90_GEMM_MODEL)
+    assert us == round(predict(swap, 4096, 16, 4096, 132, SM90_GEMM_MODEL)["us"], 3) != \
+        round(predict(swap, 16, 4096, 4096, 132, SM90_GEMM_MODEL)["us"], 3)
+
+
+def test_chooser_considers_swap_ab_only_for_small_m(fresh_choice):
+    from ptxgen.config import load_config
+
+    swapped = {c.name for c in fresh_choice.candidates("sm_90a") if c.swap_ab}
+    assert swapped and all(load_config(n).schedule.swap_ab for n in swapped)
+    assert fresh_choice.choose_cached(1, 6144, 4096, (9, 0), 132)[0] in swapped
+    for mnk in ((64, 4608, 3584), (200, 5000, 4096), (4096, 4096, 4096)):
+        assert fresh_choice.choose_cached(*mnk, (9, 0), 132)[0] not in swapped
+
+
+def test_runtime_trades_operands_and_shape_for_swap_ab():
+    from ptxgen.build import build
+    from ptxgen.runtime.api import kernel_args, kernel_mn, swap_ab
+
+    spec, plain = build("h100_64x16_swap").launch, build("h100_64x64").launch
+    assert swap_ab(spec) and not swap_ab(plain)
+    assert kernel_mn(spec, 7, 1000) == (1000, 7) and kernel_mn(plain, 7, 1000) == (7, 1000)
+    assert kernel_args(spec, "A", "B", 7, 1000) == ("B", "A", 1000, 7)
+    assert kernel_args(plain, "A", "B", 7, 1000) == ("A", "B", 7, 1000)

@@ -170,9 +170,12 @@ def _umma_commit(c: _Thread, ev, op) -> list[Effect]:
 
 
 def _st_global(c: _Thread, ev, op) -> list[Effect]:
+    """Each stored element inside D at its byte address: ``row * n + col + j``, or transposed (swap-AB: the kernel's
+    ``[m, n]`` result as a row-major ``[n, m]`` D) ``(col + j) * m + row``."""
     launch, row, col = c.launch, c.at_lane(ev.row), c.at_lane(ev.col)
     row_end = launch.m if ev.row_end is None else c.at_lane(ev.row_end)  # a grouped kernel's per-row bound
-    return [E.StGlobal(D_PTR + 2 * (row * launch.n + col + j), e) for j, e in enumerate(c.elements(op))
+    at = (lambda j: (col + j) * launch.m + row) if op.transposed else (lambda j: row * launch.n + col + j)
+    return [E.StGlobal(D_PTR + 2 * at(j), e) for j, e in enumerate(c.elements(op))
             if row < row_end and col + j < launch.n]
 
 

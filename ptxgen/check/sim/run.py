@@ -104,10 +104,13 @@ def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4,
     sched = seed if schedule_seed is None else schedule_seed
     out_dtype = spec.tensor_maps["d"].dtype if "d" in spec.tensor_maps else epi.out_dtype(expr)
     operands, extra, scalars = _epilogue_buffers(expr, operands, m, n, seed, out_dtype, spec)
-    machine = Machine(kernel, m, n, k, a_bits, b_bits, num_sms=num_sms, schedule_seed=sched,
-                      smem_base=DYNAMIC_SMEM_BASE, poison=POISON, b2=b2_bits, policy=policy, extra=extra,
-                      scalars=scalars)
+    swap = bool(spec.extra.get("swap_ab"))  # the kernel computes D^T = B @ A^T: its A is B, its m is n
+    machine = Machine(kernel, *((n, m, k, b_bits, a_bits) if swap else (m, n, k, a_bits, b_bits)), num_sms=num_sms,
+                      schedule_seed=sched, smem_base=DYNAMIC_SMEM_BASE, poison=POISON, b2=b2_bits, policy=policy,
+                      extra=extra, scalars=scalars)
     machine.run(MAX_STEPS)
+    if swap:  # the n x m elements at d_ptr, read as the caller's row-major [m, n] D
+        machine.glob.d = machine.glob.d.reshape(m, n)
     d = bf16_bits_to_f32(machine.glob.d) if out_dtype == "bf16" else machine.glob.d.view(np.float16).astype(np.float32)
     if expr is not None:
         accs = ({"acc1": reference(a_bits, b_bits), "acc2": reference(a_bits, b2_bits)} if dual else

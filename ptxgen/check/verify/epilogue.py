@@ -2,6 +2,7 @@
 :class:`~ptxgen.ir.ops.LdEpilogue` issues reads a row < M and a column < N of the traced launch.  Every output
 parameter is written: each ``.u64`` epilogue parameter that no load reads (an output beside D) has a
 :class:`~ptxgen.ir.ops.StEpilogue`, and a D no ``StGlobal16`` / ``TmaStore`` writes (an e4m3 D) has one to ``d_ptr``.
+A swap-AB kernel stores D only transposed, any other kernel never (:func:`_check_d_layout`).
 
 A staged operand (read through the CD staging ring, :mod:`ptxgen.builders.staged`): its TMA load lands in one CD
 slot, completes on an ``epi_full`` barrier and loads the box the slot's next TMA store writes (D's box); every
@@ -104,9 +105,25 @@ def check_staged(kernel, slots, ev, rec, require, state: dict, fills: dict) -> b
     return False
 
 
+def _check_d_layout(kernel, body: list) -> None:
+    """D's store layout is the launch's: a swap-AB kernel (launch ``extra["swap_ab"]``: the runtime passes B as the
+    kernel's A and A as its B) writes D only through transposed :class:`~ptxgen.ir.ops.StGlobal16` (its ``[m, n]``
+    result is the caller's ``[n, m]`` D); any other kernel stores none transposed.  Raises VerifyError."""
+    swap = bool(kernel.launch.extra.get("swap_ab"))
+    for op in body:
+        wrong = (isinstance(op, O.StGlobal16) and op.transposed != swap
+                 or swap and (isinstance(op, O.TmaStore) or isinstance(op, O.StEpilogue) and op.param == "d_ptr"))
+        if wrong:
+            raise VerifyError(f"{kernel.name}: D stored in the wrong layout: {op.describe()} in a "
+                              + ("swap-AB kernel, whose D is the transpose of its accumulator (transposed StGlobal16 "
+                                 "only)" if swap else "kernel without swap-AB (D is its accumulator as it is)"))
+
+
 def _check_outputs_written(kernel) -> int:
-    """Raise VerifyError for an output parameter no :class:`~ptxgen.ir.ops.StEpilogue` writes; returns the outputs."""
+    """Raise VerifyError for an output parameter no :class:`~ptxgen.ir.ops.StEpilogue` writes, or a D stored in
+    another layout than the launch's (:func:`_check_d_layout`); returns the outputs."""
     body = list(O.walk(kernel.body))
+    _check_d_layout(kernel, body)
     read = {op.param for op in body if isinstance(op, O.LdEpilogue)}
     written = {op.param for op in body if isinstance(op, O.StEpilogue)}
     if not any(isinstance(op, (O.StGlobal16, O.TmaStore)) for op in body) and "d_ptr" not in written:

@@ -222,6 +222,26 @@ def partial_chunk_off_by_one(mp):
     _patch_op(mp, ops.StGlobalF32, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, offset=op.offset + 16)))
 
 
+def transposed_store_untransposed(mp):
+    """Swap-AB's transposed store emitted as the plain one: the kernel's D^T lands at D[row, col] (pitch n)."""
+    _patch_op(mp, ops.StGlobal16, lambda f: lambda lw, op: f(lw, dataclasses.replace(op, transposed=False)))
+
+
+def transposed_bound_swapped(mp):
+    """Swap-AB's transposed store guards its row with n and its columns with m (the bound on the wrong dimension):
+    at m != n it drops rows that are inside D and writes columns past it."""
+    def make(f):
+        def bad(lw, op):
+            start = len(lw.lines)
+            f(lw, op)
+            if op.transposed:
+                swap = {"%m;": "%n;", "%n;": "%m;"}
+                lw.lines[start:] = [line[:-3] + swap[line[-3:]] if "setp." in line and line[-3:] in swap else line
+                                    for line in lw.lines[start:]]
+        return bad
+    _patch_op(mp, ops.StGlobal16, make)
+
+
 # bug -> the check that must catch it ("differential", or "golden:<name>")
 BUGS = {
     pow2_mod_and: "differential",
@@ -244,6 +264,8 @@ BUGS = {
     f16_stored_as_bf16: "differential",
     release_dropped: "differential",
     partial_chunk_off_by_one: "differential",
+    transposed_store_untransposed: "differential",
+    transposed_bound_swapped: "differential",
 }
 GOLDEN_CATCHES = {  # bugs a golden sequence catches as well
     peer_bit_mask: "two_sm_tma_load",
@@ -258,7 +280,7 @@ def test_unpatched_emitter_passes():
 
 @pytest.mark.parametrize("bug", list(BUGS), ids=lambda f: f.__name__)
 def test_planted_bug_is_caught(bug, monkeypatch):
-    configs = {name: name for name in ("level9", "h100_128x256", "level1", "nvfp4_dual_128x128")}
+    configs = {name: name for name in ("level9", "h100_128x256", "level1", "nvfp4_dual_128x128", "h100_64x16_swap")}
     configs["split-K"] = variant_config(*SPLIT_K[0])
     configs["overlap"] = variant_config(*OVERLAP[0])
     configs["stmatrix"] = variant_config(*STMATRIX[0])

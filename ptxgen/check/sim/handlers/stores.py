@@ -29,10 +29,14 @@ class Stores:
             w.unfenced = []
 
     def _st_global(self, w: Warp, ev: W.Event) -> None:
+        """D is the ``m x n`` elements at ``d_ptr`` (``glob.d``, the kernel's shape); a transposed store (swap-AB)
+        writes element (row, col) at linear index ``col * m + row`` of that memory, an untransposed one at
+        ``row * n + col``."""
         m, n = self.glob.d.shape
         cols = ev.col[:, None] + np.arange(ev.data.shape[1])
         rows = np.broadcast_to(ev.row[:, None], cols.shape)
         ok = (rows < m) & (cols < n)
         if ev.row_end is not None:  # a grouped kernel's per-row bound (rows past a group's valid rows)
             ok &= rows < ev.row_end[:, None]
-        self.glob.d[rows[ok], cols[ok]] = ev.data[ok]
+        lin = cols * m + rows if ev.op.transposed else rows * n + cols
+        self.glob.d.reshape(-1)[lin[ok]] = ev.data[ok]
