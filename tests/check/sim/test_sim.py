@@ -2,7 +2,7 @@
 
 Every shipped config of both targets runs three shapes (none a multiple of
 the tile; rings and TMEM stages wrap; persistent CTAs loop over several
-tiles) under Hypothesis-drawn interleavings, against the fp32 reference.
+tiles) under three Hypothesis-drawn interleavings each, against the fp32 reference.
 Heavier sweeps (random shapes, SM counts and more interleavings) are marked
 ``slow`` (``--runslow``).
 """
@@ -153,7 +153,7 @@ def test_warp_collective_op_inside_elect_is_a_fault() -> None:
 
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("shape_index", [0, 1, 2])
-@settings(max_examples=6)
+@settings(max_examples=3)  # interleavings per shape; test_twenty_interleavings (slow) runs 20 of each shape
 @given(schedule=SEEDS)
 def test_shipped_config_simulates_correctly(config: str, shape_index: int, schedule: int) -> None:
     kernel = kernel_for(config)
