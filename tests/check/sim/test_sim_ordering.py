@@ -295,11 +295,14 @@ def test_shipped_kernels_pass_the_adversarial_policies(config) -> None:
 
 def test_schedule_is_reproducible() -> None:
     kernel = _kernel("level9")
-    for policy in ("latest", "pct"):
-        a, b = (simulate(kernel, *default_shapes(kernel)[1], seed=3, schedule_seed=3, policy=policy) for _ in "ab")
-        assert a.fingerprint == b.fingerprint and a.policy == policy
-    assert len({simulate(kernel, *default_shapes(kernel)[1], seed=3, schedule_seed=3, policy=p).fingerprint
-                for p in ("random", "latest", "pct")}) == 3
+    prints = {}
+    for policy in ("random", "latest", "pct"):
+        runs = 1 if policy == "random" else 2  # the adversarial policies run twice; all three once for the distinct set
+        a, *again = (simulate(kernel, *default_shapes(kernel)[1], seed=3, schedule_seed=3, policy=policy)
+                     for _ in range(runs))
+        assert all(b.fingerprint == a.fingerprint for b in again) and a.policy == policy
+        prints[policy] = a.fingerprint
+    assert len(set(prints.values())) == 3
 
 
 def test_unknown_policy_is_refused() -> None:
