@@ -1,7 +1,8 @@
 """Fit the GEMM chooser's cost-model constants on measured times, and report the chooser's regret (no GPU).
 
 Input: survey files written by ``bench/survey.py --shipped --json F`` (every shipped candidate timed on every shape of
-a suite half).  ``--fit F`` fits the constants of :class:`ptxgen.runtime.choose.DeviceModel` on the shapes of ``F``
+a suite half); each option takes several, a shape's times coming from the last file that timed it (:func:`measured`).
+``--fit F ...`` fits the constants of :class:`ptxgen.runtime.choose.DeviceModel` on the shapes of ``F``
 (only ever the tune half): Nelder-Mead within physical bounds (:data:`BOUNDS`), restarted from its result once, on the logarithms of one tile factor
 per candidate (``DeviceModel.tile_factors``) and of ``l2_tbps``, ``hbm_tbps``,
 ``store_tbps``, ``one_wg_efficiency``, ``ragged_load_factor`` and ``dram_latency_us``, ``overlap``, minimising the mean over shapes
@@ -9,15 +10,20 @@ of a soft regret (:func:`loss`: each candidate's ``log(t / t[best])`` weighted b
 the regret of the model's pick in the limit) plus a tenth of the mean squared error of the predicted log time
 relative to the shape's mean.  ``--eval F`` reports, for the
 chooser as shipped (tables first, then the cost model; ``--model-only`` skips the tables), each shape's pick, its
-regret (chosen config time / best shipped config time) and the median and worst regret; after ``--fit`` the
-cost model is the fitted one.
+regret (chosen config time / best shipped config time) and the median and worst regret; after a fit the cost
+model is the fitted one.
 
 ``--fit-split F ...`` fits only the split-K term (``partial_tbps`` and the tile factors of the split-K candidates),
 holding every other constant of the shipped model, on the shapes of the survey files (tune-half shapes only) that
-timed the split-K configs beside the unsplit ones.
+timed the split-K configs beside the unsplit ones.  ``--fit-pad F ...`` fits only the terms of rows past M and of the
+shared partial traffic (:data:`PAD_FITTED`: ``pad_row_cost``, ``partial_tbps``), every other constant and tile factor
+held (shipped: on the tune survey, then the two split-K tune surveys, docs/performance.md, "Chooser padding terms").
+``--eval F ...`` (repeatable: one evaluation per option) evaluates the chooser on the shapes of its files; a decision
+no file timed is listed as unmeasured.
 
-Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json] [--fit-split survey_tune_sk.json ...]
-       [--eval survey_report.json ...] [--model-only] [--json F] [--table F]
+Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json ...] [--fit-split survey_tune_sk.json ...]
+       [--fit-pad survey_tune.json survey_tune_sk.json ...] [--eval survey_report.json ...] [--model-only] [--json F]
+       [--table F]
 """
 import argparse
 import dataclasses
@@ -37,11 +43,23 @@ TILE_FACTOR_BOUNDS = (0.8, 1.25)
 SMS = 132
 
 
-def measured(path: str, names: set[str]) -> list[tuple[tuple[int, int, int], dict[str, float]]]:
-    """``[((m, n, k), {config: ms})]`` of the shipped candidates timed in a survey file."""
-    doc = json.load(open(path))
-    return [((r["m"], r["n"], r["k"]), {s: v["ms"] for s, v in r["sides"].items() if s in names})
-            for r in doc["rows"]]
+#: surveys timed before the shipped split-K fixup (last arriver reduces): their split-K sides time the earlier
+#: protocol (the last split waited for the others) and are left out; the split-K surveys re-timed every candidate,
+#: the shipped split-K configs included, on the small-M shapes of both halves
+EARLIER_SPLIT_K = ("configs_gemm_h100_tune.json", "configs_gemm_h100_report.json")
+
+
+def measured(paths: list[str], names: set[str],
+             split: set[str] = frozenset()) -> list[tuple[tuple[int, int, int], dict[str, float]]]:
+    """``[((m, n, k), {config: ms})]`` of the shipped candidates (``names``) timed in survey files, in the first
+    file's shape order; a shape timed by several files takes the last file's row (each survey times every candidate
+    it has on a shape), and a survey of :data:`EARLIER_SPLIT_K` gives no time to a split-K config (``split``)."""
+    rows: dict[tuple[int, int, int], dict[str, float]] = {}
+    for path in paths:
+        drop = split if Path(path).name in EARLIER_SPLIT_K else frozenset()
+        for r in json.load(open(path))["rows"]:
+            rows[(r["m"], r["n"], r["k"])] = {s: v["ms"] for s, v in r["sides"].items() if s in names and s not in drop}
+    return list(rows.items())
 
 
 def model_pick(model: choose.DeviceModel, cands, mnk, times: dict[str, float]) -> str:
@@ -119,37 +137,68 @@ def fit_split(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
     return _minimize(model_of, x, bounds, cands, rows)
 
 
-def evaluate(path: str, cands, model_only: bool, model: choose.DeviceModel = choose.SM90_GEMM_MODEL) -> dict:
+#: what ``--fit-pad`` fits, every other constant of the shipped model held, with its bounds and start: the load cost
+#: of a zero-filled A row in loaded rows (0: free, 1: as a loaded row; above 1 the stage slots it holds without a
+#: memory request), and the split-K partial bandwidth that the units of a wave share, TB/s
+PAD_FITTED = {"pad_row_cost": ((0.01, 4.0), 2.0), "partial_tbps": (PARTIAL_BOUNDS, None)}
+
+
+def fit_pad(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
+    """Nelder-Mead on the log of the :data:`PAD_FITTED` constants (from their start, or the shipped value where it
+    is None), every other constant and every tile factor held."""
+    names = list(PAD_FITTED)
+
+    def model_of(x):
+        return dataclasses.replace(start, **{n: round(math.exp(min(max(t, -20.0), 20.0)), 4) for n, t in zip(names, x)})
+
+    x = [math.log(first if first is not None else getattr(start, n)) for n, (_, first) in PAD_FITTED.items()]
+    bounds = [(math.log(lo), math.log(hi)) for (lo, hi), _ in PAD_FITTED.values()]
+    return _minimize(model_of, x, bounds, cands, rows)
+
+
+def evaluate(paths: list[str], cands, model_only: bool, model: choose.DeviceModel = choose.SM90_GEMM_MODEL) -> dict:
+    """Each shape's decision (``model_only``: the cost model's among the timed candidates; else the chooser's, tables
+    first, its cost model ``model``, among every candidate) and its regret; a decision the surveys did not time has
+    regret None and stays out of the median and worst (``unmeasured`` lists it)."""
     names = {c.name for c in cands}
+    split = {c.name for c in cands if c.split_k > 1}
     out = []
-    for mnk, times in measured(path, names):
-        if model_only:
-            pick, why = model_pick(model, cands, mnk, times), "cost model"
-        else:
-            choose.choose_cached.cache_clear()
-            pick, why = choose.choose_cached(*mnk, (9, 0), SMS)
-        best = min(times, key=times.get)
-        out.append({"m": mnk[0], "n": mnk[1], "k": mnk[2], "chosen": pick, "why": why, "best": best,
-                    "regret": round(times[pick] / times[best], 4)})
-    regrets = [r["regret"] for r in out]
-    return {"survey": path, "median_regret": statistics.median(regrets), "worst_regret": max(regrets),
-            "shapes": out}
+    shipped, choose.SM90_GEMM_MODEL = choose.SM90_GEMM_MODEL, model
+    try:
+        for mnk, times in measured(paths, names, split):
+            if model_only:
+                pick, why = model_pick(model, cands, mnk, times), "cost model"
+            else:
+                choose.choose_cached.cache_clear()
+                pick, why = choose.choose_cached(*mnk, (9, 0), SMS)
+            best = min(times, key=times.get)
+            out.append({"m": mnk[0], "n": mnk[1], "k": mnk[2], "chosen": pick, "why": why, "best": best,
+                        "regret": round(times[pick] / times[best], 4) if pick in times else None})
+    finally:
+        choose.SM90_GEMM_MODEL = shipped
+        choose.choose_cached.cache_clear()
+    regrets = [r["regret"] for r in out if r["regret"] is not None]
+    return {"survey": " + ".join(Path(p).name for p in paths), "median_regret": statistics.median(regrets),
+            "worst_regret": max(regrets), "unmeasured": [f"{r['m']}x{r['n']}x{r['k']}: {r['chosen']}"
+                                                         for r in out if r["regret"] is None], "shapes": out}
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--fit")
+    p.add_argument("--fit", nargs="+", default=[])
     p.add_argument("--fit-split", nargs="+", default=[])
-    p.add_argument("--eval", action="append", default=[])
+    p.add_argument("--fit-pad", nargs="+", default=[])
+    p.add_argument("--eval", nargs="+", action="append", default=[])
     p.add_argument("--model-only", action="store_true")
     p.add_argument("--json")
     p.add_argument("--table", help="write the shipped-table document of the --fit survey's shapes here")
     args = p.parse_args()
     cands = choose.candidates("sm_90a")
     names = {c.name for c in cands}
+    split = {c.name for c in cands if c.split_k > 1}
     model = choose.SM90_GEMM_MODEL
     if args.fit:
-        rows = measured(args.fit, names)
+        rows = measured(args.fit, names, split)
         start = dataclasses.replace(choose.SM90_MODEL, multicast=True, one_wg_efficiency=0.8, ragged_load_factor=1.5,
                                     dram_latency_us=2.0, overlap=4.0)
         for label, model in (("start", start), ("shipped", choose.SM90_GEMM_MODEL)):
@@ -159,7 +208,7 @@ def main() -> None:
         print("DeviceModel(" + ", ".join(f"{f}={getattr(model, f):.4g}" for f in FITTED) + ", multicast=True, "
               f"tile_factors={model.tile_factors})")
     if args.fit_split:
-        rows = [row for path in args.fit_split for row in measured(path, names)]
+        rows = measured(args.fit_split, names, split)
         unsplit = tuple(c for c in cands if c.split_k == 1)
         for label, m in (("shipped", model), ("shipped, unsplit candidates", None)):
             picks = hard_regret(model, unsplit if m is None else cands, rows)
@@ -171,10 +220,15 @@ def main() -> None:
             pick = model_pick(model, cands, mnk, times)
             print(f"  {mnk}: pick {pick} {times[pick]:.4f} ms, best {min(times, key=times.get)} "
                   f"{min(times.values()):.4f} ms")
+    if args.fit_pad:
+        rows = measured(args.fit_pad, names, split)
+        print(f"shipped: loss {loss(model, cands, rows):.4f}")
+        model = fit_pad(cands, rows, model)
+        print(f"fitted: loss {loss(model, cands, rows):.4f}, " + ", ".join(f"{n}={getattr(model, n):.4g}" for n in PAD_FITTED))
     if args.table and args.fit:
-        device = json.load(open(args.fit))["device"]
+        device = json.load(open(args.fit[0]))["device"]
         entries = [{"m": mnk[0], "n": mnk[1], "k": mnk[2], "config": min(t, key=t.get), "ms": round(min(t.values()), 4),
-                    "all_ms": {c: round(v, 4) for c, v in sorted(t.items())}} for mnk, t in measured(args.fit, names)]
+                    "all_ms": {c: round(v, 4) for c, v in sorted(t.items())}} for mnk, t in measured(args.fit, names, split)]
         choose.write_table(Path(args.table), choose.table_doc("sm_90a", device, entries, (
             "bench/survey.py --suite gemm --half tune --shipped (prepared launches alternating call by call, median of "
             "5 runs of 20 calls, L2-rotated inputs), fastest shipped config per shape; tune half only")))
@@ -182,8 +236,8 @@ def main() -> None:
     for doc in docs:
         print(f"{doc['survey']}: regret median {doc['median_regret']:.3f}, worst {doc['worst_regret']:.3f}")
         for r in doc["shapes"]:
-            if r["regret"] > 1.02:
-                print(f"  {r['m']}x{r['n']}x{r['k']}: {r['chosen']} ({r['why']}) vs {r['best']}: {r['regret']:.3f}")
+            if r["regret"] is None or r["regret"] > 1.02:
+                print(f"  {r['m']}x{r['n']}x{r['k']}: {r['chosen']} ({r['why']}) vs {r['best']}: {r['regret']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(docs, f, indent=1)

@@ -24,14 +24,17 @@ SM (the configs use ~200-225 KB of shared memory), clusters of ``c`` CTAs occupy
 * ``tiles = ceil(M / bm) * ceil(N / bn)`` (an sm_90a CTA pair takes two m-blocks of one n-block, so the m-blocks
   are rounded up to a pair); ``waves = ceil(tiles / slots)``; ``tail`` efficiency = ``tiles / (waves * slots)``;
 * per tile, math time ``2 * bm * bn * K / (peak / SMs)`` (times ``one_wg_efficiency`` for one consumer
-  warpgroup) and operand time ``(bm + bn') * K * 2 B / (L2 bandwidth / SMs)`` where ``bn'`` is ``bn / 2`` for a
-  pair multicasting B (bytes per FLOP fall as the tile grows: ``(bm + bn) / (bm * bn)``), times
-  ``ragged_load_factor`` when the K row pitch is not a multiple of 128 bytes; a tile costs the larger of the two
-  plus a fixed prologue/epilogue cost (pipeline fill of ``stages`` k-blocks and the ``bm * bn * 2 B`` store), all
-  times the config's fitted ``tile_factors`` entry;
+  warpgroup) and operand time ``(a + pad_row_cost * (bm - a) + bn') * K * 2 B / (L2 bandwidth / SMs)`` where
+  ``a = M / m-blocks`` is the tile's average count of rows inside M (the rest, ``bm - a``, are rows past M, which TMA
+  zero-fills in shared memory without reading memory) and ``bn'`` is ``bn / 2`` for a pair multicasting B (bytes per
+  FLOP fall as the tile grows: ``(bm + bn) / (bm * bn)``), times ``ragged_load_factor`` when the K row pitch is not a
+  multiple of 128 bytes; a tile costs the larger of the two plus a fixed prologue/epilogue cost (pipeline fill of
+  ``stages`` k-blocks and the ``bm * bn * 2 B`` store), all times the config's fitted ``tile_factors`` entry;
 * the DRAM time is ``2 B * (M*K + acc*N*K + M*N)`` over the HBM bandwidth, or over what the busy SMs stream if
-  less (each at most its ``stages`` of operand bytes per memory latency: few tiles or few stages cannot fill HBM);
-* the kernel takes the ``overlap``-norm of ``waves * tile_time`` and the DRAM time (their max when 0).
+  less (each at most its ``stages`` of loaded rows, ``(a + bn') * bk * 2 B`` a stage, per memory latency: few tiles,
+  few stages or stages of rows past M cannot fill HBM);
+* the kernel takes the ``overlap``-norm of ``waves * tile_time`` (plus the split-K partial time) and the DRAM time
+  (their max when 0).
 
 The GEMM chooser ranks with :data:`SM90_GEMM_MODEL`, fitted on the tune half of the suite (``bench/fit_choose.py``:
 constants within physical bounds and one tile factor per config, chosen for the regret of the pick; report half:
@@ -39,8 +42,9 @@ docs/performance.md, "Chooser fit"); the dual GEMM with :data:`SM90_MODEL`.
 
 Split-K candidates (``schedule.split_k = S > 1``, shipped: ``h100_64x128_sk2``, ``h100_128x64_sk2``,
 ``h100_128x192_sk3``): ``tiles x S`` work units in waves, K / S per unit, and per unit the fp32 partial traffic
-``accumulators * bm * bn * 4 B * (2S - 1) / S`` (every split stores its partial, the last arriver reads the other
-S - 1) over ``partial_tbps``, fitted on the tune-half split-K survey (docs/performance.md, "Split-K").  Their protocol
+``accumulators * bm * bn * 4 B * (2S - 1) / S`` (every split stores its partial, rows past M included, the last
+arriver reads the other S - 1); the units of a wave store at once, so the kernel pays every unit's bytes over the
+shared ``partial_tbps`` (docs/performance.md, "Split-K", "Chooser padding terms").  Their protocol
 ("last arriver reduces") needs no resident grid and the runtime gives each stream its own workspace, so a call that
 names no config may run one.
 
@@ -101,7 +105,12 @@ class DeviceModel:
             cannot reach ``hbm_tbps``; 0 = no such cap.
         launch_us: fixed microseconds per launch (launch, prologue, last store drain).
         partial_tbps: split-K: bandwidth of the fp32 partial traffic (each split's store, the last arriver's reads of
-            the others; L2-resident for the few-tile shapes split-K is for), TB/s.
+            the others; L2-resident for the few-tile shapes split-K is for), TB/s, shared by every unit of a wave:
+            the kernel pays ``units x`` one unit's partial bytes over it.
+        pad_row_cost: the operand (L2 -> shared) time of a tile row past M, in loaded rows.  TMA zero-fills such a
+            row without reading memory (PTX ISA "Tensors: out of bounds access"), so it holds no bytes in flight
+            (``dram_latency_us``) but fills its share of the stage; 1 = as a loaded row, 0 = free.  Fitted: above 1
+            (docs/performance.md, "Chooser padding terms": what the tune half shows of 128-row tiles at M <= 64).
         tile_factors: ``((config name, factor), ...)``: a config's tile time (math or operand time, plus its fixed
             cost) multiplied by its factor, what the throughputs above do not see of it (its epilogue, its number
             of consumer warpgroups, its stage count); a config not listed: 1.
@@ -120,6 +129,7 @@ class DeviceModel:
     launch_us: float = 0.0
     overlap: float = 0.0
     partial_tbps: float = 3.0
+    pad_row_cost: float = 1.0
     tile_factors: tuple[tuple[str, float], ...] = ()
 
 
@@ -127,10 +137,11 @@ class DeviceModel:
 #: math-bound, as measured on an H200; docs/performance.md, "Remote arrives under multicast")
 SM90_MODEL = DeviceModel()
 #: the GEMM chooser's constants, fitted on the tune half of the ``gemm`` suite on an H100 (bench/fit_choose.py;
-#: docs/performance.md, "Chooser fit"); the report half never entered the fit
+#: docs/performance.md, "Chooser fit"; ``partial_tbps`` and ``pad_row_cost`` by ``--fit-pad``, "Chooser padding
+#: terms"); the report half never entered the fit
 SM90_GEMM_MODEL = DeviceModel(
     l2_tbps=9.475, hbm_tbps=3.998, store_tbps=0.5018, one_wg_efficiency=0.7887, multicast=True, ragged_load_factor=3.596,
-    dram_latency_us=2.433, overlap=4.757, partial_tbps=1.163,
+    dram_latency_us=2.433, overlap=4.757, partial_tbps=0.6698, pad_row_cost=1.434,
     tile_factors=(("h100_128x128", 1.2466), ("h100_128x128_c2", 0.9856), ("h100_128x144", 1.248),
                   ("h100_128x192", 1.159), ("h100_128x256", 1.0437), ("h100_128x64", 0.9078), ("h100_192x176", 1.1948),
                   ("h100_256x128", 0.999), ("h100_64x128", 1.0199), ("h100_64x256", 1.0438), ("h100_64x64", 1.0886),
@@ -242,7 +253,8 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
     # an sm_90a CTA pair takes two m-blocks of one n-block, so an odd count of m-blocks leaves one CTA of a pair
     # idle: M <= block_m keeps half the SMs of a pair config idle
     pair = c.cluster if c.arch == "sm_90a" else 1
-    tiles = math.ceil(math.ceil(m / c.block_m) / pair) * pair * math.ceil(n / c.block_n)
+    m_blocks = math.ceil(math.ceil(m / c.block_m) / pair) * pair
+    tiles = m_blocks * math.ceil(n / c.block_n)
     splits = c.split_k
     units = tiles * splits  # split-K: each tile's K in split_k work units, scheduled like tiles
     waves = math.ceil(units / slots)
@@ -254,16 +266,24 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
     ragged = model.ragged_load_factor if (2 * k) % 128 else 1.0
     k_unit = k / splits
     math_s = 2.0 * acc * c.block_m * c.block_n * k_unit / per_sm_flops
-    load_s = (c.block_m + b_rows) * k_unit * 2.0 * ragged / per_sm_l2
-    fixed_s = (c.stages * (c.block_m + acc * c.block_n) * c.block_k * 2.0) / per_sm_l2 + c.block_m * c.block_n * 2.0 / per_sm_store
-    if splits > 1:  # every split stores its fp32 partial, the last arriver reads the other splits - 1: per unit on average
-        fixed_s += acc * c.block_m * c.block_n * 4.0 * (2 * splits - 1) / splits / (model.partial_tbps * 1e12 / sm_count)
+    # rows of a tile past M: TMA zero-fills them in shared memory without reading memory (PTX ISA "Tensors: out of
+    # bounds access"); a tile holds m / m_blocks rows of A inside M on average
+    a_rows = m / m_blocks
+    pad_rows = c.block_m - a_rows
+    a_cost_rows = a_rows + model.pad_row_cost * pad_rows  # A rows' L2 -> shared time, in loaded rows
+    load_s = (a_cost_rows + b_rows) * k_unit * 2.0 * ragged / per_sm_l2
+    fixed_s = (c.stages * (a_cost_rows + acc * c.block_n) * c.block_k * 2.0) / per_sm_l2 + c.block_m * c.block_n * 2.0 / per_sm_store
+    # split-K: every split stores its fp32 partial (block_m rows, those past M too), the last arriver reads the other
+    # splits - 1; the units of a wave share the partial bandwidth, so the kernel pays for every unit's bytes
+    partial_s = 0.0
+    if splits > 1:
+        partial_s = units * acc * c.block_m * c.block_n * 4.0 * (2 * splits - 1) / splits / (model.partial_tbps * 1e12)
     dram_bytes = 2.0 * (m * k + acc * n * k + m * n)
     dram_bw = model.hbm_tbps * 1e12
     if model.dram_latency_us:
-        in_flight = c.stages * (c.block_m + b_rows) * c.block_k * 2.0
+        in_flight = c.stages * (a_rows + b_rows) * c.block_k * 2.0  # a zero-filled row holds no memory request
         dram_bw = min(dram_bw, min(units, slots) * in_flight / (model.dram_latency_us * 1e-6))
-    tile_s = waves * (max(math_s, load_s) + fixed_s) * dict(model.tile_factors).get(c.name, 1.0)
+    tile_s = (waves * (max(math_s, load_s) + fixed_s) + partial_s) * dict(model.tile_factors).get(c.name, 1.0)
     dram_s = dram_bytes / dram_bw
     p = model.overlap
     both = max(tile_s, dram_s) if not p else max(tile_s, dram_s) * (1 + (min(tile_s, dram_s) / max(tile_s, dram_s)) ** p) ** (1 / p)

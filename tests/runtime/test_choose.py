@@ -159,6 +159,64 @@ def test_cost_model_terms():
     assert SM90_GEMM_MODEL.multicast and SM90_GEMM_MODEL.tile_factors
 
 
+def test_cost_model_padding_terms():
+    """Rows of a tile past M: their load cost is pad_row_cost loaded rows, they hold no bytes in flight, and the split-K
+    partials (padded rows too) cost every unit's bytes at the shared partial bandwidth."""
+    from dataclasses import replace
+
+    from ptxgen.runtime.choose import SM90_GEMM_MODEL, Candidate, DeviceModel, predict
+
+    tall, short = (Candidate(str(bm), "sm_90a", bm, 64, 64, 8, 1, warpgroups=2) for bm in (128, 64))
+    free, dear = (DeviceModel(peak_tflops=1e6, pad_row_cost=p) for p in (0.0, 2.0))
+    # operand-bound: a padded row costs pad_row_cost loaded rows; M a multiple of the tile's rows pads nothing
+    assert predict(tall, 64, 8192, 8192, 132, dear)["us"] > 1.15 * predict(tall, 64, 8192, 8192, 132, free)["us"]
+    assert predict(tall, 256, 8192, 8192, 132, dear)["us"] == predict(tall, 256, 8192, 8192, 132, free)["us"]
+    # bound by the bytes in flight: a zero-filled row holds no memory request, so the 128-row tile at M = 16 streams
+    # what the 64-row tile of the same stages streams (counting its padded rows, it streamed 1.6x as much)
+    latency = replace(free, l2_tbps=1e6, dram_latency_us=20.0)
+    assert predict(tall, 16, 8192, 8192, 132, latency)["us"] == pytest.approx(predict(short, 16, 8192, 8192, 132, latency)["us"])
+    # split-K: the partial time grows with the units of one wave (the busy SMs share the partial bandwidth)
+    split = replace(tall, split_k=2)
+    partial = replace(SM90_GEMM_MODEL, partial_tbps=0.01)
+    one, two = (predict(split, 64, n, 7168, 132, partial) for n in (1024, 2048))
+    assert one["waves"] == two["waves"] == 1 and two["us"] > 1.8 * one["us"]
+    assert SM90_GEMM_MODEL.pad_row_cost != 1.0 and DeviceModel().pad_row_cost == 1.0  # the dual-GEMM model: unchanged
+
+
+def _fit_choose():
+    """bench/fit_choose.py as a module (the evaluation that wrote docs/results/chooser_report_h100.json)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "fit_choose.py"
+    spec = importlib.util.spec_from_file_location("fit_choose", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_report_half_regret_from_the_stored_surveys(fresh_choice):
+    """The chooser's regret on every report-half shape, recomputed from the stored surveys the record names (each
+    shape's times from the last survey that timed it): every decision was measured, each regret is the record's, the
+    median and worst stay at or under it, and M <= 256 stays under the split-K record's 1.206 (64x2112x7168)."""
+    from dataclasses import replace
+
+    fit_choose = _fit_choose()
+    record = json.loads((RESULTS / "chooser_report_h100.json").read_text())
+    paths = [str(RESULTS / name) for name in record["surveys"]]
+    cands = fresh_choice.candidates("sm_90a")
+    doc = fit_choose.evaluate(paths, cands, model_only=False)
+    assert doc["unmeasured"] == []
+    assert {(r["m"], r["n"], r["k"]): r["regret"] for r in doc["shapes"]} == \
+        {(r["m"], r["n"], r["k"]): r["regret"] for r in record["shapes"]}
+    assert doc["median_regret"] <= record["median_regret"] <= 1.0 and doc["worst_regret"] <= record["worst_regret"] < 1.15
+    assert max(r["regret"] for r in doc["shapes"] if r["m"] <= 256) < 1.14
+    # planted: rows past M loaded for free: the 128-row tiles win at M = 64 (64x4608x3584 takes h100_128x64, 1.52;
+    # 64x2112x7168 h100_128x64_sk2 again, 1.28)
+    free_padding = replace(fresh_choice.SM90_GEMM_MODEL, pad_row_cost=0.01)
+    planted = fit_choose.evaluate(paths, cands, model_only=False, model=free_padding)
+    assert planted["worst_regret"] > 1.2 * record["worst_regret"]
+
+
 def test_chooser_follows_the_fp8_rule_on_hopper_only():
     """gemm_fp8's rule (ptxgen.runtime.choose.fp8_rule): the 64-row tile for M <= 128; above, the 128x256 CTA pair
     unless the 192x128 pair fills more of its waves (rate 0.9 x wave efficiency), as at N = 2112 on 132 SMs."""
