@@ -111,11 +111,11 @@ class Shelf:
             return None
         try:
             by_content = {c: (name, e) for name, e in doc["images"].items() for c in e["contents"]}
-            int(doc["min_driver"]), str(doc["compiler"])
+            min_driver, compiler = int(doc["min_driver"]), str(doc["compiler"])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             log.warning("ptxgen prebuilt: %s malformed (%r); kernels are built", path, exc)
             return None
-        return {**doc, "by_content": by_content}
+        return {**doc, "by_content": by_content, "min_driver": min_driver, "compiler": compiler}
 
     def candidates(self) -> list | None:
         """The chooser's candidate rows of a fresh manifest, else None."""
@@ -142,12 +142,15 @@ class Shelf:
             return None
         name, entry = found
         arch = ARCH_OF_CAPABILITY.get(tuple(capability))
-        why = (f"arch {entry.get('arch')} != device's {arch}" if entry.get("arch") != arch else
-               f"driver {driver_version} < {doc['min_driver']}" if driver_version < int(doc["min_driver"]) else
-               f"PTXGEN_JIT compiler {compiler!r} != {doc['compiler']!r}" if compiler not in ("auto", doc["compiler"])
-               else None)
-        if why is not None:
-            log.info("ptxgen prebuilt: %s not used: %s", name, why)
+        mismatches = []
+        if entry.get("arch") != arch:
+            mismatches.append(f"arch {entry.get('arch')} != the device's {arch}")
+        if driver_version < doc["min_driver"]:
+            mismatches.append(f"driver {driver_version} < {doc['min_driver']}")
+        if compiler not in ("auto", doc["compiler"]):
+            mismatches.append(f"PTXGEN_JIT compiler {compiler!r} != {doc['compiler']!r}")
+        if mismatches:
+            log.info("ptxgen prebuilt: %s not used: %s", name, "; ".join(mismatches))
             return None
         image = self._read(name, entry)
         if image is None or image.spec.name != name or image.spec.arch != arch:

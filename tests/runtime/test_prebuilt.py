@@ -4,6 +4,7 @@ Images here come from a fake compiler; the shipped folder is checked for its for
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -142,7 +143,7 @@ def test_image_that_matches_its_hash_but_not_its_entry_is_ignored(shelf_copy):
     doc = manifest_of(shelf_copy)
     for payload in (zlib.compress(b"not an image"), b"not zlib at all"):
         path.write_bytes(payload)
-        doc["images"][NAME]["sha256"] = __import__("hashlib").sha256(payload).hexdigest()
+        doc["images"][NAME]["sha256"] = hashlib.sha256(payload).hexdigest()
         (shelf_copy / prebuilt.MANIFEST).write_text(json.dumps(doc))
         assert find(shelf_copy) is None
 
@@ -157,7 +158,7 @@ def test_image_of_another_config_under_this_name_is_ignored(shelf_copy):
                                                                  image.cubin)))
     image_path(shelf_copy).write_bytes(payload)
     doc = manifest_of(shelf_copy)
-    doc["images"][NAME]["sha256"] = __import__("hashlib").sha256(payload).hexdigest()
+    doc["images"][NAME]["sha256"] = hashlib.sha256(payload).hexdigest()
     (shelf_copy / prebuilt.MANIFEST).write_text(json.dumps(doc))
     assert find(shelf_copy) is None
 
@@ -268,8 +269,6 @@ def test_writer_is_deterministic_and_needs_both_compiler_arguments(shelf_dir, tm
 def test_shipped_folder_is_well_formed_and_covers_the_gemm_choices():
     """The package's folder (not its freshness: a stale folder only costs speed): every image file present with
     its recorded sha256, and an image for every config the GEMM, dual-GEMM and FP8 choosers can pick on sm_90a."""
-    import hashlib
-
     from ptxgen.runtime.choose import FP8_PAIR_TILES, candidates, default_config_name
 
     doc = json.loads(open(os.path.join(prebuilt.FOLDER, prebuilt.MANIFEST), encoding="utf-8").read())
