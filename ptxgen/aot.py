@@ -54,7 +54,7 @@ def write_prebuilt(folder: str | os.PathLike, names: Sequence[str] | None = None
     """
     from ptxgen.build import build
     from ptxgen.config import load_config
-    from ptxgen.runtime.choose import shipped_rows
+    from ptxgen.runtime.choose import ARCH_OF_CAPABILITY, shipped_rows
     from ptxgen.runtime.loader import IMAGE_FORMAT, KernelImage, config_content, pack_image, source_content_hash
     from ptxgen.runtime.prebuilt import (IMAGE_SUFFIX, MANIFEST, MANIFEST_FORMAT, content_sha256,
                                          min_driver_version)
@@ -66,6 +66,7 @@ def write_prebuilt(folder: str | os.PathLike, names: Sequence[str] | None = None
         from ptxgen.assemble import compile_ptx as ptxas, toolchain_version
 
         compile_ptx, compiler = (lambda ptx, target: ptxas(ptx, target, "ptxas")), toolchain_version("ptxas")
+    capability_of = {arch: list(cap) for cap, arch in ARCH_OF_CAPABILITY.items()}
     names = default_names() if names is None else list(names)
     files: dict[str, bytes] = {}
     images = {}
@@ -75,8 +76,8 @@ def write_prebuilt(folder: str | os.PathLike, names: Sequence[str] | None = None
         file = f"{name}{IMAGE_SUFFIX}"
         files[file] = blob
         contents = sorted({content_sha256(config_content(name)), content_sha256(config_content(load_config(name)))})
-        images[name] = {"arch": res.plan.arch, "contents": contents, "file": file,
-                        "sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob)}
+        images[name] = {"arch": res.plan.arch, "capability": capability_of[res.plan.arch], "contents": contents,
+                        "file": file, "sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob)}
     manifest = {"format": MANIFEST_FORMAT, "image_format": IMAGE_FORMAT, "ptxgen": __version__,
                 "sources": source_content_hash(), "compiler": compiler, "min_driver": min_driver_version(compiler),
                 "candidates": shipped_rows(), "images": images}

@@ -17,13 +17,14 @@ the shipped sm_90a configs and writes, into ``ptxgen/prebuilt/``:
       min_driver                the oldest driver that loads its cubins (cuDriverGetVersion: the ptxas major
                                 x 1000; CUDA minor-version compatibility covers machine code)
       candidates                the chooser's rows of every shipped config (:func:`ptxgen.runtime.choose.candidates`)
-      images                    per config name: arch, the sha256 of both forms of its config content
+      images                    per config name: arch and the compute capability it runs on, the sha256
+                                of both forms of its config content
                                 (:func:`ptxgen.runtime.loader.config_content` of the name and of the Config),
                                 file, sha256 and size of the file
 
 A shipped image is used (:meth:`Shelf.find`) only when all of these match the running process and device: the
 manifest's format, image format, version and source hash (checked once per process; the source hash reads about
-1.6 MB: a few ms); the config content's hash; the arch of the device's compute capability; the driver version;
+1.6 MB: a few ms); the config content's hash; the device's compute capability; the driver version;
 the compiler knob (``auto``, or ``ptxas`` of the very same build).  The image file must have its recorded sha256
 and unpack, and its launch spec must name the entry's config and arch.  Anything else is a miss, logged, and the
 kernel is built as without shipped images: a stale or corrupt entry costs the build, never a wrong kernel.  A
@@ -132,8 +133,6 @@ class Shelf:
             driver_version: ``cuDriverGetVersion`` (13000 = 13.0).
             compiler: ``"auto"``, or the :func:`~ptxgen.assemble.toolchain_version` of ``PTXGEN_JIT=ptxas``.
         """
-        from ptxgen.runtime.choose import ARCH_OF_CAPABILITY
-
         doc = self.manifest
         if doc is None:
             return None
@@ -141,10 +140,10 @@ class Shelf:
         if found is None:
             return None
         name, entry = found
-        arch = ARCH_OF_CAPABILITY.get(tuple(capability))
         mismatches = []
-        if entry.get("arch") != arch:
-            mismatches.append(f"arch {entry.get('arch')} != the device's {arch}")
+        if entry.get("capability") != list(capability):
+            mismatches.append(f"{entry.get('arch')} runs on compute capability {entry.get('capability')}, the device "
+                              f"has {list(capability)}")
         if driver_version < doc["min_driver"]:
             mismatches.append(f"driver {driver_version} < {doc['min_driver']}")
         if compiler not in ("auto", doc["compiler"]):
@@ -153,7 +152,7 @@ class Shelf:
             log.info("ptxgen prebuilt: %s not used: %s", name, "; ".join(mismatches))
             return None
         image = self._read(name, entry)
-        if image is None or image.spec.name != name or image.spec.arch != arch:
+        if image is None or image.spec.name != name or image.spec.arch != entry.get("arch"):
             log.warning("ptxgen prebuilt: image of %s in %s is corrupt; building it", name, self.folder)
             return None
         return image

@@ -148,10 +148,11 @@ def test_image_that_matches_its_hash_but_not_its_entry_is_ignored(shelf_copy):
         assert find(shelf_copy) is None
 
 
-def test_image_of_another_config_under_this_name_is_ignored(shelf_copy):
+@pytest.mark.parametrize("field, value", [("name", "h100_64x64"), ("arch", "sm_100a")])
+def test_image_of_another_config_under_this_name_is_ignored(shelf_copy, field, value):
     image = find(shelf_copy)
     spec = json.loads(image.spec.to_json())
-    spec["name"] = "h100_64x64"
+    spec[field] = value
     from ptxgen.launch import LaunchSpec
 
     payload = zlib.compress(loader.pack_image(loader.KernelImage(LaunchSpec.from_json(json.dumps(spec)), image.ptx,
@@ -181,7 +182,7 @@ def test_wrong_arch_is_ignored(shelf_copy):
     assert find(shelf_copy, capability=(10, 0)) is None  # an sm_90a image on a Blackwell device
     assert find(shelf_copy, capability=(8, 0)) is None
     doc = manifest_of(shelf_copy)
-    doc["images"][NAME]["arch"] = "sm_100a"  # a manifest that says another arch than the device's
+    doc["images"][NAME]["capability"] = [10, 0]  # a manifest that says another device than this one
     (shelf_copy / prebuilt.MANIFEST).write_text(json.dumps(doc))
     assert find(shelf_copy) is None
 
