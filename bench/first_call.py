@@ -9,13 +9,15 @@ Usage (repository root, on a GPU machine)::
 Each measurement is a new Python process (``subprocess``) that imports and
 initialises torch, allocates A, B on the GPU and synchronizes (not timed), then
 times ``import ptxgen`` + the first ``ptxgen.gemm(a, b)`` + synchronize (and,
-for comparison, a second call).  The cache directory is a fresh temporary
+for comparison, a second call); ``built`` says whether the child imported ``ptxgen.build`` (it built a kernel).  The cache directory is a fresh temporary
 ``PTXGEN_CACHE_DIR``:
 
 * ``first_process``: the machine's first child, reported apart (one-time costs of the machine: files read into
   the page cache, the driver's JIT compiler loaded);
-* ``cold``: empty cache (plan, IR, emit, driver JIT, store), ``--cold-runs`` times, each with a new cache;
-* ``no_cache``: ``PTXGEN_NO_CACHE=1`` (build and JIT, nothing stored), alternating with ``cold``;
+* ``cold``: empty cache, ``--cold-runs`` times, each with a new cache: the image shipped in ``ptxgen/prebuilt``
+  when its manifest is fresh, else plan, IR, emit and compile; then stored;
+* ``no_cache``: ``PTXGEN_NO_CACHE=1`` (build and compile, nothing stored or taken from the package), alternating
+  with ``cold``;
 * ``warm``: a filled cache, ``--warm-runs`` times (load the stored cubin).
 
 Every child runs with ``CUDA_CACHE_DISABLE=1`` unless ``--driver-cache``: the CUDA driver keeps its own JIT
@@ -68,7 +70,8 @@ t4 = time.perf_counter()
 ref = a.float() @ b.float().T
 err = ((out.float() - ref).norm() / ref.norm()).item()
 print(json.dumps({"import_ms": (t1 - t0) * 1e3, "first_call_ms": (t2 - t1) * 1e3, "first_call_synced_ms": (t3 - t1) * 1e3,
-                  "total_ms": (t3 - t0) * 1e3, "second_call_synced_ms": (t4 - t3) * 1e3, "rel_err": err}))
+                  "total_ms": (t3 - t0) * 1e3, "second_call_synced_ms": (t4 - t3) * 1e3, "rel_err": err,
+                  "built": "ptxgen.build" in sys.modules}))
 """
 
 
@@ -134,7 +137,7 @@ def main() -> int:
     for label, r in rows:
         print(f"  {label:<24} total {r['total_ms']:8.1f} ms  (import {r['import_ms']:6.1f}, first call "
               f"{r['first_call_synced_ms']:8.1f}; second call {r['second_call_synced_ms']:6.2f} ms; "
-              f"rel err {r['rel_err']:.1e})")
+              f"rel err {r['rel_err']:.1e}{'; built' if r.get('built') else ''})")
     print(f"  medians: cold {doc['cold_median_total_ms']:.1f} ms, PTXGEN_NO_CACHE=1 {doc['no_cache_median_total_ms']:.1f} ms, "
           f"warm {doc['warm_median_total_ms']:.1f} ms")
     if args.json:

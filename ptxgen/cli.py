@@ -148,11 +148,13 @@ def _check_names(results: list, sources: list[str], out_dir: Path) -> None:
 
 
 def cmd_build(args) -> int:
+    if args.prebuilt:
+        return _build_prebuilt(args)
     from .assemble import assemble
     from .build import build, write
     from .check.verify import verify
 
-    out_dir = _output_dir(args.output)
+    out_dir = _output_dir(args.output or DEFAULT_OUTPUT)
     names = _configs(args)
     # everything is built, verified and assembled in memory before anything is written
     results = [build(name) for name in names]  # config -> PTX: milliseconds each
@@ -183,6 +185,22 @@ def cmd_build(args) -> int:
     if spilled:
         print(f"spills in: {', '.join(spilled)}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _build_prebuilt(args) -> int:
+    """``build --prebuilt``: the images compiled ahead of time (:mod:`ptxgen.aot`), into ``ptxgen/prebuilt`` or -o."""
+    from .aot import write_prebuilt
+    from .runtime.prebuilt import FOLDER
+
+    out_dir = _output_dir(args.output or FOLDER)
+    names = args.config if args.config else None  # --all or nothing: every shipped sm_90a config
+    manifest = write_prebuilt(out_dir, names)
+    for name, entry in manifest["images"].items():
+        print(f"{name} ({entry['arch']}): {entry['file']}, {entry['bytes']} B")
+    total = sum(e["bytes"] for e in manifest["images"].values())
+    print(f"wrote {len(manifest['images'])} images ({total} B) and manifest.json into {out_dir} "
+          f"({manifest['compiler']}, sources {manifest['sources'][:16]})")
     return 0
 
 
@@ -326,9 +344,14 @@ def parser() -> argparse.ArgumentParser:
 
     b = with_config(sub.add_parser("build", help="config -> generated/<name>.ptx + .json, assembled, with a resource report"))
     b.add_argument("--all", action="store_true", help="every shipped config")
-    b.add_argument("-o", "--output", type=_path, default=DEFAULT_OUTPUT,
-                   help="output folder (default: generated); a config named like a shipped one (level9) "
-                        "but differing from it is refused there, allowed with -o elsewhere")
+    b.add_argument("-o", "--output", type=_path, default=None,
+                   help="output folder (default: generated; with --prebuilt, the package's ptxgen/prebuilt); a config "
+                        "named like a shipped one (level9) but differing from it is refused in generated, allowed "
+                        "with -o elsewhere")
+    b.add_argument("--prebuilt", action="store_true",
+                   help="compile kernel images ahead of time (ptxas, whole program) for the runtime's first calls: "
+                        "every shipped sm_90a config (or --config), with a manifest of what they depend on; rerun "
+                        "after changing any ptxgen or emitters source")
     b.set_defaults(fn=cmd_build)
 
     c = with_config(sub.add_parser("check", help="static verifier + CPU simulation, or (--ptx) emitted PTX vs IR"))

@@ -8,7 +8,8 @@ variable                   meaning
                            ``~/.cache/ptxgen`` on Linux).  The tuned-config table written by
                            ``ptxgen tune`` lives there too (``tuned/``).
 ``PTXGEN_NO_CACHE``        ``1``/``true``/``yes``/``on``: never read or write the on-disk
-                           kernel cache (every process builds and JIT-compiles its kernels).
+                           kernel cache, nor take the images shipped in the package
+                           (every process builds and JIT-compiles its kernels).
                            ``0``/``false``/``no``/``off``/empty: use it (default).
 ``PTXGEN_DUMP``            A directory: every kernel the runtime loads is written there as
                            ``<name>.ptx``, ``<name>.cubin`` (what was loaded), ``<name>.sass``
@@ -67,7 +68,7 @@ JITS = ("auto", "ptxas", "driver", "nvjitlink")
 #: every knob and its one-line meaning (the README's "Environment knobs" table mirrors this; a test checks it)
 KNOBS: dict[str, str] = {
     CACHE_DIR: "kernel cache directory (default: platformdirs.user_cache_dir('ptxgen'), e.g. ~/.cache/ptxgen)",
-    NO_CACHE: "1/true/yes/on: never read or write the on-disk kernel cache",
+    NO_CACHE: "1/true/yes/on: never read or write the on-disk kernel cache, nor take the shipped images",
     DUMP: "directory: write <name>.ptx, .cubin, .sass and .json of every kernel loaded",
     OVERRIDE_PTX: "PTX file or directory of <name>.ptx: load it in place of the generated PTX "
                   "(refused when its launch metadata differs)",

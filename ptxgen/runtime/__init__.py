@@ -8,7 +8,8 @@ Public API::
 
 Submodules: ``driver`` (checked cuda.bindings calls, context, device info),
 ``cache`` (content-addressed, atomic, locked on-disk cache), ``loader``
-(config -> cached kernel image; PTXGEN_OVERRIDE_PTX, PTXGEN_DUMP),
+(config -> cached kernel image; PTXGEN_OVERRIDE_PTX, PTXGEN_DUMP), ``prebuilt``
+(images compiled ahead of time, shipped in ``ptxgen/prebuilt``, read on a miss),
 ``fastpath`` (generic per-call launcher: tensor-map LRU, packed parameter
 buffer, one cuLaunchKernelEx), ``choose`` (config per shape for
 ``config=None``), ``tensormap`` (cuTensorMapEncodeTiled), ``module`` (driver

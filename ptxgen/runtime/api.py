@@ -47,6 +47,7 @@ one ``cuLaunchKernelEx`` on torch's current stream.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -66,6 +67,7 @@ ARCH_CAPABILITY: dict[str, tuple[int, int]] = {"sm_90a": (9, 0), "sm_100a": (10,
 ELEMS_PER_16B = 8
 _ALIGN = 16
 
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _builds: dict[tuple[str, str], Any] = {}
 #: (ordinal, config identity) -> LoadedKernel
@@ -348,8 +350,10 @@ def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
     """The kernel of ``config`` on device ``ordinal``, loaded once per process.
 
     On the first request: :func:`ptxgen.runtime.loader.load_image` (a cache hit loads the stored cubin without
-    building, and for a name or path without importing the config schema; a miss validates, builds and JITs),
-    then ``cuModuleLoadData``.  The arch check runs before any JIT.  Knobs are read here.
+    building, and for a name or path without importing the config schema; a miss takes the image shipped in the
+    package when it is fresh (:mod:`ptxgen.runtime.prebuilt`), else validates, builds and JITs), then
+    ``cuModuleLoadData``.  A shipped cubin the driver refuses is replaced by a built one, in the cache too.  The
+    arch check runs before any JIT.  Knobs are read here.
 
     Raises:
         ConfigError: bad config or override; the config's arch does not run on the device.
@@ -363,15 +367,25 @@ def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
         found = _loaded.get((ordinal, ident))
     if found is not None:
         return found
-    from ptxgen.runtime import driver, loader
+    from ptxgen.errors import CudaError
+    from ptxgen.runtime import driver, loader, prebuilt
     from ptxgen.runtime.fastpath import Launcher
     from ptxgen.runtime.module import Kernel, compiler
 
     driver.ensure_context(ordinal)
     info = driver.device_info(ordinal)
-    image = loader.load_image(config, driver.driver_version(), info.capability, compiler(settings.jit), settings,
-                              accept=lambda spec: check_arch(spec.name, spec.arch, info.capability))
-    kernel = Kernel.from_cubin(image.cubin, image.spec, ordinal)
+    load = functools.partial(loader.load_image, config, driver.driver_version(), info.capability,
+                             compiler(settings.jit), settings,
+                             accept=lambda spec: check_arch(spec.name, spec.arch, info.capability))
+    image = load(prebuilt=prebuilt.find)
+    try:
+        kernel = Kernel.from_cubin(image.cubin, image.spec, ordinal)
+    except CudaError as exc:
+        if image.origin != "prebuilt":
+            raise
+        log.warning("ptxgen: the driver refused the shipped image of %s (%s); building it", image.spec.name, exc)
+        image = load(rebuild=True)
+        kernel = Kernel.from_cubin(image.cubin, image.spec, ordinal)
     launcher = Launcher.for_kernel(kernel)
     if "watchdog" in image.spec.extra:  # PTXGEN_WATCHDOG: every launch synchronizes and checks the record
         from ptxgen.runtime.watchdog import WatchedLauncher

@@ -195,16 +195,24 @@ def candidates(arch: str, kernel: str = "gemm") -> tuple[Candidate, ...]:
 def _shipped_candidates() -> tuple[Candidate, ...]:
     """Every shipped config's :class:`Candidate`, once per process, through the disk cache (key: the sources'
     fingerprint, which covers the shipped YAML files): a warm process reads one small JSON entry instead of
-    importing PyYAML and parsing every config (about 25 ms of a 30 ms first-call budget on the H100 host)."""
-    from ptxgen.runtime import cache
+    importing PyYAML and parsing every config (about 25 ms of a 30 ms first-call budget on the H100 host).  On a
+    miss the rows shipped with the prebuilt images are taken when their manifest is fresh (its source hash covers
+    this module and the YAML files: :mod:`ptxgen.runtime.prebuilt`), else every YAML is parsed."""
+    from ptxgen.runtime import cache, prebuilt
     from ptxgen.runtime.loader import source_fingerprint
-    from ptxgen.shipped import shipped_configs
 
     def build() -> bytes:
-        return json.dumps([list(astuple(shipped_candidate(name))) for name in shipped_configs()]).encode()
+        return json.dumps(prebuilt.candidate_rows() or shipped_rows()).encode()
 
     blob = cache.get_or_build(("ptxgen-candidates-v4", f"src={source_fingerprint()}"), build)
     return tuple(Candidate(*row) for row in json.loads(blob))
+
+
+def shipped_rows() -> list[list]:
+    """Every shipped config's :class:`Candidate` as a JSON-ready row (its fields in order), parsed from the YAML."""
+    from ptxgen.shipped import shipped_configs
+
+    return [list(astuple(shipped_candidate(name))) for name in shipped_configs()]
 
 
 def shipped_candidate(name: str) -> Candidate:

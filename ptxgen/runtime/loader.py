@@ -16,11 +16,14 @@ The payload (:func:`pack_image` / :func:`unpack_image`) holds the launch spec
 (JSON), the PTX and the cubin the driver's JIT produced, so a hit loads the
 cubin and launches without running plan/IR/emitter, and — for a config given
 by name or path — without importing the config schema at all (pydantic, plan:
-about 100 ms of a first call; docs/performance.md, "First call").  A miss validates and builds
-the config (``ptxgen.build.build``), JIT-compiles the PTX with the driver
-(:func:`ptxgen.runtime.module.jit_ptx`) and stores the three; the store is
-atomic and locked (:mod:`ptxgen.runtime.cache`).  A payload that does not
-unpack is rebuilt like a corrupt entry.
+about 100 ms of a first call; docs/performance.md, "First call").  A miss takes
+the image compiled ahead of time and shipped in the package when everything it
+depends on matches (:mod:`ptxgen.runtime.prebuilt`; keyed by content, since the
+source fingerprint above changes with every install), else validates and builds
+the config (``ptxgen.build.build``) and compiles the PTX (``PTXGEN_JIT``,
+:mod:`ptxgen.runtime.module`); either is stored; the store is atomic and
+locked (:mod:`ptxgen.runtime.cache`).  A payload that does not unpack is
+rebuilt like a corrupt entry.
 
 Knobs (:mod:`ptxgen.knobs`) are read here, once per kernel load:
 ``PTXGEN_NO_CACHE``, ``PTXGEN_OVERRIDE_PTX`` (checked by
@@ -36,7 +39,7 @@ import logging
 import re
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +57,16 @@ _LENGTHS = struct.Struct("<8sQQQ")
 
 @dataclass(frozen=True)
 class KernelImage:
-    """A kernel ready to load: launch spec, PTX text and the cubin compiled from it (for one device)."""
+    """A kernel ready to load: launch spec, PTX text and the cubin compiled from it (for one device).
+
+    ``origin`` (not stored, not compared): ``"built"`` in this process, ``"cache"`` read from the disk cache,
+    ``"prebuilt"`` shipped in the package (:mod:`ptxgen.runtime.prebuilt`).
+    """
 
     spec: LaunchSpec
     ptx: str
     cubin: bytes
+    origin: str = field(default="built", compare=False)
 
 
 def pack_image(image: KernelImage) -> bytes:
@@ -81,34 +89,65 @@ def unpack_image(blob: bytes) -> KernelImage | None:
         ptx = blob[o + n_spec:o + n_spec + n_ptx].decode()
     except (ValueError, KeyError, TypeError):
         return None
-    return KernelImage(spec, ptx, bytes(blob[o + n_spec + n_ptx:]))
+    return KernelImage(spec, ptx, bytes(blob[o + n_spec + n_ptx:]), origin="cache")
+
+
+SOURCE_SUFFIXES = (".py", ".j2", ".yaml")
+
+
+@functools.cache
+def source_files() -> tuple[tuple[str, str], ...]:
+    """``(relative path, absolute path)`` of every ptxgen and emitters source file (``.py``, ``.j2``, ``.yaml``),
+    sorted by relative path (``/``-separated, from the folder above each package); ``__pycache__`` and
+    ``ptxgen/prebuilt`` (the images compiled from these sources) left out.  Listed once per process, with
+    ``os.walk`` and strings (a few ms where pathlib took ~20 on the H100 host); the emitters are located, not
+    imported (importing them compiles templates)."""
+    import importlib.util
+
+    roots = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]  # the ptxgen package (no import circle)
+    spec = importlib.util.find_spec("emitters")
+    if spec is not None and spec.origin:
+        roots.append(os.path.dirname(spec.origin))
+    entries = []
+    for root in roots:
+        base = len(os.path.dirname(root)) + 1
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d != "__pycache__" and os.path.join(folder, d)[base:] != "ptxgen/prebuilt"]
+            entries += [(os.path.join(folder, f)[base:].replace(os.sep, "/"), os.path.join(folder, f))
+                        for f in files if f.endswith(SOURCE_SUFFIXES)]
+    return tuple(sorted(entries))
 
 
 @functools.cache
 def source_fingerprint() -> str:
-    """sha256 (hex, 16 chars) over path, size and mtime of every ptxgen and emitters source file.
+    """sha256 (hex, 16 chars) over path, size and mtime of every source file (:func:`source_files`).
 
-    Computed once per process from ``stat`` alone (no file is read, the emitters are not
-    imported): any edit of a builder, emitter, template or shipped config changes it, so the
-    disk cache misses instead of serving a kernel built from older sources.
+    Computed once per process from ``stat`` alone (no file is read): any edit of a builder, emitter, template or
+    shipped config changes it, so the disk cache misses instead of serving a kernel built from older sources.
+    A reinstall or a copy changes it too (mtimes), so it keys only the user's own cache, never shipped data.
     """
-    import importlib.util
-
-    roots = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]  # the ptxgen package (no import circle)
-    spec = importlib.util.find_spec("emitters")  # located, not imported (importing compiles templates)
-    if spec is not None and spec.origin:
-        roots.append(os.path.dirname(spec.origin))
     digest = hashlib.sha256()
-    for root in roots:
-        base = len(os.path.dirname(root)) + 1
-        entries = []
-        for folder, dirs, files in os.walk(root):  # os.walk + strings: a few ms where pathlib took ~20 (H100 host)
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
-            entries += [os.path.join(folder, f) for f in files if f.endswith((".py", ".j2", ".yaml"))]
-        for path in sorted(entries):
-            st = os.stat(path)
-            digest.update(f"{path[base:]}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    for rel, path in source_files():
+        st = os.stat(path)
+        digest.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
+
+
+@functools.cache
+def source_content_hash() -> str:
+    """sha256 (hex) over path and bytes of every source file (:func:`source_files`), once per process.
+
+    Unlike :func:`source_fingerprint` it reads the files, so equal sources give equal hashes whatever their
+    mtimes (an install, a copy, a fresh clone): the key of the images shipped in the package
+    (:mod:`ptxgen.runtime.prebuilt`).  About 1.6 MB read: a few ms.
+    """
+    digest = hashlib.sha256()
+    for rel, path in source_files():
+        with open(path, "rb") as f:
+            data = f.read()
+        digest.update(f"{rel}\0{len(data)}\n".encode())
+        digest.update(data)
+    return digest.hexdigest()
 
 
 def config_content(config: Any) -> str:
@@ -161,25 +200,33 @@ def build_image(config: Any, jit: Any, watchdog_ns: int = 0, accept: Any = None)
 
 
 def cached_image(config: Any, key: tuple[str, ...], jit: Any, *, use_cache: bool | None = None,
-                 watchdog_ns: int = 0, accept: Any = None) -> KernelImage:
-    """The image of ``config`` from the disk cache, built with ``jit`` on a miss or a bad entry.
+                 watchdog_ns: int = 0, accept: Any = None, shipped: Any = None, rebuild: bool = False) -> KernelImage:
+    """The image of ``config`` from the disk cache; on a miss or a bad entry the shipped one, else built with ``jit``.
 
     Args:
-        config: a ``Config``, or a shipped name or YAML path (validated only on a miss).
+        config: a ``Config``, or a shipped name or YAML path (validated only when built).
         key: :func:`image_key` of it.
         jit: ``ptx -> cubin`` (the driver's JIT on a GPU; any function in tests).
         use_cache: as :func:`ptxgen.runtime.cache.get_or_build`.
         watchdog_ns: as :func:`build_image` (``key`` must name it).
-        accept: as :func:`build_image`; on a hit it is called with the stored launch spec.
+        accept: as :func:`build_image`; also called with the launch spec of a stored or shipped image.
+        shipped: ``() -> KernelImage | None``: the image compiled ahead of time for exactly this key, tried on a
+            miss before building (:func:`ptxgen.runtime.prebuilt.finder`); it is then stored like a built one.
+        rebuild: build (neither cache nor ``shipped``) and overwrite the entry: the driver refused the cubin found.
     """
     from ptxgen.runtime import cache
 
     image: list[KernelImage] = []
 
     def make() -> bytes:
-        image.append(build_image(config, jit, watchdog_ns, accept))
+        found = shipped() if shipped is not None else None
+        if found is not None and accept is not None:
+            accept(found.spec)
+        image.append(found if found is not None else build_image(config, jit, watchdog_ns, accept))
         return pack_image(image[0])
 
+    if rebuild:
+        return _rewrite(config, key, build_image(config, jit, watchdog_ns, accept), use_cache)
     blob = cache.get_or_build(key, make, use_cache=use_cache)
     if image:
         return image[0]
@@ -189,12 +236,20 @@ def cached_image(config: Any, key: tuple[str, ...], jit: Any, *, use_cache: bool
             accept(unpacked.spec)
         return unpacked
     log.warning("ptxgen cache: kernel image of %s does not unpack; rebuilding", config)
-    fresh = build_image(config, jit, watchdog_ns, accept)
+    return _rewrite(config, key, build_image(config, jit, watchdog_ns, accept), use_cache)
+
+
+def _rewrite(config: Any, key: tuple[str, ...], image: KernelImage, use_cache: bool | None) -> KernelImage:
+    """Store ``image`` over the cache entry of ``key`` (unless the cache is off); a failed write is logged."""
+    from ptxgen.runtime import cache
+
+    if use_cache is False or (use_cache is None and not cache.enabled()):
+        return image
     try:
-        cache.write_entry(cache.entry_path(cache.cache_key(key)), pack_image(fresh))
+        cache.write_entry(cache.entry_path(cache.cache_key(key)), pack_image(image))
     except OSError as exc:
         log.warning("ptxgen cache: could not rewrite the image of %s: %s", config, exc)
-    return fresh
+    return image
 
 
 # --------------------------------------------------------------------------- PTXGEN_OVERRIDE_PTX
@@ -352,8 +407,9 @@ def dump(image: KernelImage, dump_dir: Path) -> list[Path]:
 
 
 def load_image(config: Any, driver_version: int, capability: tuple[int, int], jit: Any,
-               settings: knobs.Knobs | None = None, accept: Any = None) -> KernelImage:
-    """The image to load for ``config``: from the cache (or built), then the override applied, then dumped.
+               settings: knobs.Knobs | None = None, accept: Any = None, *, prebuilt: Any = None,
+               rebuild: bool = False) -> KernelImage:
+    """The image to load for ``config``: from the cache (or shipped, or built), then the override applied, then dumped.
 
     Args:
         config: a ``Config``, or a shipped name or YAML path (a cache hit reads only its text).
@@ -361,6 +417,11 @@ def load_image(config: Any, driver_version: int, capability: tuple[int, int], ji
         jit: ``ptx -> cubin``.
         settings: knob values (default: read now).
         accept: called with the launch spec before any JIT and on a hit (e.g. the arch check).
+        prebuilt: ``(config content, capability, driver version, compiler) -> KernelImage | None``, the images
+            compiled ahead of time (:func:`ptxgen.runtime.prebuilt.find`); ``compiler`` is ``"auto"`` or a ptxas
+            :func:`~ptxgen.assemble.toolchain_version`.  Asked on a cache miss only, and never with
+            ``PTXGEN_NO_CACHE``, ``PTXGEN_WATCHDOG`` or a ``PTXGEN_JIT`` other than ``auto`` and ``ptxas``.
+        rebuild: build and overwrite the cache entry (the driver refused the cubin this call returned before).
 
     Raises:
         ConfigError: bad override; whatever building the config raises.
@@ -369,15 +430,26 @@ def load_image(config: Any, driver_version: int, capability: tuple[int, int], ji
     settings = knobs.read() if settings is None else settings
     use_cache = not settings.no_cache
     key = image_key(config, driver_version, capability)
+    compiler = None
     if settings.watchdog_ns:
         key += (f"watchdog={settings.watchdog_ns}",)
     if settings.jit == "auto":  # whichever compiler auto found at the miss: a hit looks for no tool
         key += ("jit=auto",)
+        compiler = "auto"
     elif settings.jit != "driver":  # a named toolchain: its name and version
         from ptxgen.assemble import toolchain_version
 
         key += (f"jit={toolchain_version(settings.jit)}",)
-    image = cached_image(config, key, jit, use_cache=use_cache, watchdog_ns=settings.watchdog_ns, accept=accept)
+        compiler = toolchain_version(settings.jit) if settings.jit == "ptxas" else None
+    shipped = None
+    if prebuilt is not None and use_cache and not settings.watchdog_ns and compiler is not None:
+        content = key[1]  # config_content(config), see image_key
+
+        def shipped() -> KernelImage | None:
+            return prebuilt(content, capability, driver_version, compiler)
+
+    image = cached_image(config, key, jit, use_cache=use_cache, watchdog_ns=settings.watchdog_ns, accept=accept,
+                         shipped=shipped, rebuild=rebuild)
     found = override_for(image.spec, settings.override_ptx)
     if found is not None:
         ptx, path = found

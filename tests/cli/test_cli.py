@@ -263,6 +263,22 @@ def test_build_verifies_every_kernel(capsys, monkeypatch, tmp_path, fast_assembl
     assert rc == 0 and seen == ["level1", "h100_128x128"]
 
 
+def test_build_prebuilt_writes_images_and_manifest(capsys, monkeypatch, tmp_path):
+    """``build --prebuilt -o DIR -c NAME``: one image per config and the manifest, through the ptxas compile (a stub
+    here), reported one line per image; nothing of generated/ is touched."""
+    import json
+
+    import ptxgen.assemble
+
+    monkeypatch.setattr(ptxgen.assemble, "compile_ptx", lambda ptx, target, backend="ptxas": b"cubin:" + target.encode())
+    monkeypatch.setattr(ptxgen.assemble, "toolchain_version", lambda backend="ptxas": "ptxas cuda_13.5.r13.5/x -O3")
+    rc, out, _ = _run(capsys, "build", "--prebuilt", "-c", "h100_64x64", "-o", str(tmp_path / "pre"))
+    doc = json.loads((tmp_path / "pre" / "manifest.json").read_text())
+    assert rc == 0 and list(doc["images"]) == ["h100_64x64"] and doc["min_driver"] == 13000
+    assert (tmp_path / "pre" / "h100_64x64.img.zlib").is_file()
+    assert out.splitlines()[0].startswith("h100_64x64 (sm_90a): h100_64x64.img.zlib, ")
+
+
 @pytest.mark.parametrize("stage, error", [("ptxgen.check.verify.verify", VerifyError("full[0]: 3 arrivals, init 2")),
                                           ("ptxgen.assemble.assemble", AssembleError("ptxas: syntax error, line 7"))])
 def test_build_writes_nothing_when_one_kernel_fails(capsys, monkeypatch, tmp_path, stage, error):
