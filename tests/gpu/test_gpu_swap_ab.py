@@ -13,6 +13,7 @@ import pytest
 
 from ptxgen.config import load_config, shipped_configs
 from ptxgen.errors import ConfigError
+from tests.gpu.test_gpu_gemm import random_operands
 
 pytestmark = pytest.mark.gpu
 
@@ -21,14 +22,6 @@ M_VALUES = (1, 7, 16, 64, 200)
 #: (N, K): N off the 64-row tile, K a multiple of 8 but not of the 64-wide k-block; and a whole-tile shape
 NK = ((1000, 328), (4100, 1032), (512, 4096))
 TOLERANCE = 1e-2
-
-
-def _operands(torch, m: int, n: int, k: int, seed: int):
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    scale = k ** -0.25
-    a = (torch.randn(m, k, device="cuda", generator=gen) * scale).to(torch.bfloat16)
-    b = (torch.randn(n, k, device="cuda", generator=gen) * scale).to(torch.bfloat16)
-    return a, b
 
 
 def _error(torch, out, a, b) -> float:
@@ -50,7 +43,7 @@ def test_swap_config_matches_fp32_reference(name, m, nk):
     import ptxgen
 
     n, k = nk
-    a, b = _operands(torch, m, n, k, seed=m * 7919 + n + k)
+    a, b = random_operands(torch, m, n, k, seed=m * 7919 + n + k)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     ptxgen.gemm(a, b, out=out, config=name)
     torch.cuda.synchronize()
@@ -65,7 +58,7 @@ def test_swap_prepared_launch_and_staged_operands(name):
     from ptxgen.runtime import prepare
 
     m, n, k = 7, 1000, 328
-    a, b = _operands(torch, m, n, k, seed=11)
+    a, b = random_operands(torch, m, n, k, seed=11)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     prepare(a, b, out, name).launch()
     torch.cuda.synchronize()
@@ -85,7 +78,7 @@ def test_swap_config_refuses_a_fused_expression():
 
     import ptxgen
 
-    a, b = _operands(torch, 8, 256, 64, seed=3)
+    a, b = random_operands(torch, 8, 256, 64, seed=3)
     bias = torch.zeros(256, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ConfigError, match="row bias"):
         ptxgen.gemm(a, b, config=SWAP[0], epilogue="acc + bias[col]", bias=bias)
@@ -102,7 +95,7 @@ def test_chooser_picks_swap_for_small_m_and_runs_it(mnk):
     m, n, k = mnk
     name = choose(m, n, k, driver.device_info(torch.cuda.current_device()))
     assert load_config(name).schedule.swap_ab, f"{mnk}: the chooser picked {name}"
-    a, b = _operands(torch, m, n, k, seed=5)
+    a, b = random_operands(torch, m, n, k, seed=5)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     ptxgen.gemm(a, b, out=out)
     torch.cuda.synchronize()
