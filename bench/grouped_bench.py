@@ -395,7 +395,7 @@ def host(json_path: str | None) -> None:
     """Per call: host time, event time (what ``bench`` reports), CUDA-graph replay and kernel time, with
     ``check_tables`` True and False, for each HOST_CASES problem at its default config."""
     info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "runtime": grouped.__file__, "copy_GBps": round(copy_bandwidth(), 1)}
+            "copy_GBps": round(copy_bandwidth(), 1)}
     print(json.dumps(info))
     rows = []
     for case in HOST_CASES:
