@@ -815,10 +815,7 @@ class _StagedCall(_Call):
         maps.append((pd, m, self.n, self.n) if self.d_map else None)
         maps += [(epi[i], m, self.n_true, self.n_true) if self.d_map else None for i in self.epi_maps]
         maps[0], maps[1], km, kn = kernel_args(self.spec, maps[0], maps[1], m, self.n)  # traded for swap-AB
-        from ptxgen.runtime import driver
-
-        driver.ensure_context(self.ordinal)
-        stream = current_stream(self.ordinal)
+        stream = launch_stream(self.ordinal)
         ws = split_k_workspace(self.spec, km, kn, self.device, self.ordinal, stream) if self.split_k else ()
         self.launcher.launch(self.grid_x, tuple(maps), (pd, km, kn, self.k, *ws, *epi), stream)
         if not self.plan.stage_d:
