@@ -15,9 +15,9 @@ from .version import __version__  # noqa: F401
 
 
 # the runtime's function itself (no wrapper frame on the per-call path); importing it needs neither
-# torch nor cuda-bindings
+# torch nor cuda-bindings.  ``grouped_gemm`` and ``epi`` come on first use (``__getattr__``): a process that
+# calls only ``gemm`` never imports them
 from .runtime.api import dual_gemm, gemm, gemm_fp8  # noqa: E402,F401
-from .runtime.grouped import grouped_gemm  # noqa: E402,F401
 
 
 def dual_gemm_nvfp4(a, b1, b2, sfa, sfb1, sfb2, out=None, config=None, *, sf_layout=None, sf_sign=None):
@@ -28,7 +28,13 @@ def dual_gemm_nvfp4(a, b1, b2, sfa, sfb1, sfb2, out=None, config=None, *, sf_lay
 
 
 def __getattr__(name):
-    """``ptxgen.epi`` (the fused-epilogue language) on first use, without importing it with the package."""
+    """``ptxgen.grouped_gemm`` (:func:`ptxgen.runtime.grouped.grouped_gemm`, the function itself) and ``ptxgen.epi``
+    (the fused-epilogue language) on first use, without importing them with the package."""
+    if name == "grouped_gemm":
+        from .runtime.grouped import grouped_gemm
+
+        globals()["grouped_gemm"] = grouped_gemm  # later lookups find the attribute, not this hook
+        return grouped_gemm
     if name == "epi":
         import importlib
 

@@ -78,25 +78,37 @@ def test_image_key_of_a_name_is_its_yaml_text(tmp_path):
 
 
 def test_warm_hit_by_name_never_imports_the_config_schema(cache_root):
-    """A cache hit for a config given by name reads its YAML text and the stored image: no pydantic, no plan."""
+    """A cache hit for a config given by name reads its YAML text and the stored image: no pydantic, no plan, and
+    none of the modules only a miss, a knob or another entry point needs (docs/performance.md, "First call")."""
     import subprocess
     import sys
 
     child = f"""
 import sys
-from ptxgen.runtime import loader
+import ptxgen
+from ptxgen.runtime import loader, prebuilt
 calls = []
 def jit(ptx):
     calls.append(1)
     return b"cubin"
 seen = []
-img = loader.load_image("h100_128x128", 13000, (9, 0), jit, accept=seen.append)
-print(len(calls), len(seen), img.spec.name, img.cubin.decode(), "ptxgen.config" in sys.modules, "pydantic" in sys.modules)
+img = loader.load_image("h100_128x128", 13000, (9, 0), jit, accept=seen.append, prebuilt=prebuilt.find)
+print(len(calls), len(seen), img.spec.name, img.origin, *sorted(m for m in WARM_ABSENT if m in sys.modules))
 """
-    env = {**os.environ, "PTXGEN_CACHE_DIR": str(cache_root)}
-    run = lambda: subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, check=True)
-    assert run().stdout.split() == ["1", "1", "h100_128x128", "cubin", "True", "True"]  # miss: built, validated
-    assert run().stdout.split() == ["0", "1", "h100_128x128", "cubin", "False", "False"]  # hit: neither
+    env = {**os.environ, "PTXGEN_CACHE_DIR": str(cache_root), "PTXGEN_JIT": "driver"}  # a driver JIT: no shipped image
+    run = lambda: subprocess.run([sys.executable, "-c", f"WARM_ABSENT = {WARM_ABSENT!r}\n" + child], env=env,
+                                 capture_output=True, text=True, check=True).stdout.split()
+    miss = run()
+    assert miss[:4] == ["1", "1", "h100_128x128", "built"]  # built, validated
+    assert {"ptxgen.config", "pydantic", "ptxgen.build"} <= set(miss[4:])  # the list names what a miss imports
+    assert run() == ["0", "1", "h100_128x128", "cache"]  # hit: none of them
+
+
+#: modules a warm hit (a config by name, its image in the cache) never imports: the config schema and the build
+#: (pydantic, plan, IR, emitters), PyYAML, the cache's lock (a miss only), the PTXGEN_OVERRIDE_PTX / PTXGEN_DUMP
+#: module, grouped GEMMs and the fused-epilogue language
+WARM_ABSENT = ("ptxgen.config", "pydantic", "ptxgen.build", "ptxgen.plan", "ptxgen.ir", "emitters", "yaml",
+               "filelock", "jinja2", "ptxgen.runtime.override", "ptxgen.runtime.grouped", "ptxgen.epi")
 
 
 def test_accept_refuses_before_the_jit(cache_root):
@@ -139,16 +151,16 @@ def test_image_without_cache(cache_root, built_h100):
 
 def test_ptx_header_of_generated_kernels():
     from ptxgen.build import build
-    from ptxgen.runtime import loader
+    from ptxgen.runtime import override
 
     for name in ("h100_128x256", "level9"):
         res = build(name)
-        h = loader.parse_ptx_header(res.ptx)
+        h = override.parse_ptx_header(res.ptx)
         assert h.entry == res.launch.kernel and h.target == res.launch.arch
         assert h.params == tuple(tuple(p) for p in res.launch.params)
         assert h.reqntid == tuple(res.launch.block)
         assert (h.cluster or (1, 1, 1)) == tuple(res.launch.cluster)
-        loader.check_override(res.ptx, res.launch, "x.ptx")  # the generated PTX always passes
+        override.check_override(res.ptx, res.launch, "x.ptx")  # the generated PTX always passes
 
 
 @pytest.mark.parametrize(
@@ -170,32 +182,32 @@ def test_ptx_header_of_generated_kernels():
 )
 def test_override_with_other_metadata_is_refused(edit, match):
     from ptxgen.build import build
-    from ptxgen.runtime import loader
+    from ptxgen.runtime import override
 
     res = build("h100_128x256")
     bad = edit(res.ptx)
     assert bad != res.ptx
     with pytest.raises(ConfigError, match=r"^PTXGEN_OVERRIDE_PTX=x\.ptx: launch metadata does not match config "
                                           r"'h100_128x256': .*" + match):
-        loader.check_override(bad, res.launch, "x.ptx")
+        override.check_override(bad, res.launch, "x.ptx")
 
 
 def test_override_file_and_dir(tmp_path, built_h100, cache_root):
     from ptxgen import knobs
-    from ptxgen.runtime import loader
+    from ptxgen.runtime import loader, override
 
     spec, ptx = built_h100.launch, built_h100.ptx
     edited = ptx.replace("// tile", "// hand-edited tile", 1)
     f = tmp_path / "mine.ptx"
     f.write_text(edited)
-    assert loader.override_for(spec, f) == (edited, f)
+    assert override.override_for(spec, f) == (edited, f)
     d = tmp_path / "dir"
     d.mkdir()
-    assert loader.override_for(spec, d) is None  # no <name>.ptx there: generated PTX is used
+    assert override.override_for(spec, d) is None  # no <name>.ptx there: generated PTX is used
     (d / f"{spec.name}.ptx").write_text(edited)
-    assert loader.override_for(spec, d)[0] == edited
+    assert override.override_for(spec, d)[0] == edited
     with pytest.raises(ConfigError, match=r"PTXGEN_OVERRIDE_PTX=.*nope\.ptx: no such file or directory"):
-        loader.override_for(spec, tmp_path / "nope.ptx")
+        override.override_for(spec, tmp_path / "nope.ptx")
 
     calls = []
     img = loader.load_image(built_h100.config, 13000, (9, 0), fake_jit(calls), knobs.Knobs(override_ptx=f))
@@ -219,8 +231,8 @@ def test_dump_writes_ptx_cubin_sass_json(tmp_path, built_h100, cache_root):
 
 
 def test_dump_without_disassembler_still_writes_the_rest(tmp_path, built_h100):
-    from ptxgen.runtime import loader
+    from ptxgen.runtime import loader, override
 
     img = loader.KernelImage(built_h100.launch, built_h100.ptx, b"not an ELF")
-    written = loader.dump(img, tmp_path)
+    written = override.dump(img, tmp_path)
     assert sorted(p.suffix for p in written) == [".cubin", ".json", ".ptx"]
