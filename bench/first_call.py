@@ -3,8 +3,8 @@
 Usage (repository root, on a GPU machine)::
 
     PYTHONPATH=$PWD python3 bench/first_call.py [--config NAME] [--shape 4096x4096x4096] [--warm-runs 5]
-                                                [--cold-runs 3] [--driver-cache]
-                                                [--json OUT.json]
+                                                [--cold-runs 3] [--driver-cache] [--profile N]
+                                                [--stages N] [--json OUT.json]
 
 Each measurement is a new Python process (``subprocess``) that imports and
 initialises torch, allocates A, B on the GPU and synchronizes (not timed), then
@@ -18,7 +18,13 @@ for comparison, a second call); ``built`` says whether the child imported ``ptxg
   when its manifest is fresh, else plan, IR, emit and compile; then stored;
 * ``no_cache``: ``PTXGEN_NO_CACHE=1`` (build and compile, nothing stored or taken from the package), alternating
   with ``cold``;
-* ``warm``: a filled cache, ``--warm-runs`` times (load the stored cubin).
+* ``warm``: a filled cache, ``--warm-runs`` times (load the stored cubin);
+* ``warm_stages``: ``--stages`` more warm children that import ``cuda.bindings.driver`` before the timed region
+  (``bindings_import_ms``): their total is what ptxgen itself adds when the bindings are already imported.
+
+Every child also records torch's version and whether importing torch had imported ``cuda.bindings.driver`` and
+``cuda.pathfinder`` (``preloaded``; then a first call does not pay for them).  ``--cold-runs 0`` measures warm
+calls only.
 
 Every child runs with ``CUDA_CACHE_DISABLE=1`` unless ``--driver-cache``: the CUDA driver keeps its own JIT
 cache of PTX it compiled (``~/.nv/ComputeCache``), so without it every child after the first finds the PTX
@@ -51,10 +57,16 @@ torch.cuda.init()
 a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
 b = torch.randn(n, k, device="cuda").to(torch.bfloat16)
 torch.cuda.synchronize()
+preloaded = {name: name in sys.modules for name in ("cuda.bindings.driver", "cuda.pathfinder")}  # by torch
+stages = {}
+if len(sys.argv) > 4:  # --stages: cuda.bindings.driver imported (timed) before the timed region
+    s0 = time.perf_counter()
+    import cuda.bindings.driver
+    stages["bindings_import_ms"] = (time.perf_counter() - s0) * 1e3
 t0 = time.perf_counter()
 import ptxgen
 t1 = time.perf_counter()
-if len(sys.argv) > 3:  # --profile: cProfile the first call, top entries by cumulative time on stderr
+if len(sys.argv) > 3 and int(sys.argv[3]):  # --profile: cProfile the first call, top entries by cumulative time
     import cProfile, pstats
     prof = cProfile.Profile()
     out = prof.runcall(ptxgen.gemm, a, b, config=config)
@@ -71,13 +83,16 @@ ref = a.float() @ b.float().T
 err = ((out.float() - ref).norm() / ref.norm()).item()
 print(json.dumps({"import_ms": (t1 - t0) * 1e3, "first_call_ms": (t2 - t1) * 1e3, "first_call_synced_ms": (t3 - t1) * 1e3,
                   "total_ms": (t3 - t0) * 1e3, "second_call_synced_ms": (t4 - t3) * 1e3, "rel_err": err,
-                  "built": "ptxgen.build" in sys.modules}))
+                  "built": "ptxgen.build" in sys.modules, "torch": torch.__version__, "preloaded": preloaded,
+                  **stages}))
 """
 
 
-def run_child(shape: str, config: str, env: dict[str, str], profile: int = 0) -> dict:
-    """One fresh process; its JSON line (with ``profile`` > 0, its cProfile top entries go to our stderr)."""
-    proc = subprocess.run([sys.executable, "-c", CHILD, shape, config, *([str(profile)] if profile else [])],
+def run_child(shape: str, config: str, env: dict[str, str], profile: int = 0, stages: bool = False) -> dict:
+    """One fresh process; its JSON line (with ``profile`` > 0, its cProfile top entries go to our stderr; with
+    ``stages``, ``cuda.bindings.driver`` is imported and timed before the timed region: ``bindings_import_ms``)."""
+    extra = [str(profile), "stages"] if stages else [str(profile)] if profile else []
+    proc = subprocess.run([sys.executable, "-c", CHILD, shape, config, *extra],
                           env=env, capture_output=True, text=True, timeout=300)
     if profile:
         print(proc.stderr, file=sys.stderr)
@@ -97,6 +112,9 @@ def main() -> int:
                     help="leave the CUDA driver's own JIT cache on (default: CUDA_CACHE_DISABLE=1 in every child)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also profile one cold and one warm first call (cProfile, top N by cumulative time)")
+    ap.add_argument("--stages", type=int, default=0, metavar="N",
+                    help="N more warm children that import cuda.bindings.driver (timed: bindings_import_ms) before "
+                         "the timed region, so that their total is ptxgen's own share")
     args = ap.parse_args()
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,6 +137,7 @@ def main() -> int:
         env["PTXGEN_CACHE_DIR"] = cache
         run_child(args.shape, args.config, env)  # fills the cache
         warm = [run_child(args.shape, args.config, env) for _ in range(args.warm_runs)]
+        staged = [run_child(args.shape, args.config, env, stages=True) for _ in range(args.stages)]
         if args.profile:
             print("==== profile: warm first call", file=sys.stderr)
             run_child(args.shape, args.config, env, args.profile)
@@ -126,18 +145,22 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="ptxgen-first-call-") as cache:
             print("==== profile: cold first call", file=sys.stderr)
             run_child(args.shape, args.config, {**env, "PTXGEN_CACHE_DIR": cache}, args.profile)
-    median = lambda runs: statistics.median(r["total_ms"] for r in runs)  # noqa: E731
+    median = lambda runs: statistics.median(r["total_ms"] for r in runs) if runs else float("nan")  # noqa: E731
     doc = {"shape": args.shape, "config": args.config, "driver_jit_cache": args.driver_cache,
-           "first_process": first, "cold": cold, "warm": warm, "no_cache": no_cache,
+           "first_process": first, "cold": cold, "warm": warm, "no_cache": no_cache, "warm_stages": staged,
            "cold_median_total_ms": median(cold), "warm_median_total_ms": median(warm),
            "no_cache_median_total_ms": median(no_cache)}
     print(f"first call, {args.shape}, config {args.config} (import ptxgen + gemm + synchronize; torch already up)")
     rows = [("machine's first process", first), *((f"cold #{i + 1}", r) for i, r in enumerate(cold)),
-            *((f"no cache #{i + 1}", r) for i, r in enumerate(no_cache)), *((f"warm #{i + 1}", w) for i, w in enumerate(warm))]
+            *((f"no cache #{i + 1}", r) for i, r in enumerate(no_cache)), *((f"warm #{i + 1}", w) for i, w in enumerate(warm)),
+            *((f"warm, bindings apart #{i + 1}", w) for i, w in enumerate(staged))]
     for label, r in rows:
-        print(f"  {label:<24} total {r['total_ms']:8.1f} ms  (import {r['import_ms']:6.1f}, first call "
+        bindings = f"cuda.bindings.driver {r['bindings_import_ms']:5.1f} ms before; " if "bindings_import_ms" in r else ""
+        print(f"  {label:<28} total {r['total_ms']:8.1f} ms  ({bindings}import {r['import_ms']:6.1f}, first call "
               f"{r['first_call_synced_ms']:8.1f}; second call {r['second_call_synced_ms']:6.2f} ms; "
               f"rel err {r['rel_err']:.1e}{'; built' if r.get('built') else ''})")
+    print(f"  torch {first['torch']}; imported by torch before ptxgen: "
+          f"{', '.join(m for m, v in first['preloaded'].items() if v) or 'neither cuda.bindings.driver nor cuda.pathfinder'}")
     print(f"  medians: cold {doc['cold_median_total_ms']:.1f} ms, PTXGEN_NO_CACHE=1 {doc['no_cache_median_total_ms']:.1f} ms, "
           f"warm {doc['warm_median_total_ms']:.1f} ms")
     if args.json:
