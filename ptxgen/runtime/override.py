@@ -2,8 +2,7 @@
 against the launch spec, and every loaded kernel written to a directory.
 
 Imported by :func:`ptxgen.runtime.loader.load_image` only when one of the two knobs is set: a kernel load without
-them compiles none of these regular expressions (about 3 ms of a warm first call; docs/performance.md,
-"First call").
+them (a warm first call) compiles none of these regular expressions (docs/performance.md, "First call").
 """
 
 from __future__ import annotations
