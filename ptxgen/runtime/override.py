@@ -11,12 +11,15 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ptxgen import knobs
 from ptxgen.errors import ConfigError
 from ptxgen.hw import SMEM_LIMIT_BYTES
 from ptxgen.launch import LaunchSpec
-from ptxgen.runtime.loader import KernelImage
+
+if TYPE_CHECKING:  # the loader imports this module (layers flow one way: loader -> override)
+    from ptxgen.runtime.loader import KernelImage
 
 log = logging.getLogger(__name__)
 
