@@ -96,8 +96,10 @@ def b_row(plan: Plan) -> Expr:
 
 
 def whole_block(plan: Plan) -> tuple[list, Expr | None]:
-    """The test that lets a grouped kernel TMA-store a tile (``epilogue.store=tma``): (ops, ``whole_block``), the
-    tile's m-block lies wholly inside its group's valid rows; ([], None) for a kernel that is not grouped.
+    """The test that lets a grouped kernel TMA-store a tile (``epilogue.store=tma``): (ops, condition), the ops
+    (a contiguous kernel's table read, issued before the k-loop so that it is in flight under the mainloop) and the
+    condition, nonzero when the tile's m-block lies wholly inside its group's valid rows; ([], None) for a kernel
+    that is not grouped.
 
     A TMA store writes every in-bounds row of its box (PTX ISA "cp.async.bulk.tensor": the box is clipped at the
     tensor map's bounds only), so the box may hold no row that must stay untouched.  Masked: the m-block ends at or
@@ -111,11 +113,11 @@ def whole_block(plan: Plan) -> tuple[list, Expr | None]:
     """
     mode, bm = plan.schedule.grouped, plan.mma.block_m
     if mode == "masked":
-        return [Let("whole_block", lt(Var("m_local") + (bm - 1), ROWS))], Var("whole_block")
+        return [], lt(Var("m_local") + (bm - 1), ROWS)
     if mode == "contiguous":
         last = Var("m_row") + (bm - 1)
-        return ([LdGlobalNcU32("last_row_group", emin(last, Param("m") - 1)),
-                 Let("whole_block", land(eq(Var("last_row_group"), GROUP), lt(last, Param("m"))))], Var("whole_block"))
+        return ([LdGlobalNcU32("last_row_group", emin(last, Param("m") - 1))],
+                land(eq(Var("last_row_group"), GROUP), lt(last, Param("m"))))
     return [], None
 
 

@@ -657,11 +657,19 @@ class WgmmaConsumer:
         return [SetMaxNReg("inc", self.p.registers.consumer_regs), Let("wg", WARP // 4 - 1), *stored]
 
     def owned_tile(self) -> list:
-        """The tile loop's body: :meth:`tile`, on pingpong only in the tile's owner warpgroup (``tc % tile_owners``)."""
+        """The tile loop's body: :meth:`store_test` and :meth:`tile`, on pingpong only in the tile's owner warpgroup
+        (``tc % tile_owners``)."""
         p = self.p
+        body = [*self.store_test(), *self.tile()]
         if not p.roles.pingpong:
-            return self.tile()
-        return [If(eq(Var("tc") % p.roles.tile_owners, Var("wg")), tuple(self.tile()))]
+            return body
+        return [If(eq(Var("tc") % p.roles.tile_owners, Var("wg")), tuple(body))]
+
+    def store_test(self) -> list:
+        """A grouped TMA-store kernel's whole-block table read (:func:`ptxgen.builders.grouped.whole_block`), before
+        the k-loop: it is then in flight under the mainloop, not on the epilogue's path (the test itself runs in
+        :meth:`stores`).  Nothing for other kernels."""
+        return grouped.whole_block(self.p)[0] if self.p.epilogue.tma_store else []
 
     def math_order(self, arrive: bool) -> list:
         """Pingpong's mainloop order (CUTLASS ``math_wg_order_barrier``): tile tc's mainloop after tile tc-1's.
@@ -846,8 +854,8 @@ class WgmmaConsumer:
         direct = (*fused, *self.row_table_loads(), *self.epi.fragment_store(wg, False, tile))
         if p.epilogue.tma_store:  # the D tensor map needs 16-byte rows; other N store directly
             n_ok = eq(Param("n") % p.epilogue.store_n_multiple, 0)
-            whole, take_tma = grouped.whole_block(p)
-            return [*whole, If(n_ok if take_tma is None else land(n_ok, take_tma),
+            take_tma = grouped.whole_block(p)[1]  # its table read issued by store_test before the k-loop
+            return [If(n_ok if take_tma is None else land(n_ok, take_tma),
                                tuple(self.epi.fragment_store(wg, True, tile)), direct)]
         return list(direct)
 

@@ -26,7 +26,7 @@ from ptxgen.check.sim import machine as sim_machine
 from ptxgen.check.sim.run import simulate, simulate_grouped
 from ptxgen.check.verify import verify
 from ptxgen.errors import ConfigError, SimError, VerifyError
-from ptxgen.ir import Const, LdGlobalNcU32, Let, Param, Var, emin, eq, land, lt
+from ptxgen.ir import Const, LdGlobalNcU32, Param, Var, emin, eq, land, lt
 from ptxgen.ir import ops as O
 from ptxgen.ir.rewrite import rewrite
 from ptxgen.plan import make_plan
@@ -113,7 +113,7 @@ def test_verifier_and_ptx_differential_accept_the_kernels(name):
     verify(res.kernel)
     assert sweep_threads(res.kernel, ptxinterp.parse(res.ptx)) is None
     assert res.ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") >= 1
-    assert "// LdGlobalNcU32 last_row_group" in res.ptx if "contiguous" in name else "whole_block" in res.ptx
+    assert ("// LdGlobalNcU32 last_row_group" in res.ptx) == ("contiguous" in name)
 
 
 def test_runtime_passes_d_map_only_to_tma_store_configs():
@@ -147,11 +147,10 @@ def _one_row_short(plan):
     """The whole-block test one row short: the m-block's row block_m - 2 decides."""
     bm = plan.mma.block_m
     if plan.schedule.grouped == "masked":
-        return [Let("whole_block", lt(Var("m_local") + (bm - 2), grouped_builder.ROWS))], Var("whole_block")
+        return [], lt(Var("m_local") + (bm - 2), grouped_builder.ROWS)
     last = Var("m_row") + (bm - 2)
-    return ([LdGlobalNcU32("last_row_group", emin(last, Param("m") - 1)),
-             Let("whole_block", land(eq(Var("last_row_group"), grouped_builder.GROUP), lt(last, Param("m"))))],
-            Var("whole_block"))
+    return ([LdGlobalNcU32("last_row_group", emin(last, Param("m") - 1))],
+            land(eq(Var("last_row_group"), grouped_builder.GROUP), lt(last, Param("m"))))
 
 
 @pytest.mark.parametrize("name", ["grouped_contiguous_fp8_h100_128x256_tma", "grouped_masked_h100_128x256_tma"])
