@@ -17,6 +17,9 @@ the tiles this CTA computed, not the ones it skipped) stay in step.
 
 B rows of the last n-block of a group whose N is not a multiple of block_n come from the next group (or TMA's
 zero fill past ``G x N``); they only feed columns ``>= N``, which no store writes.
+
+With ``epilogue.store=tma`` a tile whose m-block lies wholly inside its group's valid rows (:func:`whole_block`) is
+staged and TMA-stored as in the dense GEMM; every other tile keeps the guarded direct stores.
 """
 
 from __future__ import annotations
