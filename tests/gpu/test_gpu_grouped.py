@@ -43,6 +43,13 @@ def _configs(layout: str, shipped: bool = True) -> list[tuple[bool, str]]:
             out.append((cfg.operands == "fp8", name))
     return out
 
+
+def _ids(params: list) -> list[str]:
+    """Test ids naming each config by its name (a YAML path by its file's stem)."""
+    return ["-".join("none" if x is None else Path(x).stem if isinstance(x, str) else str(x) for x in p)
+            for p in params]
+
+
 TOLERANCE = 1e-2
 BLOCK = 128
 
@@ -88,7 +95,7 @@ group_rows = st.lists(st.one_of(st.just(0), st.just(1), st.sampled_from([127, 12
 n_dims = st.one_of(st.integers(1, 300), st.integers(1, 1100))
 
 
-@pytest.mark.parametrize("fp8, config", _configs("masked"))
+@pytest.mark.parametrize("fp8, config", _configs("masked"), ids=_ids(_configs("masked")))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(rows=group_rows, n=n_dims, k16=st.integers(1, 64), seed=st.integers(0, 2**31 - 1), m_extra=st.integers(0, 70))
 def test_masked_matches_per_group_reference(fp8, config, rows, n, k16, seed, m_extra):
@@ -109,7 +116,7 @@ def test_masked_matches_per_group_reference(fp8, config, rows, n, k16, seed, m_e
                                             f"masked_m={rows} N={n} K={k}")
 
 
-@pytest.mark.parametrize("fp8, config", _configs("contiguous"))
+@pytest.mark.parametrize("fp8, config", _configs("contiguous"), ids=_ids(_configs("contiguous")))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(rows=group_rows, n=n_dims, k16=st.integers(1, 64), seed=st.integers(0, 2**31 - 1))
 def test_contiguous_matches_per_group_reference(fp8, config, rows, n, k16, seed):
@@ -168,7 +175,7 @@ def _bad_table_configs() -> list:
     return out
 
 
-@pytest.mark.parametrize("fp8, masked_config, contiguous_config", _bad_table_configs())
+@pytest.mark.parametrize("fp8, masked_config, contiguous_config", _bad_table_configs(), ids=_ids(_bad_table_configs()))
 def test_bad_tables_unchecked_write_nothing_outside_d(fp8, masked_config, contiguous_config):
     """check_tables=False with tables that break every rule: no write outside D (NaN guards before and after D
     in one buffer stay NaN); the kernel clamps masked_m, TMA bounds B and the scales, stores are bounded by D (a
