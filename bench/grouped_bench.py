@@ -297,7 +297,8 @@ def bench(json_path: str | None, quick: bool) -> None:
     info["copy_GBps"] = round(copy_bandwidth(), 1)
     print(json.dumps(info))
     rows = []
-    parts = [("contiguous", lambda: contiguous_rows(True, quick)), ("contiguous", lambda: contiguous_rows(False, quick)),
+    parts = [("contiguous", lambda: contiguous_rows(True, quick)),
+             ("contiguous", lambda: contiguous_rows(False, quick)),
              ("masked", lambda: masked_rows(True, quick, info["copy_GBps"])),
              ("masked", lambda: masked_rows(False, quick, info["copy_GBps"]))]
     for layout, part in parts:

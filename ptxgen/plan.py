@@ -971,8 +971,8 @@ def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan)
         # a grouped kernel stores some tiles directly (no bulk group committed) while the CD ring's buffer still
         # counts every tile (tc x stores_per_tile + box): only whole turns of the ring per tile keep the buffer
         # sequence of the committed stores cyclic, which the ring's wait_group.read(stages - 1) relies on
-        raise ConfigError(f"epilogue.stages={e.stages}: schedule.grouped={cfg.schedule.grouped} with epilogue.store=tma "
-                          f"needs the {mma.m_waves * stores_per_wave} store boxes of a warpgroup's tile to be a "
+        raise ConfigError(f"epilogue.stages={e.stages}: schedule.grouped={cfg.schedule.grouped} with "
+                          f"epilogue.store=tma needs the {mma.m_waves * stores_per_wave} store boxes of a warpgroup's tile to be a "
                           "multiple of epilogue.stages (the ring turns whole per tile; directly stored tiles skip it)")
     tiles = [o for o in operands if o.along == "tile"]
     staged = tiles[0] if (len(tiles) == 1 and tma_store and e.stmatrix and not f.sm100 and not f.fp8 and not e.overlap

@@ -856,7 +856,7 @@ class WgmmaConsumer:
             n_ok = eq(Param("n") % p.epilogue.store_n_multiple, 0)
             take_tma = grouped.whole_block(p)[1]  # its table read issued by store_test before the k-loop
             return [If(n_ok if take_tma is None else land(n_ok, take_tma),
-                               tuple(self.epi.fragment_store(wg, True, tile)), direct)]
+                       tuple(self.epi.fragment_store(wg, True, tile)), direct)]
         return list(direct)
 
     def tail(self, sched: TileScheduler) -> list:

@@ -6,7 +6,8 @@ group of block_m - 1 rows, a group of block_m + 1 rows) to the right numbers wit
 still poisoned, and counts the TMA stores (both paths run); N without 16-byte rows stores everything directly; the
 verifier's trace (its tables hold whole and partial m-blocks) and the PTX-vs-IR differential accept the kernels.
 Planted bugs, each failing a check: a partial m-block taking the TMA path, the whole-block test one row short, a
-staging slot rewritten before the store reading it retired its bulk group, a ring whose turns do not fit a tile."""
+staging slot rewritten before the store reading it retired its bulk group, the whole-block table word read at
+the wrong address by the emitter, a ring whose turns do not fit a tile."""
 
 from __future__ import annotations
 
@@ -176,3 +177,33 @@ def test_planted_staging_slot_rewritten_before_its_store_read_it():
         verify(bad)
     with pytest.raises(SimError, match=r"write after read|TmaStore"):
         simulate_grouped(bad, **problem(name, n=520), seed=3, num_sms=1, policy="latest")
+
+
+def test_ptx_differential_runs_both_store_paths():
+    """The differential's table model (``interp.table_word``) gives a whole and a partial m-block, so the compared
+    threads stage D (stmatrix, bulk groups) and store directly."""
+    from collections import Counter
+
+    from ptxgen.check.ptx.diff import default_launches, ir_effects
+
+    for name in ("grouped_contiguous_h100_128x256_tma", "grouped_masked_fp8_h100_128x128_tma"):
+        kernel = build(config(name)).kernel
+        seen = Counter(e[0] for launch in default_launches(kernel) for e in ir_effects(kernel, launch))
+        assert seen["stmatrix"] and seen["bulk.commit"] and seen["st.global"], (name, seen)
+
+
+def test_planted_whole_block_table_read_at_the_wrong_word(monkeypatch):
+    """The emitter reads the whole-block test's table word one word further: the PTX differential sees the
+    address."""
+    import dataclasses
+
+    import emitters
+
+    table = emitters.TABLES["sm_90a"]
+    original = table[O.LdGlobalNcU32]
+
+    def wrong(lw, op):
+        return original(lw, dataclasses.replace(op, index=op.index + 1) if op.var == "last_row_group" else op)
+    monkeypatch.setitem(table, O.LdGlobalNcU32, wrong)
+    res = build(config("grouped_contiguous_h100_128x128_tma").replace(name="planted_whole_block_word"))
+    assert "ld.global.nc.u32" in (sweep_threads(res.kernel, ptxinterp.parse(res.ptx)) or "")

@@ -30,7 +30,8 @@ EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "40"))
 
 
 #: the TMA-store variants (not shipped): YAML paths
-TMA_VARIANTS = sorted(str(p) for p in (Path(__file__).resolve().parents[2] / "bench" / "configs").glob("grouped_*_tma.yaml"))
+TMA_VARIANTS = sorted(str(p) for p in
+                      (Path(__file__).resolve().parents[2] / "bench" / "configs").glob("grouped_*_tma.yaml"))
 
 
 def _configs(layout: str, shipped: bool = True) -> list[tuple[bool, str]]:
