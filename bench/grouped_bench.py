@@ -2,7 +2,7 @@
 
     python3 bench/grouped_bench.py one [--configs A,B]  # one small problem per layout and dtype (or per named
                                                         # config, of its layout and dtype); exit 1 if wrong
-    python3 bench/grouped_bench.py bench [--json PATH] [--quick] [--defaults]
+    python3 bench/grouped_bench.py bench [--json PATH] [--quick] [--defaults] [--configs A,B] [--parts P,Q]
     python3 bench/grouped_bench.py host [--json PATH]   # per-call host time against GPU time (HOST_CASES)
 
 ``bench`` times, with CUDA events, the median of 5 runs of 10 launches, each after a warm-up (with the spread, min
@@ -17,9 +17,11 @@ and max of the 5):
 
 Each ptxgen timing is taken twice: the default call (``check_tables=True``: the table is read on the host by the
 first call and, while it is the same unchanged tensor, not again) and ``check_tables=False``.  ``--defaults`` times
-only the shipped choice (``config=None``) of each problem.  The JSON has every row, the device name and the torch
-version.  Parts run in the order
-contiguous FP8, contiguous BF16, masked FP8, masked BF16; the JSON is written after each part.
+only the shipped choice (``config=None``) of each problem.  ``--configs`` (names or YAML paths, e.g. the
+``bench/configs`` variants) adds configs, each timed in the parts of its layout and operand type after the ones the
+run times anyway; ``--parts`` (``contiguous``, ``masked``; default both) runs only those parts.  The JSON has every
+row, the device name and the torch version.  Parts run in the order contiguous FP8, contiguous BF16, masked FP8,
+masked BF16; the JSON is written after each part.
 """
 
 from __future__ import annotations
@@ -48,6 +50,29 @@ def configs_for(layout: str, fp8: bool) -> list[str]:
     """Every shipped config of the layout and operand type."""
     return [c for c in shipped_configs() if (cfg := load_config(c)).schedule.grouped == layout
             and (cfg.operands == "fp8") == fp8]
+
+
+def _list_arg(flag: str) -> list[str]:
+    return sys.argv[sys.argv.index(flag) + 1].split(",") if flag in sys.argv else []
+
+
+#: ``--configs``: configs timed beside the shipped ones (names or YAML paths)
+EXTRA_CONFIGS = _list_arg("--configs") if sys.argv[1:2] == ["bench"] else []
+#: ``--parts``: the layouts timed
+PARTS = _list_arg("--parts") or ["contiguous", "masked"]
+
+
+def timed_configs(layout: str, fp8: bool) -> list:
+    """The configs a part times: the shipped choice (``--defaults``) or every shipped config of the layout and
+    operand type, then the ``--configs`` of that layout and type."""
+    extra = [c for c in EXTRA_CONFIGS if (cfg := load_config(c)).schedule.grouped == layout
+             and (cfg.operands == "fp8") == fp8]
+    return ([None] if DEFAULTS_ONLY else configs_for(layout, fp8)) + extra
+
+
+def config_label(cfg: str | None) -> str:
+    """A config's name in the results: ``default`` for None, a YAML path's config name."""
+    return "default" if cfg is None else load_config(cfg).name
 
 
 def time_us(fn, reps=5, inner=10):
@@ -144,7 +169,7 @@ DEFAULTS_ONLY = "--defaults" in sys.argv
 
 def label(cfg: str | None, checked: bool) -> str:
     """A timing's key: the config (``default`` for None) and the table mode."""
-    return f"{cfg or 'default'}{'' if checked else ' check_tables=False'}"
+    return f"{config_label(cfg)}{'' if checked else ' check_tables=False'}"
 
 
 def variants(cfg: str | None, sa, sb) -> list:
@@ -153,7 +178,7 @@ def variants(cfg: str | None, sa, sb) -> list:
     place, no copy per call)."""
     out = [(label(cfg, checked), checked, (sa, sb)) for checked in (False, True)]
     if sa is not None and hasattr(grouped, "tma_scale_layout"):
-        out.append((f"{cfg or 'default'} scales in place", True,
+        out.append((f"{config_label(cfg)} scales in place", True,
                     (grouped.tma_scale_layout(sa), grouped.tma_scale_layout(sb))))
     return out
 
@@ -179,11 +204,11 @@ def contiguous_rows(fp8: bool, quick: bool) -> list[dict]:
         starts = [0]
         for r in rows:
             starts.append(starts[-1] + -(-r // BLOCK) * BLOCK)
-        for cfg in [None] if DEFAULTS_ONLY else configs_for("contiguous", fp8):
+        for cfg in timed_configs("contiguous", fp8):
             out.fill_(float("nan"))
             ptxgen.grouped_gemm(a, b, m_indices=idx, scale_a=sa, scale_b=sb, out=out, config=cfg)  # checks the table
             last = max(g for g, r in enumerate(rows) if r)
-            row[f"{cfg or 'default'} rel err (first, last group)"] = [
+            row[f"{config_label(cfg)} rel err (first, last group)"] = [
                 rel(out[:rows[0]], reference_rows(a, b, sa, sb, 0, 0, rows[0])),
                 rel(out[starts[last]:starts[last] + rows[last]],
                     reference_rows(a, b, sa, sb, last, starts[last], starts[last] + rows[last]))]
@@ -245,9 +270,9 @@ def masked_rows(fp8: bool, quick: bool, copy_gbps: float) -> list[dict]:
         nbytes = sum(1 for r in rows if r) * n * k * b.element_size()
         row = {"layout": "masked", "dtype": "fp8" if fp8 else "bf16", "G": groups, "M_max": m_max,
                "masked_m_mean": round(sum(rows) / groups, 1), "N": n, "K": k, "weight_bytes": nbytes}
-        for cfg in [None] if DEFAULTS_ONLY else configs_for("masked", fp8):
+        for cfg in timed_configs("masked", fp8):
             ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=sa, scale_b=sb, out=out, config=cfg)  # checks the table
-            row[f"{cfg or 'default'} rel err (group 0)"] = rel(out[0, :rows[0]], reference_rows(
+            row[f"{config_label(cfg)} rel err (group 0)"] = rel(out[0, :rows[0]], reference_rows(
                 a.reshape(groups * m_max, k), b, None if sa is None else sa.reshape(groups * m_max, -1), sb, 0, 0, rows[0]))
             for what, checked, (u, v) in variants(cfg, sa, sb):
                 _timed(row, what, lambda: ptxgen.grouped_gemm(a, b, masked_m=mm, scale_a=u, scale_b=v, out=out,
@@ -272,8 +297,13 @@ def bench(json_path: str | None, quick: bool) -> None:
     info["copy_GBps"] = round(copy_bandwidth(), 1)
     print(json.dumps(info))
     rows = []
-    for part in (lambda: contiguous_rows(True, quick), lambda: contiguous_rows(False, quick),
-                 lambda: masked_rows(True, quick, info["copy_GBps"]), lambda: masked_rows(False, quick, info["copy_GBps"])):
+    parts = [("contiguous", lambda: contiguous_rows(True, quick)),
+             ("contiguous", lambda: contiguous_rows(False, quick)),
+             ("masked", lambda: masked_rows(True, quick, info["copy_GBps"])),
+             ("masked", lambda: masked_rows(False, quick, info["copy_GBps"]))]
+    for layout, part in parts:
+        if layout not in PARTS:
+            continue
         rows += part()
         if json_path:  # after each part: a run cut short keeps what it measured
             with open(json_path, "w") as f:

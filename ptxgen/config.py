@@ -244,7 +244,8 @@ class Schedule:
         ``masked`` (A ``[G, M_max, K]``, rows ``>= masked_m[g]`` of group g neither computed past their m-block nor
         stored) or ``contiguous`` (A ``[M_total, K]`` with rows grouped by expert, ``m_indices[row]`` each row's
         group, -1 for padding); B ``[G, N, K]``.  The persistent scheduler walks (group, m-block, n-block) and
-        skips empty work (:class:`ptxgen.builders.grouped.GroupedTileScheduler`); sm_90a, direct stores.
+        skips empty work (:class:`ptxgen.builders.grouped.GroupedTileScheduler`); sm_90a; direct stores, or with
+        ``epilogue.store=tma`` TMA stores of the m-blocks wholly inside a group's valid rows.
     swap_ab: swap-AB for small M: the kernel computes ``D^T = B @ A^T``.  The runtime passes B ``[N, K]`` as the
         kernel's A operand and A ``[M, K]`` as its B operand, so the kernel's ``m`` is the caller's N (``block_m``
         rows of B per tile, many CTAs) and its ``n`` the caller's M (``block_n`` >= M: the small dimension is the
@@ -589,10 +590,12 @@ def _validate_swap_ab(cfg: Config) -> None:
 
 
 def _validate_grouped(cfg: Config) -> None:
-    """Grouped GEMM (``schedule.grouped``): the sm_90a persistent cooperative kernel with direct stores.
+    """Grouped GEMM (``schedule.grouped``): the sm_90a persistent cooperative kernel.
 
-    Direct stores, because a group's last m-block holds rows that must stay untouched (rows past ``masked_m[g]``,
-    padding rows of ``m_indices``): each ``st.global`` is guarded per row, a TMA store box would write them.
+    ``epilogue.store``: ``direct`` (every row's ``st.global`` guarded) or ``tma``: an m-block wholly inside its
+    group's valid rows is staged and TMA-stored, any other m-block (a group's last, holding rows that must stay
+    untouched: rows past ``masked_m[g]``, padding rows of ``m_indices``) stored directly, guarded per row
+    (:func:`ptxgen.builders.grouped.whole_block`).
     """
     g = cfg.schedule.grouped
     _rule(cfg.arch == "sm_90a", "schedule.grouped", g, "the grouped scheduler is sm_90a only; needs arch=sm_90a")
@@ -602,8 +605,6 @@ def _validate_grouped(cfg: Config) -> None:
     _rule(cfg.cluster.size == 1, "schedule.grouped", g, "needs cluster.size=1")
     _rule(cfg.schedule.split_k == 1, "schedule.grouped", g, "needs schedule.split_k=1")
     _rule(not cfg.epilogue.overlap, "schedule.grouped", g, "needs epilogue.overlap=false")
-    _rule(cfg.epilogue.store == "direct", "schedule.grouped", g,
-          "needs epilogue.store=direct (rows past a group's valid rows must stay untouched; a TMA store box writes them)")
     _rule(not cfg.epilogue.expr, "schedule.grouped", g, "needs an empty epilogue.expr (D = the accumulator)")
     if g == "contiguous":
         _rule(GROUPED_SEGMENT_ROWS % cfg.tile.block_m == 0, "tile.block_m", cfg.tile.block_m,

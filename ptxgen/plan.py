@@ -735,8 +735,8 @@ class Plan:
             k_multiple=self.loads.k_multiple,
             n_multiple=e.store_n_multiple if self.is_sm100 and e.tma_store else 1,
             workspace=self.split.workspace if self.split else None,
-            extra=({"grouped": self.schedule.grouped} if self.schedule.grouped != "none" else
-                   {"swap_ab": True} if e.transposed else {}),
+            extra=(({"grouped": self.schedule.grouped} | ({"store": "tma"} if e.tma_store else {}))
+                   if self.schedule.grouped != "none" else {"swap_ab": True} if e.transposed else {}),
         )
 
     def kernel_resources(self, body) -> Kernel:
@@ -967,6 +967,13 @@ def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan)
         if out_dtype == "e4m3":
             d_bytes, sbn = E4M3_BYTES, (2 * sbn if tma_store else sbn)
             stores_per_wave = mma.block_n // sbn
+    if tma_store and cfg.schedule.grouped != "none" and (mma.m_waves * stores_per_wave) % e.stages:
+        # a grouped kernel stores some tiles directly (no bulk group committed) while the CD ring's buffer still
+        # counts every tile (tc x stores_per_tile + box): only whole turns of the ring per tile keep the buffer
+        # sequence of the committed stores cyclic, which the ring's wait_group.read(stages - 1) relies on
+        raise ConfigError(f"epilogue.stages={e.stages}: schedule.grouped={cfg.schedule.grouped} with "
+                          f"epilogue.store=tma needs the {mma.m_waves * stores_per_wave} store boxes of a warpgroup's tile to be a "
+                          "multiple of epilogue.stages (the ring turns whole per tile; directly stored tiles skip it)")
     tiles = [o for o in operands if o.along == "tile"]
     staged = tiles[0] if (len(tiles) == 1 and tma_store and e.stmatrix and not f.sm100 and not f.fp8 and not e.overlap
                           and cfg.schedule.split_k == 1 and d_bytes == BF16_BYTES) else None

@@ -17,11 +17,14 @@ the tiles this CTA computed, not the ones it skipped) stay in step.
 
 B rows of the last n-block of a group whose N is not a multiple of block_n come from the next group (or TMA's
 zero fill past ``G x N``); they only feed columns ``>= N``, which no store writes.
+
+With ``epilogue.store=tma`` a tile whose m-block lies wholly inside its group's valid rows (:func:`whole_block`) is
+staged and TMA-stored as in the dense GEMM; every other tile keeps the guarded direct stores.
 """
 
 from __future__ import annotations
 
-from ..ir import Const, Expr, For, If, Let, LdGlobalNcU32, Param, Sreg, Var, ceil_div, emin, eq, lt, ne, select
+from ..ir import Const, Expr, For, If, Let, LdGlobalNcU32, Param, Sreg, Var, ceil_div, emin, eq, land, lt, ne, select
 from ..plan import Plan
 from .common import LANE, T, WARP, Cluster, TileScheduler
 
@@ -93,6 +96,32 @@ class GroupedTileScheduler(TileScheduler):
 def b_row(plan: Plan) -> Expr:
     """The row of B a tile's load starts at: ``n_col``, or in a grouped kernel the flattened ``b_row``."""
     return Var("b_row") if plan.schedule.grouped != "none" else Var("n_col")
+
+
+def whole_block(plan: Plan) -> tuple[list, Expr | None]:
+    """The test that lets a grouped kernel TMA-store a tile (``epilogue.store=tma``): (ops, condition), the ops
+    (a contiguous kernel's table read, issued before the k-loop so that it is in flight under the mainloop) and the
+    condition, nonzero when the tile's m-block lies wholly inside its group's valid rows; ([], None) for a kernel
+    that is not grouped.
+
+    A TMA store writes every in-bounds row of its box (PTX ISA "cp.async.bulk.tensor": the box is clipped at the
+    tensor map's bounds only), so the box may hold no row that must stay untouched.  Masked: the m-block ends at or
+    before the group's (clamped) ``masked_m[g]``.  Contiguous: the table word of the m-block's last row (read at
+    ``min(m_row + block_m - 1, m - 1)``: never past the table) is the tile's group, and that row is inside D.  The
+    runtime's table rules (``ptxgen.runtime.grouped.check_indices``: an m-block of 128 rows holds rows of one
+    group, then -1 padding only) make an m-block whose first (``group_id``) and last words are the same group a
+    block of that group's rows only; a contiguous block_m divides 128, so the rule holds for each m-block.  An
+    unchecked table breaking the rules gets wrong rows of D, never a store outside D (the box is inside D's map).
+    Every value the test reads is uniform over the CTA.
+    """
+    mode, bm = plan.schedule.grouped, plan.mma.block_m
+    if mode == "masked":
+        return [], lt(Var("m_local") + (bm - 1), ROWS)
+    if mode == "contiguous":
+        last = Var("m_row") + (bm - 1)
+        return ([LdGlobalNcU32("last_row_group", emin(last, Param("m") - 1))],
+                land(eq(Var("last_row_group"), GROUP), lt(last, Param("m"))))
+    return [], None
 
 
 def row_table_loads(plan: Plan, row0: Expr) -> list:

@@ -657,11 +657,19 @@ class WgmmaConsumer:
         return [SetMaxNReg("inc", self.p.registers.consumer_regs), Let("wg", WARP // 4 - 1), *stored]
 
     def owned_tile(self) -> list:
-        """The tile loop's body: :meth:`tile`, on pingpong only in the tile's owner warpgroup (``tc % tile_owners``)."""
+        """The tile loop's body: :meth:`store_test` and :meth:`tile`, on pingpong only in the tile's owner warpgroup
+        (``tc % tile_owners``)."""
         p = self.p
+        body = [*self.store_test(), *self.tile()]
         if not p.roles.pingpong:
-            return self.tile()
-        return [If(eq(Var("tc") % p.roles.tile_owners, Var("wg")), tuple(self.tile()))]
+            return body
+        return [If(eq(Var("tc") % p.roles.tile_owners, Var("wg")), tuple(body))]
+
+    def store_test(self) -> list:
+        """A grouped TMA-store kernel's whole-block table read (:func:`ptxgen.builders.grouped.whole_block`), before
+        the k-loop: it is then in flight under the mainloop, not on the epilogue's path (the test itself runs in
+        :meth:`stores`).  Nothing for other kernels."""
+        return grouped.whole_block(self.p)[0] if self.p.epilogue.tma_store else []
 
     def math_order(self, arrive: bool) -> list:
         """Pingpong's mainloop order (CUTLASS ``math_wg_order_barrier``): tile tc's mainloop after tile tc-1's.
@@ -802,8 +810,7 @@ class WgmmaConsumer:
                         For("kp", Const(u), k1, Const(u), tuple(self.overlapped_kblocks(Var("kp"), first=False))),
                         *fused, *self.stores(CURRENT_TILE)]
             return [Let("kb", k0), *self.promoted_kblock(first=True),
-                    k_loop(self.promoted_kblock(first=False), (k0 + 1, k1)), *fused, *self.row_table_loads(),
-                    *self.stores(CURRENT_TILE)]
+                    k_loop(self.promoted_kblock(first=False), (k0 + 1, k1)), *fused, *self.stores(CURRENT_TILE)]
         release_prev = self.release(PipelineState((Var("it") - 1) % p.stages, None))
         release = self.release(PipelineState(ring_iteration(p, k1 - 1) % p.stages, None))
         if self.fixup is not None:  # an empty split (num_k < splits) has no stage to release
@@ -821,9 +828,9 @@ class WgmmaConsumer:
         out = [*prefetch, *self.math_order(arrive=False), k_loop(k_body, (k0, k1)), *self.math_order(arrive=True),
                WgmmaWait(0), *release]
         if p.epilogue.staged is not None:  # the TMA branch computes per staged box; the direct one as before
-            fused, stores = [], self.row_table_loads() + self.stores(CURRENT_TILE, fused)
+            fused, stores = [], self.stores(CURRENT_TILE, fused)
         else:
-            stores = self.row_table_loads() + self.stores(CURRENT_TILE)
+            stores = self.stores(CURRENT_TILE)
         if self.fixup is None:
             return out + fused + stores
         return out + self.fixup.step(wg, (fused, stores))
@@ -835,13 +842,22 @@ class WgmmaConsumer:
 
     def stores(self, tile: StoredTile, fused: list = ()) -> list:
         """The fragment stores of ``tile``: TMA stores when N allows the D tensor map, else direct (after ``fused``:
-        the fused epilogue of a staged operand's direct branch)."""
+        the fused epilogue of a staged operand's direct branch; a contiguous grouped kernel's direct branch first
+        reads the table words of its rows, :meth:`row_table_loads`).
+
+        A grouped kernel takes the TMA branch only for an m-block wholly inside its group's valid rows
+        (:func:`ptxgen.builders.grouped.whole_block`): a store box writes every row of the box.  The test reads
+        values uniform over the CTA (the tile's group, m-block and one table word), so both consumer warpgroups,
+        every thread of their named barriers and the storing thread take the same branch.
+        """
         p, wg = self.p, Var("wg")
+        direct = (*fused, *self.row_table_loads(), *self.epi.fragment_store(wg, False, tile))
         if p.epilogue.tma_store:  # the D tensor map needs 16-byte rows; other N store directly
             n_ok = eq(Param("n") % p.epilogue.store_n_multiple, 0)
-            return [If(n_ok, tuple(self.epi.fragment_store(wg, True, tile)),
-                       (*fused, *self.epi.fragment_store(wg, False, tile)))]
-        return self.epi.fragment_store(wg, False, tile)
+            take_tma = grouped.whole_block(p)[1]  # its table read issued by store_test before the k-loop
+            return [If(n_ok if take_tma is None else land(n_ok, take_tma),
+                       tuple(self.epi.fragment_store(wg, True, tile)), direct)]
+        return list(direct)
 
     def tail(self, sched: TileScheduler) -> list:
         """After the tile loop: with ``epilogue.overlap``, store the CTA's last tile (none when it had no tile)."""

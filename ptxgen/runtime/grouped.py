@@ -28,7 +28,7 @@ kernel and stores the call; later calls check only what the signature cannot sho
   breaking the rules then gives wrong rows but never an access outside A, B, D and the scales: the kernel clamps
   ``masked_m[g]`` to M_max (unsigned minimum: a negative word is a huge u32), a group id past G addresses B and
   scale_b rows past their tensor maps (TMA zero-fills loads outside the map), and every store is bounded by D's
-  rows (``StGlobal16`` ``row_end``).
+  rows (``StGlobal16`` ``row_end``; a TMA-store config's store box is clipped at D's tensor map).
 """
 
 from __future__ import annotations
@@ -408,7 +408,7 @@ class GroupedCall:
     and one launch on torch's current stream."""
 
     __slots__ = ("p", "config", "by_id", "launcher", "ordinal", "grid_x", "new_out", "spans", "d_bytes",
-                 "table_read", "device")
+                 "table_read", "device", "d_map")
 
     def __init__(self, p: GroupedProblem, config: Any, by_id: bool, a: Any):
         import functools
@@ -433,6 +433,9 @@ class GroupedCall:
         self.spans: tuple | None = None  # bytes from data_ptr to the end of each input: set by the first call
         self.d_bytes = 2 * p.rows * p.n
         self.table_read: tuple | None = None  # _table_key of the last table that passed the table rules
+        # a TMA-store config (spec extra "store": "tma") stores the whole m-blocks through D's map over the flattened
+        # rows [G x M_max or M_total, N]; N % 8 != 0 (no 16-byte rows) and direct-store configs take no map
+        self.d_map = spec.extra.get("store") == "tma" and api.d_map_ok(spec, p.n)
 
     def __call__(self, a: Any, b: Any, table: Any, scale_a: Any, scale_b: Any, out: Any, check_tables: bool) -> Any:
         p = self.p
@@ -460,7 +463,7 @@ class GroupedCall:
             sa, held_a = api._scale_map(scale_a, a.device)
             sb, held_b = api._scale_map(scale_b, a.device)
             maps += [sa, sb]
-        maps.append(None)  # tmap_d: grouped kernels store D directly
+        maps.append((out.data_ptr(), p.rows, p.n, p.n) if self.d_map else None)  # tmap_d (see __init__)
         scalars = (out.data_ptr(), p.m, p.n, p.k, table.data_ptr(), p.groups)
         self.launcher.launch(self.grid_x, tuple(maps), scalars, api.launch_stream(self.ordinal))
         del held_a, held_b, table  # the caching allocator reuses them only after the launch on this stream

@@ -16,7 +16,7 @@ BASE = "grouped_masked_h100_128x128"
 @pytest.mark.parametrize("changes, message", [
     ({"arch": "sm_100a", "tile.block_m": 128}, "the grouped scheduler is sm_90a only"),
     ({"schedule.persistent": False}, "needs schedule.persistent=true"),
-    ({"epilogue.store": "tma"}, "needs epilogue.store=direct"),
+    ({"epilogue.overlap": True, "epilogue.store": "tma"}, "needs epilogue.overlap=false"),
     ({"schedule.split_k": 2}, "needs schedule.split_k=1"),
     ({"epilogue.expr": "relu(acc)"}, "needs an empty epilogue.expr"),
     ({"mma.consumers": "pingpong"}, "needs mma.consumers=cooperative"),
@@ -28,6 +28,15 @@ def test_grouped_rules_are_one_line_config_errors(changes, message):
     with pytest.raises(ConfigError) as exc:
         load_config(BASE).replace(**changes)
     assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_grouped_kernels_may_stage_d_for_tma_stores():
+    """``epilogue.store=tma``: whole m-blocks through the CD ring (tests/check/test_grouped_tma_store.py)."""
+    for name in (BASE, "grouped_contiguous_fp8_h100_128x128"):
+        plan = make_plan(load_config(name).replace(**{"epilogue.store": "tma", "epilogue.store_block_n": 64,
+                                                        "epilogue.swizzle": "128", "epilogue.stmatrix": True,
+                                                        "epilogue.stages": 2}))
+        assert plan.epilogue.tma_store and plan.launch_spec().extra["store"] == "tma"
 
 
 def test_grouped_kernels_take_the_table_and_g_after_k():

@@ -1,7 +1,9 @@
 """GPU tests of the grouped GEMM ``ptxgen.grouped_gemm`` (marked ``gpu``; sm_90a).
 
-For each shipped config of each layout (masked, contiguous; bf16 and FP8), Hypothesis draws the number of groups G
-(1..12), each group's rows (empty groups and groups of one row included), N and K; ``out`` is poisoned with NaN;
+For each shipped config of each layout (masked, contiguous; bf16 and FP8) and each TMA-store variant in
+``bench/configs/grouped_*_tma.yaml`` (whole m-blocks TMA-stored, partial ones guarded), Hypothesis draws the number
+of groups G (1..12), each group's rows (empty groups, groups of one row, of block_m - 1, block_m and block_m + 1
+rows included), N and K; ``out`` is poisoned with NaN;
 each group's rows are compared with an fp32 reference of that group alone (FP8: the recipe's dequantized operands,
 :mod:`ptxgen.runtime.fp8`) by relative Frobenius error (< 1e-2), and every row outside the groups' valid rows
 (masked: rows >= masked_m[g]; contiguous: padding rows) must still be NaN (never written).
@@ -11,6 +13,7 @@ each group's rows are compared with an fp32 reference of that group alone (FP8: 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,14 +29,27 @@ pytestmark = pytest.mark.gpu
 EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "40"))
 
 
-def _configs(layout: str) -> list[tuple[bool, str]]:
-    """(fp8, name) of every shipped config of the layout (``schedule.grouped``)."""
+#: the TMA-store variants (not shipped): YAML paths
+TMA_VARIANTS = sorted(str(p) for p in
+                      (Path(__file__).resolve().parents[2] / "bench" / "configs").glob("grouped_*_tma.yaml"))
+
+
+def _configs(layout: str, shipped: bool = True) -> list[tuple[bool, str]]:
+    """(fp8, name or YAML path) of every shipped config of the layout (``schedule.grouped``) and of its TMA-store
+    variants in bench/configs (``shipped=False``: the variants only)."""
     out = []
-    for name in config_mod.shipped_configs():
+    for name in (list(config_mod.shipped_configs()) if shipped else []) + TMA_VARIANTS:
         cfg = config_mod.load_config(name)
         if cfg.schedule.grouped == layout:
             out.append((cfg.operands == "fp8", name))
     return out
+
+
+def _ids(params: list) -> list[str]:
+    """Test ids naming each config by its name (a YAML path by its file's stem)."""
+    return ["-".join("none" if x is None else Path(x).stem if isinstance(x, str) else str(x) for x in p)
+            for p in params]
+
 
 TOLERANCE = 1e-2
 BLOCK = 128
@@ -75,11 +91,12 @@ def _check(torch, out, spans, ref_a, ref_b, what: str) -> None:
     assert written == 0, f"{what}: {written} elements of rows outside the groups' valid rows were written"
 
 
-group_rows = st.lists(st.one_of(st.just(0), st.just(1), st.integers(0, 300)), min_size=1, max_size=12)
+group_rows = st.lists(st.one_of(st.just(0), st.just(1), st.sampled_from([127, 128, 129, 256]), st.integers(0, 300)),
+                      min_size=1, max_size=12)
 n_dims = st.one_of(st.integers(1, 300), st.integers(1, 1100))
 
 
-@pytest.mark.parametrize("fp8, config", _configs("masked"))
+@pytest.mark.parametrize("fp8, config", _configs("masked"), ids=_ids(_configs("masked")))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(rows=group_rows, n=n_dims, k16=st.integers(1, 64), seed=st.integers(0, 2**31 - 1), m_extra=st.integers(0, 70))
 def test_masked_matches_per_group_reference(fp8, config, rows, n, k16, seed, m_extra):
@@ -100,7 +117,7 @@ def test_masked_matches_per_group_reference(fp8, config, rows, n, k16, seed, m_e
                                             f"masked_m={rows} N={n} K={k}")
 
 
-@pytest.mark.parametrize("fp8, config", _configs("contiguous"))
+@pytest.mark.parametrize("fp8, config", _configs("contiguous"), ids=_ids(_configs("contiguous")))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(rows=group_rows, n=n_dims, k16=st.integers(1, 64), seed=st.integers(0, 2**31 - 1))
 def test_contiguous_matches_per_group_reference(fp8, config, rows, n, k16, seed):
@@ -126,6 +143,7 @@ def test_contiguous_matches_per_group_reference(fp8, config, rows, n, k16, seed)
 def test_every_layout_has_bf16_and_fp8_configs():
     for layout in ("masked", "contiguous"):
         assert {fp8 for fp8, _ in _configs(layout)} == {False, True}
+    assert {fp8 for fp8, _ in _configs("contiguous", shipped=False)} == {False, True}
 
 
 def test_bad_tables_raise_before_launch_out_untouched():
@@ -148,10 +166,21 @@ def test_bad_tables_raise_before_launch_out_untouched():
     assert bool((out == 3.0).all()) and bool((out2 == 3.0).all())
 
 
-@pytest.mark.parametrize("fp8", [False, True])
-def test_bad_tables_unchecked_write_nothing_outside_d(fp8):
+def _bad_table_configs() -> list:
+    """(fp8, masked config, contiguous config): the defaults, and each TMA-store variant with the other layout's
+    default."""
+    out = [(fp8, None, None) for fp8 in (False, True)]
+    for layout in ("masked", "contiguous"):
+        out += [(fp8, name, None) if layout == "masked" else (fp8, None, name)
+                for fp8, name in _configs(layout, shipped=False)]
+    return out
+
+
+@pytest.mark.parametrize("fp8, masked_config, contiguous_config", _bad_table_configs(), ids=_ids(_bad_table_configs()))
+def test_bad_tables_unchecked_write_nothing_outside_d(fp8, masked_config, contiguous_config):
     """check_tables=False with tables that break every rule: no write outside D (NaN guards before and after D
-    in one buffer stay NaN); the kernel clamps masked_m, TMA bounds B and the scales, stores are bounded by D."""
+    in one buffer stay NaN); the kernel clamps masked_m, TMA bounds B and the scales, stores are bounded by D (a
+    TMA-store variant's boxes by D's tensor map)."""
     torch = pytest.importorskip("torch")
     import ptxgen
 
@@ -163,14 +192,15 @@ def test_bad_tables_unchecked_write_nothing_outside_d(fp8):
     for mm in ([m_max + 50, -3, 2**31 - 1], [-(2**31), m_max, 0]):
         ptxgen.grouped_gemm(a.reshape(groups, m_max, k), b, masked_m=torch.tensor(mm, dtype=torch.int32, device="cuda"),
                             scale_a=None if sa is None else sa.reshape(groups, m_max, -1), scale_b=sb, out=out,
-                            check_tables=False)
+                            check_tables=False, config=masked_config)
     rows = 3 * BLOCK
     a2, _, sa2, _, _, _ = _operands(torch, rows, groups, n, k, fp8, 6)
     buf2 = torch.full((guard + rows * n + guard,), float("nan"), dtype=torch.bfloat16, device="cuda")
     out2 = buf2[guard:guard + rows * n].view(rows, n)
     bad = torch.cat([torch.full((BLOCK,), 7, dtype=torch.int32), torch.full((BLOCK,), -5, dtype=torch.int32),
                      torch.arange(BLOCK, dtype=torch.int32) - 64]).cuda()  # past G, below -1, mixed in a block
-    ptxgen.grouped_gemm(a2, b, m_indices=bad, scale_a=sa2, scale_b=sb, out=out2, check_tables=False)
+    ptxgen.grouped_gemm(a2, b, m_indices=bad, scale_a=sa2, scale_b=sb, out=out2, check_tables=False,
+                        config=contiguous_config)
     torch.cuda.synchronize()
     for what, x in (("masked", buf), ("contiguous", buf2)):
         assert bool(torch.isnan(x[:guard].float()).all()) and bool(torch.isnan(x[-guard:].float()).all()), \

@@ -186,6 +186,23 @@ def test_fp8_contiguous_launch_maps_the_grouped_scales(monkeypatch):
     assert scalars[4:] == (x["m_indices"].data_ptr(), 3)
 
 
+@pytest.mark.parametrize("variant, make, rows", [("grouped_masked_h100_128x256_tma", masked, 3 * 130),
+                                                  ("grouped_contiguous_fp8_h100_128x128_tma", contiguous, 256)])
+def test_tma_store_variants_get_d_map_over_the_flattened_rows(monkeypatch, variant, make, rows):
+    """A TMA-store config (bench/configs) gets D's map ``[G x M_max or M_total, N]`` at 16-byte rows (N % 8 == 0),
+    none at other N (the kernel then stores every m-block directly)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "configs" / f"{variant}.yaml"
+    fake = _fake_driver(monkeypatch, build(str(path)).launch)
+    dtype = E4M3 if "fp8" in variant else BF16
+    x = make(m=130, dtype=dtype) if make is masked else make(dtype=dtype)
+    out = ptxgen.grouped_gemm(**x)
+    assert fake.calls[-1][1][-1] == (out.data_ptr(), rows, 200, 200)
+    ptxgen.grouped_gemm(**(make(m=130, n=199, dtype=dtype) if make is masked else make(n=199, dtype=dtype)))
+    assert fake.calls[-1][1][-1] is None
+
+
 def test_a_repeated_signature_is_set_up_once_and_a_changed_one_again(monkeypatch):
     fake = _fake_driver(monkeypatch, build("grouped_masked_h100_128x128").launch)
     x = masked(g=3, m=64, n=200, k=256)

@@ -158,13 +158,21 @@ def _mix(z):
 
 
 #: the data model of read-only u32 tables (``ld.global.nc.u32``, the grouped scheduler's masked_m / m_indices): the
-#: word at byte address ``a`` is ``TABLE_WORDS[(a >> 2) % 5]`` (an empty group, group ids, a partial row count, -1)
-TABLE_WORDS = (0, 1, 2, 70, 0xFFFFFFFF)
+#: word at byte address ``a`` is ``TABLE_WORDS[i % 5]``, ``i = a >> 2`` (a group id past G, an empty group or group
+#: 0, one row or group 1, -1, group 2), except that the last word of each 128-word block repeats the block's first
+#: (``i - 127``).  At the differential's table address (``GROUP_PTR``: ``i % 5 == 1 + j % 5`` for word j, and
+#: ``i % 128 == j % 128``) masked_m is [0, 1, -1 (clamped to M_max: a whole first m-block), ...] and the first
+#: 128-row m-block of m_indices is whole (its first and last words are group 0), so both store paths of a
+#: TMA-store grouped kernel run; the second starts with group 2 and ends with -1 (partial).
+TABLE_WORDS = (70, 0, 1, 0xFFFFFFFF, 2)
 
 
 def table_word(addr: int) -> int:
     """The u32 word a read-only table holds at byte address ``addr`` (see :data:`TABLE_WORDS`)."""
-    return TABLE_WORDS[(addr >> 2) % len(TABLE_WORDS)]
+    i = addr >> 2
+    if i % 128 == 127:
+        i -= 127
+    return TABLE_WORDS[i % len(TABLE_WORDS)]
 
 
 def opaque_f32(domain: str, *keys) -> np.ndarray:
