@@ -8,8 +8,8 @@ set -u
 OUT=${OUT:-/tmp/grouped_tma}
 mkdir -p "$OUT"
 V=bench/configs
-CONTIGUOUS=$V/grouped_contiguous_h100_128x256_tma.yaml,$V/grouped_contiguous_h100_128x128_tma.yaml
-CONTIGUOUS=$CONTIGUOUS,$V/grouped_contiguous_fp8_h100_128x256_tma.yaml,$V/grouped_contiguous_fp8_h100_128x128_tma.yaml
+CONTIGUOUS=grouped_contiguous_h100_128x256_tma,$V/grouped_contiguous_h100_128x128_tma.yaml
+CONTIGUOUS=$CONTIGUOUS,grouped_contiguous_fp8_h100_128x256_tma,$V/grouped_contiguous_fp8_h100_128x128_tma.yaml
 MASKED=$V/grouped_masked_h100_128x256_tma.yaml,$V/grouped_masked_fp8_h100_128x128_tma.yaml
 start=$SECONDS
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/device.txt"

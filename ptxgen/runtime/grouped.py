@@ -39,23 +39,22 @@ from typing import Any
 from ptxgen.errors import ConfigError, ShapeError
 from ptxgen.hw import FP8_SCALE_BLOCK, GROUPED_SEGMENT_ROWS
 
-#: shipped configs by (layout, fp8); default_config takes a larger tile where the H100 measured it faster
+#: shipped configs by (layout, fp8); default_config takes a larger tile where the H100 measured it faster.
+#: Contiguous: the 128x256 tile with TMA stores of whole m-blocks (docs/grouped.md, "TMA stores of whole m-blocks"):
+#: on the four prefill problems of bench/grouped_bench.py, bf16 1.04-1.15x and FP8 1.06-1.30x the direct-store
+#: default it replaced; FP8 at K = 2048 1.12-1.13x the 128x128 TMA-store tile, so one tile for every K.
 DEFAULT_CONFIGS = {("masked", False): "grouped_masked_h100_128x128",
-                   ("contiguous", False): "grouped_contiguous_h100_128x256",
+                   ("contiguous", False): "grouped_contiguous_h100_128x256_tma",
                    ("masked", True): "grouped_masked_fp8_h100_128x128",
-                   ("contiguous", True): "grouped_contiguous_fp8_h100_128x128"}
+                   ("contiguous", True): "grouped_contiguous_fp8_h100_128x256_tma"}
 #: measured on the H100 (docs/grouped.md): the 128x256 tile is 12-16 % faster at M_max = 256, 1-6 % slower at 64-128
 MASKED_WIDE, MASKED_WIDE_ROWS = "grouped_masked_h100_128x256", 128
-#: FP8 tiles (docs/grouped.md, "Speed: the FP8 128x256 and 256x128 tiles"; H100, whole-program ptxas).  Contiguous,
-#: K >= FP8_WIDE_K: the 128x256 tile, 1.11-1.19x the 128x128 tile at K = 7168; at K = 2048 it is 0.97-1.01x (why is
-#: not measured), so 128x128 there.
-#: Masked, read at G = 32 (the G <= 16 rows of that run sat on a per-call floor of ~200 us): M_max > MASKED_WIDE_ROWS
-#: with K >= FP8_WIDE_K takes the 128x256 tile (1.11x the 128x128 tile at K = 7168), smaller K the 256x128 tile
-#: (one m-block per group reads each B once: 1.07x at K = 2048); M_max <= 128 keeps 128x128 (the larger tiles
-#: 0.82-1.00x there).
-CONTIGUOUS_FP8_WIDE, MASKED_FP8_WIDE, MASKED_FP8_TALL = ("grouped_contiguous_fp8_h100_128x256",
-                                                         "grouped_masked_fp8_h100_128x256",
-                                                         "grouped_masked_fp8_h100_256x128")
+#: Masked FP8 tiles (docs/grouped.md, "Speed: the FP8 128x256 and 256x128 tiles"; H100, whole-program ptxas), read
+#: at G = 32 (the G <= 16 rows of that run sat on a per-call floor of ~200 us): M_max > MASKED_WIDE_ROWS with
+#: K >= FP8_WIDE_K takes the 128x256 tile (1.11x the 128x128 tile at K = 7168), smaller K the 256x128 tile (one
+#: m-block per group reads each B once: 1.07x at K = 2048); M_max <= 128 keeps 128x128 (the larger tiles 0.82-1.00x
+#: there).
+MASKED_FP8_WIDE, MASKED_FP8_TALL = "grouped_masked_fp8_h100_128x256", "grouped_masked_fp8_h100_256x128"
 FP8_WIDE_K = 4096
 #: a contiguous segment's padding multiple (every contiguous config's block_m divides it: ptxgen.config)
 BLOCK_M = GROUPED_SEGMENT_ROWS
@@ -253,14 +252,12 @@ def check_grouped_operands(a: Any, b: Any, m_indices: Any = None, masked_m: Any 
 
 def default_config(p: GroupedProblem) -> str:
     """The shipped config ``config=None`` takes: by layout and dtype, then (measured on the H100, the constants
-    above) masked by M_max, and FP8 by K."""
+    above) masked by M_max, and masked FP8 by K."""
     wide_k = p.k >= FP8_WIDE_K
     if p.layout == "masked" and p.m > MASKED_WIDE_ROWS:
         if not p.fp8:
             return MASKED_WIDE
         return MASKED_FP8_WIDE if wide_k else MASKED_FP8_TALL
-    if p.layout == "contiguous" and p.fp8 and wide_k:
-        return CONTIGUOUS_FP8_WIDE
     return DEFAULT_CONFIGS[(p.layout, p.fp8)]
 
 

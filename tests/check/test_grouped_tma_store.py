@@ -1,4 +1,4 @@
-"""Grouped kernels with ``epilogue.store=tma`` (bench/configs/grouped_*_tma.yaml): an m-block wholly inside its
+"""Grouped kernels with ``epilogue.store=tma`` (shipped and bench/configs ``grouped_*_tma``): an m-block wholly inside its
 group's valid rows is staged and TMA-stored, any other m-block stored directly, guarded per row.
 
 On the CPU: the simulator runs problems where whole and partial m-blocks mix (an empty group, a group of one row, a
@@ -34,8 +34,10 @@ from ptxgen.plan import make_plan
 
 pytestmark = pytest.mark.sim
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "configs"
-TMA = sorted(p.stem for p in BENCH.glob("grouped_*_tma.yaml"))
+ROOT = Path(__file__).resolve().parents[2]
+#: the TMA-store configs: shipped (ptxgen/configs) and bench variants (bench/configs), by name -> YAML path
+TMA_PATHS = {p.stem: p for d in (ROOT / "ptxgen" / "configs", ROOT / "bench" / "configs") for p in d.glob("grouped_*_tma.yaml")}
+TMA = sorted(TMA_PATHS)
 #: group 0: block_m - 1 rows (a partial m-block: the off-by-one test writes its row 127); group 1 empty; group 2:
 #: a whole m-block and one row; group 3: one row
 MASKED = dict(masked_m=[127, 0, 130, 1], m_max=130)
@@ -43,7 +45,7 @@ CONTIGUOUS = dict(group_rows=[127, 0, 129, 1])
 
 
 def config(name: str):
-    return load_config(str(BENCH / f"{name}.yaml"))
+    return load_config(str(TMA_PATHS[name]))
 
 
 def kernel_of(name: str, **changes):

@@ -1,7 +1,7 @@
 """GPU tests of the grouped GEMM ``ptxgen.grouped_gemm`` (marked ``gpu``; sm_90a).
 
-For each shipped config of each layout (masked, contiguous; bf16 and FP8) and each TMA-store variant in
-``bench/configs/grouped_*_tma.yaml`` (whole m-blocks TMA-stored, partial ones guarded), Hypothesis draws the number
+For each shipped config of each layout (masked, contiguous; bf16 and FP8; the contiguous defaults TMA-store) and each
+TMA-store variant in ``bench/configs/grouped_*_tma.yaml`` (whole m-blocks TMA-stored, partial ones guarded), Hypothesis draws the number
 of groups G (1..12), each group's rows (empty groups, groups of one row, of block_m - 1, block_m and block_m + 1
 rows included), N and K; ``out`` is poisoned with NaN;
 each group's rows are compared with an fp32 reference of that group alone (FP8: the recipe's dequantized operands,
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.gpu
 EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "40"))
 
 
-#: the TMA-store variants (not shipped): YAML paths
+#: the TMA-store variants not shipped (bench/configs): YAML paths; the shipped ones are in shipped_configs()
 TMA_VARIANTS = sorted(str(p) for p in
                       (Path(__file__).resolve().parents[2] / "bench" / "configs").glob("grouped_*_tma.yaml"))
 
