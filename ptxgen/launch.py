@@ -79,7 +79,8 @@ class SplitUnits:
         clusters: the launched grid, in clusters (``G``).
         dp_tiles: cluster tiles run whole, as ordinary data-parallel units (``split_tiles = "all"``: 0).
         split_tiles: cluster tiles split ``split_k`` ways (the tail: ``tiles - dp_tiles``); the workspace holds
-            their partials and counters only.
+            partials and counters for these only (last wave: ``clusters`` slots, see
+            :meth:`WorkspaceSpec.cta_tiles_for`).
         units: work units the scheduler walks: ``dp_tiles + split_tiles x split_k``.
     """
 
@@ -185,9 +186,12 @@ class WorkspaceSpec:
         return self.counters_offset(cta_tiles) + cta_tiles * self.counters_per_tile * self.COUNTER_BYTES
 
     def cta_tiles_for(self, grid: GridPolicy, m: int, n: int, num_sms: int) -> int:
-        """CTA tiles with a workspace slot for an ``m`` x ``n`` output under ``grid`` on ``num_sms`` SMs: the split
-        cluster tiles (every tile, or the last wave's: :meth:`GridPolicy.split_units`) x ``ctas_per_tile``."""
-        return grid.split_units(m, n, num_sms).split_tiles * self.ctas_per_tile
+        """CTA tiles with a workspace slot for an ``m`` x ``n`` output under ``grid`` on ``num_sms`` SMs, times
+        ``ctas_per_tile``: every cluster tile (``split_tiles = "all"``), or one per cluster of the launched grid
+        (``"last_wave"``: the tail, ``tiles % G``, is fewer than the ``G`` clusters; the kernel places the counters
+        after ``G`` slots, a number it holds anyway, so no tail count stays live across the tile loop)."""
+        units = grid.split_units(m, n, num_sms)
+        return (units.clusters if grid.split_tiles == "last_wave" else units.split_tiles) * self.ctas_per_tile
 
     def bytes_for(self, grid: GridPolicy, m: int, n: int, num_sms: int) -> int:
         """Workspace size for an ``m`` x ``n`` output under ``grid`` on ``num_sms`` SMs, bytes (``last_wave``: at

@@ -146,7 +146,7 @@ class SplitKPlan:
     ``t < dp_tiles`` is tile ``t`` with k-blocks ``[0, num_k)``, no partial, no arrival, the normal epilogue.  The
     ``tiles % G`` tail tiles are split: unit ``t >= dp_tiles`` is split ``(t - dp_tiles) % splits`` of tile
     ``dp_tiles + (t - dp_tiles) / splits``, and its workspace slot and counters are those of tail tile
-    ``tile - dp_tiles``.  Units are dealt round-robin, so every cluster runs ``dp_tiles / G`` whole tiles, then
+    ``tile - dp_tiles`` (the workspace has a slot per cluster of the grid: the tail is fewer).  Units are dealt round-robin, so every cluster runs ``dp_tiles / G`` whole tiles, then
     its tail units, which run at once across the machine.  The host computes the same numbers from the grid it
     launches (:meth:`ptxgen.launch.GridPolicy.split_units`).
 

@@ -39,7 +39,7 @@ class TileScheduler:
     the k-blocks this CTA walked before the unit (see :class:`ptxgen.plan.SplitKPlan`).
 
     Split-K of the last wave (``plan.split.last_wave``): ``setup()`` also binds ``dp_tiles`` (whole waves of the
-    launched grid: ``num_tiles - num_tiles % num_clusters``) and ``split_tiles`` (the tail); unit ``t < dp_tiles``
+    launched grid: ``num_tiles - num_tiles % num_clusters``; the tail is ``num_tiles - dp_tiles``); unit ``t < dp_tiles``
     is tile ``t`` whole (``sk_tail`` = 0, split 0, k-blocks ``[0, num_k)``), unit ``t >= dp_tiles`` is split
     ``tail_u % splits`` of tail tile ``tail_tile = tail_u / splits`` (``tail_u = t - dp_tiles``, ``sk_tail`` = 1),
     tile ``dp_tiles + tail_tile``; the workspace is indexed by ``tail_tile``.
@@ -65,12 +65,12 @@ class TileScheduler:
         if not sp.last_wave:
             return [Let("num_units", Var("num_tiles") * sp.splits), Let("kdone", Const(0))]
         return [Let("dp_tiles", Var("num_tiles") - Var("num_tiles") % Var("num_clusters")),
-                Let("split_tiles", Var("num_tiles") - Var("dp_tiles")),
-                Let("num_units", Var("dp_tiles") + Var("split_tiles") * sp.splits), Let("kdone", Const(0))]
+                Let("num_units", Var("dp_tiles") + (Var("num_tiles") - Var("dp_tiles")) * sp.splits), Let("kdone", Const(0))]
 
     def split_tiles(self) -> Expr:
-        """Cluster tiles with a workspace slot: every tile, or the last wave's (``split_tiles``)."""
-        return Var("split_tiles") if self.p.split.last_wave else Var("num_tiles")
+        """Cluster tiles with a workspace slot: every tile, or (last wave) one per cluster of the grid: the tail,
+        ``num_tiles % num_clusters``, is fewer (:meth:`ptxgen.launch.WorkspaceSpec.cta_tiles_for`)."""
+        return Var("num_clusters") if self.p.split.last_wave else Var("num_tiles")
 
     def tiles_done(self) -> Expr:
         """Tiles this CTA's cluster walks: ``ceil((num_tiles - cluster_id) / num_clusters)`` (``tc`` after the loop)."""
@@ -91,7 +91,7 @@ class TileScheduler:
                 split_lets = [Let("sk_tail", le(Var("dp_tiles"), T)),
                               Let("tail_u", select(tail, T - Var("dp_tiles"), 0)),
                               Let("tail_tile", Var("tail_u") // s),
-                              Let("tile", select(tail, Var("dp_tiles") + Var("tail_tile"), T)),
+                              Let("tile", select(tail, Var("dp_tiles") + Var("tail_u") // s, T)),
                               Let("split", Var("tail_u") % s),
                               Let("kb0", Var("split") * Var("num_k") // s),
                               Let("kb1", select(tail, (Var("split") + 1) * Var("num_k") // s, Var("num_k")))]
