@@ -49,7 +49,8 @@ shared ``partial_tbps`` (docs/performance.md, "Split-K", "Chooser padding terms"
 names no config may run one.  A split-K-of-the-last-wave candidate (``schedule.split_k_tiles: last_wave``) runs
 ``dp_tiles / slots`` whole waves of data-parallel tiles (full K), then ``ceil(tail x S / slots)`` waves of units
 with K / S, and pays the partial traffic of the ``tail`` tiles only (``dp_tiles = tiles - tiles % slots``; fewer
-tiles than slots: every tile split, as the kernel does: :meth:`ptxgen.launch.GridPolicy.split_units`).
+tiles than slots: every tile split, as the kernel does: :meth:`ptxgen.launch.GridPolicy.split_units`); shipped:
+``h100_128x128_c2_lw2``, ``h100_128x256_lw2``, ``h100_128x256_lw4``, ranked with their base config's tile factor.
 
 Swap-AB candidates (``schedule.swap_ab``: the kernel runs ``D^T = B @ A^T``, so its ``m`` is N and its ``n`` is M)
 rank when M fits their ``block_n`` (:func:`swap_ab_fits`) with the same model on the problem they run, ``(N, M, K)``;
@@ -148,7 +149,9 @@ SM90_GEMM_MODEL = DeviceModel(
     tile_factors=(("h100_128x128", 1.2466), ("h100_128x128_c2", 0.9856), ("h100_128x144", 1.248),
                   ("h100_128x192", 1.159), ("h100_128x256", 1.0437), ("h100_128x64", 0.9078), ("h100_192x176", 1.1948),
                   ("h100_256x128", 0.999), ("h100_64x128", 1.0199), ("h100_64x256", 1.0438), ("h100_64x64", 1.0886),
-                  ("h100_128x192_sk3", 1.001), ("h100_128x64_sk2", 1.0005), ("h100_64x128_sk2", 1.0016)))
+                  ("h100_128x192_sk3", 1.001), ("h100_128x64_sk2", 1.0005), ("h100_64x128_sk2", 1.0016),
+                  # split-K of the last wave: the base config's factor (whole tiles are the same kernel), not fitted
+                  ("h100_128x128_c2_lw2", 0.9856), ("h100_128x256_lw2", 1.0437), ("h100_128x256_lw4", 1.0437)))
 
 
 @dataclass(frozen=True)

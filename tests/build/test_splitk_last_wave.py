@@ -242,6 +242,18 @@ def test_planted_tail_split_count_wrong():
 # --------------------------------------------------------------------------- cost model
 
 
+def test_shipped_last_wave_configs():
+    """The shipped last-wave configs (tune-half survey, docs/performance.md "Split-K of the last wave") are chooser
+    candidates with their base config's tile factor."""
+    from ptxgen.runtime import choose
+
+    names = {c.name for c in choose.candidates("sm_90a") if c.split_tiles == "last_wave"}
+    assert names == {"h100_128x128_c2_lw2", "h100_128x256_lw2", "h100_128x256_lw4"}
+    factors = dict(choose.SM90_GEMM_MODEL.tile_factors)
+    assert all(factors[n] == factors[n.rsplit("_lw", 1)[0]] for n in names)
+    assert all(load_config(n).schedule.split_k_tiles == "last_wave" for n in names)
+
+
 def test_cost_model_last_wave():
     """2048x1152x16384 on 132 SMs, 128x128: 144 tiles.  Unsplit: 2 waves of full K; last wave split 2 ways: one whole
     wave, then 24 units of K/2 in one wave, plus the partials of 12 tiles; splitting every tile: 288 units."""
@@ -265,17 +277,19 @@ def test_cost_model_last_wave():
 # --------------------------------------------------------------------------- ptxas
 
 
-LAST_WAVE_CONFIGS = sorted(p.stem for p in (Path(__file__).parents[2] / "bench" / "configs").glob("*_lw*.yaml"))
+ROOT = Path(__file__).parents[2]
+#: every last-wave config: the shipped ones and the bench/configs variants (YAML paths)
+LAST_WAVE_CONFIGS = sorted((*ROOT.glob("ptxgen/configs/*_lw*.yaml"), *ROOT.glob("bench/configs/*_lw*.yaml")))
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("name", LAST_WAVE_CONFIGS)
-def test_last_wave_configs_assemble_without_spills(name):
+@pytest.mark.parametrize("path", LAST_WAVE_CONFIGS, ids=lambda p: p.stem)
+def test_last_wave_configs_assemble_without_spills(path):
     """ptxas -v of every last-wave config: no spill, no stack frame (a wgmma serialization raises); the fixup of a
     whole tile is predicated, so its accumulator adds do not break the wgmma pipeline (SplitKFixup.step)."""
     pytest.importorskip("cuda.pathfinder")
     from ptxgen.assemble import assemble
     from ptxgen.build import build
 
-    res = assemble(build(load_config(Path(__file__).parents[2] / "bench" / "configs" / f"{name}.yaml")).ptx, "sm_90a")
+    res = assemble(build(load_config(path)).ptx, "sm_90a")
     assert (res.spill_store_bytes, res.spill_load_bytes, res.stack_frame_bytes) == (0, 0, 0), res.warnings
