@@ -66,15 +66,19 @@ def run_twice(torch, fn, m: int, n: int, ref, label: str) -> float:
 @settings(max_examples=EXAMPLES)
 @given(data=st.data())
 def test_splitk_gemm_matches_reference(torch, name, splits, data):
+    random_gemm_matches_reference(torch, split_config(name, splits), f"{name} split_k={splits}", data)
+
+
+def random_gemm_matches_reference(torch, cfg, name: str, data) -> None:
+    """One Hypothesis-drawn GEMM of ``cfg`` (M, N near its tile, K a multiple of 8), run twice (:func:`run_twice`)."""
     from ptxgen import gemm
 
-    cfg = split_config(name, splits)
     m = data.draw(dim(cfg.tile.block_m * cfg.cluster.size), label="m")
     n = data.draw(dim(cfg.tile.block_n), label="n")
     k = data.draw(k_dim(8), label="k")
     seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
     a, b = random_operands(torch, m, n, k, seed)
-    label = f"{name} split_k={splits} {m}x{n}x{k} seed {seed}"
+    label = f"{name} {m}x{n}x{k} seed {seed}"
     err = run_twice(torch, lambda out: gemm(a, b, out=out, config=cfg), m, n, a.float() @ b.float().T, label)
     assert err < TOLERANCE, f"{label}: relative Frobenius error {err:.3e}"
 
@@ -209,16 +213,21 @@ def test_splitk_many_launches_reset_the_counters(torch, name, splits, shape):
 def test_splitk_two_streams_at_once(torch):
     """The same config and shape on two streams, launched back to back many times without syncing between
     them: each stream has its own workspace, so the launches may overlap on the GPU and both stay right."""
+    two_streams_at_once(torch, split_config("h100_128x64", 4), (256, 2048, 8192), seed=41, launches=8)
+
+
+def two_streams_at_once(torch, cfg, shape, seed: int, launches: int) -> None:
+    """``launches`` calls of ``cfg`` on each of two streams, back to back without syncing between them; every output
+    right (no NaN, relative error < TOLERANCE)."""
     from ptxgen import gemm
     from ptxgen.bench import relative_error
 
-    m, n, k = 256, 2048, 8192
-    cfg = split_config("h100_128x64", 4)
+    m, n, k = shape
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    inputs = [random_operands(torch, m, n, k, seed=41 + i) for i in range(2)]
-    outs = [[_poisoned(torch, m, n) for _ in range(8)] for _ in range(2)]
+    inputs = [random_operands(torch, m, n, k, seed=seed + i) for i in range(2)]
+    outs = [[_poisoned(torch, m, n) for _ in range(launches)] for _ in range(2)]
     torch.cuda.synchronize()
-    for j in range(8):
+    for j in range(launches):
         for s, (a, b), o in zip(streams, inputs, outs):
             with torch.cuda.stream(s):
                 gemm(a, b, out=o[j], config=cfg)
@@ -266,17 +275,7 @@ def test_last_wave_gemm_fixed_shapes(torch, name, shape):
 @settings(max_examples=max(1, EXAMPLES // 4))
 @given(data=st.data())
 def test_last_wave_gemm_matches_reference(torch, name, data):
-    from ptxgen import gemm
-
-    cfg = last_wave_config(name)
-    m = data.draw(dim(cfg.tile.block_m * cfg.cluster.size), label="m")
-    n = data.draw(dim(cfg.tile.block_n), label="n")
-    k = data.draw(k_dim(8), label="k")
-    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
-    a, b = random_operands(torch, m, n, k, seed)
-    label = f"{name} {m}x{n}x{k} seed {seed}"
-    err = run_twice(torch, lambda out: gemm(a, b, out=out, config=cfg), m, n, a.float() @ b.float().T, label)
-    assert err < TOLERANCE, f"{label}: relative Frobenius error {err:.3e}"
+    random_gemm_matches_reference(torch, last_wave_config(name), name, data)
 
 
 def test_last_wave_many_launches_two_streams_and_graph(torch):
@@ -294,19 +293,7 @@ def test_last_wave_many_launches_two_streams_and_graph(torch):
         gemm(a, b, out=out, config=cfg)
         torch.cuda.synchronize()
         assert not torch.isnan(out).any() and relative_error(out, ref) < TOLERANCE, f"launch {i}"
-    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    inputs = [random_operands(torch, m, n, k, seed=62 + i) for i in range(2)]
-    outs = [[_poisoned(torch, m, n) for _ in range(6)] for _ in range(2)]
-    torch.cuda.synchronize()
-    for j in range(6):
-        for s, (x, y), o in zip(streams, inputs, outs):
-            with torch.cuda.stream(s):
-                gemm(x, y, out=o[j], config=cfg)
-    torch.cuda.synchronize()
-    for (x, y), o in zip(inputs, outs):
-        r = x.float() @ y.float().T
-        for j, out in enumerate(o):
-            assert not torch.isnan(out).any() and relative_error(out, r) < TOLERANCE, f"stream launch {j}"
+    two_streams_at_once(torch, cfg, (m, n, k), seed=62, launches=6)
     out = _poisoned(torch, m, n)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
