@@ -240,6 +240,9 @@ class Schedule:
 
     split_k: split each tile's K range over this many work units (serial split-K: the first ``split_k - 1``
     splits leave fp32 partials in a global workspace, the last adds them and stores D; sm_90a, persistent).
+    split_k_tiles: which tiles split-K splits: ``all`` (every tile), or ``last_wave`` (whole waves of the launched
+        grid run as ordinary data-parallel tiles, only the tiles of the last, partial wave are split ``split_k``
+        ways, so their units fill the machine; see :class:`ptxgen.plan.SplitKPlan`); needs split_k >= 2.
     grouped: ``none``, or a grouped GEMM for mixture-of-experts (:func:`ptxgen.grouped_gemm`, docs/grouped.md):
         ``masked`` (A ``[G, M_max, K]``, rows ``>= masked_m[g]`` of group g neither computed past their m-block nor
         stored) or ``contiguous`` (A ``[M_total, K]`` with rows grouped by expert, ``m_indices[row]`` each row's
@@ -257,6 +260,7 @@ class Schedule:
     persistent: Bool = False
     group: Range(1, 1024) = 1
     split_k: Range(1, 16) = 1
+    split_k_tiles: OneOf("all", "last_wave") = "all"
     grouped: OneOf("none", "masked", "contiguous") = "none"
     swap_ab: Bool = False
 
@@ -565,6 +569,8 @@ def validate(cfg: Config) -> None:
         _validate_sm90(cfg)
     if cfg.schedule.split_k > 1:
         _validate_split_k(cfg)
+    _rule(cfg.schedule.split_k_tiles == "all" or cfg.schedule.split_k > 1, "schedule.split_k_tiles",
+          cfg.schedule.split_k_tiles, "needs schedule.split_k >= 2 (the last wave's tiles are split split_k ways)")
     if cfg.schedule.swap_ab:
         _validate_swap_ab(cfg)
 

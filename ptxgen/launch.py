@@ -72,6 +72,25 @@ ELEM_BYTES = {"bf16": 2, "f16": 2, "u8": 1, "f32": 4}
 
 
 @dataclass(frozen=True)
+class SplitUnits:
+    """How a persistent split-K launch deals its work (:meth:`GridPolicy.split_units`).
+
+    Attributes:
+        clusters: the launched grid, in clusters (``G``).
+        dp_tiles: cluster tiles run whole, as ordinary data-parallel units (``split_tiles = "all"``: 0).
+        split_tiles: cluster tiles split ``split_k`` ways (the tail: ``tiles - dp_tiles``); the workspace holds
+            partials and counters for these only (last wave: ``clusters`` slots, see
+            :meth:`WorkspaceSpec.cta_tiles_for`).
+        units: work units the scheduler walks: ``dp_tiles + split_tiles x split_k``.
+    """
+
+    clusters: int
+    dp_tiles: int
+    split_tiles: int
+    units: int
+
+
+@dataclass(frozen=True)
 class GridPolicy:
     """How the grid follows from the problem shape.
 
@@ -86,20 +105,39 @@ class GridPolicy:
     tile_cols: int
     cluster_size: int
     split_k: int = 1  # work units per cluster tile (split-K: the scheduler walks tiles x split_k units)
+    split_tiles: str = "all"  # split-K: "all" tiles split, or "last_wave" (schedule.split_k_tiles)
 
     def cluster_tiles(self, m: int, n: int) -> int:
         """Number of cluster tiles covering an ``m`` x ``n`` output."""
         return -(-m // self.tile_rows) * -(-n // self.tile_cols)
 
+    def split_units(self, m: int, n: int, num_sms: int) -> SplitUnits:
+        """The grid and the work units of an ``m`` x ``n`` output on ``num_sms`` SMs (the one place the host
+        computes them: runtime, simulator, verifier and chooser call this).
+
+        ``split_tiles = "all"``: every tile is split, ``units = tiles x split_k``.  ``"last_wave"`` (persistent):
+        with ``G0 = num_sms // cluster_size`` SM clusters, ``G = min(G0, units)`` where the kernel, launched with
+        ``G`` clusters, runs ``dp_tiles = tiles - tiles % G`` whole tiles and splits the ``tiles % G`` others.
+        Consistent: ``tiles >= G0`` gives ``units >= G0`` and ``G = G0``; ``tiles < G0`` gives
+        ``G = min(G0, tiles x split_k) > tiles`` (split_k >= 2), so the kernel's ``tiles % G`` is every tile.
+        """
+        tiles, s = self.cluster_tiles(m, n), self.split_k
+        sm_clusters = max(1, num_sms // self.cluster_size)
+        if self.split_tiles == "all" or s == 1:
+            units = tiles * s
+            clusters = min(units, sm_clusters) if self.persistent else units
+            return SplitUnits(clusters, 0, tiles if s > 1 else 0, units)
+        clusters = sm_clusters if tiles >= sm_clusters else min(sm_clusters, tiles * s)
+        dp = tiles - tiles % clusters
+        return SplitUnits(clusters, dp, tiles - dp, dp + (tiles - dp) * s)
+
     def grid_x(self, m: int, n: int, num_sms: int) -> int:
         """``gridDim.x`` in CTAs (a multiple of ``cluster_size``) for an ``m`` x ``n`` output.
 
-        Persistent: at most one cluster per ``cluster_size`` SMs (split-K: over tiles x split_k work units).
+        Persistent: at most one cluster per ``cluster_size`` SMs (split-K: over the work units,
+        :meth:`split_units`).
         """
-        clusters = self.cluster_tiles(m, n) * self.split_k
-        if self.persistent:
-            clusters = min(clusters, max(1, num_sms // self.cluster_size))
-        return clusters * self.cluster_size
+        return self.split_units(m, n, num_sms).clusters * self.cluster_size
 
 
 @dataclass(frozen=True)
@@ -147,9 +185,18 @@ class WorkspaceSpec:
         """Workspace size for ``cta_tiles`` CTA tiles, bytes."""
         return self.counters_offset(cta_tiles) + cta_tiles * self.counters_per_tile * self.COUNTER_BYTES
 
-    def bytes_for(self, grid: GridPolicy, m: int, n: int) -> int:
-        """Workspace size for an ``m`` x ``n`` output under ``grid``, bytes."""
-        return self.bytes(grid.cluster_tiles(m, n) * self.ctas_per_tile)
+    def cta_tiles_for(self, grid: GridPolicy, m: int, n: int, num_sms: int) -> int:
+        """CTA tiles with a workspace slot for an ``m`` x ``n`` output under ``grid`` on ``num_sms`` SMs, times
+        ``ctas_per_tile``: every cluster tile (``split_tiles = "all"``), or one per cluster of the launched grid
+        (``"last_wave"``: the tail, ``tiles % G``, is fewer than the ``G`` clusters; the kernel places the counters
+        after ``G`` slots, a number it holds anyway, so no tail count stays live across the tile loop)."""
+        units = grid.split_units(m, n, num_sms)
+        return (units.clusters if grid.split_tiles == "last_wave" else units.split_tiles) * self.ctas_per_tile
+
+    def bytes_for(self, grid: GridPolicy, m: int, n: int, num_sms: int) -> int:
+        """Workspace size for an ``m`` x ``n`` output under ``grid`` on ``num_sms`` SMs, bytes (``last_wave``: at
+        most ``G x ctas_per_tile x split_k`` partials, whatever the shape)."""
+        return self.bytes(self.cta_tiles_for(grid, m, n, num_sms))
 
 
 @dataclass(frozen=True)
@@ -186,8 +233,12 @@ class LaunchSpec:
     workspace: WorkspaceSpec | None = None
 
     def to_json(self) -> str:
-        """Stable, human-readable JSON (sorted keys, 2-space indent, trailing newline)."""
-        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+        """Stable, human-readable JSON (sorted keys, 2-space indent, trailing newline); ``grid.split_tiles`` only
+        when it is not ``"all"`` (the specs written before it read back the same)."""
+        d = asdict(self)
+        if d["grid"]["split_tiles"] == "all":
+            del d["grid"]["split_tiles"]
+        return json.dumps(d, indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> "LaunchSpec":

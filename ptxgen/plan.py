@@ -141,6 +141,15 @@ class SplitKPlan:
     ``num_k < splits`` and then neither publishes nor arrives: ``min(num_k, splits)`` splits arrive).
     The operand ring counts k-blocks across units (``kdone``: k-blocks this CTA walked before the unit).
 
+    Last wave only (``last_wave``, ``schedule.split_k_tiles = last_wave``).  With ``G`` the launched grid in
+    clusters, the first ``dp_tiles = tiles - tiles % G`` tiles (whole waves) are data-parallel units: unit
+    ``t < dp_tiles`` is tile ``t`` with k-blocks ``[0, num_k)``, no partial, no arrival, the normal epilogue.  The
+    ``tiles % G`` tail tiles are split: unit ``t >= dp_tiles`` is split ``(t - dp_tiles) % splits`` of tile
+    ``dp_tiles + (t - dp_tiles) / splits``, and its workspace slot and counters are those of tail tile
+    ``tile - dp_tiles`` (the workspace has a slot per cluster of the grid: the tail is fewer).  Units are dealt round-robin, so every cluster runs ``dp_tiles / G`` whole tiles, then
+    its tail units, which run at once across the machine.  The host computes the same numbers from the grid it
+    launches (:meth:`ptxgen.launch.GridPolicy.split_units`).
+
     Fixup, per consumer warpgroup ``g`` of CTA tile ``t`` (see :class:`~ptxgen.launch.WorkspaceSpec` for
     the layout).  Every non-empty split ``s`` stores its fp32 fragments to partial ``s`` (``st.global.v4.f32``),
     syncs the warpgroup (``bar.sync``), and one thread arrives on counter ``(t, g)`` with
@@ -160,6 +169,7 @@ class SplitKPlan:
 
     Attributes:
         splits: ``split_k``.
+        last_wave: only the last, partial wave's tiles are split (the others run whole).
         workspace: the layout (also in the launch spec, for the runtime and the simulator).
         group_bytes: bytes of one consumer warpgroup's share of a partial (consumer_rows x block_n x 4 B x accumulators).
         group_threads: threads of a consumer warpgroup (128).
@@ -173,6 +183,7 @@ class SplitKPlan:
     group_threads: int
     chunk_values: int
     chunks: int
+    last_wave: bool = False
 
     @property
     def chunk_bytes(self) -> int:
@@ -729,6 +740,7 @@ class Plan:
                 tile_cols=self.mma.block_n,
                 cluster_size=r.cluster_size,
                 split_k=self.split.splits if self.split else 1,
+                split_tiles="last_wave" if self.split and self.split.last_wave else "all",
             ),
             tensor_maps=maps,
             params=self.params,
@@ -1302,7 +1314,8 @@ def _split_plan(cfg: Config, f: _Basics, mma: MmaIssuePlan) -> SplitKPlan | None
         return None
     group_bytes = mma.m_waves * mma.wave_rows * mma.block_n * F32_BYTES * len(f.b_names)
     ws = WorkspaceSpec(sk, group_bytes * f.wgs, f.wgs, 2 if cfg.cluster.dual_tile else 1)
-    return SplitKPlan(sk, ws, group_bytes, 128, PARTIAL_CHUNK_VALUES, mma.fragment_regs // PARTIAL_CHUNK_VALUES)
+    return SplitKPlan(sk, ws, group_bytes, 128, PARTIAL_CHUNK_VALUES, mma.fragment_regs // PARTIAL_CHUNK_VALUES,
+                      last_wave=cfg.schedule.split_k_tiles == "last_wave")
 
 
 def make_plan(cfg: Config) -> Plan:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..ir import (Bar, ClusterSync, Const, CtaSync, Elect, Expr, FenceMbarrierInit, For, Let, MbarrierInit, Param,
                   Role, Sreg, TcgenFence, TmemAlloc, TmemBase, TmemDealloc, TmemRelinquish, Var, WarpSwitch, ceil_div,
-                  emin, eq, fold, lift, select)
+                  emin, eq, fold, le, lift, select)
 from ..ir.pipeline import PipelineState
 from ..plan import Plan
 
@@ -37,6 +37,12 @@ class TileScheduler:
     ``split = t % splits`` of tile ``tile = t / splits`` (same swizzle over tiles), covering k-blocks
     ``[kb0, kb1)``; ``tc`` counts units and ``kdone`` (bound to 0 in ``setup()``, advanced after each unit)
     the k-blocks this CTA walked before the unit (see :class:`ptxgen.plan.SplitKPlan`).
+
+    Split-K of the last wave (``plan.split.last_wave``): ``setup()`` also binds ``dp_tiles`` (whole waves of the
+    launched grid: ``num_tiles - num_tiles % num_clusters``; the tail is ``num_tiles - dp_tiles``); unit ``t < dp_tiles``
+    is tile ``t`` whole (``sk_tail`` = 0, split 0, k-blocks ``[0, num_k)``), unit ``t >= dp_tiles`` is split
+    ``tail_u % splits`` of tail tile ``tail_tile = tail_u / splits`` (``tail_u = t - dp_tiles``, ``sk_tail`` = 1),
+    tile ``dp_tiles + tail_tile``; the workspace is indexed by ``tail_tile``.
     """
 
     def __init__(self, plan: Plan, cluster: Cluster):
@@ -56,7 +62,15 @@ class TileScheduler:
         sp = self.p.split
         if sp is None:
             return []
-        return [Let("num_units", Var("num_tiles") * sp.splits), Let("kdone", Const(0))]
+        if not sp.last_wave:
+            return [Let("num_units", Var("num_tiles") * sp.splits), Let("kdone", Const(0))]
+        return [Let("dp_tiles", Var("num_tiles") - Var("num_tiles") % Var("num_clusters")),
+                Let("num_units", Var("dp_tiles") + (Var("num_tiles") - Var("dp_tiles")) * sp.splits), Let("kdone", Const(0))]
+
+    def split_tiles(self) -> Expr:
+        """Cluster tiles with a workspace slot: every tile, or (last wave) one per cluster of the grid: the tail,
+        ``num_tiles % num_clusters``, is fewer (:meth:`ptxgen.launch.WorkspaceSpec.cta_tiles_for`)."""
+        return Var("num_clusters") if self.p.split.last_wave else Var("num_tiles")
 
     def tiles_done(self) -> Expr:
         """Tiles this CTA's cluster walks: ``ceil((num_tiles - cluster_id) / num_clusters)`` (``tc`` after the loop)."""
@@ -72,6 +86,15 @@ class TileScheduler:
             split_lets = [Let("tile", T // s), Let("split", T % s),
                           Let("kb0", Var("split") * Var("num_k") // s),
                           Let("kb1", (Var("split") + 1) * Var("num_k") // s)]
+            if p.split.last_wave:  # whole units first, then the tail's split units (the unit's split 0: kb0 = 0)
+                tail = Var("sk_tail")
+                split_lets = [Let("sk_tail", le(Var("dp_tiles"), T)),
+                              Let("tail_u", select(tail, T - Var("dp_tiles"), 0)),
+                              Let("tail_tile", Var("tail_u") // s),
+                              Let("tile", select(tail, Var("dp_tiles") + Var("tail_u") // s, T)),
+                              Let("split", Var("tail_u") % s),
+                              Let("kb0", Var("split") * Var("num_k") // s),
+                              Let("kb1", select(tail, (Var("split") + 1) * Var("num_k") // s, Var("num_k")))]
             after = [Let("kdone", Var("kdone") + (Var("kb1") - Var("kb0")))]
         sched = [
             Let("tc", (T - Var("cluster_id")) // Var("num_clusters")),
@@ -95,9 +118,11 @@ class TileScheduler:
         ]
 
     def cta_tile(self) -> Expr:
-        """This CTA's tile index among all CTA tiles (split-K workspace slot): ``tile x ctas_per_tile + rank``."""
+        """This CTA's split-K workspace slot among the split CTA tiles: ``tile x ctas_per_tile + rank`` (last wave:
+        ``tail_tile`` for ``tile``)."""
         ctas = self.p.split.workspace.ctas_per_tile
-        return fold(Var("tile") * ctas + self.c.rank) if ctas == 2 else Var("tile")
+        tile = Var("tail_tile") if self.p.split.last_wave else Var("tile")
+        return fold(tile * ctas + self.c.rank) if ctas == 2 else tile
 
 
 def k_bounds(plan: Plan) -> tuple[Expr, Expr]:

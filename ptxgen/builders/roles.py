@@ -578,7 +578,7 @@ class SplitKFixup:
 
     def counter(self, wg: Expr) -> Expr:
         ws = self.sp.workspace
-        return fold(ws.counter_offset(Var("num_tiles") * ws.ctas_per_tile, self.sched.cta_tile(), wg))
+        return fold(ws.counter_offset(self.sched.split_tiles() * ws.ctas_per_tile, self.sched.cta_tile(), wg))
 
     def chunk_ops(self, make, split: Expr | int, wg: Expr) -> list:
         """``make(offset, array, idx)`` for every 16-byte chunk of this thread's fragments in partial ``split``."""
@@ -602,16 +602,24 @@ class SplitKFixup:
         n = self.sp.splits
         return select(lt(Var("num_k"), n), Var("num_k"), n)
 
+    def publishes(self) -> Expr:
+        """The unit publishes a partial and arrives: a split with k-blocks (last wave: of a tail tile)."""
+        nonempty = lt(Var("kb0"), Var("kb1"))
+        return land(Var("sk_tail"), nonempty) if self.sp.last_wave else nonempty
+
     def publish(self, wg: Expr) -> list:
         """A split with k-blocks: fragments -> partial ``split``; sync the warpgroup; one thread arrives on the
         counter (``atom.acq_rel``) and, if the count before it was ``arrivals - 1``, this split is the tile's last:
-        it resets the counter to 0.  ``sk_last`` (1 on that thread, 0 elsewhere) is what the warpgroup learns next."""
+        it resets the counter to 0.  ``sk_last`` (1 on that thread, 0 elsewhere) is what the warpgroup learns next.
+        Last wave: a whole tile (``sk_tail`` = 0) stores no partial and arrives nowhere; the thread that would
+        arrive sets ``sk_last`` = 1 instead, so the warpgroup runs the epilogue."""
         stores = self.chunk_ops(lambda off, name, idx: StGlobalF32(off, name, idx), Var("split"), wg)
         arrive = [AtomGlobalAdd("sk_seen", self.counter(wg), 1),
                   Let("sk_last", eq(Var("sk_seen"), self.arrivals() - 1)),
                   If(Var("sk_last"), (StGlobalU32(self.counter(wg), 0),))]
-        return [Let("sk_last", Const(0)), If(lt(Var("kb0"), Var("kb1")), tuple(stores)), self.epi.named_sync(wg),
-                If(eq(WARP % 4, 0), (Elect((If(lt(Var("kb0"), Var("kb1")), tuple(arrive)),)),))]
+        whole = [Let("sk_last", select(Var("sk_tail"), 0, 1))] if self.sp.last_wave else []
+        return [Let("sk_last", Const(0)), If(self.publishes(), tuple(stores)), self.epi.named_sync(wg),
+                If(eq(WARP % 4, 0), (Elect((*whole, If(self.publishes(), tuple(arrive)))),))]
 
     def learn(self, wg: Expr) -> NamedBarrierPopc:
         """The warpgroup learns whether its split is the tile's last (``sk_reduce`` = 1 or 0) at a barrier that also
@@ -623,6 +631,8 @@ class SplitKFixup:
         every path."""
         s = Var("ps")
         pred = land(land(ne(Var("sk_reduce"), 0), ne(s, Var("split"))), self.nonempty(s))
+        if self.sp.last_wave:  # a whole tile reads no partial
+            pred = land(Var("sk_tail"), pred)
         loads = self.chunk_ops(lambda off, name, idx: LdGlobalF32(off, name, idx, pred), s, wg)
         # not unrolled: with the loads of two partials in flight ptxas spills 4 B at 128x192, split_k 3
         return [For("ps", Const(0), Const(self.sp.splits), Const(1), tuple(loads), unroll=False)]

@@ -396,10 +396,13 @@ def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
         return _loaded.setdefault((ordinal, ident), found)
 
 
-def split_k_workspace(spec: Any, m: int, n: int, device: Any, ordinal: int, stream: int | None = None) -> tuple[int, ...]:
+def split_k_workspace(spec: Any, m: int, n: int, device: Any, ordinal: int, stream: int | None = None,
+                      num_sms: int | None = None) -> tuple[int, ...]:
     """The extra kernel arguments of ``spec`` for an ``m`` x ``n`` output launched on ``stream`` (a ``cudaStream_t``
     as an int; None: a workspace of its own, for a prepared launch): ``(workspace address,)`` for a split-K kernel,
-    ``()`` otherwise.
+    ``()`` otherwise.  ``num_sms``: the SM count the launch's grid was computed for (None: device ``ordinal``'s);
+    a split-K-of-the-last-wave kernel's workspace holds the tail tiles of that grid only
+    (:meth:`ptxgen.launch.WorkspaceSpec.bytes_for`).
 
     The workspace (:class:`~ptxgen.launch.WorkspaceSpec`: fp32 partials and u32 counters) is allocated once per
     (device, stream, config, size) and zero-filled then: every counter starts at 0, and each launch's last arriver
@@ -415,7 +418,11 @@ def split_k_workspace(spec: Any, m: int, n: int, device: Any, ordinal: int, stre
     ws = spec.workspace
     if ws is None:
         return ()
-    nbytes = ws.bytes_for(spec.grid, m, n)
+    if num_sms is None:
+        from ptxgen.runtime import driver
+
+        num_sms = driver.device_info(ordinal).sm_count if spec.grid.split_tiles != "all" else 1  # "all": unused
+    nbytes = ws.bytes_for(spec.grid, m, n, num_sms)
     if nbytes >= _U32_LIMIT:
         raise ShapeError(f"M={m}, N={n}: config {spec.name} (schedule.split_k={ws.split_k}) needs a {nbytes} B split-K "
                          f"workspace; must be < 4 GiB (u32 offsets): use a config with a smaller split_k")

@@ -46,7 +46,11 @@ Split-K candidates (``schedule.split_k = S > 1``, shipped: ``h100_64x128_sk2``, 
 arriver reads the other S - 1); the units of a wave store at once, so the kernel pays every unit's bytes over the
 shared ``partial_tbps`` (docs/performance.md, "Split-K", "Chooser padding terms").  Their protocol
 ("last arriver reduces") needs no resident grid and the runtime gives each stream its own workspace, so a call that
-names no config may run one.
+names no config may run one.  A split-K-of-the-last-wave candidate (``schedule.split_k_tiles: last_wave``) runs
+``dp_tiles / slots`` whole waves of data-parallel tiles (full K), then ``ceil(tail x S / slots)`` waves of units
+with K / S, and pays the partial traffic of the ``tail`` tiles only (``dp_tiles = tiles - tiles % slots``; fewer
+tiles than slots: every tile split, as the kernel does: :meth:`ptxgen.launch.GridPolicy.split_units`); shipped:
+``h100_128x128_c2_lw2``, ``h100_128x256_lw2``, ``h100_128x256_lw4``, ranked with their base config's tile factor.
 
 Swap-AB candidates (``schedule.swap_ab``: the kernel runs ``D^T = B @ A^T``, so its ``m`` is N and its ``n`` is M)
 rank when M fits their ``block_n`` (:func:`swap_ab_fits`) with the same model on the problem they run, ``(N, M, K)``;
@@ -145,7 +149,9 @@ SM90_GEMM_MODEL = DeviceModel(
     tile_factors=(("h100_128x128", 1.2466), ("h100_128x128_c2", 0.9856), ("h100_128x144", 1.248),
                   ("h100_128x192", 1.159), ("h100_128x256", 1.0437), ("h100_128x64", 0.9078), ("h100_192x176", 1.1948),
                   ("h100_256x128", 0.999), ("h100_64x128", 1.0199), ("h100_64x256", 1.0438), ("h100_64x64", 1.0886),
-                  ("h100_128x192_sk3", 1.001), ("h100_128x64_sk2", 1.0005), ("h100_64x128_sk2", 1.0016)))
+                  ("h100_128x192_sk3", 1.001), ("h100_128x64_sk2", 1.0005), ("h100_64x128_sk2", 1.0016),
+                  # split-K of the last wave: the base config's factor (whole tiles are the same kernel), not fitted
+                  ("h100_128x128_c2_lw2", 0.9856), ("h100_128x256_lw2", 1.0437), ("h100_128x256_lw4", 1.0437)))
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,7 @@ class Candidate:
     multicast: bool = False  # sm_90a CTA pair multicasting B (tma.multicast)
     grouped: str = "none"  # schedule.grouped (masked / contiguous: ptxgen.grouped_gemm's, never a candidate)
     swap_ab: bool = False  # schedule.swap_ab: runs D^T = B @ A^T, predicted as the swapped problem (N, M, K)
+    split_tiles: str = "all"  # schedule.split_k_tiles: every tile split, or the last wave's only (see predict)
 
     @property
     def accumulators(self) -> int:
@@ -204,7 +211,7 @@ def _shipped_candidates() -> tuple[Candidate, ...]:
     def build() -> bytes:
         return json.dumps(prebuilt.candidate_rows() or shipped_rows()).encode()
 
-    blob = cache.get_or_build(("ptxgen-candidates-v4", f"src={source_fingerprint()}"), build)
+    blob = cache.get_or_build(("ptxgen-candidates-v5", f"src={source_fingerprint()}"), build)
     return tuple(Candidate(*row) for row in json.loads(blob))
 
 
@@ -239,7 +246,7 @@ def shipped_candidate(name: str) -> Candidate:
                          cluster, raw.get("kernel", "gemm"), raw.get("operands", "bf16"),
                          mma.get("consumers", "cooperative"), schedule.get("split_k", 1), mma.get("warpgroups", 1),
                          raw.get("tma", {}).get("multicast", False), schedule.get("grouped", "none"),
-                         schedule.get("swap_ab", False))
+                         schedule.get("swap_ab", False), schedule.get("split_k_tiles", "all"))
     except (KeyError, TypeError, AttributeError):
         from ptxgen.config import load_config
 
@@ -247,7 +254,7 @@ def shipped_candidate(name: str) -> Candidate:
         return Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
                          cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands, cfg.mma.consumers,
                          cfg.schedule.split_k, cfg.mma.warpgroups, cfg.tma.multicast, cfg.schedule.grouped,
-                         cfg.schedule.swap_ab)
+                         cfg.schedule.swap_ab, cfg.schedule.split_k_tiles)
 
 
 def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceModel = SM90_MODEL) -> dict:
@@ -255,7 +262,8 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
 
     Returns:
         ``{"us", "tiles", "units", "waves", "tail", "bytes_per_flop"}``: microseconds, tile count, work units
-        (tiles x split_k), waves of units, tail efficiency in (0, 1], operand bytes per FLOP of one tile.
+        (tiles x split_k; last wave: whole tiles + tail tiles x split_k), waves of units, tail efficiency in
+        (0, 1], operand bytes per FLOP of one tile.
     """
     slots = max(c.cluster, sm_count // c.cluster * c.cluster)
     # an sm_90a CTA pair takes two m-blocks of one n-block, so an odd count of m-blocks leaves one CTA of a pair
@@ -264,34 +272,45 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
     m_blocks = math.ceil(math.ceil(m / c.block_m) / pair) * pair
     tiles = m_blocks * math.ceil(n / c.block_n)
     splits = c.split_k
-    units = tiles * splits  # split-K: each tile's K in split_k work units, scheduled like tiles
-    waves = math.ceil(units / slots)
+    # split-K of the last wave: whole waves of data-parallel tiles (full K), then the tail tiles split (the kernel's
+    # dp_tiles = tiles - tiles % grid; fewer tiles than slots: all of them split, ptxgen.launch.GridPolicy.split_units)
+    dp_tiles = tiles - tiles % slots if c.split_tiles == "last_wave" and splits > 1 and tiles >= slots else 0
+    split_tiles = tiles - dp_tiles if splits > 1 else 0
+    units = dp_tiles + (tiles - dp_tiles) * splits  # split-K: each split tile's K in split_k work units
+    dp_waves = dp_tiles // slots
+    split_waves = math.ceil((units - dp_tiles) / slots)
+    waves = dp_waves + split_waves
     acc = c.accumulators
     per_sm_flops = model.peak_tflops * 1e12 / sm_count * (model.one_wg_efficiency if c.warpgroups == 1 else 1.0)
     per_sm_l2 = model.l2_tbps * 1e12 / sm_count
     per_sm_store = model.store_tbps * 1e12 / sm_count
     b_rows = acc * c.block_n / (2 if model.multicast and c.multicast else 1)
     ragged = model.ragged_load_factor if (2 * k) % 128 else 1.0
-    k_unit = k / splits
-    math_s = 2.0 * acc * c.block_m * c.block_n * k_unit / per_sm_flops
     # rows of a tile past M: TMA zero-fills them in shared memory without reading memory (PTX ISA "Tensors: out of
     # bounds access"); a tile holds m / m_blocks rows of A inside M on average
     a_rows = m / m_blocks
     pad_rows = c.block_m - a_rows
     a_cost_rows = a_rows + model.pad_row_cost * pad_rows  # A rows' L2 -> shared time, in loaded rows
-    load_s = (a_cost_rows + b_rows) * k_unit * 2.0 * ragged / per_sm_l2
+
+    def unit_s(k_unit: float) -> float:
+        """A unit's main-loop time: the larger of its math and its operand time."""
+        math_s = 2.0 * acc * c.block_m * c.block_n * k_unit / per_sm_flops
+        return max(math_s, (a_cost_rows + b_rows) * k_unit * 2.0 * ragged / per_sm_l2)
+
     fixed_s = (c.stages * (a_cost_rows + acc * c.block_n) * c.block_k * 2.0) / per_sm_l2 + c.block_m * c.block_n * 2.0 / per_sm_store
     # split-K: every split stores its fp32 partial (block_m rows, those past M too), the last arriver reads the other
-    # splits - 1; the units of a wave share the partial bandwidth, so the kernel pays for every unit's bytes
+    # splits - 1; the units of a wave share the partial bandwidth, so the kernel pays for every split unit's bytes
     partial_s = 0.0
     if splits > 1:
-        partial_s = units * acc * c.block_m * c.block_n * 4.0 * (2 * splits - 1) / splits / (model.partial_tbps * 1e12)
+        partial_s = (split_tiles * splits * acc * c.block_m * c.block_n * 4.0 * (2 * splits - 1) / splits
+                     / (model.partial_tbps * 1e12))
     dram_bytes = 2.0 * (m * k + acc * n * k + m * n)
     dram_bw = model.hbm_tbps * 1e12
     if model.dram_latency_us:
         in_flight = c.stages * (a_rows + b_rows) * c.block_k * 2.0  # a zero-filled row holds no memory request
         dram_bw = min(dram_bw, min(units, slots) * in_flight / (model.dram_latency_us * 1e-6))
-    tile_s = (waves * (max(math_s, load_s) + fixed_s) + partial_s) * dict(model.tile_factors).get(c.name, 1.0)
+    waves_s = dp_waves * (unit_s(k) + fixed_s) + split_waves * (unit_s(k / splits) + fixed_s)
+    tile_s = (waves_s + partial_s) * dict(model.tile_factors).get(c.name, 1.0)
     dram_s = dram_bytes / dram_bw
     p = model.overlap
     both = max(tile_s, dram_s) if not p else max(tile_s, dram_s) * (1 + (min(tile_s, dram_s) / max(tile_s, dram_s)) ** p) ** (1 / p)

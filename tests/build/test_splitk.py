@@ -72,7 +72,7 @@ def test_plan_numbers_and_launch_spec():
     assert spec.grid.split_k == 3 and LaunchSpec.from_json(spec.to_json()) == spec
     # 4096x576: 32 x 3 tiles of 128x192, 3 splits: 288 units, persistent grid capped at the SM count
     assert spec.grid.grid_x(4096, 576, 132) == 132 and spec.grid.grid_x(256, 192, 132) == 6
-    assert ws.bytes_for(spec.grid, 4096, 576) == 96 * 3 * 128 * 192 * 4 + 96 * 2 * 4  # a partial per split
+    assert ws.bytes_for(spec.grid, 4096, 576, 132) == 96 * 3 * 128 * 192 * 4 + 96 * 2 * 4  # a partial per split
     assert ws.counter_offset(96, 5, 1) == ws.counters_offset(96) + (5 * 2 + 1) * 4
     pair = make_plan(split("h100_128x256", 2)).split.workspace
     assert pair.ctas_per_tile == 2  # a multicast CTA pair computes two m-blocks: two CTA tiles per cluster tile
@@ -214,7 +214,7 @@ def test_workspace_is_one_per_stream_zeroed_and_bounded(monkeypatch):
     (own,) = api.split_k_workspace(spec, 300, 400, "cpu", 0, None)
     assert own not in (ptr, other) and len(api._owned) == 1  # a prepared launch's own, kept alive
     for buf in (*api._workspaces.values(), *api._owned):
-        assert buf.numel() == spec.workspace.bytes_for(spec.grid, 300, 400) and not buf.any()
+        assert buf.numel() == spec.workspace.bytes_for(spec.grid, 300, 400, 132) and not buf.any()
         assert buf.dtype == torch.uint8
     assert api.split_k_workspace(make_plan(load_config("h100_128x192")).launch_spec(), 300, 400, "cpu", 0, 7) == ()
     with pytest.raises(ShapeError, match=r"needs a \d+ B split-K workspace; must be < 4 GiB"):
@@ -227,7 +227,8 @@ def test_shipped_split_k_configs_are_candidates():
     from ptxgen.runtime import choose
 
     split_names = {c.name for c in choose.candidates("sm_90a") if c.split_k > 1}
-    assert split_names == {"h100_64x128_sk2", "h100_128x64_sk2", "h100_128x192_sk3"}
+    assert split_names == {"h100_64x128_sk2", "h100_128x64_sk2", "h100_128x192_sk3",
+                           "h100_128x128_c2_lw2", "h100_128x256_lw2", "h100_128x256_lw4"}
     assert all(load_config(n).schedule.split_k == choose.shipped_candidate(n).split_k for n in split_names)
 
 

@@ -9,7 +9,8 @@ counter makes the wrong split reduce, before the partials are there).  The two r
 the split that arrives last adds the others' partials into its own registers, so the order of the fp32 adds
 follows the arrival order.  CUDA-graph capture and replay with new input values; a shape whose K leaves every
 split but the last empty; two streams running the same config and shape at once (each its own workspace);
-many launches in a row.
+many launches in a row.  Split-K of the last wave (bench/configs ``*_lw*``): shapes with whole waves and a tail,
+fewer tiles than SMs, ragged M/N/K, launches in a row, two streams, a graph replay, a prepared launch.
 ``PTXGEN_GPU_EXAMPLES`` sets the examples per config (default 100).
 """
 
@@ -65,15 +66,19 @@ def run_twice(torch, fn, m: int, n: int, ref, label: str) -> float:
 @settings(max_examples=EXAMPLES)
 @given(data=st.data())
 def test_splitk_gemm_matches_reference(torch, name, splits, data):
+    random_gemm_matches_reference(torch, split_config(name, splits), f"{name} split_k={splits}", data)
+
+
+def random_gemm_matches_reference(torch, cfg, name: str, data) -> None:
+    """One Hypothesis-drawn GEMM of ``cfg`` (M, N near its tile, K a multiple of 8), run twice (:func:`run_twice`)."""
     from ptxgen import gemm
 
-    cfg = split_config(name, splits)
     m = data.draw(dim(cfg.tile.block_m * cfg.cluster.size), label="m")
     n = data.draw(dim(cfg.tile.block_n), label="n")
     k = data.draw(k_dim(8), label="k")
     seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
     a, b = random_operands(torch, m, n, k, seed)
-    label = f"{name} split_k={splits} {m}x{n}x{k} seed {seed}"
+    label = f"{name} {m}x{n}x{k} seed {seed}"
     err = run_twice(torch, lambda out: gemm(a, b, out=out, config=cfg), m, n, a.float() @ b.float().T, label)
     assert err < TOLERANCE, f"{label}: relative Frobenius error {err:.3e}"
 
@@ -208,16 +213,21 @@ def test_splitk_many_launches_reset_the_counters(torch, name, splits, shape):
 def test_splitk_two_streams_at_once(torch):
     """The same config and shape on two streams, launched back to back many times without syncing between
     them: each stream has its own workspace, so the launches may overlap on the GPU and both stay right."""
+    two_streams_at_once(torch, split_config("h100_128x64", 4), (256, 2048, 8192), seed=41, launches=8)
+
+
+def two_streams_at_once(torch, cfg, shape, seed: int, launches: int) -> None:
+    """``launches`` calls of ``cfg`` on each of two streams, back to back without syncing between them; every output
+    right (no NaN, relative error < TOLERANCE)."""
     from ptxgen import gemm
     from ptxgen.bench import relative_error
 
-    m, n, k = 256, 2048, 8192
-    cfg = split_config("h100_128x64", 4)
+    m, n, k = shape
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    inputs = [random_operands(torch, m, n, k, seed=41 + i) for i in range(2)]
-    outs = [[_poisoned(torch, m, n) for _ in range(8)] for _ in range(2)]
+    inputs = [random_operands(torch, m, n, k, seed=seed + i) for i in range(2)]
+    outs = [[_poisoned(torch, m, n) for _ in range(launches)] for _ in range(2)]
     torch.cuda.synchronize()
-    for j in range(8):
+    for j in range(launches):
         for s, (a, b), o in zip(streams, inputs, outs):
             with torch.cuda.stream(s):
                 gemm(a, b, out=o[j], config=cfg)
@@ -227,3 +237,95 @@ def test_splitk_two_streams_at_once(torch):
         for j, out in enumerate(o):
             assert not torch.isnan(out).any(), f"launch {j}: NaN"
             assert relative_error(out, ref) < TOLERANCE, f"launch {j}"
+
+
+# --------------------------------------------------------------------------- split-K of the last wave
+
+#: bench/configs variants with ``schedule.split_k_tiles: last_wave`` (docs/performance.md, "Split-K of the last
+#: wave"): one CTA and CTA pairs, 1 and 2 consumer warpgroups
+LAST_WAVE = ["h100_128x128_lw2", "h100_128x256_lw2", "h100_256x128_lw4", "h100_128x192_lw3", "h100_128x128_c2_lw4"]
+
+
+@functools.cache
+def last_wave_config(name: str):
+    from pathlib import Path
+
+    bench = Path(__file__).parents[2] / "bench" / "configs" / f"{name}.yaml"
+    return config_mod.load_config(bench if bench.is_file() else name)  # shipped, or a bench/configs variant
+
+
+@pytest.mark.parametrize("name", LAST_WAVE)
+@pytest.mark.parametrize("shape", [(2048, 1152, 4096), (2048, 1300, 1000), (2047, 1201, 4104), (1024, 1024, 8192),
+                                   (256, 18432, 1024), (300, 200, 8)],
+                         ids=["144tiles", "176tiles", "ragged", "64tiles", "pairs_tail", "one_kblock"])
+def test_last_wave_gemm_fixed_shapes(torch, name, shape):
+    """Whole waves plus a tail (128x128 tiles at M=2048, N=1152..1300: 144-176 tiles on 132 SMs), ragged M/N/K,
+    fewer tiles than SMs (every tile split), one k-block (empty splits): each launch twice into NaN-poisoned outputs."""
+    from ptxgen import gemm
+
+    m, n, k = shape
+    a, b = random_operands(torch, m, n, k, seed=51)
+    cfg = last_wave_config(name)
+    err = run_twice(torch, lambda out: gemm(a, b, out=out, config=cfg), m, n, a.float() @ b.float().T,
+                    f"{name} {m}x{n}x{k}")
+    assert err < TOLERANCE, f"{name} {m}x{n}x{k}: relative Frobenius error {err:.3e}"
+
+
+@pytest.mark.parametrize("name", LAST_WAVE[:3])
+@settings(max_examples=max(1, EXAMPLES // 4))
+@given(data=st.data())
+def test_last_wave_gemm_matches_reference(torch, name, data):
+    random_gemm_matches_reference(torch, last_wave_config(name), name, data)
+
+
+def test_last_wave_many_launches_two_streams_and_graph(torch):
+    """Twenty launches in a row, two streams at once (each its own workspace) and a CUDA graph replayed with new
+    inputs: every tail tile's counters are reset by its last arriver, whole tiles never touch them."""
+    from ptxgen import gemm
+    from ptxgen.bench import relative_error
+
+    cfg = last_wave_config("h100_128x128_lw2")
+    m, n, k = 2048, 1200, 2048  # 160 tiles: 132 whole, 28 split
+    a, b = random_operands(torch, m, n, k, seed=61)
+    ref = a.float() @ b.float().T
+    for i in range(20):
+        out = _poisoned(torch, m, n)
+        gemm(a, b, out=out, config=cfg)
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any() and relative_error(out, ref) < TOLERANCE, f"launch {i}"
+    two_streams_at_once(torch, cfg, (m, n, k), seed=62, launches=6)
+    out = _poisoned(torch, m, n)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        gemm(a, b, out=out, config=cfg)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gemm(a, b, out=out, config=cfg)
+    for seed in range(3):
+        a.copy_(random_operands(torch, m, n, k, seed=70 + seed)[0])
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any(), f"replay {seed}: NaN"
+        assert relative_error(out, a.float() @ b.float().T) < TOLERANCE, f"replay {seed}"
+
+
+def test_last_wave_prepared_launch(torch):
+    """``prepare()`` (the bench's launch) sizes the workspace for the grid it launches."""
+    from ptxgen.bench import relative_error
+    from ptxgen.runtime.api import prepare
+
+    m, n, k = 2048, 1152, 3000
+    a, b = random_operands(torch, m, n, k, seed=81)
+    out = _poisoned(torch, m, n)
+    prepared = prepare(a, b, out=out, config=last_wave_config("h100_128x256_lw2"))
+    assert prepared.kernel.spec.grid.split_tiles == "last_wave"
+    for _ in range(3):
+        out.fill_(float("nan"))
+        prepared.launch()
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any()
+        assert relative_error(out, a.float() @ b.float().T) < TOLERANCE

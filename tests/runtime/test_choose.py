@@ -49,7 +49,8 @@ def test_shipped_candidate_agrees_with_load_config(name):
     assert shipped_candidate(name) == Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
                                                 cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands,
                                                 cfg.mma.consumers, cfg.schedule.split_k, cfg.mma.warpgroups,
-                                                cfg.tma.multicast, cfg.schedule.grouped, cfg.schedule.swap_ab)
+                                                cfg.tma.multicast, cfg.schedule.grouped, cfg.schedule.swap_ab,
+                                                cfg.schedule.split_k_tiles)
 
 
 def test_cost_model_waves_and_tail():

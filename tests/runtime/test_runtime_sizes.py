@@ -34,7 +34,7 @@ def test_split_k_workspace_holds_every_ctas_partials_and_counters(name, m, n):
     partial = cfg.tile.block_m * cfg.tile.block_n * 4 * accumulators  # fp32 partial tile of one CTA
     counters = cfg.mma.warpgroups  # one per consumer warpgroup
     splits = cfg.schedule.split_k
-    assert spec.workspace.bytes_for(spec.grid, m, n) == cta_tiles * (splits * partial + counters * 4)
+    assert spec.workspace.bytes_for(spec.grid, m, n, 132) == cta_tiles * (splits * partial + counters * 4)
 
 
 @pytest.mark.parametrize("name", shipped_configs() + list(SPLIT_K))

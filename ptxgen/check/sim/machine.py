@@ -153,7 +153,7 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
         self.steps = self.ops = 0
         self.fingerprint = 0  # hash of the scheduler's choices: equal fingerprints, same interleaving
         ws = spec.workspace
-        self.ws = Workspace(ws, spec.grid.cluster_tiles(m, n) * ws.ctas_per_tile) if ws is not None else None
+        self.ws = Workspace(ws, ws.cta_tiles_for(spec.grid, m, n, num_sms)) if ws is not None else None
         self.ctas = [Cta(kernel, c, smem_base) for c in range(self.grid)]
         self.warps: list[Warp] = []  # by warp id
         self.tc_who: dict[tuple[int, int], Who] = {}  # (warp id, tcgen05 op number) -> the op, for messages

@@ -5,7 +5,7 @@ small launch with :class:`ptxgen.check.walker.WarpWalker` (the simulator's
 interpreter, without timing or data; in these kernels control flow never
 depends on barrier state, so each warp's event sequence is fixed), and then
 checks the traces.  The launch has ``accumulator.stages + 2`` tiles per
-cluster (persistent kernels: one cluster; otherwise one tile per cluster) and
+cluster (persistent kernels: one cluster, split-K of the last wave two; otherwise one tile per cluster) and
 ``2 * stages + 1`` k-blocks, so every ring wraps and every parity is used.
 A second, ragged launch (one column less, so ``n % 8 != 0``) takes the
 branches that depend on the shape (sm_90a: the st.global epilogue) and is
@@ -64,6 +64,8 @@ def _launch(kernel: Kernel, ragged: bool = False, ragged_rows: bool = False) -> 
     tiles = kernel.acc_stages + 2 if kernel.is_sm100 else 3
     m, n = kernel.launch.grid.tile_rows * tiles - ragged_rows, kernel.launch.grid.tile_cols - ragged
     k = kernel.block_k * (2 * kernel.stages + 1)
+    if kernel.launch.grid.split_tiles == "last_wave":  # 3 tiles on 2 clusters: a whole wave, then a split tail tile
+        return m, n, k, 2 * kernel.cluster_size
     return m, n, k, kernel.cluster_size
 
 
