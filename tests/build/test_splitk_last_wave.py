@@ -135,6 +135,8 @@ SIM_CASES = [
     ("h100_128x256", 4, (700, 700, 200), 4),  # 9 cluster tiles on 2 clusters: 4 waves, 1 tail tile in 4 units
     ("h100_128x128_c2", 2, (700, 300, 136), 8),  # 9 cluster tiles on 4 clusters: 2 waves, 1 tail tile
     ("h100_128x128_c2", 3, (700, 390, 200), 10),  # 12 cluster tiles on 5 clusters: 2 waves, 2 tail tiles
+    ("dual_h100_128x64", 2, (300, 330, 200), 4),  # dual GEMM: 18 tiles on 4 clusters: 4 waves, 2 tail tiles
+    ("dual_h100_128x128_c2", 2, (700, 390, 200), 10),  # dual GEMM, CTA pairs: 12 cluster tiles on 5: 2 waves, 2 tail tiles
 ]
 
 
@@ -152,7 +154,7 @@ def test_sim_cases_have_tails():
 
 
 @pytest.mark.parametrize("name,splits", [("h100_128x192", 3), ("h100_256x128", 2), ("h100_128x256", 4),
-                                         ("h100_128x128_c2", 2)])
+                                         ("h100_128x128_c2", 2), ("dual_h100_128x64", 2)])
 def test_last_wave_kernels_verify(name, splits):
     verify(kernel(name, splits))
 
