@@ -258,6 +258,23 @@ def test_planted_residual_from_the_wrong_row():
         simulate(bad, 70, 150, 64, expr=plan.epilogue.expr, num_sms=2)
 
 
+@pytest.mark.parametrize("config, expr, shape, sms", [
+    ("h100_128x256_lw2", "acc + residual", (520, 250, 136), 4),  # CTA pairs: 2 whole cluster tiles, 1 split in 2
+    ("h100_128x128_c2_lw2", "gelu(acc + bias[col])", (700, 300, 136), 8),  # 8 whole, 1 split
+    ("h100_128x256_lw4", 'e4m3(amax("am", acc) * scale[row], "ds")', (700, 700, 200), 4),  # 8 whole, 1 in 4 units
+])
+def test_fused_epilogue_after_a_last_wave_fixup(config, expr, shape, sms):
+    """The shipped last-wave configs the chooser may pick for a fused call: whole tiles run the expression after
+    their mainloop, a split tail tile after its fixup, on the tile's last arriver only (a residual staged through
+    the CD ring, a bias, an e4m3 D with an amax output)."""
+    plan = make_plan(load_config(config).replace(**{"epilogue.expr": expr}))
+    units = plan.launch_spec().grid.split_units(shape[0], shape[1], sms)
+    assert units.dp_tiles > 0 and units.split_tiles > 0
+    kernel = build_kernel(plan)
+    verify(kernel)
+    simulate(kernel, *shape, expr=plan.epilogue.expr, num_sms=sms)
+
+
 def test_e4m3_rounding_matches_the_cvt_rule():
     """round_e4m3: nearest, ties to even, saturating, NaN kept (against the e4m3 table)."""
     from ptxgen.formats import E4M3_VALUES
