@@ -18,11 +18,17 @@ holding every other constant of the shipped model, on the shapes of the survey f
 timed the split-K configs beside the unsplit ones.  ``--fit-pad F ...`` fits only the terms of rows past M and of the
 shared partial traffic (:data:`PAD_FITTED`: ``pad_row_cost``, ``partial_tbps``), every other constant and tile factor
 held (shipped: on the tune survey, then the two split-K tune surveys, docs/performance.md, "Chooser padding terms").
+``--fit-lastwave F ...`` fits only ``whole_tile_fixup_us`` (the fixup a whole tile of a split-K-of-the-last-wave config
+passes predicated off, per split), every other constant and tile factor held: it prints the estimate of each shape that
+isolates the whole tiles (:func:`whole_tile_isolates`), then Nelder-Mead on the soft loss from their median, and the
+model-only regret without the term, at the isolated value, at the fit and as shipped (shipped: the fit on the last-wave
+tune survey, docs/performance.md, "Split-K of the last wave").
 ``--eval F ...`` (repeatable: one evaluation per option) evaluates the chooser on the shapes of its files; a decision
 no file timed is listed as unmeasured.
 
 Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json ...] [--fit-split survey_tune_sk.json ...]
-       [--fit-pad survey_tune.json survey_tune_sk.json ...] [--eval survey_report.json ...] [--model-only] [--json F]
+       [--fit-pad survey_tune.json survey_tune_sk.json ...] [--fit-lastwave survey_tune_lw.json ...]
+       [--eval survey_report.json ...] [--model-only] [--json F]
        [--table F]
 """
 import argparse
