@@ -18,11 +18,17 @@ holding every other constant of the shipped model, on the shapes of the survey f
 timed the split-K configs beside the unsplit ones.  ``--fit-pad F ...`` fits only the terms of rows past M and of the
 shared partial traffic (:data:`PAD_FITTED`: ``pad_row_cost``, ``partial_tbps``), every other constant and tile factor
 held (shipped: on the tune survey, then the two split-K tune surveys, docs/performance.md, "Chooser padding terms").
+``--fit-lastwave F ...`` fits only ``whole_tile_fixup_us`` (the fixup a whole tile of a split-K-of-the-last-wave config
+passes predicated off, per split), every other constant and tile factor held: it prints the estimate of each shape that
+isolates the whole tiles (:func:`whole_tile_isolates`), then Nelder-Mead on the soft loss from their median, and the
+model-only regret without the term, at the isolated value, at the fit and as shipped (shipped: the fit on the last-wave
+tune survey, docs/performance.md, "Split-K of the last wave").
 ``--eval F ...`` (repeatable: one evaluation per option) evaluates the chooser on the shapes of its files; a decision
 no file timed is listed as unmeasured.
 
 Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json ...] [--fit-split survey_tune_sk.json ...]
-       [--fit-pad survey_tune.json survey_tune_sk.json ...] [--eval survey_report.json ...] [--model-only] [--json F]
+       [--fit-pad survey_tune.json survey_tune_sk.json ...] [--fit-lastwave survey_tune_lw.json ...]
+       [--eval survey_report.json ...] [--model-only] [--json F]
        [--table F]
 """
 import argparse
@@ -156,6 +162,58 @@ def fit_pad(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
     return _minimize(model_of, x, bounds, cands, rows)
 
 
+#: ``--fit-lastwave``: the bounds of ``whole_tile_fixup_us`` (microseconds a whole tile spends per split in the
+#: fixup it passes predicated off) and the start of its soft-loss fit
+WHOLE_TILE_FIXUP_BOUNDS, WHOLE_TILE_FIXUP_START = (0.01, 5.0), 0.3
+#: a shape isolates the whole-tile fixup of a last-wave candidate when at least this many whole waves run and at most
+#: this fraction of its tiles is split (the rest of the difference from its base config is then the fixup)
+ISOLATE_WAVES, ISOLATE_TAIL = 32, 0.01
+
+
+def base_of(name: str) -> str:
+    """The config a split-K-of-the-last-wave candidate is the base config plus ``_lw<S>`` of."""
+    return name.rsplit("_lw", 1)[0]
+
+
+def whole_tile_isolates(cands, rows, model: choose.DeviceModel) -> list[tuple[str, tuple[int, int, int], float]]:
+    """``[(candidate, shape, us)]``: per last-wave candidate timed beside its base on a shape that isolates the whole
+    tiles (:data:`ISOLATE_WAVES`, :data:`ISOLATE_TAIL`), the measured time over the base's, less what ``model``
+    (without the fixup term) predicts of it, times the base's predicted time: per whole wave and per split, in the
+    model's microseconds."""
+    free = dataclasses.replace(model, whole_tile_fixup_us=0.0)
+    by_name = {c.name: c for c in cands}
+    out = []
+    for mnk, times in rows:
+        for c in cands:
+            base = by_name.get(base_of(c.name))
+            if c.split_tiles != "last_wave" or base is None or c.name not in times or base.name not in times:
+                continue
+            p, pb = choose.predict(c, *mnk, SMS, free), choose.predict(base, *mnk, SMS, free)
+            slots = max(c.cluster, SMS // c.cluster * c.cluster)
+            dp_waves, tail = p["tiles"] // slots, p["tiles"] % slots
+            if dp_waves >= ISOLATE_WAVES and tail <= ISOLATE_TAIL * p["tiles"]:
+                # the measured ratio over the predicted one, in the model's microseconds (it ranks by ratios; its
+                # absolute times are not the measured ones)
+                excess_us = (times[c.name] / times[base.name] - p["us"] / pb["us"]) * pb["us"]
+                out.append((c.name, mnk, excess_us / (dp_waves * c.split_k)))
+    return out
+
+
+def fit_lastwave(cands, rows, start: choose.DeviceModel) -> tuple[choose.DeviceModel, choose.DeviceModel]:
+    """``whole_tile_fixup_us``, every other constant and tile factor held: (the median of the isolated estimates,
+    :func:`whole_tile_isolates`; Nelder-Mead on the soft loss over every shape from the isolated value)."""
+    isolates = whole_tile_isolates(cands, rows, start)
+    for name, mnk, us in isolates:
+        print(f"  isolated: {name} on {mnk[0]}x{mnk[1]}x{mnk[2]}: {us:.3f} us per whole tile and split")
+    isolated = dataclasses.replace(start, whole_tile_fixup_us=round(statistics.median(us for *_, us in isolates), 3))
+
+    def model_of(x):
+        return dataclasses.replace(start, whole_tile_fixup_us=round(math.exp(min(max(x[0], -20.0), 20.0)), 4))
+
+    bounds = [(math.log(WHOLE_TILE_FIXUP_BOUNDS[0]), math.log(WHOLE_TILE_FIXUP_BOUNDS[1]))]
+    return isolated, _minimize(model_of, [math.log(isolated.whole_tile_fixup_us)], bounds, cands, rows)
+
+
 def evaluate(paths: list[str], cands, model_only: bool, model: choose.DeviceModel = choose.SM90_GEMM_MODEL) -> dict:
     """Each shape's decision (``model_only``: the cost model's among the timed candidates; else the chooser's, tables
     first, its cost model ``model``, among every candidate) and its regret; a decision the surveys did not time has
@@ -188,6 +246,7 @@ def main() -> None:
     p.add_argument("--fit", nargs="+", default=[])
     p.add_argument("--fit-split", nargs="+", default=[])
     p.add_argument("--fit-pad", nargs="+", default=[])
+    p.add_argument("--fit-lastwave", nargs="+", default=[])
     p.add_argument("--eval", nargs="+", action="append", default=[])
     p.add_argument("--model-only", action="store_true")
     p.add_argument("--json")
@@ -225,6 +284,19 @@ def main() -> None:
         print(f"shipped: loss {loss(model, cands, rows):.4f}")
         model = fit_pad(cands, rows, model)
         print(f"fitted: loss {loss(model, cands, rows):.4f}, " + ", ".join(f"{n}={getattr(model, n):.4g}" for n in PAD_FITTED))
+    if args.fit_lastwave:
+        rows = measured(args.fit_lastwave, names, split)
+        free = dataclasses.replace(model, whole_tile_fixup_us=0.0)
+        isolated, soft = fit_lastwave(cands, rows, free)
+        for label, m in (("without the term", free), ("isolated", isolated), ("soft-loss fit", soft), ("shipped", model)):
+            r = [times[model_pick(m, cands, mnk, times)] / min(times.values()) for mnk, times in rows]
+            print(f"{label}: whole_tile_fixup_us={m.whole_tile_fixup_us:.4g}, loss {loss(m, cands, rows):.4f}, "
+                  f"regret median {statistics.median(r):.4f}, mean {statistics.fmean(r):.4f}, worst {max(r):.4f}")
+            for mnk, times in rows:
+                pick = model_pick(m, cands, mnk, times)
+                if times[pick] > 1.01 * min(times.values()):
+                    print(f"  {mnk[0]}x{mnk[1]}x{mnk[2]}: {pick} vs {min(times, key=times.get)}: "
+                          f"{times[pick] / min(times.values()):.4f}")
     if args.table and args.fit:
         device = json.load(open(args.fit[0]))["device"]
         entries = [{"m": mnk[0], "n": mnk[1], "k": mnk[2], "config": min(t, key=t.get), "ms": round(min(t.values()), 4),

@@ -49,8 +49,10 @@ shared ``partial_tbps`` (docs/performance.md, "Split-K", "Chooser padding terms"
 names no config may run one.  A split-K-of-the-last-wave candidate (``schedule.split_k_tiles: last_wave``) runs
 ``dp_tiles / slots`` whole waves of data-parallel tiles (full K), then ``ceil(tail x S / slots)`` waves of units
 with K / S, and pays the partial traffic of the ``tail`` tiles only (``dp_tiles = tiles - tiles % slots``; fewer
-tiles than slots: every tile split, as the kernel does: :meth:`ptxgen.launch.GridPolicy.split_units`); shipped:
-``h100_128x128_c2_lw2``, ``h100_128x256_lw2``, ``h100_128x256_lw4``, ranked with their base config's tile factor.
+tiles than slots: every tile split, as the kernel does: :meth:`ptxgen.launch.GridPolicy.split_units`); each of its
+whole tiles costs ``S x whole_tile_fixup_us`` more than the base config's (the fixup it passes predicated off);
+shipped: ``h100_128x128_c2_lw2``, ``h100_128x256_lw2``, ``h100_128x256_lw4``, ranked with their base config's tile
+factor.
 
 Swap-AB candidates (``schedule.swap_ab``: the kernel runs ``D^T = B @ A^T``, so its ``m`` is N and its ``n`` is M)
 rank when M fits their ``block_n`` (:func:`swap_ab_fits`) with the same model on the problem they run, ``(N, M, K)``;
@@ -120,6 +122,11 @@ class DeviceModel:
             of consumer warpgroups, its stage count); a config not listed: 1.
         overlap: how the tile time and the DRAM time combine: their ``overlap``-norm, ``(t^p + d^p)^(1/p)``; the
             larger, the closer to ``max(t, d)`` (perfect overlap); 0 = ``max``.
+        whole_tile_fixup_us: split-K of the last wave (``schedule.split_k_tiles: last_wave``): microseconds that one
+            whole (data-parallel) tile of a config split ``S`` ways spends per split in the fixup it passes
+            predicated off (the publish barrier, ``bar.red.popc`` and ``S`` iterations of predicated partial loads
+            and adds): each whole wave costs ``S x`` it more; 0 = whole tiles cost what the base config's tiles cost.
+            Fitted on the last-wave tune survey (docs/performance.md, "Split-K of the last wave").
     """
 
     peak_tflops: float = 989.0
@@ -134,6 +141,7 @@ class DeviceModel:
     overlap: float = 0.0
     partial_tbps: float = 3.0
     pad_row_cost: float = 1.0
+    whole_tile_fixup_us: float = 0.0
     tile_factors: tuple[tuple[str, float], ...] = ()
 
 
@@ -142,10 +150,11 @@ class DeviceModel:
 SM90_MODEL = DeviceModel()
 #: the GEMM chooser's constants, fitted on the tune half of the ``gemm`` suite on an H100 (bench/fit_choose.py;
 #: docs/performance.md, "Chooser fit"; ``partial_tbps`` and ``pad_row_cost`` by ``--fit-pad``, "Chooser padding
-#: terms"); the report half never entered the fit
+#: terms"; ``whole_tile_fixup_us`` by ``--fit-lastwave``, "Split-K of the last wave"); the report half never entered
+#: the fit
 SM90_GEMM_MODEL = DeviceModel(
     l2_tbps=9.475, hbm_tbps=3.998, store_tbps=0.5018, one_wg_efficiency=0.7887, multicast=True, ragged_load_factor=3.596,
-    dram_latency_us=2.433, overlap=4.757, partial_tbps=0.6698, pad_row_cost=1.434,
+    dram_latency_us=2.433, overlap=4.757, partial_tbps=0.6698, pad_row_cost=1.434, whole_tile_fixup_us=0.8248,
     tile_factors=(("h100_128x128", 1.2466), ("h100_128x128_c2", 0.9856), ("h100_128x144", 1.248),
                   ("h100_128x192", 1.159), ("h100_128x256", 1.0437), ("h100_128x64", 0.9078), ("h100_192x176", 1.1948),
                   ("h100_256x128", 0.999), ("h100_64x128", 1.0199), ("h100_64x256", 1.0438), ("h100_64x64", 1.0886),
@@ -309,7 +318,9 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
     if model.dram_latency_us:
         in_flight = c.stages * (a_rows + b_rows) * c.block_k * 2.0  # a zero-filled row holds no memory request
         dram_bw = min(dram_bw, min(units, slots) * in_flight / (model.dram_latency_us * 1e-6))
-    waves_s = dp_waves * (unit_s(k) + fixed_s) + split_waves * (unit_s(k / splits) + fixed_s)
+    # a whole tile of a last-wave config passes the fixup predicated off: whole_tile_fixup_us per split
+    whole_s = unit_s(k) + fixed_s + splits * model.whole_tile_fixup_us * 1e-6
+    waves_s = dp_waves * whole_s + split_waves * (unit_s(k / splits) + fixed_s)
     tile_s = (waves_s + partial_s) * dict(model.tile_factors).get(c.name, 1.0)
     dram_s = dram_bytes / dram_bw
     p = model.overlap

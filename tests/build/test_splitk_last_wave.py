@@ -268,9 +268,12 @@ def test_cost_model_last_wave():
     p1, plw, pall = predict(one, *shape), predict(lw, *shape), predict(every, *shape)
     assert (p1["waves"], plw["units"], plw["waves"], pall["units"], pall["waves"]) == (2, 156, 2, 288, 3)
     assert plw["us"] < p1["us"] and plw["us"] < pall["us"]
-    # whole waves only (132 tiles): nothing split, the same time as the unsplit candidate
-    whole = (128 * 12, 128 * 11, 16384, 132, SM90_GEMM_MODEL)
-    assert predict(lw, *whole)["us"] == predict(one, *whole)["us"]
+    # whole waves only (132 tiles): nothing split; the same time as the unsplit candidate but for the fixup every
+    # whole tile passes predicated off (whole_tile_fixup_us per split)
+    whole = (128 * 12, 128 * 11, 16384, 132)
+    free = dataclasses.replace(SM90_GEMM_MODEL, whole_tile_fixup_us=0.0)
+    assert predict(lw, *whole, free)["us"] == predict(one, *whole, free)["us"] < predict(lw, *whole, SM90_GEMM_MODEL)["us"]
+    assert predict(one, *whole, free)["us"] == predict(one, *whole, SM90_GEMM_MODEL)["us"]
     # fewer tiles than SMs: every tile split, as plain split-K
     few = (1024, 1024, 32768, 132, SM90_GEMM_MODEL)
     assert predict(lw, *few)["us"] == predict(every, *few)["us"]

@@ -184,6 +184,40 @@ def test_cost_model_padding_terms():
     assert SM90_GEMM_MODEL.pad_row_cost != 1.0 and DeviceModel().pad_row_cost == 1.0  # the dual-GEMM model: unchanged
 
 
+def test_cost_model_whole_tile_fixup_of_last_wave_configs():
+    """A whole tile of a split-K-of-the-last-wave config passes the fixup predicated off: whole_tile_fixup_us per split
+    and whole wave.  At 8192x32768x512 (8 of 8192 tiles split) h100_128x256_lw2 measured 1.084x h100_128x256 and
+    h100_128x128_c2_lw2 1.225x h100_128x128_c2 (docs/results/lastwave_tune_h100.json); without the term the model
+    predicted 1.002x for both.  Configs that split nothing, or every tile, are untouched."""
+    from dataclasses import replace
+
+    from ptxgen.runtime import choose
+    from ptxgen.runtime.choose import SM90_GEMM_MODEL, predict, rank, shipped_candidate
+
+    free = replace(SM90_GEMM_MODEL, whole_tile_fixup_us=0.0)
+    base, lw2, lw4 = (shipped_candidate(n) for n in ("h100_128x256", "h100_128x256_lw2", "h100_128x256_lw4"))
+    c2, c2_lw2 = shipped_candidate("h100_128x128_c2"), shipped_candidate("h100_128x128_c2_lw2")
+    shape = (8192, 32768, 512)
+
+    def ratio(c, b, model, mnk=shape):
+        return predict(c, *mnk, 132, model)["us"] / predict(b, *mnk, 132, model)["us"]
+
+    assert ratio(lw2, base, SM90_GEMM_MODEL) > 1.05 and ratio(lw2, base, free) < 1.01
+    assert ratio(c2_lw2, c2, SM90_GEMM_MODEL) > 1.08 and ratio(c2_lw2, c2, free) < 1.01
+    assert ratio(lw4, base, SM90_GEMM_MODEL) - 1 > 1.8 * (ratio(lw2, base, SM90_GEMM_MODEL) - 1)  # per split
+    # the model prefers the base config over its last-wave variants here, by more than the variants' ties
+    ranked = [name for _, name in rank((base, lw2, lw4), *shape, 132, model=SM90_GEMM_MODEL)]
+    assert ranked == ["h100_128x256", "h100_128x256_lw2", "h100_128x256_lw4"]
+    # an unmeasured small-K shape with a tail: without the term the chooser's model takes the last-wave variant
+    cands = tuple(c for c in choose.candidates("sm_90a") if choose.swap_ab_fits(c, 8192))
+    assert rank(cands, 8192, 7936, 1024, 132, choose.DEFAULT_SM90, free)[0][1] == "h100_128x256_lw2"
+    assert rank(cands, 8192, 7936, 1024, 132, choose.DEFAULT_SM90, SM90_GEMM_MODEL)[0][1] == "h100_128x256"
+    # no whole wave (fewer tiles than slots: every tile split), or no last-wave split: no fixup term
+    assert predict(lw2, 1024, 1024, 32768, 132, SM90_GEMM_MODEL) == predict(lw2, 1024, 1024, 32768, 132, free)
+    assert predict(base, *shape, 132, SM90_GEMM_MODEL) == predict(base, *shape, 132, free)
+    assert choose.DeviceModel().whole_tile_fixup_us == 0.0  # the dual-GEMM model: unchanged
+
+
 def _fit_choose():
     """bench/fit_choose.py as a module (the evaluation that wrote docs/results/chooser_report_h100.json)."""
     import importlib.util
