@@ -369,24 +369,10 @@ def test_fused_epilogue_on_last_wave_configs(torch, config):
     """The shipped split-K-of-the-last-wave configs (which the chooser picks for some shapes) with fused epilogues:
     on 132 SMs, 72 cluster tiles (66 whole, 6 split) and 32 (all split), a ragged one; a residual through the CD
     ring and a column bias under GELU."""
-    import ptxgen
-    from ptxgen.bench import relative_error
-
-    gen = torch.Generator(device="cuda").manual_seed(11)
     cols = launch_spec(config).grid.tile_cols
     for m, n, k in ((2048, 9 * cols, 512), (1024, 4 * cols, 1024), (2000, 9 * cols - 24, 520)):
-        a = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
-        b = torch.randn(n, k, device="cuda", generator=gen).bfloat16()
-        r = torch.randn(m, n, device="cuda", generator=gen).bfloat16()
-        bias = torch.randn(n, device="cuda", generator=gen).bfloat16()
-        acc = a.float() @ b.float().T
-        for text, ops, ref in (("acc * 0.5 + residual", {"residual": r}, acc * 0.5 + r.float()),
-                               ("gelu(acc + bias[col])", {"bias": bias},
-                                torch.nn.functional.gelu(acc + bias.float(), approximate="tanh"))):
-            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-            ptxgen.gemm(a, b, out=out, config=config, epilogue=text, **ops)
-            assert not torch.isnan(out.float()).any(), f"{config} {text} {m}x{n}x{k}: D not all written"
-            err = relative_error(out.float(), ref)
+        for text in ("acc * 0.5 + residual", "gelu(acc + bias[col])"):
+            err = run_checked(torch, config, epi.parse(text), m, n, k, seed=11)
             assert err < TOLERANCE, f"{config} {text} {m}x{n}x{k}: relative error {err:.3e}"
 
 
