@@ -23,11 +23,17 @@ passes predicated off, per split), every other constant and tile factor held: it
 isolates the whole tiles (:func:`whole_tile_isolates`), then Nelder-Mead on the soft loss from their median, and the
 model-only regret without the term, at the isolated value, at the fit and as shipped (shipped: the fit on the last-wave
 tune survey, docs/performance.md, "Split-K of the last wave").
+``--fit-partial F ...`` fits ``partial_tbps`` and ``whole_tile_fixup_us`` jointly (:data:`PARTIAL_FITTED`), every other
+constant and tile factor held, from their shipped values; it prints the soft loss and model-only regret of the shipped
+and fitted constants, the shapes whose pick moved or is above 1.02, and the regret of each split-K shape's pick when
+it is left out of the fit (:func:`leave_one_out`); a following ``--eval`` uses the fitted constants
+(docs/performance.md, "Joint refit of the split-K terms").
 ``--eval F ...`` (repeatable: one evaluation per option) evaluates the chooser on the shapes of its files; a decision
 no file timed is listed as unmeasured.
 
 Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json ...] [--fit-split survey_tune_sk.json ...]
        [--fit-pad survey_tune.json survey_tune_sk.json ...] [--fit-lastwave survey_tune_lw.json ...]
+       [--fit-partial survey_tune.json survey_tune_sk.json survey_tune_lw.json ...]
        [--eval survey_report.json ...] [--model-only] [--json F]
        [--table F]
 """
@@ -111,16 +117,18 @@ def fit(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
     return _minimize(model_of, x, bounds, cands, rows)
 
 
-def _minimize(model_of, x, bounds, cands, rows) -> choose.DeviceModel:
-    """Two rounds of bounded Nelder-Mead on the soft loss from ``x``, each reporting the hard regret; the model."""
+def _minimize(model_of, x, bounds, cands, rows, quiet: bool = False) -> choose.DeviceModel:
+    """Two rounds of bounded Nelder-Mead on the soft loss from ``x``, each reporting the hard regret unless
+    ``quiet``; the model."""
     from scipy.optimize import minimize
 
     for rnd in range(2):
         res = minimize(lambda x: loss(model_of(x), cands, rows), x, method="Nelder-Mead", bounds=bounds,
                        options={"maxiter": 3000, "xatol": 1e-3, "fatol": 1e-7, "adaptive": True})
         x = res.x
-        score = hard_regret(model_of(x), cands, rows)
-        print(f"  round {rnd}: soft loss {res.fun:.4f}, regret median {score[0]:.3f}, worst {score[1]:.3f}")
+        if not quiet:
+            score = hard_regret(model_of(x), cands, rows)
+            print(f"  round {rnd}: soft loss {res.fun:.4f}, regret median {score[0]:.3f}, worst {score[1]:.3f}")
     return model_of(x)
 
 
@@ -214,6 +222,42 @@ def fit_lastwave(cands, rows, start: choose.DeviceModel) -> tuple[choose.DeviceM
     return isolated, _minimize(model_of, [math.log(isolated.whole_tile_fixup_us)], bounds, cands, rows)
 
 
+#: what ``--fit-partial`` fits jointly, every other constant and every tile factor held, with its bounds: the partial
+#: bandwidth the units of a wave share (TB/s) and the fixup a whole tile of a last-wave config passes, per split (us)
+PARTIAL_FITTED = {"partial_tbps": PARTIAL_BOUNDS, "whole_tile_fixup_us": WHOLE_TILE_FIXUP_BOUNDS}
+
+
+def fit_partial(cands, rows, start: choose.DeviceModel, quiet: bool = False) -> choose.DeviceModel:
+    """Nelder-Mead on the log of the :data:`PARTIAL_FITTED` constants from their shipped values, every other constant
+    and tile factor held (``quiet``: no per-round report)."""
+    names = list(PARTIAL_FITTED)
+
+    def model_of(x):
+        return dataclasses.replace(start, **{n: round(math.exp(min(max(t, -20.0), 20.0)), 4) for n, t in zip(names, x)})
+
+    return _minimize(model_of, [math.log(getattr(start, n)) for n in names],
+                     [(math.log(lo), math.log(hi)) for lo, hi in PARTIAL_FITTED.values()], cands, rows, quiet)
+
+
+def leave_one_out(cands, rows, start: choose.DeviceModel) -> list[tuple[tuple[int, int, int], float]]:
+    """``[(shape, regret)]``: for each shape of ``rows`` that timed a split-K candidate (the only shapes the
+    :data:`PARTIAL_FITTED` constants rank on), the regret of the pick of :func:`fit_partial` fitted on the others."""
+    split = [i for i, (_, times) in enumerate(rows) if any(c.split_k > 1 and c.name in times for c in cands)]
+    out = []
+    for i in split:
+        model = fit_partial(cands, [rows[j] for j in split if j != i], start, quiet=True)
+        mnk, times = rows[i]
+        out.append((mnk, times[model_pick(model, cands, mnk, times)] / min(times.values())))
+    return out
+
+
+def regret_summary(model: choose.DeviceModel, cands, rows) -> str:
+    """Soft loss and the model-only regret of the pick over ``rows``: median, mean, worst, count above 1.02."""
+    r = [times[model_pick(model, cands, mnk, times)] / min(times.values()) for mnk, times in rows]
+    return (f"loss {loss(model, cands, rows):.4f}, regret median {statistics.median(r):.4f}, mean "
+            f"{statistics.fmean(r):.4f}, worst {max(r):.4f}, {sum(x > 1.02 for x in r)} above 1.02")
+
+
 def evaluate(paths: list[str], cands, model_only: bool, model: choose.DeviceModel = choose.SM90_GEMM_MODEL) -> dict:
     """Each shape's decision (``model_only``: the cost model's among the timed candidates; else the chooser's, tables
     first, its cost model ``model``, among every candidate) and its regret; a decision the surveys did not time has
@@ -247,6 +291,7 @@ def main() -> None:
     p.add_argument("--fit-split", nargs="+", default=[])
     p.add_argument("--fit-pad", nargs="+", default=[])
     p.add_argument("--fit-lastwave", nargs="+", default=[])
+    p.add_argument("--fit-partial", nargs="+", default=[])
     p.add_argument("--eval", nargs="+", action="append", default=[])
     p.add_argument("--model-only", action="store_true")
     p.add_argument("--json")
@@ -297,6 +342,22 @@ def main() -> None:
                 if times[pick] > 1.01 * min(times.values()):
                     print(f"  {mnk[0]}x{mnk[1]}x{mnk[2]}: {pick} vs {min(times, key=times.get)}: "
                           f"{times[pick] / min(times.values()):.4f}")
+    if args.fit_partial:
+        rows = measured(args.fit_partial, names, split)
+        print(f"shipped: {regret_summary(model, cands, rows)}")
+        fitted = fit_partial(cands, rows, model)
+        print(f"fitted: {regret_summary(fitted, cands, rows)}, "
+              + ", ".join(f"{n}={getattr(fitted, n):.4g}" for n in PARTIAL_FITTED))
+        for mnk, times in rows:
+            picks = [model_pick(m, cands, mnk, times) for m in (model, fitted)]
+            if picks[0] != picks[1] or max(times[p] for p in picks) > 1.02 * min(times.values()):
+                print(f"  {mnk[0]}x{mnk[1]}x{mnk[2]}: {picks[0]} {times[picks[0]] / min(times.values()):.4f} -> "
+                      f"{picks[1]} {times[picks[1]] / min(times.values()):.4f} (best {min(times, key=times.get)})")
+        loo = leave_one_out(cands, rows, model)
+        r = [x for _, x in loo]
+        print(f"leave one out ({len(r)} shapes with split-K candidates timed): regret median {statistics.median(r):.4f}, "
+              f"mean {statistics.fmean(r):.4f}, worst {max(r):.4f}, {sum(x > 1.02 for x in r)} above 1.02")
+        model = fitted
     if args.table and args.fit:
         device = json.load(open(args.fit[0]))["device"]
         entries = [{"m": mnk[0], "n": mnk[1], "k": mnk[2], "config": min(t, key=t.get), "ms": round(min(t.values()), 4),

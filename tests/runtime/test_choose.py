@@ -252,6 +252,31 @@ def test_report_half_regret_from_the_stored_surveys(fresh_choice):
     assert planted["worst_regret"] > 1.2 * record["worst_regret"]
 
 
+def test_joint_split_k_refit_on_the_tune_half():
+    """bench/fit_choose.py --fit-partial on the four tune surveys: partial_tbps and whole_tile_fixup_us fitted jointly,
+    nothing else moved, the last-wave tune shapes' worst model-only regret 1.079 -> 1.044 (docs/performance.md, "Joint
+    refit of the split-K terms"; not shipped: the report worst is unchanged)."""
+    pytest.importorskip("scipy")
+    from dataclasses import replace
+
+    from ptxgen.runtime import choose
+
+    fit_choose = _fit_choose()
+    cands = choose.candidates("sm_90a")
+    names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
+    tune = [str(RESULTS / f) for f in ("configs_gemm_h100_tune.json", "splitk_tune_h100_a.json",
+                                        "splitk_tune_h100_b.json", "lastwave_tune_h100.json")]
+    rows = fit_choose.measured(tune, names, split)
+    shipped = choose.SM90_GEMM_MODEL
+    fitted = fit_choose.fit_partial(cands, rows, shipped, quiet=True)
+    assert fitted.partial_tbps == pytest.approx(1.039, rel=0.02)
+    assert fitted.whole_tile_fixup_us == pytest.approx(0.710, rel=0.03)
+    assert replace(fitted, partial_tbps=shipped.partial_tbps, whole_tile_fixup_us=shipped.whole_tile_fixup_us) == shipped
+    assert fit_choose.loss(fitted, cands, rows) < fit_choose.loss(shipped, cands, rows)
+    last_wave = fit_choose.measured([str(RESULTS / "lastwave_tune_h100.json")], names, split)
+    assert fit_choose.hard_regret(fitted, cands, last_wave)[1] < 1.05 < fit_choose.hard_regret(shipped, cands, last_wave)[1]
+
+
 def test_chooser_follows_the_fp8_rule_on_hopper_only():
     """gemm_fp8's rule (ptxgen.runtime.choose.fp8_rule): the 64-row tile for M <= 128; above, the 128x256 CTA pair
     unless the 192x128 pair fills more of its waves (rate 0.9 x wave efficiency), as at N = 2112 on 132 SMs."""
