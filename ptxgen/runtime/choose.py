@@ -149,12 +149,12 @@ class DeviceModel:
 #: math-bound, as measured on an H200; docs/performance.md, "Remote arrives under multicast")
 SM90_MODEL = DeviceModel()
 #: the GEMM chooser's constants, fitted on the tune half of the ``gemm`` suite on an H100 (bench/fit_choose.py;
-#: docs/performance.md, "Chooser fit"; ``partial_tbps`` and ``pad_row_cost`` by ``--fit-pad``, "Chooser padding
-#: terms"; ``whole_tile_fixup_us`` by ``--fit-lastwave``, "Split-K of the last wave"); the report half never entered
-#: the fit
+#: docs/performance.md, "Chooser fit"; ``pad_row_cost`` by ``--fit-pad``, "Chooser padding
+#: terms"; ``partial_tbps`` and ``whole_tile_fixup_us`` jointly by ``--fit-partial``, "Joint refit of the split-K
+#: terms"); the report half never entered the fit
 SM90_GEMM_MODEL = DeviceModel(
     l2_tbps=9.475, hbm_tbps=3.998, store_tbps=0.5018, one_wg_efficiency=0.7887, multicast=True, ragged_load_factor=3.596,
-    dram_latency_us=2.433, overlap=4.757, partial_tbps=0.6698, pad_row_cost=1.434, whole_tile_fixup_us=0.8248,
+    dram_latency_us=2.433, overlap=4.757, partial_tbps=1.039, pad_row_cost=1.434, whole_tile_fixup_us=0.7103,
     tile_factors=(("h100_128x128", 1.2466), ("h100_128x128_c2", 0.9856), ("h100_128x144", 1.248),
                   ("h100_128x192", 1.159), ("h100_128x256", 1.0437), ("h100_128x64", 0.9078), ("h100_192x176", 1.1948),
                   ("h100_256x128", 0.999), ("h100_64x128", 1.0199), ("h100_64x256", 1.0438), ("h100_64x64", 1.0886),
