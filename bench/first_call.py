@@ -4,7 +4,7 @@ Usage (repository root, on a GPU machine)::
 
     PYTHONPATH=$PWD python3 bench/first_call.py [--config NAME] [--shape 4096x4096x4096] [--warm-runs 5]
                                                 [--cold-runs 3] [--driver-cache] [--profile N]
-                                                [--stages N] [--json OUT.json]
+                                                [--stages N] [--no-bytecode-prefix] [--json OUT.json]
 
 Each measurement is a new Python process (``subprocess``) that imports and
 initialises torch, allocates A, B on the GPU and synchronizes (not timed), then
@@ -31,16 +31,25 @@ cache of PTX it compiled (``~/.nv/ComputeCache``), so without it every child aft
 already compiled, and ``no_cache`` (measured after ``cold``) looked cheaper than ``cold`` by the driver's JIT
 time (H100: 575 vs 1127 ms; docs/performance.md, "First call").
 
-Before the first child, the ``ptxgen`` and ``emitters`` sources are byte-compiled (``compileall``), as
-``pip install`` does: a source tree that is never compiled (the device copy of the repository, with
-bytecode writes off) recompiles every module in every process, about 260 ms of a first call (H100;
-docs/performance.md, "First call"), which no installed package pays.
+Bytecode as an installed package has it: ``pip install`` byte-compiles every module it installs, and a module
+without bytecode is compiled from source in every process that imports it (with bytecode writes off, as on the
+device: about 260 ms of a first call for a never-compiled ptxgen source tree, and the 9 Python modules of
+``cuda.bindings`` and ``cuda.pathfinder`` that the device image holds without bytecode; docs/performance.md, "First
+call").  Before the first child, the packages a first call imports (:data:`BYTECODE_PACKAGES`: ptxgen, emitters,
+``cuda``'s, the build's pydantic, PyYAML, Jinja2, filelock) are compiled (``compileall``) into a fresh directory of
+the run, and each child points ``sys.pycache_prefix`` (what ``PYTHONPYCACHEPREFIX`` sets) at it once torch is up,
+before the timed region, and may write it: every module the timed region imports then has bytecode, the standard
+library's modules that torch had not imported compiled once by the machine's first process.  Not the variable
+itself: set at start it would hold torch's bytecode too, which torch's installation already has beside its
+sources.  ``--no-bytecode-prefix`` takes the environment as it is (ptxgen and emitters compiled beside their
+sources, as before).
 """
 
 from __future__ import annotations
 
 import argparse
 import compileall
+import importlib.util
 import json
 import os
 import statistics
@@ -48,8 +57,14 @@ import subprocess
 import sys
 import tempfile
 
+#: the packages whose modules the timed region may import, compiled into the run's bytecode directory
+BYTECODE_PACKAGES = ("ptxgen", "emitters", "cuda", "pydantic", "pydantic_core", "annotated_types", "typing_inspection",
+                     "yaml", "jinja2", "markupsafe", "filelock", "platformdirs")
+#: the child reads its bytecode directory here (set after torch's import; see the module docstring)
+PYCACHE_VARIABLE = "FIRST_CALL_PYCACHE_PREFIX"
+
 CHILD = r"""
-import json, sys, time
+import json, os, sys, time
 import torch
 m, n, k = map(int, sys.argv[1].split("x"))
 config = sys.argv[2] if sys.argv[2] != "auto" else None
@@ -57,6 +72,9 @@ torch.cuda.init()
 a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
 b = torch.randn(n, k, device="cuda").to(torch.bfloat16)
 torch.cuda.synchronize()
+if os.environ.get("FIRST_CALL_PYCACHE_PREFIX"):  # bytecode of what the timed region imports (module docstring)
+    sys.pycache_prefix = os.environ["FIRST_CALL_PYCACHE_PREFIX"]
+    sys.dont_write_bytecode = False
 preloaded = {name: name in sys.modules for name in ("cuda.bindings.driver", "cuda.pathfinder")}  # by torch
 stages = {}
 if len(sys.argv) > 4:  # --stages: cuda.bindings.driver imported (timed) before the timed region
@@ -101,6 +119,23 @@ def run_child(shape: str, config: str, env: dict[str, str], profile: int = 0, st
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def fill_bytecode(prefix: str | None) -> int:
+    """Byte-compile :data:`BYTECODE_PACKAGES` (those installed) into ``prefix`` (None: ptxgen and emitters beside
+    their sources); returns how many package folders were compiled."""
+    folders = []
+    for name in BYTECODE_PACKAGES if prefix else ("ptxgen", "emitters"):
+        spec = importlib.util.find_spec(name)  # the package's folders, without importing it (cuda: a namespace)
+        folders += list(spec.submodule_search_locations or ()) if spec is not None else []
+    saved = sys.pycache_prefix
+    sys.pycache_prefix = prefix or saved
+    try:
+        for folder in folders:
+            compileall.compile_dir(folder, quiet=1, workers=0)
+    finally:
+        sys.pycache_prefix = saved
+    return len(folders)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="auto", help="config name, or auto (config=None; default)")
@@ -115,12 +150,17 @@ def main() -> int:
     ap.add_argument("--stages", type=int, default=0, metavar="N",
                     help="N more warm children that import cuda.bindings.driver (timed: bindings_import_ms) before "
                          "the timed region, so that their total is ptxgen's own share")
+    ap.add_argument("--no-bytecode-prefix", action="store_true",
+                    help="take the environment's bytecode as it is (ptxgen and emitters compiled beside their sources) "
+                         "instead of compiling every package a first call imports into a directory of the run")
     args = ap.parse_args()
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for package in ("ptxgen", "emitters"):
-        compileall.compile_dir(os.path.join(root, package), quiet=1)
+    pycache_dir = None if args.no_bytecode_prefix else tempfile.TemporaryDirectory(prefix="ptxgen-first-call-pycache-")
+    pycache = pycache_dir.name if pycache_dir else None
+    folders = fill_bytecode(pycache)
     env = {**os.environ}
+    if pycache:
+        env[PYCACHE_VARIABLE] = pycache
     env.pop("PTXGEN_NO_CACHE", None)
     if not args.driver_cache:
         env["CUDA_CACHE_DISABLE"] = "1"
@@ -146,11 +186,14 @@ def main() -> int:
             print("==== profile: cold first call", file=sys.stderr)
             run_child(args.shape, args.config, {**env, "PTXGEN_CACHE_DIR": cache}, args.profile)
     median = lambda runs: statistics.median(r["total_ms"] for r in runs) if runs else float("nan")  # noqa: E731
-    doc = {"shape": args.shape, "config": args.config, "driver_jit_cache": args.driver_cache,
+    bytecode = (f"compiled into a directory of the run ({folders} package folders), sys.pycache_prefix in every child"
+                if pycache else "as the environment has it; ptxgen and emitters compiled beside their sources")
+    doc = {"shape": args.shape, "config": args.config, "driver_jit_cache": args.driver_cache, "bytecode": bytecode,
            "first_process": first, "cold": cold, "warm": warm, "no_cache": no_cache, "warm_stages": staged,
            "cold_median_total_ms": median(cold), "warm_median_total_ms": median(warm),
            "no_cache_median_total_ms": median(no_cache)}
     print(f"first call, {args.shape}, config {args.config} (import ptxgen + gemm + synchronize; torch already up)")
+    print(f"  bytecode: {bytecode}")
     rows = [("machine's first process", first), *((f"cold #{i + 1}", r) for i, r in enumerate(cold)),
             *((f"no cache #{i + 1}", r) for i, r in enumerate(no_cache)), *((f"warm #{i + 1}", w) for i, w in enumerate(warm)),
             *((f"warm, bindings apart #{i + 1}", w) for i, w in enumerate(staged))]
@@ -166,6 +209,8 @@ def main() -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)
+    if pycache_dir:
+        pycache_dir.cleanup()
     return 0
 
 
