@@ -3,7 +3,7 @@
 Usage (repository root, on a GPU machine)::
 
     PYTHONPATH=$PWD python3 bench/first_call.py [--config NAME] [--shape 4096x4096x4096] [--warm-runs 5]
-                                                [--cold-runs 3] [--driver-cache] [--profile N]
+                                                [--cold-runs 3] [--no-cache-runs N] [--driver-cache] [--profile N]
                                                 [--stages N] [--no-bytecode-prefix] [--json OUT.json]
 
 Each measurement is a new Python process (``subprocess``) that imports and
@@ -17,7 +17,7 @@ for comparison, a second call); ``built`` says whether the child imported ``ptxg
 * ``cold``: empty cache, ``--cold-runs`` times, each with a new cache: the image shipped in ``ptxgen/prebuilt``
   when its manifest is fresh, else plan, IR, emit and compile; then stored;
 * ``no_cache``: ``PTXGEN_NO_CACHE=1`` (build and compile, nothing stored or taken from the package), alternating
-  with ``cold``;
+  with ``cold``, ``--no-cache-runs`` times (default: as many as ``cold``);
 * ``warm``: a filled cache, ``--warm-runs`` times (load the stored cubin);
 * ``warm_stages``: ``--stages`` more warm children that import ``cuda.bindings.driver`` before the timed region
   (``bindings_import_ms``): their total is what ptxgen itself adds when the bindings are already imported.
@@ -116,7 +116,9 @@ def run_child(shape: str, config: str, env: dict[str, str], profile: int = 0, st
         print(proc.stderr, file=sys.stderr)
     if proc.returncode:
         raise SystemExit(f"child failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"child: total {result['total_ms']:.1f} ms", file=sys.stderr, flush=True)  # progress of a long run
+    return result
 
 
 def fill_bytecode(prefix: str | None) -> int:
@@ -142,6 +144,8 @@ def main() -> int:
     ap.add_argument("--shape", default="4096x4096x4096")
     ap.add_argument("--warm-runs", type=int, default=5)
     ap.add_argument("--cold-runs", type=int, default=3, help="cold and no-cache children, alternating")
+    ap.add_argument("--no-cache-runs", type=int, default=None, metavar="N",
+                    help="no-cache children among the cold ones (default: --cold-runs)")
     ap.add_argument("--json", help="write the measurements here")
     ap.add_argument("--driver-cache", action="store_true",
                     help="leave the CUDA driver's own JIT cache on (default: CUDA_CACHE_DISABLE=1 in every child)")
@@ -169,10 +173,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ptxgen-first-call-") as cache:
         first = run_child(args.shape, args.config, {**env, "PTXGEN_CACHE_DIR": cache})
     cold, no_cache = [], []
-    for _ in range(args.cold_runs):
+    no_cache_runs = args.cold_runs if args.no_cache_runs is None else args.no_cache_runs
+    for i in range(max(args.cold_runs, no_cache_runs)):
         with tempfile.TemporaryDirectory(prefix="ptxgen-first-call-") as cache:
-            cold.append(run_child(args.shape, args.config, {**env, "PTXGEN_CACHE_DIR": cache}))
-            no_cache.append(run_child(args.shape, args.config, {**env, "PTXGEN_CACHE_DIR": cache, "PTXGEN_NO_CACHE": "1"}))
+            if i < args.cold_runs:
+                cold.append(run_child(args.shape, args.config, {**env, "PTXGEN_CACHE_DIR": cache}))
+            if i < no_cache_runs:
+                no_cache.append(run_child(args.shape, args.config, {**env, "PTXGEN_CACHE_DIR": cache, "PTXGEN_NO_CACHE": "1"}))
     with tempfile.TemporaryDirectory(prefix="ptxgen-first-call-") as cache:
         env["PTXGEN_CACHE_DIR"] = cache
         run_child(args.shape, args.config, env)  # fills the cache
