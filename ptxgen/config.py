@@ -249,6 +249,12 @@ class Schedule:
         group, -1 for padding); B ``[G, N, K]``.  The persistent scheduler walks (group, m-block, n-block) and
         skips empty work (:class:`ptxgen.builders.grouped.GroupedTileScheduler`); sm_90a; direct stores, or with
         ``epilogue.store=tma`` TMA stores of the m-blocks wholly inside a group's valid rows.
+    expert_window: ``grouped=contiguous`` only; 0: the swizzled walk of the dense GEMM (groups of ``group``
+        m-blocks walk their n-blocks together, wherever the experts change).  W > 0: the tiles are walked in windows
+        of W m-blocks; a window's m-blocks are cut into runs of one expert (the ``m_indices`` word of each
+        m-block's first row; a run ends where the word changes or after ``group`` m-blocks), and each run walks
+        its n-blocks with its m-blocks together, one run after the other, so the CTAs running at one time share
+        fewer experts' B tiles (:meth:`ptxgen.builders.grouped.GroupedTileScheduler.expert_runs`).
     swap_ab: swap-AB for small M: the kernel computes ``D^T = B @ A^T``.  The runtime passes B ``[N, K]`` as the
         kernel's A operand and A ``[M, K]`` as its B operand, so the kernel's ``m`` is the caller's N (``block_m``
         rows of B per tile, many CTAs) and its ``n`` the caller's M (``block_n`` >= M: the small dimension is the
@@ -262,6 +268,7 @@ class Schedule:
     split_k: Range(1, 16) = 1
     split_k_tiles: OneOf("all", "last_wave") = "all"
     grouped: OneOf("none", "masked", "contiguous") = "none"
+    expert_window: Range(0, 64) = 0
     swap_ab: Bool = False
 
 
@@ -563,6 +570,8 @@ def validate(cfg: Config) -> None:
         _validate_expr(cfg)
     if cfg.schedule.grouped != "none":
         _validate_grouped(cfg)
+    _rule(cfg.schedule.expert_window == 0 or cfg.schedule.grouped == "contiguous", "schedule.expert_window",
+          cfg.schedule.expert_window, "needs schedule.grouped=contiguous (runs of one expert come from m_indices)")
     if cfg.arch == "sm_100a":
         _validate_sm100(cfg)
     else:

@@ -606,6 +606,8 @@ class SchedulePlan:
     grouped: ``none``, ``masked`` or ``contiguous``: the grouped GEMM's walk over (group, m-block, n-block)
         (:class:`ptxgen.builders.grouped.GroupedTileScheduler`); the kernel then takes ``group_ptr`` (the u32
         ``masked_m`` or ``m_indices`` table) and ``num_groups`` after ``k``.
+    expert_window: contiguous grouped walk: m-blocks per window of expert runs (0: the plain swizzle; see
+        :meth:`ptxgen.builders.grouped.GroupedTileScheduler.expert_runs`).
     """
 
     persistent: bool
@@ -613,6 +615,7 @@ class SchedulePlan:
     m_ctas: int
     group_clusters: int
     grouped: str = "none"
+    expert_window: int = 0
 
 
 @dataclass(frozen=True)
@@ -1245,7 +1248,8 @@ def _scales_plan(cfg: Config, f: _Basics, stage: _Stage) -> ScalesPlan:
 def _schedule_plan(cfg: Config) -> SchedulePlan:
     m_ctas = 2 if cfg.cluster.dual_tile else 1
     return SchedulePlan(persistent=cfg.schedule.persistent, cluster_tile_rows=cfg.tile.block_m * m_ctas, m_ctas=m_ctas,
-                        group_clusters=max(1, cfg.schedule.group // m_ctas), grouped=cfg.schedule.grouped)
+                        group_clusters=max(1, cfg.schedule.group // m_ctas), grouped=cfg.schedule.grouped,
+                        expert_window=cfg.schedule.expert_window)
 
 
 #: registers an sm_90a consumer thread keeps for the epilogue's addresses, predicates and loop state beside the

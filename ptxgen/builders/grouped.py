@@ -24,7 +24,8 @@ staged and TMA-stored as in the dense GEMM; every other tile keeps the guarded d
 
 from __future__ import annotations
 
-from ..ir import Const, Expr, For, If, Let, LdGlobalNcU32, Param, Sreg, Var, ceil_div, emin, eq, land, lt, ne, select
+from ..ir import (Const, Expr, For, If, Let, LdGlobalNcU32, Param, Sreg, Var, ceil_div, emax, emin, eq, land, le, lt, ne,
+                  select)
 from ..plan import Plan
 from .common import LANE, T, WARP, Cluster, TileScheduler
 
@@ -75,7 +76,9 @@ class GroupedTileScheduler(TileScheduler):
                     Let("row_end", GROUP * Param("m") + ROWS),
                     Let("has_work", lt(Var("m_local"), ROWS))]
         else:
-            head = [*self.swizzle(T, [Let("m_row", Var("cm") * p.mma.block_m)]),
+            order = (self.expert_runs(T) if p.schedule.expert_window
+                     else self.swizzle(T, [Let("m_row", Var("cm") * p.mma.block_m)]))
+            head = [*order,
                     LdGlobalNcU32("group_id", Var("m_row")),
                     Let("has_work", ne(GROUP, NO_GROUP))]
         head.append(Let("b_row", GROUP * Param("n") + Var("n_col")))
@@ -91,6 +94,45 @@ class GroupedTileScheduler(TileScheduler):
                         if self.mode == "masked" else Let("sa_col", Var("m_row")))
         step = [If(Var("has_work"), tuple(body)), Let("tc", Var("tc") + Var("has_work"))]
         return For("t", Var("cluster_id"), Var("num_tiles"), Var("num_clusters"), tuple(head + step))
+
+
+    def expert_runs(self, tile: Expr) -> list:
+        """Contiguous walk in windows of expert runs (``schedule.expert_window`` = W > 0): tile ``tile`` -> ``cm``,
+        ``m_row``, ``n_col``.
+
+        Window ``tile / (num_n x W)`` covers m-blocks ``[win_m0, win_m0 + win_m)`` (``win_m = min(num_m - win_m0,
+        W)``).  Its m-blocks are cut into runs: a run starts at the window's first m-block and wherever the
+        ``m_indices`` word of an m-block's first row differs from the previous m-block's; a run is cut further into
+        chunks of at most ``group_clusters`` m-blocks, counted from its start.  The chunk starting at window
+        m-block ``cs`` owns the window's tiles ``[cs x num_n, (cs + len) x num_n)`` (the chunks before it hold
+        ``cs`` m-blocks of ``num_n`` tiles each), walked m-block fastest: local tile ``l`` is m-block
+        ``cs + l % len``, n-block ``l / len``.  So the chunk of window tile ``r`` is the one holding m-block
+        ``q = r / num_n``, and the walk is a permutation of the window's tiles for any table: every tile of a
+        window reads the same W words (the table is read-only during the kernel; PTX ISA "ld", ``.nc``), so all
+        agree on the chunks.  Words past the table's last m-block read its last word (no run starts there).
+        Every value is uniform over the CTA; the W loads are independent (one latency per tile).
+        """
+        p, w, cap = self.p, self.p.schedule.expert_window, self.p.schedule.group_clusters
+        bm, q = p.mma.block_m, Var("win_q")
+        new = [Var(f"win_new{j}") for j in range(w)]  # new[j]: a run starts at window m-block j (j >= 1)
+        run_start = Const(0)
+        run_end = Var("win_m")
+        for j in range(1, w):
+            run_start = emax(run_start, select(land(new[j], le(j, q)), j, 0))
+            run_end = emin(run_end, select(land(new[j], lt(q, j)), j, w))
+        return [Let("win_m0", tile // (Var("num_n") * w) * w),
+                Let("win_m", emin(Var("num_m") - Var("win_m0"), w)),
+                Let("win_r", tile % (Var("num_n") * w)),
+                Let("win_q", Var("win_r") // Var("num_n")),
+                *[LdGlobalNcU32(f"win_word{j}", emin(Var("win_m0") + j, Var("num_m") - 1) * bm) for j in range(w)],
+                *[Let(f"win_new{j}", ne(Var(f"win_word{j}"), Var(f"win_word{j - 1}"))) for j in range(1, w)],
+                Let("run_start", run_start),
+                Let("chunk_start", Var("run_start") + (q - Var("run_start")) // cap * cap),
+                Let("chunk_len", emin(run_end, Var("chunk_start") + cap) - Var("chunk_start")),
+                Let("chunk_tile", Var("win_r") - Var("chunk_start") * Var("num_n")),
+                Let("cm", Var("win_m0") + Var("chunk_start") + Var("chunk_tile") % Var("chunk_len")),
+                Let("m_row", Var("cm") * bm),
+                Let("n_col", Var("chunk_tile") // Var("chunk_len") * p.mma.block_n)]
 
 
 def b_row(plan: Plan) -> Expr:

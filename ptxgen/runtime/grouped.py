@@ -42,9 +42,10 @@ from ptxgen.hw import FP8_SCALE_BLOCK, GROUPED_SEGMENT_ROWS
 #: shipped configs by (layout, fp8); default_config takes a larger tile where the H100 measured it faster.
 #: Contiguous: the 128x256 tile with TMA stores of whole m-blocks (docs/grouped.md, "TMA stores of whole m-blocks"):
 #: on the four prefill problems of bench/grouped_bench.py, bf16 1.04-1.15x and FP8 1.06-1.30x the direct-store
-#: default it replaced; FP8 at K = 2048 1.12-1.13x the 128x128 TMA-store tile, so one tile for every K.
+#: default it replaced; FP8 at K = 2048 1.12-1.13x the 128x128 TMA-store tile, so one tile for every K.  Contiguous
+#: bf16 walks windows of expert runs (docs/grouped.md, "The G = 32 bf16 gap").
 DEFAULT_CONFIGS = {("masked", False): "grouped_masked_h100_128x128",
-                   ("contiguous", False): "grouped_contiguous_h100_128x256_tma",
+                   ("contiguous", False): "grouped_contiguous_h100_128x256_runs",
                    ("masked", True): "grouped_masked_fp8_h100_128x128",
                    ("contiguous", True): "grouped_contiguous_fp8_h100_128x256_tma"}
 #: measured on the H100 (docs/grouped.md): the 128x256 tile is 12-16 % faster at M_max = 256, 1-6 % slower at 64-128
