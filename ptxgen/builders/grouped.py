@@ -95,7 +95,6 @@ class GroupedTileScheduler(TileScheduler):
         step = [If(Var("has_work"), tuple(body)), Let("tc", Var("tc") + Var("has_work"))]
         return For("t", Var("cluster_id"), Var("num_tiles"), Var("num_clusters"), tuple(head + step))
 
-
     def expert_runs(self, tile: Expr) -> list:
         """Contiguous walk in windows of expert runs (``schedule.expert_window`` = W > 0): tile ``tile`` -> ``cm``,
         ``m_row``, ``n_col``.
