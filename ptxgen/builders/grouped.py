@@ -107,7 +107,8 @@ class GroupedTileScheduler(TileScheduler):
         * ``has_work``: either m-block has a group.  Both CTAs run the unit's k-loop when one of them has work:
           the operand ring's iterations, the multicast stages and the cluster-wide ``empty`` arrives stay in step.
         * ``b_shared``: both m-blocks read one group's B; each CTA then loads half of each B k-block and
-          multicasts it (:meth:`ptxgen.builders.roles.TmaProducer.load`), else each loads its whole group's
+          multicasts it (PTX ISA "cp.async.bulk.tensor", ``.multicast::cluster``;
+          :meth:`ptxgen.builders.roles.TmaProducer.load`), else each loads its whole group's
           k-block alone.  Either way a CTA's stage receives one whole B k-block (the same expect-tx bytes).
         * ``group_id``: this CTA's ``pair_group``; ``own_work``: its own m-block has a group (else it stores
           nothing, :func:`store_guard`).
@@ -125,7 +126,6 @@ class GroupedTileScheduler(TileScheduler):
                 Let("b_shared", eq(Var("pair_group0"), Var("pair_group1"))),
                 Let("group_id", select(eq(rank, 0), Var("pair_group0"), Var("pair_group1"))),
                 Let("own_work", ne(select(eq(rank, 0), w0, w1), NO_GROUP))]
-
 
     def cta_row(self) -> Expr:
         """This CTA's first row of unit ``cm``: ``cm x block_m``, or in a pair ``cm x 2 block_m + rank x block_m``."""

@@ -140,5 +140,5 @@ def problem_of(kernel, m: int) -> dict:
     return {"group_rows": [m, 0, (m + 2) // 3]}
 
 
-__all__ = ["Tables", "block_rows", "trace_tables", "contiguous_indices", "grouped_scale_a_map", "grouped_scale_b_map", "problem_of",
-           "mode", "grouped_inputs", "NO_GROUP"]
+__all__ = ["Tables", "block_rows", "trace_tables", "contiguous_indices", "grouped_scale_a_map", "grouped_scale_b_map",
+           "problem_of", "mode", "grouped_inputs", "NO_GROUP"]
