@@ -611,13 +611,19 @@ def _validate_grouped(cfg: Config) -> None:
     group's valid rows is staged and TMA-stored, any other m-block (a group's last, holding rows that must stay
     untouched: rows past ``masked_m[g]``, padding rows of ``m_indices``) stored directly, guarded per row
     (:func:`ptxgen.builders.grouped.whole_block`).
+
+    ``cluster.size=2`` (contiguous bf16, ``tma.multicast``): the pair takes two m-blocks of one n-block and
+    multicasts B when both are of one expert (:class:`ptxgen.builders.grouped.GroupedTileScheduler`).
     """
     g = cfg.schedule.grouped
     _rule(cfg.arch == "sm_90a", "schedule.grouped", g, "the grouped scheduler is sm_90a only; needs arch=sm_90a")
     _rule(cfg.kernel == "gemm", "schedule.grouped", g, "needs kernel=gemm")
     _rule(cfg.schedule.persistent, "schedule.grouped", g, "needs schedule.persistent=true (CTAs walk the groups' tiles)")
     _rule(cfg.mma.consumers == "cooperative", "schedule.grouped", g, "needs mma.consumers=cooperative")
-    _rule(cfg.cluster.size == 1, "schedule.grouped", g, "needs cluster.size=1")
+    if cfg.cluster.size == 2:  # CTA pairs multicasting B (ptxgen.builders.grouped: pair units)
+        _rule(g == "contiguous" and cfg.operands == "bf16" and cfg.tma.multicast, "cluster.size", 2,
+              "schedule.grouped: a CTA pair needs grouped=contiguous, operands=bf16 and tma.multicast=true "
+              "(the pair's two m-blocks share B when they are of one expert)")
     _rule(cfg.schedule.split_k == 1, "schedule.grouped", g, "needs schedule.split_k=1")
     _rule(not cfg.epilogue.overlap, "schedule.grouped", g, "needs epilogue.overlap=false")
     _rule(not cfg.epilogue.expr, "schedule.grouped", g, "needs an empty epilogue.expr (D = the accumulator)")

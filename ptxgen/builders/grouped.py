@@ -18,6 +18,9 @@ the tiles this CTA computed, not the ones it skipped) stay in step.
 B rows of the last n-block of a group whose N is not a multiple of block_n come from the next group (or TMA's
 zero fill past ``G x N``); they only feed columns ``>= N``, which no store writes.
 
+A contiguous CTA pair (``cluster.size=2``, :meth:`GroupedTileScheduler.pair_unit`) takes two m-blocks of one n-block
+and multicasts B when both are of one group, else each CTA loads its own group's B.
+
 With ``epilogue.store=tma`` a tile whose m-block lies wholly inside its group's valid rows (:func:`whole_block`) is
 staged and TMA-stored as in the dense GEMM; every other tile keeps the guarded direct stores.
 """
@@ -45,18 +48,18 @@ class GroupedTileScheduler(TileScheduler):
 
     def __init__(self, plan: Plan, cluster: Cluster):
         super().__init__(plan, cluster)
-        assert cluster.size == 1 and plan.split is None
+        assert plan.split is None and (cluster.size == 1 or plan.schedule.grouped == "contiguous")
         self.mode = plan.schedule.grouped
 
     def setup(self) -> list:
-        p = self.p
+        p, cs = self.p, self.c.size
         tiles = Var("num_m") * Var("num_n")
         return [
-            Let("num_m", ceil_div(Param("m"), p.mma.block_m)),
+            Let("num_m", ceil_div(Param("m"), p.schedule.cluster_tile_rows)),  # a pair: pair units of 2 m-blocks
             Let("num_n", ceil_div(Param("n"), p.mma.block_n)),
             Let("num_tiles", Param("num_groups") * tiles if self.mode == "masked" else tiles),
-            Let("cluster_id", Sreg("ctaid")),
-            Let("num_clusters", Sreg("nctaid")),
+            Let("cluster_id", Sreg("ctaid") // cs if cs == 2 else Sreg("ctaid")),
+            Let("num_clusters", Sreg("nctaid") // cs if cs == 2 else Sreg("nctaid")),
             Let("tc", Const(0)),
         ]
 
@@ -77,10 +80,9 @@ class GroupedTileScheduler(TileScheduler):
                     Let("has_work", lt(Var("m_local"), ROWS))]
         else:
             order = (self.expert_runs(T) if p.schedule.expert_window
-                     else self.swizzle(T, [Let("m_row", Var("cm") * p.mma.block_m)]))
-            head = [*order,
-                    LdGlobalNcU32("group_id", Var("m_row")),
-                    Let("has_work", ne(GROUP, NO_GROUP))]
+                     else self.swizzle(T, [Let("m_row", self.cta_row())]))
+            head = [*order, *(self.pair_unit() if self.c.size == 2 else
+                              [LdGlobalNcU32("group_id", Var("m_row")), Let("has_work", ne(GROUP, NO_GROUP))])]
         head.append(Let("b_row", GROUP * Param("n") + Var("n_col")))
         if p.promotion is not None:
             # scale_b [k-blocks, G x blocks]: each group's blocks padded to whole 16-byte boxes (sb_box fp32); masked
@@ -95,9 +97,47 @@ class GroupedTileScheduler(TileScheduler):
         step = [If(Var("has_work"), tuple(body)), Let("tc", Var("tc") + Var("has_work"))]
         return For("t", Var("cluster_id"), Var("num_tiles"), Var("num_clusters"), tuple(head + step))
 
+    def pair_unit(self) -> list:
+        """A CTA pair's unit (contiguous, ``cluster.size=2``): m-blocks ``2 cm`` (rank 0) and ``2 cm + 1`` (rank 1)
+        of n-block ``n_col``.  Both CTAs read both m-blocks' first table words (``pair_word0``, ``pair_word1``; an
+        m-block past ``m``, the odd last one, is padding), so every value below is uniform over the pair:
+
+        * ``pair_group{r}``: the group of rank r's m-block, or the partner's when it is padding (its B then comes
+          from the partner's group: a padding m-block's wgmmas feed no store).
+        * ``has_work``: either m-block has a group.  Both CTAs run the unit's k-loop when one of them has work:
+          the operand ring's iterations, the multicast stages and the cluster-wide ``empty`` arrives stay in step.
+        * ``b_shared``: both m-blocks read one group's B; each CTA then loads half of each B k-block and
+          multicasts it (PTX ISA "cp.async.bulk.tensor", ``.multicast::cluster``;
+          :meth:`ptxgen.builders.roles.TmaProducer.load`), else each loads its whole group's
+          k-block alone.  Either way a CTA's stage receives one whole B k-block (the same expect-tx bytes).
+        * ``group_id``: this CTA's ``pair_group``; ``own_work``: its own m-block has a group (else it stores
+          nothing, :func:`store_guard`).
+        """
+        p, rank = self.p, self.c.rank
+        pair_row = Var("cm") * p.schedule.cluster_tile_rows
+        row1 = pair_row + p.mma.block_m
+        w0, w1 = Var("pair_word0"), Var("pair_word1")
+        return [LdGlobalNcU32("pair_word0", pair_row),  # cm < num_m: a row of the table
+                LdGlobalNcU32("pair_word1_raw", emin(row1, Param("m") - 1)),  # never past the table
+                Let("pair_word1", select(lt(row1, Param("m")), Var("pair_word1_raw"), NO_GROUP)),
+                Let("pair_group0", select(ne(w0, NO_GROUP), w0, w1)),
+                Let("pair_group1", select(ne(w1, NO_GROUP), w1, w0)),
+                Let("has_work", ne(Var("pair_group0"), NO_GROUP)),
+                Let("b_shared", eq(Var("pair_group0"), Var("pair_group1"))),
+                Let("group_id", select(eq(rank, 0), Var("pair_group0"), Var("pair_group1"))),
+                Let("own_work", ne(select(eq(rank, 0), w0, w1), NO_GROUP))]
+
+    def cta_row(self) -> Expr:
+        """This CTA's first row of unit ``cm``: ``cm x block_m``, or in a pair ``cm x 2 block_m + rank x block_m``."""
+        p = self.p
+        if self.c.size == 2:
+            return Var("cm") * p.schedule.cluster_tile_rows + self.c.rank * p.mma.block_m
+        return Var("cm") * p.mma.block_m
+
     def expert_runs(self, tile: Expr) -> list:
         """Contiguous walk in windows of expert runs (``schedule.expert_window`` = W > 0): tile ``tile`` -> ``cm``,
-        ``m_row``, ``n_col``.
+        ``m_row`` (:meth:`cta_row`), ``n_col``.  With a CTA pair the units are pair units (``cm`` covers
+        ``cluster_tile_rows`` rows) and a unit's word is the one of its first m-block.
 
         Window ``tile / (num_n x W)`` covers m-blocks ``[win_m0, win_m0 + win_m)`` (``win_m = min(num_m - win_m0,
         W)``).  Its m-blocks are cut into runs: a run starts at the window's first m-block and wherever the
@@ -112,7 +152,7 @@ class GroupedTileScheduler(TileScheduler):
         Every value is uniform over the CTA; the W loads are independent (one latency per tile).
         """
         p, w, cap = self.p, self.p.schedule.expert_window, self.p.schedule.group_clusters
-        bm, q = p.mma.block_m, Var("win_q")
+        bm, q = p.schedule.cluster_tile_rows, Var("win_q")
         new = [Var(f"win_new{j}") for j in range(w)]  # new[j]: a run starts at window m-block j (j >= 1)
         run_start = Const(0)
         run_end = Var("win_m")
@@ -130,13 +170,27 @@ class GroupedTileScheduler(TileScheduler):
                 Let("chunk_len", emin(run_end, Var("chunk_start") + cap) - Var("chunk_start")),
                 Let("chunk_tile", Var("win_r") - Var("chunk_start") * Var("num_n")),
                 Let("cm", Var("win_m0") + Var("chunk_start") + Var("chunk_tile") % Var("chunk_len")),
-                Let("m_row", Var("cm") * bm),
+                Let("m_row", self.cta_row()),
                 Let("n_col", Var("chunk_tile") // Var("chunk_len") * p.mma.block_n)]
 
 
 def b_row(plan: Plan) -> Expr:
     """The row of B a tile's load starts at: ``n_col``, or in a grouped kernel the flattened ``b_row``."""
     return Var("b_row") if plan.schedule.grouped != "none" else Var("n_col")
+
+
+def store_guard(plan: Plan) -> Expr | None:
+    """The condition a tile's stores run under: a CTA pair's ``own_work`` (its own m-block has a group; its partner
+    may have the unit's work alone, see :meth:`GroupedTileScheduler.pair_unit`); None (always) otherwise."""
+    if plan.schedule.grouped == "contiguous" and plan.roles.cluster_size == 2:
+        return Var("own_work")
+    return None
+
+
+def b_shared(plan: Plan) -> Expr | None:
+    """A grouped CTA pair's choice between multicasting B and each CTA loading its own group's B (``b_shared``,
+    :meth:`GroupedTileScheduler.pair_unit`); None where B's multicast is unconditional or absent."""
+    return Var("b_shared") if store_guard(plan) is not None else None
 
 
 def whole_block(plan: Plan) -> tuple[list, Expr | None]:

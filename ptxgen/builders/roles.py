@@ -103,7 +103,7 @@ class TmaProducer:
                 For("i", Const(0), Const(p.stages), Const(1),
                     (Let("it", Var("it_end") + Var("i")), *lets, *p.ab.producer_acquire(st, role=WaitRole.PRODUCER_TAIL)))]
 
-    def load(self, o, st: PipelineState) -> TmaLoad:
+    def load(self, o, st: PipelineState) -> TmaLoad | If:
         p, c = self.p, self.c
         col = KB * p.loads.k_coord_step
         dst = stage_offset(p, o.name, st.index)
@@ -127,10 +127,18 @@ class TmaProducer:
         elif o.split == "none":
             row = grouped.b_row(p)
         else:
-            row = Var("n_col") + c.rank * o.box_rows
+            row = grouped.b_row(p) + c.rank * o.box_rows
         if o.split == "multicast":
-            return TmaLoad(o.name, fold(dst + c.rank * o.load_bytes), col, row, full, multicast=o.multicast,
-                           cache_hint=o.cache_hint)
+            shared = TmaLoad(o.name, fold(dst + c.rank * o.load_bytes), col, fold(row), full, multicast=o.multicast,
+                             cache_hint=o.cache_hint)
+            b_shared = grouped.b_shared(p)
+            if b_shared is None:
+                return shared
+            # a grouped pair whose m-blocks are of two groups: each CTA loads both halves of its own group's B
+            # k-block, no multicast; its stage receives the same bytes (the expect-tx of producer_commit)
+            own = tuple(TmaLoad(o.name, fold(dst + h * o.load_bytes), col, fold(grouped.b_row(p) + h * o.box_rows),
+                                full, cache_hint=o.cache_hint) for h in (0, 1))
+            return If(b_shared, (shared,), own)
         return TmaLoad(o.name, dst, col, row, full, two_sm=p.is_sm100 and p.loads.two_sm, cache_hint=o.cache_hint)
 
 
@@ -855,6 +863,7 @@ class WgmmaConsumer:
         the fused epilogue of a staged operand's direct branch; a contiguous grouped kernel's direct branch first
         reads the table words of its rows, :meth:`row_table_loads`).
 
+        A grouped CTA pair's CTA stores only when its own m-block has a group (:func:`ptxgen.builders.grouped.store_guard`).
         A grouped kernel takes the TMA branch only for an m-block wholly inside its group's valid rows
         (:func:`ptxgen.builders.grouped.whole_block`): a store box writes every row of the box.  The test reads
         values uniform over the CTA (the tile's group, m-block and one table word), so both consumer warpgroups,
@@ -862,12 +871,14 @@ class WgmmaConsumer:
         """
         p, wg = self.p, Var("wg")
         direct = (*fused, *self.row_table_loads(), *self.epi.fragment_store(wg, False, tile))
+        out = list(direct)
         if p.epilogue.tma_store:  # the D tensor map needs 16-byte rows; other N store directly
             n_ok = eq(Param("n") % p.epilogue.store_n_multiple, 0)
             take_tma = grouped.whole_block(p)[1]  # its table read issued by store_test before the k-loop
-            return [If(n_ok if take_tma is None else land(n_ok, take_tma),
-                       tuple(self.epi.fragment_store(wg, True, tile)), direct)]
-        return list(direct)
+            out = [If(n_ok if take_tma is None else land(n_ok, take_tma),
+                      tuple(self.epi.fragment_store(wg, True, tile)), direct)]
+        guard = grouped.store_guard(p)  # a grouped pair's CTA whose own m-block is padding stores nothing
+        return out if guard is None else [If(guard, tuple(out))]
 
     def tail(self, sched: TileScheduler) -> list:
         """After the tile loop: with ``epilogue.overlap``, store the CTA's last tile (none when it had no tile)."""

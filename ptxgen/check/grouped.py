@@ -48,6 +48,12 @@ def mode(kernel) -> str:
     return kernel.launch.extra.get("grouped", "none")
 
 
+def block_rows(kernel) -> int:
+    """Rows of one CTA's m-block: the launch's cluster tile rows over the CTAs that split them (a grouped CTA pair
+    takes two m-blocks of one n-block)."""
+    return kernel.launch.grid.tile_rows // kernel.cluster_size
+
+
 def trace_tables(kernel, m: int) -> Tables:
     """The tables the verifier traces a grouped kernel with: 3 groups, the middle one empty, the last one's last
     m-block holding one valid row (``m``: the traced launch's rows, a multiple of block_m of at least 3 m-blocks,
@@ -55,7 +61,7 @@ def trace_tables(kernel, m: int) -> Tables:
     kind = mode(kernel)
     if kind == "none":
         return Tables()
-    bm = kernel.launch.grid.tile_rows
+    bm = block_rows(kernel)
     if kind == "masked":
         return Tables({"num_groups": 3}, {"group_ptr": np.array([m, 0, bm + 1], dtype=np.int64)})
     blocks = -(-m // bm)
@@ -134,5 +140,5 @@ def problem_of(kernel, m: int) -> dict:
     return {"group_rows": [m, 0, (m + 2) // 3]}
 
 
-__all__ = ["Tables", "trace_tables", "contiguous_indices", "grouped_scale_a_map", "grouped_scale_b_map", "problem_of",
-           "mode", "grouped_inputs", "NO_GROUP"]
+__all__ = ["Tables", "block_rows", "trace_tables", "contiguous_indices", "grouped_scale_a_map", "grouped_scale_b_map",
+           "problem_of", "mode", "grouped_inputs", "NO_GROUP"]

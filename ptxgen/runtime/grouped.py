@@ -43,9 +43,10 @@ from ptxgen.hw import FP8_SCALE_BLOCK, GROUPED_SEGMENT_ROWS
 #: Contiguous: the 128x256 tile with TMA stores of whole m-blocks (docs/grouped.md, "TMA stores of whole m-blocks"):
 #: on the four prefill problems of bench/grouped_bench.py, bf16 1.04-1.15x and FP8 1.06-1.30x the direct-store
 #: default it replaced; FP8 at K = 2048 1.12-1.13x the 128x128 TMA-store tile, so one tile for every K.  Contiguous
-#: bf16 walks windows of expert runs (docs/grouped.md, "The G = 32 bf16 gap").
+#: bf16 runs on CTA pairs multicasting B (docs/grouped.md, "CTA pairs multicasting B": on the H100 1.33x the walk of
+#: expert runs it replaced over the five tune problems of bench/grouped_gap.py, geomean; 1.01x torch._grouped_mm).
 DEFAULT_CONFIGS = {("masked", False): "grouped_masked_h100_128x128",
-                   ("contiguous", False): "grouped_contiguous_h100_128x256_runs",
+                   ("contiguous", False): "grouped_contiguous_h100_128x256_c2",
                    ("masked", True): "grouped_masked_fp8_h100_128x128",
                    ("contiguous", True): "grouped_contiguous_fp8_h100_128x256_tma"}
 #: measured on the H100 (docs/grouped.md): the 128x256 tile is 12-16 % faster at M_max = 256, 1-6 % slower at 64-128
@@ -425,7 +426,9 @@ class GroupedCall:
         units = (p.groups if p.layout == "masked" else 1) * -(-p.m // spec.grid.tile_rows) * \
             -(-p.n // spec.grid.tile_cols)
         self.p, self.config, self.by_id = p, config, by_id
-        self.launcher, self.ordinal, self.grid_x = loaded.launcher, ordinal, max(1, min(units, info.sm_count))
+        cs = spec.grid.cluster_size  # a CTA pair walks pair units (tile_rows = 2 block_m): one cluster per 2 SMs
+        self.launcher, self.ordinal = loaded.launcher, ordinal
+        self.grid_x = max(1, min(units, info.sm_count // cs)) * cs
         self.new_out = functools.partial(empty_d, p, a.device)
         self.device = a.device
         self.spans: tuple | None = None  # bytes from data_ptr to the end of each input: set by the first call

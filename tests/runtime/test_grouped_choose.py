@@ -16,10 +16,10 @@ def problem(layout: str, fp8: bool, m: int, k: int, groups: int = 8, n: int = 40
 
 
 @pytest.mark.parametrize("layout, fp8, m, k, chosen", [
-    # bf16: masked by M_max (128x256 12-16 % faster at M_max = 256), contiguous always 128x256 in expert runs
+    # bf16: masked by M_max (128x256 12-16 % faster at M_max = 256), contiguous always 128x256 on CTA pairs
     ("masked", False, 128, 7168, "grouped_masked_h100_128x128"),
     ("masked", False, 256, 7168, "grouped_masked_h100_128x256"),
-    ("contiguous", False, 29696, 2048, "grouped_contiguous_h100_128x256_runs"),
+    ("contiguous", False, 29696, 2048, "grouped_contiguous_h100_128x256_c2"),
     # contiguous FP8: the 128x256 TMA-store tile at every K (1.12-1.13x the 128x128 one at K = 2048)
     ("contiguous", True, 29696, 7168, "grouped_contiguous_fp8_h100_128x256_tma"),
     ("contiguous", True, 29696, 2048, "grouped_contiguous_fp8_h100_128x256_tma"),

@@ -313,7 +313,7 @@ def test_default_configs_by_layout_dtype_and_m_max():
     assert grouped.default_config(check_grouped_operands(**masked(m=256, dtype=E4M3), require_cuda=False)) == \
         "grouped_masked_fp8_h100_256x128"
     assert grouped.default_config(check_grouped_operands(**contiguous(), require_cuda=False)) == \
-        "grouped_contiguous_h100_128x256_runs"
+        "grouped_contiguous_h100_128x256_c2"
     for name in {*grouped.DEFAULT_CONFIGS.values(), grouped.MASKED_WIDE,
                  grouped.MASKED_FP8_WIDE, grouped.MASKED_FP8_TALL}:
         assert build(name).launch.extra["grouped"] in ("masked", "contiguous")

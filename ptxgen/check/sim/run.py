@@ -341,7 +341,7 @@ def simulate_grouped(kernel, *, n: int, k: int, masked_m=None, m_max: int = 0, g
         SimError: any fault of the machine, a wrong group result, or a written row that must stay untouched.
     """
     kind = grouped.mode(kernel)
-    bm = kernel.launch.grid.tile_rows
+    bm = grouped.block_rows(kernel)
     if kind == "masked":
         groups = len(masked_m)
         rows, m_param = groups * m_max, m_max

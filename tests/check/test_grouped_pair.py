@@ -1,0 +1,172 @@
+"""Contiguous grouped GEMM on CTA pairs multicasting B (``cluster: {size: 2, dual_tile: true}``,
+``tma.multicast``; docs/grouped.md "CTA pairs multicasting B").
+
+On the CPU: the pair walk evaluated for every pair unit and both ranks gives each (m-block, n-block) once, both
+CTAs the same ``has_work`` and ``b_shared``, and ``b_shared`` exactly when the two m-blocks' groups agree (a padding
+or past-the-end m-block takes its partner's); the simulator runs same-expert pairs, pairs straddling two experts, a
+padding m-block, an odd m-block count and an empty expert to the right numbers with the padding rows untouched; the
+verifier and the PTX-vs-IR differential accept the shipped config; the config rules refuse a pair outside
+contiguous bf16 with multicast.  Planted bugs: multicast on every pair (a straddling pair's CTA computes with the
+other expert's B half: wrong result), ``b_shared`` from the CTA's own table word only (the pair's CTAs disagree:
+the verifier's transaction-byte check, the simulator's write-after-write of a stage).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ptxgen.build import build, load_config
+from ptxgen.builders import grouped as grouped_builder
+from ptxgen.builders.common import Cluster
+from ptxgen.builders.kernel import build_kernel
+from ptxgen.check.numerics import POISON
+from ptxgen.check.ptx import interp as ptxinterp
+from ptxgen.check.ptx.diff import sweep_threads
+from ptxgen.check.sim.run import simulate_grouped
+from ptxgen.check.verify import verify
+from ptxgen.errors import ConfigError, SimError, VerifyError
+from ptxgen.ir import Param, Sreg, Var, eq, evaluate, select
+from ptxgen.ir import ops as O
+from ptxgen.plan import make_plan
+
+pytestmark = pytest.mark.sim
+
+SHIPPED = "grouped_contiguous_h100_128x256_c2"
+#: the windowed pair walk (bench variant)
+RUNS = Path(__file__).resolve().parents[2] / "bench" / "configs" / "grouped_contiguous_h100_128x256_c2_runs.yaml"
+NO_GROUP = 0xFFFFFFFF
+#: 9 m-blocks of 128 rows: pairs (0, 1) of group 0, (2, 3) and (4, 5) straddling two groups, (6, 7) of group 4,
+#: (8, past the end); group 1 empty; group 2's second m-block holds one valid row
+ROWS = [300, 0, 129, 1, 260]
+
+
+def small(window: int = 0, group: int = 2):
+    return load_config(SHIPPED).replace(**{"schedule.expert_window": window, "schedule.group": group})
+
+
+def pair_walk(plan, words: list[int], n: int) -> list[dict]:
+    """Per pair unit and rank: the scheduler's head lets and table reads evaluated with ``words[i]`` the table
+    word of m-block i (the table holds ``len(words)`` m-blocks)."""
+    bm, bn = plan.mma.block_m, plan.mma.block_n
+    loop = grouped_builder.GroupedTileScheduler(plan, Cluster(plan)).loop([])
+    head = []
+    for op in loop.body:  # the lets and table reads before the unit's body (If has_work)
+        if isinstance(op, O.If):
+            break
+        head.append(op)
+    m = len(words) * bm
+    num_m, num_n = -(-m // (2 * bm)), -(-n // bn)
+    out = []
+    for t in range(num_m * num_n):
+        unit = []
+        for rank in (0, 1):
+            env = {"num_m": num_m, "num_n": num_n, "t": t}
+
+            def leaf(e):
+                if isinstance(e, Var):
+                    return env[e.name]
+                if isinstance(e, Sreg):
+                    return rank
+                assert isinstance(e, Param), e
+                return {"m": m, "n": n}[e.name]
+            for op in head:
+                if isinstance(op, O.LdGlobalNcU32):
+                    row = evaluate(op.index, leaf)
+                    assert 0 <= row < m, (op.var, row)  # never past the table
+                    env[op.var] = words[row // bm]
+                else:
+                    env[op.var] = evaluate(op.expr, leaf) & 0xFFFFFFFF
+            unit.append(env)
+        out.append(unit)
+    return out
+
+
+@pytest.mark.parametrize("window,group", [(0, 2), (0, 16), (4, 2), (16, 16)])
+def test_the_pair_walk_covers_every_tile_and_both_ctas_agree(window, group):
+    plan = make_plan(small(window, group))
+    tables = [[0, 0, 0, 2, 2, 3, 4, 4, 4], [0, 0, 1, 1], [5], [0, NO_GROUP, 2, 2, NO_GROUP],
+              [int(x) for x in np.random.default_rng(1).choice([0, 3, 7, NO_GROUP], 11)]]
+    for words in tables:
+        for n in (200, 600):
+            tiles = []
+            for r0, r1 in pair_walk(plan, words, n):
+                assert r0["has_work"] == r1["has_work"] and r0["b_shared"] == r1["b_shared"], words
+                assert r0["m_row"] // 128 % 2 == 0 and r1["m_row"] == r0["m_row"] + 128
+                mb = r0["m_row"] // 128
+                w0 = words[mb]
+                w1 = words[mb + 1] if mb + 1 < len(words) else NO_GROUP
+                g0, g1 = (w0 if w0 != NO_GROUP else w1), (w1 if w1 != NO_GROUP else w0)
+                assert r0["has_work"] == (g0 != NO_GROUP) and r0["b_shared"] == (g0 == g1)
+                assert (r0["group_id"], r1["group_id"]) == (g0, g1)
+                assert (r0["own_work"], r1["own_work"]) == (w0 != NO_GROUP, w1 != NO_GROUP)
+                tiles += [(mb, r0["n_col"] // 256), (mb + 1, r1["n_col"] // 256)]
+            num_n = -(-n // 256)
+            num_pairs = -(-len(words) // 2)
+            assert sorted(tiles) == [(m, j) for m in range(2 * num_pairs) for j in range(num_n)], words
+
+
+@pytest.mark.parametrize("window,group", [(0, 2), (4, 2)])
+def test_simulator_runs_mixed_pairs_with_untouched_rows(window, group):
+    kernel = build_kernel(make_plan(small(window, group)))
+    res = simulate_grouped(kernel, n=200, k=136, group_rows=ROWS, seed=3, num_sms=4)
+    untouched = np.isnan(res.ref).all(axis=1)  # padding rows: group 0's 84, group 2's 127, group 3's 127, ...
+    assert res.rel_fro < 1e-2 and res.max_rel_err < 2e-2 and untouched.sum() == 9 * 128 - sum(ROWS)
+    assert (res.d_bits[untouched] == POISON).all()
+
+
+@pytest.mark.parametrize("config", [SHIPPED, str(RUNS)])
+def test_verifier_and_ptx_differential_accept_the_pair_configs(config):
+    res = build(load_config(config))
+    verify(res.kernel)
+    assert sweep_threads(res.kernel, ptxinterp.parse(res.ptx)) is None
+    # one multicast load (the shared B half); the unshared branch loads both halves of its own B
+    assert res.ptx.count(".multicast::cluster") == 1 and res.launch.cluster == (2, 1, 1)
+
+
+@pytest.mark.parametrize("change,field", [({"operands": "fp8", "tile.block_k": 128}, "cluster.size"),
+                                          ({"tma.multicast": False}, "cluster.size")])
+def test_a_pair_outside_contiguous_bf16_multicast_is_refused(change, field):
+    with pytest.raises(ConfigError) as exc:
+        make_plan(load_config(SHIPPED).replace(**change))  # replace validates
+    msg = str(exc.value)
+    assert msg.startswith(f"{field}=") and "\n" not in msg
+
+
+def test_a_masked_pair_is_refused():
+    with pytest.raises(ConfigError, match="grouped=contiguous"):
+        make_plan(load_config("grouped_masked_h100_128x256").replace(
+            **{"cluster.size": 2, "cluster.dual_tile": True, "tma.multicast": True}))
+
+
+# ------------------------------------------------------------------ planted bugs
+
+
+def _plant_b_shared(monkeypatch, make):
+    original = grouped_builder.GroupedTileScheduler.pair_unit
+
+    def planted(self):
+        return [O.Let("b_shared", make(self)) if isinstance(op, O.Let) and op.var == "b_shared" else op
+                for op in original(self)]
+    monkeypatch.setattr(grouped_builder.GroupedTileScheduler, "pair_unit", planted)
+
+
+def test_planted_multicast_on_a_straddling_pair(monkeypatch):
+    """Every pair multicasts: the straddling pairs' CTAs compute with half of the other expert's B."""
+    _plant_b_shared(monkeypatch, lambda s: Var("has_work"))
+    with pytest.raises(SimError, match="wrong result"):
+        simulate_grouped(build_kernel(make_plan(small())), n=200, k=136, group_rows=ROWS, seed=3, num_sms=4)
+
+
+def test_planted_flag_from_the_ctas_own_word(monkeypatch):
+    """``b_shared`` from this CTA's word against rank 0's: rank 0 always multicasts, rank 1 of a straddling pair
+    loads alone, so rank 0's stage lacks a half and rank 1's gets one too many."""
+    _plant_b_shared(monkeypatch, lambda s: eq(select(eq(s.c.rank, 0), Var("pair_word0"), Var("pair_word1")),
+                                              Var("pair_word0")))
+    kernel = build_kernel(make_plan(small()))
+    with pytest.raises(VerifyError, match="transaction-byte"):
+        verify(kernel)
+    with pytest.raises(SimError):
+        simulate_grouped(kernel, n=200, k=136, group_rows=ROWS, seed=3, num_sms=4)
