@@ -192,6 +192,33 @@ def _timed(row: dict, label: str, fn, flop: float = 0.0, nbytes: float = 0.0) ->
         row[label]["weight_GBps"] = round(nbytes / med / 1e3, 1)
 
 
+def scaled_mm_loop(a, b, sa, sb, rows: list[int], starts: list[int], row: dict):
+    """The contiguous FP8 baseline: a loop of per-group ``torch._scaled_mm`` with the recipe's block scales, in the
+    first scale layout the installed torch takes (``fp8_bench.scaled_mm_variants``); per-group operands sliced once,
+    rows padded to 16 (the segments' padding).  Records the layout, the refusals and group 0's relative error in
+    ``row``; returns the loop (a callable) or None when torch refuses every layout."""
+    spans = [(starts[g], starts[g] + r) for g, r in enumerate(rows) if r]
+    gs = [g for g, r in enumerate(rows) if r]
+    per = [(a[r0:r0 + -(-(r1 - r0) // 16) * 16], b[g], sa[r0:r0 + -(-(r1 - r0) // 16) * 16], sb[g])
+           for g, (r0, r1) in zip(gs, spans)]
+    for i in range(len(scaled_mm_variants(*per[0]))):
+        args = [(x, y) + scaled_mm_variants(x, y, u, v)[i][1:] for x, y, u, v in per]
+        what = scaled_mm_variants(*per[0])[i][0]
+        try:
+            d = [torch._scaled_mm(x, y.T, scale_a=u, scale_b=v, out_dtype=torch.bfloat16) for x, y, u, v in args]
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001 - report what the installed torch refuses
+            row.setdefault("scaled_mm refused", []).append(f"{what}: {type(exc).__name__}: "
+                                                           f"{str(exc).splitlines()[0][:160]}")
+            continue
+        row["scaled_mm layout"] = what
+        row["torch._scaled_mm loop rel err (group 0)"] = rel(d[0][:rows[gs[0]]], reference_rows(
+            a, b, sa, sb, gs[0], spans[0][0], spans[0][1]))
+        return lambda: [torch._scaled_mm(x, y.T, scale_a=u, scale_b=v, out_dtype=torch.bfloat16)
+                        for x, y, u, v in args]
+    return None
+
+
 def contiguous_rows(fp8: bool, quick: bool) -> list[dict]:
     out_rows = []
     for groups, mean, n, k in PREFILL[:2] if quick else PREFILL:
@@ -230,28 +257,9 @@ def contiguous_rows(fp8: bool, quick: bool) -> list[dict]:
             else:
                 row["torch._grouped_mm"] = "absent in this torch"
         else:
-            spans = [(starts[g], starts[g] + r) for g, r in enumerate(rows) if r]
-            gs = [g for g, r in enumerate(rows) if r]
-            # per-group operands sliced once, outside the timed loop; rows padded to 16 (the segments' padding)
-            per = [(a[r0:r0 + -(-(r1 - r0) // 16) * 16], b[g], sa[r0:r0 + -(-(r1 - r0) // 16) * 16], sb[g])
-                   for g, (r0, r1) in zip(gs, spans)]
-            for i in range(len(scaled_mm_variants(*per[0]))):
-                args = [(x, y) + scaled_mm_variants(x, y, u, v)[i][1:] for x, y, u, v in per]
-                what = scaled_mm_variants(*per[0])[i][0]
-                try:
-                    d = [torch._scaled_mm(x, y.T, scale_a=u, scale_b=v, out_dtype=torch.bfloat16) for x, y, u, v in args]
-                    torch.cuda.synchronize()
-                except Exception as exc:  # noqa: BLE001 - report what the installed torch refuses
-                    row.setdefault("scaled_mm refused", []).append(f"{what}: {type(exc).__name__}: "
-                                                                   f"{str(exc).splitlines()[0][:160]}")
-                    continue
-                row["scaled_mm layout"] = what
-                row["torch._scaled_mm loop rel err (group 0)"] = rel(d[0][:rows[gs[0]]], reference_rows(
-                    a, b, sa, sb, gs[0], spans[0][0], spans[0][1]))
-                _timed(row, "torch._scaled_mm loop",
-                       lambda: [torch._scaled_mm(x, y.T, scale_a=u, scale_b=v, out_dtype=torch.bfloat16)
-                                for x, y, u, v in args], flop)
-                break
+            loop = scaled_mm_loop(a, b, sa, sb, rows, starts, row)
+            if loop is not None:
+                _timed(row, "torch._scaled_mm loop", loop, flop)
         out_rows.append(row)
         print(json.dumps(row))
     return out_rows

@@ -2,7 +2,7 @@
 and one launch of each side for ncu (docs/grouped.md, "The G = 32 bf16 gap").
 
     python3 bench/grouped_gap.py model [--problems P]                 # no GPU: bytes of each wave, per swizzle group
-    python3 bench/grouped_gap.py time [--json PATH] [--configs A,B] [--problems P]
+    python3 bench/grouped_gap.py time [--json PATH] [--configs A,B] [--problems P] [--fp8]
     ncu --profile-from-start off --metrics ... python3 bench/grouped_gap.py ncu [--configs A,B] [--problems P]
 
 Problems (``--problems``: ``tune``, ``report``, ``all`` (the default) or a list ``GxMEANxNxK,...``): ``report`` is
@@ -18,7 +18,10 @@ against the minimum (every expert's B and all of A read once).
 ``time``: per problem, ``torch._grouped_mm`` (offs = the segments' padded ends, as ``grouped_bench``), each
 config (``default`` = the shipped choice, then ``--configs``) with ``check_tables=False``, then torch again;
 CUDA events, median of 5 runs of 10 calls after a warm-up, with the spread; TFLOP/s of the valid rows; each
-config's relative error on the first and last group against fp32.
+config's relative error on the first and last group against fp32.  ``--fp8``: e4m3 operands with the recipe's
+block scales (``grouped_bench.operands``), the FP8 default and ``--configs`` called with the scales in the kernel's
+layout (``tma_scale_layout``, read in place) against a loop of per-group ``torch._scaled_mm``
+(``grouped_bench.scaled_mm_loop``).
 
 ``ncu``: each problem's operands and each side warmed up, then between ``cudaProfilerStart`` and
 ``cudaProfilerStop`` one launch of torch and of each config (in that order), nothing else.
@@ -32,9 +35,10 @@ import sys
 import torch
 
 import ptxgen
-from grouped_bench import BLOCK, PREFILL, group_rows, operands, reference_rows, rel, time_us  # same folder
+from grouped_bench import (BLOCK, PREFILL, group_rows, operands, reference_rows, rel, scaled_mm_loop,  # same folder
+                           time_us)
 from ptxgen.config import load_config
-from ptxgen.runtime.grouped import contiguous_layout
+from ptxgen.runtime.grouped import contiguous_layout, tma_scale_layout
 
 TUNE = [(16, 2048, 4096, 7168), (64, 512, 4096, 7168), (32, 1024, 3072, 4096), (32, 1024, 4096, 1536),
         (8, 4096, 4096, 14336)]
@@ -87,24 +91,35 @@ def model() -> None:
         print(json.dumps(row))
 
 
+FP8 = "--fp8" in sys.argv
+#: the torch side: torch._grouped_mm (bf16) or a loop of per-group torch._scaled_mm (``--fp8``)
+TORCH = "torch._scaled_mm loop" if FP8 else "torch._grouped_mm"
+
+
 def setup(groups: int, mean: int, n: int, k: int):
     rows = group_rows(groups, mean, 7)
     idx = contiguous_layout(rows, device="cuda")
-    a, b, _, _ = operands(idx.numel(), groups, n, k, False)
+    a, b, sa, sb = operands(idx.numel(), groups, n, k, FP8)
     starts = [0]
     for r in rows:
         starts.append(starts[-1] + -(-r // BLOCK) * BLOCK)
-    offs = torch.tensor(starts[1:], dtype=torch.int32, device="cuda")
     out = torch.empty((idx.numel(), n), device="cuda", dtype=torch.bfloat16)
-    bt = b.transpose(-2, -1)
+    if FP8:
+        sa_in, sb_in = tma_scale_layout(sa), tma_scale_layout(sb)  # read in place: no copy per call
+        torch_side = scaled_mm_loop(a, b, sa, sb, rows, starts, {})
+    else:
+        sa_in = sb_in = None
+        offs = torch.tensor(starts[1:], dtype=torch.int32, device="cuda")
+        bt = b.transpose(-2, -1)
+
+        def torch_side():
+            return torch._grouped_mm(a, bt, offs=offs, out_dtype=torch.bfloat16)
 
     def ours(cfg):
-        return lambda: ptxgen.grouped_gemm(a, b, m_indices=idx, out=out, check_tables=False, config=cfg)
+        return lambda: ptxgen.grouped_gemm(a, b, m_indices=idx, scale_a=sa_in, scale_b=sb_in, out=out,
+                                           check_tables=False, config=cfg)
 
-    def torch_side():
-        return torch._grouped_mm(a, bt, offs=offs, out_dtype=torch.bfloat16)
-
-    return rows, starts, idx, a, b, out, ours, torch_side
+    return rows, starts, idx, (a, b, sa, sb), out, ours, torch_side
 
 
 def configs() -> list[str | None]:
@@ -118,11 +133,11 @@ def label(cfg: str | None) -> str:
 
 def timed() -> None:
     path = _arg("--json")
-    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "fp8": FP8}
     print(json.dumps(info))
     out_rows = []
     for groups, mean, n, k in problems():
-        rows, starts, idx, a, b, out, ours, torch_side = setup(groups, mean, n, k)
+        rows, starts, idx, (a, b, sa, sb), out, ours, torch_side = setup(groups, mean, n, k)
         flop = 2.0 * sum(rows) * n * k
         row = {"G": groups, "mean rows": mean, "N": n, "K": k, "rows": rows}
 
@@ -131,23 +146,23 @@ def timed() -> None:
             row[what] = {"us": round(med, 1), "us_min": round(lo, 1), "us_max": round(hi, 1),
                          "tflops": round(flop / med / 1e6, 1)}
 
-        put("torch._grouped_mm", torch_side)
+        put(TORCH, torch_side)
         last = max(g for g, r in enumerate(rows) if r)
         for cfg in configs():
             out.fill_(float("nan"))
             ours(cfg)()
             row[f"{label(cfg)} rel err (first, last group)"] = [
-                round(rel(out[:rows[0]], reference_rows(a, b, None, None, 0, 0, rows[0])), 5),
+                round(rel(out[:rows[0]], reference_rows(a, b, sa, sb, 0, 0, rows[0])), 5),
                 round(rel(out[starts[last]:starts[last] + rows[last]],
-                          reference_rows(a, b, None, None, last, starts[last], starts[last] + rows[last])), 5)]
+                          reference_rows(a, b, sa, sb, last, starts[last], starts[last] + rows[last])), 5)]
             put(label(cfg), ours(cfg))
-        put("torch._grouped_mm again", torch_side)
-        ref = (row["torch._grouped_mm"]["us"] + row["torch._grouped_mm again"]["us"]) / 2
+        put(f"{TORCH} again", torch_side)
+        ref = (row[TORCH]["us"] + row[f"{TORCH} again"]["us"]) / 2
         row["ratio to torch (mean of its two timings)"] = {label(c): round(ref / row[label(c)]["us"], 3)
                                                            for c in configs()}
         print(json.dumps({x: y for x, y in row.items() if x != "rows"}))
         out_rows.append(row)
-        del a, b, out, idx
+        del a, b, sa, sb, out, idx, ours, torch_side
         torch.cuda.empty_cache()
         if path:
             with open(path, "w") as f:
@@ -157,7 +172,7 @@ def timed() -> None:
 def profiled() -> None:
     launches = []
     for groups, mean, n, k in problems():
-        _, _, _, _, _, _, ours, torch_side = setup(groups, mean, n, k)
+        _, _, _, _, _, ours, torch_side = setup(groups, mean, n, k)
         for fn in [torch_side] + [ours(c) for c in configs()]:
             fn()
             fn()
@@ -170,7 +185,7 @@ def profiled() -> None:
         torch.cuda.synchronize()
     torch.cuda.profiler.stop()
     for what, _ in launches:
-        print(what, "launches: torch._grouped_mm,", ", ".join(label(c) for c in configs()))
+        print(what, f"launches: {TORCH},", ", ".join(label(c) for c in configs()))
 
 
 if __name__ == "__main__":
