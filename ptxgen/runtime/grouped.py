@@ -44,11 +44,13 @@ from ptxgen.hw import FP8_SCALE_BLOCK, GROUPED_SEGMENT_ROWS
 #: on the four prefill problems of bench/grouped_bench.py, bf16 1.04-1.15x and FP8 1.06-1.30x the direct-store
 #: default it replaced; FP8 at K = 2048 1.12-1.13x the 128x128 TMA-store tile, so one tile for every K.  Contiguous
 #: bf16 runs on CTA pairs multicasting B (docs/grouped.md, "CTA pairs multicasting B": on the H100 1.33x the walk of
-#: expert runs it replaced over the five tune problems of bench/grouped_gap.py, geomean; 1.01x torch._grouped_mm).
+#: expert runs it replaced over the five tune problems of bench/grouped_gap.py, geomean; 1.01x torch._grouped_mm),
+#: and so does contiguous FP8 (docs/grouped.md, "FP8 CTA pairs": 1.04x the single-CTA TMA-store tile over the tune
+#: problems, geomean; 0.89x at 3072 x 4096, 1.25x at G = 64).
 DEFAULT_CONFIGS = {("masked", False): "grouped_masked_h100_128x128",
                    ("contiguous", False): "grouped_contiguous_h100_128x256_c2",
                    ("masked", True): "grouped_masked_fp8_h100_128x128",
-                   ("contiguous", True): "grouped_contiguous_fp8_h100_128x256_tma"}
+                   ("contiguous", True): "grouped_contiguous_fp8_h100_128x256_c2"}
 #: measured on the H100 (docs/grouped.md): the 128x256 tile is 12-16 % faster at M_max = 256, 1-6 % slower at 64-128
 MASKED_WIDE, MASKED_WIDE_ROWS = "grouped_masked_h100_128x256", 128
 #: Masked FP8 tiles (docs/grouped.md, "Speed: the FP8 128x256 and 256x128 tiles"; H100, whole-program ptxas), read

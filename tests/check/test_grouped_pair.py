@@ -5,14 +5,18 @@ On the CPU: the pair walk evaluated for every pair unit and both ranks gives eac
 CTAs the same ``has_work`` and ``b_shared``, and ``b_shared`` exactly when the two m-blocks' groups agree (a padding
 or past-the-end m-block takes its partner's); the simulator runs same-expert pairs, pairs straddling two experts, a
 padding m-block, an odd m-block count and an empty expert to the right numbers with the padding rows untouched; the
-verifier and the PTX-vs-IR differential accept the shipped config; the config rules refuse a pair outside
-contiguous bf16 with multicast.  Planted bugs: multicast on every pair (a straddling pair's CTA computes with the
-other expert's B half: wrong result), ``b_shared`` from the CTA's own table word only (the pair's CTAs disagree:
-the verifier's transaction-byte check, the simulator's write-after-write of a stage).
+verifier and the PTX-vs-IR differential accept the shipped configs; the config rules refuse a pair outside
+contiguous layouts with multicast.  FP8 pairs (``grouped_contiguous_fp8_h100_128x256_c2``): each CTA loads its own
+scales (scale_a of its m-block, scale_b of its m-block's group), simulated on the same tables to the recipe's
+reference.  Planted bugs: multicast on every pair (a straddling pair's CTA computes with the other expert's B half:
+wrong result), ``b_shared`` from the CTA's own table word only (the pair's CTAs disagree: the verifier's
+transaction-byte check, the simulator's write-after-write of a stage); FP8: scale_b of the partner's group on a
+straddling pair, scale_a of the pair's first m-block on rank 1 (wrong results).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -28,13 +32,14 @@ from ptxgen.check.ptx.diff import sweep_threads
 from ptxgen.check.sim.run import simulate_grouped
 from ptxgen.check.verify import verify
 from ptxgen.errors import ConfigError, SimError, VerifyError
-from ptxgen.ir import Param, Sreg, Var, eq, evaluate, select
+from ptxgen.ir import Param, Sreg, Var, ceil_div, eq, evaluate, select
 from ptxgen.ir import ops as O
 from ptxgen.plan import make_plan
 
 pytestmark = pytest.mark.sim
 
 SHIPPED = "grouped_contiguous_h100_128x256_c2"
+FP8 = "grouped_contiguous_fp8_h100_128x256_c2"
 #: the windowed pair walk (bench variant)
 RUNS = Path(__file__).resolve().parents[2] / "bench" / "configs" / "grouped_contiguous_h100_128x256_c2_runs.yaml"
 NO_GROUP = 0xFFFFFFFF
@@ -43,8 +48,8 @@ NO_GROUP = 0xFFFFFFFF
 ROWS = [300, 0, 129, 1, 260]
 
 
-def small(window: int = 0, group: int = 2):
-    return load_config(SHIPPED).replace(**{"schedule.expert_window": window, "schedule.group": group})
+def small(window: int = 0, group: int = 2, name: str = SHIPPED):
+    return load_config(name).replace(**{"schedule.expert_window": window, "schedule.group": group})
 
 
 def pair_walk(plan, words: list[int], n: int) -> list[dict]:
@@ -117,7 +122,18 @@ def test_simulator_runs_mixed_pairs_with_untouched_rows(window, group):
     assert (res.d_bits[untouched] == POISON).all()
 
 
-@pytest.mark.parametrize("config", [SHIPPED, str(RUNS)])
+@pytest.mark.parametrize("window,group", [(0, 2), (4, 2)])
+def test_simulator_runs_fp8_pairs_to_the_recipe_reference(window, group):
+    """The same tables as bf16 (same-expert and straddling pairs, padding, an odd m-block count, an empty expert);
+    K = 272: three 128-K scale blocks, the last partial."""
+    kernel = build_kernel(make_plan(small(window, group, FP8)))
+    res = simulate_grouped(kernel, n=200, k=272, group_rows=ROWS, seed=3, num_sms=4)
+    untouched = np.isnan(res.ref).all(axis=1)
+    assert res.rel_fro < 1e-2 and res.max_rel_err < 2e-2 and untouched.sum() == 9 * 128 - sum(ROWS)
+    assert (res.d_bits[untouched] == POISON).all()
+
+
+@pytest.mark.parametrize("config", [SHIPPED, str(RUNS), FP8])
 def test_verifier_and_ptx_differential_accept_the_pair_configs(config):
     res = build(load_config(config))
     verify(res.kernel)
@@ -126,13 +142,12 @@ def test_verifier_and_ptx_differential_accept_the_pair_configs(config):
     assert res.ptx.count(".multicast::cluster") == 1 and res.launch.cluster == (2, 1, 1)
 
 
-@pytest.mark.parametrize("change,field", [({"operands": "fp8", "tile.block_k": 128}, "cluster.size"),
-                                          ({"tma.multicast": False}, "cluster.size")])
-def test_a_pair_outside_contiguous_bf16_multicast_is_refused(change, field):
+@pytest.mark.parametrize("name", [SHIPPED, FP8])
+def test_a_pair_without_multicast_is_refused(name):
     with pytest.raises(ConfigError) as exc:
-        make_plan(load_config(SHIPPED).replace(**change))  # replace validates
+        make_plan(load_config(name).replace(**{"tma.multicast": False}))  # replace validates
     msg = str(exc.value)
-    assert msg.startswith(f"{field}=") and "\n" not in msg
+    assert msg.startswith("cluster.size=") and "\n" not in msg
 
 
 def test_a_masked_pair_is_refused():
@@ -170,3 +185,33 @@ def test_planted_flag_from_the_ctas_own_word(monkeypatch):
         verify(kernel)
     with pytest.raises(SimError):
         simulate_grouped(kernel, n=200, k=136, group_rows=ROWS, seed=3, num_sms=4)
+
+
+def _plant_scale_col(monkeypatch, name: str, make):
+    """The scheduler's ``name`` (``sa_col`` or ``sb_col``) let replaced by ``make(scheduler)``."""
+    original = grouped_builder.GroupedTileScheduler.loop
+
+    def planted(self, body):
+        loop = original(self, body)
+        return dataclasses.replace(loop, body=tuple(O.Let(name, make(self)) if isinstance(op, O.Let) and op.var == name
+                                                    else op for op in loop.body))
+    monkeypatch.setattr(grouped_builder.GroupedTileScheduler, "loop", planted)
+
+
+def test_planted_fp8_scale_b_of_the_partners_group(monkeypatch):
+    """scale_b's column from the partner's group: right on a same-expert pair, wrong on a straddling one."""
+    def partner_col(s):
+        pr, rank = s.p.promotion, s.c.rank
+        box_rows = pr.b_block_rows * pr.sb_box
+        partner = select(eq(rank, 0), Var("pair_group1"), Var("pair_group0"))
+        return partner * (ceil_div(Param("n"), box_rows) * pr.sb_box) + Var("n_col") // box_rows * pr.sb_box
+    _plant_scale_col(monkeypatch, "sb_col", partner_col)
+    with pytest.raises(SimError, match="wrong result"):
+        simulate_grouped(build_kernel(make_plan(small(name=FP8))), n=200, k=272, group_rows=ROWS, seed=3, num_sms=4)
+
+
+def test_planted_fp8_scale_a_of_the_pairs_first_m_block(monkeypatch):
+    """Rank 1 reads scale_a of m-block ``2 cm`` (rank 0's rows) for its own m-block ``2 cm + 1``."""
+    _plant_scale_col(monkeypatch, "sa_col", lambda s: Var("cm") * s.p.schedule.cluster_tile_rows)
+    with pytest.raises(SimError, match="wrong result"):
+        simulate_grouped(build_kernel(make_plan(small(name=FP8))), n=200, k=272, group_rows=ROWS, seed=3, num_sms=4)
