@@ -612,9 +612,10 @@ def _validate_grouped(cfg: Config) -> None:
     untouched: rows past ``masked_m[g]``, padding rows of ``m_indices``) stored directly, guarded per row
     (:func:`ptxgen.builders.grouped.whole_block`).
 
-    ``cluster.size=2`` (contiguous, bf16 or FP8, ``tma.multicast``): the pair takes two m-blocks of one n-block and
-    multicasts B when both are of one expert (:class:`ptxgen.builders.grouped.GroupedTileScheduler`); FP8 scales
-    are each CTA's own (scale_a of its m-block, scale_b of its m-block's group), never multicast.
+    ``cluster.size=2`` (bf16 or FP8, ``tma.multicast``): the pair takes two m-blocks of one n-block; contiguous, it
+    multicasts B when both are of one expert; masked, both are m-blocks of one group and B is always multicast
+    (:class:`ptxgen.builders.grouped.GroupedTileScheduler`); FP8 scales are each CTA's own (scale_a of its
+    m-block, scale_b of its m-block's group), never multicast.
     """
     g = cfg.schedule.grouped
     _rule(cfg.arch == "sm_90a", "schedule.grouped", g, "the grouped scheduler is sm_90a only; needs arch=sm_90a")
@@ -622,9 +623,9 @@ def _validate_grouped(cfg: Config) -> None:
     _rule(cfg.schedule.persistent, "schedule.grouped", g, "needs schedule.persistent=true (CTAs walk the groups' tiles)")
     _rule(cfg.mma.consumers == "cooperative", "schedule.grouped", g, "needs mma.consumers=cooperative")
     if cfg.cluster.size == 2:  # CTA pairs multicasting B (ptxgen.builders.grouped: pair units)
-        _rule(g == "contiguous" and cfg.operands in ("bf16", "fp8") and cfg.tma.multicast, "cluster.size", 2,
-              "schedule.grouped: a CTA pair needs grouped=contiguous, operands=bf16 or fp8 and tma.multicast=true "
-              "(the pair's two m-blocks share B when they are of one expert)")
+        _rule(cfg.operands in ("bf16", "fp8") and cfg.tma.multicast, "cluster.size", 2,
+              "schedule.grouped: a CTA pair needs operands=bf16 or fp8 and tma.multicast=true "
+              "(the pair's two m-blocks share B when they are of one group)")
     _rule(cfg.schedule.split_k == 1, "schedule.grouped", g, "needs schedule.split_k=1")
     _rule(not cfg.epilogue.overlap, "schedule.grouped", g, "needs epilogue.overlap=false")
     _rule(not cfg.epilogue.expr, "schedule.grouped", g, "needs an empty epilogue.expr (D = the accumulator)")

@@ -19,7 +19,8 @@ B rows of the last n-block of a group whose N is not a multiple of block_n come 
 zero fill past ``G x N``); they only feed columns ``>= N``, which no store writes.
 
 A contiguous CTA pair (``cluster.size=2``, :meth:`GroupedTileScheduler.pair_unit`) takes two m-blocks of one n-block
-and multicasts B when both are of one group, else each CTA loads its own group's B.
+and multicasts B when both are of one group, else each CTA loads its own group's B.  A masked pair
+(:meth:`GroupedTileScheduler.masked_pair_unit`) takes two m-blocks of one group and always multicasts B.
 
 With ``epilogue.store=tma`` a tile whose m-block lies wholly inside its group's valid rows (:func:`whole_block`) is
 staged and TMA-stored as in the dense GEMM; every other tile keeps the guarded direct stores.
@@ -48,7 +49,7 @@ class GroupedTileScheduler(TileScheduler):
 
     def __init__(self, plan: Plan, cluster: Cluster):
         super().__init__(plan, cluster)
-        assert plan.split is None and (cluster.size == 1 or plan.schedule.grouped == "contiguous")
+        assert plan.split is None
         self.mode = plan.schedule.grouped
 
     def setup(self) -> list:
@@ -72,12 +73,12 @@ class GroupedTileScheduler(TileScheduler):
         if self.mode == "masked":
             per_group = Var("num_m") * Var("num_n")
             head = [Let("group_id", T // per_group),
-                    *self.swizzle(T % per_group, [Let("m_local", Var("cm") * p.mma.block_m)]),
+                    *self.swizzle(T % per_group, [Let("m_local", self.cta_row())]),
                     LdGlobalNcU32("group_rows_raw", GROUP),  # clamped to M_max: never a row of the next group
                     Let("group_rows", emin(Var("group_rows_raw"), Param("m"))),
                     Let("m_row", GROUP * Param("m") + Var("m_local")),
                     Let("row_end", GROUP * Param("m") + ROWS),
-                    Let("has_work", lt(Var("m_local"), ROWS))]
+                    *(self.masked_pair_unit() if self.c.size == 2 else [Let("has_work", lt(Var("m_local"), ROWS))])]
         else:
             order = (self.expert_runs(T) if p.schedule.expert_window
                      else self.swizzle(T, [Let("m_row", self.cta_row())]))
@@ -126,6 +127,22 @@ class GroupedTileScheduler(TileScheduler):
                 Let("b_shared", eq(Var("pair_group0"), Var("pair_group1"))),
                 Let("group_id", select(eq(rank, 0), Var("pair_group0"), Var("pair_group1"))),
                 Let("own_work", ne(select(eq(rank, 0), w0, w1), NO_GROUP))]
+
+    def masked_pair_unit(self) -> list:
+        """A masked CTA pair's unit (``cluster.size=2``): m-blocks ``2 cm`` (rank 0) and ``2 cm + 1`` (rank 1) of one
+        group's ``ceil(M_max / block_m)`` and n-block ``n_col``.  Both m-blocks read group ``group_id``'s B, so B is
+        always multicast (each CTA loads half of each B k-block, as :meth:`pair_unit` with ``b_shared``).  Both
+        CTAs read the one ``masked_m`` word, so ``has_work`` is uniform over the pair:
+
+        * ``has_work``: the pair's first m-block starts before the group's (clamped) rows.  Both CTAs run the
+          unit's k-loop then, also the one whose m-block holds no valid row: the operand ring's iterations, the
+          multicast stages and the cluster-wide ``empty`` arrives stay in step.
+        * ``own_work``: this CTA's m-block starts before them (else it stores nothing, :func:`store_guard`; its
+          rows past ``M_max`` are the next group's rows of the flattened A, or TMA's zero fill past ``G x M_max``,
+          and feed no store).
+        """
+        pair_row = Var("cm") * self.p.schedule.cluster_tile_rows
+        return [Let("own_work", lt(Var("m_local"), ROWS)), Let("has_work", lt(pair_row, ROWS))]
 
     def cta_row(self) -> Expr:
         """This CTA's first row of unit ``cm``: ``cm x block_m``, or in a pair ``cm x 2 block_m + rank x block_m``."""
@@ -180,17 +197,19 @@ def b_row(plan: Plan) -> Expr:
 
 
 def store_guard(plan: Plan) -> Expr | None:
-    """The condition a tile's stores run under: a CTA pair's ``own_work`` (its own m-block has a group; its partner
-    may have the unit's work alone, see :meth:`GroupedTileScheduler.pair_unit`); None (always) otherwise."""
-    if plan.schedule.grouped == "contiguous" and plan.roles.cluster_size == 2:
+    """The condition a tile's stores run under: a grouped CTA pair's ``own_work`` (its own m-block has rows of a
+    group; its partner may have the unit's work alone, see :meth:`GroupedTileScheduler.pair_unit` and
+    :meth:`GroupedTileScheduler.masked_pair_unit`); None (always) otherwise."""
+    if plan.schedule.grouped != "none" and plan.roles.cluster_size == 2:
         return Var("own_work")
     return None
 
 
 def b_shared(plan: Plan) -> Expr | None:
-    """A grouped CTA pair's choice between multicasting B and each CTA loading its own group's B (``b_shared``,
-    :meth:`GroupedTileScheduler.pair_unit`); None where B's multicast is unconditional or absent."""
-    return Var("b_shared") if store_guard(plan) is not None else None
+    """A contiguous CTA pair's choice between multicasting B and each CTA loading its own group's B (``b_shared``,
+    :meth:`GroupedTileScheduler.pair_unit`); None where B's multicast is unconditional (a masked pair: both
+    m-blocks are of one group) or absent."""
+    return Var("b_shared") if plan.schedule.grouped == "contiguous" and plan.roles.cluster_size == 2 else None
 
 
 def whole_block(plan: Plan) -> tuple[list, Expr | None]:

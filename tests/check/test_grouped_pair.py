@@ -12,6 +12,12 @@ reference.  Planted bugs: multicast on every pair (a straddling pair's CTA compu
 wrong result), ``b_shared`` from the CTA's own table word only (the pair's CTAs disagree: the verifier's
 transaction-byte check, the simulator's write-after-write of a stage); FP8: scale_b of the partner's group on a
 straddling pair, scale_a of the pair's first m-block on rank 1 (wrong results).
+
+Masked pairs (``grouped_masked_h100_128x256_c2``, ``grouped_masked_fp8_h100_128x256_c2``; docs/grouped.md "Masked
+decode on CTA pairs"): the walk covers every (group, m-block, n-block) once with ``has_work`` equal on both CTAs; the
+simulator runs groups of 0, 1, 127, 128, 129, 256 rows (M_max = 256) and an odd m-block count (M_max = 384) to the
+reference with rows past masked_m untouched.  Planted bugs: an empty m-block's CTA skipping the unit (deadlock), rank 1
+taking rank 0's m-block (wrong result).
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ pytestmark = pytest.mark.sim
 
 SHIPPED = "grouped_contiguous_h100_128x256_c2"
 FP8 = "grouped_contiguous_fp8_h100_128x256_c2"
+MASKED = "grouped_masked_h100_128x256_c2"
+MASKED_FP8 = "grouped_masked_fp8_h100_128x256_c2"
 #: the windowed pair walk (bench variant)
 RUNS = Path(__file__).resolve().parents[2] / "bench" / "configs" / "grouped_contiguous_h100_128x256_c2_runs.yaml"
 NO_GROUP = 0xFFFFFFFF
@@ -50,6 +58,24 @@ ROWS = [300, 0, 129, 1, 260]
 
 def small(window: int = 0, group: int = 2, name: str = SHIPPED):
     return load_config(name).replace(**{"schedule.expert_window": window, "schedule.group": group})
+
+
+def run_head(head: list, env: dict, rank: int, params: dict, word) -> dict:
+    """The scheduler's head ops evaluated into ``env`` for cluster rank ``rank`` (``Sreg``), kernel parameters
+    ``params``; a table read at index i gives ``word(i)``."""
+    def leaf(e):
+        if isinstance(e, Var):
+            return env[e.name]
+        if isinstance(e, Sreg):
+            return rank
+        assert isinstance(e, Param), e
+        return params[e.name]
+    for op in head:
+        if isinstance(op, O.LdGlobalNcU32):
+            env[op.var] = word(evaluate(op.index, leaf))
+        else:
+            env[op.var] = evaluate(op.expr, leaf) & 0xFFFFFFFF
+    return env
 
 
 def pair_walk(plan, words: list[int], n: int) -> list[dict]:
@@ -65,26 +91,13 @@ def pair_walk(plan, words: list[int], n: int) -> list[dict]:
     m = len(words) * bm
     num_m, num_n = -(-m // (2 * bm)), -(-n // bn)
     out = []
-    for t in range(num_m * num_n):
-        unit = []
-        for rank in (0, 1):
-            env = {"num_m": num_m, "num_n": num_n, "t": t}
 
-            def leaf(e):
-                if isinstance(e, Var):
-                    return env[e.name]
-                if isinstance(e, Sreg):
-                    return rank
-                assert isinstance(e, Param), e
-                return {"m": m, "n": n}[e.name]
-            for op in head:
-                if isinstance(op, O.LdGlobalNcU32):
-                    row = evaluate(op.index, leaf)
-                    assert 0 <= row < m, (op.var, row)  # never past the table
-                    env[op.var] = words[row // bm]
-                else:
-                    env[op.var] = evaluate(op.expr, leaf) & 0xFFFFFFFF
-            unit.append(env)
+    def word(row):
+        assert 0 <= row < m, row  # never past the table
+        return words[row // bm]
+    for t in range(num_m * num_n):
+        unit = [run_head(head, {"num_m": num_m, "num_n": num_n, "t": t}, rank, {"m": m, "n": n}, word)
+                for rank in (0, 1)]
         out.append(unit)
     return out
 
@@ -150,10 +163,75 @@ def test_a_pair_without_multicast_is_refused(name):
     assert msg.startswith("cluster.size=") and "\n" not in msg
 
 
-def test_a_masked_pair_is_refused():
-    with pytest.raises(ConfigError, match="grouped=contiguous"):
-        make_plan(load_config("grouped_masked_h100_128x256").replace(
-            **{"cluster.size": 2, "cluster.dual_tile": True, "tma.multicast": True}))
+def test_a_masked_pair_without_multicast_is_refused():
+    with pytest.raises(ConfigError, match="tma.multicast=true"):
+        make_plan(load_config(MASKED).replace(**{"tma.multicast": False}))
+
+
+# ------------------------------------------------------------------ masked pairs
+
+#: valid rows per group at M_max = 256 (two m-blocks, one pair unit per n-block): an empty group, one row, a partial
+#: first m-block, a full one, a second m-block of one row, both full
+MASKED_M = [0, 1, 127, 128, 129, 256]
+#: M_max = 384: three m-blocks, the second pair unit's rank 1 past M_max (rows of the next group in flat A)
+MASKED_M_ODD = [384, 129, 0, 257, 300]
+
+
+def masked_small(name: str = MASKED):
+    return load_config(name).replace(**{"schedule.group": 2})
+
+
+def masked_walk(plan, masked_m: list[int], m_max: int, n: int) -> list[tuple[dict, dict]]:
+    """Per pair unit: both ranks' head lets of the masked scheduler evaluated with the table ``masked_m``."""
+    loop = grouped_builder.GroupedTileScheduler(plan, Cluster(plan)).loop([])
+    head = [op for op in loop.body[:next(i for i, op in enumerate(loop.body) if isinstance(op, O.If))]]
+    num_m, num_n = -(-m_max // (2 * plan.mma.block_m)), -(-n // plan.mma.block_n)
+    out = []
+    for t in range(len(masked_m) * num_m * num_n):
+        out.append(tuple(run_head(head, {"num_m": num_m, "num_n": num_n, "t": t}, rank, {"m": m_max, "n": n},
+                                  masked_m.__getitem__) for rank in (0, 1)))
+    return out
+
+
+@pytest.mark.parametrize("m_max,masked_m", [(256, MASKED_M), (384, MASKED_M_ODD), (130, [130, 2, 0])])
+def test_the_masked_pair_walk_covers_every_tile_and_both_ctas_agree(m_max, masked_m):
+    plan = make_plan(masked_small())
+    bm, bn, n = 128, 256, 600
+    tiles = []
+    for r0, r1 in masked_walk(plan, masked_m, m_max, n):
+        g = r0["group_id"]
+        assert r1["group_id"] == g and r0["n_col"] == r1["n_col"] and r0["has_work"] == r1["has_work"]
+        rows = min(masked_m[g], m_max)
+        assert r0["m_local"] % (2 * bm) == 0 and r1["m_local"] == r0["m_local"] + bm
+        assert r0["has_work"] == (r0["m_local"] < rows)
+        assert (r0["own_work"], r1["own_work"]) == (r0["m_local"] < rows, r1["m_local"] < rows)
+        assert r1["m_row"] == g * m_max + r1["m_local"] and r1["row_end"] == g * m_max + rows
+        tiles += [(g, r["m_local"] // bm, r["n_col"] // bn) for r in (r0, r1)]
+    num_m2 = 2 * -(-m_max // (2 * bm))
+    assert sorted(tiles) == [(g, m, j) for g in range(len(masked_m)) for m in range(num_m2) for j in range(-(-n // bn))]
+
+
+@pytest.mark.parametrize("name", [MASKED, MASKED_FP8])
+@pytest.mark.parametrize("m_max,masked_m", [(256, MASKED_M), (384, MASKED_M_ODD)])
+def test_simulator_runs_masked_pairs_with_untouched_rows(name, m_max, masked_m):
+    """Groups of 0, 1, 127, 128, 129, 256 rows at M_max = 256 (pairs whose rank 1 has no valid row, or one) and an
+    odd m-block count at M_max = 384; rows past masked_m[g] keep the poison."""
+    res = simulate_grouped(build_kernel(make_plan(masked_small(name))), n=200, k=272 if name == MASKED_FP8 else 136,
+                           masked_m=masked_m, m_max=m_max, seed=3, num_sms=4)
+    untouched = np.isnan(res.ref).all(axis=1)
+    assert res.rel_fro < 1e-2 and res.max_rel_err < 2e-2
+    assert untouched.sum() == len(masked_m) * m_max - sum(min(r, m_max) for r in masked_m)
+    assert (res.d_bits[untouched] == POISON).all()
+
+
+@pytest.mark.parametrize("name", [MASKED, MASKED_FP8])
+def test_verifier_and_ptx_differential_accept_the_masked_pairs(name):
+    res = build(load_config(name))
+    verify(res.kernel)
+    assert sweep_threads(res.kernel, ptxinterp.parse(res.ptx)) is None
+    # B always multicast: one multicast load, no unshared branch
+    assert res.ptx.count(".multicast::cluster") == 1 and res.launch.cluster == (2, 1, 1)
+    assert res.ptx.count("cp.async.bulk.tensor") == (4 if name == MASKED_FP8 else 2)
 
 
 # ------------------------------------------------------------------ planted bugs
@@ -215,3 +293,33 @@ def test_planted_fp8_scale_a_of_the_pairs_first_m_block(monkeypatch):
     _plant_scale_col(monkeypatch, "sa_col", lambda s: Var("cm") * s.p.schedule.cluster_tile_rows)
     with pytest.raises(SimError, match="wrong result"):
         simulate_grouped(build_kernel(make_plan(small(name=FP8))), n=200, k=272, group_rows=ROWS, seed=3, num_sms=4)
+
+
+def _plant_masked_unit(monkeypatch, var: str, make):
+    """The masked pair unit's ``var`` let (``has_work`` or ``own_work``) replaced by ``make(scheduler)``."""
+    original = grouped_builder.GroupedTileScheduler.masked_pair_unit
+
+    def planted(self):
+        return [O.Let(var, make(self)) if isinstance(op, O.Let) and op.var == var else op for op in original(self)]
+    monkeypatch.setattr(grouped_builder.GroupedTileScheduler, "masked_pair_unit", planted)
+
+
+def test_planted_masked_pair_skipping_the_k_loop_of_an_empty_m_block(monkeypatch):
+    """A CTA whose m-block has no valid row skips the unit (``has_work`` = its own ``own_work``): its partner's
+    multicast lands in a stage it never waits on and never releases: its partner's producer waits forever on the
+    cluster-wide ``empty`` arrives."""
+    _plant_masked_unit(monkeypatch, "has_work", lambda s: Var("own_work"))
+    with pytest.raises(SimError, match="deadlock"):
+        simulate_grouped(build_kernel(make_plan(masked_small())), n=200, k=136, masked_m=MASKED_M, m_max=256,
+                         seed=3, num_sms=4)
+
+
+def test_planted_masked_rank_1_storing_rank_0s_rows(monkeypatch):
+    """Rank 1 takes rank 0's m-block (``m_local`` without the rank): its rows are computed twice, its own never."""
+    original = grouped_builder.GroupedTileScheduler.cta_row
+    monkeypatch.setattr(grouped_builder.GroupedTileScheduler, "cta_row",
+                        lambda self: Var("cm") * self.p.schedule.cluster_tile_rows if self.mode == "masked"
+                        else original(self))
+    with pytest.raises(SimError, match="wrong result"):
+        simulate_grouped(build_kernel(make_plan(masked_small())), n=200, k=136, masked_m=MASKED_M, m_max=256,
+                         seed=3, num_sms=4)

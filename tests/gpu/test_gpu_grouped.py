@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import ptxgen.config as config_mod
@@ -99,6 +99,8 @@ n_dims = st.one_of(st.integers(1, 300), st.integers(1, 1100))
 @pytest.mark.parametrize("fp8, config", _configs("masked"), ids=_ids(_configs("masked")))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(rows=group_rows, n=n_dims, k16=st.integers(1, 64), seed=st.integers(0, 2**31 - 1), m_extra=st.integers(0, 70))
+@example(rows=[0, 1, 127, 128, 129, 256], n=300, k16=17, seed=7, m_extra=0)  # M_max = 256: a pair's rank 1 empty or not
+@example(rows=[300, 129, 0, 257], n=520, k16=24, seed=8, m_extra=84)  # M_max = 384: an odd m-block count
 def test_masked_matches_per_group_reference(fp8, config, rows, n, k16, seed, m_extra):
     torch = pytest.importorskip("torch")
     import ptxgen
