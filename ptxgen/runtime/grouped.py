@@ -51,14 +51,18 @@ DEFAULT_CONFIGS = {("masked", False): "grouped_masked_h100_128x128",
                    ("contiguous", False): "grouped_contiguous_h100_128x256_c2",
                    ("masked", True): "grouped_masked_fp8_h100_128x128",
                    ("contiguous", True): "grouped_contiguous_fp8_h100_128x256_c2"}
-#: measured on the H100 (docs/grouped.md): the 128x256 tile is 12-16 % faster at M_max = 256, 1-6 % slower at 64-128
-MASKED_WIDE, MASKED_WIDE_ROWS = "grouped_masked_h100_128x256", 128
+#: measured on the H100 (docs/grouped.md): the 128x256 tile is 12-16 % faster at M_max = 256, 1-6 % slower at 64-128;
+#: M_max > 128 runs it on CTA pairs multicasting B (docs/grouped.md, "Masked decode on CTA pairs": 1.08x the single
+#: CTA over 18 tune problems of bench/grouped_masked_pair.py, geomean; 0.98-1.67x)
+MASKED_WIDE, MASKED_WIDE_ROWS = "grouped_masked_h100_128x256_c2", 128
 #: Masked FP8 tiles (docs/grouped.md, "Speed: the FP8 128x256 and 256x128 tiles"; H100, whole-program ptxas), read
 #: at G = 32 (the G <= 16 rows of that run sat on a per-call floor of ~200 us): M_max > MASKED_WIDE_ROWS with
 #: K >= FP8_WIDE_K takes the 128x256 tile (1.11x the 128x128 tile at K = 7168), smaller K the 256x128 tile (one
 #: m-block per group reads each B once: 1.07x at K = 2048); M_max <= 128 keeps 128x128 (the larger tiles 0.82-1.00x
 #: there).
-MASKED_FP8_WIDE, MASKED_FP8_TALL = "grouped_masked_fp8_h100_128x256", "grouped_masked_fp8_h100_256x128"
+#: The 128x256 tile runs on CTA pairs ("Masked decode on CTA pairs": 1.06x the single CTA over the 12 tune problems
+#: with K = 4096, geomean, 0.95-1.54x; at K = 1536 the pair is 0.94-1.01x the 256x128 tile, which stays).
+MASKED_FP8_WIDE, MASKED_FP8_TALL = "grouped_masked_fp8_h100_128x256_c2", "grouped_masked_fp8_h100_256x128"
 FP8_WIDE_K = 4096
 #: a contiguous segment's padding multiple (every contiguous config's block_m divides it: ptxgen.config)
 BLOCK_M = GROUPED_SEGMENT_ROWS

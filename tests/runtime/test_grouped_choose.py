@@ -16,17 +16,17 @@ def problem(layout: str, fp8: bool, m: int, k: int, groups: int = 8, n: int = 40
 
 
 @pytest.mark.parametrize("layout, fp8, m, k, chosen", [
-    # bf16: masked by M_max (128x256 12-16 % faster at M_max = 256), contiguous always 128x256 on CTA pairs
+    # bf16: masked by M_max (128x256 on CTA pairs past 128), contiguous always 128x256 on CTA pairs
     ("masked", False, 128, 7168, "grouped_masked_h100_128x128"),
-    ("masked", False, 256, 7168, "grouped_masked_h100_128x256"),
+    ("masked", False, 256, 7168, "grouped_masked_h100_128x256_c2"),
     ("contiguous", False, 29696, 2048, "grouped_contiguous_h100_128x256_c2"),
     # contiguous FP8: the 128x256 TMA-store tile on CTA pairs at every K
     ("contiguous", True, 29696, 7168, "grouped_contiguous_fp8_h100_128x256_c2"),
     ("contiguous", True, 29696, 2048, "grouped_contiguous_fp8_h100_128x256_c2"),
-    # masked FP8 by M_max, then K (G = 32, M_max = 256: 128x256 1.11x at K = 7168, 256x128 1.07x at K = 2048)
+    # masked FP8 by M_max, then K (M_max > 128: 128x256 on CTA pairs at K >= 4096, 256x128 at smaller K)
     ("masked", True, 64, 2048, "grouped_masked_fp8_h100_128x128"),
     ("masked", True, 128, 7168, "grouped_masked_fp8_h100_128x128"),
-    ("masked", True, 256, 7168, "grouped_masked_fp8_h100_128x256"),
+    ("masked", True, 256, 7168, "grouped_masked_fp8_h100_128x256_c2"),
     ("masked", True, 256, 2048, "grouped_masked_fp8_h100_256x128"),
     ("masked", True, 129, 256, "grouped_masked_fp8_h100_256x128"),
 ])

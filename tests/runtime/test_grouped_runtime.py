@@ -309,7 +309,7 @@ def test_default_configs_by_layout_dtype_and_m_max():
     assert grouped.default_config(check_grouped_operands(**masked(m=128), require_cuda=False)) == \
         "grouped_masked_h100_128x128"
     assert grouped.default_config(check_grouped_operands(**masked(m=256), require_cuda=False)) == \
-        "grouped_masked_h100_128x256"
+        "grouped_masked_h100_128x256_c2"
     assert grouped.default_config(check_grouped_operands(**masked(m=256, dtype=E4M3), require_cuda=False)) == \
         "grouped_masked_fp8_h100_256x128"
     assert grouped.default_config(check_grouped_operands(**contiguous(), require_cuda=False)) == \
