@@ -148,9 +148,12 @@ def test_simulator_runs_fp8_pairs_to_the_recipe_reference(window, group):
 
 @pytest.mark.parametrize("config", [SHIPPED, str(RUNS), FP8])
 def test_verifier_and_ptx_differential_accept_the_pair_configs(config):
+    """The shipped pairs' PTX-vs-IR differential runs in tests/check/ptx/test_ptx_vs_ir.py with every shipped config;
+    here the bench variant's (windows of expert runs on a pair) and the pair's structure."""
     res = build(load_config(config))
     verify(res.kernel)
-    assert sweep_threads(res.kernel, ptxinterp.parse(res.ptx)) is None
+    if config == str(RUNS):
+        assert sweep_threads(res.kernel, ptxinterp.parse(res.ptx)) is None
     # one multicast load (the shared B half); the unshared branch loads both halves of its own B
     assert res.ptx.count(".multicast::cluster") == 1 and res.launch.cluster == (2, 1, 1)
 
@@ -225,10 +228,11 @@ def test_simulator_runs_masked_pairs_with_untouched_rows(name, m_max, masked_m):
 
 
 @pytest.mark.parametrize("name", [MASKED, MASKED_FP8])
-def test_verifier_and_ptx_differential_accept_the_masked_pairs(name):
+def test_verifier_accepts_the_masked_pairs(name):
+    """The verifier and the pair's structure; the PTX-vs-IR differential of both shipped configs runs in
+    tests/check/ptx/test_ptx_vs_ir.py."""
     res = build(load_config(name))
     verify(res.kernel)
-    assert sweep_threads(res.kernel, ptxinterp.parse(res.ptx)) is None
     # B always multicast: one multicast load, no unshared branch
     assert res.ptx.count(".multicast::cluster") == 1 and res.launch.cluster == (2, 1, 1)
     assert res.ptx.count("cp.async.bulk.tensor") == (4 if name == MASKED_FP8 else 2)

@@ -25,7 +25,8 @@ from ptxgen.ir import ops
 from ptxgen.check.ptx.diff import Launch, diff_thread, ir_effects, ptx_effects, role_ranges
 from ptxgen.check.ptx.diff import sweep_threads as sweep  # noqa: F401 (the planted-bug tests import it from here)
 
-EXAMPLES = 10  # per config; every example runs one thread of every role (see draw_case)
+EXAMPLES = 6  # per config in the main tier; every example runs one thread of every role (see draw_case)
+SLOW_EXAMPLES = 24  # per config in the slow tier (test_ptx_effects_equal_ir_effects_more_examples)
 #: variants no shipped config carries, compared like the shipped ones: (shipped config, name suffix, changes).
 #: Split-K (one CTA, and a multicast pair), the overlapped epilogue (a GEMM pair, and the SwiGLU pair) and stmatrix
 #: staging (a pair; a 2-wave tile with the overlapped epilogue: packed words)
@@ -87,21 +88,37 @@ def check(kernel, prog, m, n, k, grid, ctaid, tids) -> None:
         assert msg is None, msg
 
 
-@pytest.mark.parametrize("variant", [(c, "", {}) for c in shipped_configs()] + list(VARIANTS),
-                         ids=lambda v: v[0] + (f"_{v[1]}" if v[1] else ""))
-def test_ptx_effects_equal_ir_effects(variant):
-    """Split-K variants compare workspace addresses (partial chunks, counters), the counter ops and their
-    .release/.acquire scopes, and the k-block ranges of each split (K draws as few k-blocks as stages + 1).
-    Overlapped-epilogue variants compare the deferred stores of packed words (each stored element names the
-    accumulator register its ``cvt.rn.bf16x2.f32`` read) and the last tile's store after the tile loop."""
+SHIPPED_AND_VARIANTS = pytest.mark.parametrize("variant", [(c, "", {}) for c in shipped_configs()] + list(VARIANTS),
+                                               ids=lambda v: v[0] + (f"_{v[1]}" if v[1] else ""))
+
+
+def differential(variant, examples: int) -> None:
+    """``examples`` Hypothesis cases of one config or variant: every drawn thread's PTX effects equal its IR's."""
     kernel, prog = built_variant(variant) if variant[1] else built(variant[0])
 
-    @settings(max_examples=EXAMPLES)
+    @settings(max_examples=examples)
     @given(case=draw_case(kernel))
     def run(case):
         check(kernel, prog, *case)
 
     run()
+
+
+@SHIPPED_AND_VARIANTS
+def test_ptx_effects_equal_ir_effects(variant):
+    """Split-K variants compare workspace addresses (partial chunks, counters), the counter ops and their
+    .release/.acquire scopes, and the k-block ranges of each split (K draws as few k-blocks as stages + 1).
+    Overlapped-epilogue variants compare the deferred stores of packed words (each stored element names the
+    accumulator register its ``cvt.rn.bf16x2.f32`` read) and the last tile's store after the tile loop."""
+    differential(variant, EXAMPLES)
+
+
+@pytest.mark.slow
+@SHIPPED_AND_VARIANTS
+def test_ptx_effects_equal_ir_effects_more_examples(variant):
+    """The same differential with four times the main tier's cases per config (the main tier keeps its share of
+    the ten-minute CPU budget)."""
+    differential(variant, SLOW_EXAMPLES)
 
 
 @pytest.mark.parametrize("name", ["level9", "h100_128x256"])
