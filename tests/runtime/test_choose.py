@@ -9,6 +9,7 @@ import pytest
 
 from ptxgen.errors import ConfigError
 from ptxgen.shipped import shipped_configs
+from tests.helpers.runtime import bench_module
 
 
 @pytest.fixture
@@ -218,24 +219,13 @@ def test_cost_model_whole_tile_fixup_of_last_wave_configs():
     assert choose.DeviceModel().whole_tile_fixup_us == 0.0  # the dual-GEMM model: unchanged
 
 
-def _fit_choose():
-    """bench/fit_choose.py as a module (the evaluation that wrote docs/results/chooser_report_h100.json)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "bench" / "fit_choose.py"
-    spec = importlib.util.spec_from_file_location("fit_choose", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_report_half_regret_from_the_stored_surveys(fresh_choice):
     """The chooser's regret on every report-half shape, recomputed from the stored surveys the record names (each
     shape's times from the last survey that timed it): every decision was measured, each regret is the record's, the
     median and worst stay at or under it, and M <= 256 stays under the split-K record's 1.206 (64x2112x7168)."""
     from dataclasses import replace
 
-    fit_choose = _fit_choose()
+    fit_choose = bench_module("fit_choose")
     record = json.loads((RESULTS / "chooser_report_h100.json").read_text())
     paths = [str(RESULTS / name) for name in record["surveys"]]
     cands = fresh_choice.candidates("sm_90a")
@@ -261,7 +251,7 @@ def test_joint_split_k_refit_on_the_tune_half():
 
     from ptxgen.runtime import choose
 
-    fit_choose = _fit_choose()
+    fit_choose = bench_module("fit_choose")
     cands = choose.candidates("sm_90a")
     names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
     tune = [str(RESULTS / f) for f in ("configs_gemm_h100_tune.json", "splitk_tune_h100_a.json",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ptxgen.errors import ShapeError
-from tests.helpers.runtime import bf16, spec, torch_needed
+from tests.helpers.runtime import bench_module, bf16, spec, torch_needed
 
 
 def test_tiled_args_valid():
@@ -30,6 +30,30 @@ def test_l2_promotion_capped_for_unaligned_row_strides(stride, promotion, expect
 
     args = tiled_args(0x1000, rows=64, cols=stride - 8, row_stride_elems=stride, spec=spec(l2=promotion))
     assert args.l2_promotion == f"CU_TENSOR_MAP_L2_PROMOTION_{'NONE' if expect == 'none' else 'L2_' + expect}"
+
+
+@pytest.mark.parametrize("a, b, stride, expect", [
+    ("128B", "none", 7000, {"a": "L2_128B", "b": "NONE", "b2": "NONE", "d": "L2_128B"}),
+    ("256B", "keep", 7000, {"a": "L2_256B", "b": "L2_128B", "b2": "L2_128B", "d": "L2_128B"}),  # past the cap
+    ("none", "64B", 7040, {"a": "NONE", "b": "L2_64B", "b2": "L2_64B", "d": "L2_256B"}),
+    ("keep", "keep", 7000, {"a": "L2_128B", "b": "L2_128B", "b2": "L2_128B", "d": "L2_128B"})])
+def test_promotion_split_sets_each_operand(monkeypatch, a, b, stride, expect):
+    """bench/promotion_split.py (docs/performance.md, "Ragged K"): the probe encodes A's map with ``--a`` and B's (and B2's) with ``--b`` whatever the stride, D's as the runtime."""
+    from ptxgen.runtime import tensormap
+
+    monkeypatch.setattr(tensormap, "tiled_args", tensormap.tiled_args)  # restored after the test
+    bench_module("promotion_split").split_promotion(a, b)
+    for tensor, promotion in expect.items():
+        args = tensormap.tiled_args(0x1000, rows=64, cols=stride - 8, row_stride_elems=stride, spec=spec(tensor=tensor))
+        assert args.l2_promotion == f"CU_TENSOR_MAP_L2_PROMOTION_{promotion}", tensor
+
+
+def test_promotion_split_rejects_unknown_promotion(monkeypatch):
+    from ptxgen.runtime import tensormap
+
+    monkeypatch.setattr(tensormap, "tiled_args", tensormap.tiled_args)
+    with pytest.raises(SystemExit, match="promotion '512B': must be keep or one of"):
+        bench_module("promotion_split").split_promotion("512B", "none")
 
 
 @pytest.mark.parametrize(
