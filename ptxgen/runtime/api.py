@@ -648,7 +648,7 @@ class _Call:
 
     __slots__ = ("config", "by_id", "launcher", "spec", "ordinal", "m", "n", "k", "grid_x", "d_map",
                  "a_bytes", "b_bytes", "d_bytes", "new_out", "check", "split_k", "family", "loaded", "device", "staged",
-                 "epi_maps", "swap")
+                 "epi_maps", "swap", "capturing", "ws_memo")
 
     def __init__(self, family: _Family, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
                  m: int, n: int, k: int, grid_x: int):
@@ -664,6 +664,9 @@ class _Call:
         self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
         self.check = family.check
         self.split_k = loaded.spec.workspace is not None  # split-K: the workspace of the launch's stream, per call
+        on_gpu = getattr(device, "type", device) == "cuda"
+        self.capturing = torch.cuda.is_current_stream_capturing if self.split_k and on_gpu else None
+        self.ws_memo: tuple = (None, ())  # (stream, workspace arguments) of the last launch outside capture
         self.swap = swap_ab(loaded.spec)  # swap-AB: B is the kernel's A, A its B, (N, M) its (m, n)
         self.family, self.loaded, self.device = family, loaded, device
         self.staged: _StagedCall | None = None
@@ -693,11 +696,24 @@ class _Call:
             maps += tuple((epi[i], m, n, n) if d_map else None for i in self.epi_maps)
         if self.swap:  # a GEMM only (no B2, no epilogue operands: ptxgen.config)
             m, n, maps = n, m, (maps[1], maps[0], d_map)
-        ordinal = self.ordinal
-        stream = launch_stream(ordinal)
-        ws = split_k_workspace(self.spec, m, n, self.device, ordinal, stream) if self.split_k else ()
+        stream = launch_stream(self.ordinal)
+        ws = self.workspace(stream, m, n) if self.split_k else ()
         self.launcher.launch(self.grid_x, maps, (pd, m, n, k, *ws, *epi), stream)
         return out
+
+    def workspace(self, stream: int, m: int, n: int) -> tuple[int, ...]:
+        """The split-K workspace arguments for a launch of this signature (kernel ``m`` x ``n``) on ``stream``:
+        :func:`split_k_workspace`'s, remembered for the last stream outside graph capture.  The buffer they point
+        at is never freed (:data:`_workspaces` keeps it for the process), and a captured launch gets one of its
+        own every time, as :func:`split_k_workspace` says: a capture is never answered from the memo."""
+        capturing = self.capturing is not None and self.capturing()
+        last_stream, last_ws = self.ws_memo  # one read: another thread may replace the pair, never half of it
+        if stream == last_stream and not capturing:
+            return last_ws
+        ws = split_k_workspace(self.spec, m, n, self.device, self.ordinal, stream)
+        if not capturing:
+            self.ws_memo = (stream, ws)
+        return ws
 
     def fused(self, a: Any, bs: tuple, out: Any, epi: tuple) -> Any:
         """A fused call (:func:`fused`): ``bs`` the family's B operands, ``epi`` the epilogue's parameters."""
@@ -823,7 +839,7 @@ class _StagedCall(_Call):
         maps += [(epi[i], m, self.n_true, self.n_true) if self.d_map else None for i in self.epi_maps]
         maps[0], maps[1], km, kn = kernel_args(self.spec, maps[0], maps[1], m, self.n)  # traded for swap-AB
         stream = launch_stream(self.ordinal)
-        ws = split_k_workspace(self.spec, km, kn, self.device, self.ordinal, stream) if self.split_k else ()
+        ws = self.workspace(stream, km, kn) if self.split_k else ()
         self.launcher.launch(self.grid_x, tuple(maps), (pd, km, kn, self.k, *ws, *epi), stream)
         if not self.plan.stage_d:
             return d

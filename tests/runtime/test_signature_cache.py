@@ -100,3 +100,38 @@ def test_gemm_non_tensor_reaches_the_full_check(fake_setup):
 
     with pytest.raises(ShapeError, match=r"^a: got list"):
         api.gemm([[1.0]], bf16(4, 8))
+
+
+def test_split_k_workspace_is_looked_up_once_per_stream_and_never_memoized_under_capture(fake_setup, monkeypatch):
+    """A split-K signature asks split_k_workspace once per stream, not once per call; a graph capture always gets
+    one of its own (split_k_workspace's rule), and does not replace the stream's memo."""
+    from ptxgen.launch import WorkspaceSpec
+    from ptxgen.runtime import api
+
+    launcher, _ = fake_setup
+    lookups = []
+
+    def workspace(spec, m, n, device, ordinal, stream=None, num_sms=None):
+        lookups.append(stream)
+        return (1000 + len(lookups),)
+
+    monkeypatch.setattr(api, "split_k_workspace", workspace)
+    a, b, out = bf16(64, 32), bf16(48, 32), bf16(64, 48)
+    api.gemm(a, b, out=out, config="c")  # the signature's setup (fake: no workspace)
+    call = next(iter(api._calls.values()))
+    call.spec = call.spec.__class__(**{**call.spec.__dict__, "workspace": WorkspaceSpec(2, 64 * 1024, 2)})
+    call.split_k, capturing = True, []
+    call.capturing = lambda: bool(capturing)
+    api.gemm(a, b, out=out, config="c")
+    api.gemm(a, b, out=out, config="c")
+    assert lookups == [99] and [c[2][-1] for c in launcher.calls[-2:]] == [1001, 1001]
+    capturing.append(True)
+    api.gemm(a, b, out=out, config="c")
+    api.gemm(a, b, out=out, config="c")
+    assert lookups == [99, 99, 99] and [c[2][-1] for c in launcher.calls[-2:]] == [1002, 1003]
+    capturing.clear()
+    api.gemm(a, b, out=out, config="c")
+    assert lookups == [99, 99, 99] and launcher.calls[-1][2][-1] == 1001
+    monkeypatch.setattr(api, "current_stream", lambda ordinal: 5)  # another stream: its own workspace
+    api.gemm(a, b, out=out, config="c")
+    assert lookups == [99, 99, 99, 5] and launcher.calls[-1][2][-1] == 1004
