@@ -4,6 +4,7 @@ and one launch of each side for ncu (docs/grouped.md, "The G = 32 bf16 gap").
     python3 bench/grouped_gap.py model [--problems P]                 # no GPU: bytes of each wave, per swizzle group
     python3 bench/grouped_gap.py time [--json PATH] [--configs A,B] [--problems P] [--fp8]
     ncu --profile-from-start off --metrics ... python3 bench/grouped_gap.py ncu [--configs A,B] [--problems P]
+                                                                      [--fp8 [--dense CFG]]
 
 Problems (``--problems``: ``tune``, ``report``, ``all`` (the default) or a list ``GxMEANxNxK,...``): ``report`` is
 ``grouped_bench.PREFILL`` (the four contiguous problems of ``grouped_bench.py bench``), ``tune`` five others
@@ -21,10 +22,14 @@ CUDA events, median of 5 runs of 10 calls after a warm-up, with the spread; TFLO
 config's relative error on the first and last group against fp32.  ``--fp8``: e4m3 operands with the recipe's
 block scales (``grouped_bench.operands``), the FP8 default and ``--configs`` called with the scales in the kernel's
 layout (``tma_scale_layout``, read in place) against a loop of per-group ``torch._scaled_mm``
-(``grouped_bench.scaled_mm_loop``).
+(``grouped_bench.scaled_mm_loop``), all sides interleaved by round with ratios paired by round, the CUDA-graph GPU
+time of each side, the loop's host time and its kernels' CUPTI times (``grouped_bench.fp8_sides``; docs/grouped.md,
+"The FP8 baseline and what bounds the FP8 pair").
 
 ``ncu``: each problem's operands and each side warmed up, then between ``cudaProfilerStart`` and
-``cudaProfilerStop`` one launch of torch and of each config (in that order), nothing else.
+``cudaProfilerStop`` one launch of torch and of each config (in that order), nothing else.  ``--fp8``: torch's
+launch is the loop's group 0 ``torch._scaled_mm`` alone; ``--dense CFG`` adds ``ptxgen.gemm_fp8`` with CFG on group
+0's rows and on all rows of A, each against expert 0 (the loop's per-group shape; the problem's flops as one GEMM).
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ import sys
 import torch
 
 import ptxgen
-from grouped_bench import (BLOCK, PREFILL, group_rows, operands, reference_rows, rel, scaled_mm_loop,  # same folder
-                           time_us)
+from grouped_bench import (BLOCK, LOOP, PREFILL, fp8_sides, group_rows, kernel_us, operands,  # same folder
+                           reference_rows, rel, scaled_mm_loop, time_us)
 from ptxgen.config import load_config
 from ptxgen.runtime.grouped import contiguous_layout, tma_scale_layout
 
@@ -146,7 +151,8 @@ def timed() -> None:
             row[what] = {"us": round(med, 1), "us_min": round(lo, 1), "us_max": round(hi, 1),
                          "tflops": round(flop / med / 1e6, 1)}
 
-        put(TORCH, torch_side)
+        if not FP8:
+            put(TORCH, torch_side)
         last = max(g for g, r in enumerate(rows) if r)
         for cfg in configs():
             out.fill_(float("nan"))
@@ -155,11 +161,26 @@ def timed() -> None:
                 round(rel(out[:rows[0]], reference_rows(a, b, sa, sb, 0, 0, rows[0])), 5),
                 round(rel(out[starts[last]:starts[last] + rows[last]],
                           reference_rows(a, b, sa, sb, last, starts[last], starts[last] + rows[last])), 5)]
-            put(label(cfg), ours(cfg))
-        put(f"{TORCH} again", torch_side)
-        ref = (row[TORCH]["us"] + row[f"{TORCH} again"]["us"]) / 2
-        row["ratio to torch (mean of its two timings)"] = {label(c): round(ref / row[label(c)]["us"], 3)
-                                                           for c in configs()}
+            if not FP8:
+                put(label(cfg), ours(cfg))
+        if FP8:  # interleaved with the loop, paired ratios, GPU time of each side (grouped_bench.fp8_sides)
+            sides = {LOOP: torch_side, **{f"{label(c)} scales in place": ours(c) for c in configs()}}
+            fp8_sides(row, sides, flop)
+            try:
+                row[f"{LOOP} kernels_us"] = kernel_us(torch_side)
+            except Exception as exc:  # noqa: BLE001 - no CUPTI: the graph time stands for it
+                row[f"{LOOP} kernels_us"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+            row["ratio to torch (paired by round)"] = {label(c): row[f"{label(c)} scales in place"]["ratio to loop"]
+                                                       for c in configs()}
+            row["ratio to torch (graphs)"] = {label(c): round(row[f"{LOOP} graph"]["us"] / row[
+                f"{label(c)} scales in place graph"]["us"], 3) for c in configs()
+                if isinstance(row.get(f"{LOOP} graph"), dict)
+                and isinstance(row.get(f"{label(c)} scales in place graph"), dict)}
+        else:
+            put(f"{TORCH} again", torch_side)
+            ref = (row[TORCH]["us"] + row[f"{TORCH} again"]["us"]) / 2
+            row["ratio to torch (mean of its two timings)"] = {label(c): round(ref / row[label(c)]["us"], 3)
+                                                               for c in configs()}
         print(json.dumps({x: y for x, y in row.items() if x != "rows"}))
         out_rows.append(row)
         del a, b, sa, sb, out, idx, ours, torch_side
@@ -169,14 +190,31 @@ def timed() -> None:
                 json.dump({"info": info, "rows": out_rows}, f, indent=1)
 
 
+def dense_sides(rows, starts, a, b, sa, sb) -> list:
+    """``--fp8 --dense CFG``: one ``ptxgen.gemm_fp8`` with CFG on group 0's rows against expert 0 (the loop's
+    per-group shape), then one on all rows of A against expert 0 (the grouped problem's flops as one dense GEMM)."""
+    cfg = _arg("--dense")
+    if not cfg:
+        return []
+    m0 = -(-rows[0] // 16) * 16
+    col = lambda t: t.T.contiguous().T  # noqa: E731 - scale.T row-major: read in place, no staging copy per call
+    g0 = (a[:m0], b[0], col(sa[:m0]), col(sb[0]))
+    whole = (a, b[0], col(sa), col(sb[0]))
+    return [lambda x=x: ptxgen.gemm_fp8(*x, config=cfg) for x in (g0, whole)]
+
+
 def profiled() -> None:
     launches = []
     for groups, mean, n, k in problems():
-        _, _, _, _, _, ours, torch_side = setup(groups, mean, n, k)
-        for fn in [torch_side] + [ours(c) for c in configs()]:
+        rows, starts, _, (a, b, sa, sb), _, ours, torch_side = setup(groups, mean, n, k)
+        if FP8:  # one of the loop's kernels: group 0's torch._scaled_mm
+            whole_loop = torch_side
+            torch_side = lambda whole_loop=whole_loop: whole_loop(first_only=True)  # noqa: E731
+        fns = [torch_side] + [ours(c) for c in configs()] + (dense_sides(rows, starts, a, b, sa, sb) if FP8 else [])
+        for fn in fns:
             fn()
             fn()
-        launches.append((f"G={groups} mean={mean} {n}x{k}", [torch_side] + [ours(c) for c in configs()]))
+        launches.append((f"G={groups} mean={mean} {n}x{k}", fns))
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
     for what, fns in launches:
@@ -185,7 +223,9 @@ def profiled() -> None:
         torch.cuda.synchronize()
     torch.cuda.profiler.stop()
     for what, _ in launches:
-        print(what, f"launches: {TORCH},", ", ".join(label(c) for c in configs()))
+        dense = [f"gemm_fp8 {_arg('--dense')} group 0 rows", f"gemm_fp8 {_arg('--dense')} all rows"] if (
+            FP8 and _arg("--dense")) else []
+        print(what, f"launches: {TORCH}{' (group 0)' if FP8 else ''},", ", ".join([label(c) for c in configs()] + dense))
 
 
 if __name__ == "__main__":
