@@ -31,8 +31,8 @@ torch); ``kernel_ratio`` = ``torch_kernel_ms / prepared_ms``; ``graph_ratio`` =
 :func:`ptxgen.runtime.choose.choose` pick per shape.
 
 :func:`host_overhead`: host microseconds per call of back-to-back calls on a
-tiny GEMM (default 2000 calls of 256x256x256), ``time.perf_counter`` around
-the loop, reported with and without the final synchronize.
+tiny GEMM (default 2000 calls of 256x256x256, in rounds of 400), each round
+queued behind a GPU kept busy, ``time.perf_counter`` around the round.
 """
 
 from __future__ import annotations
@@ -369,18 +369,30 @@ def summary(rows: Sequence[dict]) -> dict:
     return out
 
 
-def host_overhead(*, n_calls: int = 2000, size: int = 256, config: Any = None, warmup: int = 100) -> dict:
-    """Host microseconds per call of ``n_calls`` back-to-back ``size``-cubed GEMMs, ours vs torch.
+#: calls per timed round of :func:`host_overhead`: fewer than the launches a CUDA stream queues before the host
+#: blocks on it (about a thousand), so a round never waits for the GPU
+HOST_ROUND_CALLS = 400
+#: clock cycles of the ``torch.cuda._sleep`` kernel enqueued before each round: ~50-100 ms at the H100's 1-2 GHz,
+#: longer than a round of HOST_ROUND_CALLS calls at up to 100 us each, so the GPU is busy for the whole round
+HOST_ROUND_SLEEP_CYCLES = 100_000_000
 
-    For each variant: warm-up calls, synchronize, then ``t0 = perf_counter()``, the loop,
-    ``t1`` (``us_per_call_no_sync`` = host time of the loop alone), synchronize, ``t2``
-    (``us_per_call`` includes draining the GPU queue).
+
+def host_overhead(*, n_calls: int = 2000, size: int = 256, config: Any = None, warmup: int = 100) -> dict:
+    """Host microseconds per call of back-to-back ``size``-cubed GEMMs, ours vs torch.
+
+    For each variant: warm-up calls, synchronize, then rounds of ``min(n_calls, HOST_ROUND_CALLS)`` calls
+    (``ceil(n_calls / HOST_ROUND_CALLS)`` rounds, at least 5), each after a ``torch.cuda._sleep`` kernel that keeps
+    the GPU busy past the round's end: ``t0 = perf_counter()``, the calls, ``t1``, synchronize.  The launches
+    queue behind the sleep, so a round times the host alone, never a wait for a kernel (without it, a variant
+    whose kernel outlasts its host time measures the kernel).  ``us_per_call_no_sync`` is the median over the
+    rounds of ``(t1 - t0) / calls``, with ``min`` and ``max``.
 
     Variants: ``ptxgen.gemm(out=)``, ``ptxgen.gemm`` (allocating D), the prepared launch,
     ``torch.matmul(out=)``, ``torch.matmul`` (allocating).
 
     Returns:
-        ``{"m", "n", "k", "calls", "config", "kernel", "variants": {name: {"us_per_call", "us_per_call_no_sync"}}}``.
+        ``{"m", "n", "k", "calls", "rounds", "config", "kernel", "variants": {name: {"us_per_call_no_sync",
+        "min", "max"}}}``.
     """
     import torch
 
@@ -400,29 +412,33 @@ def host_overhead(*, n_calls: int = 2000, size: int = 256, config: Any = None, w
         "torch.matmul(out=)": lambda: torch.matmul(a, bt, out=out),
         "torch.matmul": lambda: torch.matmul(a, bt),
     }
+    per_round = min(n_calls, HOST_ROUND_CALLS)
+    rounds = max(5, -(-n_calls // per_round))
     results = {}
     for name, fn in variants.items():
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n_calls):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        t2 = time.perf_counter()
-        results[name] = {"us_per_call_no_sync": (t1 - t0) / n_calls * 1e6, "us_per_call": (t2 - t0) / n_calls * 1e6}
-    return {"m": size, "n": size, "k": size, "calls": n_calls, "config": config_label(config),
+        times = []
+        for _ in range(rounds):
+            torch.cuda._sleep(HOST_ROUND_SLEEP_CYCLES)
+            t0 = time.perf_counter()
+            for _ in range(per_round):
+                fn()
+            times.append((time.perf_counter() - t0) / per_round * 1e6)
+            torch.cuda.synchronize()
+        results[name] = {"us_per_call_no_sync": statistics.median(times), "min": min(times), "max": max(times)}
+    return {"m": size, "n": size, "k": size, "calls": per_round, "rounds": rounds, "config": config_label(config),
             "kernel": launch.kernel.spec.name, "variants": results}
 
 
 def format_host_overhead(doc: dict) -> str:
     """Plain-text table of :func:`host_overhead`."""
-    lines = [f"host overhead: {doc['calls']} back-to-back calls of {doc['m']}x{doc['n']}x{doc['k']} "
-             f"(config {doc['config']}, kernel {doc['kernel']})",
-             f"{'variant':<22} {'us/call (loop only)':>20} {'us/call (incl. sync)':>21}"]
+    lines = [f"host overhead: {doc['rounds']} rounds of {doc['calls']} back-to-back calls of "
+             f"{doc['m']}x{doc['n']}x{doc['k']} behind a busy GPU (config {doc['config']}, kernel {doc['kernel']})",
+             f"{'variant':<22} {'host us/call, median':>21} {'min':>7} {'max':>7}"]
     for name, v in doc["variants"].items():
-        lines.append(f"{name:<22} {v['us_per_call_no_sync']:>20.2f} {v['us_per_call']:>21.2f}")
+        lines.append(f"{name:<22} {v['us_per_call_no_sync']:>21.2f} {v['min']:>7.2f} {v['max']:>7.2f}")
     return "\n".join(lines)
 
 

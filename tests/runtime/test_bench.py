@@ -173,3 +173,15 @@ def test_time_graphs_reports_a_capture_failure(torch_mod, monkeypatch):
     out = bench.time_graphs({"api": bad, "torch": good}, 3, calls=4, replays=2)
     assert out["api"] is None and "capturing" in out["api_error"]
     assert out["torch"] == pytest.approx(0.5)  # 2 ms per replay of 4 calls
+
+
+def test_format_host_overhead_lists_every_variant_with_its_spread():
+    from ptxgen.bench import format_host_overhead
+
+    doc = {"m": 256, "n": 256, "k": 256, "calls": 400, "rounds": 5, "config": "auto", "kernel": "h100_64x64",
+           "variants": {"ptxgen.gemm(out=)": {"us_per_call_no_sync": 9.5, "min": 9.1, "max": 11.6},
+                        "torch.matmul(out=)": {"us_per_call_no_sync": 12.0, "min": 11.8, "max": 14.9}}}
+    text = format_host_overhead(doc).splitlines()
+    assert "5 rounds of 400" in text[0] and "h100_64x64" in text[0]
+    assert text[2].split() == ["ptxgen.gemm(out=)", "9.50", "9.10", "11.60"]
+    assert text[3].split() == ["torch.matmul(out=)", "12.00", "11.80", "14.90"]
