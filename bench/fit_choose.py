@@ -4,7 +4,8 @@ Input: survey files written by ``bench/survey.py --shipped --json F`` (every shi
 a suite half); each option takes several, a shape's times coming from the last file that timed it (:func:`measured`).
 ``--fit F ...`` fits the constants of :class:`ptxgen.runtime.choose.DeviceModel` on the shapes of ``F``
 (only ever the tune half): Nelder-Mead within physical bounds (:data:`BOUNDS`), restarted from its result once, on the logarithms of one tile factor
-per candidate (``DeviceModel.tile_factors``) and of ``l2_tbps``, ``hbm_tbps``,
+per unsplit candidate the surveys time (``DeviceModel.tile_factors``; a last-wave candidate takes its base's, another
+split-K candidate 1: :func:`with_base_factors`) and of ``l2_tbps``, ``hbm_tbps``,
 ``store_tbps``, ``one_wg_efficiency``, ``ragged_load_factor`` and ``dram_latency_us``, ``overlap``, minimising the mean over shapes
 of a soft regret (:func:`loss`: each candidate's ``log(t / t[best])`` weighted by a softmax of its predicted time,
 the regret of the model's pick in the limit) plus a tenth of the mean squared error of the predicted log time
@@ -28,12 +29,22 @@ constant and tile factor held, from their shipped values; it prints the soft los
 and fitted constants, the shapes whose pick moved or is above 1.02, and the regret of each split-K shape's pick when
 it is left out of the fit (:func:`leave_one_out`); a following ``--eval`` uses the fitted constants
 (docs/performance.md, "Joint refit of the split-K terms").
+``--refit TUNE SK_A SK_B LASTWAVE`` runs that whole method from scratch (:func:`refit_all`: ``--fit`` on ``TUNE``,
+``--fit-pad`` on it and the split-K tune surveys, ``--fit-lastwave``, ``--fit-partial`` on all four) with the optional
+main-loop terms named by ``--term`` (:data:`TERMS`: ``smem``, the shared-memory bandwidth; ``latency``, the stage
+ring's latency; off in the shipped model) fitted in its ``--fit`` step; ``--start NAME=VALUE`` and ``--warm F`` (a
+``--model-json`` model) choose its start, ``--held`` takes the ``--warm`` model as fitted; it prints the soft loss and
+model-only regret of the shipped and refit models over the four surveys' shapes, and with ``--loo`` the regret of each
+shape's pick when it is left out of the fit (:func:`leave_one_out_all`; docs/performance.md, "Main-loop terms:
+shared-memory bandwidth and stage latency").
 ``--eval F ...`` (repeatable: one evaluation per option) evaluates the chooser on the shapes of its files; a decision
 no file timed is listed as unmeasured.
 
 Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json ...] [--fit-split survey_tune_sk.json ...]
        [--fit-pad survey_tune.json survey_tune_sk.json ...] [--fit-lastwave survey_tune_lw.json ...]
        [--fit-partial survey_tune.json survey_tune_sk.json survey_tune_lw.json ...]
+       [--refit tune.json tune_sk_a.json tune_sk_b.json tune_lw.json [--term smem] [--term latency] [--loo]
+        [--start NAME=VALUE] [--warm model.json [--held]] [--model-json model.json]]
        [--eval survey_report.json ...] [--model-only] [--json F]
        [--table F]
 """
@@ -102,29 +113,60 @@ def hard_regret(model: choose.DeviceModel, cands, rows) -> tuple[float, float]:
     return statistics.median(r), max(r)
 
 
-def fit(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
-    """Nelder-Mead on the log of the :data:`FITTED` constants and of one tile factor per candidate."""
-    names = [c.name for c in cands]
+#: ``--term``: the optional main-loop terms of :func:`ptxgen.runtime.choose.predict` (off in the shipped model), each
+#: its constant, physical bounds and start.  The shared-memory bandwidth of an SM, in bytes per clock of the model's
+#: peak (989 TFLOP/s = 132 SMs x 4096 FLOP x 1.83 GHz): at most 128 B/clk at the 1.98 GHz boost clock, 138 in these
+#: clocks; at least what the tune half's fastest tile moved, ``h100_128x128_c2`` at 723 TFLOP/s on 1024x16384x16384
+#: (160 B per 4096 FLOP: 117 B/clk).  The latency of one stage of a tile's ring (TMA issue to data in shared memory,
+#: µs): an L2 hit under load to a loaded DRAM access.
+TERMS = {"smem": ("smem_bytes_per_clk", (117.0, 138.0), 125.0), "latency": ("stage_latency_us", (0.1, 2.5), 0.5)}
+
+
+def fitted_names(terms=()) -> tuple[str, ...]:
+    """The constants :func:`fit` fits: :data:`FITTED` and the constants of the :data:`TERMS` named in ``terms``."""
+    return FITTED + tuple(TERMS[t][0] for t in terms)
+
+
+def with_base_factors(model: choose.DeviceModel, cands) -> choose.DeviceModel:
+    """``model`` with each split-K-of-the-last-wave candidate's tile factor its base config's (whole tiles are the
+    same kernel) and each other split-K candidate's 1 (none of the :func:`fit` surveys times them)."""
+    own = dict(model.tile_factors)
+    factors = [(c.name, own.get(base_of(c.name), 1.0) if c.split_tiles == "last_wave" else 1.0 if c.split_k > 1
+                else own.get(c.name, 1.0)) for c in cands]
+    return dataclasses.replace(model, tile_factors=tuple(factors))
+
+
+def fit(cands, rows, start: choose.DeviceModel, terms=(), quiet: bool = False, maxiter: int = 3000,
+        rounds: int = 2) -> choose.DeviceModel:
+    """Nelder-Mead on the log of :func:`fitted_names` and of one tile factor per unsplit candidate that ``rows``
+    time (from ``start``'s values; a split-K candidate keeps what :func:`with_base_factors` gives it)."""
+    consts = fitted_names(terms)
+    timed = {name for _, times in rows for name in times}
+    names = [c.name for c in cands if c.split_k == 1 and c.name in timed]
+    own = dict(start.tile_factors)
 
     def model_of(x):
         v = [math.exp(min(max(t, -20.0), 20.0)) for t in x]
-        return dataclasses.replace(start, **dict(zip(FITTED, v)),
-                                   tile_factors=tuple((n, round(f, 4)) for n, f in zip(names, v[len(FITTED):])))
+        tf = {**own, **{n: round(f, 4) for n, f in zip(names, v[len(consts):])}}
+        return with_base_factors(dataclasses.replace(start, **dict(zip(consts, v)), tile_factors=tuple(tf.items())),
+                                 cands)
 
-    x = [math.log(max(getattr(start, f), 1e-3)) for f in FITTED] + [0.0] * len(names)
+    x = [math.log(max(getattr(start, f), 1e-3)) for f in consts] + [math.log(own.get(n, 1.0)) for n in names]
     bounds = [(math.log(BOUNDS[f][0]), math.log(BOUNDS[f][1])) for f in FITTED]
+    bounds += [(math.log(TERMS[t][1][0]), math.log(TERMS[t][1][1])) for t in terms]
     bounds += [(math.log(TILE_FACTOR_BOUNDS[0]), math.log(TILE_FACTOR_BOUNDS[1]))] * len(names)
-    return _minimize(model_of, x, bounds, cands, rows)
+    return _minimize(model_of, x, bounds, cands, rows, quiet, maxiter, rounds)
 
 
-def _minimize(model_of, x, bounds, cands, rows, quiet: bool = False) -> choose.DeviceModel:
-    """Two rounds of bounded Nelder-Mead on the soft loss from ``x``, each reporting the hard regret unless
+def _minimize(model_of, x, bounds, cands, rows, quiet: bool = False, maxiter: int = 3000,
+              rounds: int = 2) -> choose.DeviceModel:
+    """``rounds`` rounds of bounded Nelder-Mead on the soft loss from ``x``, each reporting the hard regret unless
     ``quiet``; the model."""
     from scipy.optimize import minimize
 
-    for rnd in range(2):
+    for rnd in range(rounds):
         res = minimize(lambda x: loss(model_of(x), cands, rows), x, method="Nelder-Mead", bounds=bounds,
-                       options={"maxiter": 3000, "xatol": 1e-3, "fatol": 1e-7, "adaptive": True})
+                       options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-7, "adaptive": True})
         x = res.x
         if not quiet:
             score = hard_regret(model_of(x), cands, rows)
@@ -157,7 +199,7 @@ def fit_split(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
 PAD_FITTED = {"pad_row_cost": ((0.01, 4.0), 2.0), "partial_tbps": (PARTIAL_BOUNDS, None)}
 
 
-def fit_pad(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
+def fit_pad(cands, rows, start: choose.DeviceModel, quiet: bool = False) -> choose.DeviceModel:
     """Nelder-Mead on the log of the :data:`PAD_FITTED` constants (from their start, or the shipped value where it
     is None), every other constant and every tile factor held."""
     names = list(PAD_FITTED)
@@ -167,7 +209,7 @@ def fit_pad(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
 
     x = [math.log(first if first is not None else getattr(start, n)) for n, (_, first) in PAD_FITTED.items()]
     bounds = [(math.log(lo), math.log(hi)) for (lo, hi), _ in PAD_FITTED.values()]
-    return _minimize(model_of, x, bounds, cands, rows)
+    return _minimize(model_of, x, bounds, cands, rows, quiet)
 
 
 #: ``--fit-lastwave``: the bounds of ``whole_tile_fixup_us`` (microseconds a whole tile spends per split in the
@@ -207,11 +249,12 @@ def whole_tile_isolates(cands, rows, model: choose.DeviceModel) -> list[tuple[st
     return out
 
 
-def fit_lastwave(cands, rows, start: choose.DeviceModel) -> tuple[choose.DeviceModel, choose.DeviceModel]:
+def fit_lastwave(cands, rows, start: choose.DeviceModel,
+                 quiet: bool = False) -> tuple[choose.DeviceModel, choose.DeviceModel]:
     """``whole_tile_fixup_us``, every other constant and tile factor held: (the median of the isolated estimates,
     :func:`whole_tile_isolates`; Nelder-Mead on the soft loss over every shape from the isolated value)."""
     isolates = whole_tile_isolates(cands, rows, start)
-    for name, mnk, us in isolates:
+    for name, mnk, us in isolates if not quiet else ():
         print(f"  isolated: {name} on {mnk[0]}x{mnk[1]}x{mnk[2]}: {us:.3f} us per whole tile and split")
     isolated = dataclasses.replace(start, whole_tile_fixup_us=round(statistics.median(us for *_, us in isolates), 3))
 
@@ -219,7 +262,7 @@ def fit_lastwave(cands, rows, start: choose.DeviceModel) -> tuple[choose.DeviceM
         return dataclasses.replace(start, whole_tile_fixup_us=round(math.exp(min(max(x[0], -20.0), 20.0)), 4))
 
     bounds = [(math.log(WHOLE_TILE_FIXUP_BOUNDS[0]), math.log(WHOLE_TILE_FIXUP_BOUNDS[1]))]
-    return isolated, _minimize(model_of, [math.log(isolated.whole_tile_fixup_us)], bounds, cands, rows)
+    return isolated, _minimize(model_of, [math.log(isolated.whole_tile_fixup_us)], bounds, cands, rows, quiet)
 
 
 #: what ``--fit-partial`` fits jointly, every other constant and every tile factor held, with its bounds: the partial
@@ -248,6 +291,39 @@ def leave_one_out(cands, rows, start: choose.DeviceModel) -> list[tuple[tuple[in
         model = fit_partial(cands, [rows[j] for j in split if j != i], start, quiet=True)
         mnk, times = rows[i]
         out.append((mnk, times[model_pick(model, cands, mnk, times)] / min(times.values())))
+    return out
+
+
+def refit_all(cands, tune: str, split_k: list[str], lastwave: str, terms=(), quiet: bool = True,
+              first: dict | None = None, warm: choose.DeviceModel | None = None) -> choose.DeviceModel:
+    """The whole shipped method, from scratch, with the :data:`TERMS` named in ``terms`` on: ``--fit`` on the tune
+    survey ``tune`` (the terms' constants fitted with the others), ``--fit-pad`` on it and the split-K tune surveys
+    ``split_k``, ``--fit-lastwave`` on ``lastwave`` (its soft-loss fit) and ``--fit-partial`` on all of them;
+    ``first``: start values of the :func:`fitted_names` constants in place of the shipped method's; ``warm``: a model
+    (another fit's) to start every constant and tile factor from, the terms not named off (Nelder-Mead is local: the
+    forms are compared at the best of several starts)."""
+    names = {c.name for c in cands}
+    split = {c.name for c in cands if c.split_k > 1}
+    start = dataclasses.replace(choose.SM90_MODEL, multicast=True, one_wg_efficiency=0.8, ragged_load_factor=1.5,
+                                dram_latency_us=2.0, overlap=4.0, **{TERMS[t][0]: TERMS[t][2] for t in terms})
+    if warm is not None:
+        start = dataclasses.replace(warm, **{name: (getattr(warm, name) or first_value) if t in terms else 0.0
+                                             for t, (name, _, first_value) in TERMS.items()})
+    start = dataclasses.replace(start, **(first or {}))
+    model = fit(cands, measured([tune], names, split), start, terms, quiet)
+    model = fit_pad(cands, measured([tune, *split_k], names, split), model, quiet)
+    model = fit_lastwave(cands, measured([lastwave], names, split), model, quiet)[1]
+    return fit_partial(cands, measured([tune, *split_k, lastwave], names, split), model, quiet)
+
+
+def leave_one_out_all(cands, rows, model: choose.DeviceModel, terms=(), maxiter: int = 1500):
+    """``[(shape, regret)]``: for every shape of ``rows``, the regret of the pick of ``model`` refit without it: the
+    :func:`fitted_names` constants and the tile factors, one round of Nelder-Mead from ``model`` on the other shapes
+    (the padding and split-K constants held)."""
+    out = []
+    for i, (mnk, times) in enumerate(rows):
+        left = fit(cands, rows[:i] + rows[i + 1:], model, terms, quiet=True, maxiter=maxiter, rounds=1)
+        out.append((mnk, times[model_pick(left, cands, mnk, times)] / min(times.values())))
     return out
 
 
@@ -292,6 +368,14 @@ def main() -> None:
     p.add_argument("--fit-pad", nargs="+", default=[])
     p.add_argument("--fit-lastwave", nargs="+", default=[])
     p.add_argument("--fit-partial", nargs="+", default=[])
+    p.add_argument("--refit", nargs=4, metavar=("TUNE", "SK_A", "SK_B", "LASTWAVE"))
+    p.add_argument("--term", action="append", choices=sorted(TERMS), default=[])
+    p.add_argument("--loo", action="store_true", help="with --refit: leave-one-out over every tune shape")
+    p.add_argument("--start", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --refit: the start of a fitted constant")
+    p.add_argument("--warm", help="with --refit: start from this --model-json model")
+    p.add_argument("--held", action="store_true", help="with --refit and --warm: no refit, the --warm model as fitted")
+    p.add_argument("--model-json", help="with --refit: write the refit model's constants here")
     p.add_argument("--eval", nargs="+", action="append", default=[])
     p.add_argument("--model-only", action="store_true")
     p.add_argument("--json")
@@ -357,6 +441,35 @@ def main() -> None:
         r = [x for _, x in loo]
         print(f"leave one out ({len(r)} shapes with split-K candidates timed): regret median {statistics.median(r):.4f}, "
               f"mean {statistics.fmean(r):.4f}, worst {max(r):.4f}, {sum(x > 1.02 for x in r)} above 1.02")
+        model = fitted
+    if args.refit:
+        rows = measured(args.refit, names, split)
+        first = {name: float(v) for name, v in (a.split("=", 1) for a in args.start)}
+        warm = None
+        if args.warm:
+            doc = json.load(open(args.warm))
+            warm = choose.DeviceModel(**{**doc, "tile_factors": tuple(map(tuple, doc["tile_factors"]))})
+        fitted = warm if args.held else refit_all(cands, args.refit[0], list(args.refit[1:3]), args.refit[3],
+                                                  tuple(args.term), first=first, warm=warm)
+        terms = "+".join(args.term) or "none"
+        for label, m in (("shipped", model), (f"refit, terms {terms}", fitted)):
+            print(f"{label}: {regret_summary(m, cands, rows)}")
+        for mnk, times in rows:
+            picks = [model_pick(m, cands, mnk, times) for m in (model, fitted)]
+            if picks[0] != picks[1] or max(times[p] for p in picks) > 1.02 * min(times.values()):
+                print(f"  {mnk[0]}x{mnk[1]}x{mnk[2]}: {picks[0]} {times[picks[0]] / min(times.values()):.4f} -> "
+                      f"{picks[1]} {times[picks[1]] / min(times.values()):.4f} (best {min(times, key=times.get)})")
+        print("DeviceModel(" + ", ".join(f"{f}={getattr(fitted, f):.4g}" for f in fitted_names(args.term)
+                                         + tuple(PAD_FITTED) + ("whole_tile_fixup_us",)) +
+              f", tile_factors={fitted.tile_factors})")
+        if args.loo:
+            loo = leave_one_out_all(cands, rows, fitted, tuple(args.term))
+            r = [x for _, x in loo]
+            print(f"leave one out ({len(r)} tune shapes): regret median {statistics.median(r):.4f}, "
+                  f"mean {statistics.fmean(r):.4f}, worst {max(r):.4f} "
+                  f"({'x'.join(map(str, max(loo, key=lambda t: t[1])[0]))}), {sum(x > 1.02 for x in r)} above 1.02")
+        if args.model_json:
+            Path(args.model_json).write_text(json.dumps(dataclasses.asdict(fitted)) + "\n")
         model = fitted
     if args.table and args.fit:
         device = json.load(open(args.fit[0]))["device"]

@@ -34,7 +34,11 @@ SM (the configs use ~200-225 KB of shared memory), clusters of ``c`` CTAs occupy
   less (each at most its ``stages`` of loaded rows, ``(a + bn') * bk * 2 B`` a stage, per memory latency: few tiles,
   few stages or stages of rows past M cannot fill HBM);
 * the kernel takes the ``overlap``-norm of ``waves * tile_time`` (plus the split-K partial time) and the DRAM time
-  (their max when 0).
+  (their max when 0);
+* two main-loop bounds, off in both shipped models (``DeviceModel.smem_bytes_per_clk``, ``stage_latency_us``): the
+  shared-memory bytes the wgmmas read and the stages receive over the SM's shared-memory bandwidth, and ``k-blocks /
+  stages`` stage latencies; refit on the tune half, neither ranked it better (docs/performance.md, "Main-loop terms:
+  shared-memory bandwidth and stage latency").
 
 The GEMM chooser ranks with :data:`SM90_GEMM_MODEL`, fitted on the tune half of the suite (``bench/fit_choose.py``:
 constants within physical bounds and one tile factor per config, chosen for the regret of the pick; report half:
@@ -127,6 +131,14 @@ class DeviceModel:
             predicated off (the publish barrier, ``bar.red.popc`` and ``S`` iterations of predicated partial loads
             and adds): each whole wave costs ``S x`` it more; 0 = whole tiles cost what the base config's tiles cost.
             Fitted on the last-wave tune survey (docs/performance.md, "Split-K of the last wave").
+        smem_bytes_per_clk: shared-memory bandwidth of one SM, bytes per tensor-core clock (the clock at which an SM
+            retires ``peak_tflops / SMs / 4096`` dense bf16 FLOP: 4096 FLOP per clock and SM); 0 = no cap.  Each
+            ``m64nNk16`` wgmma reads its A (64 x 16) and B (N x 16) bf16 operands from shared memory (PTX ISA
+            "Asynchronous Warpgroup Level Matrix Multiply-Accumulate", matrix descriptors) and TMA writes each stage's
+            A and B rows into it, so a unit's math time is at least those bytes over this bandwidth (H100: 128 B/clk).
+        stage_latency_us: the time from a stage's TMA issue to its data in shared memory, microseconds: a tile keeps
+            at most ``stages`` k-blocks in flight, so its operand stream takes at least ``k-blocks / stages`` such
+            latencies whatever the bandwidth; 0 = no cap.
     """
 
     peak_tflops: float = 989.0
@@ -143,6 +155,8 @@ class DeviceModel:
     pad_row_cost: float = 1.0
     whole_tile_fixup_us: float = 0.0
     tile_factors: tuple[tuple[str, float], ...] = ()
+    smem_bytes_per_clk: float = 0.0
+    stage_latency_us: float = 0.0
 
 
 #: the constants the dual-GEMM chooser ranks with (l2_tbps calibrated so that a 256x128 tile at 8192^3 is
@@ -301,10 +315,21 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
     pad_rows = c.block_m - a_rows
     a_cost_rows = a_rows + model.pad_row_cost * pad_rows  # A rows' L2 -> shared time, in loaded rows
 
+    smem_s_per_k = 0.0
+    if model.smem_bytes_per_clk:
+        # per k of one unit: each m64 wgmma (block_m / 64 of them per k16, one B per accumulator) reads 64 rows of A
+        # and block_n rows of B from shared memory, and TMA writes the stage's block_m + acc x block_n rows (a pair
+        # multicasting B writes every row of B into both CTAs' shared memory); bf16: 2 B an element
+        smem_bytes_per_k = 2.0 * (acc * c.block_m / 64 * (64 + c.block_n) + c.block_m + acc * c.block_n)
+        sm_clock_hz = model.peak_tflops * 1e12 / sm_count / 4096.0
+        smem_s_per_k = smem_bytes_per_k / (model.smem_bytes_per_clk * sm_clock_hz)
+
     def unit_s(k_unit: float) -> float:
-        """A unit's main-loop time: the larger of its math and its operand time."""
-        math_s = 2.0 * acc * c.block_m * c.block_n * k_unit / per_sm_flops
-        return max(math_s, (a_cost_rows + b_rows) * k_unit * 2.0 * ragged / per_sm_l2)
+        """A unit's main-loop time: the larger of its math time (tensor cores, or the shared-memory bytes its
+        wgmmas read and its stages receive), its operand time and its stage ring's latency bound."""
+        math_s = max(2.0 * acc * c.block_m * c.block_n * k_unit / per_sm_flops, smem_s_per_k * k_unit)
+        ring_s = k_unit / (c.block_k * c.stages) * model.stage_latency_us * 1e-6
+        return max(math_s, (a_cost_rows + b_rows) * k_unit * 2.0 * ragged / per_sm_l2, ring_s)
 
     fixed_s = (c.stages * (a_cost_rows + acc * c.block_n) * c.block_k * 2.0) / per_sm_l2 + c.block_m * c.block_n * 2.0 / per_sm_store
     # split-K: every split stores its fp32 partial (block_m rows, those past M too), the last arriver reads the other

@@ -219,6 +219,81 @@ def test_cost_model_whole_tile_fixup_of_last_wave_configs():
     assert choose.DeviceModel().whole_tile_fixup_us == 0.0  # the dual-GEMM model: unchanged
 
 
+#: the cost model's predictions before the shared-memory and stage-latency terms existed (microseconds; the GEMM
+#: chooser's model, then the dual GEMM's): with both terms off, predict reproduces them bit for bit
+BEFORE_MAIN_LOOP_TERMS = (("h100_128x128", (256, 4096, 14336), 140.54550514909255, 83.623936),
+                          ("h100_128x256_lw4", (1024, 5120, 25600), 362.67160066127076, 298.55891163329966),
+                          ("h100_128x128_c2_lw2", (1024, 5120, 25600), 384.3277529938663, 374.93145599999997),
+                          ("h100_64x128_sk2", (64, 2112, 7168), 27.9596845406653, 18.579456),
+                          ("h100_256x128", (8192, 8192, 8192), 1720.3144044629785, 1227.2230275753286),
+                          ("h100_64x64", (16, 4096, 4100), 72.37124569360316, 14.068736))
+
+
+def test_main_loop_terms_off_reproduce_the_model_before_them():
+    """smem_bytes_per_clk and stage_latency_us default to 0 (off): the dual-GEMM model (SM90_MODEL) and the GEMM
+    chooser's predict what they predicted before the terms were added, to the last bit."""
+    from ptxgen.runtime.choose import SM90_GEMM_MODEL, SM90_MODEL, DeviceModel, predict, shipped_candidate
+
+    assert DeviceModel().smem_bytes_per_clk == 0.0 and DeviceModel().stage_latency_us == 0.0
+    assert SM90_MODEL == DeviceModel()
+    for name, shape, gemm_us, dual_model_us in BEFORE_MAIN_LOOP_TERMS:
+        c = shipped_candidate(name)
+        assert predict(c, *shape, 132, SM90_GEMM_MODEL)["us"] == gemm_us
+        assert predict(c, *shape, 132, SM90_MODEL)["us"] == dual_model_us
+
+
+def test_shared_memory_term_charges_the_tile_bytes_per_clock():
+    """smem_bytes_per_clk: per k16 each m64 wgmma reads 2 KB of A and block_n x 32 B of B and TMA writes the stage's
+    rows, so a 128x128 tile moves 20 KB per 128 tensor clocks (160 B/clk) and a 128x256 tile 32 KB per 256 (128 B/clk):
+    at 128 B/clk the first is bound at 128 / 160 of the peak, the second not at all."""
+    from dataclasses import replace
+
+    from ptxgen.runtime.choose import Candidate, DeviceModel, predict
+
+    fast = DeviceModel(l2_tbps=1e6, hbm_tbps=1e6, store_tbps=1e6)  # math-bound: only the main loop's math counts
+    smem = replace(fast, smem_bytes_per_clk=128.0)
+    narrow = Candidate("n", "sm_90a", 128, 128, 64, 4, 1, warpgroups=2)
+    wide = Candidate("w", "sm_90a", 128, 256, 64, 4, 1, warpgroups=2)
+    shape = (128 * 132, 256, 65536)  # one tile per SM, long K: the fixed cost is negligible
+
+    def slowdown(c):
+        return predict(c, *shape, 132, smem)["us"] / predict(c, *shape, 132, fast)["us"]
+
+    assert slowdown(narrow) == pytest.approx(160 / 128, rel=1e-3)
+    assert slowdown(wide) == pytest.approx(1.0, rel=1e-3)
+    # a dual GEMM's tile reads A once per B and receives two B tiles: 24 + 12 KB per 256 tensor clocks (144 B/clk)
+    dual = replace(narrow, kernel="dual_gemm")
+    assert predict(dual, *shape, 132, smem)["us"] / predict(dual, *shape, 132, fast)["us"] == pytest.approx(144 / 128,
+                                                                                                           rel=1e-3)
+
+
+def test_stage_latency_term_bounds_the_ring_by_its_stages():
+    """stage_latency_us: a tile keeps at most its stages of k-blocks in flight, so its main loop takes at least
+    k-blocks / stages latencies: 4 stages against 5 cost 5 / 4 the time where the bound binds, whatever the bytes."""
+    from dataclasses import replace
+
+    from ptxgen.runtime.choose import Candidate, DeviceModel, predict
+
+    fast = DeviceModel(peak_tflops=1e6, l2_tbps=1e6, hbm_tbps=1e6, store_tbps=1e6)
+    ring = replace(fast, stage_latency_us=1.0)
+    four, five = (Candidate(str(st), "sm_90a", 128, 128, 64, st, 1, warpgroups=2) for st in (4, 5))
+    shape = (128, 128 * 132, 64 * 4 * 5 * 100)  # one tile per SM, 2000 k-blocks
+    assert predict(four, *shape, 132, ring)["us"] == pytest.approx(500.0, rel=1e-3)
+    assert predict(four, *shape, 132, ring)["us"] / predict(five, *shape, 132, ring)["us"] == pytest.approx(1.25, rel=1e-3)
+    assert predict(four, *shape, 132, fast)["us"] < 5.0
+
+
+def _fit_choose():
+    """bench/fit_choose.py as a module (the evaluation that wrote docs/results/chooser_report_h100.json)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "fit_choose.py"
+    spec = importlib.util.spec_from_file_location("fit_choose", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_report_half_regret_from_the_stored_surveys(fresh_choice):
     """The chooser's regret on every report-half shape, recomputed from the stored surveys the record names (each
     shape's times from the last survey that timed it): every decision was measured, each regret is the record's, the
@@ -267,6 +342,36 @@ def test_joint_split_k_refit_on_the_tune_half():
     assert fit_choose.loss(shipped, cands, rows) < fit_choose.loss(before, cands, rows)
     last_wave = fit_choose.measured([str(RESULTS / "lastwave_tune_h100.json")], names, split)
     assert fit_choose.hard_regret(shipped, cands, last_wave)[1] < 1.05 < fit_choose.hard_regret(before, cands, last_wave)[1]
+
+
+def test_main_loop_term_bounds_and_factors_of_the_refit():
+    """bench/fit_choose.py --refit: the shared-memory term's lower bound is the rate the tune half's fastest tile moved
+    (a fit below it predicts that tile slower than it ran: docs/performance.md, "Main-loop terms"), its upper bound
+    128 B/clk at the boost clock; a last-wave candidate takes its base's tile factor, another split-K one 1."""
+    from ptxgen.runtime import choose
+
+    fit_choose = _fit_choose()
+    cands = choose.candidates("sm_90a")
+    names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
+    by_name = {c.name: c for c in cands}
+    tune = [str(RESULTS / f) for f in ("configs_gemm_h100_tune.json", "splitk_tune_h100_a.json",
+                                        "splitk_tune_h100_b.json", "lastwave_tune_h100.json")]
+    clock_hz = choose.DeviceModel().peak_tflops * 1e12 / 132 / 4096
+    moved = 0.0  # the most shared-memory bytes per clock any timed unsplit tile moved, by the term's byte count
+    for (m, n, k), times in fit_choose.measured(tune, names, split):
+        for name, ms in times.items():
+            c = by_name[name]
+            if c.swap_ab or c.split_k > 1:
+                continue
+            per_k = 2.0 * (c.block_m / 64 * (64 + c.block_n) + c.block_m + c.block_n)
+            moved = max(moved, 2.0 * m * n * k / (ms * 1e-3) / (2.0 * c.block_m * c.block_n) * per_k / 132 / clock_hz)
+    low, high = fit_choose.TERMS["smem"][1]
+    assert low == pytest.approx(moved, abs=1.0) and high == pytest.approx(128 * 1.98e9 / clock_hz, abs=1.0)
+    model = fit_choose.with_base_factors(choose.DeviceModel(tile_factors=(("h100_128x256", 1.1), ("h100_64x64", 0.9))),
+                                         cands)
+    factors = dict(model.tile_factors)
+    assert factors["h100_128x256_lw4"] == factors["h100_128x256"] == 1.1 and factors["h100_64x64"] == 0.9
+    assert factors["h100_128x64_sk2"] == 1.0 and set(factors) == names
 
 
 def test_chooser_follows_the_fp8_rule_on_hopper_only():
