@@ -397,7 +397,7 @@ def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
 
 
 def split_k_workspace(spec: Any, m: int, n: int, device: Any, ordinal: int, stream: int | None = None,
-                      num_sms: int | None = None) -> tuple[int, ...]:
+                      num_sms: int | None = None, keep: list | None = None) -> tuple[int, ...]:
     """The extra kernel arguments of ``spec`` for an ``m`` x ``n`` output launched on ``stream`` (a ``cudaStream_t``
     as an int; None: a workspace of its own, for a prepared launch): ``(workspace address,)`` for a split-K kernel,
     ``()`` otherwise.  ``num_sms``: the SM count the launch's grid was computed for (None: device ``ordinal``'s);
@@ -410,7 +410,9 @@ def split_k_workspace(spec: Any, m: int, n: int, device: Any, ordinal: int, stre
     waits on another, so every launch finishes its tiles).  Launches on one stream are ordered and share it;
     launches on different streams have different workspaces and may overlap.  A call under CUDA-graph capture,
     and ``stream=None``, get a workspace of their own (the graph may be replayed on any stream, the prepared launch
-    enqueued on any); those are kept for the process in :data:`_owned`.
+    enqueued on any), appended to ``keep``, which holds it as long as its owner lives (a prepared launch's: freed
+    with it); ``keep=None`` keeps it for the process (:data:`_owned`), as a captured graph needs: nothing here
+    knows when a graph is dropped.
 
     Raises:
         ShapeError: the workspace would exceed 4 GiB (the kernel addresses it with u32 byte offsets).
@@ -430,8 +432,11 @@ def split_k_workspace(spec: Any, m: int, n: int, device: Any, ordinal: int, stre
 
     if stream is None or (device != "cpu" and torch.cuda.is_current_stream_capturing()):
         buf = torch.zeros(nbytes, dtype=torch.uint8, device=device)
-        with _lock:
-            _owned.append(buf)
+        if keep is not None:
+            keep.append(buf)
+        else:
+            with _lock:
+                _owned.append(buf)
         return (buf.data_ptr(),)
     key = (ordinal, stream, spec.name, spec.kernel, ws, nbytes)
     buf = _workspaces.get(key)
@@ -614,8 +619,9 @@ def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm
     if spec.workspace is not None or swap_ab(spec):  # split-K, swap-AB: packed by the fast-path launcher
         pd = out.data_ptr()
         ka, kb, km, kn = kernel_args(spec, (a.data_ptr(), m, k, k), (b.data_ptr(), n, k, k), m, n)
+        held: list = []  # the launch's own split-K workspace: alive as long as the prepared launch
         launch = _Packed(loaded.launcher, spec, (ka, kb, (pd, m, n, n) if d_map else None),
-                         (pd, km, kn, k, *split_k_workspace(spec, km, kn, a.device, ordinal, None)))
+                         (pd, km, kn, k, *split_k_workspace(spec, km, kn, a.device, ordinal, None, keep=held)), held)
         return PreparedGemm(a=a, b=b, out=out, kernel=launch, params=None, grid_x=grid_x, ordinal=ordinal)
     tmaps = (encode_tiled(a, maps["a"]), encode_tiled(b, maps["b"]), encode_tiled(out, maps["d"]) if d_map else None)
     params = KernelParams(tmaps, out.data_ptr(), m, n, k)
@@ -626,11 +632,12 @@ def prepare(a: Any, b: Any, out: Any = None, config: Any = None) -> PreparedGemm
 class _Packed:
     """A prepared launch through the fast-path launcher (kernels whose signature KernelParams does not pack).
 
-    Stands where :class:`~ptxgen.runtime.module.Kernel` does in a :class:`PreparedGemm`: ``spec`` and ``launch``.
+    Stands where :class:`~ptxgen.runtime.module.Kernel` does in a :class:`PreparedGemm`: ``spec`` and ``launch``;
+    ``held``: the tensors its parameters point at that nothing else keeps alive (a split-K workspace).
     """
 
-    def __init__(self, launcher: Any, spec: Any, maps: tuple, scalars: tuple):
-        self.launcher, self.spec, self.maps, self.scalars = launcher, spec, maps, scalars
+    def __init__(self, launcher: Any, spec: Any, maps: tuple, scalars: tuple, held: list = ()):
+        self.launcher, self.spec, self.maps, self.scalars, self.held = launcher, spec, maps, scalars, held
 
     def launch(self, grid_x: int, params: Any, stream: int) -> None:
         self.launcher.launch(grid_x, self.maps, self.scalars, stream)

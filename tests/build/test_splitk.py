@@ -212,8 +212,11 @@ def test_workspace_is_one_per_stream_zeroed_and_bounded(monkeypatch):
     (other,) = api.split_k_workspace(spec, 300, 400, "cpu", 0, 8)
     assert other != ptr  # another stream: its own counters
     (own,) = api.split_k_workspace(spec, 300, 400, "cpu", 0, None)
-    assert own not in (ptr, other) and len(api._owned) == 1  # a prepared launch's own, kept alive
-    for buf in (*api._workspaces.values(), *api._owned):
+    assert own not in (ptr, other) and len(api._owned) == 1  # one of its own, kept for the process (a capture's)
+    held = []
+    (mine,) = api.split_k_workspace(spec, 300, 400, "cpu", 0, None, keep=held)  # a prepared launch's: its owner keeps it
+    assert mine not in (ptr, other, own) and len(api._owned) == 1 and [b.data_ptr() for b in held] == [mine]
+    for buf in (*api._workspaces.values(), *api._owned, *held):
         assert buf.numel() == spec.workspace.bytes_for(spec.grid, 300, 400, 132) and not buf.any()
         assert buf.dtype == torch.uint8
     assert api.split_k_workspace(make_plan(load_config("h100_128x192")).launch_spec(), 300, 400, "cpu", 0, 7) == ()

@@ -10,7 +10,8 @@ the split that arrives last adds the others' partials into its own registers, so
 follows the arrival order.  CUDA-graph capture and replay with new input values; a shape whose K leaves every
 split but the last empty; two streams running the same config and shape at once (each its own workspace);
 many launches in a row.  Split-K of the last wave (bench/configs ``*_lw*``): shapes with whole waves and a tail,
-fewer tiles than SMs, ragged M/N/K, launches in a row, two streams, a graph replay, a prepared launch.
+fewer tiles than SMs, ragged M/N/K, launches in a row, two streams, a graph replay, a prepared launch; a
+prepared launch frees its workspace when dropped.
 ``PTXGEN_GPU_EXAMPLES`` sets the examples per config (default 100).
 """
 
@@ -188,6 +189,33 @@ def test_splitk_prepared_launch(torch):
         torch.cuda.synchronize()
         assert not torch.isnan(out).any()
         assert relative_error(out, a.float() @ b.float().T) < TOLERANCE
+
+
+def test_splitk_prepared_launch_frees_its_workspace_with_it(torch):
+    """A prepared split-K launch owns its workspace: dropping the launch frees it, so preparing again and again (a
+    benchmark over many shapes) does not hold every workspace for the process; each launch is still right."""
+    import gc
+
+    from ptxgen.bench import relative_error
+    from ptxgen.runtime.api import prepare
+
+    m, n, k = 700, 4500, 1032
+    a, b = random_operands(torch, m, n, k, seed=22)
+    out = _poisoned(torch, m, n)
+    cfg = split_config("h100_128x192", 4)
+    prepare(a, b, out=out, config=cfg).launch()  # the kernel loaded; its workspace dropped with the launch
+    torch.cuda.synchronize()
+    gc.collect()
+    before = torch.cuda.memory_allocated()
+    workspace = prepare(a, b, out=out, config=cfg).kernel.held[0].numel()
+    assert workspace > 0 and torch.cuda.memory_allocated() == before  # a dropped launch leaves nothing behind
+    for _ in range(20):
+        out.fill_(float("nan"))
+        prepare(a, b, out=out, config=cfg).launch()
+        torch.cuda.synchronize()
+        assert relative_error(out, a.float() @ b.float().T) < TOLERANCE
+    gc.collect()
+    assert torch.cuda.memory_allocated() == before, f"{torch.cuda.memory_allocated() - before} B held after 20 launches"
 
 
 @pytest.mark.parametrize("name,splits,shape", [("h100_128x64", 4, (1000, 1000, 8200)), ("h100_64x128", 2, (130, 3000, 5000)),
