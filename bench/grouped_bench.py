@@ -318,7 +318,7 @@ def contiguous_rows(fp8: bool, quick: bool) -> list[dict]:
         else:
             loop = scaled_mm_loop(a, b, sa, sb, rows, starts, row)
             if loop is not None:
-                sides["torch._scaled_mm loop"] = loop
+                sides[LOOP] = loop
             fp8_sides(row, sides, flop)
         out_rows.append(row)
         print(json.dumps(row))

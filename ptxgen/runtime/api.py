@@ -50,7 +50,7 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -636,7 +636,7 @@ class _Packed:
     ``held``: the tensors its parameters point at that nothing else keeps alive (a split-K workspace).
     """
 
-    def __init__(self, launcher: Any, spec: Any, maps: tuple, scalars: tuple, held: list = ()):
+    def __init__(self, launcher: Any, spec: Any, maps: tuple, scalars: tuple, held: Sequence[Any] = ()):
         self.launcher, self.spec, self.maps, self.scalars, self.held = launcher, spec, maps, scalars, held
 
     def launch(self, grid_x: int, params: Any, stream: int) -> None:
