@@ -255,6 +255,9 @@ class Schedule:
         m-block's first row; a run ends where the word changes or after ``group`` m-blocks), and each run walks
         its n-blocks with its m-blocks together, one run after the other, so the CTAs running at one time share
         fewer experts' B tiles (:meth:`ptxgen.builders.grouped.GroupedTileScheduler.expert_runs`).
+    table_lookahead: ``grouped=contiguous`` with ``expert_window=0`` only: each unit issues the ``m_indices`` reads of
+        the CTA's next unit, so they are in flight under the unit's k-loop instead of on the path from one tile's
+        epilogue to the next tile's first wgmma (:meth:`ptxgen.builders.grouped.GroupedTileScheduler.lookahead`).
     swap_ab: swap-AB for small M: the kernel computes ``D^T = B @ A^T``.  The runtime passes B ``[N, K]`` as the
         kernel's A operand and A ``[M, K]`` as its B operand, so the kernel's ``m`` is the caller's N (``block_m``
         rows of B per tile, many CTAs) and its ``n`` the caller's M (``block_n`` >= M: the small dimension is the
@@ -269,6 +272,7 @@ class Schedule:
     split_k_tiles: OneOf("all", "last_wave") = "all"
     grouped: OneOf("none", "masked", "contiguous") = "none"
     expert_window: Range(0, 64) = 0
+    table_lookahead: Bool = False
     swap_ab: Bool = False
 
 
@@ -572,6 +576,10 @@ def validate(cfg: Config) -> None:
         _validate_grouped(cfg)
     _rule(cfg.schedule.expert_window == 0 or cfg.schedule.grouped == "contiguous", "schedule.expert_window",
           cfg.schedule.expert_window, "needs schedule.grouped=contiguous (runs of one expert come from m_indices)")
+    lookahead_ok = cfg.schedule.grouped == "contiguous" and cfg.schedule.expert_window == 0
+    _rule(not cfg.schedule.table_lookahead or lookahead_ok,
+          "schedule.table_lookahead", True, "needs schedule.grouped=contiguous and expert_window=0 (the next unit's "
+          "m_indices words are those of its first m-block or pair)")
     if cfg.arch == "sm_100a":
         _validate_sm100(cfg)
     else:
@@ -795,8 +803,8 @@ def _validate_sm90(cfg: Config) -> None:
           "sm_90a: must be >= 2 (consumers release a stage one k-block late, after wgmma.wait_group 1; "
           "with one stage that release waits on its own refill: a deadlock the simulator reports)")
     _rule(not cfg.tma.two_sm, "tma.two_sm", True, "2-SM TMA loads are sm_100a only")
-    _rule(cfg.mma.lanes == "one" and cfg.smem.layout == "interleaved" and cfg.mma.tc_util_percent == 100,
-          "mma", dataclasses.asdict(cfg.mma), "sm_90a: lanes=one, tc_util_percent=100 and smem.layout=interleaved")
+    _rule(cfg.mma.lanes == "one" and cfg.mma.tc_util_percent == 100,
+          "mma", dataclasses.asdict(cfg.mma), "sm_90a: lanes=one and tc_util_percent=100")
     _rule(c.dual_tile == (c.size == 2), "cluster.dual_tile", c.dual_tile,
           "sm_90a: a cluster of 2 always pairs CTAs on one n-block (dual_tile must equal size == 2)")
     _rule(not cfg.tma.multicast or c.size == 2, "tma.multicast", True, "needs cluster.size=2")

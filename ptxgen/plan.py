@@ -608,6 +608,8 @@ class SchedulePlan:
         ``masked_m`` or ``m_indices`` table) and ``num_groups`` after ``k``.
     expert_window: contiguous grouped walk: m-blocks per window of expert runs (0: the plain swizzle; see
         :meth:`ptxgen.builders.grouped.GroupedTileScheduler.expert_runs`).
+    table_lookahead: contiguous grouped walk: the next unit's table words are read one unit ahead (see
+        :meth:`ptxgen.builders.grouped.GroupedTileScheduler.lookahead`).
     """
 
     persistent: bool
@@ -616,6 +618,7 @@ class SchedulePlan:
     group_clusters: int
     grouped: str = "none"
     expert_window: int = 0
+    table_lookahead: bool = False
 
 
 @dataclass(frozen=True)
@@ -927,11 +930,14 @@ def _stage(cfg: Config, f: _Basics) -> _Stage:
     sfb_load = sf_bytes // f.cs if _sfb_multicast(cfg, f) else sf_bytes
     nb = len(f.b_names)
     # FP8 scale vectors: one k-block's scale_a for the tile's rows, and a 16-byte box of scale_b holding the tile's
-    # column blocks; their slots round the stage up to whole 1024-byte swizzle atoms (the next stage's A)
+    # column blocks.  Interleaved, their slots round the stage up to whole 1024-byte swizzle atoms (the next stage's
+    # A); separated, each scale vector has its own region after the swizzled operands and a slot needs only the
+    # 128-byte alignment of a non-swizzled TMA destination (PTX ISA "cp.async.bulk.tensor"): 384 B less per stage
     bs_boxes = ()
     if f.fp8:
         sa_bytes = t.block_m * F32_SCALE_BYTES
-        sb_slot = _align(sa_bytes + 128, SWIZZLE_ATOM_BYTES) - sa_bytes
+        sb_slot = (TMA_PLAIN_ALIGN if cfg.smem.layout == "separated"
+                   else _align(sa_bytes + TMA_PLAIN_ALIGN, SWIZZLE_ATOM_BYTES) - sa_bytes)
         bs_boxes = (("scale_a", t.block_m, sa_bytes), ("scale_b", SB_BOX_COLS, sb_slot))
     bs_load = sum(cols * F32_SCALE_BYTES for _, cols, _ in bs_boxes)
     landed = a_bytes + nb * b_load + len(f.sf_names) * sf_bytes + bs_load
@@ -1249,7 +1255,7 @@ def _schedule_plan(cfg: Config) -> SchedulePlan:
     m_ctas = 2 if cfg.cluster.dual_tile else 1
     return SchedulePlan(persistent=cfg.schedule.persistent, cluster_tile_rows=cfg.tile.block_m * m_ctas, m_ctas=m_ctas,
                         group_clusters=max(1, cfg.schedule.group // m_ctas), grouped=cfg.schedule.grouped,
-                        expert_window=cfg.schedule.expert_window)
+                        expert_window=cfg.schedule.expert_window, table_lookahead=cfg.schedule.table_lookahead)
 
 
 #: registers an sm_90a consumer thread keeps for the epilogue's addresses, predicates and loop state beside the

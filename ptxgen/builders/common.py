@@ -103,18 +103,21 @@ class TileScheduler:
         ]
         return For("t", Var("cluster_id"), units, Var("num_clusters"), tuple(sched + body + after))
 
-    def swizzle(self, tile: Expr, between: list) -> list:
+    def swizzle(self, tile: Expr, between: list, prefix: str = "") -> list:
         """Tile ``tile`` of the ``num_m x num_n`` grid in swizzled order: its cluster m-block ``cm``, then the lets
         ``between``, then ``n_col`` (groups of ``group_clusters`` m-blocks walk their n-blocks together, so they
-        share B in L2)."""
+        share B in L2).  ``prefix``: bind ``{prefix}cm`` etc. instead (another unit's, beside the current one's)."""
         g = self.p.schedule.group_clusters
+
+        def v(name: str) -> Var:
+            return Var(prefix + name)
         return [
-            Let("grp", tile // (Var("num_n") * g)),
-            Let("gm", emin(Var("num_m") - Var("grp") * g, g)),
-            Let("r", tile % (Var("num_n") * g)),
-            Let("cm", Var("grp") * g + Var("r") % Var("gm")),
+            Let(prefix + "grp", tile // (Var("num_n") * g)),
+            Let(prefix + "gm", emin(Var("num_m") - v("grp") * g, g)),
+            Let(prefix + "r", tile % (Var("num_n") * g)),
+            Let(prefix + "cm", v("grp") * g + v("r") % v("gm")),
             *between,
-            Let("n_col", (Var("r") // Var("gm")) * self.p.mma.block_n),
+            Let(prefix + "n_col", (v("r") // v("gm")) * self.p.mma.block_n),
         ]
 
     def cta_tile(self) -> Expr:

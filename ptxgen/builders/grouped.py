@@ -62,6 +62,7 @@ class GroupedTileScheduler(TileScheduler):
             Let("cluster_id", Sreg("ctaid") // cs if cs == 2 else Sreg("ctaid")),
             Let("num_clusters", Sreg("nctaid") // cs if cs == 2 else Sreg("nctaid")),
             Let("tc", Const(0)),
+            *(self.lookahead(Var("cluster_id")) if p.schedule.table_lookahead else []),
         ]
 
     def tiles_done(self) -> Expr:
@@ -83,7 +84,9 @@ class GroupedTileScheduler(TileScheduler):
             order = (self.expert_runs(T) if p.schedule.expert_window
                      else self.swizzle(T, [Let("m_row", self.cta_row())]))
             head = [*order, *(self.pair_unit() if self.c.size == 2 else
-                              [LdGlobalNcU32("group_id", Var("m_row")), Let("has_work", ne(GROUP, NO_GROUP))])]
+                              [*self.unit_word("group_id", 0, Var("m_row")), Let("has_work", ne(GROUP, NO_GROUP))])]
+            if p.schedule.table_lookahead:  # this unit's words are read: the next unit's reads go out now
+                head += self.lookahead(T + Var("num_clusters"))
         head.append(Let("b_row", GROUP * Param("n") + Var("n_col")))
         if p.promotion is not None:
             # scale_b [k-blocks, G x blocks]: each group's blocks padded to whole 16-byte boxes (sb_box fp32); masked
@@ -118,8 +121,8 @@ class GroupedTileScheduler(TileScheduler):
         pair_row = Var("cm") * p.schedule.cluster_tile_rows
         row1 = pair_row + p.mma.block_m
         w0, w1 = Var("pair_word0"), Var("pair_word1")
-        return [LdGlobalNcU32("pair_word0", pair_row),  # cm < num_m: a row of the table
-                LdGlobalNcU32("pair_word1_raw", emin(row1, Param("m") - 1)),  # never past the table
+        return [*self.unit_word("pair_word0", 0, pair_row),  # cm < num_m: a row of the table
+                *self.unit_word("pair_word1_raw", 1, emin(row1, Param("m") - 1)),  # never past the table
                 Let("pair_word1", select(lt(row1, Param("m")), Var("pair_word1_raw"), NO_GROUP)),
                 Let("pair_group0", select(ne(w0, NO_GROUP), w0, w1)),
                 Let("pair_group1", select(ne(w1, NO_GROUP), w1, w0)),
@@ -127,6 +130,30 @@ class GroupedTileScheduler(TileScheduler):
                 Let("b_shared", eq(Var("pair_group0"), Var("pair_group1"))),
                 Let("group_id", select(eq(rank, 0), Var("pair_group0"), Var("pair_group1"))),
                 Let("own_work", ne(select(eq(rank, 0), w0, w1), NO_GROUP))]
+
+    def unit_word(self, var: str, j: int, row: Expr) -> list:
+        """The unit's table word ``j`` into ``var``: the read of ``m_indices[row]``, or with ``table_lookahead`` the
+        word :meth:`lookahead` read one unit earlier (``ahead_word{j}``)."""
+        if self.p.schedule.table_lookahead:
+            return [Let(var, Var(f"ahead_word{j}"))]
+        return [LdGlobalNcU32(var, row)]
+
+    def lookahead(self, tile: Expr) -> list:
+        """``table_lookahead``: the table reads of unit ``tile`` (the CTA's next one) into ``ahead_word0`` (and for a
+        pair ``ahead_word1``), the rows :meth:`pair_unit` or the single-CTA unit read.  Issued one unit early, the
+        loads are in flight under the current unit's k-loop; the head of the next unit only copies them.  A unit
+        past the walk (``tile >= num_tiles``: the loop ends before it) reads the last unit's words: every read stays
+        inside the table (``m >= 1``).  The table is read-only during the kernel (PTX ISA "ld", ``.nc``), so the
+        early read is the same word."""
+        p = self.p
+        bm, rows = p.mma.block_m, p.schedule.cluster_tile_rows
+        last = emax(Var("num_tiles") - 1, 0)  # no unit (m = 0, never launched by the runtime): unit 0's rows
+        ahead = self.swizzle(emin(tile, last), [], prefix="ahead_")[:-1]  # its cm; no n_col
+        first = Var("ahead_cm") * rows
+        out = [*ahead, LdGlobalNcU32("ahead_word0", first)]
+        if self.c.size == 2:
+            out.append(LdGlobalNcU32("ahead_word1", emin(first + bm, Param("m") - 1)))
+        return out
 
     def masked_pair_unit(self) -> list:
         """A masked CTA pair's unit (``cluster.size=2``): m-blocks ``2 cm`` (rank 0) and ``2 cm + 1`` (rank 1) of one
