@@ -123,3 +123,29 @@ def test_language_of_outputs():
                       ('relu(e4m3(acc))', r"may only wrap the whole expression")]:
         with pytest.raises(ConfigError, match=msg):
             epi.parse(text)
+
+
+def test_epilogue_configs_bench_candidates():
+    """bench/epilogue_configs.py: on a 132-SM H100 the chooser runs every case of its shapes on h100_128x256 (no
+    epilogue fallback), each candidate takes each expression, and the residual is staged through the CD ring on
+    every candidate but the overlapped epilogue's (docs/performance.md, "Which config each case runs")."""
+    from ptxgen.plan import make_plan
+    from ptxgen.runtime.api import _expr_config, epilogue_config, _GEMM
+    from ptxgen.runtime.choose import choose_cached
+    from tests.helpers.runtime import bench_module
+
+    mod = bench_module("epilogue_configs")
+    for m, n, k in mod.SHAPES:
+        name, _ = choose_cached(m, n, k, (9, 0), 132)
+        assert name == "h100_128x256"
+        for expr, _ in mod.EXPRS.values():
+            if expr is not None:
+                assert epilogue_config(_GEMM, name, epilogue_expr(expr, "gemm")[0], chosen=True).name == name
+    staged = {}
+    for label, cfg in mod.CANDIDATES.items():
+        for expr, _ in mod.EXPRS.values():
+            if expr is not None:
+                plan = make_plan(_expr_config(cfg or "h100_128x256", epilogue_expr(expr, "gemm")[0]))
+                if "residual" in expr:
+                    staged[label] = plan.epilogue.staged is not None
+    assert staged == {label: label != "128x256_ov" for label in mod.CANDIDATES}
