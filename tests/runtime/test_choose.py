@@ -235,6 +235,7 @@ def test_main_loop_terms_off_reproduce_the_model_before_them():
     from ptxgen.runtime.choose import SM90_GEMM_MODEL, SM90_MODEL, DeviceModel, predict, shipped_candidate
 
     assert DeviceModel().smem_bytes_per_clk == 0.0 and DeviceModel().stage_latency_us == 0.0
+    assert DeviceModel().main_loop_factors == ()
     assert SM90_MODEL == DeviceModel()
     for name, shape, gemm_us, dual_model_us in BEFORE_MAIN_LOOP_TERMS:
         c = shipped_candidate(name)
@@ -281,6 +282,28 @@ def test_stage_latency_term_bounds_the_ring_by_its_stages():
     assert predict(four, *shape, 132, ring)["us"] == pytest.approx(500.0, rel=1e-3)
     assert predict(four, *shape, 132, ring)["us"] / predict(five, *shape, 132, ring)["us"] == pytest.approx(1.25, rel=1e-3)
     assert predict(four, *shape, 132, fast)["us"] < 5.0
+
+
+def test_main_loop_factor_charges_the_k_loop_only():
+    """main_loop_factors: a config's k-loop (each unit's main-loop time) times its factor, the fixed cost, the
+    whole-tile fixup and the partial traffic not: the predicted time grows by the factor times its growth with K."""
+    from dataclasses import replace
+
+    from ptxgen.runtime.choose import SM90_GEMM_MODEL, predict, shipped_candidate
+
+    c2_lw2 = shipped_candidate("h100_128x128_c2_lw2")
+    free = replace(SM90_GEMM_MODEL, main_loop_factors=())
+    slow = replace(free, main_loop_factors=((c2_lw2.name, 1.5),), overlap=0.0, hbm_tbps=1e6)
+    fast = replace(slow, main_loop_factors=())
+
+    def us(model, k):
+        return predict(c2_lw2, 1024, 5120, k, 132, model)["us"]
+
+    # DRAM out of the way (overlap 0 = max, HBM unbounded): the k-loop's growth with K scales by 1.5, the intercept not
+    assert (us(slow, 16384) - us(slow, 8192)) / (us(fast, 16384) - us(fast, 8192)) == pytest.approx(1.5, rel=1e-9)
+    assert us(slow, 8192) - 1.5 * us(fast, 8192) < 0  # the fixed cost is not scaled
+    other = shipped_candidate("h100_128x128_c2")
+    assert predict(other, 1024, 5120, 8192, 132, slow) == predict(other, 1024, 5120, 8192, 132, fast)
 
 
 def _fit_choose():
