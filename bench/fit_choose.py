@@ -37,12 +37,21 @@ ring's latency; off in the shipped model) fitted in its ``--fit`` step; ``--star
 model-only regret of the shipped and refit models over the four surveys' shapes, and with ``--loo`` the regret of each
 shape's pick when it is left out of the fit (:func:`leave_one_out_all`; docs/performance.md, "Main-loop terms:
 shared-memory bandwidth and stage latency").
+``--fit-main-loop F ...`` fits the main-loop factor of each split-K-of-the-last-wave candidate
+(``DeviceModel.main_loop_factors``: its k-loop against its base config's, bounds :data:`MAIN_LOOP_BOUNDS`) jointly with
+``partial_tbps`` and ``whole_tile_fixup_us``, every other constant and tile factor held: it prints the factor each
+K-sweep in the files gives alone (:func:`k_sweep_estimates`: a last-wave candidate and its base timed at several K of
+one M and N), the fit, the model-only regret before and after on its files and on each ``--check`` group of files
+(scored, not fitted on), and with ``--loo`` the regret of each shape that timed a last-wave candidate when it is left
+out of the fit (shipped: the K-sweep and the off-suite fixup probes, then the four tune surveys; docs/performance.md,
+"The pair's last-wave k-loop").
 ``--eval F ...`` (repeatable: one evaluation per option) evaluates the chooser on the shapes of its files; a decision
 no file timed is listed as unmeasured.
 
 Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json ...] [--fit-split survey_tune_sk.json ...]
        [--fit-pad survey_tune.json survey_tune_sk.json ...] [--fit-lastwave survey_tune_lw.json ...]
        [--fit-partial survey_tune.json survey_tune_sk.json survey_tune_lw.json ...]
+       [--fit-main-loop probes.json ... survey_tune.json ... [--check F ...] [--loo]]
        [--refit tune.json tune_sk_a.json tune_sk_b.json tune_lw.json [--term smem] [--term latency] [--loo]
         [--start NAME=VALUE] [--warm model.json [--held]] [--model-json model.json]]
        [--eval survey_report.json ...] [--model-only] [--json F]
@@ -282,6 +291,75 @@ def fit_partial(cands, rows, start: choose.DeviceModel, quiet: bool = False) -> 
                      [(math.log(lo), math.log(hi)) for lo, hi in PARTIAL_FITTED.values()], cands, rows, quiet)
 
 
+#: ``--fit-main-loop``: the bounds of a last-wave config's main-loop factor (``DeviceModel.main_loop_factors``): its
+#: k-loop against its base config's, which it runs with the fixup's predicated code beside it, so never faster (1)
+MAIN_LOOP_BOUNDS = (1.0, 1.5)
+
+
+def last_wave_names(cands) -> list[str]:
+    """The split-K-of-the-last-wave candidates, the configs ``--fit-main-loop`` gives a main-loop factor."""
+    return [c.name for c in cands if c.split_tiles == "last_wave"]
+
+
+def fit_main_loop(cands, rows, start: choose.DeviceModel, quiet: bool = False) -> choose.DeviceModel:
+    """Nelder-Mead on the log of each last-wave candidate's main-loop factor (:data:`MAIN_LOOP_BOUNDS`, from 1) and
+    of the :data:`PARTIAL_FITTED` constants (from ``start``'s values), every other constant and tile factor held."""
+    lw = last_wave_names(cands)
+    names = list(PARTIAL_FITTED)
+
+    def model_of(x):
+        v = [round(math.exp(min(max(t, -20.0), 20.0)), 4) for t in x]
+        return dataclasses.replace(start, main_loop_factors=tuple(zip(lw, v[:len(lw)])), **dict(zip(names, v[len(lw):])))
+
+    own = dict(start.main_loop_factors)
+    x = [math.log(own.get(n, 1.0)) for n in lw] + [math.log(getattr(start, n)) for n in names]
+    bounds = [(math.log(MAIN_LOOP_BOUNDS[0]), math.log(MAIN_LOOP_BOUNDS[1]))] * len(lw)
+    bounds += [(math.log(lo), math.log(hi)) for lo, hi in PARTIAL_FITTED.values()]
+    return _minimize(model_of, x, bounds, cands, rows, quiet)
+
+
+def k_sweep_estimates(cands, rows, model: choose.DeviceModel) -> list[tuple[str, tuple[int, int], float]]:
+    """``[(candidate, (m, n), factor)]``: per last-wave candidate timed beside its base on at least two K of one
+    ``(m, n)``, the measured growth of its time with K over its base's (least-squares slopes), divided by what
+    ``model`` (without main-loop factors) predicts of that ratio: the main-loop factor the K-sweep alone gives."""
+    free = dataclasses.replace(model, main_loop_factors=())
+    by_name = {c.name: c for c in cands}
+    sweeps: dict[tuple[int, int], list] = {}
+    for (m, n, k), times in rows:
+        sweeps.setdefault((m, n), []).append((k, times))
+
+    def slope(points):
+        mk = statistics.fmean(k for k, _ in points)
+        mt = statistics.fmean(t for _, t in points)
+        return sum((k - mk) * (t - mt) for k, t in points) / sum((k - mk) ** 2 for k, _ in points)
+
+    out = []
+    for (m, n), sweep in sweeps.items():
+        for name in last_wave_names(cands):
+            base = base_of(name)
+            pts = [(k, t) for k, t in sweep if name in t and base in t]
+            if len(pts) < 2:
+                continue
+            measured_ratio = slope([(k, t[name]) for k, t in pts]) / slope([(k, t[base]) for k, t in pts])
+            predicted = [slope([(k, choose.predict(by_name[c], m, n, k, SMS, free)["us"]) for k, _ in pts])
+                         for c in (name, base)]
+            out.append((name, (m, n), measured_ratio / (predicted[0] / predicted[1])))
+    return out
+
+
+def leave_one_out_main_loop(cands, rows, start: choose.DeviceModel) -> list[tuple[tuple[int, int, int], float]]:
+    """``[(shape, regret)]``: for each shape of ``rows`` that timed a last-wave candidate, the regret of the pick of
+    :func:`fit_main_loop` fitted on every other shape of ``rows``."""
+    lw = set(last_wave_names(cands))
+    out = []
+    for i, (mnk, times) in enumerate(rows):
+        if not lw & set(times):
+            continue
+        model = fit_main_loop(cands, rows[:i] + rows[i + 1:], start, quiet=True)
+        out.append((mnk, times[model_pick(model, cands, mnk, times)] / min(times.values())))
+    return out
+
+
 def leave_one_out(cands, rows, start: choose.DeviceModel) -> list[tuple[tuple[int, int, int], float]]:
     """``[(shape, regret)]``: for each shape of ``rows`` that timed a split-K candidate (the only shapes the
     :data:`PARTIAL_FITTED` constants rank on), the regret of the pick of :func:`fit_partial` fitted on the others."""
@@ -368,9 +446,14 @@ def main() -> None:
     p.add_argument("--fit-pad", nargs="+", default=[])
     p.add_argument("--fit-lastwave", nargs="+", default=[])
     p.add_argument("--fit-partial", nargs="+", default=[])
+    p.add_argument("--fit-main-loop", nargs="+", default=[])
+    p.add_argument("--check", nargs="+", action="append", default=[],
+                   help="with --fit-main-loop: survey files scored before and after, not fitted on")
     p.add_argument("--refit", nargs=4, metavar=("TUNE", "SK_A", "SK_B", "LASTWAVE"))
     p.add_argument("--term", action="append", choices=sorted(TERMS), default=[])
-    p.add_argument("--loo", action="store_true", help="with --refit: leave-one-out over every tune shape")
+    p.add_argument("--loo", action="store_true",
+                   help="with --refit: leave-one-out over every tune shape; with --fit-main-loop: over its shapes "
+                        "that timed a last-wave candidate")
     p.add_argument("--start", action="append", default=[], metavar="NAME=VALUE",
                    help="with --refit: the start of a fitted constant")
     p.add_argument("--warm", help="with --refit: start from this --model-json model")
@@ -441,6 +524,30 @@ def main() -> None:
         r = [x for _, x in loo]
         print(f"leave one out ({len(r)} shapes with split-K candidates timed): regret median {statistics.median(r):.4f}, "
               f"mean {statistics.fmean(r):.4f}, worst {max(r):.4f}, {sum(x > 1.02 for x in r)} above 1.02")
+        model = fitted
+    if args.fit_main_loop:
+        rows = measured(args.fit_main_loop, names, split)
+        for name, (m, n), factor in k_sweep_estimates(cands, rows, model):
+            print(f"  K-sweep at {m}x{n}: {name} main loop {factor:.3f}x its base's, beyond the model's")
+        fitted = fit_main_loop(cands, rows, model)
+        print("fitted: main_loop_factors=" + str(fitted.main_loop_factors) + ", "
+              + ", ".join(f"{n}={getattr(fitted, n):.4g}" for n in PARTIAL_FITTED))
+        for paths in [args.fit_main_loop, *args.check]:
+            check = measured(paths, names, split)
+            print(" + ".join(Path(p).name for p in paths) + ":")
+            for label, m in (("  shipped", model), ("  fitted", fitted)):
+                print(f"{label}: {regret_summary(m, cands, check)}")
+            for mnk, times in check:
+                picks = [model_pick(m, cands, mnk, times) for m in (model, fitted)]
+                if picks[0] != picks[1]:
+                    print(f"    {mnk[0]}x{mnk[1]}x{mnk[2]}: {picks[0]} {times[picks[0]] / min(times.values()):.4f} -> "
+                          f"{picks[1]} {times[picks[1]] / min(times.values()):.4f} (best {min(times, key=times.get)})")
+        if args.loo:
+            loo = leave_one_out_main_loop(cands, rows, model)
+            r = [x for _, x in loo]
+            print(f"leave one out ({len(r)} shapes with a last-wave candidate timed): regret median "
+                  f"{statistics.median(r):.4f}, mean {statistics.fmean(r):.4f}, worst {max(r):.4f} "
+                  f"({'x'.join(map(str, max(loo, key=lambda t: t[1])[0]))}), {sum(x > 1.02 for x in r)} above 1.02")
         model = fitted
     if args.refit:
         rows = measured(args.refit, names, split)

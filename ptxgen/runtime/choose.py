@@ -38,7 +38,10 @@ SM (the configs use ~200-225 KB of shared memory), clusters of ``c`` CTAs occupy
 * two main-loop bounds, off in both shipped models (``DeviceModel.smem_bytes_per_clk``, ``stage_latency_us``): the
   shared-memory bytes the wgmmas read and the stages receive over the SM's shared-memory bandwidth, and ``k-blocks /
   stages`` stage latencies; refit on the tune half, neither ranked it better (docs/performance.md, "Main-loop terms:
-  shared-memory bandwidth and stage latency").
+  shared-memory bandwidth and stage latency");
+* a config's main-loop factor (``DeviceModel.main_loop_factors``): its units' main-loop time (the larger of the three
+  above) times the factor, its fixed cost, fixup and partial traffic not; shipped for the last-wave configs, fitted
+  on the tune half and a K-sweep (docs/performance.md, "The pair's last-wave k-loop").
 
 The GEMM chooser ranks with :data:`SM90_GEMM_MODEL`, fitted on the tune half of the suite (``bench/fit_choose.py``:
 constants within physical bounds and one tile factor per config, chosen for the regret of the pick; report half:
@@ -56,7 +59,7 @@ with K / S, and pays the partial traffic of the ``tail`` tiles only (``dp_tiles 
 tiles than slots: every tile split, as the kernel does: :meth:`ptxgen.launch.GridPolicy.split_units`); each of its
 whole tiles costs ``S x whole_tile_fixup_us`` more than the base config's (the fixup it passes predicated off);
 shipped: ``h100_128x128_c2_lw2``, ``h100_128x256_lw2``, ``h100_128x256_lw4``, ranked with their base config's tile
-factor.
+factor and their own main-loop factor.
 
 Swap-AB candidates (``schedule.swap_ab``: the kernel runs ``D^T = B @ A^T``, so its ``m`` is N and its ``n`` is M)
 rank when M fits their ``block_n`` (:func:`swap_ab_fits`) with the same model on the problem they run, ``(N, M, K)``;
@@ -139,6 +142,12 @@ class DeviceModel:
         stage_latency_us: the time from a stage's TMA issue to its data in shared memory, microseconds: a tile keeps
             at most ``stages`` k-blocks in flight, so its operand stream takes at least ``k-blocks / stages`` such
             latencies whatever the bandwidth; 0 = no cap.
+        main_loop_factors: ``((config name, factor), ...)``: a config's main-loop time (each unit's k-blocks: the
+            time that grows with K) multiplied by its factor on top of its tile factor, its fixed cost, whole-tile
+            fixup and partial traffic not; a config not listed: 1.  For a last-wave config, what its k-loop costs
+            beyond its base config's, whose tile factor it takes (docs/performance.md, "The pair's last-wave k-loop":
+            ``h100_128x128_c2_lw2`` ran its k-blocks 1.2x slower than ``h100_128x128_c2``, beyond the model, in a
+            K-sweep at 1024x5120).
     """
 
     peak_tflops: float = 989.0
@@ -157,6 +166,7 @@ class DeviceModel:
     tile_factors: tuple[tuple[str, float], ...] = ()
     smem_bytes_per_clk: float = 0.0
     stage_latency_us: float = 0.0
+    main_loop_factors: tuple[tuple[str, float], ...] = ()
 
 
 #: the constants the dual-GEMM chooser ranks with (l2_tbps calibrated so that a 256x128 tile at 8192^3 is
@@ -165,16 +175,18 @@ SM90_MODEL = DeviceModel()
 #: the GEMM chooser's constants, fitted on the tune half of the ``gemm`` suite on an H100 (bench/fit_choose.py;
 #: docs/performance.md, "Chooser fit"; ``pad_row_cost`` by ``--fit-pad``, "Chooser padding
 #: terms"; ``partial_tbps`` and ``whole_tile_fixup_us`` jointly by ``--fit-partial``, "Joint refit of the split-K
-#: terms"); the report half never entered the fit
+#: terms", then jointly with the last-wave configs' ``main_loop_factors`` by ``--fit-main-loop`` on the tune half and
+#: two off-suite probes, "The pair's last-wave k-loop"); the report half never entered the fit
 SM90_GEMM_MODEL = DeviceModel(
     l2_tbps=9.475, hbm_tbps=3.998, store_tbps=0.5018, one_wg_efficiency=0.7887, multicast=True, ragged_load_factor=3.596,
-    dram_latency_us=2.433, overlap=4.757, partial_tbps=1.039, pad_row_cost=1.434, whole_tile_fixup_us=0.7103,
+    dram_latency_us=2.433, overlap=4.757, partial_tbps=1.315, pad_row_cost=1.434, whole_tile_fixup_us=0.7001,
     tile_factors=(("h100_128x128", 1.2466), ("h100_128x128_c2", 0.9856), ("h100_128x144", 1.248),
                   ("h100_128x192", 1.159), ("h100_128x256", 1.0437), ("h100_128x64", 0.9078), ("h100_192x176", 1.1948),
                   ("h100_256x128", 0.999), ("h100_64x128", 1.0199), ("h100_64x256", 1.0438), ("h100_64x64", 1.0886),
                   ("h100_128x192_sk3", 1.001), ("h100_128x64_sk2", 1.0005), ("h100_64x128_sk2", 1.0016),
                   # split-K of the last wave: the base config's factor (whole tiles are the same kernel), not fitted
-                  ("h100_128x128_c2_lw2", 0.9856), ("h100_128x256_lw2", 1.0437), ("h100_128x256_lw4", 1.0437)))
+                  ("h100_128x128_c2_lw2", 0.9856), ("h100_128x256_lw2", 1.0437), ("h100_128x256_lw4", 1.0437)),
+    main_loop_factors=(("h100_128x128_c2_lw2", 1.1911), ("h100_128x256_lw2", 1.0), ("h100_128x256_lw4", 1.0)))
 
 
 @dataclass(frozen=True)
@@ -324,12 +336,15 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
         sm_clock_hz = model.peak_tflops * 1e12 / sm_count / 4096.0
         smem_s_per_k = smem_bytes_per_k / (model.smem_bytes_per_clk * sm_clock_hz)
 
+    main_loop = dict(model.main_loop_factors).get(c.name, 1.0)
+
     def unit_s(k_unit: float) -> float:
         """A unit's main-loop time: the larger of its math time (tensor cores, or the shared-memory bytes its
-        wgmmas read and its stages receive), its operand time and its stage ring's latency bound."""
+        wgmmas read and its stages receive), its operand time and its stage ring's latency bound, times the config's
+        main-loop factor."""
         math_s = max(2.0 * acc * c.block_m * c.block_n * k_unit / per_sm_flops, smem_s_per_k * k_unit)
         ring_s = k_unit / (c.block_k * c.stages) * model.stage_latency_us * 1e-6
-        return max(math_s, (a_cost_rows + b_rows) * k_unit * 2.0 * ragged / per_sm_l2, ring_s)
+        return max(math_s, (a_cost_rows + b_rows) * k_unit * 2.0 * ragged / per_sm_l2, ring_s) * main_loop
 
     fixed_s = (c.stages * (a_cost_rows + acc * c.block_n) * c.block_k * 2.0) / per_sm_l2 + c.block_m * c.block_n * 2.0 / per_sm_store
     # split-K: every split stores its fp32 partial (block_m rows, those past M too), the last arriver reads the other

@@ -195,7 +195,9 @@ def test_cost_model_whole_tile_fixup_of_last_wave_configs():
     from ptxgen.runtime import choose
     from ptxgen.runtime.choose import SM90_GEMM_MODEL, predict, rank, shipped_candidate
 
-    free = replace(SM90_GEMM_MODEL, whole_tile_fixup_us=0.0)
+    # the fixup alone: the main-loop factor (its own test below) off in both models
+    loop_free = replace(SM90_GEMM_MODEL, main_loop_factors=())
+    free = replace(loop_free, whole_tile_fixup_us=0.0)
     base, lw2, lw4 = (shipped_candidate(n) for n in ("h100_128x256", "h100_128x256_lw2", "h100_128x256_lw4"))
     c2, c2_lw2 = shipped_candidate("h100_128x128_c2"), shipped_candidate("h100_128x128_c2_lw2")
     shape = (8192, 32768, 512)
@@ -203,9 +205,9 @@ def test_cost_model_whole_tile_fixup_of_last_wave_configs():
     def ratio(c, b, model, mnk=shape):
         return predict(c, *mnk, 132, model)["us"] / predict(b, *mnk, 132, model)["us"]
 
-    assert ratio(lw2, base, SM90_GEMM_MODEL) > 1.05 and ratio(lw2, base, free) < 1.01
-    assert ratio(c2_lw2, c2, SM90_GEMM_MODEL) > 1.08 and ratio(c2_lw2, c2, free) < 1.01
-    assert ratio(lw4, base, SM90_GEMM_MODEL) - 1 > 1.8 * (ratio(lw2, base, SM90_GEMM_MODEL) - 1)  # per split
+    assert ratio(lw2, base, loop_free) > 1.05 and ratio(lw2, base, free) < 1.01
+    assert ratio(c2_lw2, c2, loop_free) > 1.08 and ratio(c2_lw2, c2, free) < 1.01
+    assert ratio(lw4, base, loop_free) - 1 > 1.8 * (ratio(lw2, base, loop_free) - 1)  # per split
     # the model prefers the base config over its last-wave variants here, by more than the variants' ties
     ranked = [name for _, name in rank((base, lw2, lw4), *shape, 132, model=SM90_GEMM_MODEL)]
     assert ranked == ["h100_128x256", "h100_128x256_lw2", "h100_128x256_lw4"]
@@ -229,16 +231,28 @@ BEFORE_MAIN_LOOP_TERMS = (("h100_128x128", (256, 4096, 14336), 140.5455051490925
                           ("h100_64x64", (16, 4096, 4100), 72.37124569360316, 14.068736))
 
 
+def _model_before_main_loop_factors():
+    """The GEMM chooser's model before the last-wave configs' main-loop factors: no factor, the split-K constants of
+    the joint refit (docs/performance.md, "Joint refit of the split-K terms")."""
+    from dataclasses import replace
+
+    from ptxgen.runtime.choose import SM90_GEMM_MODEL
+
+    return replace(SM90_GEMM_MODEL, main_loop_factors=(), partial_tbps=1.039, whole_tile_fixup_us=0.7103)
+
+
 def test_main_loop_terms_off_reproduce_the_model_before_them():
-    """smem_bytes_per_clk and stage_latency_us default to 0 (off): the dual-GEMM model (SM90_MODEL) and the GEMM
-    chooser's predict what they predicted before the terms were added, to the last bit."""
-    from ptxgen.runtime.choose import SM90_GEMM_MODEL, SM90_MODEL, DeviceModel, predict, shipped_candidate
+    """smem_bytes_per_clk and stage_latency_us default to 0 (off), main_loop_factors to none: the dual-GEMM model
+    (SM90_MODEL) and the GEMM chooser's (without its main-loop factors, with the split-K constants it had then) predict
+    what they predicted before the terms were added, to the last bit."""
+    from ptxgen.runtime.choose import SM90_MODEL, DeviceModel, predict, shipped_candidate
 
     assert DeviceModel().smem_bytes_per_clk == 0.0 and DeviceModel().stage_latency_us == 0.0
+    assert DeviceModel().main_loop_factors == ()
     assert SM90_MODEL == DeviceModel()
     for name, shape, gemm_us, dual_model_us in BEFORE_MAIN_LOOP_TERMS:
         c = shipped_candidate(name)
-        assert predict(c, *shape, 132, SM90_GEMM_MODEL)["us"] == gemm_us
+        assert predict(c, *shape, 132, _model_before_main_loop_factors())["us"] == gemm_us
         assert predict(c, *shape, 132, SM90_MODEL)["us"] == dual_model_us
 
 
@@ -320,7 +334,7 @@ def test_report_half_regret_from_the_stored_surveys(fresh_choice):
 def test_joint_split_k_refit_on_the_tune_half():
     """bench/fit_choose.py --fit-partial on the four tune surveys: partial_tbps and whole_tile_fixup_us fitted jointly,
     nothing else moved, the last-wave tune shapes' worst model-only regret 1.079 -> 1.044 (docs/performance.md, "Joint
-    refit of the split-K terms"; shipped as ``SM90_GEMM_MODEL``'s two constants)."""
+    refit of the split-K terms"; shipped as ``SM90_GEMM_MODEL``'s two constants until the main-loop factors' refit)."""
     pytest.importorskip("scipy")
     from dataclasses import replace
 
@@ -329,19 +343,82 @@ def test_joint_split_k_refit_on_the_tune_half():
     fit_choose = bench_module("fit_choose")
     cands = choose.candidates("sm_90a")
     names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
-    tune = [str(RESULTS / f) for f in ("configs_gemm_h100_tune.json", "splitk_tune_h100_a.json",
-                                        "splitk_tune_h100_b.json", "lastwave_tune_h100.json")]
-    rows = fit_choose.measured(tune, names, split)
-    shipped = choose.SM90_GEMM_MODEL
+    rows = fit_choose.measured([str(RESULTS / f) for f in TUNE_SURVEYS], names, split)
+    joint = _model_before_main_loop_factors()
     # the constants before the joint fit: partial_tbps by --fit-pad, whole_tile_fixup_us by --fit-lastwave alone
-    before = replace(shipped, partial_tbps=0.6698, whole_tile_fixup_us=0.8248)
+    before = replace(joint, partial_tbps=0.6698, whole_tile_fixup_us=0.8248)
     fitted = fit_choose.fit_partial(cands, rows, before, quiet=True)
-    assert fitted.partial_tbps == pytest.approx(shipped.partial_tbps, rel=0.02)
-    assert fitted.whole_tile_fixup_us == pytest.approx(shipped.whole_tile_fixup_us, rel=0.03)
-    assert replace(fitted, partial_tbps=shipped.partial_tbps, whole_tile_fixup_us=shipped.whole_tile_fixup_us) == shipped
-    assert fit_choose.loss(shipped, cands, rows) < fit_choose.loss(before, cands, rows)
+    assert fitted.partial_tbps == pytest.approx(joint.partial_tbps, rel=0.02)
+    assert fitted.whole_tile_fixup_us == pytest.approx(joint.whole_tile_fixup_us, rel=0.03)
+    assert replace(fitted, partial_tbps=joint.partial_tbps, whole_tile_fixup_us=joint.whole_tile_fixup_us) == joint
+    assert fit_choose.loss(joint, cands, rows) < fit_choose.loss(before, cands, rows)
     last_wave = fit_choose.measured([str(RESULTS / "lastwave_tune_h100.json")], names, split)
-    assert fit_choose.hard_regret(shipped, cands, last_wave)[1] < 1.05 < fit_choose.hard_regret(before, cands, last_wave)[1]
+    assert fit_choose.hard_regret(joint, cands, last_wave)[1] < 1.05 < fit_choose.hard_regret(before, cands, last_wave)[1]
+
+
+#: the tune-half surveys every chooser fit reads (a shape's times from the last file that timed it)
+TUNE_SURVEYS = ("configs_gemm_h100_tune.json", "splitk_tune_h100_a.json", "splitk_tune_h100_b.json",
+                "lastwave_tune_h100.json")
+#: the off-suite probes the main-loop factors are fitted on besides the tune half (first, so that a tune shape the
+#: K-sweep also timed keeps the tune survey's row with every candidate)
+MAIN_LOOP_PROBES = ("lw4_ksweep_h100.json", "lastwave_fixup_offsuite_h100.json")
+
+
+def test_main_loop_factor_charges_the_k_loop_only():
+    """main_loop_factors: a config's k-loop (each unit's main-loop time) times its factor, the fixed cost, the
+    whole-tile fixup and the partial traffic not: the predicted time grows by the factor times its growth with K."""
+    from dataclasses import replace
+
+    from ptxgen.runtime.choose import SM90_GEMM_MODEL, predict, shipped_candidate
+
+    c2_lw2 = shipped_candidate("h100_128x128_c2_lw2")
+    free = replace(SM90_GEMM_MODEL, main_loop_factors=())
+    slow = replace(free, main_loop_factors=((c2_lw2.name, 1.5),), overlap=0.0, hbm_tbps=1e6)
+    fast = replace(slow, main_loop_factors=())
+
+    def us(model, k):
+        return predict(c2_lw2, 1024, 5120, k, 132, model)["us"]
+
+    # DRAM out of the way (overlap 0 = max, HBM unbounded): the k-loop's growth with K scales by 1.5, the intercept not
+    assert (us(slow, 16384) - us(slow, 8192)) / (us(fast, 16384) - us(fast, 8192)) == pytest.approx(1.5, rel=1e-9)
+    assert us(slow, 8192) - 1.5 * us(fast, 8192) < 0  # the fixed cost is not scaled
+    other = shipped_candidate("h100_128x128_c2")
+    assert predict(other, 1024, 5120, 8192, 132, slow) == predict(other, 1024, 5120, 8192, 132, fast)
+
+
+def test_main_loop_factors_fitted_on_the_tune_half_and_the_k_sweep():
+    """bench/fit_choose.py --fit-main-loop on the off-suite probes and the tune half: the K-sweep at 1024x5120 gives
+    h100_128x128_c2_lw2's k-loop 1.2x its base's beyond the model and h100_128x256_lw4's 1.0x; the fit (the last-wave
+    factors with partial_tbps and whole_tile_fixup_us, every other constant held) is the shipped model; it moves no
+    tune pick, lowers the tune loss, and takes h100_128x256_lw4 on 1024x5120x8192 (the model without it: c2_lw2, 1.156)
+    (docs/performance.md, "The pair's last-wave k-loop")."""
+    pytest.importorskip("scipy")
+    from dataclasses import replace
+
+    from ptxgen.runtime import choose
+
+    fit_choose = bench_module("fit_choose")
+    cands = choose.candidates("sm_90a")
+    names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
+    rows = fit_choose.measured([str(RESULTS / f) for f in MAIN_LOOP_PROBES + TUNE_SURVEYS], names, split)
+    before, shipped = _model_before_main_loop_factors(), choose.SM90_GEMM_MODEL
+    sweep = {name: f for name, _, f in fit_choose.k_sweep_estimates(cands, rows, before)}
+    assert sweep["h100_128x128_c2_lw2"] == pytest.approx(1.2, abs=0.03) and sweep["h100_128x256_lw4"] == pytest.approx(1.0, abs=0.02)
+    fitted = fit_choose.fit_main_loop(cands, rows, before, quiet=True)
+    factors = dict(fitted.main_loop_factors)
+    assert factors["h100_128x128_c2_lw2"] == pytest.approx(dict(shipped.main_loop_factors)["h100_128x128_c2_lw2"], rel=0.02)
+    assert factors["h100_128x256_lw2"] == factors["h100_128x256_lw4"] == 1.0  # at the bound: never faster than the base
+    assert fitted.partial_tbps == pytest.approx(shipped.partial_tbps, rel=0.03)
+    assert fitted.whole_tile_fixup_us == pytest.approx(shipped.whole_tile_fixup_us, rel=0.03)
+    assert replace(fitted, main_loop_factors=shipped.main_loop_factors, partial_tbps=shipped.partial_tbps,
+                   whole_tile_fixup_us=shipped.whole_tile_fixup_us) == shipped
+    tune = fit_choose.measured([str(RESULTS / f) for f in TUNE_SURVEYS], names, split)
+    assert fit_choose.loss(shipped, cands, tune) < fit_choose.loss(before, cands, tune)
+    assert [fit_choose.model_pick(shipped, cands, mnk, t) for mnk, t in tune] == \
+        [fit_choose.model_pick(before, cands, mnk, t) for mnk, t in tune]
+    times = dict(rows)[(1024, 5120, 8192)]
+    assert fit_choose.model_pick(before, cands, (1024, 5120, 8192), times) == "h100_128x128_c2_lw2"
+    assert fit_choose.model_pick(shipped, cands, (1024, 5120, 8192), times) == "h100_128x256_lw4"
 
 
 def test_main_loop_term_bounds_and_factors_of_the_refit():
