@@ -421,6 +421,62 @@ def test_main_loop_factors_fitted_on_the_tune_half_and_the_k_sweep():
     assert fit_choose.model_pick(shipped, cands, (1024, 5120, 8192), times) == "h100_128x256_lw4"
 
 
+#: the off-suite shapes the short-K refit adds to the main-loop fit (docs/performance.md, "The pair's last-wave k-loop")
+SHORT_K_PROBES = MAIN_LOOP_PROBES + ("regret_offsuite_h100.json",)
+
+
+def test_short_k_refit_wins_the_fresh_shapes_and_loses_64x4608x3584():
+    """bench/fit_choose.py --fit-main-loop with the six off-suite shapes of regret_offsuite_h100.json added: h100_128x128_c2_lw2
+    1.148, partial_tbps 1.778 TB/s, whole_tile_fixup_us 0.763 us; it takes c2_lw2 on 1024x1024x8192 (main: h100_128x64, 1.327).
+    Timed on the eight fresh off-suite shapes its rule chose (the two models' decisions differ) and on 64x4608x3584, the report
+    shape it moves: the decisions written before the timing are both models' decisions; the refit's picks have mean regret
+    1.003 against main's 1.074, but on 64x4608x3584 it takes h100_64x128_sk2 at 1.101 > 1.10, so main's constants stay."""
+    pytest.importorskip("scipy")
+    import statistics
+    from dataclasses import replace
+
+    from ptxgen.runtime import choose
+
+    fit_choose = bench_module("fit_choose")
+    cands = choose.candidates("sm_90a")
+    names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
+    rows = fit_choose.measured([str(RESULTS / f) for f in SHORT_K_PROBES + TUNE_SURVEYS], names, split)
+    main = choose.SM90_GEMM_MODEL
+    refit = fit_choose.fit_main_loop(cands, rows, _model_before_main_loop_factors(), quiet=True)
+    record = json.loads((RESULTS / "regret_fresh_h100.json").read_text())
+    assert dict(refit.main_loop_factors) == dict(map(tuple, record["models"]["refit"]["main_loop_factors"]))
+    assert (refit.partial_tbps, refit.whole_tile_fixup_us) == (record["models"]["refit"]["partial_tbps"],
+                                                               record["models"]["refit"]["whole_tile_fixup_us"])
+    assert replace(refit, main_loop_factors=main.main_loop_factors, partial_tbps=main.partial_tbps,
+                   whole_tile_fixup_us=main.whole_tile_fixup_us) == main
+    times = dict(rows)[(1024, 1024, 8192)]
+    assert fit_choose.model_pick(main, cands, (1024, 1024, 8192), times) == "h100_128x64"
+    assert fit_choose.model_pick(refit, cands, (1024, 1024, 8192), times) == "h100_128x128_c2_lw2"
+    # the written decisions are both models' chooser decisions; every one was timed
+    surveys = [str(RESULTS / record["surveys"][half]) for half in ("report", "fresh")]
+    timed = dict(fit_choose.measured(surveys, names, split))
+    regret = {"main": {}, "refit": {}}
+    for p in record["predictions"]:
+        mnk = (p["m"], p["n"], p["k"])
+        for label, model in (("main", main), ("refit", refit)):
+            choose.choose_cached.cache_clear()
+            shipped, choose.SM90_GEMM_MODEL = choose.SM90_GEMM_MODEL, model
+            try:
+                assert choose.choose_cached(*mnk, (9, 0), 132)[0] == p[f"{label}_pick"]
+            finally:
+                choose.SM90_GEMM_MODEL = shipped
+                choose.choose_cached.cache_clear()
+            regret[label][mnk] = timed[mnk][p[f"{label}_pick"]] / min(timed[mnk].values())
+        assert p["main_pick"] != p["refit_pick"]
+    fresh = [(p["m"], p["n"], p["k"]) for p in record["predictions"] if p["set"] == "fresh"]
+    assert len(fresh) == 8 and (64, 4608, 3584) not in fresh
+    mean = {label: statistics.fmean(r[mnk] for mnk in fresh) for label, r in regret.items()}
+    assert mean["refit"] < 1.01 < 1.07 < mean["main"] and max(regret["refit"][mnk] for mnk in fresh) < 1.10
+    # the report shape decides: the refit's split pick 1.10x the unsplit h100_64x64, which the shipped model keeps
+    assert regret["refit"][(64, 4608, 3584)] > 1.10 and regret["main"][(64, 4608, 3584)] == 1.0
+    assert dict(main.main_loop_factors)["h100_128x128_c2_lw2"] == 1.1911 and main.partial_tbps == 1.315
+
+
 def test_main_loop_term_bounds_and_factors_of_the_refit():
     """bench/fit_choose.py --refit: the shared-memory term's lower bound is the rate the tune half's fastest tile moved
     (a fit below it predicts that tile slower than it ran: docs/performance.md, "Main-loop terms"), its upper bound
