@@ -1,7 +1,7 @@
 """The representative shipped configs: the main tier's share of the per-config simulator sweeps.
 
-The sweeps of every shipped config (the simulator's shapes and interleavings, its adversarial schedules, the
-PTX-vs-IR differential's drawn cases) run in the slow tier; the main tier runs them on :data:`REPRESENTATIVE`, the
+The sweeps of every shipped config (the verifier, the simulator's shapes and interleavings, its adversarial
+schedules, the PTX-vs-IR differential's drawn cases) run in the slow tier; the main tier runs them on :data:`REPRESENTATIVE`, the
 configs that together carry every feature a shipped config carries (:func:`features`).
 tests/test_representative.py fails when a shipped config brings a feature none of them carries, naming it, and
 when one of them carries nothing the others lack.
