@@ -14,7 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ptxgen.config import load_config, shipped_configs, unchecked
+from ptxgen.config import load_config, unchecked
 from ptxgen.errors import ConfigError, SimError, VerifyError
 from ptxgen.ir import ops as O
 from ptxgen.ir import Kernel
