@@ -6,6 +6,9 @@
 - Tests marked ``slow`` run only with ``--runslow``.
 - The suite's disk cache is a fresh folder (``PTXGEN_CACHE_DIR``) unless the caller set one: a test that patches
   the compile path must not leave entries in the user's cache, and the user's entries must not answer tests.
+- OpenBLAS runs one thread (``OPENBLAS_NUM_THREADS=1``) unless the caller set a count: the simulator's MMAs are
+  small products (128 x 16 x N for a tcgen05.mma k-step), which a second BLAS thread makes 100x slower on a
+  busy two-core machine (waking and joining it costs more than the product).  Set here, before numpy loads.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from __future__ import annotations
 import functools
 import os
 
-import pytest
-from hypothesis import HealthCheck, settings
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before any import of numpy (see the module docstring)
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile(
     "ptxgen",

@@ -57,10 +57,17 @@ def test_ptx_stages_pairs_and_stores_boxes():
     assert "stmatrix" not in ptx
 
 
-@pytest.mark.parametrize("config", ["h100_128x256", "h100_256x128", "h100_128x144", "h100_192x176"])
-@pytest.mark.parametrize("expr", [ROW, 'e4m3(acc, "ds")', 'e4m3(store("pre", gelu(acc + bias[col])) * scale)',
-                                  'e4m3(amax("am", acc, "tensor") - residual)'])
+STAGED_CONFIGS = ("h100_128x256", "h100_256x128", "h100_128x144", "h100_192x176")  # 128B-swizzled rows; 144, 176 B
+STAGED_EXPRS = (ROW, 'e4m3(acc, "ds")', 'e4m3(store("pre", gelu(acc + bias[col])) * scale)',
+                'e4m3(amax("am", acc, "tensor") - residual)')
+
+
+@pytest.mark.parametrize("config, expr", [
+    pytest.param(config, expr, marks=() if i == j else pytest.mark.slow)  # main tier: each config and expression once
+    for i, config in enumerate(STAGED_CONFIGS) for j, expr in enumerate(STAGED_EXPRS)])
 def test_staged_e4m3_matches_the_reference(config, expr):
+    """Every staging layout with every expression: the main tier runs each layout and each expression once (the
+    pairs of equal position), the slow tier the other pairs."""
     if expr == 'e4m3(acc, "ds")' and load_config(config).tile.block_n % 128:
         pytest.skip("a block scale needs block_n % 128 == 0 (a ConfigError)")
     plan = _plan(expr, config)

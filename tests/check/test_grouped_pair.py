@@ -148,8 +148,9 @@ def test_simulator_runs_fp8_pairs_to_the_recipe_reference(window, group):
 
 @pytest.mark.parametrize("config", [SHIPPED, str(RUNS), FP8])
 def test_verifier_and_ptx_differential_accept_the_pair_configs(config):
-    """The shipped pairs' PTX-vs-IR differential runs in tests/check/ptx/test_ptx_vs_ir.py with every shipped config;
-    here the bench variant's (windows of expert runs on a pair) and the pair's structure."""
+    """The shipped pairs' PTX-vs-IR differential runs with every shipped config
+    (tests/check/ptx/test_planted_emitter.py's unpatched sweep, tests/check/ptx/test_ptx_vs_ir.py's drawn cases); here
+    the bench variant's (windows of expert runs on a pair) and the pair's structure."""
     res = build(load_config(config))
     verify(res.kernel)
     if config == str(RUNS):
@@ -229,8 +230,8 @@ def test_simulator_runs_masked_pairs_with_untouched_rows(name, m_max, masked_m):
 
 @pytest.mark.parametrize("name", [MASKED, MASKED_FP8])
 def test_verifier_accepts_the_masked_pairs(name):
-    """The verifier and the pair's structure; the PTX-vs-IR differential of both shipped configs runs in
-    tests/check/ptx/test_ptx_vs_ir.py."""
+    """The verifier and the pair's structure; the PTX-vs-IR differential of both shipped configs runs with every
+    shipped config (tests/check/ptx/test_planted_emitter.py, tests/check/ptx/test_ptx_vs_ir.py)."""
     res = build(load_config(name))
     verify(res.kernel)
     # B always multicast: one multicast load, no unshared branch

@@ -1,7 +1,8 @@
 """Swap-AB (``schedule.swap_ab``) on the CPU: the config rules, the plan's launch spec, the transposed store in the
 IR, the simulator on odd shapes (M = 1, 5, 17; N off the tile), and planted bugs (a store left untransposed, a
 transposed store in a kernel without swap-AB) failing the simulator and the verifier.  The PTX-vs-IR differential
-of the shipped swap-AB configs runs with every shipped config (tests/check/ptx/test_ptx_vs_ir.py); the emitter's
+of the shipped swap-AB configs runs with every shipped config (tests/check/ptx/test_planted_emitter.py's unpatched
+sweep, tests/check/ptx/test_ptx_vs_ir.py's drawn cases); the emitter's
 planted bugs (untransposed, bound on the wrong dimension) are in tests/check/ptx/test_planted_emitter.py."""
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from ptxgen.builders.kernel import build_kernel
@@ -13,8 +14,13 @@ from ptxgen.ir.rewrite import rewrite_body
 
 
 def kernel_for(config: str, plan=None) -> Kernel:
-    """The builder's kernel of a shipped config, or of ``plan``."""
-    return build_kernel(plan or make_plan(load_config(config)))
+    """The builder's kernel of a shipped config (built once per session: a Kernel is frozen), or of ``plan``."""
+    return build_kernel(plan) if plan is not None else _shipped_kernel(config)
+
+
+@functools.cache
+def _shipped_kernel(config: str) -> Kernel:
+    return build_kernel(make_plan(load_config(config)))
 
 
 def in_role(role: str, fn):

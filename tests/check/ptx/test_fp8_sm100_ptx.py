@@ -1,6 +1,7 @@
-"""The MXFP8 kernels' emitted PTX against their IR (the differential of test_ptx_vs_ir.py, which covers every shipped
-config): the MMA thread's trace holds the scale copies and four ``.kind::mxf8f6f4`` MMAs per k-block, each with its
-own idesc (scale-factor IDs 0-3); a PTX text whose k-step idesc names another ID differs from the IR."""
+"""The MXFP8 kernels' emitted PTX against their IR (the differential, which covers every shipped config:
+test_planted_emitter.py's unpatched sweep, test_ptx_vs_ir.py's drawn cases): the MMA thread's trace holds the scale
+copies and four ``.kind::mxf8f6f4`` MMAs per k-block, each with its own idesc (scale-factor IDs 0-3); a PTX text whose
+k-step idesc names another ID differs from the IR."""
 
 from __future__ import annotations
 

@@ -7,7 +7,10 @@ kernel, one warp of that role (lane 0, the elected lane) plus one more thread of
 each thread, the effects of the freshly emitted PTX (``emitters.emit``, run by ``ptxgen.check.ptx.interp``) must
 equal the effects of the IR (run by the simulator's walker, ``ptxgen.check.ptx.diff.ir_effects``): the same
 barrier addresses, parities, tx bytes, TMA coordinates, descriptors, TMEM addresses and stores, in the
-same order.  generated/ is never read.
+same order.  generated/ is never read.  The main tier draws cases for the representative configs
+(tests/helpers/representative.py) and the variants; the slow tier draws four times as many for every shipped config
+and variant (every shipped config's deterministic sweep runs in the main tier:
+tests/check/ptx/test_planted_emitter.py::test_unpatched_emitter_passes).
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from ptxgen.config import shipped_configs
 from ptxgen.ir import ops
 from ptxgen.check.ptx.diff import Launch, diff_thread, ir_effects, ptx_effects, role_ranges
 from ptxgen.check.ptx.diff import sweep_threads as sweep  # noqa: F401 (the planted-bug tests import it from here)
+from tests.helpers.representative import REPRESENTATIVE
 
-EXAMPLES = 6  # per config in the main tier; every example runs one thread of every role (see draw_case)
-SLOW_EXAMPLES = 24  # per config in the slow tier (test_ptx_effects_equal_ir_effects_more_examples)
+EXAMPLES = 6  # per representative config in the main tier; every example runs one thread of every role (draw_case)
+SLOW_EXAMPLES = 24  # per shipped config in the slow tier (test_ptx_effects_equal_ir_effects_more_examples)
 #: variants no shipped config carries, compared like the shipped ones: (shipped config, name suffix, changes).
 #: Split-K (one CTA, and a multicast pair), the overlapped epilogue (a GEMM pair, and the SwiGLU pair) and stmatrix
 #: staging (a pair; a 2-wave tile with the overlapped epilogue: packed words)
@@ -88,8 +92,14 @@ def check(kernel, prog, m, n, k, grid, ctaid, tids) -> None:
         assert msg is None, msg
 
 
+def _variant_id(variant) -> str:
+    return variant[0] + (f"_{variant[1]}" if variant[1] else "")
+
+
 SHIPPED_AND_VARIANTS = pytest.mark.parametrize("variant", [(c, "", {}) for c in shipped_configs()] + list(VARIANTS),
-                                               ids=lambda v: v[0] + (f"_{v[1]}" if v[1] else ""))
+                                               ids=_variant_id)
+REPRESENTATIVE_AND_VARIANTS = pytest.mark.parametrize("variant", [(c, "", {}) for c in REPRESENTATIVE] + list(VARIANTS),
+                                                      ids=_variant_id)
 
 
 def differential(variant, examples: int) -> None:
@@ -104,7 +114,7 @@ def differential(variant, examples: int) -> None:
     run()
 
 
-@SHIPPED_AND_VARIANTS
+@REPRESENTATIVE_AND_VARIANTS
 def test_ptx_effects_equal_ir_effects(variant):
     """Split-K variants compare workspace addresses (partial chunks, counters), the counter ops and their
     .release/.acquire scopes, and the k-block ranges of each split (K draws as few k-blocks as stages + 1).
@@ -116,8 +126,8 @@ def test_ptx_effects_equal_ir_effects(variant):
 @pytest.mark.slow
 @SHIPPED_AND_VARIANTS
 def test_ptx_effects_equal_ir_effects_more_examples(variant):
-    """The same differential with four times the main tier's cases per config (the main tier keeps its share of
-    the ten-minute CPU budget)."""
+    """The same differential with four times the main tier's cases per config, over every shipped config (the main
+    tier keeps its share of the ten-minute CPU budget)."""
     differential(variant, SLOW_EXAMPLES)
 
 

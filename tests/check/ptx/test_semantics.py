@@ -4,7 +4,8 @@ vector-access alignment, memory-order qualifiers, and the instruction forms and 
 Each class has planted bugs: the freshly emitted PTX of a shipped config (an sm_90a and an sm_100a one where the
 instruction exists; split-K and stmatrix variants where only they hold it) with one instruction's text changed,
 which still assembles; the differential must fail and name what differs.  The unmodified PTX of every shipped
-config passes (test_ptx_vs_ir.test_ptx_effects_equal_ir_effects).
+config passes (test_planted_emitter.test_unpatched_emitter_passes; drawn cases in
+test_ptx_vs_ir.test_ptx_effects_equal_ir_effects).
 """
 
 from __future__ import annotations

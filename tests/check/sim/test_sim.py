@@ -2,9 +2,10 @@
 
 Every shipped config of both targets runs three shapes (none a multiple of
 the tile; rings and TMEM stages wrap; persistent CTAs loop over several
-tiles) under three Hypothesis-drawn interleavings each, against the fp32 reference.
-Heavier sweeps (random shapes, SM counts and more interleavings) are marked
-``slow`` (``--runslow``).
+tiles) under three Hypothesis-drawn interleavings each, against the fp32 reference:
+the representative configs (tests/helpers/representative.py) in the main tier, the
+others in the slow tier.  Heavier sweeps (random shapes, SM counts and more
+interleavings) are marked ``slow`` (``--runslow``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ptxgen.check.mma import Operand, umma_operand, umma_shape, wgmma_fragment, 
 from ptxgen.check.sim.run import ROW_MULTIPLE
 from ptxgen.check.sim.sync import Mbarrier
 from ptxgen.check.walker import IRFault, Program, WarpWalker
+from tests.helpers.representative import shipped_params
 from tests.helpers.sim_support import kernel_for
 
 pytestmark = pytest.mark.sim
@@ -151,7 +153,7 @@ def test_warp_collective_op_inside_elect_is_a_fault() -> None:
 # ------------------------------------------------------------------ shipped configs
 
 
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("config", shipped_params())
 @pytest.mark.parametrize("shape_index", [0, 1, 2])
 @settings(max_examples=3)  # interleavings per shape; test_twenty_interleavings (slow) runs 20 of each shape
 @given(schedule=SEEDS)

@@ -7,8 +7,9 @@
 * ``wgmma.fence`` (PTX ISA wgmma.fence) and ``setmaxnreg`` (PTX ISA setmaxnreg: per-CTA pool, whole warpgroup).
 * The ``latest`` and ``pct`` schedule policies open windows the random one rarely does.
 
-Every shipped kernel passes all three policies (tests/check/sim/test_sim.py sweeps; here: the kernels the plants
-mutate).
+Every shipped kernel passes all three policies (tests/check/sim/test_sim.py sweeps the random one; here the
+adversarial ones: the representative configs of tests/helpers/representative.py in the main tier, the others in the
+slow tier).
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from dataclasses import replace
 import pytest
 
 from ptxgen import cli
-from ptxgen.config import shipped_configs
 from ptxgen.errors import SimError
 from ptxgen.ir import ops as O
 from ptxgen.ir.expr import Sreg, ne
 from ptxgen.check.sim import Fault, Sweep, default_shapes, schedule_plan, simulate, sweep
 from tests.cli.test_cli import fast_assemble  # noqa: F401 - the fixture
 from tests.check.sim.test_sim_planted import _kernel, _release_before_last_load
+from tests.helpers.representative import shipped_params
 from tests.helpers.sim_support import drop, in_role, is_wait, where
 
 pytestmark = pytest.mark.sim
@@ -285,9 +286,10 @@ def test_sweep_reports_the_policy_that_exposed_a_fault() -> None:
     assert s.summary().startswith(f"simulated 1 shapes x 6 schedules (1 random, 2 latest, 3 pct): {len(s.faults)} faults")
 
 
-@pytest.mark.parametrize("config", shipped_configs())
+@pytest.mark.parametrize("config", shipped_params())
 def test_shipped_kernels_pass_the_adversarial_policies(config) -> None:
-    """The shape with several tiles per persistent CTA (every smem ring and TMEM stage wraps)."""
+    """The shape with several tiles per persistent CTA (every smem ring and TMEM stage wraps); the representative
+    configs in the main tier, the others in the slow tier."""
     kernel = _kernel(config)
     for policy in ("latest", "pct"):
         assert _faults(kernel, policy, shape=2, seeds=(0,)) == [None], policy

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ptxgen.config import load_config, shipped_configs, unchecked
+from ptxgen.config import load_config, unchecked
 from ptxgen.errors import ConfigError, SimError, VerifyError
 from ptxgen.ir import ops as O
 from ptxgen.ir import Kernel
@@ -23,12 +23,13 @@ from ptxgen.plan import make_plan
 from ptxgen.check.sim import default_shapes, simulate
 from ptxgen.ir.rewrite import rewrite
 from ptxgen.check.verify import barrier_table, format_barrier_table, verify
+from tests.helpers.representative import shipped_params
 from tests.helpers.sim_support import kernel_for
 
 pytestmark = pytest.mark.sim
 
 
-@pytest.mark.parametrize("config", shipped_configs())
+@pytest.mark.parametrize("config", shipped_params())  # the representative configs in the main tier, the others slow
 def test_shipped_config_verifies(config: str) -> None:
     kernel = kernel_for(config)
     report = verify(kernel)
