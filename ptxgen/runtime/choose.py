@@ -148,6 +148,10 @@ class DeviceModel:
             beyond its base config's, whose tile factor it takes (docs/performance.md, "The pair's last-wave k-loop":
             ``h100_128x128_c2_lw2`` ran its k-blocks 1.2x slower than ``h100_128x128_c2``, beyond the model, in a
             K-sweep at 1024x5120).
+        lastwave_partial_tbps: the partial bandwidth (TB/s, as ``partial_tbps``) of the split-K-of-the-last-wave
+            configs (``schedule.split_k_tiles: last_wave``) alone: their tail tiles' partials, a few split tiles after
+            whole waves, against the plain split-K configs' every tile split at M <= 128; None = ``partial_tbps``
+            (docs/performance.md, "A partial bandwidth of the last-wave configs' own").
     """
 
     peak_tflops: float = 989.0
@@ -167,6 +171,7 @@ class DeviceModel:
     smem_bytes_per_clk: float = 0.0
     stage_latency_us: float = 0.0
     main_loop_factors: tuple[tuple[str, float], ...] = ()
+    lastwave_partial_tbps: float | None = None
 
 
 #: the constants the dual-GEMM chooser ranks with (l2_tbps calibrated so that a 256x128 tile at 8192^3 is
@@ -351,8 +356,11 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
     # splits - 1; the units of a wave share the partial bandwidth, so the kernel pays for every split unit's bytes
     partial_s = 0.0
     if splits > 1:
+        partial_tbps = model.partial_tbps
+        if c.split_tiles == "last_wave" and model.lastwave_partial_tbps is not None:
+            partial_tbps = model.lastwave_partial_tbps
         partial_s = (split_tiles * splits * acc * c.block_m * c.block_n * 4.0 * (2 * splits - 1) / splits
-                     / (model.partial_tbps * 1e12))
+                     / (partial_tbps * 1e12))
     dram_bytes = 2.0 * (m * k + acc * n * k + m * n)
     dram_bw = model.hbm_tbps * 1e12
     if model.dram_latency_us:
