@@ -44,14 +44,16 @@ K-sweep in the files gives alone (:func:`k_sweep_estimates`: a last-wave candida
 one M and N), the fit, the model-only regret before and after on its files and on each ``--check`` group of files
 (scored, not fitted on), and with ``--loo`` the regret of each shape that timed a last-wave candidate when it is left
 out of the fit (shipped: the K-sweep and the off-suite fixup probes, then the four tune surveys; docs/performance.md,
-"The pair's last-wave k-loop").
+"The pair's last-wave k-loop"); with ``--lastwave-partial`` it fits the last-wave configs' own partial bandwidth
+(``DeviceModel.lastwave_partial_tbps``, :data:`LASTWAVE_PARTIAL_FITTED`) in place of ``partial_tbps``, which the plain
+split-K configs keep (docs/performance.md, "A partial bandwidth of the last-wave configs' own").
 ``--eval F ...`` (repeatable: one evaluation per option) evaluates the chooser on the shapes of its files; a decision
 no file timed is listed as unmeasured.
 
 Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json ...] [--fit-split survey_tune_sk.json ...]
        [--fit-pad survey_tune.json survey_tune_sk.json ...] [--fit-lastwave survey_tune_lw.json ...]
        [--fit-partial survey_tune.json survey_tune_sk.json survey_tune_lw.json ...]
-       [--fit-main-loop probes.json ... survey_tune.json ... [--check F ...] [--loo]]
+       [--fit-main-loop probes.json ... survey_tune.json ... [--check F ...] [--loo] [--lastwave-partial]]
        [--refit tune.json tune_sk_a.json tune_sk_b.json tune_lw.json [--term smem] [--term latency] [--loo]
         [--start NAME=VALUE] [--warm model.json [--held]] [--model-json model.json]]
        [--eval survey_report.json ...] [--model-only] [--json F]
@@ -301,11 +303,21 @@ def last_wave_names(cands) -> list[str]:
     return [c.name for c in cands if c.split_tiles == "last_wave"]
 
 
-def fit_main_loop(cands, rows, start: choose.DeviceModel, quiet: bool = False) -> choose.DeviceModel:
+#: ``--fit-main-loop --lastwave-partial``: the partial constants fitted with the main-loop factors, the last-wave
+#: configs' own partial bandwidth in place of ``partial_tbps`` (held: the plain split-K configs' ranking is not moved)
+LASTWAVE_PARTIAL_FITTED = {"lastwave_partial_tbps": PARTIAL_BOUNDS, "whole_tile_fixup_us": WHOLE_TILE_FIXUP_BOUNDS}
+
+
+def fit_main_loop(cands, rows, start: choose.DeviceModel, quiet: bool = False,
+                  own_partial: bool = False) -> choose.DeviceModel:
     """Nelder-Mead on the log of each last-wave candidate's main-loop factor (:data:`MAIN_LOOP_BOUNDS`, from 1) and
-    of the :data:`PARTIAL_FITTED` constants (from ``start``'s values), every other constant and tile factor held."""
+    of the :data:`PARTIAL_FITTED` constants (from ``start``'s values; ``own_partial``: of the
+    :data:`LASTWAVE_PARTIAL_FITTED` ones, ``lastwave_partial_tbps`` from ``partial_tbps`` where ``start`` has none),
+    every other constant and tile factor held."""
     lw = last_wave_names(cands)
-    names = list(PARTIAL_FITTED)
+    names = list(LASTWAVE_PARTIAL_FITTED if own_partial else PARTIAL_FITTED)
+    if own_partial and start.lastwave_partial_tbps is None:
+        start = dataclasses.replace(start, lastwave_partial_tbps=start.partial_tbps)
 
     def model_of(x):
         v = [round(math.exp(min(max(t, -20.0), 20.0)), 4) for t in x]
@@ -314,7 +326,8 @@ def fit_main_loop(cands, rows, start: choose.DeviceModel, quiet: bool = False) -
     own = dict(start.main_loop_factors)
     x = [math.log(own.get(n, 1.0)) for n in lw] + [math.log(getattr(start, n)) for n in names]
     bounds = [(math.log(MAIN_LOOP_BOUNDS[0]), math.log(MAIN_LOOP_BOUNDS[1]))] * len(lw)
-    bounds += [(math.log(lo), math.log(hi)) for lo, hi in PARTIAL_FITTED.values()]
+    bounds += [(math.log(lo), math.log(hi)) for lo, hi in (LASTWAVE_PARTIAL_FITTED if own_partial
+                                                            else PARTIAL_FITTED).values()]
     return _minimize(model_of, x, bounds, cands, rows, quiet)
 
 
@@ -347,15 +360,16 @@ def k_sweep_estimates(cands, rows, model: choose.DeviceModel) -> list[tuple[str,
     return out
 
 
-def leave_one_out_main_loop(cands, rows, start: choose.DeviceModel) -> list[tuple[tuple[int, int, int], float]]:
+def leave_one_out_main_loop(cands, rows, start: choose.DeviceModel,
+                            own_partial: bool = False) -> list[tuple[tuple[int, int, int], float]]:
     """``[(shape, regret)]``: for each shape of ``rows`` that timed a last-wave candidate, the regret of the pick of
-    :func:`fit_main_loop` fitted on every other shape of ``rows``."""
+    :func:`fit_main_loop` (``own_partial`` as there) fitted on every other shape of ``rows``."""
     lw = set(last_wave_names(cands))
     out = []
     for i, (mnk, times) in enumerate(rows):
         if not lw & set(times):
             continue
-        model = fit_main_loop(cands, rows[:i] + rows[i + 1:], start, quiet=True)
+        model = fit_main_loop(cands, rows[:i] + rows[i + 1:], start, quiet=True, own_partial=own_partial)
         out.append((mnk, times[model_pick(model, cands, mnk, times)] / min(times.values())))
     return out
 
@@ -449,6 +463,9 @@ def main() -> None:
     p.add_argument("--fit-main-loop", nargs="+", default=[])
     p.add_argument("--check", nargs="+", action="append", default=[],
                    help="with --fit-main-loop: survey files scored before and after, not fitted on")
+    p.add_argument("--lastwave-partial", action="store_true",
+                   help="with --fit-main-loop: fit the last-wave configs' own partial bandwidth "
+                        "(lastwave_partial_tbps) in place of partial_tbps, which stays as it is")
     p.add_argument("--refit", nargs=4, metavar=("TUNE", "SK_A", "SK_B", "LASTWAVE"))
     p.add_argument("--term", action="append", choices=sorted(TERMS), default=[])
     p.add_argument("--loo", action="store_true",
@@ -529,9 +546,10 @@ def main() -> None:
         rows = measured(args.fit_main_loop, names, split)
         for name, (m, n), factor in k_sweep_estimates(cands, rows, model):
             print(f"  K-sweep at {m}x{n}: {name} main loop {factor:.3f}x its base's, beyond the model's")
-        fitted = fit_main_loop(cands, rows, model)
+        fitted = fit_main_loop(cands, rows, model, own_partial=args.lastwave_partial)
         print("fitted: main_loop_factors=" + str(fitted.main_loop_factors) + ", "
-              + ", ".join(f"{n}={getattr(fitted, n):.4g}" for n in PARTIAL_FITTED))
+              + ", ".join(f"{n}={getattr(fitted, n):.4g}" for n in {**PARTIAL_FITTED, **(
+                  LASTWAVE_PARTIAL_FITTED if args.lastwave_partial else {})}))
         for paths in [args.fit_main_loop, *args.check]:
             check = measured(paths, names, split)
             print(" + ".join(Path(p).name for p in paths) + ":")
@@ -543,7 +561,7 @@ def main() -> None:
                     print(f"    {mnk[0]}x{mnk[1]}x{mnk[2]}: {picks[0]} {times[picks[0]] / min(times.values()):.4f} -> "
                           f"{picks[1]} {times[picks[1]] / min(times.values()):.4f} (best {min(times, key=times.get)})")
         if args.loo:
-            loo = leave_one_out_main_loop(cands, rows, model)
+            loo = leave_one_out_main_loop(cands, rows, model, own_partial=args.lastwave_partial)
             r = [x for _, x in loo]
             print(f"leave one out ({len(r)} shapes with a last-wave candidate timed): regret median "
                   f"{statistics.median(r):.4f}, mean {statistics.fmean(r):.4f}, worst {max(r):.4f} "

@@ -59,7 +59,7 @@ with K / S, and pays the partial traffic of the ``tail`` tiles only (``dp_tiles 
 tiles than slots: every tile split, as the kernel does: :meth:`ptxgen.launch.GridPolicy.split_units`); each of its
 whole tiles costs ``S x whole_tile_fixup_us`` more than the base config's (the fixup it passes predicated off);
 shipped: ``h100_128x128_c2_lw2``, ``h100_128x256_lw2``, ``h100_128x256_lw4``, ranked with their base config's tile
-factor and their own main-loop factor.
+factor, their own main-loop factor and their own partial bandwidth (``DeviceModel.lastwave_partial_tbps``).
 
 Swap-AB candidates (``schedule.swap_ab``: the kernel runs ``D^T = B @ A^T``, so its ``m`` is N and its ``n`` is M)
 rank when M fits their ``block_n`` (:func:`swap_ab_fits`) with the same model on the problem they run, ``(N, M, K)``;
@@ -148,6 +148,10 @@ class DeviceModel:
             beyond its base config's, whose tile factor it takes (docs/performance.md, "The pair's last-wave k-loop":
             ``h100_128x128_c2_lw2`` ran its k-blocks 1.2x slower than ``h100_128x128_c2``, beyond the model, in a
             K-sweep at 1024x5120).
+        lastwave_partial_tbps: the partial bandwidth (TB/s, as ``partial_tbps``) of the split-K-of-the-last-wave
+            configs (``schedule.split_k_tiles: last_wave``) alone: their tail tiles' partials, a few split tiles after
+            whole waves, against the plain split-K configs' every tile split at M <= 128; None = ``partial_tbps``
+            (docs/performance.md, "A partial bandwidth of the last-wave configs' own").
     """
 
     peak_tflops: float = 989.0
@@ -167,6 +171,7 @@ class DeviceModel:
     smem_bytes_per_clk: float = 0.0
     stage_latency_us: float = 0.0
     main_loop_factors: tuple[tuple[str, float], ...] = ()
+    lastwave_partial_tbps: float | None = None
 
 
 #: the constants the dual-GEMM chooser ranks with (l2_tbps calibrated so that a 256x128 tile at 8192^3 is
@@ -176,17 +181,20 @@ SM90_MODEL = DeviceModel()
 #: docs/performance.md, "Chooser fit"; ``pad_row_cost`` by ``--fit-pad``, "Chooser padding
 #: terms"; ``partial_tbps`` and ``whole_tile_fixup_us`` jointly by ``--fit-partial``, "Joint refit of the split-K
 #: terms", then jointly with the last-wave configs' ``main_loop_factors`` by ``--fit-main-loop`` on the tune half and
-#: two off-suite probes, "The pair's last-wave k-loop"); the report half never entered the fit
+#: two off-suite probes, "The pair's last-wave k-loop"; those factors, ``whole_tile_fixup_us`` and the last-wave configs'
+#: own ``lastwave_partial_tbps`` by ``--fit-main-loop --lastwave-partial`` on the tune half and the off-suite surveys,
+#: ``partial_tbps`` held, "A partial bandwidth of the last-wave configs' own"); the report half never entered the fit
 SM90_GEMM_MODEL = DeviceModel(
     l2_tbps=9.475, hbm_tbps=3.998, store_tbps=0.5018, one_wg_efficiency=0.7887, multicast=True, ragged_load_factor=3.596,
-    dram_latency_us=2.433, overlap=4.757, partial_tbps=1.315, pad_row_cost=1.434, whole_tile_fixup_us=0.7001,
+    dram_latency_us=2.433, overlap=4.757, partial_tbps=1.315, pad_row_cost=1.434, whole_tile_fixup_us=0.6011,
     tile_factors=(("h100_128x128", 1.2466), ("h100_128x128_c2", 0.9856), ("h100_128x144", 1.248),
                   ("h100_128x192", 1.159), ("h100_128x256", 1.0437), ("h100_128x64", 0.9078), ("h100_192x176", 1.1948),
                   ("h100_256x128", 0.999), ("h100_64x128", 1.0199), ("h100_64x256", 1.0438), ("h100_64x64", 1.0886),
                   ("h100_128x192_sk3", 1.001), ("h100_128x64_sk2", 1.0005), ("h100_64x128_sk2", 1.0016),
                   # split-K of the last wave: the base config's factor (whole tiles are the same kernel), not fitted
                   ("h100_128x128_c2_lw2", 0.9856), ("h100_128x256_lw2", 1.0437), ("h100_128x256_lw4", 1.0437)),
-    main_loop_factors=(("h100_128x128_c2_lw2", 1.1911), ("h100_128x256_lw2", 1.0), ("h100_128x256_lw4", 1.0)))
+    main_loop_factors=(("h100_128x128_c2_lw2", 1.1803), ("h100_128x256_lw2", 1.0001), ("h100_128x256_lw4", 1.0)),
+    lastwave_partial_tbps=4.2307)
 
 
 @dataclass(frozen=True)
@@ -351,8 +359,11 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
     # splits - 1; the units of a wave share the partial bandwidth, so the kernel pays for every split unit's bytes
     partial_s = 0.0
     if splits > 1:
+        partial_tbps = model.partial_tbps
+        if c.split_tiles == "last_wave" and model.lastwave_partial_tbps is not None:
+            partial_tbps = model.lastwave_partial_tbps
         partial_s = (split_tiles * splits * acc * c.block_m * c.block_n * 4.0 * (2 * splits - 1) / splits
-                     / (model.partial_tbps * 1e12))
+                     / (partial_tbps * 1e12))
     dram_bytes = 2.0 * (m * k + acc * n * k + m * n)
     dram_bw = model.hbm_tbps * 1e12
     if model.dram_latency_us:

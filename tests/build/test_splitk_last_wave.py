@@ -274,9 +274,14 @@ def test_cost_model_last_wave():
     free = dataclasses.replace(SM90_GEMM_MODEL, whole_tile_fixup_us=0.0)
     assert predict(lw, *whole, free)["us"] == predict(one, *whole, free)["us"] < predict(lw, *whole, SM90_GEMM_MODEL)["us"]
     assert predict(one, *whole, free)["us"] == predict(one, *whole, SM90_GEMM_MODEL)["us"]
-    # fewer tiles than SMs: every tile split, as plain split-K
-    few = (1024, 1024, 32768, 132, SM90_GEMM_MODEL)
-    assert predict(lw, *few)["us"] == predict(every, *few)["us"]
+    # fewer tiles than SMs: every tile split, as plain split-K, but for the partial bandwidth of the last-wave configs'
+    # own (lastwave_partial_tbps; none: partial_tbps)
+    shared = dataclasses.replace(SM90_GEMM_MODEL, lastwave_partial_tbps=None)
+    few = (1024, 1024, 32768, 132)
+    assert predict(lw, *few, shared)["us"] == predict(every, *few, shared)["us"]
+    assert SM90_GEMM_MODEL.lastwave_partial_tbps > SM90_GEMM_MODEL.partial_tbps
+    assert predict(lw, *few, SM90_GEMM_MODEL)["us"] < predict(every, *few, SM90_GEMM_MODEL)["us"]
+    assert predict(every, *few, SM90_GEMM_MODEL)["us"] == predict(every, *few, shared)["us"]
 
 
 # --------------------------------------------------------------------------- ptxas
