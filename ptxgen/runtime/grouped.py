@@ -15,7 +15,8 @@ Per-call path (:class:`GroupedCall`, as :class:`~ptxgen.runtime.api._Fp8Call` fo
 a signature (config identity; each operand's dtype, shape, stride and device) runs every shape rule, loads the
 kernel and stores the call; later calls check only what the signature cannot show (16-byte alignment of A, B, D;
 ``out`` overlapping no input), map the scales (in place when their layout allows, else one copy each:
-``api._scale_map``) and launch.  No call synchronizes except a table read:
+``api._scale_map``; scale_b's copy kept while it is unchanged, :meth:`GroupedCall._scale_b_map`) and launch.  No
+call synchronizes except a table read:
 
 * the table rules (``masked_m`` in ``[0, M_max]``; ``m_indices`` as :func:`check_indices`) read the table on the
   host: one synchronizing copy (the GPU drains, then idles while Python works); a table given as a CPU tensor is
