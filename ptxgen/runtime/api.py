@@ -1411,7 +1411,8 @@ def _scale_map(t: Any, device: Any) -> tuple[tuple[int, int, int, int], Any]:
     k-blocks a 16-byte multiple ``>= G x round_up(rows, 4)`` apart, 16-byte aligned, its storage holding the padded
     last row (``t.permute(2, 0, 1)`` of a ``[kblocks, G, round_up(rows, 4)]`` tensor, or for 2-D ``t`` DeepGEMM's
     ``get_col_major_tma_aligned_tensor``: ``t.T`` row-major with a 16-byte row pitch).  Otherwise one copy into a
-    new ``[kblocks, G, round_up(rows, 4)]`` tensor (one kernel: ``rows x kblocks`` floats per group).
+    new ``[kblocks, G, round_up(rows, 4)]`` tensor (one kernel: ``rows x kblocks`` floats per group; a clone of the
+    permuted view when ``rows`` is a multiple of 4).
     """
     if t.dim() == 2:
         t = t.unsqueeze(0)
@@ -1425,6 +1426,9 @@ def _scale_map(t: Any, device: Any) -> tuple[tuple[int, int, int, int], Any]:
         return (t.data_ptr(), kblocks, width, s2), None
     import torch
 
+    if pad == rows:  # no padding: one clone (a new dense tensor), fewer host ops than empty + slice + copy_
+        staged = t.permute(2, 0, 1).clone(memory_format=torch.contiguous_format)
+        return (staged.data_ptr(), kblocks, width, width), staged
     staged = torch.empty((kblocks, groups, pad), dtype=torch.float32, device=device)
     staged[:, :, :rows].copy_(t.permute(2, 0, 1))
     return (staged.data_ptr(), kblocks, width, width), staged

@@ -15,7 +15,8 @@ Per-call path (:class:`GroupedCall`, as :class:`~ptxgen.runtime.api._Fp8Call` fo
 a signature (config identity; each operand's dtype, shape, stride and device) runs every shape rule, loads the
 kernel and stores the call; later calls check only what the signature cannot show (16-byte alignment of A, B, D;
 ``out`` overlapping no input), map the scales (in place when their layout allows, else one copy each:
-``api._scale_map``) and launch.  No call synchronizes except a table read:
+``api._scale_map``; scale_b's copy kept while it is unchanged, :meth:`GroupedCall._scale_b_map`) and launch.  No
+call synchronizes except a table read:
 
 * the table rules (``masked_m`` in ``[0, M_max]``; ``m_indices`` as :func:`check_indices`) read the table on the
   host: one synchronizing copy (the GPU drains, then idles while Python works); a table given as a CPU tensor is
@@ -64,6 +65,11 @@ MASKED_WIDE, MASKED_WIDE_ROWS = "grouped_masked_h100_128x256_c2", 128
 #: with K = 4096, geomean, 0.95-1.54x; at K = 1536 the pair is 0.94-1.01x the 256x128 tile, which stays).
 MASKED_FP8_WIDE, MASKED_FP8_TALL = "grouped_masked_fp8_h100_128x256_c2", "grouped_masked_fp8_h100_256x128"
 FP8_WIDE_K = 4096
+#: Masked FP8 with M_max <= MASKED_FP8_NARROW_ROWS takes the 64-row tile (docs/grouped.md, "Masked FP8 decode: the
+#: 128-row tile's idle half and the per-call scale copies"): the 128-row tile's second warpgroup multiplies only
+#: rows past M_max there; 1.02-1.12x the 128x128 tile on the 6 tune problems with M_max = 64 (geomean 1.05), 0.75-1.02x
+#: at M_max = 128 (the rows of one 128-row m-block read B twice as two 64-row m-blocks), so 128 keeps 128x128.
+MASKED_FP8_NARROW, MASKED_FP8_NARROW_ROWS = "grouped_masked_fp8_h100_64x128", 64
 #: a contiguous segment's padding multiple (every contiguous config's block_m divides it: ptxgen.config)
 BLOCK_M = GROUPED_SEGMENT_ROWS
 NO_GROUP = -1
@@ -260,8 +266,10 @@ def check_grouped_operands(a: Any, b: Any, m_indices: Any = None, masked_m: Any 
 
 def default_config(p: GroupedProblem) -> str:
     """The shipped config ``config=None`` takes: by layout and dtype, then (measured on the H100, the constants
-    above) masked by M_max, and masked FP8 by K."""
+    above) masked by M_max (FP8: the 64-row tile up to 64 rows), and masked FP8 past 128 rows by K."""
     wide_k = p.k >= FP8_WIDE_K
+    if p.layout == "masked" and p.fp8 and p.m <= MASKED_FP8_NARROW_ROWS:
+        return MASKED_FP8_NARROW
     if p.layout == "masked" and p.m > MASKED_WIDE_ROWS:
         if not p.fp8:
             return MASKED_WIDE
@@ -413,7 +421,7 @@ class GroupedCall:
     and one launch on torch's current stream."""
 
     __slots__ = ("p", "config", "by_id", "launcher", "ordinal", "grid_x", "new_out", "spans", "d_bytes",
-                 "table_read", "device", "d_map")
+                 "table_read", "device", "d_map", "scale_b_copy")
 
     def __init__(self, p: GroupedProblem, config: Any, by_id: bool, a: Any):
         import functools
@@ -440,6 +448,7 @@ class GroupedCall:
         self.spans: tuple | None = None  # bytes from data_ptr to the end of each input: set by the first call
         self.d_bytes = 2 * p.rows * p.n
         self.table_read: tuple | None = None  # _table_key of the last table that passed the table rules
+        self.scale_b_copy: tuple | None = None  # (*_table_key(scale_b), stream, map, copy): see _scale_b_map
         # a TMA-store config (spec extra "store": "tma") stores the whole m-blocks through D's map over the flattened
         # rows [G x M_max or M_total, N]; N % 8 != 0 (no 16-byte rows) and direct-store configs take no map
         self.d_map = spec.extra.get("store") == "tma" and api.d_map_ok(spec, p.n)
@@ -466,15 +475,35 @@ class GroupedCall:
 
         maps = [(a.data_ptr(), p.rows, p.k, p.k), (b.data_ptr(), p.groups * p.n, p.k, p.k)]
         held_a = held_b = None
+        stream = api.launch_stream(self.ordinal)
         if p.fp8:
             sa, held_a = api._scale_map(scale_a, a.device)
-            sb, held_b = api._scale_map(scale_b, a.device)
+            sb, held_b = self._scale_b_map(scale_b, stream)
             maps += [sa, sb]
         maps.append((out.data_ptr(), p.rows, p.n, p.n) if self.d_map else None)  # tmap_d (see __init__)
         scalars = (out.data_ptr(), p.m, p.n, p.k, table.data_ptr(), p.groups)
-        self.launcher.launch(self.grid_x, tuple(maps), scalars, api.launch_stream(self.ordinal))
+        self.launcher.launch(self.grid_x, tuple(maps), scalars, stream)
         del held_a, held_b, table  # the caching allocator reuses them only after the launch on this stream
         return out
+
+    def _scale_b_map(self, scale_b: Any, stream: int) -> tuple:
+        """scale_b's map and the tensor it reads (None: in place).  scale_b is a weight's constant: a copy made for
+        it is kept and read again while scale_b is the same tensor object at the same address with the same version
+        counter (the table rule, :func:`_table_key`) and the call is on the stream that made the copy (so the copy
+        is ordered before every launch reading it).  Inside CUDA-graph capture the copy is made anew and not kept
+        (a kept copy replaced later would leave the graph reading freed memory)."""
+        import torch
+
+        from ptxgen.runtime import api
+
+        capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        kept = self.scale_b_copy
+        if kept is not None and kept[0]() is scale_b and kept[1] == scale_b.data_ptr() \
+                and kept[2] == scale_b._version and kept[3] == stream and not capturing:
+            return kept[4], kept[5]
+        sb, staged = api._scale_map(scale_b, self.device)
+        self.scale_b_copy = None if staged is None or capturing else (*_table_key(scale_b), stream, sb, staged)
+        return sb, staged
 
     def _misplaced(self, out: Any, ins: tuple) -> bool:
         """Whether ``out`` is misaligned or overlaps an input (its byte range)."""

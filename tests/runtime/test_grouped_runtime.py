@@ -349,3 +349,31 @@ def test_a_cpu_table_is_checked_without_a_device_read_and_copied_per_call(monkey
     with pytest.raises(ShapeError, match=r"masked_m\[1\]=-1"):
         ptxgen.grouped_gemm(**x)
     assert len(copies) == 1 and len(fake.calls) == 2
+
+
+def test_a_copied_scale_b_is_kept_until_it_changes(monkeypatch):
+    """scale_b (a weight's constant) copied into the kernel's layout once per signature and read again while it is
+    the same tensor, unchanged, on the same stream; scale_a (per call) is copied every call."""
+    import ptxgen.runtime.api as api
+
+    calls = _fake_driver(monkeypatch, build("grouped_masked_fp8_h100_128x128").launch).calls
+    x = masked(g=3, m=64, n=200, k=256, dtype=E4M3)
+    x["scale_b"] = torch.rand((3, 2, 2))
+    copies = []
+    real = api._scale_map
+    monkeypatch.setattr(api, "_scale_map", lambda t, device: copies.append(t) or real(t, device))
+    for _ in range(3):
+        ptxgen.grouped_gemm(**x, check_tables=False)
+    assert [t is x["scale_b"] for t in copies] == [False, True, False, False]  # scale_a, scale_b, scale_a, scale_a
+    assert calls[0][1][3] == calls[2][1][3]
+    x["scale_b"].mul_(2)  # an in-place write bumps the version counter: copied again
+    ptxgen.grouped_gemm(**x, check_tables=False)
+    assert copies[-1] is x["scale_b"]
+    call = next(c for c in api._calls.values() if isinstance(c, grouped.GroupedCall))
+    assert torch.equal(call.scale_b_copy[5][:, :, :2].permute(1, 2, 0), x["scale_b"])  # the kept copy is the new one
+    x["scale_b"] = x["scale_b"].clone()  # another tensor object: copied again
+    ptxgen.grouped_gemm(**x, check_tables=False)
+    assert copies[-1] is x["scale_b"] and len(copies) == 8
+    monkeypatch.setattr(api, "current_stream", lambda ordinal: 1)  # another stream: copied again, on it
+    ptxgen.grouped_gemm(**x, check_tables=False)
+    assert copies[-1] is x["scale_b"] and len(copies) == 10
