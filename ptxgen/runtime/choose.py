@@ -497,7 +497,7 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
         cands = candidates(arch, kernel) if arch else ()
         if not cands:
             return default, "default"
-        small = dual_small_m_rule(m) if arch == "sm_90a" and kernel == "dual_gemm" else None
+        small = dual_small_m_rule(m, n, sm_count) if arch == "sm_90a" and kernel == "dual_gemm" else None
         if small is not None and any(c.name == small for c in cands):
             return small, "small-M rule"
         if m <= 256:  # one pair of m-blocks: B multicast has nothing to amortise (H100: 1.13-1.26x vs 1.08-1.24x
@@ -519,14 +519,26 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
 #: bandwidth only with more CTAs than a 128x128 grid has, and the cost model (DRAM-bound there) ties every tile.
 #: Measured on the tune half of the SwiGLU suite (H100, ``bench/dual_bench.py``, 5 runs; docs/performance.md,
 #: "Small tiles for the small-M SwiGLU"): M <= 64 the 64x64 tile (one m-block reads B once; 1.04-1.88x torch unfused
-#: against 0.89-1.73x for 128x128), M <= 256 the 128x64 tile (1.13x and 1.68x against 1.04x and 1.46x; at
-#: 128x29568x8192 1.09x against 1.14x for 128x128); above, the cost model (at M = 512 the 64-row tiles fall to 0.5x).
+#: against 0.89-1.73x for 128x128), M <= 256 the 128x64 tile (1.13x and 1.68x against 1.04x and 1.46x) while the
+#: 128x128 grid is short of :data:`DUAL_128X128_MIN_WAVES` waves; above, the cost model (at M = 512 the 64-row tiles
+#: fall to 0.5x).
 DUAL_SMALL_M = ((64, "dual_h100_64x64"), (256, "dual_h100_128x64"))
+#: At 64 < M <= 256, the 128x128 tile instead of 128x64 once its grid has this many tiles per SM: the 128x64 tile
+#: moves 32 KiB into shared memory per k-block for half the MMAs of the 128x128 tile's 48 KiB, which only pays while
+#: the 128x128 grid leaves SMs idle.  Read off the tune half (H100, 132 SMs; docs/performance.md, "The M = 256
+#: SwiGLU: tiles, not rows"): 128x18944x3584 (148 tiles, 1.12 waves) 0.113 against 0.125 ms for 128x128,
+#: 128x29568x8192 (231 tiles, 1.75 waves) 0.347 against 0.334 ms.
+DUAL_128X128_MIN_WAVES = 1.5
 
 
-def dual_small_m_rule(m: int) -> str | None:
-    """The sm_90a dual-GEMM config for ``m`` rows when :data:`DUAL_SMALL_M` has one, else None (cost model)."""
-    return next((name for rows, name in DUAL_SMALL_M if m <= rows), None)
+def dual_small_m_rule(m: int, n: int, sm_count: int) -> str | None:
+    """The sm_90a dual-GEMM config for an ``m x n`` output on ``sm_count`` SMs when :data:`DUAL_SMALL_M` has one,
+    else None (cost model): ``dual_h100_128x128`` in place of ``dual_h100_128x64`` where the 128x128 grid
+    (ceil(m / 128) x ceil(n / 128) tiles) fills :data:`DUAL_128X128_MIN_WAVES` waves of ``sm_count``."""
+    name = next((name for rows, name in DUAL_SMALL_M if m <= rows), None)
+    if name == "dual_h100_128x64" and -(-m // 128) * -(-n // 128) >= DUAL_128X128_MIN_WAVES * sm_count:
+        return "dual_h100_128x128"
+    return name
 
 
 def swap_ab_fits(c: Candidate, m: int) -> bool:

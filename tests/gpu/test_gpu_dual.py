@@ -26,6 +26,11 @@ DUAL_SM90 = [c for c in config_mod.shipped_configs()
 #: (docs/performance.md, "Overlapped epilogue", "stmatrix staging")
 OVERLAP_DUAL = [config_mod.load_config("dual_h100_128x128_c2").replace(**changes, name=f"dual_h100_128x128_c2_{suffix}")
                 for suffix, changes in (("ov", {"epilogue.overlap": True}), ("sm", {"epilogue.stmatrix": True}))]
+#: the small-M tiles timed against the shipped ones and not shipped (bench/configs; docs/performance.md, "The M = 256
+#: SwiGLU: tiles, not rows"): the 128x64 CTA pair multicasting B, both m-blocks of M = 256 in one CTA, a 6-stage ring
+BENCH_CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "configs")
+SMALL_M_DUAL = [config_mod.load_config(os.path.join(BENCH_CONFIGS, f"{n}.yaml"))
+                for n in ("dual_h100_128x64_c2", "dual_h100_256x64", "dual_h100_128x64_s6")]
 EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "100"))
 TOLERANCE = 1e-2
 
@@ -57,7 +62,7 @@ def run_checked(torch, config, a, b1, b2) -> float:
     return relative_error(out, reference(torch, a, b1, b2))
 
 
-@pytest.mark.parametrize("config", DUAL_SM90 + OVERLAP_DUAL, ids=lambda c: getattr(c, "name", c))
+@pytest.mark.parametrize("config", DUAL_SM90 + OVERLAP_DUAL + SMALL_M_DUAL, ids=lambda c: getattr(c, "name", c))
 @settings(max_examples=EXAMPLES)
 @given(data=st.data())
 def test_dual_gemm_matches_reference(torch, config, data):
@@ -70,7 +75,7 @@ def test_dual_gemm_matches_reference(torch, config, data):
     assert err < TOLERANCE, f"{config} {m}x{n}x{k} seed {seed}: relative Frobenius error {err:.3e}"
 
 
-@pytest.mark.parametrize("config", DUAL_SM90)
+@pytest.mark.parametrize("config", DUAL_SM90 + SMALL_M_DUAL, ids=lambda c: getattr(c, "name", c))
 def test_dual_gemm_large(torch, config):
     err = run_checked(torch, config, *operands(torch, 4096, 4096, 4096, seed=1))
     assert err < TOLERANCE

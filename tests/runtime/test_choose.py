@@ -651,10 +651,32 @@ def test_dual_small_m_rule_follows_the_tune_half_measurement(fresh_choice):
         assert name in times, (m, n, k, name)
         assert times[name] <= 1.05 * min(times.values()), (m, n, k, name, times)
         assert why == ("small-M rule" if m <= fresh_choice.DUAL_SMALL_M[-1][0] else "cost model")
-    assert fresh_choice.dual_small_m_rule(1) == "dual_h100_64x64"
-    assert fresh_choice.dual_small_m_rule(65) == "dual_h100_128x64"
-    assert fresh_choice.dual_small_m_rule(257) is None
+    assert fresh_choice.dual_small_m_rule(1, 4096, 132) == "dual_h100_64x64"
+    assert fresh_choice.dual_small_m_rule(65, 4096, 132) == "dual_h100_128x64"
+    assert fresh_choice.dual_small_m_rule(257, 4096, 132) is None
     assert fresh_choice.choose_cached(16, 4096, 4096, (10, 0), 148, "dual_gemm")[0] == "dual_sm100_256x128"
+
+
+def test_dual_small_m_rule_counts_128x128_tiles_at_m_256(fresh_choice):
+    """64 < M <= 256: the 128x64 tile while the 128x128 grid is short of 1.5 waves, the 128x128 tile from there; on
+    the M <= 512 shapes of docs/results/dual_m256_tune_h100.json the pick is the fastest shipped config measured
+    (within 2 %), and the bound sits between the two M = 128 tune shapes (148 and 231 tiles on 132 SMs)."""
+    rows = json.loads((RESULTS / "dual_m256_tune_h100.json").read_text())["rows"]
+    shipped = {c.name for c in fresh_choice.candidates("sm_90a", "dual_gemm")}
+    by_shape: dict = {}
+    for r in rows:
+        if r["config"] in shipped:
+            by_shape.setdefault((r["m"], r["n"], r["k"]), {})[r["config"]] = r["ptxgen_ms"]
+    assert len(by_shape) == 5
+    for (m, n, k), times in by_shape.items():
+        name, _ = fresh_choice.choose_cached(m, n, k, (9, 0), 132, "dual_gemm")
+        assert name in times and times[name] <= 1.02 * min(times.values()), (m, n, k, name, times)
+    rule = fresh_choice.dual_small_m_rule
+    assert rule(128, 18944, 132) == "dual_h100_128x64" and rule(128, 29568, 132) == "dual_h100_128x128"
+    assert rule(256, 2880, 132) == "dual_h100_128x64" and rule(256, 14336, 132) == "dual_h100_128x128"
+    assert rule(256, 198 // 2 * 128, 132) == "dual_h100_128x128"  # 198 tiles = 1.5 x 132
+    assert rule(256, 197 // 2 * 128, 132) == "dual_h100_128x64"
+    assert rule(64, 1 << 20, 132) == "dual_h100_64x64"  # the 64-row tile at any N
 
 
 def test_swap_ab_candidates_rank_on_the_swapped_problem_when_m_fits():
