@@ -482,7 +482,8 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     ``why`` is ``"user table"``, ``"shipped table"``, ``"cost model"``, ``"fp8 rule"`` (``kernel="gemm_fp8"``:
     :func:`fp8_rule`), ``"small-M rule"`` (sm_90a ``kernel="dual_gemm"``: :func:`dual_small_m_rule`) or
     ``"default"``.  The tuned tables hold GEMM configs; a dual GEMM (``kernel="dual_gemm"``) is chosen by the
-    small-M rule, else by the cost model among the ``dual_*`` configs.
+    small-M rule, else by the cost model among the ``dual_*`` configs without a last-wave split, then
+    :func:`dual_last_wave_rule`.
 
     Raises:
         ConfigError: the capability has no shipped config at all.
@@ -499,10 +500,11 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
             return default, "default"
         small = dual_small_m_rule(m, n, sm_count) if arch == "sm_90a" and kernel == "dual_gemm" else None
         if small is not None and any(c.name == small for c in cands):
-            return small, "small-M rule"
+            return dual_last_wave_rule(small, m, n, sm_count, cands), "small-M rule"
         if m <= 256:  # one pair of m-blocks: B multicast has nothing to amortise (H100: 1.13-1.26x vs 1.08-1.24x
             cands = tuple(c for c in cands if c.cluster == 1) or cands  # over torch; docs/performance.md)
-        return rank(cands, m, n, k, sm_count, default)[0][1], "cost model"
+        whole = tuple(c for c in cands if c.split_tiles != "last_wave") or cands  # taken by the rule below only
+        return dual_last_wave_rule(rank(whole, m, n, k, sm_count, default)[0][1], m, n, sm_count, cands), "cost model"
     shipped = set(shipped_configs())  # a glob; the YAMLs are parsed only when the cost model runs
     for why, path in (("user table", user_table_path(arch) if arch else None),
                       ("shipped table", shipped_table_path(arch) if arch else None)):
@@ -539,6 +541,33 @@ def dual_small_m_rule(m: int, n: int, sm_count: int) -> str | None:
     if name == "dual_h100_128x64" and -(-m // 128) * -(-n // 128) >= DUAL_128X128_MIN_WAVES * sm_count:
         return "dual_h100_128x128"
     return name
+
+
+#: dual_gemm on sm_90a: a 128x128 config and its split-K-of-the-last-wave variant (``schedule.split_k_tiles:
+#: last_wave``, ``split_k: 2``), which :func:`dual_last_wave_rule` takes in its place.
+DUAL_LAST_WAVE = (("dual_h100_128x128", "dual_h100_128x128_lw2"), ("dual_h100_128x128_c2", "dual_h100_128x128_c2_lw2"))
+#: The largest M at which :func:`dual_last_wave_rule` splits a last wave: the M of the tune shapes it was read off.
+DUAL_LAST_WAVE_MAX_M = 512
+
+
+def dual_last_wave_rule(name: str, m: int, n: int, sm_count: int, cands: tuple[Candidate, ...]) -> str:
+    """``name``, or its last-wave variant (:data:`DUAL_LAST_WAVE`) when the 128x128 grid's last wave splits into units
+    that fit one wave: ``0 < 2 x tail <= sm_count`` with ``tail`` = tiles mod ``sm_count`` (every tile when there are
+    fewer tiles than SMs), and ``m <= DUAL_LAST_WAVE_MAX_M``; a variant that is not among ``cands`` is not taken.
+
+    A short last round of whole tiles leaves most SMs idle; split in two, its tiles finish in about half the time,
+    while a tail of more than half the SMs needs a second round of half tiles and loses (the fp32 partials and the
+    whole tiles' fixup).  Read off the five M = 128-512 shapes of the SwiGLU suite's tune half (H100, 132 SMs;
+    docs/performance.md, "The M = 256 SwiGLU's tail: split-K of the last wave"): split at 512x14336x4096 (tail 52:
+    188.7 against 201.6 us), whole at 128x29568x8192 (tail 99: 337.9 against 356.6) and 512x28672x8192 (tail 104:
+    733.4 against 759.2).
+    """
+    variant = dict(DUAL_LAST_WAVE).get(name)
+    if variant is None or m > DUAL_LAST_WAVE_MAX_M or not any(c.name == variant for c in cands):
+        return name
+    tiles = -(-m // 128) * -(-n // 128)
+    tail = tiles % sm_count if tiles >= sm_count else tiles
+    return variant if 0 < 2 * tail <= sm_count else name
 
 
 def swap_ab_fits(c: Candidate, m: int) -> bool:

@@ -668,8 +668,10 @@ def test_dual_small_m_rule_counts_128x128_tiles_at_m_256(fresh_choice):
         if r["config"] in shipped:
             by_shape.setdefault((r["m"], r["n"], r["k"]), {})[r["config"]] = r["ptxgen_ms"]
     assert len(by_shape) == 5
+    base = {variant: name for name, variant in fresh_choice.DUAL_LAST_WAVE}  # the split: the test below
     for (m, n, k), times in by_shape.items():
         name, _ = fresh_choice.choose_cached(m, n, k, (9, 0), 132, "dual_gemm")
+        name = base.get(name, name)
         assert name in times and times[name] <= 1.02 * min(times.values()), (m, n, k, name, times)
     rule = fresh_choice.dual_small_m_rule
     assert rule(128, 18944, 132) == "dual_h100_128x64" and rule(128, 29568, 132) == "dual_h100_128x128"
@@ -678,6 +680,35 @@ def test_dual_small_m_rule_counts_128x128_tiles_at_m_256(fresh_choice):
     assert rule(256, 197 // 2 * 128, 132) == "dual_h100_128x64"
     assert rule(64, 1 << 20, 132) == "dual_h100_64x64"  # the 64-row tile at any N
 
+
+def test_dual_last_wave_rule_follows_the_measurement(fresh_choice):
+    """The dual GEMM's last-wave split: on every shape of docs/results/dual_lastwave_h100.json (tune and report, H100,
+    132 SMs) the rule takes the faster of a 128x128 config and its split variant by median time: for
+    ``dual_h100_128x128`` on all of them, for the pair where the chooser can take it (M > 256).  The bound is
+    ``2 x tail <= SMs``; the rule leaves other configs, M > 512 and a variant that is not a candidate alone."""
+    from statistics import median
+
+    rows = json.loads((RESULTS / "dual_lastwave_h100.json").read_text())["rows"]
+    cands = fresh_choice.candidates("sm_90a", "dual_gemm")
+    rule = fresh_choice.dual_last_wave_rule
+    assert len(rows) == 8
+    for r in rows:
+        m, n = r["m"], r["n"]
+        times = {c: median(run[c] for run in r["runs"]) for c in r["runs"][0] if c != "torch"}
+        for name, variant in fresh_choice.DUAL_LAST_WAVE:
+            if name.endswith("_c2") and m <= 256:
+                continue
+            faster = variant if times[variant] < times[name] else name
+            assert rule(name, m, n, 132, cands) == faster, (m, n, name, times)
+    assert rule("dual_h100_128x128", 128, (132 + 66) * 128, 132, cands) == "dual_h100_128x128_lw2"  # tail 66
+    assert rule("dual_h100_128x128", 128, (132 + 67) * 128, 132, cands) == "dual_h100_128x128"  # 2 x 67 > 132
+    assert rule("dual_h100_128x128", 256, 132 * 128, 132, cands) == "dual_h100_128x128"  # two whole waves
+    assert rule("dual_h100_128x128", 1024, 2048, 132, cands) == "dual_h100_128x128"  # M > 512
+    assert rule("dual_h100_128x64", 256, 2048, 132, cands) == "dual_h100_128x64"
+    assert rule("dual_h100_128x128", 256, 2048, 132, ()) == "dual_h100_128x128"
+    name, why = fresh_choice.choose_cached(256, 25600, 5120, (9, 0), 132, "dual_gemm")
+    assert (name, why) == ("dual_h100_128x128_lw2", "small-M rule")
+    assert fresh_choice.choose_cached(4096, 14336, 4096, (9, 0), 132, "dual_gemm")[0] == "dual_h100_128x128_c2"
 
 def test_swap_ab_candidates_rank_on_the_swapped_problem_when_m_fits():
     """A swap-AB candidate is predicted on (N, M, K) and ranks only when M fits its block_n (one n-block: B read
