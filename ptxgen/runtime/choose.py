@@ -538,9 +538,14 @@ def dual_small_m_rule(m: int, n: int, sm_count: int) -> str | None:
     else None (cost model): ``dual_h100_128x128`` in place of ``dual_h100_128x64`` where the 128x128 grid
     (ceil(m / 128) x ceil(n / 128) tiles) fills :data:`DUAL_128X128_MIN_WAVES` waves of ``sm_count``."""
     name = next((name for rows, name in DUAL_SMALL_M if m <= rows), None)
-    if name == "dual_h100_128x64" and -(-m // 128) * -(-n // 128) >= DUAL_128X128_MIN_WAVES * sm_count:
+    if name == "dual_h100_128x64" and _tiles_128x128(m, n) >= DUAL_128X128_MIN_WAVES * sm_count:
         return "dual_h100_128x128"
     return name
+
+
+def _tiles_128x128(m: int, n: int) -> int:
+    """The tiles of a 128x128 grid over an ``m x n`` output (the dual rules' tile count)."""
+    return -(-m // 128) * -(-n // 128)
 
 
 #: dual_gemm on sm_90a: a 128x128 config and its split-K-of-the-last-wave variant (``schedule.split_k_tiles:
@@ -565,7 +570,7 @@ def dual_last_wave_rule(name: str, m: int, n: int, sm_count: int, cands: tuple[C
     variant = dict(DUAL_LAST_WAVE).get(name)
     if variant is None or m > DUAL_LAST_WAVE_MAX_M or not any(c.name == variant for c in cands):
         return name
-    tiles = -(-m // 128) * -(-n // 128)
+    tiles = _tiles_128x128(m, n)
     tail = tiles % sm_count if tiles >= sm_count else tiles
     return variant if 0 < 2 * tail <= sm_count else name
 

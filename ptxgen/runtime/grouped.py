@@ -327,6 +327,11 @@ def _table_key(t: Any) -> tuple:
     return weakref.ref(t), t.data_ptr(), t._version
 
 
+def _key_matches(key: tuple | None, t: Any) -> bool:
+    """Whether ``t`` is the tensor :func:`_table_key` recorded in ``key``, unchanged (None: nothing recorded)."""
+    return key is not None and key[0]() is t and key[1] == t.data_ptr() and key[2] == t._version
+
+
 def _device_table(table: Any, name: str, device: Any) -> Any:
     """A CPU table's copy on ``device``, enqueued on torch's current stream without a sync: through a private
     pinned copy (a pageable source may make the driver synchronize; the caching host allocator reuses the pinned
@@ -462,8 +467,7 @@ class GroupedCall:
         if (a.data_ptr() | b.data_ptr()) & (_ALIGN - 1) or out is not None and self._misplaced(out, ins):
             self._full_check(ins, out, False)  # raises the broken rule's ShapeError
         if check_tables:
-            read = self.table_read
-            if read is None or read[0]() is not table or read[1] != table.data_ptr() or read[2] != table._version:
+            if not _key_matches(self.table_read, table):
                 self.table_read = None
                 self._full_check(ins, out, True)  # the table rules: one synchronizing read
                 self.table_read = _table_key(table)
@@ -498,8 +502,7 @@ class GroupedCall:
 
         capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         kept = self.scale_b_copy
-        if kept is not None and kept[0]() is scale_b and kept[1] == scale_b.data_ptr() \
-                and kept[2] == scale_b._version and kept[3] == stream and not capturing:
+        if kept is not None and _key_matches(kept[:3], scale_b) and kept[3] == stream and not capturing:
             return kept[4], kept[5]
         sb, staged = api._scale_map(scale_b, self.device)
         self.scale_b_copy = None if staged is None or capturing else (*_table_key(scale_b), stream, sb, staged)
