@@ -8,20 +8,30 @@ YAML file is all a cache hit needs (:func:`ptxgen.runtime.loader.config_content`
 from __future__ import annotations
 
 import os
-from importlib import resources
 from pathlib import Path
 
 from .errors import ConfigError
 
+#: the shipped configs' folder, ``ptxgen/configs`` beside this module (located as :data:`ptxgen.runtime.prebuilt.FOLDER`
+#: is: ``importlib.resources`` would add its imports to a warm first call for a path the package always has on disk)
+CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+
 
 def configs_dir() -> Path:
     """Folder of the shipped configs (``ptxgen/configs``)."""
-    return Path(str(resources.files("ptxgen") / "configs"))
+    return Path(CONFIGS)
 
 
 def shipped_configs() -> list[str]:
     """Names of the shipped configs, sorted (``dual_*``, ``h100_*``, ``level1`` ... ``level9``)."""
     return sorted(p.stem for p in configs_dir().glob("*.yaml"))
+
+
+def is_shipped(name: str) -> bool:
+    """Whether ``name`` is a shipped config's name (one of :func:`shipped_configs`), with one ``stat`` instead of the
+    folder's listing."""
+    return bool(name) and not name.startswith(".") and "/" not in name and os.sep not in name and \
+        os.path.isfile(os.path.join(CONFIGS, f"{name}.yaml"))
 
 
 def resolve_config_path(name_or_path: str | os.PathLike) -> Path:

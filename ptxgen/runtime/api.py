@@ -368,7 +368,7 @@ def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
     if found is not None:
         return found
     from ptxgen.errors import CudaError
-    from ptxgen.runtime import driver, loader, prebuilt
+    from ptxgen.runtime import driver, loader
     from ptxgen.runtime.fastpath import Launcher
     from ptxgen.runtime.module import Kernel, compiler
 
@@ -377,7 +377,7 @@ def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
     load = functools.partial(loader.load_image, config, driver.driver_version(), info.capability,
                              compiler(settings.jit), settings,
                              accept=lambda spec: check_arch(spec.name, spec.arch, info.capability))
-    image = load(prebuilt=prebuilt.find)
+    image = load(prebuilt=_shipped_image)
     try:
         kernel = Kernel.from_cubin(image.cubin, image.spec, ordinal)
     except CudaError as exc:
@@ -394,6 +394,14 @@ def loaded_kernel(config: Any, ordinal: int) -> LoadedKernel:
     found = LoadedKernel(kernel=kernel, launcher=launcher, spec=image.spec)
     with _lock:
         return _loaded.setdefault((ordinal, ident), found)
+
+
+def _shipped_image(content: str, capability: tuple[int, int], driver_version: int, compiler: str) -> Any:
+    """:func:`ptxgen.runtime.prebuilt.find`, imported when called: on a cache miss only (a warm hit reads no
+    manifest)."""
+    from ptxgen.runtime import prebuilt
+
+    return prebuilt.find(content, capability, driver_version, compiler)
 
 
 def split_k_workspace(spec: Any, m: int, n: int, device: Any, ordinal: int, stream: int | None = None,

@@ -248,10 +248,12 @@ def _shipped_candidates() -> tuple[Candidate, ...]:
     importing PyYAML and parsing every config (about 25 ms of a 30 ms first-call budget on the H100 host).  On a
     miss the rows shipped with the prebuilt images are taken when their manifest is fresh (its source hash covers
     this module and the YAML files: :mod:`ptxgen.runtime.prebuilt`), else every YAML is parsed."""
-    from ptxgen.runtime import cache, prebuilt
+    from ptxgen.runtime import cache
     from ptxgen.runtime.loader import source_fingerprint
 
     def build() -> bytes:
+        from ptxgen.runtime import prebuilt  # on a miss only: a warm process reads no manifest
+
         return json.dumps(prebuilt.candidate_rows() or shipped_rows()).encode()
 
     blob = cache.get_or_build(("ptxgen-candidates-v5", f"src={source_fingerprint()}"), build)
@@ -488,7 +490,7 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     Raises:
         ConfigError: the capability has no shipped config at all.
     """
-    from ptxgen.shipped import shipped_configs
+    from ptxgen.shipped import is_shipped
 
     default = default_config_name(capability, kernel)
     arch = ARCH_OF_CAPABILITY.get(tuple(capability))
@@ -505,11 +507,10 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
             cands = tuple(c for c in cands if c.cluster == 1) or cands  # over torch; docs/performance.md)
         whole = tuple(c for c in cands if c.split_tiles != "last_wave") or cands  # taken by the rule below only
         return dual_last_wave_rule(rank(whole, m, n, k, sm_count, default)[0][1], m, n, sm_count, cands), "cost model"
-    shipped = set(shipped_configs())  # a glob; the YAMLs are parsed only when the cost model runs
     for why, path in (("user table", user_table_path(arch) if arch else None),
                       ("shipped table", shipped_table_path(arch) if arch else None)):
         hit = read_table(path).get((m, n, k))
-        if hit in shipped:
+        if hit is not None and is_shipped(hit):  # one stat for the hit, not a listing of the folder
             return hit, why
     cands = tuple(c for c in candidates(arch) if swap_ab_fits(c, m)) if arch else ()
     if not cands:

@@ -91,6 +91,18 @@ def test_choice_prefers_user_table_then_shipped_then_model(fresh_choice, monkeyp
     assert reads == []  # memoized per (M, N, K, device)
 
 
+def test_is_shipped_agrees_with_the_folder_listing(tmp_path):
+    """A tuned table's hit is checked with :func:`ptxgen.shipped.is_shipped` (one stat): the same answer as the
+    folder's listing for every shipped name, and no for anything else that could name a YAML file."""
+    from ptxgen.shipped import CONFIGS, is_shipped, shipped_configs
+
+    names = shipped_configs()
+    assert names and all(is_shipped(name) for name in names)
+    for other in ("", "not_shipped", "h100_128x128.yaml", "../configs/h100_128x128", f"{CONFIGS}/h100_128x128",
+                  ".h100_128x128", "tuned_sm90", "h100_128x128/"):
+        assert not is_shipped(other) and other not in names
+
+
 def test_choice_on_unsupported_device(fresh_choice):
     with pytest.raises(ConfigError, match=r"compute capability 8.0: no default config"):
         fresh_choice.choose_cached(64, 64, 64, (8, 0), 108)

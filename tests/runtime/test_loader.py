@@ -111,6 +111,43 @@ WARM_ABSENT = ("ptxgen.config", "pydantic", "ptxgen.build", "ptxgen.plan", "ptxg
                "filelock", "jinja2", "ptxgen.runtime.override", "ptxgen.runtime.grouped", "ptxgen.epi")
 
 
+#: what a warm first call of ``ptxgen.gemm`` (config chosen) must not import: the compile stack (the config schema
+#: and pydantic, plan, builders, IR, emitters, Jinja2, PyYAML, the assembler), the checks, the shipped images'
+#: module (a miss only), the cache's lock, and importlib.resources / importlib.metadata (the package's own folder
+#: is a path beside its modules)
+WARM_CALL_ABSENT = ("ptxgen.config", "pydantic", "ptxgen.plan", "ptxgen.builders", "ptxgen.ir", "emitters", "jinja2",
+                    "yaml", "ptxgen.build", "ptxgen.assemble", "ptxgen.check", "ptxgen.runtime.prebuilt", "filelock",
+                    "importlib.resources", "importlib.metadata")
+
+
+def test_warm_first_call_imports_no_compile_stack(cache_root):
+    """The host side of a warm first ``ptxgen.gemm(a, b)`` at 4096^3 (import, the chooser on an H100's 132 SMs, the
+    image from the cache, the launcher's modules; only the driver calls left out) imports none of
+    :data:`WARM_CALL_ABSENT` beyond what the interpreter had before (docs/performance.md, "First call"); a miss
+    (first run: built with a stand-in JIT) imports the compile stack, so the list names real imports."""
+    import subprocess
+    import sys
+
+    child = """
+import sys
+before = set(sys.modules)
+import ptxgen
+from ptxgen.runtime import api, loader
+from ptxgen.runtime.choose import choose
+from ptxgen.runtime.driver import DeviceInfo
+name = choose(4096, 4096, 4096, DeviceInfo(0, "NVIDIA H100 80GB HBM3", 132, (9, 0), 232448, 50 << 20))
+img = loader.load_image(name, 13000, (9, 0), lambda ptx: b"cubin", prebuilt=api._shipped_image)
+import ptxgen.runtime.fastpath, ptxgen.runtime.module, ptxgen.runtime.tensormap
+print(img.origin, *sorted(m for m in ABSENT if m in set(sys.modules) - before))
+"""
+    env = {**os.environ, "PTXGEN_CACHE_DIR": str(cache_root), "PTXGEN_JIT": "driver"}  # a driver JIT: no shipped image
+    run = lambda: subprocess.run([sys.executable, "-c", f"ABSENT = {WARM_CALL_ABSENT!r}\n" + child], env=env,
+                                 capture_output=True, text=True, check=True).stdout.split()
+    miss = run()
+    assert miss[0] == "built" and {"ptxgen.config", "ptxgen.builders", "emitters", "jinja2"} <= set(miss[1:])
+    assert run() == ["cache"]
+
+
 def test_accept_refuses_before_the_jit(cache_root):
     from ptxgen.runtime import loader
 
