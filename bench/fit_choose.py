@@ -47,6 +47,12 @@ out of the fit (shipped: the K-sweep and the off-suite fixup probes, then the fo
 "The pair's last-wave k-loop"); with ``--lastwave-partial`` it fits the last-wave configs' own partial bandwidth
 (``DeviceModel.lastwave_partial_tbps``, :data:`LASTWAVE_PARTIAL_FITTED`) in place of ``partial_tbps``, which the plain
 split-K configs keep (docs/performance.md, "A partial bandwidth of the last-wave configs' own").
+``--fit-ring F ... --ring-pairs P ...`` fits the stage ring (:func:`fit_ring`): ``stage_latency_us`` and ``pad_row_cost``
+isolated from the surveys ``P`` that timed a stage variant (:data:`STAGE_VARIANTS`: a bench config that differs from a
+shipped one in ``pipeline.stages`` alone) beside its base at M <= :data:`RING_MAX_M`, then the unsplit tile factors
+refit on the shapes of ``F`` with those held; it prints the variants' ratio error and the model-only regret of the
+shipped, isolated and fitted models, and the shapes whose pick moved (docs/performance.md, "The stage ring at small
+M"; not shipped).
 ``--eval F ...`` (repeatable: one evaluation per option) evaluates the chooser on the shapes of its files; a decision
 no file timed is listed as unmeasured.
 
@@ -54,6 +60,7 @@ Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json ...] 
        [--fit-pad survey_tune.json survey_tune_sk.json ...] [--fit-lastwave survey_tune_lw.json ...]
        [--fit-partial survey_tune.json survey_tune_sk.json survey_tune_lw.json ...]
        [--fit-main-loop probes.json ... survey_tune.json ... [--check F ...] [--loo] [--lastwave-partial]]
+       [--fit-ring survey_tune.json ... --ring-pairs survey_stage_variants.json ...]
        [--refit tune.json tune_sk_a.json tune_sk_b.json tune_lw.json [--term smem] [--term latency] [--loo]
         [--start NAME=VALUE] [--warm model.json [--held]] [--model-json model.json]]
        [--eval survey_report.json ...] [--model-only] [--json F]
