@@ -51,8 +51,8 @@ split-K configs keep (docs/performance.md, "A partial bandwidth of the last-wave
 isolated from the surveys ``P`` that timed a stage variant (:data:`STAGE_VARIANTS`: a bench config that differs from a
 shipped one in ``pipeline.stages`` alone) beside its base at M <= :data:`RING_MAX_M`, then the unsplit tile factors
 refit on the shapes of ``F`` with those held; it prints the variants' ratio error and the model-only regret of the
-shipped, isolated and fitted models, and the shapes whose pick moved (docs/performance.md, "The stage ring at small
-M"; not shipped).
+shipped, isolated and fitted models, the shapes whose pick moved, and the model-only regret before and after on each
+``--check`` group of files (docs/performance.md, "The stage ring at small M"; not shipped).
 ``--eval F ...`` (repeatable: one evaluation per option) evaluates the chooser on the shapes of its files; a decision
 no file timed is listed as unmeasured.
 
@@ -60,7 +60,7 @@ Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json ...] 
        [--fit-pad survey_tune.json survey_tune_sk.json ...] [--fit-lastwave survey_tune_lw.json ...]
        [--fit-partial survey_tune.json survey_tune_sk.json survey_tune_lw.json ...]
        [--fit-main-loop probes.json ... survey_tune.json ... [--check F ...] [--loo] [--lastwave-partial]]
-       [--fit-ring survey_tune.json ... --ring-pairs survey_stage_variants.json ...]
+       [--fit-ring survey_tune.json ... --ring-pairs survey_stage_variants.json ... [--check F ...]]
        [--refit tune.json tune_sk_a.json tune_sk_b.json tune_lw.json [--term smem] [--term latency] [--loo]
         [--start NAME=VALUE] [--warm model.json [--held]] [--model-json model.json]]
        [--eval survey_report.json ...] [--model-only] [--json F]
@@ -564,7 +564,7 @@ def main() -> None:
     p.add_argument("--fit-partial", nargs="+", default=[])
     p.add_argument("--fit-main-loop", nargs="+", default=[])
     p.add_argument("--check", nargs="+", action="append", default=[],
-                   help="with --fit-main-loop: survey files scored before and after, not fitted on")
+                   help="with --fit-main-loop or --fit-ring: survey files scored before and after, not fitted on")
     p.add_argument("--lastwave-partial", action="store_true",
                    help="with --fit-main-loop: fit the last-wave configs' own partial bandwidth "
                         "(lastwave_partial_tbps) in place of partial_tbps, which stays as it is")
@@ -691,6 +691,11 @@ def main() -> None:
             if picks[0] != picks[1]:
                 print(f"  {mnk[0]}x{mnk[1]}x{mnk[2]}: {picks[0]} {times[picks[0]] / min(times.values()):.4f} -> "
                       f"{picks[1]} {times[picks[1]] / min(times.values()):.4f} (best {min(times, key=times.get)})")
+        for paths in args.check:
+            check = measured(paths, names, split)
+            print(" + ".join(Path(p).name for p in paths) + ":")
+            for label, m in (("  shipped", model), ("  fitted", fitted)):
+                print(f"{label}: {regret_summary(m, cands, check)}")
         model = fitted
     if args.refit:
         rows = measured(args.refit, names, split)
