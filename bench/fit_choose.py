@@ -47,6 +47,12 @@ out of the fit (shipped: the K-sweep and the off-suite fixup probes, then the fo
 "The pair's last-wave k-loop"); with ``--lastwave-partial`` it fits the last-wave configs' own partial bandwidth
 (``DeviceModel.lastwave_partial_tbps``, :data:`LASTWAVE_PARTIAL_FITTED`) in place of ``partial_tbps``, which the plain
 split-K configs keep (docs/performance.md, "A partial bandwidth of the last-wave configs' own").
+``--fit-ring F ... --ring-pairs P ...`` fits the stage ring (:func:`fit_ring`): ``stage_latency_us`` and ``pad_row_cost``
+isolated from the surveys ``P`` that timed a stage variant (:data:`STAGE_VARIANTS`: a bench config that differs from a
+shipped one in ``pipeline.stages`` alone) beside its base at M <= :data:`RING_MAX_M`, then the unsplit tile factors
+refit on the shapes of ``F`` with those held; it prints the variants' ratio error and the model-only regret of the
+shipped, isolated and fitted models, the shapes whose pick moved, and the model-only regret before and after on each
+``--check`` group of files (docs/performance.md, "The stage ring at small M"; not shipped).
 ``--eval F ...`` (repeatable: one evaluation per option) evaluates the chooser on the shapes of its files; a decision
 no file timed is listed as unmeasured.
 
@@ -54,6 +60,7 @@ Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json ...] 
        [--fit-pad survey_tune.json survey_tune_sk.json ...] [--fit-lastwave survey_tune_lw.json ...]
        [--fit-partial survey_tune.json survey_tune_sk.json survey_tune_lw.json ...]
        [--fit-main-loop probes.json ... survey_tune.json ... [--check F ...] [--loo] [--lastwave-partial]]
+       [--fit-ring survey_tune.json ... --ring-pairs survey_stage_variants.json ... [--check F ...]]
        [--refit tune.json tune_sk_a.json tune_sk_b.json tune_lw.json [--term smem] [--term latency] [--loo]
         [--start NAME=VALUE] [--warm model.json [--held]] [--model-json model.json]]
        [--eval survey_report.json ...] [--model-only] [--json F]
@@ -331,6 +338,101 @@ def fit_main_loop(cands, rows, start: choose.DeviceModel, quiet: bool = False,
     return _minimize(model_of, x, bounds, cands, rows, quiet)
 
 
+#: ``--fit-ring``: bench variants of a shipped config that differ from it in ``pipeline.stages`` alone (the same
+#: kernel, so the same tile factor): a variant's time over its base's on one shape measures the stage ring, every other
+#: term of the model cancelling or moving with the stage count only (docs/performance.md, "The stage ring at small M")
+STAGE_VARIANTS = {"h100_128x128_s6": "h100_128x128"}
+#: the largest M whose variant pairs enter the ring fit: at small M the ring is what the extra stages buy (2-18 %), at
+#: large M the 6-stage tile loses up to 36 % for a reason a latency bound cannot give (more stages never wait longer)
+RING_MAX_M = 256
+#: what ``--fit-ring`` estimates from the stage variants, every other constant held: the latency of one stage of a
+#: tile's ring (µs: an L2 hit under load to a loaded DRAM access), and the operand cost of a zero-filled row (which
+#: carried the ring's effect at small M while the ring had no term of its own: docs/performance.md, "Chooser padding
+#: terms")
+RING_FITTED = ("stage_latency_us", "pad_row_cost")
+#: the grid of the isolated estimate (:func:`ring_isolates`): stage latency and zero-filled row cost
+RING_GRID = ([x / 20 for x in range(10, 81)], [x / 20 for x in range(10, 41)])
+
+
+def stage_variants() -> tuple:
+    """The :data:`STAGE_VARIANTS` as candidates: the base's :class:`ptxgen.runtime.choose.Candidate` with the
+    variant's name and stage count (bench/configs YAML); raises ValueError when a variant differs from its base in
+    more than ``pipeline.stages``."""
+    import yaml
+
+    out = []
+    for name, base in STAGE_VARIANTS.items():
+        raw = yaml.safe_load((Path(__file__).parent / "configs" / f"{name}.yaml").read_text(encoding="utf-8"))
+        c = choose.shipped_candidate(base)
+        same = (raw["tile"]["block_m"], raw["tile"]["block_n"], raw["tile"]["block_k"], raw.get("mma", {}).get("warpgroups", 1),
+                raw.get("cluster", {}).get("size", 1)) == (c.block_m, c.block_n, c.block_k, c.warpgroups, c.cluster)
+        if not same:
+            raise ValueError(f"stage variant {name}: differs from {base} in more than pipeline.stages")
+        out.append(dataclasses.replace(c, name=name, stages=raw["pipeline"]["stages"]))
+    return tuple(out)
+
+
+def with_variant_factors(model: choose.DeviceModel) -> choose.DeviceModel:
+    """``model`` with each :data:`STAGE_VARIANTS` entry's tile factor its base's (the same kernel)."""
+    own = dict(model.tile_factors)
+    return dataclasses.replace(model, tile_factors=tuple({**own, **{v: own.get(b, 1.0) for v, b in
+                                                                    STAGE_VARIANTS.items()}}.items()))
+
+
+def variant_rows(paths: list[str]) -> list[tuple[tuple[int, int, int], dict[str, float]]]:
+    """``[((m, n, k), {base: ms, variant: ms})]``: every shape of the survey files with M <= :data:`RING_MAX_M` that timed
+    a :data:`STAGE_VARIANTS` entry beside its base (one row per file and shape: the pairs are the measurement)."""
+    out = []
+    for path in paths:
+        for r in json.load(open(path))["rows"]:
+            for variant, base in STAGE_VARIANTS.items():
+                if r["m"] <= RING_MAX_M and variant in r["sides"] and base in r["sides"]:
+                    out.append(((r["m"], r["n"], r["k"]), {s: r["sides"][s]["ms"] for s in (base, variant)}))
+    return out
+
+
+def ring_error(model: choose.DeviceModel, variants, pairs) -> float:
+    """Mean squared error of the predicted log time of each stage variant over its base's on ``pairs``."""
+    by_name = {c.name: c for c in choose.candidates("sm_90a") + tuple(variants)}
+    model = with_variant_factors(model)
+    err = []
+    for mnk, times in pairs:
+        variant = next(n for n in times if n in STAGE_VARIANTS)
+        p = [choose.predict(by_name[n], *mnk, SMS, model)["us"] for n in (variant, STAGE_VARIANTS[variant])]
+        err.append((math.log(p[0] / p[1]) - math.log(times[variant] / times[STAGE_VARIANTS[variant]])) ** 2)
+    return statistics.fmean(err)
+
+
+def ring_isolates(variants, pairs, start: choose.DeviceModel) -> choose.DeviceModel:
+    """``start`` with the :data:`RING_FITTED` constants that best predict the stage variants' times over their bases'
+    (:func:`ring_error` over the :data:`RING_GRID`; the tile factor cancels in the ratio)."""
+    grid = [dataclasses.replace(start, stage_latency_us=lat, pad_row_cost=pad) for lat in RING_GRID[0]
+            for pad in RING_GRID[1]]
+    return min(grid, key=lambda m: ring_error(m, variants, pairs))
+
+
+def fit_ring(cands, rows, pairs, start: choose.DeviceModel,
+             quiet: bool = False) -> tuple[choose.DeviceModel, choose.DeviceModel]:
+    """(``start`` with the :data:`RING_FITTED` constants of the stage variants' ``pairs``, :func:`ring_isolates`; that
+    model with the tile factors of the unsplit, unswapped candidates refit by Nelder-Mead on the soft loss over
+    ``rows``): a last-wave candidate takes its base's factor, the other split-K and the swap-AB candidates keep theirs.
+    The ring constants are held in the second step: a variant and its base share the tile factor, so their pairs
+    decide the ring and nothing else, and a soft-loss fit of them (which ranks, it does not fit the ratio) overshoots
+    the ratio the pairs measure (docs/performance.md, "The stage ring at small M")."""
+    isolated = ring_isolates(stage_variants(), pairs, start)
+    names = [c.name for c in cands if c.split_k == 1 and not c.swap_ab]
+    own = dict(isolated.tile_factors)
+    lw = {c.name: base_of(c.name) for c in cands if c.split_tiles == "last_wave"}
+
+    def model_of(x):
+        tf = {**own, **{n: round(math.exp(min(max(t, -20.0), 20.0)), 4) for n, t in zip(names, x)}}
+        tf.update({n: tf.get(b, 1.0) for n, b in lw.items()})
+        return dataclasses.replace(isolated, tile_factors=tuple(tf.items()))
+
+    bounds = [(math.log(TILE_FACTOR_BOUNDS[0]), math.log(TILE_FACTOR_BOUNDS[1]))] * len(names)
+    return isolated, _minimize(model_of, [math.log(own.get(n, 1.0)) for n in names], bounds, cands, rows, quiet)
+
+
 def k_sweep_estimates(cands, rows, model: choose.DeviceModel) -> list[tuple[str, tuple[int, int], float]]:
     """``[(candidate, (m, n), factor)]``: per last-wave candidate timed beside its base on at least two K of one
     ``(m, n)``, the measured growth of its time with K over its base's (least-squares slopes), divided by what
@@ -462,10 +564,13 @@ def main() -> None:
     p.add_argument("--fit-partial", nargs="+", default=[])
     p.add_argument("--fit-main-loop", nargs="+", default=[])
     p.add_argument("--check", nargs="+", action="append", default=[],
-                   help="with --fit-main-loop: survey files scored before and after, not fitted on")
+                   help="with --fit-main-loop or --fit-ring: survey files scored before and after, not fitted on")
     p.add_argument("--lastwave-partial", action="store_true",
                    help="with --fit-main-loop: fit the last-wave configs' own partial bandwidth "
                         "(lastwave_partial_tbps) in place of partial_tbps, which stays as it is")
+    p.add_argument("--fit-ring", nargs="+", default=[])
+    p.add_argument("--ring-pairs", nargs="+", default=[],
+                   help="with --fit-ring: surveys that timed a stage variant (STAGE_VARIANTS) beside its base")
     p.add_argument("--refit", nargs=4, metavar=("TUNE", "SK_A", "SK_B", "LASTWAVE"))
     p.add_argument("--term", action="append", choices=sorted(TERMS), default=[])
     p.add_argument("--loo", action="store_true",
@@ -566,6 +671,31 @@ def main() -> None:
             print(f"leave one out ({len(r)} shapes with a last-wave candidate timed): regret median "
                   f"{statistics.median(r):.4f}, mean {statistics.fmean(r):.4f}, worst {max(r):.4f} "
                   f"({'x'.join(map(str, max(loo, key=lambda t: t[1])[0]))}), {sum(x > 1.02 for x in r)} above 1.02")
+        model = fitted
+    if args.fit_ring:
+        rows = measured(args.fit_ring, names, split)
+        pairs = variant_rows(args.ring_pairs)
+        variants = stage_variants()
+        isolated, fitted = fit_ring(cands, rows, pairs, model)
+        print(f"{len(pairs)} stage-variant pairs at M <= {RING_MAX_M}: ring error (mean squared log ratio) shipped "
+              f"{ring_error(model, variants, pairs):.4f}, isolated {ring_error(isolated, variants, pairs):.4f} "
+              f"({', '.join(f'{n}={getattr(isolated, n):.4g}' for n in RING_FITTED)}), fitted "
+              f"{ring_error(fitted, variants, pairs):.4f}")
+        print("fitted: " + ", ".join(f"{n}={getattr(fitted, n):.4g}" for n in RING_FITTED) +
+              f", tile_factors={fitted.tile_factors}")
+        for label, m in (("shipped", model), ("isolated", isolated), ("fitted", fitted)):
+            print(f"{label}: {regret_summary(m, cands, rows)}; pairs with the variants: "
+                  f"{regret_summary(with_variant_factors(m), cands + variants, pairs)}")
+        for mnk, times in rows:
+            picks = [model_pick(m, cands, mnk, times) for m in (model, fitted)]
+            if picks[0] != picks[1]:
+                print(f"  {mnk[0]}x{mnk[1]}x{mnk[2]}: {picks[0]} {times[picks[0]] / min(times.values()):.4f} -> "
+                      f"{picks[1]} {times[picks[1]] / min(times.values()):.4f} (best {min(times, key=times.get)})")
+        for paths in args.check:
+            check = measured(paths, names, split)
+            print(" + ".join(Path(p).name for p in paths) + ":")
+            for label, m in (("  shipped", model), ("  fitted", fitted)):
+                print(f"{label}: {regret_summary(m, cands, check)}")
         model = fitted
     if args.refit:
         rows = measured(args.refit, names, split)

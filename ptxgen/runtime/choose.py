@@ -38,10 +38,13 @@ SM (the configs use ~200-225 KB of shared memory), clusters of ``c`` CTAs occupy
 * two main-loop bounds, off in both shipped models (``DeviceModel.smem_bytes_per_clk``, ``stage_latency_us``): the
   shared-memory bytes the wgmmas read and the stages receive over the SM's shared-memory bandwidth, and ``k-blocks /
   stages`` stage latencies; refit on the tune half, neither ranked it better (docs/performance.md, "Main-loop terms:
-  shared-memory bandwidth and stage latency");
-* a config's main-loop factor (``DeviceModel.main_loop_factors``): its units' main-loop time (the larger of the three
-  above) times the factor, its fixed cost, fixup and partial traffic not; shipped for the last-wave configs, fitted
-  on the tune half and a K-sweep (docs/performance.md, "The pair's last-wave k-loop").
+  shared-memory bandwidth and stage latency"); the stage latency isolated by a 6-stage variant of ``h100_128x128``
+  ranks that tile right at small M but moved a report decision the wrong way (docs/performance.md, "The stage ring at
+  small M");
+* a config's main-loop factor (``DeviceModel.main_loop_factors``): its units' main-loop time (the larger of the math
+  and operand times above) times the factor, its fixed cost, fixup, partial traffic and stage-latency bound not;
+  shipped for the last-wave configs, fitted on the tune half and a K-sweep (docs/performance.md, "The pair's
+  last-wave k-loop").
 
 The GEMM chooser ranks with :data:`SM90_GEMM_MODEL`, fitted on the tune half of the suite (``bench/fit_choose.py``:
 constants within physical bounds and one tile factor per config, chosen for the regret of the pick; report half:
@@ -141,7 +144,8 @@ class DeviceModel:
             A and B rows into it, so a unit's math time is at least those bytes over this bandwidth (H100: 128 B/clk).
         stage_latency_us: the time from a stage's TMA issue to its data in shared memory, microseconds: a tile keeps
             at most ``stages`` k-blocks in flight, so its operand stream takes at least ``k-blocks / stages`` such
-            latencies whatever the bandwidth; 0 = no cap.
+            latencies whatever the bandwidth (not scaled by ``main_loop_factors``: a stage's latency is the
+            producer's wait, not the consumer's issue cost); 0 = no cap.
         main_loop_factors: ``((config name, factor), ...)``: a config's main-loop time (each unit's k-blocks: the
             time that grows with K) multiplied by its factor on top of its tile factor, its fixed cost, whole-tile
             fixup and partial traffic not; a config not listed: 1.  For a last-wave config, what its k-loop costs
@@ -350,11 +354,11 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
 
     def unit_s(k_unit: float) -> float:
         """A unit's main-loop time: the larger of its math time (tensor cores, or the shared-memory bytes its
-        wgmmas read and its stages receive), its operand time and its stage ring's latency bound, times the config's
-        main-loop factor."""
+        wgmmas read and its stages receive) and its operand time, times the config's main-loop factor, or its stage
+        ring's latency bound if that is longer."""
         math_s = max(2.0 * acc * c.block_m * c.block_n * k_unit / per_sm_flops, smem_s_per_k * k_unit)
         ring_s = k_unit / (c.block_k * c.stages) * model.stage_latency_us * 1e-6
-        return max(math_s, (a_cost_rows + b_rows) * k_unit * 2.0 * ragged / per_sm_l2, ring_s) * main_loop
+        return max(max(math_s, (a_cost_rows + b_rows) * k_unit * 2.0 * ragged / per_sm_l2) * main_loop, ring_s)
 
     fixed_s = (c.stages * (a_cost_rows + acc * c.block_n) * c.block_k * 2.0) / per_sm_l2 + c.block_m * c.block_n * 2.0 / per_sm_store
     # split-K: every split stores its fp32 partial (block_m rows, those past M too), the last arriver reads the other
