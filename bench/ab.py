@@ -11,6 +11,7 @@ Sides are either configs (``--config``, prepared launches, the first is the base
   release  every consumer warp's elected lane arrives on ``empty`` (count x4) instead of warp 0's only
            (one-CTA configs: a pair's remote arrivals would need the peer's count changed too)
   elect    the sm_90a TMA store issued under ``elect.sync`` instead of by lane 0
+  novote   (split-K configs with ``SplitKPlan.vote``) the fixup's verdict without its ``vote.sync.any``
   store_first, store_after_full_wait, wait_before_store  (``epilogue.overlap`` configs) the previous tile's store
            before the first k-block, between its ``full`` wait and its wgmma, or after its wgmma completed
 
@@ -81,6 +82,9 @@ def _first(kind, pred=lambda op: True):
 
 REWRITES = {
     "drain": full_drain, "release": per_warp_release, "elect": elect_sync_store,
+    # split-K (docs/performance.md, "The pair's last-wave k-loop"): the verdict as bar.red.popc leaves it, without the
+    # vote.sync.any that makes it warp-uniform to ptxas (the kernel before the vote)
+    "novote": lambda k: rewrite(k, lambda op: () if isinstance(op, O.VoteAny) else None),
     # epilogue.overlap (docs/performance.md, "Overlapped epilogue"): the store before the first k-block (no overlap), after its full wait,
     # or after its wgmma completed (issued, then waited: as slow as the overlap)
     "store_first": lambda k: move_deferred_store(k, _first(O.Let, lambda x: x.var == "kb")),

@@ -1,7 +1,7 @@
 """Lowering of the families both arches share: mbarrier, TMA, cluster and CTA sync, fences, data stores.
 
 Sources: PTX ISA 8.8 sections "mbarrier", "cp.async.bulk.tensor", "barrier.cluster", "bar.sync",
-"fence.proxy", "mapa", "shfl.sync", "cvt" (bf16x2).
+"fence.proxy", "mapa", "shfl.sync", "vote.sync", "cvt" (bf16x2).
 """
 
 from __future__ import annotations
@@ -238,6 +238,14 @@ def named_barrier_popc(lw: Lowering, op: ops.NamedBarrierPopc) -> None:
 def cluster_sync(lw: Lowering, op: ops.ClusterSync) -> None:
     lw.emit("barrier.cluster.arrive.release.aligned;")
     lw.emit("barrier.cluster.wait.acquire.aligned;")
+
+
+def vote_any(lw: Lowering, op: ops.VoteAny) -> None:
+    # vote.sync.any.pred over the full warp (PTX ISA "vote.sync"): its result is a warp-wide reduction, so ptxas
+    # keeps a branch on var warp-uniform
+    pred, any_lane = lw.predicate(op.pred), lw.pred()
+    lw.emit(f"vote.sync.any.pred {any_lane}, {pred}, 0xffffffff;")
+    lw.emit(f"selp.u32 {lw.var(op.var)}, 1, 0, {any_lane};")
 
 
 def shfl(lw: Lowering, op: ops.Shfl) -> None:
@@ -767,6 +775,7 @@ COMMON = {
     ops.NamedBarrierPopc: named_barrier_popc,
     ops.ClusterSync: cluster_sync,
     ops.Shfl: shfl,
+    ops.VoteAny: vote_any,
     ops.Nanosleep: nanosleep,
     ops.StShared16: st_shared_16,
     ops.StMatrix: st_matrix,

@@ -175,6 +175,9 @@ class SplitKPlan:
         group_threads: threads of a consumer warpgroup (128).
         chunk_values: fp32 values per thread per access (4: 16 B).
         chunks: accesses per thread per fragment array (block_n / 2 / chunk_values).
+        vote: the consumer passes the verdict of ``bar.red.popc`` through ``vote.sync.any`` (the same value, which
+            ptxas then treats as warp-uniform, so the persistent loop after it keeps the uniform datapath): where the
+            accumulator holds at most :data:`VOTE_MAX_ACC_REGS` registers per thread.
     """
 
     splits: int
@@ -184,6 +187,7 @@ class SplitKPlan:
     chunk_values: int
     chunks: int
     last_wave: bool = False
+    vote: bool = False
 
     @property
     def chunk_bytes(self) -> int:
@@ -1317,6 +1321,14 @@ def _registers_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan
                          consumer_regs=consumer_regs)
 
 
+#: the largest accumulator (f32 registers per consumer thread) with the split-K verdict's ``vote.sync.any``
+#: (``SplitKPlan.vote``).  Measured, ptxas 13.5 at 232 consumer registers: 32, 64 and 96 assemble without spills;
+#: at 128 (``h100_128x256_lw2``, ``_lw4``, ``dual_h100_128x128_c2_lw2``) the uniform loop spills 4 B (a tile-loop
+#: constant reloaded once per tile).  Those configs issue 512 tensor cycles of wgmma per warpgroup and k-block,
+#: which cover the per-thread loop's longer issue path (docs/performance.md, "The pair's last-wave k-loop").
+VOTE_MAX_ACC_REGS = 96
+
+
 def _split_plan(cfg: Config, f: _Basics, mma: MmaIssuePlan) -> SplitKPlan | None:
     """Serial split-K (sm_90a; the config rules check arch and persistence)."""
     sk = cfg.schedule.split_k
@@ -1324,8 +1336,9 @@ def _split_plan(cfg: Config, f: _Basics, mma: MmaIssuePlan) -> SplitKPlan | None
         return None
     group_bytes = mma.m_waves * mma.wave_rows * mma.block_n * F32_BYTES * len(f.b_names)
     ws = WorkspaceSpec(sk, group_bytes * f.wgs, f.wgs, 2 if cfg.cluster.dual_tile else 1)
+    acc_regs = mma.m_waves * mma.fragment_regs * len(mma.streams)
     return SplitKPlan(sk, ws, group_bytes, 128, PARTIAL_CHUNK_VALUES, mma.fragment_regs // PARTIAL_CHUNK_VALUES,
-                      last_wave=cfg.schedule.split_k_tiles == "last_wave")
+                      last_wave=cfg.schedule.split_k_tiles == "last_wave", vote=acc_regs <= VOTE_MAX_ACC_REGS)
 
 
 def make_plan(cfg: Config) -> Plan:

@@ -23,7 +23,7 @@ from .. import epi
 from ..config import FP8_SCALE_BLOCK
 from ..ir import (AmaxLocal, AmaxReduce, Bar, Const, Elect, EpilogueExpr, LdEpilogue, StEpilogue, Expr, FenceProxyAsync, For, If, AtomGlobalAdd, LdGlobalF32, Let,
                   MbarrierArrive, MbarrierWait, NamedBarrier, NamedBarrierPopc, Nanosleep, Pack16, Param, PromoteScaled, ScaleLoad, SetMaxNReg,
-                  Shfl,
+                  Shfl, VoteAny,
                   StGlobal16, StGlobalF32, StGlobalU32, StMatrix, StShared16, TcgenFence, TmaLoad, TmaStore,
                   TmemCopy, TmemLoad, TmemWaitLd, Umma, UmmaBlockScaled, Var, Wgmma, WgmmaCommit, WgmmaFence,
                   WaitRole, WgmmaWait, eq, fold, land, lift, lt, ne, select)
@@ -629,10 +629,16 @@ class SplitKFixup:
         return [Let("sk_last", Const(0)), If(self.publishes(), tuple(stores)), self.epi.named_sync(wg),
                 If(eq(WARP % 4, 0), (Elect((*whole, If(self.publishes(), tuple(arrive)))),))]
 
-    def learn(self, wg: Expr) -> NamedBarrierPopc:
+    def learn(self, wg: Expr) -> list:
         """The warpgroup learns whether its split is the tile's last (``sk_reduce`` = 1 or 0) at a barrier that also
-        orders the arriving thread's acquire before every thread's partial loads."""
-        return NamedBarrierPopc("sk_reduce", fold(EPI_BAR_ID + wg), 128, Var("sk_last"))
+        orders the arriving thread's acquire before every thread's partial loads.
+
+        The count is the same on every thread, but ptxas cannot see that, so a branch on it would be divergent and
+        the consumer's whole persistent loop after it compiled per thread (no uniform datapath: docs/performance.md,
+        "The pair's last-wave k-loop"); the warp's vote on it (``vote.sync.any``, the same value) is warp-uniform
+        to ptxas (where the plan says so: ``SplitKPlan.vote``)."""
+        vote = [VoteAny("sk_reduce", ne(Var("sk_reduce"), 0))] if self.sp.vote else []
+        return [NamedBarrierPopc("sk_reduce", fold(EPI_BAR_ID + wg), 128, Var("sk_last")), *vote]
 
     def collect(self, wg: Expr) -> list:
         """Add every other non-empty partial ``ps`` into the fragments: loads predicated on ``sk_reduce``, adds on
@@ -654,7 +660,7 @@ class SplitKFixup:
         ptxas (CUDA 13) serializes the wgmma pipeline (C7515), measured on h100_256x128 with split_k 3.
         """
         fused, stores = epilogue
-        return [*self.publish(wg), self.learn(wg), *self.collect(wg),
+        return [*self.publish(wg), *self.learn(wg), *self.collect(wg),
                 If(ne(Var("sk_reduce"), 0), (*fused, *stores, Let("tiles_stored", Var("tiles_stored") + 1)))]
 
 

@@ -278,7 +278,8 @@ class WarpWalker:
             O.LdGlobalNcU32: self._table_load, O.AtomGlobalAdd: self._counter_arrive,
             O.NamedBarrierPopc: self._barrier_popc,
         }
-        self._local = {O.Let: self._let, O.Shfl: self._shfl, O.TmemWaitLd: self._wait_ld, O.EpilogueExpr: self._epi_expr,
+        self._local = {O.Let: self._let, O.Shfl: self._shfl, O.VoteAny: self._vote_any,
+                       O.TmemWaitLd: self._wait_ld, O.EpilogueExpr: self._epi_expr,
                        O.Pack16: self._pack, O.AmaxLocal: self._amax_local, O.AmaxReduce: self._amax_reduce,
                        O.WgmmaFence: self._wgmma_fence, O.TcgenFence: self._tcgen_fence, O.PromoteScaled: self._promote}
 
@@ -449,6 +450,11 @@ class WarpWalker:
         src = np.broadcast_to(np.asarray(self.read_var(op.src), dtype=np.int64), (LANES,))
         lane = np.broadcast_to(np.asarray(self.eval(op.lane), dtype=np.int64), (LANES,))
         self._write_var(op.var, src[lane & (LANES - 1)])
+
+    def _vote_any(self, op):
+        """``vote.sync.any.pred``: 1 on every lane when ``pred`` is nonzero on any lane of the warp (a collective:
+        the whole warp runs it, never inside ``Elect``)."""
+        self._write_var(op.var, int(bool((self._per_lane(op.pred) != 0).any())))
 
     def _tmem_base(self, op):
         value = yield self.event(op)

@@ -171,6 +171,29 @@ class Shfl(Op):
         return f"Shfl {self.var} = {self.src} of lane {_s(self.lane)}"
 
 
+@dataclass(frozen=True)
+class VoteAny(Op):
+    """``var = vote.sync.any.pred(pred)`` over the whole warp (membermask 0xffffffff): 1 on every lane when ``pred``
+    is nonzero on any lane of the warp, else 0 (PTX ISA "vote.sync"; lowered as ``setp``, ``vote.sync.any.pred``,
+    ``selp``).
+
+    Why it exists: a value every lane of the warp already holds the same (the split-K verdict a
+    :class:`NamedBarrierPopc` returns) is not warp-uniform to ptxas, so a branch on it is divergent and ptxas
+    compiles the code after it per thread (``WARPSYNC``, no uniform datapath).  The same value passed through the
+    vote is the result of a warp-wide reduction, which ptxas does treat as warp-uniform (docs/performance.md,
+    "The pair's last-wave k-loop").
+    """
+
+    collective: ClassVar[bool] = True
+    per_lane: ClassVar[tuple[str, ...]] = ("pred",)
+
+    var: str
+    pred: Expr
+
+    def describe(self) -> str:
+        return f"VoteAny {self.var} = any over the warp of ({_s(self.pred)})"
+
+
 # ------------------------------------------------------------------ thread / cluster sync
 
 

@@ -4,7 +4,8 @@ the verifier's counter replay, the runtime workspace (one per stream) and the ch
 A planted bug rewrites the builder's IR (:func:`ptxgen.ir.rewrite.rewrite`); each must fail with its message:
 the counter is not reset, the last arriver skips a partial, a fixed split reduces without the count, the
 count's threshold is off by one, the arrival loses its release or its acquire, a partial is stored after the
-arrival, a split's k-block range is off by one, an arrival adds 2.
+arrival, a split's k-block range is off by one, an arrival adds 2, the verdict's vote is on the arriving thread's
+flag, the vote runs inside ``Elect``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 from ptxgen.config import load_config
 from ptxgen.errors import ConfigError, ShapeError, SimError, VerifyError
 from ptxgen.ir import ops as O
-from ptxgen.ir.expr import Const, Var, eq, lt, select
+from ptxgen.ir.expr import Const, Var, eq, lt, ne, select
 from ptxgen.launch import LaunchSpec
 from ptxgen.plan import make_plan
 from ptxgen.check.sim import simulate
@@ -187,6 +188,39 @@ def test_planted_wrong_split_range(delta):
     k = _planted(shift)
     for msg in _sim_error(k, shape=(150, 200, 7 * 64 - 40)):
         assert msg.startswith("wrong result:")
+
+
+def test_vote_makes_the_verdict_warp_uniform():
+    """Where the accumulator leaves room (``SplitKPlan.vote``), the verdict of ``bar.red.popc`` goes through
+    ``vote.sync.any``; at 128 accumulator registers it does not (the uniform loop spills there)."""
+    from emitters import emit
+    from ptxgen.plan import VOTE_MAX_ACC_REGS
+
+    ptx = emit(kernel("h100_128x192", 3))
+    popc = ptx.index("bar.red.popc.u32 %sk_reduce")
+    vote = ptx.index("vote.sync.any.pred", popc)
+    assert "selp.u32 %sk_reduce, 1, 0" in ptx[vote:vote + 200] and ptx.count("vote.sync") == 1
+    assert VOTE_MAX_ACC_REGS == 96 and make_plan(split("h100_128x192", 3)).split.vote
+    assert not make_plan(split("h100_128x256", 3)).split.vote
+    assert "vote.sync" not in emit(kernel("h100_128x256", 3))
+
+
+def test_planted_vote_on_the_arriving_thread_only():
+    """The warp votes on ``sk_last`` (1 on the arriving thread only) instead of the barrier's count: the other warps
+    of the warpgroup skip the reduction and the epilogue (the simulator's result is wrong, the verifier finds their
+    warpgroup's epilogue barrier never met)."""
+    k = _planted(lambda op: dataclasses.replace(op, pred=ne(Var("sk_last"), 0)) if isinstance(op, O.VoteAny) else None)
+    with pytest.raises(VerifyError, match=r"^circular wait"):
+        verify(k)
+    for msg in _sim_error(k, seeds=(0,)):
+        assert msg.startswith("wrong result:")
+
+
+def test_planted_vote_inside_elect():
+    """``vote.sync`` is a warp collective: under ``Elect`` (one lane) the verifier refuses it."""
+    k = _planted(lambda op: O.Elect((op,)) if isinstance(op, O.VoteAny) else None)
+    with pytest.raises(VerifyError, match=r"^VoteAny sk_reduce .* warp-collective op but runs inside Elect"):
+        verify(k)
 
 
 def test_verifier_holds_the_traced_arrival_order():

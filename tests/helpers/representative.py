@@ -23,7 +23,7 @@ from tests.helpers.sim_support import kernel_for
 
 #: One config per feature family: each carries a feature (:func:`features`) no other one here carries.
 REPRESENTATIVE = (
-    "dual_h100_64x64",
+    "dual_h100_128x128_lw2",
     "dual_sm100_256x128",
     "fp8_h100_192x128_c2",
     "fp8_h100_64x128",

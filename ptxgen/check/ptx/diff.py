@@ -19,7 +19,9 @@ epilogue's f32 ops and conversions with the walker (``SiluMul``, ``Pack16``, the
 executes the emitted f32 instructions and ``cvt``, both through :mod:`ptxgen.check.numerics`, and every stored
 element carries its bits, so a changed f32 instruction or rounding modifier changes a stored element.
 The instruction forms the IR fixes are compared too: memory-order semantics and scopes, ``tcgen05.ld``
-shape and count, the MMA kind and types, and (:func:`diff_directives`) the kernel's directives.
+shape and count, the MMA kind and types, a warp vote's mode, the thread's predicate and the warp's result
+(``vote.sync.any``: a vote on another predicate, of another mode, or none where the IR votes differs), and
+(:func:`diff_directives`) the kernel's directives.
 
 Fused epilogues (:mod:`ptxgen.epi`) are compared by meaning, not text.  The IR side evaluates each
 ``EpilogueExpr`` with :mod:`ptxgen.check.epilogue` (the emitted instruction sequence step by step in f32), reads
@@ -293,6 +295,8 @@ IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     O.StEpilogue: _st_epilogue,
     O.AtomGlobalAdd: lambda c, ev, op: [E.AtomAdd(op.sem, op.scope, WORKSPACE_PTR + ev.offset, op.value)],
     O.NamedBarrierPopc: lambda c, ev, op: [E.BarRedPopc(ev.id, ev.threads)],
+    # the lane's predicate and the warp's verdict (ops.VoteAny: uniform over the warp)
+    O.VoteAny: lambda c, ev, op: [E.VoteSync("any", bool(c.at_lane(ev.pred)), bool(c.wk.read_var(op.var)))],
     O.StGlobalU32: lambda c, ev, op: [E.StGlobalSemU32("relaxed", op.scope, WORKSPACE_PTR + ev.offset, op.value)],
     # ops the walker treats as silent or thread-local (ir_effects makes them events)
     O.Nanosleep: lambda c, ev, op: [E.Nanosleep(op.ns)],
@@ -320,7 +324,7 @@ def ir_effects(kernel, launch: Launch) -> list[Effect]:
                       warp=launch.tid // W.LANES, smem_base=smem_base(launch.ctaid % f["cluster_size"]),
                       params={"m": launch.m, "n": launch.n, "k": launch.k, "num_groups": NUM_GROUPS,
                               **epilogue_params(kernel)}, values=False,
-                      also=(O.Nanosleep, O.WgmmaFence, O.TcgenFence, O.TmemRelinquish, O.TmemWaitLd))
+                      also=(O.Nanosleep, O.WgmmaFence, O.TcgenFence, O.TmemRelinquish, O.TmemWaitLd, O.VoteAny))
 
     thread = _Thread(kernel, launch, wk)
     out: list[Effect] = []

@@ -44,7 +44,7 @@ BulkCommit = _effect("BulkCommit", "bulk.commit", "", "``cp.async.bulk.commit_gr
 BulkWait = _effect("BulkWait", "bulk.wait", "n read", "``cp.async.bulk.wait_group[.read] n``.")
 FenceProxyAsync = _effect("FenceProxyAsync", "fence.proxy.async", "space",
                           "``fence.proxy.async.SPACE``: the state space (``all`` without one).")
-# thread barriers (PTX ISA "bar, barrier", "barrier.cluster")
+# thread barriers and warp votes (PTX ISA "bar, barrier", "barrier.cluster", "vote.sync")
 BarSync = _effect("BarSync", "bar.sync", "id threads", "``bar.sync id[, threads]`` (threads None: the whole CTA).")
 BarrierClusterArrive = _effect("BarrierClusterArrive", "barrier.cluster.arrive", "sem",
                                "``barrier.cluster.arrive``: ``release`` (the default) or ``relaxed``.")
@@ -75,6 +75,9 @@ RedGlobal = _effect("RedGlobal", "red.global", "sem scope op addr value",
                     "bits of a nonnegative f32).")
 AtomAdd = _effect("AtomAdd", "atom.add", "sem scope addr value", "``atom.SEM.SCOPE.global.add.u32`` (a split-K arrival).")
 BarRedPopc = _effect("BarRedPopc", "bar.red.popc", "id threads", "``bar.red.popc.u32 d, id, threads, p`` (reads 1).")
+VoteSync = _effect("VoteSync", "vote.sync", "mode pred value",
+                   "``vote.sync.MODE.pred d, p, 0xffffffff`` (PTX ISA \"vote.sync\"): the mode (``any``, ``all``), the "
+                   "thread's predicate and the warp's result; the IR fixes all three.")
 StGlobalSemU32 = _effect("StGlobalSemU32", "st.global.sem.u32", "sem scope addr value",
                          "``st.relaxed.SCOPE.global.u32``.")
 # tcgen05 (PTX ISA "tcgen05.alloc", "tcgen05.fence", "tcgen05.mma", "tcgen05.commit", "tcgen05.ld", "tcgen05.cp")
@@ -104,7 +107,7 @@ KINDS: dict[str, type] = {t.KIND: t for t in (
     MbarrierInit, MbarrierArrive, MbarrierTryWait, FenceMbarrierInit, TmaLoad, TmaStore, BulkCommit, BulkWait,
     FenceProxyAsync, BarSync, BarrierClusterArrive, BarrierClusterWait, Nanosleep, SetMaxNReg, StShared, StMatrix,
     LdMatrix, StGlobal, LdShared, LdGlobal, AtomCas, StGlobalU32, StGlobalF32, LdGlobalF32, LdGlobalNc, LdGlobalTable,
-    AtomAdd, BarRedPopc,
+    AtomAdd, BarRedPopc, VoteSync,
     StGlobalSemU32, TmemAlloc, TmemRelinquish, TmemDealloc, TcgenFence, Umma, UmmaBlockScaled, TmemCopy, UmmaCommit,
     TmemLoad, TmemWaitLd, WgmmaFence, Wgmma, WgmmaCommit, WgmmaWait)}
 

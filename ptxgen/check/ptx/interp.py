@@ -11,12 +11,12 @@ its operands evaluated.  Nothing blocks: ``mbarrier.try_wait`` returns true.
 Interpreted (u32/s32/u64/s64/b16/b32/b64 as fits): ``add sub mul.lo mul.hi mul.wide
 mad.lo div rem min max and or xor not shl shr setp (incl. setp.CMP.and/or)
 selp mov (incl. mov.b64 {lo, hi}, mov.b32 {lo, hi}, a symbol's address) cvt cvta ld.param
-ld.shared bra ret elect.sync shfl.sync.{idx,bfly} mapa``; f32 ``add sub mul div.rnd fma mad neg abs min max
+ld.shared bra ret elect.sync shfl.sync.{idx,bfly} vote.sync.{any,all}.pred mapa``; f32 ``add sub mul div.rnd fma mad neg abs min max
 setp selp rcp.rnd`` with their rounding modifiers and ``cvt.{rn,rz,rm,rp}[.satfinite].{bf16,f16}[x2].f32`` and
 ``cvt.rn.satfinite.e4m3x2.f32``, bit-exact; the approximate ``ex2.approx``, ``rcp.approx`` and ``tanh.approx``
 by a model inside their PTX ISA error bounds (below).  Anything else raises :class:`PtxInterpError`, so an
 emitter change that leaves the subset is loud.  So does a form the model rules out: a misaligned memory access,
-an ``elect.sync`` or ``shfl.sync`` mask other than the full warp, a ``mul.hi.u32`` by a constant that is not an
+an ``elect.sync``, ``shfl.sync`` or ``vote.sync`` mask other than the full warp, a ``mul.hi.u32`` by a constant that is not an
 exact u32 division (:func:`exact_udiv`, checked by :func:`parse`), an f32 -> e4m3x2 ``cvt`` without the
 ``.rn.satfinite`` the ISA requires.
 
@@ -51,6 +51,9 @@ Model (what the effects' numbers mean):
   its own j-th shfl and its source register read there (lanes of a warp run
   the same shfls in the same order, as ``.sync`` with a full mask requires): an epilogue's amax
   butterfly runs the quad's (or the warp's) lanes.
+* ``vote.sync.{any,all}.pred``: the same, over every lane of the warp, unless the thread's own predicate
+  decides the result; effect: the mode, the thread's predicate and the result (the split-K verdict's
+  ``vote.sync.any`` after ``bar.red.popc``, whose count reads 1 on every lane, is decided by each lane itself).
 * Fused-epilogue operands (``ld.global.nc.{b16,b32,f32}`` of a bias, scale or residual): the effect names the
   pointer parameter and the byte offset (:func:`operand_window`), the data is :func:`operand_bits16` /
   :func:`operand_f32` of the address (the IR side gives the walker the same).  Epilogue outputs: ``st.global``
@@ -346,7 +349,8 @@ def _check_magic(insn: Insn, nxt: Insn | None) -> None:
 
 
 class Thread:
-    """One thread's state; :meth:`run` executes until the end or the next ``shfl`` (which the warp resolves)."""
+    """One thread's state; :meth:`run` executes until the end or the next warp exchange that reads other lanes
+    (``shfl``, ``vote``: the warp resolves it)."""
 
     def __init__(self, prog: Program, *, tid: int, ctaid: int, nctaid: int, ntid: int, rank: int, cluster_size: int,
                  params: dict[str, int], smem_base: int, tmem_base: int, max_steps: int, approx: int = 0):
@@ -367,8 +371,10 @@ class Thread:
         self.pc = 0
         self.steps = 0
         self.max_steps = max_steps
-        self.shfl_src: list[tuple[int, object]] = []  # (source lane, this lane's source value) per shfl
-        self.waiting: Insn | None = None  # the shfl this thread stopped at
+        # per warp exchange (shfl, vote), in program order: (the lanes whose values it reads, this lane's value,
+        # the result of their values ``f(thread, values)``); lanes () when the thread's own value decided it
+        self.exchanges: list[tuple[tuple[int, ...], object, object]] = []
+        self.waiting: Insn | None = None  # the exchange this thread stopped at
         self.done = False
 
     def get(self, name: str):
@@ -396,7 +402,7 @@ class Thread:
                 raise
             except (TypeError, KeyError, ValueError, ZeroDivisionError) as exc:
                 raise PtxInterpError(f"line {insn.line}: {insn.text}: {type(exc).__name__}: {exc}") from None
-            if nxt == "shfl":
+            if nxt == "exchange":
                 self.waiting = insn
                 return
             if nxt == "ret":
@@ -411,7 +417,7 @@ class Thread:
 
 
 class Warp:
-    """Lanes of one warp, created and advanced on demand (only shfl needs them)."""
+    """Lanes of one warp, created and advanced on demand (only shfl and vote need them)."""
 
     def __init__(self, make):
         self.make = make
@@ -424,21 +430,23 @@ class Warp:
         return t
 
     def src_at(self, lane: int, j: int, depth: int = 0):
-        """Lane ``lane``'s source value at its ``j``-th shfl."""
+        """Lane ``lane``'s value at its ``j``-th exchange (shfl source, vote predicate)."""
         if depth > 64:
-            raise PtxInterpError("shfl resolution does not terminate")
+            raise PtxInterpError("shfl/vote resolution does not terminate")
         t = self.lane(lane)
-        while len(t.shfl_src) <= j:
+        while len(t.exchanges) <= j:
             self.step(t, depth + 1)
             if t.done:
-                raise PtxInterpError(f"lane {lane} ended after {len(t.shfl_src)} shfl, another lane reached shfl #{j}")
-        return t.shfl_src[j][1]
+                raise PtxInterpError(f"lane {lane} ended after {len(t.exchanges)} shfl/vote, another lane reached "
+                                     f"shfl/vote #{j}")
+        return t.exchanges[j][1]
 
     def step(self, t: Thread, depth: int = 0) -> None:
-        """Resolve ``t``'s pending shfl (if any) and run it to its next stop."""
+        """Resolve ``t``'s pending exchange (if any) and run it to its next stop."""
         if t.waiting is not None:
-            j = len(t.shfl_src) - 1
-            t.resume(self.src_at(t.shfl_src[j][0], j, depth))
+            j = len(t.exchanges) - 1
+            lanes, _, result = t.exchanges[j]
+            t.resume(result(t, [self.src_at(lane, j, depth) for lane in lanes]))
         t.run()
 
 
@@ -1165,9 +1173,42 @@ def _shfl(insn: Insn):
         else:
             sl = t.lane ^ b
             sl = t.lane if sl > max_lane else sl
-        t.shfl_src.append((sl & 31, src(t)))
-        return "shfl"
+        t.exchanges.append(((sl & 31,), src(t), lambda t, values: values[0]))
+        return "exchange"
     return shfl
+
+
+def _vote(insn: Insn):
+    """``vote.sync.{any,all}.pred d, p, membermask`` (PTX ISA "vote.sync"): ``d`` is true when ``p`` holds on any /
+    on every lane of the warp; effect: the mode, the thread's ``p`` and ``d``.  The whole warp executes every vote
+    here (the emitters vote on whole warps), so membermask must be 0xffffffff.  A thread whose own ``p`` decides the
+    result (true for ``any``, false for ``all``) does not wait for its warp mates; otherwise every lane is run to its
+    vote of the same index (lanes of a warp run the same shfls and votes in the same order, as ``.sync`` with a full
+    mask requires)."""
+    mode = insn.parts[2] if len(insn.parts) > 3 else ""
+    if (insn.parts[1:2] != ("sync",) or mode not in ("any", "all") or insn.parts[3:] != ("pred",)
+            or len(insn.ops) != 3 or (_int(insn.ops[2]) or 0) & MASKS[32] != MASKS[32]):
+        raise PtxInterpError(f"line {insn.line}: vote form not interpreted (vote.sync.any/all.pred over the full warp, "
+                             f"membermask 0xffffffff): {insn.text}")
+    d, src = insn.ops[0], _src(insn.ops[1])
+    combine = any if mode == "any" else all
+
+    def result(t, values):  # t's vote is its last exchange
+        value = combine(values)
+        t.effects.append(E.VoteSync(mode, t.exchanges[-1][1], value))
+        return value
+
+    def vote(t):
+        own = src(t)
+        if not isinstance(own, bool):
+            raise PtxInterpError(f"line {insn.line}: {insn.text}: {insn.ops[1]} is not a predicate")
+        if own == (mode == "any"):  # decided by this lane
+            t.exchanges.append(((), own, result))
+            t.regs[d] = result(t, [own])
+            return None
+        t.exchanges.append((tuple(range(32)), own, result))
+        return "exchange"
+    return vote
 
 
 def _mapa(insn: Insn):
@@ -1503,7 +1544,7 @@ _FAMILIES = {
     "ex2": _float, "rcp": _float, "tanh": _float, "fma": _float, "neg": _float, "abs": _float,
     "setp": _setp, "selp": _selp, "mov": _mov, "cvt": _cvt, "cvta": _cvt, "ld": _ld, "bra": _bra,
     "ret": lambda insn: (lambda t: "ret"), "exit": lambda insn: (lambda t: "ret"),
-    "elect": _elect, "shfl": _shfl, "mapa": _mapa, "mbarrier": _mbarrier, "cp": _cp, "tcgen05": _tcgen05,
+    "elect": _elect, "shfl": _shfl, "vote": _vote, "mapa": _mapa, "mbarrier": _mbarrier, "cp": _cp, "tcgen05": _tcgen05,
     "wgmma": _wgmma, "createpolicy": _createpolicy, "st": _st, "atom": _atom, "red": _red, "bar": _bar,
     "barrier": _bar, "fence": _fence,
     "nanosleep": lambda insn: _effect(insn, E.Nanosleep, _src(insn.ops[0])),

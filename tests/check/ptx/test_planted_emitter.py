@@ -259,6 +259,21 @@ def transposed_bound_swapped(mp):
     _patch_op(mp, ops.StGlobal16, make)
 
 
+def vote_all(mp):
+    """The split-K verdict's ``vote.sync.any`` emitted as ``vote.sync.all`` (the same result while every lane's count
+    agrees: only the instruction form differs)."""
+    def bad(lw, op):
+        pred, p = lw.predicate(op.pred), lw.pred()
+        lw.emit(f"vote.sync.all.pred {p}, {pred}, 0xffffffff;")
+        lw.emit(f"selp.u32 {lw.var(op.var)}, 1, 0, {p};")
+    _patch_op(mp, ops.VoteAny, lambda f: bad)
+
+
+def vote_dropped(mp):
+    """The vote not emitted: the verdict stays as ``bar.red.popc`` left it (right value, per-thread loop)."""
+    _patch_op(mp, ops.VoteAny, lambda f: lambda lw, op: None)
+
+
 # bug -> the check that must catch it ("differential", or "golden:<name>")
 BUGS = {
     pow2_mod_and: "differential",
@@ -283,6 +298,8 @@ BUGS = {
     partial_chunk_off_by_one: "differential",
     transposed_store_untransposed: "differential",
     transposed_bound_swapped: "differential",
+    vote_all: "differential",
+    vote_dropped: "differential",
 }
 GOLDEN_CATCHES = {  # bugs a golden sequence catches as well
     peer_bit_mask: "two_sm_tma_load",

@@ -181,8 +181,34 @@ def test_split_k_traces_are_not_trivial():
     effects = ptx_effects(prog, kernel, launch)
     assert effects == ir_effects(kernel, launch)
     kinds = {e[0] for e in effects}
-    assert {"st.global.f32", "ld.global.f32", "atom.add", "bar.red.popc", "st.global.sem.u32"} <= kinds
+    assert {"st.global.f32", "ld.global.f32", "atom.add", "bar.red.popc", "st.global.sem.u32", "vote.sync"} <= kinds
     assert {e[1:3] for e in effects if e[0] == "atom.add"} == {("acq_rel", "gpu")}
+    assert {e[1:] for e in effects if e[0] == "vote.sync"} == {("any", True, True)}
+
+
+def test_interpreter_vote():
+    """``vote.sync.{any,all}.pred`` over the warp: a lane whose own predicate decides reads no other lane; otherwise
+    every lane runs to its vote.  The effect carries the mode, the thread's predicate and the result."""
+    text = """
+    .visible .entry t() {
+        .reg .b32 %r<4>; .reg .pred %p<6>;
+        mov.u32 %r1, %laneid;
+        setp.eq.u32 %p1, %r1, 5;
+        vote.sync.any.pred %p2, %p1, 0xffffffff;
+        vote.sync.all.pred %p3, %p1, 0xffffffff;
+        setp.lt.u32 %p4, %r1, 32;
+        vote.sync.all.pred %p5, %p4, 0xffffffff;
+        ret;
+    }
+    """
+    prog = ptxinterp.parse(text)
+    run = lambda lane: ptxinterp.run_thread(prog, tid=32 + lane, ctaid=0, nctaid=1, ntid=64, params={}, smem_base=0)
+    assert run(5) == [("vote.sync", "any", True, True), ("vote.sync", "all", True, False),
+                      ("vote.sync", "all", True, True)]
+    assert run(7) == [("vote.sync", "any", False, True), ("vote.sync", "all", False, False),
+                      ("vote.sync", "all", True, True)]
+    with pytest.raises(ptxinterp.PtxInterpError, match="vote form not interpreted"):
+        ptxinterp.parse(".visible .entry t() {\n vote.sync.any.pred %p1, %p2, 0xffff;\n}")
 
 
 def test_interpreter_basics():
