@@ -1,8 +1,8 @@
-"""Which cuBLAS kernel torch.matmul(a, b.T) runs for each default bench shape (device only).
+"""Which cuBLAS kernel torch.matmul(a, b.T) runs for each default bench shape, or each ``--shape`` (device only).
 
 Prints the kernel name (nvjet / sm90_xmma names encode tile, stages, cluster and schedule) and its
 CUDA time, from torch.profiler, so our tile choice can be compared with cuBLAS's.
-Usage: PYTHONPATH=$PWD python3 bench/cublas_kernels.py [--json F]
+Usage: PYTHONPATH=$PWD python3 bench/cublas_kernels.py [--shape MxNxK ...] [--json F]
 """
 import argparse
 import json
@@ -15,10 +15,12 @@ from ptxgen.bench import DEFAULT_SHAPES
 
 def main() -> None:
     p = argparse.ArgumentParser()
+    p.add_argument("--shape", action="append", default=[], help="MxNxK (repeatable; default: the bench's shapes)")
     p.add_argument("--json")
     args = p.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shape] or DEFAULT_SHAPES
     rows = []
-    for m, n, k in DEFAULT_SHAPES:
+    for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         for _ in range(3):

@@ -452,6 +452,47 @@ def test_main_loop_factors_fitted_on_the_tune_half_and_the_k_sweep():
 SHORT_K_PROBES = MAIN_LOOP_PROBES + ("regret_offsuite_h100.json",)
 
 
+#: shipped after the recorded experiments that the tests using :func:`before_later_configs` check: those experiments'
+#: candidates and model had none of them
+LATER_CONFIGS = ("h100_128x144_c2",)
+
+
+@pytest.fixture
+def before_later_configs(monkeypatch):
+    """The GEMM chooser as it was when a recorded experiment ran: no :data:`LATER_CONFIGS` among the candidates or in
+    the model's tile factors."""
+    from dataclasses import replace
+
+    from ptxgen.runtime import choose
+
+    shipped, model = choose._shipped_candidates, choose.SM90_GEMM_MODEL
+    monkeypatch.setattr(choose, "_shipped_candidates",
+                        lambda: tuple(c for c in shipped() if c.name not in LATER_CONFIGS))
+    monkeypatch.setattr(choose, "SM90_GEMM_MODEL", replace(model, tile_factors=tuple(
+        (name, f) for name, f in model.tile_factors if name not in LATER_CONFIGS)))
+    choose.candidates.cache_clear()
+    choose.choose_cached.cache_clear()
+    yield
+    choose.candidates.cache_clear()
+    choose.choose_cached.cache_clear()
+
+
+def test_later_configs_are_shipped_candidates_with_a_factor(before_later_configs):
+    """The fixture removes exactly the configs it names, which the chooser otherwise ranks (a name that is not a
+    shipped candidate would make it a no-op)."""
+    from ptxgen.runtime import choose
+
+    assert not {c.name for c in choose.candidates("sm_90a")} & set(LATER_CONFIGS)
+    assert not {name for name, _ in choose.SM90_GEMM_MODEL.tile_factors} & set(LATER_CONFIGS)
+
+
+def test_later_configs_are_candidates():
+    from ptxgen.runtime import choose
+
+    assert set(LATER_CONFIGS) <= {c.name for c in choose.candidates("sm_90a")}
+    assert set(LATER_CONFIGS) <= {name for name, _ in choose.SM90_GEMM_MODEL.tile_factors}
+
+
 def _chooser_decision(model, mnk) -> str:
     """The chooser's decision (choose_cached, compute capability 9.0, 132 SMs) on ``mnk`` with ``model`` as the GEMM
     chooser's model in place of SM90_GEMM_MODEL."""
@@ -466,7 +507,7 @@ def _chooser_decision(model, mnk) -> str:
         choose.choose_cached.cache_clear()
 
 
-def test_short_k_refit_wins_the_fresh_shapes_and_loses_64x4608x3584():
+def test_short_k_refit_wins_the_fresh_shapes_and_loses_64x4608x3584(before_later_configs):
     """bench/fit_choose.py --fit-main-loop with the six off-suite shapes of regret_offsuite_h100.json added: h100_128x128_c2_lw2
     1.148, partial_tbps 1.778 TB/s, whole_tile_fixup_us 0.763 us; it takes c2_lw2 on 1024x1024x8192 (main: h100_128x64, 1.327).
     Timed on the eight fresh off-suite shapes its rule chose (the two models' decisions differ) and on 64x4608x3584, the report
@@ -542,7 +583,7 @@ def test_lastwave_partial_bandwidth_none_is_the_shared_one():
             assert round(choose.predict(by_name[name], p["m"], p["n"], p["k"], 132, before)["us"], 1) == us
 
 
-def test_lastwave_partial_bandwidth_fitted_and_timed_on_a_second_fresh_set():
+def test_lastwave_partial_bandwidth_fitted_and_timed_on_a_second_fresh_set(before_later_configs):
     """bench/fit_choose.py --fit-main-loop --lastwave-partial on the tune half and every off-suite survey (the K-sweep,
     the fixup probes, the six and the eight off-suite shapes), partial_tbps held at 1.315: h100_128x128_c2_lw2 1.180,
     whole_tile_fixup_us 0.601 us, lastwave_partial_tbps 4.23 TB/s, the shipped model.  The plain split-K configs rank as
@@ -641,7 +682,7 @@ def test_stage_latency_bound_is_not_scaled_by_the_main_loop_factor():
 RING_PAIR_SURVEYS = ("small_m_stages_tune_h100.json", "configs_gemm_h100_tune_s6.json")
 
 
-def test_stage_ring_fit_ranks_the_small_m_tile_and_moves_a_report_decision():
+def test_stage_ring_fit_ranks_the_small_m_tile_and_moves_a_report_decision(before_later_configs):
     """bench/fit_choose.py --fit-ring: the 6-stage variant's time over the 4-stage tile's on 30 pairs at M <= 256
     isolates stage_latency_us 2.05 us with pad_row_cost 1 (a zero-filled row as a loaded one); the tile factors refit on
     the tune half with those held move no tune pick and lower the soft loss, and the model ranks h100_128x128 behind
@@ -705,7 +746,7 @@ RING_OFFSUITE = ("ring_fresh_offsuite_h100.json", "regret_offsuite_h100.json", "
                  "regret_fresh2_offsuite_h100.json", "lastwave_fixup_offsuite_h100.json")
 
 
-def test_stage_ring_refit_with_the_offsuite_surveys_loses_the_fresh_set():
+def test_stage_ring_refit_with_the_offsuite_surveys_loses_the_fresh_set(before_later_configs):
     """bench/fit_choose.py --fit-ring on the tune half and the off-suite surveys (81 shapes; 2.05 us and pad_row_cost 1
     from the pairs as before): the training regret falls (mean 1.0208 -> 1.0114), but on twelve fresh shapes (both
     models' decisions written before the device call) its picks' mean regret is above the shipped model's, and on the
