@@ -477,9 +477,9 @@ def before_later_configs(monkeypatch):
     choose.choose_cached.cache_clear()
 
 
-def test_later_configs_are_shipped_candidates_with_a_factor(before_later_configs):
-    """The fixture removes exactly the configs it names, which the chooser otherwise ranks (a name that is not a
-    shipped candidate would make it a no-op)."""
+def test_before_later_configs_removes_them(before_later_configs):
+    """Under the fixture the chooser has none of :data:`LATER_CONFIGS` (which it otherwise ranks:
+    :func:`test_later_configs_are_candidates`, so the fixture is no no-op)."""
     from ptxgen.runtime import choose
 
     assert not {c.name for c in choose.candidates("sm_90a")} & set(LATER_CONFIGS)
@@ -487,6 +487,7 @@ def test_later_configs_are_shipped_candidates_with_a_factor(before_later_configs
 
 
 def test_later_configs_are_candidates():
+    """Every one of :data:`LATER_CONFIGS` is a shipped candidate with a tile factor in the shipped model."""
     from ptxgen.runtime import choose
 
     assert set(LATER_CONFIGS) <= {c.name for c in choose.candidates("sm_90a")}
