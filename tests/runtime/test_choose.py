@@ -508,6 +508,19 @@ def _chooser_decision(model, mnk) -> str:
         choose.choose_cached.cache_clear()
 
 
+def _recorded_regrets(predictions, models: dict, timed) -> dict[str, dict]:
+    """Assert that each model's chooser decision (:func:`_chooser_decision`) on each recorded prediction is its
+    recorded ``<label>_pick`` (written down before the device call); return each label's regret per shape, in the
+    record's order: the pick's time over the fastest timed config's."""
+    regret = {label: {} for label in models}
+    for p in predictions:
+        mnk = (p["m"], p["n"], p["k"])
+        for label, model in models.items():
+            assert _chooser_decision(model, mnk) == p[f"{label}_pick"]
+            regret[label][mnk] = timed[mnk][p[f"{label}_pick"]] / min(timed[mnk].values())
+    return regret
+
+
 def test_short_k_refit_wins_the_fresh_shapes_and_loses_64x4608x3584(before_later_configs):
     """bench/fit_choose.py --fit-main-loop with the six off-suite shapes of regret_offsuite_h100.json added: h100_128x128_c2_lw2
     1.148, partial_tbps 1.778 TB/s, whole_tile_fixup_us 0.763 us; it takes c2_lw2 on 1024x1024x8192 (main: h100_128x64, 1.327).
@@ -538,13 +551,8 @@ def test_short_k_refit_wins_the_fresh_shapes_and_loses_64x4608x3584(before_later
     # the written decisions are both models' chooser decisions; every one was timed
     surveys = [str(RESULTS / record["surveys"][half]) for half in ("report", "fresh")]
     timed = dict(fit_choose.measured(surveys, names, split))
-    regret = {"main": {}, "refit": {}}
-    for p in record["predictions"]:
-        mnk = (p["m"], p["n"], p["k"])
-        for label, model in (("main", main), ("refit", refit)):
-            assert _chooser_decision(model, mnk) == p[f"{label}_pick"]
-            regret[label][mnk] = timed[mnk][p[f"{label}_pick"]] / min(timed[mnk].values())
-        assert p["main_pick"] != p["refit_pick"]
+    regret = _recorded_regrets(record["predictions"], {"main": main, "refit": refit}, timed)
+    assert all(p["main_pick"] != p["refit_pick"] for p in record["predictions"])
     fresh = [(p["m"], p["n"], p["k"]) for p in record["predictions"] if p["set"] == "fresh"]
     assert len(fresh) == 8 and (64, 4608, 3584) not in fresh
     mean = {label: statistics.fmean(r[mnk] for mnk in fresh) for label, r in regret.items()}
@@ -617,13 +625,9 @@ def test_lastwave_partial_bandwidth_fitted_and_timed_on_a_second_fresh_set(befor
     # the written decisions are both models' chooser decisions; every one was timed
     record = json.loads((RESULTS / "regret_fresh2_h100.json").read_text())
     timed = dict(fit_choose.measured([str(RESULTS / record["surveys"]["fresh"])], names, split))
-    regret = {"main": [], "new": []}
-    for p in record["predictions"]:
-        mnk = (p["m"], p["n"], p["k"])
-        assert p["set"] == "fresh" and p["main_pick"] != p["new_pick"]
-        for label, model in (("main", main), ("new", shipped)):
-            assert _chooser_decision(model, mnk) == p[f"{label}_pick"]
-            regret[label].append(timed[mnk][p[f"{label}_pick"]] / min(timed[mnk].values()))
+    assert all(p["set"] == "fresh" and p["main_pick"] != p["new_pick"] for p in record["predictions"])
+    regret = {label: list(r.values()) for label, r in
+              _recorded_regrets(record["predictions"], {"main": main, "new": shipped}, timed).items()}
     assert len(record["predictions"]) == 8
     assert statistics.fmean(regret["new"]) <= statistics.fmean(regret["main"])
     assert not any(n > 1.10 >= m for m, n in zip(regret["main"], regret["new"]))
@@ -729,13 +733,8 @@ def test_stage_ring_fit_ranks_the_small_m_tile_and_moves_a_report_decision(befor
     # the ring model wins the M = 64 and 192 shapes and loses four of the five M = 128 ones to h100_64x256
     fresh = json.loads((RESULTS / "ring_fresh_h100.json").read_text())
     timed = dict(fit_choose.measured([str(RESULTS / fresh["surveys"]["fresh"])], names, split))
-    regret = {"main": {}, "ring": {}}
-    for p in fresh["predictions"]:
-        mnk = (p["m"], p["n"], p["k"])
-        for label, model in (("main", shipped), ("ring", fitted)):
-            assert _chooser_decision(model, mnk) == p[f"{label}_pick"]
-            regret[label][mnk] = timed[mnk][p[f"{label}_pick"]] / min(timed[mnk].values())
-        assert p["main_pick"] != p["ring_pick"]
+    regret = _recorded_regrets(fresh["predictions"], {"main": shipped, "ring": fitted}, timed)
+    assert all(p["main_pick"] != p["ring_pick"] for p in fresh["predictions"])
     assert len(regret["ring"]) == 8
     assert sum(regret["ring"].values()) > sum(regret["main"].values())
     assert sum(regret["ring"][mnk] > regret["main"][mnk] for mnk in regret["ring"] if mnk[0] == 128) == 4
@@ -774,12 +773,8 @@ def test_stage_ring_refit_with_the_offsuite_surveys_loses_the_fresh_set(before_l
     assert fresh["models"]["new"]["tile_factors"] == [list(t) for t in new.tile_factors]
     timed = dict(fit_choose.measured([str(RESULTS / fresh["surveys"]["fresh"])], names, split))
     assert len(timed) == 12 and not (report | {mnk for mnk, _ in rows}) & set(timed)
-    regret = {"main": [], "new": []}
-    for p in fresh["predictions"]:
-        mnk = (p["m"], p["n"], p["k"])
-        for label, model in (("main", shipped), ("new", new)):
-            assert _chooser_decision(model, mnk) == p[f"{label}_pick"]
-            regret[label].append(timed[mnk][p[f"{label}_pick"]] / min(timed[mnk].values()))
+    regret = {label: list(r.values()) for label, r in
+              _recorded_regrets(fresh["predictions"], {"main": shipped, "new": new}, timed).items()}
     assert sum(regret["new"]) > sum(regret["main"])  # the ship rule's first condition fails
     # the report half, once, after the decision: the worst above 1.10
     record = json.loads((RESULTS / "chooser_report_h100.json").read_text())
