@@ -68,6 +68,9 @@ Swap-AB candidates (``schedule.swap_ab``: the kernel runs ``D^T = B @ A^T``, so 
 rank when M fits their ``block_n`` (:func:`swap_ab_fits`) with the same model on the problem they run, ``(N, M, K)``;
 their tile factors are not fitted (1).
 
+A CTA pair multicasting B on fewer n-blocks than it needs gives way to its single-CTA twin (:func:`pair_twin_rule`,
+measured: the model cannot tell a narrow B that every CTA reads from a wide one).
+
 Not chosen automatically, though they run when passed as ``config=``: ping-pong consumer configs
 (``mma.consumers: pingpong``): 0.45-0.83x torch on an H100 where the cooperative configs reach 0.95-1.05x
 (docs/performance.md, "Ping-pong consumers").
@@ -520,7 +523,7 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     cands = tuple(c for c in candidates(arch) if swap_ab_fits(c, m)) if arch else ()
     if not cands:
         return default, "default"
-    return rank(cands, m, n, k, sm_count, default, SM90_GEMM_MODEL)[0][1], "cost model"
+    return pair_twin_rule(rank(cands, m, n, k, sm_count, default, SM90_GEMM_MODEL)[0][1], n), "cost model"
 
 
 #: dual_gemm on sm_90a, (largest M, config) fastest first: at small M the dual GEMM reads B1 and B2 at the copy
@@ -587,6 +590,24 @@ def swap_ab_fits(c: Candidate, m: int) -> bool:
     (docs/performance.md, "Swap-AB") the swap-AB tiles ran at 0.57-0.90x the unswapped pick at M = 64 over 16- and
     32-column tiles (B read 4 and 2 times), and at 0.95-1.10x it where M fits."""
     return not c.swap_ab or m <= c.block_n
+
+
+#: sm_90a CTA pairs multicasting B, each with its single-CTA twin (the same tile, stages aside, without the pair) and the
+#: fewest n-blocks at which the chooser keeps the pair: (pair, twin, n-blocks).  The 128x144 pair measured 1.15-1.35x
+#: the single tile on grids of 8-11 n-blocks, and 0.85-0.96x it on 4 (N = 576: 4096x576x7168 54.7 against 49.2 us,
+#: 8192x576x4096 62.2 against 58.2; H100, docs/performance.md, "A CTA pair of 128x144 tiles"): there B is 576 rows
+#: that every CTA reads, the multicast saves nothing measurable and the pair's shared ``empty`` barriers cost; the
+#: cost model prices B's rows alike at every N and ranks the two as on the wide grids.
+PAIR_SINGLE_TWIN = (("h100_128x144_c2", "h100_128x144", 8),)
+
+
+def pair_twin_rule(name: str, n: int) -> str:
+    """The config to run for the cost model's pick ``name``: the pick, or its single twin
+    (:data:`PAIR_SINGLE_TWIN`) where the grid has fewer n-blocks than the pair needs."""
+    for pair, twin, min_n_blocks in PAIR_SINGLE_TWIN:
+        if name == pair and math.ceil(n / shipped_candidate(pair).block_n) < min_n_blocks:
+            return twin
+    return name
 
 
 #: gemm_fp8 on sm_90a: the 64-row tile (one consumer warpgroup) at or below this M, the CTA pairs above

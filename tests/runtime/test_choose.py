@@ -918,6 +918,26 @@ def test_dual_last_wave_rule_follows_the_measurement(fresh_choice):
     assert (name, why) == ("dual_h100_128x128_lw2", "small-M rule")
     assert fresh_choice.choose_cached(4096, 14336, 4096, (9, 0), 132, "dual_gemm")[0] == "dual_h100_128x128_c2"
 
+def test_pair_twin_rule_follows_the_measurement(fresh_choice):
+    """The 128x144 pair gives way to its single twin below 8 n-blocks: on every shape of
+    docs/results/pair144_few_n_blocks_h100.json (off both suite halves, H100, 132 SMs) the chooser, where it picks
+    either, picks the faster of the two by median time; the rule leaves every other config alone."""
+    rows = json.loads((RESULTS / "pair144_few_n_blocks_h100.json").read_text())["rows"]
+    pair, twin, _ = fresh_choice.PAIR_SINGLE_TWIN[0]
+    assert len(rows) == 8
+    picked = 0
+    for r in rows:
+        name, _ = fresh_choice.choose_cached(r["m"], r["n"], r["k"], (9, 0), 132)
+        times = {s: v["ms"] for s, v in r["sides"].items() if s in (pair, twin)}
+        if name in times:
+            picked += 1
+            assert times[name] == min(times.values()), (r["m"], r["n"], r["k"], name, times)
+    assert picked == 7  # 2048x576x14336: the model's pick is h100_128x128_c2
+    rule = fresh_choice.pair_twin_rule
+    assert rule(pair, 7 * 144) == twin and rule(pair, 7 * 144 + 1) == pair
+    assert rule("h100_128x128_c2", 576) == "h100_128x128_c2"
+
+
 def test_swap_ab_candidates_rank_on_the_swapped_problem_when_m_fits():
     """A swap-AB candidate is predicted on (N, M, K) and ranks only when M fits its block_n (one n-block: B read
     once); a shape moved past that falls back to the candidates that are not swap-AB."""
