@@ -51,7 +51,7 @@ def test_shipped_candidate_agrees_with_load_config(name):
                                                 cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands,
                                                 cfg.mma.consumers, cfg.schedule.split_k, cfg.mma.warpgroups,
                                                 cfg.tma.multicast, cfg.schedule.grouped, cfg.schedule.swap_ab,
-                                                cfg.schedule.split_k_tiles)
+                                                cfg.schedule.split_k_tiles, cfg.cluster.along)
 
 
 def test_cost_model_waves_and_tail():
@@ -454,7 +454,7 @@ SHORT_K_PROBES = MAIN_LOOP_PROBES + ("regret_offsuite_h100.json",)
 
 #: shipped after the recorded experiments that the tests using :func:`before_later_configs` check: those experiments'
 #: candidates and model had none of them
-LATER_CONFIGS = ("h100_128x144_c2",)
+LATER_CONFIGS = ("h100_128x144_c2", "h100_128x80_c2n", "h100_128x192_c2n")
 
 
 @pytest.fixture
