@@ -3,8 +3,20 @@
 # up): GPU correctness of the pairs along N through the public call, the GPU tests of their configs, compute-sanitizer
 # memcheck at two shapes, then timing (bench/survey.py: prepared launches alternating with torch call by call on
 # L2-rotated inputs, median of 5 runs of 20 calls) of every shipped config on the target shapes, and of the new
-# configs on the suite's tune half (their tile factors' fit) and report half.
+# configs on the suite's tune half (their tile factors' fit) and report half.  MODE=fit (second call): the tune half
+# again (the first call's tune.json was left on the device: at most 8 files come back) and every shipped config on
+# the M <= 256 shapes where the pair along N ran near or ahead of torch.
 set -o pipefail
+if [ "${MODE:-}" = fit ]; then
+  CFG="--config h100_128x80_c2n --config h100_128x192_c2n"
+  t0=$(date +%s)
+  timeout 100 python3 bench/survey.py --suite gemm --half tune $CFG --json $OUT/tune.json > $OUT/tune.txt 2>&1; echo "tune rc=$? $(( $(date +%s) - t0 )) s"
+  t0=$(date +%s)
+  timeout 150 python3 bench/survey.py --shipped --shape 128x10240x5120 --shape 128x8192x28672 --shape 128x6144x4096 \
+    --shape 128x3584x18944 --shape 128x24576x1536 --shape 256x4096x14336 --shape 128x2880x4096 --shape 256x8192x8192 \
+    --shape 128x16384x53248 --json $OUT/small_m.json > $OUT/small_m.txt 2>&1; echo "small M rc=$? $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
 NEW=${NEW:-h100_128x80_c2n,h100_128x192_c2n}
 CFG=$(echo $NEW | sed 's/^/--config /; s/,/ --config /g')
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader | tee $OUT/device.txt
