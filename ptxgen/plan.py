@@ -97,8 +97,8 @@ class OperandPlan:
     # split: how a CTA pair shares the operand: ``none`` (each CTA loads its own tile),
     # ``cta_group`` (sm_100a cta_group::2: each CTA loads its half of the rows into its own stage),
     # ``multicast`` (each CTA loads one half of the rows and multicasts it to both CTAs' stage, at
-    # ``rank x load_bytes`` into the slot: sm_90a B halves; sm_100a NVFP4 pairs: SFB1/SFB2 halves, which every
-    # CTA needs whole since its MMA rows span all of N).
+    # ``rank x load_bytes`` into the slot: sm_90a halves of the pair's shared operand, B along M or A along N; sm_100a
+    # NVFP4 pairs: SFB1/SFB2 halves, which every CTA needs whole since its MMA rows span all of N).
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,7 @@ class TileScheduler:
         A pair along N (``schedule.n_ctas = 2``): the unit's cluster n-block ``cn`` holds n-blocks ``2 cn`` and
         ``2 cn + 1``; this CTA's ``n_col`` is its own, ``(2 cn + rank) x block_n``."""
         g, sp = self.p.schedule.group_clusters, self.p.schedule
-        cn = (Var(prefix + "r") // Var(prefix + "gm"))
+        cn = Var(prefix + "r") // Var(prefix + "gm")
         n_block = cn * sp.n_ctas + self.c.rank if sp.n_ctas == 2 else cn
 
         def v(name: str) -> Var:
