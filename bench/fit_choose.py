@@ -53,6 +53,10 @@ shipped one in ``pipeline.stages`` alone) beside its base at M <= :data:`RING_MA
 refit on the shapes of ``F`` with those held; it prints the variants' ratio error and the model-only regret of the
 shipped, isolated and fitted models, the shapes whose pick moved, and the model-only regret before and after on each
 ``--check`` group of files (docs/performance.md, "The stage ring at small M"; not shipped).
+``--fit-factors F ... --join J ... --factor NAME ...`` fits the tile factors of the configs ``NAME`` alone
+(:func:`fit_tile_factors`: the soft loss on a grid of 0.01, one config at a time), every other constant and factor
+held, on the shapes of ``F`` (tune surveys) with the times of ``J`` (surveys of the new configs on the same shapes)
+joined to their rows (:func:`joined`); it prints the soft loss and model-only regret before and after.
 ``--eval F ...`` (repeatable: one evaluation per option) evaluates the chooser on the shapes of its files; a decision
 no file timed is listed as unmeasured.
 
@@ -63,6 +67,7 @@ Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json ...] 
        [--fit-ring survey_tune.json ... --ring-pairs survey_stage_variants.json ... [--check F ...]]
        [--refit tune.json tune_sk_a.json tune_sk_b.json tune_lw.json [--term smem] [--term latency] [--loo]
         [--start NAME=VALUE] [--warm model.json [--held]] [--model-json model.json]]
+       [--fit-factors survey_tune.json ... --join survey_new_tune.json ... --factor NAME ...]
        [--eval survey_report.json ...] [--model-only] [--json F]
        [--table F]
 """
@@ -521,6 +526,30 @@ def leave_one_out_all(cands, rows, model: choose.DeviceModel, terms=(), maxiter:
     return out
 
 
+def joined(paths: list[str], extra: list[str], names: set[str],
+           split: set[str] = frozenset()) -> list[tuple[tuple[int, int, int], dict[str, float]]]:
+    """:func:`measured` of ``paths`` with the times of the surveys ``extra`` (each timing a few candidates on the same
+    shapes, e.g. ``bench/survey.py --suite gemm --half tune --config NEW``) added to each shape's row."""
+    rows = measured(paths, names, split)
+    more = dict(measured(extra, names, split))
+    return [(mnk, {**times, **more.get(mnk, {})}) for mnk, times in rows]
+
+
+def fit_tile_factors(cands, rows, start: choose.DeviceModel, fitted: list[str], lo: float = 0.7, hi: float = 1.6,
+                     step: float = 0.01, rounds: int = 2) -> choose.DeviceModel:
+    """The tile factors of the configs ``fitted`` by the soft :func:`loss` on a grid of ``step`` in ``[lo, hi]``, one
+    config at a time (``rounds`` passes), every other constant and factor held at ``start``'s."""
+    model = start
+    grid = [round(lo + i * step, 4) for i in range(int(round((hi - lo) / step)) + 1)]
+
+    def with_factor(m: choose.DeviceModel, name: str, f: float) -> choose.DeviceModel:
+        return dataclasses.replace(m, tile_factors=tuple((n, v) for n, v in m.tile_factors if n != name) + ((name, f),))
+    for _ in range(rounds):
+        for name in fitted:
+            model = min((with_factor(model, name, f) for f in grid), key=lambda m: loss(m, cands, rows))
+    return model
+
+
 def regret_summary(model: choose.DeviceModel, cands, rows) -> str:
     """Soft loss and the model-only regret of the pick over ``rows``: median, mean, worst, count above 1.02."""
     r = [times[model_pick(model, cands, mnk, times)] / min(times.values()) for mnk, times in rows]
@@ -583,6 +612,10 @@ def main() -> None:
     p.add_argument("--model-json", help="with --refit: write the refit model's constants here")
     p.add_argument("--eval", nargs="+", action="append", default=[])
     p.add_argument("--model-only", action="store_true")
+    p.add_argument("--fit-factors", nargs="+", default=[], metavar="F",
+                   help="tune surveys: fit the tile factors of --factor alone on them joined with --join")
+    p.add_argument("--join", nargs="+", default=[], metavar="F", help="with --fit-factors: surveys of the new configs")
+    p.add_argument("--factor", action="append", default=[], metavar="NAME", help="with --fit-factors: a config to fit")
     p.add_argument("--json")
     p.add_argument("--table", help="write the shipped-table document of the --fit survey's shapes here")
     args = p.parse_args()
@@ -726,6 +759,12 @@ def main() -> None:
         if args.model_json:
             Path(args.model_json).write_text(json.dumps(dataclasses.asdict(fitted)) + "\n")
         model = fitted
+    if args.fit_factors:
+        rows = joined(args.fit_factors, args.join, names, split)
+        print("shipped: " + regret_summary(model, cands, rows))
+        model = fit_tile_factors(cands, rows, model, args.factor)
+        print("fitted: " + regret_summary(model, cands, rows) + "; "
+              + ", ".join(f"{n}={dict(model.tile_factors)[n]:.2f}" for n in args.factor))
     if args.table and args.fit:
         device = json.load(open(args.fit[0]))["device"]
         entries = [{"m": mnk[0], "n": mnk[1], "k": mnk[2], "config": min(t, key=t.get), "ms": round(min(t.values()), 4),

@@ -139,13 +139,18 @@ class Cluster:
     """CTA cluster.
 
     size: CTAs per cluster (1 or 2).  sm_100a: 2 means ``cta_group::2`` (one UMMA
-        spans both CTAs, UMMA_M = 256).  sm_90a: 2 pairs CTAs on one n-block.
+        spans both CTAs, UMMA_M = 256).  sm_90a: 2 pairs CTAs on one n-block (``along: m``) or on one m-block
+        (``along: n``).
     dual_tile: sm_100a: each CTA of the pair computes its own m-block (level 7);
         without it both CTAs compute the same tile.  sm_90a: must equal size == 2.
+    along: sm_90a pairs: the output dimension along which the pair's two tiles lie.  ``m``: two m-blocks of one
+        n-block, the pair shares B (``tma.multicast``: each CTA loads half of B's rows and multicasts them);
+        ``n``: two adjacent n-blocks of one m-block, the pair shares A (each CTA loads half of A's rows).
     """
 
     size: OneOf(1, 2) = 1
     dual_tile: Bool = False
+    along: OneOf("m", "n") = "m"
 
 
 @section
@@ -281,7 +286,7 @@ class Tma:
     """TMA loads.
 
     two_sm: sm_100a 2-SM loads (``.cta_group::2``, barrier address masked with 0xFEFFFFFF).
-    multicast: sm_90a: the CTA pair multicasts halves of the shared B tile.
+    multicast: sm_90a: the CTA pair multicasts halves of the tile it shares (B, or A with ``cluster.along: n``).
     l2_promotion: ``none``, ``64``, ``128`` or ``256`` (bytes).
     cache_hint_a, cache_hint_b: L2 eviction priority of the A and of the B (and B2) loads: ``none`` (the
         default policy), ``evict_first`` or ``evict_last``; a ``createpolicy.fractional.L2::<hint>`` policy
@@ -759,6 +764,7 @@ def _validate_sm100(cfg: Config) -> None:
     _rule(cfg.mma.consumers == "cooperative", "mma.consumers", cfg.mma.consumers,
           "sm_100a has no consumer warpgroups (one MMA-issuing thread); pingpong is an sm_90a schedule")
     _rule(not cfg.tma.multicast, "tma.multicast", True, "sm_100a kernels here use 2-SM loads (tma.two_sm), not multicast")
+    _rule(c.along == "m", "cluster.along", c.along, "sm_100a: a cta_group::2 pair splits M; must be m")
     if c.size == 1:
         _rule(not c.dual_tile, "cluster.dual_tile", True, "needs cluster.size=2 (a CTA pair)")
         _rule(not cfg.tma.two_sm, "tma.two_sm", True, "2-SM TMA loads need cluster.size=2")
@@ -776,6 +782,20 @@ def _validate_sm100(cfg: Config) -> None:
           "sm_90a register accumulators only: sm_100a overlaps through accumulator.stages and a dedicated epilogue")
     _rule(not cfg.epilogue.stmatrix, "epilogue.stmatrix", True,
           "sm_90a register fragments only: the sm_100a epilogue reads TMEM (tcgen05.ld) per thread row")
+
+
+def _validate_pair_along_n(cfg: Config) -> None:
+    """An sm_90a CTA pair along N (``cluster.along: n``): two adjacent n-blocks of one m-block, A multicast (each CTA
+    loads ``block_m / 2`` rows of A's k-block to both CTAs' stage, PTX ISA "cp.async.bulk.tensor",
+    ``.multicast::cluster``).  The plain bf16 GEMM only (with ``epilogue.expr``): split-K, the grouped walk, the dual
+    GEMM, FP8 and swap-AB keep their pairs along M."""
+    s = "cluster.along"
+    _rule(cfg.cluster.size == 2, s, "n", "needs cluster.size=2 (a CTA pair)")
+    _rule(cfg.tma.multicast, s, "n", "needs tma.multicast=true (the pair shares A through multicast halves)")
+    _rule(cfg.kernel == "gemm" and cfg.operands == "bf16", s, "n", "needs kernel=gemm and operands=bf16")
+    _rule(cfg.schedule.split_k == 1, s, "n", "needs schedule.split_k=1")
+    _rule(cfg.schedule.grouped == "none", s, "n", "needs schedule.grouped=none")
+    _rule(cfg.mma.consumers == "cooperative", s, "n", "needs mma.consumers=cooperative")
 
 
 def _validate_sm90(cfg: Config) -> None:
@@ -806,8 +826,10 @@ def _validate_sm90(cfg: Config) -> None:
     _rule(cfg.mma.lanes == "one" and cfg.mma.tc_util_percent == 100,
           "mma", dataclasses.asdict(cfg.mma), "sm_90a: lanes=one and tc_util_percent=100")
     _rule(c.dual_tile == (c.size == 2), "cluster.dual_tile", c.dual_tile,
-          "sm_90a: a cluster of 2 always pairs CTAs on one n-block (dual_tile must equal size == 2)")
+          "sm_90a: a cluster of 2 always pairs two tiles of one block row or column (dual_tile must equal size == 2)")
     _rule(not cfg.tma.multicast or c.size == 2, "tma.multicast", True, "needs cluster.size=2")
+    if c.along == "n":
+        _validate_pair_along_n(cfg)
     _rule(cfg.epilogue.release == "elected" and not cfg.epilogue.early_release, "epilogue", "release/early_release",
           "sm_90a: accumulators are registers; no tmem_empty to release")
     if cfg.epilogue.stmatrix:

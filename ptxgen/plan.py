@@ -97,8 +97,8 @@ class OperandPlan:
     # split: how a CTA pair shares the operand: ``none`` (each CTA loads its own tile),
     # ``cta_group`` (sm_100a cta_group::2: each CTA loads its half of the rows into its own stage),
     # ``multicast`` (each CTA loads one half of the rows and multicasts it to both CTAs' stage, at
-    # ``rank x load_bytes`` into the slot: sm_90a B halves; sm_100a NVFP4 pairs: SFB1/SFB2 halves, which every
-    # CTA needs whole since its MMA rows span all of N).
+    # ``rank x load_bytes`` into the slot: sm_90a halves of the pair's shared operand, B along M or A along N; sm_100a
+    # NVFP4 pairs: SFB1/SFB2 halves, which every CTA needs whole since its MMA rows span all of N).
 
 
 @dataclass(frozen=True)
@@ -249,9 +249,10 @@ class LoadsPlan:
     Units: rows, bytes per stage per CTA, elements of the operand map (``k_coord_step``, ``k_multiple``).
 
     operands: every TMA-loaded operand (A, B, B2, then NVFP4 scale tiles), in parameter order.
-    a_box_rows, b_box_rows: rows of A / of each B one CTA's load moves; b_smem_rows: rows of B in a CTA's stage.
+    a_box_rows, b_box_rows: rows of A / of each B one CTA's load moves (the shared operand's: half its tile);
+        b_smem_rows: rows of B in a CTA's stage.
     a_stage_bytes, b_stage_bytes: bytes of one stage of A / of each B in one CTA's shared memory.
-    b_load_bytes: bytes of each B one CTA's load moves (a multicast half: half the stage).
+    b_load_bytes: bytes of each B one CTA's load moves (a multicast half: half the stage); A's: ``operand("a")``.
     load_bytes: bytes one CTA's loads move per stage (every operand; the L2 -> SM traffic of one CTA).
     expect_tx_bytes: bytes landing in one CTA's stage per phase (its own loads plus the peer's multicast
         halves): its ``arrive.expect_tx`` (sm_100a).
@@ -259,7 +260,9 @@ class LoadsPlan:
     k_coord_step: TMA inner coordinate advance per k-block (bf16 elements, or bytes of packed e2m1).
     k_multiple: K must be a multiple of this (elements).
     two_sm: sm_100a ``cta_group::2`` loads completing on the leader's barrier.
-    multicast: sm_90a: B halves multicast across the CTA pair.
+    multicast: sm_90a: the shared operand's halves multicast across the CTA pair (every consumer release then
+        arrives on both CTAs' ``empty``: the peer's next multicast writes this CTA's stage).
+    shared: sm_90a: the operand the pair multicasts: ``b`` (a pair along M), ``a`` (along N), "" (none).
     """
 
     operands: tuple[OperandPlan, ...]
@@ -276,6 +279,7 @@ class LoadsPlan:
     k_multiple: int
     two_sm: bool
     multicast: bool
+    shared: str = ""
 
     def operand(self, name: str) -> OperandPlan:
         return next(o for o in self.operands if o.name == name)
@@ -601,12 +605,17 @@ class EpiloguePlan:
 
 @dataclass(frozen=True)
 class SchedulePlan:
-    """The tile walk.  Units: rows, CTAs, cluster m-blocks.
+    """The tile walk.  Units: rows, columns, CTAs, cluster m-blocks.
 
     persistent: grid = SM count, CTAs loop over tiles.
     cluster_tile_rows: rows of D one cluster covers (block_m x m_ctas).
-    m_ctas: CTAs of a cluster along M that compute different m-blocks.
+    m_ctas: CTAs of a cluster along M that compute different m-blocks (a pair along M: rank r takes m-block
+        ``2 cm + r`` of the cluster's n-block).
     group_clusters: swizzle group, in cluster m-blocks.
+    cluster_tile_cols: columns of D one cluster covers (block_n x n_ctas).
+    n_ctas: CTAs of a cluster along N that compute different n-blocks (a pair along N, ``cluster.along: n``: the
+        cluster unit is one m-block x two adjacent n-blocks, rank r takes n-block ``2 cn + r``; an n-block past N
+        is the peer's, whose loads of B zero-fill and whose stores clip, as a pair's m-block past M).
     grouped: ``none``, ``masked`` or ``contiguous``: the grouped GEMM's walk over (group, m-block, n-block)
         (:class:`ptxgen.builders.grouped.GroupedTileScheduler`); the kernel then takes ``group_ptr`` (the u32
         ``masked_m`` or ``m_indices`` table) and ``num_groups`` after ``k``.
@@ -620,6 +629,8 @@ class SchedulePlan:
     cluster_tile_rows: int
     m_ctas: int
     group_clusters: int
+    cluster_tile_cols: int
+    n_ctas: int = 1
     grouped: str = "none"
     expert_window: int = 0
     table_lookahead: bool = False
@@ -747,7 +758,7 @@ class Plan:
             grid=GridPolicy(
                 persistent=self.schedule.persistent,
                 tile_rows=self.schedule.cluster_tile_rows,
-                tile_cols=self.mma.block_n,
+                tile_cols=self.schedule.cluster_tile_cols,
                 cluster_size=r.cluster_size,
                 split_k=self.split.splits if self.split else 1,
                 split_tiles="last_wave" if self.split and self.split.last_wave else "all",
@@ -903,6 +914,8 @@ class _Stage:
     """One operand stage's shapes (private to :func:`make_plan`); bytes per CTA."""
 
     a_bytes: int
+    a_load: int  # A's load (a multicast half in a pair along N)
+    a_box_rows: int
     b_bytes: int  # each B's slot
     b_load: int  # each B's load
     b_box_rows: int
@@ -920,11 +933,14 @@ class _Stage:
 def _stage(cfg: Config, f: _Basics) -> _Stage:
     t = cfg.tile
     a_bytes = t.block_m * f.row_bytes
+    shared = _pair_shared(cfg, f)
+    a_box_rows = t.block_m // 2 if shared == "a" else t.block_m
+    a_load = a_box_rows * f.row_bytes
     if f.sm100:
         b_smem_rows = b_box_rows = t.block_n // f.cs
     else:
         b_smem_rows = t.block_n
-        b_box_rows = t.block_n // 2 if cfg.tma.multicast else t.block_n
+        b_box_rows = t.block_n // 2 if shared == "b" else t.block_n
     b_bytes, b_load = b_smem_rows * f.row_bytes, b_box_rows * f.row_bytes
     # NVFP4 / MXFP8 scale tiles: per operand, the atoms of its 128-row block for this stage's K (block_k / atom K:
     # NVFP4 256 / 64 = 4, MXFP8 128 / 128 = 1 atoms of 512 B = 128 rows x 4 scales); each CTA holds whole atom rows: its SFA, and all of B's scales (its MMA rows
@@ -944,19 +960,29 @@ def _stage(cfg: Config, f: _Basics) -> _Stage:
                    else _align(sa_bytes + TMA_PLAIN_ALIGN, SWIZZLE_ATOM_BYTES) - sa_bytes)
         bs_boxes = (("scale_a", t.block_m, sa_bytes), ("scale_b", SB_BOX_COLS, sb_slot))
     bs_load = sum(cols * F32_SCALE_BYTES for _, cols, _ in bs_boxes)
-    landed = a_bytes + nb * b_load + len(f.sf_names) * sf_bytes + bs_load
+    landed = a_load + nb * b_load + len(f.sf_names) * sf_bytes + bs_load
     load_bytes = landed - nb * (sf_bytes - sfb_load)  # the peer loads the other half of each B scale tile
     if f.sm100:
         expect_tx = landed
         full_tx = landed * (2 if cfg.tma.two_sm else 1)
     else:
-        expect_tx = full_tx = a_bytes + nb * b_bytes + bs_load  # own A + both halves of each B (multicast) or own Bs (+ FP8 scales)
+        expect_tx = full_tx = a_bytes + nb * b_bytes + bs_load  # the whole stage: own loads + the peer's multicast halves (+ FP8 scales)
     if a_bytes % SWIZZLE_ATOM_BYTES or b_bytes % SWIZZLE_ATOM_BYTES:
         raise ConfigError(f"tile: A stage {a_bytes} B / B stage {b_bytes} B must be multiples of 1024 B (128B swizzle atoms)")
     sizes = (("a", a_bytes), *((nm, b_bytes) for nm in f.b_names), *((nm, sf_bytes) for nm, _ in f.sf_names),
              *((nm, slot) for nm, _, slot in bs_boxes))
-    return _Stage(a_bytes, b_bytes, b_load, b_box_rows, b_smem_rows, sf_atoms, sf_bytes, sfb_load, bs_boxes, load_bytes,
+    return _Stage(a_bytes, a_load, a_box_rows, b_bytes, b_load, b_box_rows, b_smem_rows, sf_atoms, sf_bytes, sfb_load, bs_boxes, load_bytes,
                   expect_tx, full_tx, sizes)
+
+
+def _pair_shared(cfg: Config, f: _Basics) -> str:
+    """The operand an sm_90a CTA pair shares through multicast halves (``tma.multicast``): ``b`` for a pair along M
+    (two m-blocks of one n-block), ``a`` for a pair along N (two n-blocks of one m-block); "" for none.  Each CTA loads
+    half of the shared tile's rows and multicasts them to the same offset of both CTAs' stage (PTX ISA
+    "cp.async.bulk.tensor", ``.multicast::cluster``)."""
+    if f.sm100 or not cfg.tma.multicast:
+        return ""
+    return "a" if cfg.cluster.along == "n" else "b"
 
 
 def _sfb_multicast(cfg: Config, f: _Basics) -> bool:
@@ -1086,7 +1112,7 @@ def _barriers(cfg: Config, f: _Basics, stage: _Stage, epi: EpiloguePlan, ab_end:
             full_init, full_doc = (1,), "producer arrive.expect_tx; TMA completes here; MMA waits"
         empty_init, empty_doc = (1,) * cs, "tcgen05.commit" + (" multicast to both CTAs" if cs == 2 else "") + "; producer waits"
     else:
-        full_init, full_doc = (1,) * cs, "producer arrive.expect_tx; TMA" + (" (own A, multicast B halves)" if mc else "") + " completes here; consumers wait"
+        full_init, full_doc = (1,) * cs, "producer arrive.expect_tx; TMA" + ((" (multicast A halves, own B)" if cfg.cluster.along == "n" else " (own A, multicast B halves)") if mc else "") + " completes here; consumers wait"
         n_empty = f.row_split * (cs if mc else 1)  # pingpong: only the stage's tile owner releases it
         if f.fp8:  # each consumer warp reads its own rows' scales from the stage: every warp releases after its reads
             n_empty *= WARPS_PER_WARPGROUP
@@ -1197,7 +1223,9 @@ def _pipelines(cfg: Config, f: _Basics, bars: _Barriers) -> tuple[Pipeline, Pipe
 def _loads_plan(cfg: Config, f: _Basics, stage: _Stage, layout: _Layout, mma: MmaIssuePlan,
                 sf_col0: int, sf_cols: int) -> LoadsPlan:
     t, regions = cfg.tile, layout.regions
-    b_split = "cta_group" if f.sm100 and f.cs == 2 else ("multicast" if cfg.tma.multicast else "none")
+    shared = _pair_shared(cfg, f)
+    b_split = "cta_group" if f.sm100 and f.cs == 2 else ("multicast" if shared == "b" else "none")
+    a_split = "multicast" if shared == "a" else "none"
     pair_mask = (1 << f.cs) - 1
     sf_hi = descriptors.sf_copy_desc_hi() if f.block_scaled else 0
 
@@ -1208,20 +1236,21 @@ def _loads_plan(cfg: Config, f: _Basics, stage: _Stage, layout: _Layout, mma: Mm
                            "multicast" if mc else "none", scales=of, tmem_col=sf_col0 + i * sf_cols,
                            multicast=pair_mask if mc else 0)
 
-    operands = (OperandPlan("a", regions["a"], "m", t.block_m, stage.a_bytes, mma.a_desc_hi, cache_hint=cfg.tma.cache_hint_a),
+    operands = (OperandPlan("a", regions["a"], "m", stage.a_box_rows, stage.a_load, mma.a_desc_hi, a_split,
+                            cache_hint=cfg.tma.cache_hint_a, multicast=pair_mask if a_split == "multicast" else 0),
                 *(OperandPlan(nm, regions[nm], "n", stage.b_box_rows, stage.b_load, mma.b_desc_hi, b_split,
                               cache_hint=cfg.tma.cache_hint_b, multicast=pair_mask if b_split == "multicast" else 0)
                   for nm in f.b_names),
                 *(scale_tile(i, nm, of) for i, (nm, of) in enumerate(f.sf_names)),
                 *(OperandPlan(nm, regions[nm], "m" if of == "a" else "n", 1, cols * F32_SCALE_BYTES, 0, block_scale=of,
                               box_cols=cols) for (nm, of), (_, cols, _) in zip(f.block_scales, stage.bs_boxes)))
-    return LoadsPlan(operands=operands, a_box_rows=t.block_m, b_box_rows=stage.b_box_rows, b_smem_rows=stage.b_smem_rows,
+    return LoadsPlan(operands=operands, a_box_rows=stage.a_box_rows, b_box_rows=stage.b_box_rows, b_smem_rows=stage.b_smem_rows,
                      a_stage_bytes=stage.a_bytes, b_stage_bytes=stage.b_bytes, b_load_bytes=stage.b_load,
                      load_bytes=stage.load_bytes, expect_tx_bytes=stage.expect_tx, full_tx_bytes=stage.full_tx,
                      k_coord_step=f.row_bytes if f.nvfp4 else t.block_k,
                      k_multiple=t.block_k if f.block_scaled else (K_MULTIPLE_FP8 if f.fp8 else K_MULTIPLE_BF16),
                      two_sm=cfg.tma.two_sm,
-                     multicast=cfg.tma.multicast)
+                     multicast=cfg.tma.multicast, shared=shared)
 
 
 def _scale_vec(f: _Basics) -> str:
@@ -1256,9 +1285,11 @@ def _scales_plan(cfg: Config, f: _Basics, stage: _Stage) -> ScalesPlan:
 
 
 def _schedule_plan(cfg: Config) -> SchedulePlan:
-    m_ctas = 2 if cfg.cluster.dual_tile else 1
+    pair = 2 if cfg.cluster.dual_tile else 1
+    m_ctas, n_ctas = (1, pair) if cfg.cluster.along == "n" else (pair, 1)
     return SchedulePlan(persistent=cfg.schedule.persistent, cluster_tile_rows=cfg.tile.block_m * m_ctas, m_ctas=m_ctas,
                         group_clusters=max(1, cfg.schedule.group // m_ctas), grouped=cfg.schedule.grouped,
+                        cluster_tile_cols=cfg.tile.block_n * n_ctas, n_ctas=n_ctas,
                         expert_window=cfg.schedule.expert_window, table_lookahead=cfg.schedule.table_lookahead)
 
 

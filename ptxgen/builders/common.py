@@ -52,7 +52,7 @@ class TileScheduler:
         cs = self.c.size
         return [
             Let("num_m", ceil_div(Param("m"), self.p.schedule.cluster_tile_rows)),
-            Let("num_n", ceil_div(Param("n"), self.p.mma.block_n)),
+            Let("num_n", ceil_div(Param("n"), self.p.schedule.cluster_tile_cols)),  # a pair along N: pair units
             Let("num_tiles", Var("num_m") * Var("num_n")),
             Let("cluster_id", Sreg("ctaid") // cs),
             Let("num_clusters", Sreg("nctaid") // cs),
@@ -106,8 +106,12 @@ class TileScheduler:
     def swizzle(self, tile: Expr, between: list, prefix: str = "") -> list:
         """Tile ``tile`` of the ``num_m x num_n`` grid in swizzled order: its cluster m-block ``cm``, then the lets
         ``between``, then ``n_col`` (groups of ``group_clusters`` m-blocks walk their n-blocks together, so they
-        share B in L2).  ``prefix``: bind ``{prefix}cm`` etc. instead (another unit's, beside the current one's)."""
-        g = self.p.schedule.group_clusters
+        share B in L2).  ``prefix``: bind ``{prefix}cm`` etc. instead (another unit's, beside the current one's).
+        A pair along N (``schedule.n_ctas = 2``): the unit's cluster n-block ``cn`` holds n-blocks ``2 cn`` and
+        ``2 cn + 1``; this CTA's ``n_col`` is its own, ``(2 cn + rank) x block_n``."""
+        g, sp = self.p.schedule.group_clusters, self.p.schedule
+        cn = Var(prefix + "r") // Var(prefix + "gm")
+        n_block = cn * sp.n_ctas + self.c.rank if sp.n_ctas == 2 else cn
 
         def v(name: str) -> Var:
             return Var(prefix + name)
@@ -117,7 +121,7 @@ class TileScheduler:
             Let(prefix + "r", tile % (Var("num_n") * g)),
             Let(prefix + "cm", v("grp") * g + v("r") % v("gm")),
             *between,
-            Let(prefix + "n_col", (v("r") // v("gm")) * self.p.mma.block_n),
+            Let(prefix + "n_col", n_block * self.p.mma.block_n),
         ]
 
     def cta_tile(self) -> Expr:

@@ -122,12 +122,9 @@ class TmaProducer:
                 row, dst = row + c.rank * o.box_rows, dst + c.rank * o.load_bytes
             return TmaLoad(o.name, fold(dst), Const(0), fold(row), full, two_sm=p.is_sm100 and p.loads.two_sm,
                            multicast=o.multicast)
-        if o.rows_along == "m":
-            row = Var("m_row")
-        elif o.split == "none":
-            row = grouped.b_row(p)
-        else:
-            row = grouped.b_row(p) + c.rank * o.box_rows
+        row = Var("m_row") if o.rows_along == "m" else grouped.b_row(p)
+        if o.split != "none":  # this CTA's half of the rows (a cta_group::2 half of B, a pair's multicast half)
+            row = row + c.rank * o.box_rows
         if o.split == "multicast":
             shared = TmaLoad(o.name, fold(dst + c.rank * o.load_bytes), col, fold(row), full, multicast=o.multicast,
                              cache_hint=o.cache_hint)
@@ -894,7 +891,8 @@ class WgmmaConsumer:
         return [Let("tiles_done", sched.tiles_done()), If(ne(Var("tiles_done"), 0), tuple(self.stores(last)))]
 
     def release(self, st: PipelineState) -> list:
-        """consumer_release: one thread per consumer warpgroup arrives on ``empty`` (both CTAs' when B is multicast).
+        """consumer_release: one thread per consumer warpgroup arrives on ``empty`` (both CTAs' when the pair multicasts
+        its shared operand, A or B: the peer's next multicast half lands in this CTA's stage too).
 
         FP8: one thread per consumer warp (``empty`` counts 4 per warpgroup): each warp reads its own rows' scales
         from the stage with ``ld.shared``, and only its own arrive orders those reads before the refill (the

@@ -22,11 +22,12 @@ SM (the configs use ~200-225 KB of shared memory), clusters of ``c`` CTAs occupy
 ``floor(SMs / c) * c`` SMs.  For a ``bm x bn`` tile:
 
 * ``tiles = ceil(M / bm) * ceil(N / bn)`` (an sm_90a CTA pair takes two m-blocks of one n-block, so the m-blocks
-  are rounded up to a pair); ``waves = ceil(tiles / slots)``; ``tail`` efficiency = ``tiles / (waves * slots)``;
+  are rounded up to a pair; a pair along N, ``cluster.along: n``, two n-blocks of one m-block: the n-blocks are); ``waves = ceil(tiles / slots)``; ``tail`` efficiency = ``tiles / (waves * slots)``;
 * per tile, math time ``2 * bm * bn * K / (peak / SMs)`` (times ``one_wg_efficiency`` for one consumer
   warpgroup) and operand time ``(a + pad_row_cost * (bm - a) + bn') * K * 2 B / (L2 bandwidth / SMs)`` where
   ``a = M / m-blocks`` is the tile's average count of rows inside M (the rest, ``bm - a``, are rows past M, which TMA
-  zero-fills in shared memory without reading memory) and ``bn'`` is ``bn / 2`` for a pair multicasting B (bytes per
+  zero-fills in shared memory without reading memory) and ``bn'`` is ``bn / 2`` for a pair multicasting B (a pair
+  along N multicasts A: the A term is halved instead, ``(a + pad_row_cost * (bm - a)) / 2 + bn``; bytes per
   FLOP fall as the tile grows: ``(bm + bn) / (bm * bn)``), times ``ragged_load_factor`` when the K row pitch is not a
   multiple of 128 bytes; a tile costs the larger of the two plus a fixed prologue/epilogue cost (pipeline fill of
   ``stages`` k-blocks and the ``bm * bn * 2 B`` store), all times the config's fitted ``tile_factors`` entry;
@@ -198,6 +199,8 @@ SM90_GEMM_MODEL = DeviceModel(
                   ("h100_128x192", 1.159), ("h100_128x256", 1.0437), ("h100_128x64", 0.9078), ("h100_192x176", 1.1948),
                   ("h100_256x128", 0.999), ("h100_64x128", 1.0199), ("h100_64x256", 1.0438), ("h100_64x64", 1.0886),
                   ("h100_128x144_c2", 1.15),  # fitted alone on the tune half, the rest held ("A CTA pair of 128x144 tiles")
+                  # fitted alone on the tune half, the rest held ("CTA pairs along N")
+                  ("h100_128x80_c2n", 1.42), ("h100_128x192_c2n", 1.41),
                   ("h100_128x192_sk3", 1.001), ("h100_128x64_sk2", 1.0005), ("h100_64x128_sk2", 1.0016),
                   # split-K of the last wave: the base config's factor (whole tiles are the same kernel), not fitted
                   ("h100_128x128_c2_lw2", 0.9856), ("h100_128x256_lw2", 1.0437), ("h100_128x256_lw4", 1.0437)),
@@ -225,6 +228,7 @@ class Candidate:
     grouped: str = "none"  # schedule.grouped (masked / contiguous: ptxgen.grouped_gemm's, never a candidate)
     swap_ab: bool = False  # schedule.swap_ab: runs D^T = B @ A^T, predicted as the swapped problem (N, M, K)
     split_tiles: str = "all"  # schedule.split_k_tiles: every tile split, or the last wave's only (see predict)
+    along: str = "m"  # sm_90a CTA pair: cluster.along, m (two m-blocks, B multicast) or n (two n-blocks, A multicast)
 
     @property
     def accumulators(self) -> int:
@@ -280,7 +284,8 @@ def shipped_candidate(name: str) -> Candidate:
 
     Shipped configs are validated by the test suite, so the fields the cost model ranks on are read as
     written (an absent ``cluster`` is no cluster, an absent ``kernel`` a GEMM, absent ``operands`` bf16, an absent
-    ``schedule.split_k`` 1, absent ``mma.warpgroups`` 1, absent ``tma.multicast`` false: the schema's defaults); a YAML without ``tile`` or ``pipeline`` is loaded through
+    ``schedule.split_k`` 1, absent ``mma.warpgroups`` 1, absent ``tma.multicast`` false, an absent ``cluster.along`` m:
+    the schema's defaults); a YAML without ``tile`` or ``pipeline`` is loaded through
     ``load_config`` instead.  tests/runtime/test_choose.py checks that this agrees with ``load_config`` for every
     shipped config, so a changed default cannot drift unseen.
     """
@@ -299,7 +304,8 @@ def shipped_candidate(name: str) -> Candidate:
                          cluster, raw.get("kernel", "gemm"), raw.get("operands", "bf16"),
                          mma.get("consumers", "cooperative"), schedule.get("split_k", 1), mma.get("warpgroups", 1),
                          raw.get("tma", {}).get("multicast", False), schedule.get("grouped", "none"),
-                         schedule.get("swap_ab", False), schedule.get("split_k_tiles", "all"))
+                         schedule.get("swap_ab", False), schedule.get("split_k_tiles", "all"),
+                         raw.get("cluster", {}).get("along", "m"))
     except (KeyError, TypeError, AttributeError):
         from ptxgen.config import load_config
 
@@ -307,7 +313,7 @@ def shipped_candidate(name: str) -> Candidate:
         return Candidate(name, cfg.arch, cfg.tile.block_m, cfg.tile.block_n, cfg.tile.block_k,
                          cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands, cfg.mma.consumers,
                          cfg.schedule.split_k, cfg.mma.warpgroups, cfg.tma.multicast, cfg.schedule.grouped,
-                         cfg.schedule.swap_ab, cfg.schedule.split_k_tiles)
+                         cfg.schedule.swap_ab, cfg.schedule.split_k_tiles, cfg.cluster.along)
 
 
 def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceModel = SM90_MODEL) -> dict:
@@ -319,11 +325,12 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
         (0, 1], operand bytes per FLOP of one tile.
     """
     slots = max(c.cluster, sm_count // c.cluster * c.cluster)
-    # an sm_90a CTA pair takes two m-blocks of one n-block, so an odd count of m-blocks leaves one CTA of a pair
-    # idle: M <= block_m keeps half the SMs of a pair config idle
+    # an sm_90a CTA pair takes two m-blocks of one n-block (along N: two n-blocks of one m-block), so an odd count of
+    # m-blocks (n-blocks) leaves one CTA of a pair idle: M <= block_m keeps half the SMs of a pair config idle
     pair = c.cluster if c.arch == "sm_90a" else 1
-    m_blocks = math.ceil(math.ceil(m / c.block_m) / pair) * pair
-    tiles = m_blocks * math.ceil(n / c.block_n)
+    m_pair, n_pair = (1, pair) if c.along == "n" else (pair, 1)
+    m_blocks = math.ceil(math.ceil(m / c.block_m) / m_pair) * m_pair
+    tiles = m_blocks * math.ceil(math.ceil(n / c.block_n) / n_pair) * n_pair
     splits = c.split_k
     # split-K of the last wave: whole waves of data-parallel tiles (full K), then the tail tiles split (the kernel's
     # dp_tiles = tiles - tiles % grid; fewer tiles than slots: all of them split, ptxgen.launch.GridPolicy.split_units)
@@ -337,13 +344,17 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
     per_sm_flops = model.peak_tflops * 1e12 / sm_count * (model.one_wg_efficiency if c.warpgroups == 1 else 1.0)
     per_sm_l2 = model.l2_tbps * 1e12 / sm_count
     per_sm_store = model.store_tbps * 1e12 / sm_count
-    b_rows = acc * c.block_n / (2 if model.multicast and c.multicast else 1)
+    # a pair multicasting its shared operand loads half of its rows per CTA: B along M, A along N
+    halved = model.multicast and c.multicast
+    b_rows = acc * c.block_n / (2 if halved and c.along == "m" else 1)
+    a_share = 0.5 if halved and c.along == "n" else 1.0
     ragged = model.ragged_load_factor if (2 * k) % 128 else 1.0
     # rows of a tile past M: TMA zero-fills them in shared memory without reading memory (PTX ISA "Tensors: out of
     # bounds access"); a tile holds m / m_blocks rows of A inside M on average
     a_rows = m / m_blocks
     pad_rows = c.block_m - a_rows
-    a_cost_rows = a_rows + model.pad_row_cost * pad_rows  # A rows' L2 -> shared time, in loaded rows
+    a_fill_rows = a_rows + model.pad_row_cost * pad_rows  # A rows' L2 -> shared time, in loaded rows
+    a_cost_rows = a_fill_rows * a_share  # this CTA's own share of them
 
     smem_s_per_k = 0.0
     if model.smem_bytes_per_clk:
@@ -364,7 +375,7 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
         ring_s = k_unit / (c.block_k * c.stages) * model.stage_latency_us * 1e-6
         return max(max(math_s, (a_cost_rows + b_rows) * k_unit * 2.0 * ragged / per_sm_l2) * main_loop, ring_s)
 
-    fixed_s = (c.stages * (a_cost_rows + acc * c.block_n) * c.block_k * 2.0) / per_sm_l2 + c.block_m * c.block_n * 2.0 / per_sm_store
+    fixed_s = (c.stages * (a_fill_rows + acc * c.block_n) * c.block_k * 2.0) / per_sm_l2 + c.block_m * c.block_n * 2.0 / per_sm_store
     # split-K: every split stores its fp32 partial (block_m rows, those past M too), the last arriver reads the other
     # splits - 1; the units of a wave share the partial bandwidth, so the kernel pays for every split unit's bytes
     partial_s = 0.0
@@ -377,7 +388,7 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
     dram_bytes = 2.0 * (m * k + acc * n * k + m * n)
     dram_bw = model.hbm_tbps * 1e12
     if model.dram_latency_us:
-        in_flight = c.stages * (a_rows + b_rows) * c.block_k * 2.0  # a zero-filled row holds no memory request
+        in_flight = c.stages * (a_rows * a_share + b_rows) * c.block_k * 2.0  # a zero-filled row holds no memory request
         dram_bw = min(dram_bw, min(units, slots) * in_flight / (model.dram_latency_us * 1e-6))
     # a whole tile of a last-wave config passes the fixup predicated off: whole_tile_fixup_us per split
     whole_s = unit_s(k) + fixed_s + splits * model.whole_tile_fixup_us * 1e-6

@@ -51,7 +51,7 @@ def test_shipped_candidate_agrees_with_load_config(name):
                                                 cfg.pipeline.stages, cfg.cluster.size, cfg.kernel, cfg.operands,
                                                 cfg.mma.consumers, cfg.schedule.split_k, cfg.mma.warpgroups,
                                                 cfg.tma.multicast, cfg.schedule.grouped, cfg.schedule.swap_ab,
-                                                cfg.schedule.split_k_tiles)
+                                                cfg.schedule.split_k_tiles, cfg.cluster.along)
 
 
 def test_cost_model_waves_and_tail():
@@ -454,7 +454,25 @@ SHORT_K_PROBES = MAIN_LOOP_PROBES + ("regret_offsuite_h100.json",)
 
 #: shipped after the recorded experiments that the tests using :func:`before_later_configs` check: those experiments'
 #: candidates and model had none of them
-LATER_CONFIGS = ("h100_128x144_c2",)
+LATER_CONFIGS = ("h100_128x144_c2", "h100_128x80_c2n", "h100_128x192_c2n")
+
+
+#: report-half surveys timed after :data:`LATER_CONFIGS` shipped (docs/results/chooser_report_h100.json names them last)
+LATER_SURVEYS = ("pair_n_small_m_report_h100.json",)
+#: the record's report-half decisions that :data:`LATER_CONFIGS` moved, as they were before
+BEFORE_LATER_DECISIONS = {(128, 10240, 5120): "h100_128x128"}
+
+
+def _report_record_before_later() -> dict:
+    """docs/results/chooser_report_h100.json as it was before :data:`LATER_CONFIGS`: without :data:`LATER_SURVEYS`, with
+    the decisions of :data:`BEFORE_LATER_DECISIONS` (for the tests of recorded experiments, under
+    :func:`before_later_configs`)."""
+    record = json.loads((RESULTS / "chooser_report_h100.json").read_text())
+    assert record["surveys"][-len(LATER_SURVEYS):] == list(LATER_SURVEYS)
+    record["surveys"] = record["surveys"][:-len(LATER_SURVEYS)]
+    record["shapes"] = [dict(r, chosen=BEFORE_LATER_DECISIONS.get((r["m"], r["n"], r["k"]), r["chosen"]))
+                        for r in record["shapes"]]
+    return record
 
 
 @pytest.fixture
@@ -619,7 +637,7 @@ def test_lastwave_partial_bandwidth_fitted_and_timed_on_a_second_fresh_set(befor
     for mnk in ((64, 4608, 3584), (128, 2880, 4096)):
         choose.choose_cached.cache_clear()
         assert choose.choose_cached(*mnk, (9, 0), 132)[0] == "h100_64x64"
-    report = json.loads((RESULTS / "chooser_report_h100.json").read_text())["shapes"]
+    report = _report_record_before_later()["shapes"]
     choose.choose_cached.cache_clear()
     assert all(choose.choose_cached(r["m"], r["n"], r["k"], (9, 0), 132)[0] == r["chosen"] for r in report)
     # the written decisions are both models' chooser decisions; every one was timed
@@ -723,7 +741,7 @@ def test_stage_ring_fit_ranks_the_small_m_tile_and_moves_a_report_decision(befor
 
     assert (behind(shipped), behind(fitted)) == (0, 9)
     # the report half, once: the one decision it moves is worse
-    record = json.loads((RESULTS / "chooser_report_h100.json").read_text())
+    record = _report_record_before_later()
     doc = fit_choose.evaluate([str(RESULTS / f) for f in record["surveys"]], cands, model_only=False, model=fitted)
     moved = {(r["m"], r["n"], r["k"]): (r["chosen"], r["regret"]) for r, was in zip(doc["shapes"], record["shapes"])
              if r["chosen"] != was["chosen"]}
@@ -970,3 +988,59 @@ def test_runtime_trades_operands_and_shape_for_swap_ab():
     assert kernel_mn(spec, 7, 1000) == (1000, 7) and kernel_mn(plain, 7, 1000) == (7, 1000)
     assert kernel_args(spec, "A", "B", 7, 1000) == ("B", "A", 1000, 7)
     assert kernel_args(plain, "A", "B", 7, 1000) == ("A", "B", 7, 1000)
+
+
+def test_a_pair_along_n_rounds_its_n_blocks_and_loads_half_of_a():
+    """A pair along N (``cluster.along: n``) takes two n-blocks of one m-block: its n-blocks are rounded up to a pair
+    and its m-blocks are not, and each CTA loads half of A's rows (the pair along M halves B instead)."""
+    from dataclasses import replace
+
+    from ptxgen.runtime.choose import SM90_GEMM_MODEL, predict, shipped_candidate
+
+    pair_n = shipped_candidate("h100_128x80_c2n")
+    pair_m = replace(pair_n, along="m")
+    assert predict(pair_n, 128, 400, 4096, 132)["tiles"] == 1 * 6  # 5 n-blocks of 80 in 3 pairs
+    assert predict(pair_m, 128, 400, 4096, 132)["tiles"] == 2 * 5  # 1 m-block rounded up to a pair
+    # same tiles (2 m-blocks x 2 n-blocks), each CTA loading 64 + 80 rows along N against 128 + 40 along M
+    model = replace(SM90_GEMM_MODEL, tile_factors=(), overlap=0.0, hbm_tbps=1e6, dram_latency_us=0.0)
+    t_n, t_m = (predict(c, 256, 160, 1 << 20, 132, model)["us"] for c in (pair_n, pair_m))
+    assert t_n < t_m
+
+
+def test_pair_along_n_factors_fitted_alone_on_the_tune_half():
+    """bench/fit_choose.py --fit-factors: the two pairs along N timed on the tune half (docs/results/pair_n_tune_h100.json)
+    joined to the tune surveys' rows, their tile factors fitted alone by the soft loss on a grid of 0.01, everything
+    else held: the shipped 1.42 and 1.41.  With them no tune-half decision of the model moves (docs/performance.md,
+    "CTA pairs along N"); the report half's 128x10240x5120 moves from h100_128x128 to h100_128x80_c2n, the fastest
+    shipped config timed there."""
+    from ptxgen.runtime import choose
+
+    fit_choose = bench_module("fit_choose")
+    cands = choose.candidates("sm_90a")
+    names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
+    rows = fit_choose.joined([str(RESULTS / f) for f in TUNE_SURVEYS],
+                             [str(RESULTS / "pair144_tune_h100.json"), str(RESULTS / "pair_n_tune_h100.json")], names, split)
+    new = ("h100_128x80_c2n", "h100_128x192_c2n")
+    start = replace_factors(choose.SM90_GEMM_MODEL, {n: 1.0 for n in new})
+    fitted = fit_choose.fit_tile_factors(cands, rows, start, list(new))
+    assert {n: dict(fitted.tile_factors)[n] for n in new} == {n: dict(choose.SM90_GEMM_MODEL.tile_factors)[n] for n in new}
+    without = tuple(c for c in cands if c.name not in new)
+    assert all(fit_choose.model_pick(fitted, cands, mnk, t) == fit_choose.model_pick(fitted, without, mnk, t)
+               for mnk, t in rows)
+    assert _chooser_decision(choose.SM90_GEMM_MODEL, (128, 10240, 5120)) == "h100_128x80_c2n"
+
+
+def test_pair_along_n_report_decision_before(before_later_configs):
+    """Without the pairs along N the chooser ran h100_128x128 at 128x10240x5120 (docs/results/pair_n_report_h100.json
+    with the report surveys: 1.10x the pair's 46.2 us)."""
+    from ptxgen.runtime import choose
+
+    assert _chooser_decision(choose.SM90_GEMM_MODEL, (128, 10240, 5120)) == BEFORE_LATER_DECISIONS[(128, 10240, 5120)]
+
+
+def replace_factors(model, factors: dict):
+    """``model`` with the tile factors ``factors`` in place of its own for those configs."""
+    from dataclasses import replace
+
+    return replace(model, tile_factors=tuple((n, f) for n, f in model.tile_factors if n not in factors)
+                   + tuple(factors.items()))

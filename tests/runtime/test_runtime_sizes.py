@@ -20,7 +20,12 @@ SHAPES = [(1, 1), (129, 193), (1000, 1000), (4096, 4096), (300, 5000)]
 
 def cta_rows(cfg) -> int:
     """Output rows one cluster step covers: a pair computing two m-blocks covers two."""
-    return cfg.tile.block_m * (cfg.cluster.size if cfg.cluster.dual_tile else 1)
+    return cfg.tile.block_m * (cfg.cluster.size if cfg.cluster.dual_tile and cfg.cluster.along == "m" else 1)
+
+
+def cta_cols(cfg) -> int:
+    """Output columns one cluster step covers: a pair along N (two n-blocks of one m-block) covers two."""
+    return cfg.tile.block_n * (cfg.cluster.size if cfg.cluster.dual_tile and cfg.cluster.along == "n" else 1)
 
 
 @pytest.mark.parametrize("name", list(SPLIT_K))
@@ -29,7 +34,7 @@ def test_split_k_workspace_holds_every_ctas_partials_and_counters(name, m, n):
     cfg = SPLIT_K[name]
     spec = build(cfg).launch
     pair = cfg.cluster.size if cfg.cluster.dual_tile else 1
-    cta_tiles = math.ceil(m / cta_rows(cfg)) * math.ceil(n / cfg.tile.block_n) * pair
+    cta_tiles = math.ceil(m / cta_rows(cfg)) * math.ceil(n / cta_cols(cfg)) * pair
     accumulators = 2 if cfg.kernel == "dual_gemm" else 1
     partial = cfg.tile.block_m * cfg.tile.block_n * 4 * accumulators  # fp32 partial tile of one CTA
     counters = cfg.mma.warpgroups  # one per consumer warpgroup
@@ -43,7 +48,7 @@ def test_grid_is_one_cluster_per_unit_of_work_or_per_cluster_of_sms(name, m, n):
     cfg = SPLIT_K.get(name) or load_config(name)
     spec = build(cfg).launch
     cs, sms = cfg.cluster.size, 132
-    units = math.ceil(m / cta_rows(cfg)) * math.ceil(n / cfg.tile.block_n) * cfg.schedule.split_k
+    units = math.ceil(m / cta_rows(cfg)) * math.ceil(n / cta_cols(cfg)) * cfg.schedule.split_k
     clusters = min(units, sms // cs) if cfg.schedule.persistent else units
     grid = spec.grid.grid_x(m, n, sms)
     assert grid == clusters * cs and grid % cs == 0
@@ -54,9 +59,10 @@ def test_tma_boxes_are_each_ctas_share_of_the_tile(name):
     cfg = load_config(name)
     maps = build(cfg).launch.tensor_maps
     k_bytes = cfg.tile.block_k * {"nvfp4": 0.5, "fp8": 1, "mxfp8": 1}.get(cfg.operands, 2)  # one k-block of a row of A or B
-    assert maps["a"].box == (k_bytes // maps["a"].elem_bytes, cfg.tile.block_m)
-    # a pair shares B: each CTA loads (and multicasts or 2-SM-loads) half of its rows
-    b_rows = cfg.tile.block_n // cfg.cluster.size
+    # a pair shares B (along M) or A (along N): each CTA loads (and multicasts or 2-SM-loads) half of its rows
+    along_n = cfg.cluster.along == "n"
+    assert maps["a"].box == (k_bytes // maps["a"].elem_bytes, cfg.tile.block_m // (cfg.cluster.size if along_n else 1))
+    b_rows = cfg.tile.block_n // (1 if along_n else cfg.cluster.size)
     for b in ("b", "b2"):
         if b in maps:
             assert maps[b].box[1] == b_rows, (b, maps[b].box)
