@@ -4,7 +4,8 @@ Usage (repository root, on a GPU machine)::
 
     PYTHONPATH=$PWD python3 bench/first_call.py [--config NAME] [--shape 4096x4096x4096] [--warm-runs 5]
                                                 [--cold-runs 3] [--no-cache-runs N] [--driver-cache] [--profile N]
-                                                [--stages N] [--steps N] [--no-bytecode-prefix] [--json OUT.json]
+                                                [--stages N] [--steps N] [--pause S] [--no-bytecode-prefix]
+                                                [--json OUT.json]
 
 Each measurement is a new Python process (``subprocess``) that imports and
 initialises torch, allocates A, B on the GPU and synchronizes (not timed), then
@@ -62,12 +63,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 #: the packages whose modules the timed region may import, compiled into the run's bytecode directory
 BYTECODE_PACKAGES = ("ptxgen", "emitters", "cuda", "pydantic", "pydantic_core", "annotated_types", "typing_inspection",
                      "yaml", "jinja2", "markupsafe", "filelock", "platformdirs")
 #: the child reads its bytecode directory here (set after torch's import; see the module docstring)
 PYCACHE_VARIABLE = "FIRST_CALL_PYCACHE_PREFIX"
+#: seconds every child waits before it starts (``--pause``): whether a child's speed follows the time since the
+#: previous one exited (docs/performance.md, "Where a warm first call's time goes on the device")
+pause_s = 0.0
 
 #: every child's untimed start: torch up, A and B on the GPU, the bytecode directory
 CHILD_SETUP = r"""
@@ -171,6 +176,7 @@ CHILD = CHILD_SETUP + CHILD_TIMED
 def run_steps(shape: str, config: str, env: dict[str, str]) -> dict:
     """One fresh warm process taken apart (:data:`CHILD_STEPS`): its JSON line, ``steps`` as ``[label, wall ms,
     process CPU ms]``."""
+    time.sleep(pause_s)
     proc = subprocess.run([sys.executable, "-c", CHILD_SETUP + CHILD_STEPS, shape, config],
                           env=env, capture_output=True, text=True, timeout=300)
     if proc.returncode:  # a diagnostic: the run's other measurements stand without it
@@ -183,6 +189,7 @@ def run_child(shape: str, config: str, env: dict[str, str], profile: int = 0, st
     """One fresh process; its JSON line (with ``profile`` > 0, its cProfile top entries go to our stderr; with
     ``stages``, ``cuda.bindings.driver`` is imported and timed before the timed region: ``bindings_import_ms``)."""
     extra = [str(profile), "stages"] if stages else [str(profile)] if profile else []
+    time.sleep(pause_s)
     proc = subprocess.run([sys.executable, "-c", CHILD, shape, config, *extra],
                           env=env, capture_output=True, text=True, timeout=300)
     if profile:
@@ -240,10 +247,14 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=0, metavar="N",
                     help="N more warm children whose first call is timed step by step (the bindings' import, "
                          "import ptxgen, context, choice, kernel load, gemm, synchronize)")
+    ap.add_argument("--pause", type=float, default=0.0, metavar="S",
+                    help="seconds to wait before every child (default 0: each starts when the previous one exited)")
     ap.add_argument("--no-bytecode-prefix", action="store_true",
                     help="take the environment's bytecode as it is (ptxgen and emitters compiled beside their sources) "
                          "instead of compiling every package a first call imports into a directory of the run")
     args = ap.parse_args()
+    global pause_s
+    pause_s = args.pause
 
     pycache_dir = None if args.no_bytecode_prefix else tempfile.TemporaryDirectory(prefix="ptxgen-first-call-pycache-")
     pycache = pycache_dir.name if pycache_dir else None
@@ -283,6 +294,7 @@ def main() -> int:
     bytecode = (f"compiled into a directory of the run ({folders} package folders), sys.pycache_prefix in every child"
                 if pycache else "as the environment has it; ptxgen and emitters compiled beside their sources")
     doc = {"shape": args.shape, "config": args.config, "driver_jit_cache": args.driver_cache, "bytecode": bytecode,
+           "pause_s": pause_s,
            "first_process": first, "cold": cold, "warm": warm, "no_cache": no_cache, "warm_stages": staged,
            "warm_steps": steps,
            "cold_median_total_ms": median(cold), "warm_median_total_ms": median(warm),
