@@ -4,7 +4,8 @@ Usage (repository root, on a GPU machine)::
 
     PYTHONPATH=$PWD python3 bench/first_call.py [--config NAME] [--shape 4096x4096x4096] [--warm-runs 5]
                                                 [--cold-runs 3] [--no-cache-runs N] [--driver-cache] [--profile N]
-                                                [--stages N] [--no-bytecode-prefix] [--json OUT.json]
+                                                [--stages N] [--steps N] [--pause S] [--no-bytecode-prefix]
+                                                [--json OUT.json]
 
 Each measurement is a new Python process (``subprocess``) that imports and
 initialises torch, allocates A, B on the GPU and synchronizes (not timed), then
@@ -20,10 +21,16 @@ for comparison, a second call); ``built`` says whether the child imported ``ptxg
   with ``cold``, ``--no-cache-runs`` times (default: as many as ``cold``);
 * ``warm``: a filled cache, ``--warm-runs`` times (load the stored cubin);
 * ``warm_stages``: ``--stages`` more warm children that import ``cuda.bindings.driver`` before the timed region
-  (``bindings_import_ms``): their total is what ptxgen itself adds when the bindings are already imported.
+  (``bindings_import_ms``): their total is what ptxgen itself adds when the bindings are already imported;
+* ``warm_steps``: ``--steps`` more warm children whose first call runs step by step (:data:`CHILD_STEPS`: the
+  bindings' import, ``import ptxgen``, context and device info, the choice, the kernel loaded, the gemm, the
+  synchronize, then the cache read and the module load once more), wall and process CPU time after each.
 
 Every child also records torch's version and whether importing torch had imported ``cuda.bindings.driver`` and
-``cuda.pathfinder`` (``preloaded``; then a first call does not pay for them).  ``--cold-runs 0`` measures warm
+``cuda.pathfinder`` (``preloaded``; then a first call does not pay for them), and what the kernel saw of its timed
+region: the process's CPU time (``process_cpu_ms``: user and system, every thread), its voluntary and involuntary
+context switches, minor page faults, and the CPU it ran on at the region's start and end (``/proc/self/stat``): a
+child slower by its CPU time ran slower, one slower by its wall time alone waited.  ``--cold-runs 0`` measures warm
 calls only.
 
 Every child runs with ``CUDA_CACHE_DISABLE=1`` unless ``--driver-cache``: the CUDA driver keeps its own JIT
@@ -56,14 +63,19 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 #: the packages whose modules the timed region may import, compiled into the run's bytecode directory
 BYTECODE_PACKAGES = ("ptxgen", "emitters", "cuda", "pydantic", "pydantic_core", "annotated_types", "typing_inspection",
                      "yaml", "jinja2", "markupsafe", "filelock", "platformdirs")
 #: the child reads its bytecode directory here (set after torch's import; see the module docstring)
 PYCACHE_VARIABLE = "FIRST_CALL_PYCACHE_PREFIX"
+#: seconds every child waits before it starts (``--pause``): whether a child's speed follows the time since the
+#: previous one exited (docs/performance.md, "Where a warm first call's time goes on the device")
+pause_s = 0.0
 
-CHILD = r"""
+#: every child's untimed start: torch up, A and B on the GPU, the bytecode directory
+CHILD_SETUP = r"""
 import json, os, sys, time
 import torch
 m, n, k = map(int, sys.argv[1].split("x"))
@@ -76,11 +88,24 @@ if os.environ.get("FIRST_CALL_PYCACHE_PREFIX"):  # bytecode of what the timed re
     sys.pycache_prefix = os.environ["FIRST_CALL_PYCACHE_PREFIX"]
     sys.dont_write_bytecode = False
 preloaded = {name: name in sys.modules for name in ("cuda.bindings.driver", "cuda.pathfinder")}  # by torch
+"""
+
+#: a warm child's timed first call (after :data:`CHILD_SETUP`); prints one JSON line
+CHILD_TIMED = r"""
 stages = {}
+import resource
+def cpu_of_process():  # the CPU this process last ran on (/proc/PID/stat field 39), -1 where unreadable
+    try:
+        with open("/proc/self/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return -1
 if len(sys.argv) > 4:  # --stages: cuda.bindings.driver imported (timed) before the timed region
     s0 = time.perf_counter()
     import cuda.bindings.driver
     stages["bindings_import_ms"] = (time.perf_counter() - s0) * 1e3
+cpu0, u0 = cpu_of_process(), resource.getrusage(resource.RUSAGE_SELF)
+c0 = time.process_time()
 t0 = time.perf_counter()
 import ptxgen
 t1 = time.perf_counter()
@@ -94,6 +119,7 @@ else:
 t2 = time.perf_counter()
 torch.cuda.synchronize()
 t3 = time.perf_counter()
+c3, u3, cpu3 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF), cpu_of_process()
 ptxgen.gemm(a, b, out=out, config=config)
 torch.cuda.synchronize()
 t4 = time.perf_counter()
@@ -101,15 +127,69 @@ ref = a.float() @ b.float().T
 err = ((out.float() - ref).norm() / ref.norm()).item()
 print(json.dumps({"import_ms": (t1 - t0) * 1e3, "first_call_ms": (t2 - t1) * 1e3, "first_call_synced_ms": (t3 - t1) * 1e3,
                   "total_ms": (t3 - t0) * 1e3, "second_call_synced_ms": (t4 - t3) * 1e3, "rel_err": err,
+                  "process_cpu_ms": (c3 - c0) * 1e3, "cpus": [cpu0, cpu3],
+                  "context_switches": [u3.ru_nvcsw - u0.ru_nvcsw, u3.ru_nivcsw - u0.ru_nivcsw],
+                  "minor_faults": u3.ru_minflt - u0.ru_minflt,
                   "built": "ptxgen.build" in sys.modules, "torch": torch.__version__, "preloaded": preloaded,
                   **stages}))
 """
+
+
+#: a warm child whose first call is taken apart (``--steps``; after :data:`CHILD_SETUP`): ``perf_counter`` and
+#: ``process_time`` after each step of what ``ptxgen.gemm`` does on a warm hit (the bindings imported first, then
+#: ``ptxgen.runtime.api.loaded_kernel``'s parts); after the synchronize, the cache read and the module load again
+CHILD_STEPS = r"""
+marks = [("start", time.perf_counter(), time.process_time())]
+def mark(label):
+    marks.append((label, time.perf_counter(), time.process_time()))
+import cuda.bindings.driver
+mark("import cuda.bindings.driver")
+import ptxgen
+mark("import ptxgen")
+from ptxgen import knobs
+from ptxgen.runtime import api, driver, loader
+driver.ensure_context(0)
+info = driver.device_info(0)
+mark("runtime modules, cuInit, primary context, device info")
+name = api.resolve_config(config, m, n, k, 0)
+mark("config chosen")
+loaded = api.loaded_kernel(name, 0)
+mark("kernel loaded (cache read, cuModuleLoadData, launcher)")
+out = ptxgen.gemm(a, b, config=config)
+mark("gemm (signature, tensor maps, cuLaunchKernelEx)")
+torch.cuda.synchronize()
+mark("synchronize")
+from ptxgen.runtime.module import Kernel, compiler
+settings = knobs.read()
+image = loader.load_image(name, driver.driver_version(), info.capability, compiler(settings.jit), settings,
+                          prebuilt=api._shipped_image)
+mark("again: cache read (loader.load_image)")
+Kernel.from_cubin(image.cubin, image.spec, 0)
+mark("again: cuModuleLoadData, function attributes")
+steps = [(label, (t - t0) * 1e3, (c - c0) * 1e3) for (_, t0, c0), (label, t, c) in zip(marks, marks[1:])]
+print(json.dumps({"steps": steps, "config": name, "torch": torch.__version__, "preloaded": preloaded}))
+"""
+
+CHILD = CHILD_SETUP + CHILD_TIMED
+
+
+def run_steps(shape: str, config: str, env: dict[str, str]) -> dict:
+    """One fresh warm process taken apart (:data:`CHILD_STEPS`): its JSON line, ``steps`` as ``[label, wall ms,
+    process CPU ms]``."""
+    time.sleep(pause_s)
+    proc = subprocess.run([sys.executable, "-c", CHILD_SETUP + CHILD_STEPS, shape, config],
+                          env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode:  # a diagnostic: the run's other measurements stand without it
+        print(f"steps child failed (rc {proc.returncode}):\n{proc.stderr[-2000:]}", file=sys.stderr)
+        return {"steps": [], "failed": proc.returncode}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def run_child(shape: str, config: str, env: dict[str, str], profile: int = 0, stages: bool = False) -> dict:
     """One fresh process; its JSON line (with ``profile`` > 0, its cProfile top entries go to our stderr; with
     ``stages``, ``cuda.bindings.driver`` is imported and timed before the timed region: ``bindings_import_ms``)."""
     extra = [str(profile), "stages"] if stages else [str(profile)] if profile else []
+    time.sleep(pause_s)
     proc = subprocess.run([sys.executable, "-c", CHILD, shape, config, *extra],
                           env=env, capture_output=True, text=True, timeout=300)
     if profile:
@@ -119,6 +199,16 @@ def run_child(shape: str, config: str, env: dict[str, str], profile: int = 0, st
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"child: total {result['total_ms']:.1f} ms", file=sys.stderr, flush=True)  # progress of a long run
     return result
+
+
+def diagnostics(r: dict) -> str:
+    """A child's timed region as the kernel saw it: process CPU time (user + system, every thread), voluntary and
+    involuntary context switches, minor page faults, the CPU it ran on at the region's start and end."""
+    if "process_cpu_ms" not in r:
+        return ""
+    (vol, invol), (c0, c1) = r["context_switches"], r["cpus"]
+    return (f"\n  {'':<28} process CPU {r['process_cpu_ms']:6.1f} ms, switches {vol}+{invol} involuntary, "
+            f"minor faults {r['minor_faults']}, CPU {c0} -> {c1}")
 
 
 def fill_bytecode(prefix: str | None) -> int:
@@ -154,10 +244,17 @@ def main() -> int:
     ap.add_argument("--stages", type=int, default=0, metavar="N",
                     help="N more warm children that import cuda.bindings.driver (timed: bindings_import_ms) before "
                          "the timed region, so that their total is ptxgen's own share")
+    ap.add_argument("--steps", type=int, default=0, metavar="N",
+                    help="N more warm children whose first call is timed step by step (the bindings' import, "
+                         "import ptxgen, context, choice, kernel load, gemm, synchronize)")
+    ap.add_argument("--pause", type=float, default=0.0, metavar="S",
+                    help="seconds to wait before every child (default 0: each starts when the previous one exited)")
     ap.add_argument("--no-bytecode-prefix", action="store_true",
                     help="take the environment's bytecode as it is (ptxgen and emitters compiled beside their sources) "
                          "instead of compiling every package a first call imports into a directory of the run")
     args = ap.parse_args()
+    global pause_s
+    pause_s = args.pause
 
     pycache_dir = None if args.no_bytecode_prefix else tempfile.TemporaryDirectory(prefix="ptxgen-first-call-pycache-")
     pycache = pycache_dir.name if pycache_dir else None
@@ -185,6 +282,7 @@ def main() -> int:
         run_child(args.shape, args.config, env)  # fills the cache
         warm = [run_child(args.shape, args.config, env) for _ in range(args.warm_runs)]
         staged = [run_child(args.shape, args.config, env, stages=True) for _ in range(args.stages)]
+        steps = [r for r in (run_steps(args.shape, args.config, env) for _ in range(args.steps)) if r["steps"]]
         if args.profile:
             print("==== profile: warm first call", file=sys.stderr)
             run_child(args.shape, args.config, env, args.profile)
@@ -196,7 +294,9 @@ def main() -> int:
     bytecode = (f"compiled into a directory of the run ({folders} package folders), sys.pycache_prefix in every child"
                 if pycache else "as the environment has it; ptxgen and emitters compiled beside their sources")
     doc = {"shape": args.shape, "config": args.config, "driver_jit_cache": args.driver_cache, "bytecode": bytecode,
+           "pause_s": pause_s,
            "first_process": first, "cold": cold, "warm": warm, "no_cache": no_cache, "warm_stages": staged,
+           "warm_steps": steps,
            "cold_median_total_ms": median(cold), "warm_median_total_ms": median(warm),
            "no_cache_median_total_ms": median(no_cache)}
     print(f"first call, {args.shape}, config {args.config} (import ptxgen + gemm + synchronize; torch already up)")
@@ -208,11 +308,17 @@ def main() -> int:
         bindings = f"cuda.bindings.driver {r['bindings_import_ms']:5.1f} ms before; " if "bindings_import_ms" in r else ""
         print(f"  {label:<28} total {r['total_ms']:8.1f} ms  ({bindings}import {r['import_ms']:6.1f}, first call "
               f"{r['first_call_synced_ms']:8.1f}; second call {r['second_call_synced_ms']:6.2f} ms; "
-              f"rel err {r['rel_err']:.1e}{'; built' if r.get('built') else ''})")
+              f"rel err {r['rel_err']:.1e}{'; built' if r.get('built') else ''}){diagnostics(r)}")
     print(f"  torch {first['torch']}; imported by torch before ptxgen: "
           f"{', '.join(m for m, v in first['preloaded'].items() if v) or 'neither cuda.bindings.driver nor cuda.pathfinder'}")
     print(f"  medians: cold {doc['cold_median_total_ms']:.1f} ms, PTXGEN_NO_CACHE=1 {doc['no_cache_median_total_ms']:.1f} ms, "
           f"warm {doc['warm_median_total_ms']:.1f} ms")
+    if steps:
+        print(f"  warm first call by step ({len(steps)} children; ms wall / process CPU, median, min-max of wall):")
+        for i, (label, _, _) in enumerate(steps[0]["steps"]):
+            wall, cpu = [s["steps"][i][1] for s in steps], [s["steps"][i][2] for s in steps]
+            print(f"    {label:<56} {statistics.median(wall):7.2f} / {statistics.median(cpu):7.2f}  "
+                  f"({min(wall):.2f}-{max(wall):.2f})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)

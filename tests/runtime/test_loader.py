@@ -120,16 +120,22 @@ WARM_CALL_ABSENT = ("ptxgen.config", "pydantic", "ptxgen.plan", "ptxgen.builders
                     "importlib.resources", "importlib.metadata")
 
 
-def test_warm_first_call_imports_no_compile_stack(cache_root):
-    """The host side of a warm first ``ptxgen.gemm(a, b)`` at 4096^3 (import, the chooser on an H100's 132 SMs, the
-    image from the cache, the launcher's modules; only the driver calls left out) imports none of
-    :data:`WARM_CALL_ABSENT` beyond what the interpreter had before (docs/performance.md, "First call"); a miss
-    (first run: built with a stand-in JIT) imports the compile stack, so the list names real imports."""
-    import subprocess
-    import sys
+#: the dataclasses a warm first call defines (``dataclasses`` compiles five or six methods of each from text when its
+#: class is created, 0.2-0.8 ms each on the CPU host: docs/performance.md, "The warm path's host work"); a class
+#: added to a module on the path costs every process its definition
+WARM_CALL_DATACLASSES = (
+    "ptxgen.knobs.Knobs", "ptxgen.launch.GridPolicy", "ptxgen.launch.LaunchSpec", "ptxgen.launch.SplitUnits",
+    "ptxgen.launch.TensorMapSpec", "ptxgen.launch.WorkspaceSpec", "ptxgen.runtime.api.LoadedKernel",
+    "ptxgen.runtime.api.PreparedGemm", "ptxgen.runtime.api.Staging", "ptxgen.runtime.api._Family",
+    "ptxgen.runtime.choose.Candidate", "ptxgen.runtime.choose.DeviceModel", "ptxgen.runtime.driver.DeviceInfo",
+    "ptxgen.runtime.loader.KernelImage", "ptxgen.runtime.tensormap.TiledArgs",
+)
 
-    child = """
-import sys
+#: the host side of a warm first ``ptxgen.gemm(a, b)`` at 4096^3 (import, the chooser on an H100's 132 SMs, the image
+#: from the cache, the launcher's modules; only the driver calls left out): prints the image's origin, the modules of
+#: ``ABSENT`` it imported and the dataclasses its new ptxgen modules define, one JSON line
+WARM_CALL_CHILD = """
+import json, sys
 before = set(sys.modules)
 import ptxgen
 from ptxgen.runtime import api, loader
@@ -138,14 +144,54 @@ from ptxgen.runtime.driver import DeviceInfo
 name = choose(4096, 4096, 4096, DeviceInfo(0, "NVIDIA H100 80GB HBM3", 132, (9, 0), 232448, 50 << 20))
 img = loader.load_image(name, 13000, (9, 0), lambda ptx: b"cubin", prebuilt=api._shipped_image)
 import ptxgen.runtime.fastpath, ptxgen.runtime.module, ptxgen.runtime.tensormap
-print(img.origin, *sorted(m for m in ABSENT if m in set(sys.modules) - before))
+new = set(sys.modules) - before
+defined = sorted(f"{mod}.{cls.__qualname__}" for mod in new if mod.split(".")[0] == "ptxgen"
+                 for cls in vars(sys.modules[mod]).values()
+                 if isinstance(cls, type) and cls.__module__ == mod and "__dataclass_fields__" in vars(cls))
+print(json.dumps({"origin": img.origin, "imported": sorted(m for m in ABSENT if m in new), "dataclasses": defined}))
 """
+
+
+def warm_call_child(cache_root, planted: str = "") -> list[dict]:
+    """Two runs of :data:`WARM_CALL_CHILD` on one cache (a miss built with a stand-in JIT, then the warm hit), each a
+    fresh interpreter; ``planted``: code run first on the path (a planted bug)."""
+    import json
+    import subprocess
+    import sys
+
     env = {**os.environ, "PTXGEN_CACHE_DIR": str(cache_root), "PTXGEN_JIT": "driver"}  # a driver JIT: no shipped image
-    run = lambda: subprocess.run([sys.executable, "-c", f"ABSENT = {WARM_CALL_ABSENT!r}\n" + child], env=env,
-                                 capture_output=True, text=True, check=True).stdout.split()
-    miss = run()
-    assert miss[0] == "built" and {"ptxgen.config", "ptxgen.builders", "emitters", "jinja2"} <= set(miss[1:])
-    assert run() == ["cache"]
+    start = "before = set(sys.modules)\n"
+    code = f"ABSENT = {WARM_CALL_ABSENT!r}\n" + WARM_CALL_CHILD.replace(start, start + planted)
+    return [json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                      check=True).stdout.splitlines()[-1]) for _ in range(2)]
+
+
+def test_warm_first_call_imports_no_compile_stack(cache_root):
+    """A warm first ``ptxgen.gemm(a, b)`` (:data:`WARM_CALL_CHILD`) imports none of :data:`WARM_CALL_ABSENT` beyond
+    what the interpreter had before (docs/performance.md, "First call"); a miss (first run: built with a stand-in
+    JIT) imports the compile stack, so the list names real imports."""
+    miss, hit = warm_call_child(cache_root)
+    compile_stack = {"ptxgen.config", "ptxgen.builders", "emitters", "jinja2"}
+    assert miss["origin"] == "built" and compile_stack <= set(miss["imported"])
+    assert hit["origin"] == "cache" and hit["imported"] == []
+
+
+def test_warm_first_call_defines_the_pinned_dataclasses(cache_root):
+    """The dataclasses a warm first call defines are :data:`WARM_CALL_DATACLASSES`, no more: each costs every process
+    its definition (docs/performance.md, "The warm path's host work")."""
+    _, hit = warm_call_child(cache_root)
+    assert hit["dataclasses"] == sorted(WARM_CALL_DATACLASSES)
+
+
+def test_warm_call_checks_fail_on_planted_imports_and_dataclasses(cache_root):
+    """Planted: the chooser's module importing PyYAML and defining one more dataclass: the import check names
+    ``yaml``, the dataclass check the class (both checks can fail)."""
+    planted = ("import ptxgen.runtime.choose as chooser, dataclasses, yaml\n"
+               "chooser.Planted = dataclasses.make_dataclass('Planted', ['x'])\n"
+               "chooser.Planted.__module__ = 'ptxgen.runtime.choose'\n")
+    _, hit = warm_call_child(cache_root, planted)
+    assert hit["imported"] == ["yaml"]
+    assert set(hit["dataclasses"]) - set(WARM_CALL_DATACLASSES) == {"ptxgen.runtime.choose.Planted"}
 
 
 def test_accept_refuses_before_the_jit(cache_root):
