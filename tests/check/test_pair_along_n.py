@@ -30,7 +30,7 @@ from ptxgen.plan import make_plan
 
 pytestmark = pytest.mark.sim
 
-SHIPPED = ("h100_128x80_c2n", "h100_128x192_c2n")
+SHIPPED = ("h100_128x80_c2n", "h100_128x192_c2n", "h100_192x128_c2n", "h100_192x192_c2n")
 SMALL = "h100_128x80_c2n"
 #: (m, n, k): N = 520 is 7 n-blocks of 80 (the last pair's rank 1 past N), N = 400 5 (odd), 1000 not a multiple of
 #: 160, M = 1, K = 264 and 72 not multiples of block_k
