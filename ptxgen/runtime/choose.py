@@ -22,7 +22,8 @@ SM (the configs use ~200-225 KB of shared memory), clusters of ``c`` CTAs occupy
 ``floor(SMs / c) * c`` SMs.  For a ``bm x bn`` tile:
 
 * ``tiles = ceil(M / bm) * ceil(N / bn)`` (an sm_90a CTA pair takes two m-blocks of one n-block, so the m-blocks
-  are rounded up to a pair; a pair along N, ``cluster.along: n``, two n-blocks of one m-block: the n-blocks are); ``waves = ceil(tiles / slots)``; ``tail`` efficiency = ``tiles / (waves * slots)``;
+  are rounded up to a pair; a pair along N, ``cluster.along: n``, takes two n-blocks of one m-block, so the n-blocks
+  are); ``waves = ceil(tiles / slots)``; ``tail`` efficiency = ``tiles / (waves * slots)``;
 * per tile, math time ``2 * bm * bn * K / (peak / SMs)`` (times ``one_wg_efficiency`` for one consumer
   warpgroup) and operand time ``(a + pad_row_cost * (bm - a) + bn') * K * 2 B / (L2 bandwidth / SMs)`` where
   ``a = M / m-blocks`` is the tile's average count of rows inside M (the rest, ``bm - a``, are rows past M, which TMA
