@@ -27,6 +27,7 @@ from ptxgen.ir import Sreg, Var
 from ptxgen.ir import ops as O
 from ptxgen.ir.rewrite import rewrite
 from ptxgen.plan import make_plan
+from tests.helpers.representative import shipped_params
 
 pytestmark = pytest.mark.sim
 
@@ -35,6 +36,13 @@ SMALL = "h100_128x80_c2n"
 #: (m, n, k): N = 520 is 7 n-blocks of 80 (the last pair's rank 1 past N), N = 400 5 (odd), 1000 not a multiple of
 #: 160, M = 1, K = 264 and 72 not multiples of block_k
 SHAPES = ((300, 520, 264), (1, 400, 72), (200, 1000, 128), (129, 160, 64))
+
+
+def test_the_pairs_along_n_are_the_shipped_ones():
+    from ptxgen.config import shipped_configs
+
+    along_n = {c for c in shipped_configs() if load_config(c).cluster.along == "n"}
+    assert along_n == set(SHIPPED)
 
 
 def test_the_plan_splits_a_and_walks_pairs_of_n_blocks():
@@ -55,7 +63,7 @@ def test_the_pair_along_m_keeps_its_b_halves():
     assert (p.schedule.m_ctas, p.schedule.n_ctas, p.schedule.cluster_tile_cols) == (2, 1, 144)
 
 
-@pytest.mark.parametrize("config", SHIPPED)
+@pytest.mark.parametrize("config", [p for p in shipped_params() if p.values[0] in SHIPPED])  # main tier: the representative
 def test_verifier_simulator_and_ptx_differential_accept_the_pair(config):
     res = build(load_config(config))
     verify(res.kernel)
