@@ -88,6 +88,8 @@ def test_simulator_runs_a_small_swizzle_group_and_an_expression():
     ({"tma.multicast": False}, "needs tma.multicast=true"),
     ({"schedule.split_k": 2}, "needs schedule.split_k=1"),
     ({"mma.consumers": "pingpong"}, "needs mma.consumers=cooperative"),
+    ({"schedule.grouped": "masked"}, "needs schedule.grouped=none"),
+    ({"kernel": "dual_gemm"}, "needs kernel=gemm and operands=bf16"),
 ])
 def test_config_rules_refuse_what_the_pair_along_n_does_not_run(change, rule):
     with pytest.raises(ConfigError, match=r"^cluster\.along='?n'?.*" + re.escape(rule)):
