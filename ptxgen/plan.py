@@ -1112,7 +1112,8 @@ def _barriers(cfg: Config, f: _Basics, stage: _Stage, epi: EpiloguePlan, ab_end:
             full_init, full_doc = (1,), "producer arrive.expect_tx; TMA completes here; MMA waits"
         empty_init, empty_doc = (1,) * cs, "tcgen05.commit" + (" multicast to both CTAs" if cs == 2 else "") + "; producer waits"
     else:
-        full_init, full_doc = (1,) * cs, "producer arrive.expect_tx; TMA" + ((" (multicast A halves, own B)" if cfg.cluster.along == "n" else " (own A, multicast B halves)") if mc else "") + " completes here; consumers wait"
+        shared = {"a": " (multicast A halves, own B)", "b": " (own A, multicast B halves)"}.get(_pair_shared(cfg, f), "")
+        full_init, full_doc = (1,) * cs, "producer arrive.expect_tx; TMA" + shared + " completes here; consumers wait"
         n_empty = f.row_split * (cs if mc else 1)  # pingpong: only the stage's tile owner releases it
         if f.fp8:  # each consumer warp reads its own rows' scales from the stage: every warp releases after its reads
             n_empty *= WARPS_PER_WARPGROUP
