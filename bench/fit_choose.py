@@ -529,9 +529,13 @@ def leave_one_out_all(cands, rows, model: choose.DeviceModel, terms=(), maxiter:
 def joined(paths: list[str], extra: list[str], names: set[str],
            split: set[str] = frozenset()) -> list[tuple[tuple[int, int, int], dict[str, float]]]:
     """:func:`measured` of ``paths`` with the times of the surveys ``extra`` (each timing a few candidates on the same
-    shapes, e.g. ``bench/survey.py --suite gemm --half tune --config NEW``) added to each shape's row."""
+    shapes, e.g. ``bench/survey.py --suite gemm --half tune --config NEW``) added to each shape's row, in order (a
+    config timed by several of them takes the last one's time)."""
     rows = measured(paths, names, split)
-    more = dict(measured(extra, names, split))
+    more: dict[tuple[int, int, int], dict[str, float]] = {}
+    for path in extra:
+        for mnk, times in measured([path], names, split):
+            more.setdefault(mnk, {}).update(times)
     return [(mnk, {**times, **more.get(mnk, {})}) for mnk, times in rows]
 
 

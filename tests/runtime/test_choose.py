@@ -454,7 +454,8 @@ SHORT_K_PROBES = MAIN_LOOP_PROBES + ("regret_offsuite_h100.json",)
 
 #: shipped after the recorded experiments that the tests using :func:`before_later_configs` check: those experiments'
 #: candidates and model had none of them
-LATER_CONFIGS = ("h100_128x144_c2", "h100_128x80_c2n", "h100_128x192_c2n", "h100_192x128_c2n", "h100_192x192_c2n")
+LATER_CONFIGS = ("h100_128x144_c2", "h100_128x80_c2n", "h100_128x192_c2n", "h100_192x128_c2n", "h100_192x192_c2n",
+                 "h100_128x160_c2")
 
 
 #: report-half surveys timed after :data:`LATER_CONFIGS` shipped (docs/results/chooser_report_h100.json names them last)
@@ -1012,7 +1013,7 @@ def test_a_pair_along_n_rounds_its_n_blocks_and_loads_half_of_a():
 def test_pair_along_n_factors_fitted_alone_on_the_tune_half():
     """bench/fit_choose.py --fit-factors: the two pairs along N timed on the tune half (docs/results/pair_n_tune_h100.json)
     joined to the tune surveys' rows, their tile factors fitted alone by the soft loss on a grid of 0.01, everything
-    else held: the shipped 1.42 and 1.41.  With them no tune-half decision of the model moves (docs/performance.md,
+    else held: the shipped 1.42 and 1.42.  With them no tune-half decision of the model moves (docs/performance.md,
     "CTA pairs along N"); the report half's 128x10240x5120 moves from h100_128x128 to h100_128x80_c2n, the fastest
     shipped config timed there."""
     from ptxgen.runtime import choose
@@ -1039,7 +1040,7 @@ PAIRS_192 = ("h100_192x128_c2n", "h100_192x192_c2n")
 def test_192_row_pairs_along_n_factors_fitted_alone_on_the_tune_half():
     """bench/fit_choose.py --fit-factors: the two 192-row pairs along N timed on the tune half
     (docs/results/pair192_tune_h100.json) joined after the earlier pairs' surveys, their tile factors fitted alone,
-    everything else held: the shipped 1.19 and 1.12.  The tune half's decisions stay with the shipped table; the report
+    everything else held: the shipped 1.33 and 1.12.  The tune half's decisions stay with the shipped table; the report
     half's 9000x300x9999 moves from h100_192x176 to h100_192x192_c2n (docs/performance.md, "Three consumer warpgroups in
     a pair along N")."""
     from ptxgen.runtime import choose
@@ -1054,6 +1055,36 @@ def test_192_row_pairs_along_n_factors_fitted_alone_on_the_tune_half():
     shipped = dict(choose.SM90_GEMM_MODEL.tile_factors)
     assert {n: dict(fitted.tile_factors)[n] for n in PAIRS_192} == {n: shipped[n] for n in PAIRS_192}
     assert _chooser_decision(choose.SM90_GEMM_MODEL, (9000, 300, 9999)) == "h100_192x192_c2n"
+
+
+def test_128x160_pair_factor_fitted_alone_on_the_tune_half():
+    """bench/fit_choose.py --fit-factors: h100_128x160_c2 timed on the tune half (docs/results/pair_m_tune_h100.json)
+    joined after the earlier pairs' surveys, its tile factor fitted alone, everything else held: the shipped 1.21.  The
+    fitted model moves one tune-half decision of the model, to the faster config: 1024x5120x2880 from h100_128x128_c2
+    (54.6 us) to the new pair (50.8 us), and none of the report half (the record's decisions stand); on the fresh shape it was built for,
+    512x5120x14336 (docs/results/pair_m_target_h100.json, every shipped config timed), it is the pick and the fastest
+    shipped config (docs/performance.md, "A CTA pair of 128x160 tiles")."""
+    from ptxgen.runtime import choose
+
+    fit_choose = bench_module("fit_choose")
+    probes = {"h100_128x144_c2n", "h100_64x128_c2"}  # timed in the same surveys, not shipped
+    cands = choose.candidates("sm_90a")
+    names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
+    joins = [str(RESULTS / f) for f in ("pair144_tune_h100.json", "pair_n_tune_h100.json", "pair192_tune_h100.json",
+                                        "pair_m_tune_h100.json")]
+    rows = fit_choose.joined([str(RESULTS / f) for f in TUNE_SURVEYS], joins, names, split)
+    assert not probes & {name for _, times in rows for name in times}
+    new = "h100_128x160_c2"
+    start = replace_factors(choose.SM90_GEMM_MODEL, {new: 1.0})
+    fitted = fit_choose.fit_tile_factors(cands, rows, start, [new])
+    assert dict(fitted.tile_factors)[new] == dict(choose.SM90_GEMM_MODEL.tile_factors)[new] == 1.21
+    without = tuple(c for c in cands if c.name != new)
+    moved = {mnk for mnk, t in rows if fit_choose.model_pick(fitted, cands, mnk, t)
+             != fit_choose.model_pick(fitted, without, mnk, t)}
+    assert moved == {(1024, 5120, 2880)}
+    assert all(min(t, key=t.get) == new for mnk, t in rows if mnk in moved)
+    target = dict(fit_choose.measured([str(RESULTS / "pair_m_target_h100.json")], names, split))[(512, 5120, 14336)]
+    assert _chooser_decision(choose.SM90_GEMM_MODEL, (512, 5120, 14336)) == new == min(target, key=target.get)
 
 
 def test_pair_along_n_report_decision_before(before_later_configs):
