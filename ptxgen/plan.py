@@ -623,6 +623,17 @@ class SchedulePlan:
         :meth:`ptxgen.builders.grouped.GroupedTileScheduler.expert_runs`).
     table_lookahead: contiguous grouped walk: the next unit's table words are read one unit ahead (see
         :meth:`ptxgen.builders.grouped.GroupedTileScheduler.lookahead`).
+    shift_last_m_block: a tile starts at row ``min(m-block x block_m, max(M - block_m, 0))``: where M is not a multiple of
+        block_m the last m-block's tile ends at row M, overlapping the one before it, so its A box holds no row past
+        M (TMA zero-fills such rows in shared memory, measured slower than loading rows: an H100, h100_128x160_c2 at
+        Mx5120x8192, the same 4 m-blocks, 60.5 us at M = 512, 67.7 at 448, 80.7 at 385; docs/performance.md,
+        "Rows past M").  The overlapping rows are computed twice and stored twice with the same values.  sm_90a
+        tile walks (the grouped walks keep their m-blocks inside each group's rows).
+    shift_last_n_block: the same along N, ``n_col`` at most ``N - block_n`` rounded up to :data:`SHIFT_COL_ALIGN`
+        columns (0 when N < block_n; the last n-block's B box holds fewer than that many rows past N; D's stores and
+        the column operands' pair loads stay aligned), where nothing is blocked by absolute column: not with an e4m3
+        D's 1 x 128 block scales.  Neither shift with FP8 operands (A's scales are a ``[K / 128, M]`` map whose
+        boxes start on 16-byte columns; B's are per 128 rows of B).
     """
 
     persistent: bool
@@ -634,6 +645,8 @@ class SchedulePlan:
     grouped: str = "none"
     expert_window: int = 0
     table_lookahead: bool = False
+    shift_last_m_block: bool = False
+    shift_last_n_block: bool = False
 
 
 @dataclass(frozen=True)
@@ -1285,13 +1298,21 @@ def _scales_plan(cfg: Config, f: _Basics, stage: _Stage) -> ScalesPlan:
                       steps=_sf_steps(cfg, f) if f.block_scaled else (), atoms=stage.sf_atoms)
 
 
-def _schedule_plan(cfg: Config) -> SchedulePlan:
+#: columns the shifted last n-block's first column is a multiple of (``SchedulePlan.shift_last_n_block``): 16 bytes
+#: of an e4m3 D (a TMA store box's start, PTX ISA "Tensor Copy": 16-byte aligned), 32 of a bf16 one
+SHIFT_COL_ALIGN = 16
+
+
+def _schedule_plan(cfg: Config, epilogue: EpiloguePlan) -> SchedulePlan:
     pair = 2 if cfg.cluster.dual_tile else 1
+    shift = cfg.arch == "sm_90a" and cfg.schedule.grouped == "none" and cfg.operands != "fp8"
     m_ctas, n_ctas = (1, pair) if cfg.cluster.along == "n" else (pair, 1)
     return SchedulePlan(persistent=cfg.schedule.persistent, cluster_tile_rows=cfg.tile.block_m * m_ctas, m_ctas=m_ctas,
                         group_clusters=max(1, cfg.schedule.group // m_ctas), grouped=cfg.schedule.grouped,
                         cluster_tile_cols=cfg.tile.block_n * n_ctas, n_ctas=n_ctas,
-                        expert_window=cfg.schedule.expert_window, table_lookahead=cfg.schedule.table_lookahead)
+                        expert_window=cfg.schedule.expert_window, table_lookahead=cfg.schedule.table_lookahead,
+                        shift_last_m_block=shift,
+                        shift_last_n_block=shift and epilogue.block_scale is None)
 
 
 #: registers an sm_90a consumer thread keeps for the epilogue's addresses, predicates and loop state beside the
@@ -1396,7 +1417,7 @@ def make_plan(cfg: Config) -> Plan:
         scales=_scales_plan(cfg, f, stage),
         smem=SmemPlan(cd=layout.cd, barriers=bars.region, tmem_slot=bars.tmem_slot, bytes=smem_bytes,
                       ctas_per_sm=ctas_per_sm),
-        epilogue=epilogue, schedule=_schedule_plan(cfg), registers=_registers_plan(cfg, f, roles, mma, epilogue),
+        epilogue=epilogue, schedule=_schedule_plan(cfg, epilogue), registers=_registers_plan(cfg, f, roles, mma, epilogue),
         ab=ab, acc=acc, cd_ring=cd_ring, math_order=bars.math_order, split=_split_plan(cfg, f, mma),
         promotion=_promotion_plan(cfg, f, mma), epi_full=bars.epi_full,
     )

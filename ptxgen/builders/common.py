@@ -12,7 +12,7 @@ from ..ir import (Bar, ClusterSync, Const, CtaSync, Elect, Expr, FenceMbarrierIn
                   Role, Sreg, TcgenFence, TmemAlloc, TmemBase, TmemDealloc, TmemRelinquish, Var, WarpSwitch, ceil_div,
                   emin, eq, fold, le, lift, select)
 from ..ir.pipeline import PipelineState
-from ..plan import Plan
+from ..plan import SHIFT_COL_ALIGN, Plan
 
 WARP, LANE, RANK = Sreg("warp"), Sreg("lane"), Sreg("rank")
 T, KB, TMEM = Var("t"), Var("kb"), Var("tmem")
@@ -30,8 +30,11 @@ class Cluster:
 class TileScheduler:
     """Persistent, swizzled walk over cluster tiles (group of ``plan.schedule.group_clusters`` m-blocks).
 
-    ``setup()`` binds ``num_m``, ``num_n``, ``num_tiles``, ``cluster_id``, ``num_clusters``;
-    ``loop(body)`` binds ``tc`` (the CTA's tile count), ``m_row`` and ``n_col`` for each tile.
+    ``setup()`` binds ``num_m``, ``num_n``, ``num_tiles``, ``cluster_id``, ``num_clusters`` (and, with
+    ``plan.schedule.shift_last_m_block``, ``last_m_row``: ``M - block_m``, or 0 when M < block_m; with
+    ``shift_last_n_block``, ``last_n_col``: ``N - block_n`` rounded up to ``SHIFT_COL_ALIGN`` columns, or 0);
+    ``loop(body)`` binds ``tc`` (the CTA's tile count), ``m_row`` and ``n_col`` for each tile (at most ``last_m_row``
+    and ``last_n_col`` with the shifts: the last m-block's tile ends at row M, the last n-block's near column N).
 
     Split-K (``plan.split``): the loop walks ``num_units = num_tiles x splits`` work units; unit ``t`` is split
     ``split = t % splits`` of tile ``tile = t / splits`` (same swizzle over tiles), covering k-blocks
@@ -56,7 +59,25 @@ class TileScheduler:
             Let("num_tiles", Var("num_m") * Var("num_n")),
             Let("cluster_id", Sreg("ctaid") // cs),
             Let("num_clusters", Sreg("nctaid") // cs),
+            *self.last_row_setup(),
         ] + self.split_setup()
+
+    def last_row_setup(self) -> list:
+        s, m, n, bm, bn = self.p.schedule, Param("m"), Param("n"), self.p.mma.block_m, self.p.mma.block_n
+        return ([Let("last_m_row", select(le(bm, m), m - bm, 0))] if s.shift_last_m_block else []) + (
+            [Let("last_n_col", select(le(bn, n), ceil_div(n - bn, SHIFT_COL_ALIGN) * SHIFT_COL_ALIGN, 0))]
+            if s.shift_last_n_block else [])
+
+    def m_row(self, m_block: Expr) -> Expr:
+        """The first row of m-block ``m_block``'s tile (shifted to end at row M where that is the last m-block's)."""
+        row = m_block * self.p.mma.block_m
+        return emin(row, Var("last_m_row")) if self.p.schedule.shift_last_m_block else row
+
+    def n_col(self, n_block: Expr) -> Expr:
+        """The first column of n-block ``n_block``'s tile (shifted to end within :data:`SHIFT_COL_ALIGN` columns of
+        N where that is the last's)."""
+        col = n_block * self.p.mma.block_n
+        return emin(col, Var("last_n_col")) if self.p.schedule.shift_last_n_block else col
 
     def split_setup(self) -> list:
         sp = self.p.split
@@ -99,7 +120,7 @@ class TileScheduler:
         sched = [
             Let("tc", (T - Var("cluster_id")) // Var("num_clusters")),
             *split_lets,
-            *self.swizzle(tile, [Let("m_row", m_cta * p.mma.block_m)]),
+            *self.swizzle(tile, [Let("m_row", self.m_row(m_cta))]),
         ]
         return For("t", Var("cluster_id"), units, Var("num_clusters"), tuple(sched + body + after))
 
@@ -121,7 +142,7 @@ class TileScheduler:
             Let(prefix + "r", tile % (Var("num_n") * g)),
             Let(prefix + "cm", v("grp") * g + v("r") % v("gm")),
             *between,
-            Let(prefix + "n_col", n_block * self.p.mma.block_n),
+            Let(prefix + "n_col", self.n_col(n_block)),
         ]
 
     def cta_tile(self) -> Expr:

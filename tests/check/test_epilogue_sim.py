@@ -79,12 +79,16 @@ def _unguard(kernel):
 
 @pytest.mark.parametrize("expr, axis", [("acc + residual", "row"), ("acc * bias[row]", "row"), ("acc + bias[col]", "col")])
 def test_planted_unguarded_operand_load(expr, axis):
+    """The loads unguarded: at an M or N tail they read past the operand.  Rows: M below one m-block (above it the
+    last tile is shifted to end at M, ``SchedulePlan.shift_last_m_block``); columns: N - block_n = 10 rounds up to
+    a 16-column shift, so the last tile ends 6 columns past N."""
     plan = _plan(expr)
     bad = _unguard(build_kernel(plan))
     with pytest.raises(VerifyError, match=r"^epilogue operand load out of bounds: LdEpilogue .* \(unguarded\)"):
         verify(bad)
-    with pytest.raises(SimError, match=r"^out of bounds: .*LdEpilogue .* outside D's 70 x 42"):
-        simulate(bad, 70, 42, 64, expr=plan.epilogue.expr, num_sms=2)
+    m = 40 if axis == "row" else 70
+    with pytest.raises(SimError, match=rf"^out of bounds: .*LdEpilogue .* outside D's {m} x 42"):
+        simulate(bad, m, 42, 64, expr=plan.epilogue.expr, num_sms=2)
 
 
 def test_planted_wrong_constant_in_the_ir():

@@ -300,6 +300,8 @@ class GlobalTensors:
         self.a, self.b, self.b2 = a, b, b2
         self.extra = extra or {}
         self.d = np.full((a.shape[0], b.shape[0]), poison, dtype=np.uint16)
+        #: rows of load boxes past each tensor's last row, zero-filled (see :meth:`load_box`)
+        self.filled_rows: dict[str, int] = {}
 
     def row_shape(self, tensor: str) -> tuple[int, int]:
         """(elements, bytes) of one row of a global tensor (the width its tensor map declares)."""
@@ -307,12 +309,14 @@ class GlobalTensors:
         return src.shape[1], src.shape[1] * src.itemsize
 
     def load_box(self, tensor: str, col: int, row: int, cols: int, rows: int) -> np.ndarray:
-        """The ``[rows, cols]`` box at (col, row); out-of-bounds elements read as zero (TMA zero fill)."""
+        """The ``[rows, cols]`` box at (col, row); out-of-bounds elements read as zero (TMA zero fill).  Rows past
+        the tensor's last row are counted in ``filled_rows[tensor]``."""
         src = {"a": self.a, "b": self.b, "b2": self.b2, **self.extra}.get(tensor)
         if src is None:
             raise KeyError(f"no global tensor {tensor!r} in this launch")
         box = np.zeros((rows, cols), dtype=src.dtype)
         r1, c1 = min(row + rows, src.shape[0]), min(col + cols, src.shape[1])
+        self.filled_rows[tensor] = self.filled_rows.get(tensor, 0) + rows - max(r1 - row, 0)
         if r1 > row and c1 > col:
             box[: r1 - row, : c1 - col] = src[row:r1, col:c1]
         return box

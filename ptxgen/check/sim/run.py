@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,6 +33,7 @@ class SimResult:
     grid: CTAs launched; schedule_seed: the interleaving; policy: the scheduling policy (``random``, ``latest``,
     ``pct``); mean_latency: its drawn mean async latency (steps, ``random`` policy);
     fingerprint: hash of the scheduler's choices (two runs with equal fingerprints interleaved identically).
+    filled_rows: per tensor map, the rows of TMA load boxes past the tensor's last row (zero-filled in shared memory).
     """
 
     d: np.ndarray
@@ -47,6 +48,7 @@ class SimResult:
     policy: str
     mean_latency: float
     fingerprint: int
+    filled_rows: dict = field(default_factory=dict)
 
 
 def simulate(kernel, m: int, n: int, k: int, *, seed: int = 0, num_sms: int = 4, schedule_seed: int | None = None,
@@ -397,7 +399,7 @@ def simulate_grouped(kernel, *, n: int, k: int, masked_m=None, m_max: int = 0, g
     return SimResult(d=d, d_bits=bits, ref=full_ref, rel_fro=max(e for e, _ in errs),
                      max_rel_err=max(e for _, e in errs), steps=machine.steps, ops_executed=machine.ops,
                      grid=machine.grid, schedule_seed=sched, policy=machine.policy, mean_latency=machine.mean_latency,
-                     fingerprint=machine.fingerprint)
+                     fingerprint=machine.fingerprint, filled_rows=dict(machine.glob.filled_rows))
 
 
 def _result(kernel, machine: Machine, d: np.ndarray, ref: np.ndarray, shape: tuple[int, int, int], sched: int,
@@ -415,4 +417,5 @@ def _result(kernel, machine: Machine, d: np.ndarray, ref: np.ndarray, shape: tup
                        f"(expected {float(ref[i, j]):.6g})")
     return SimResult(d=d, d_bits=machine.glob.d, ref=ref, rel_fro=cmp.rel_fro, max_rel_err=cmp.max_rel_err,
                      steps=machine.steps, ops_executed=machine.ops, grid=machine.grid, schedule_seed=sched,
-                     policy=policy, mean_latency=machine.mean_latency, fingerprint=machine.fingerprint)
+                     policy=policy, mean_latency=machine.mean_latency, fingerprint=machine.fingerprint,
+                     filled_rows=dict(machine.glob.filled_rows))

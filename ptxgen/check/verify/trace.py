@@ -60,9 +60,11 @@ class _Trace:
 
 def _launch(kernel: Kernel, ragged: bool = False, ragged_rows: bool = False) -> tuple[int, int, int, int]:
     """(m, n, k, num_sms) of the traced launch (see module docstring); ``ragged``: one column less;
-    ``ragged_rows``: one row less too (the epilogue operand loads' M tail)."""
+    ``ragged_rows``: one row (the epilogue operand loads' M tail: below one m-block, where no shifted last tile,
+    ``SchedulePlan.shift_last_m_block``, keeps the tile inside M)."""
     tiles = kernel.acc_stages + 2 if kernel.is_sm100 else 3
-    m, n = kernel.launch.grid.tile_rows * tiles - ragged_rows, kernel.launch.grid.tile_cols - ragged
+    m = 1 if ragged_rows else kernel.launch.grid.tile_rows * tiles
+    n = kernel.launch.grid.tile_cols - ragged
     k = kernel.block_k * (2 * kernel.stages + 1)
     if kernel.launch.grid.split_tiles == "last_wave":  # 3 tiles on 2 clusters: a whole wave, then a split tail tile
         return m, n, k, 2 * kernel.cluster_size
