@@ -269,6 +269,9 @@ class Schedule:
         wgmma N, PTX ISA "wgmma.mma_async" shapes m64nNk16); both operands stay K-major, the mainloop is
         unchanged, and the epilogue stores accumulator element (i, j) at ``D[j, i]`` (row pitch = the kernel's
         ``m``) with guarded ``st.global.b16``.  sm_90a plain bf16 GEMM, direct stores, no fused expression.
+    shift_last_block: sm_90a: the last m-block's and n-block's tiles end at M and N (overlapping the tiles before
+        them) where the walk allows it, so their operand boxes hold no row past A or B (see
+        :class:`ptxgen.plan.SchedulePlan`); false: they run past M and N and TMA zero-fills those rows.
     """
 
     persistent: Bool = False
@@ -279,6 +282,7 @@ class Schedule:
     expert_window: Range(0, 64) = 0
     table_lookahead: Bool = False
     swap_ab: Bool = False
+    shift_last_block: Bool = True
 
 
 @section

@@ -1305,7 +1305,8 @@ SHIFT_COL_ALIGN = 16
 
 def _schedule_plan(cfg: Config, epilogue: EpiloguePlan) -> SchedulePlan:
     pair = 2 if cfg.cluster.dual_tile else 1
-    shift = cfg.arch == "sm_90a" and cfg.schedule.grouped == "none" and cfg.operands != "fp8"
+    shift = (cfg.schedule.shift_last_block and cfg.arch == "sm_90a" and cfg.schedule.grouped == "none"
+             and cfg.operands != "fp8")
     m_ctas, n_ctas = (1, pair) if cfg.cluster.along == "n" else (pair, 1)
     return SchedulePlan(persistent=cfg.schedule.persistent, cluster_tile_rows=cfg.tile.block_m * m_ctas, m_ctas=m_ctas,
                         group_clusters=max(1, cfg.schedule.group // m_ctas), grouped=cfg.schedule.grouped,

@@ -52,6 +52,15 @@ def test_the_plan_shifts_where_nothing_is_blocked_by_absolute_rows_or_columns():
     assert _shifts("level9") == (False, False)  # sm_100a
 
 
+def test_the_config_turns_the_shifts_off():
+    """``schedule.shift_last_block: false`` (the A/B probes in bench/configs): the last tiles run past M and N again,
+    their rows zero-filled, the result the same."""
+    cfg = load_config("h100_128x128").replace(**{"schedule.shift_last_block": False})
+    assert _shifts("h100_128x128", **{"schedule.shift_last_block": False}) == (False, False)
+    res = simulate(build_kernel(make_plan(cfg)), *RAGGED[1], num_sms=4)
+    assert res.filled_rows["a"] > 0 and res.filled_rows["b"] > 0
+
+
 @pytest.mark.parametrize("name", WALKS)
 def test_no_operand_row_is_filled_at_ragged_shapes(name):
     kernel = build(load_config(name)).kernel
