@@ -27,7 +27,9 @@ SM (the configs use ~200-225 KB of shared memory), clusters of ``c`` CTAs occupy
 * per tile, math time ``2 * bm * bn * K / (peak / SMs)`` (times ``one_wg_efficiency`` for one consumer
   warpgroup) and operand time ``(a + pad_row_cost * (bm - a) + bn') * K * 2 B / (L2 bandwidth / SMs)`` where
   ``a = M / m-blocks`` is the tile's average count of rows inside M (the rest, ``bm - a``, are rows past M, which TMA
-  zero-fills in shared memory without reading memory) and ``bn'`` is ``bn / 2`` for a pair multicasting B (a pair
+  zero-fills in shared memory without reading memory; fitted on kernels whose last tile ran past M: since the sm_90a
+  tiles are shifted to end at M, ``ptxgen.plan.SchedulePlan.shift_last_m_block``, only M < bm pads, and the padding
+  terms are not refit) and ``bn'`` is ``bn / 2`` for a pair multicasting B (a pair
   along N multicasts A: the A term is halved instead, ``(a + pad_row_cost * (bm - a)) / 2 + bn``; bytes per
   FLOP fall as the tile grows: ``(bm + bn) / (bm * bn)``), times ``ragged_load_factor`` when the K row pitch is not a
   multiple of 128 bytes; a tile costs the larger of the two plus a fixed prologue/epilogue cost (pipeline fill of
