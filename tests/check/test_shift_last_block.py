@@ -32,6 +32,8 @@ pytestmark = pytest.mark.sim
 #: the dual GEMM
 WALKS = ("h100_128x128", "h100_128x160_c2", "h100_128x80_c2n", "h100_64x128_sk2", "h100_128x256_lw2",
          "h100_64x16_swap", "dual_h100_128x128")
+#: the walks the main tier simulates (the others in the slow tier)
+MAIN_TIER_WALKS = ("h100_128x128", "h100_128x160_c2", "h100_64x16_swap")
 #: (m, n, k): M and N off every block size (M - 16 and N - block_n multiples of 16 columns, for the swap-AB walk
 #: too, whose n is M)
 
@@ -61,7 +63,7 @@ def test_the_config_turns_the_shifts_off():
     assert res.filled_rows["a"] > 0 and res.filled_rows["b"] > 0
 
 
-@pytest.mark.parametrize("name", WALKS)
+@pytest.mark.parametrize("name", [pytest.param(w, marks=() if w in MAIN_TIER_WALKS else pytest.mark.slow) for w in WALKS])
 def test_no_operand_row_is_filled_at_ragged_shapes(name):
     kernel = build(load_config(name)).kernel
     for m, n, k in RAGGED:
