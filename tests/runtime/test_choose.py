@@ -706,6 +706,7 @@ def test_stage_latency_bound_is_not_scaled_by_the_main_loop_factor():
 RING_PAIR_SURVEYS = ("small_m_stages_tune_h100.json", "configs_gemm_h100_tune_s6.json")
 
 
+@pytest.mark.slow  # a recorded refit that was not shipped (10-20 s)
 def test_stage_ring_fit_ranks_the_small_m_tile_and_moves_a_report_decision(before_later_configs):
     """bench/fit_choose.py --fit-ring: the 6-stage variant's time over the 4-stage tile's on 30 pairs at M <= 256
     isolates stage_latency_us 2.05 us with pad_row_cost 1 (a zero-filled row as a loaded one); the tile factors refit on
@@ -765,6 +766,7 @@ RING_OFFSUITE = ("ring_fresh_offsuite_h100.json", "regret_offsuite_h100.json", "
                  "regret_fresh2_offsuite_h100.json", "lastwave_fixup_offsuite_h100.json")
 
 
+@pytest.mark.slow  # a recorded refit that was not shipped (10-20 s)
 def test_stage_ring_refit_with_the_offsuite_surveys_loses_the_fresh_set(before_later_configs):
     """bench/fit_choose.py --fit-ring on the tune half and the off-suite surveys (81 shapes; 2.05 us and pad_row_cost 1
     from the pairs as before): the training regret falls (mean 1.0208 -> 1.0114), but on twelve fresh shapes (both
