@@ -1298,8 +1298,10 @@ def _scales_plan(cfg: Config, f: _Basics, stage: _Stage) -> ScalesPlan:
                       steps=_sf_steps(cfg, f) if f.block_scaled else (), atoms=stage.sf_atoms)
 
 
-#: columns the shifted last n-block's first column is a multiple of (``SchedulePlan.shift_last_n_block``): 16 bytes
-#: of an e4m3 D (a TMA store box's start, PTX ISA "Tensor Copy": 16-byte aligned), 32 of a bf16 one
+#: columns the shifted last n-block's first column is a multiple of (``SchedulePlan.shift_last_n_block``): the
+#: epilogue's pair accesses of a D row (``ld.global.nc.b32`` of two 16-bit operand values, ``st.global.b32`` of two
+#: results) need an even column (PTX ISA "Data Movement and Conversion Instructions": naturally aligned); 16 keeps
+#: every access of up to 16 bytes as aligned as at an unshifted tile (block_n is a multiple of 16)
 SHIFT_COL_ALIGN = 16
 
 
