@@ -12,11 +12,7 @@ import statistics as st
 import torch
 
 import ptxgen
-
-
-def shape(text: str) -> tuple[int, int, int]:
-    m, n, k = (int(x) for x in text.lower().split("x"))
-    return m, n, k
+from ptxgen.cli import _shape as shape  # the CLI's MxNxK parser and its errors
 
 
 def main() -> None:

@@ -59,10 +59,10 @@ class TileScheduler:
             Let("num_tiles", Var("num_m") * Var("num_n")),
             Let("cluster_id", Sreg("ctaid") // cs),
             Let("num_clusters", Sreg("nctaid") // cs),
-            *self.last_row_setup(),
+            *self.last_block_setup(),
         ] + self.split_setup()
 
-    def last_row_setup(self) -> list:
+    def last_block_setup(self) -> list:
         s, m, n, bm, bn = self.p.schedule, Param("m"), Param("n"), self.p.mma.block_m, self.p.mma.block_n
         return ([Let("last_m_row", select(le(bm, m), m - bm, 0))] if s.shift_last_m_block else []) + (
             [Let("last_n_col", select(le(bn, n), ceil_div(n - bn, SHIFT_COL_ALIGN) * SHIFT_COL_ALIGN, 0))]
