@@ -76,9 +76,10 @@ _loaded: dict[tuple[int, Any], "LoadedKernel"] = {}
 _calls: dict[tuple, "_Call"] = {}
 _MAX_CALLS = 4096
 _tls = threading.local()
-#: (ordinal, stream, config name, kernel, WorkspaceSpec, bytes) -> the zero-filled split-K workspace (torch uint8)
+#: (ordinal, stream, capture id or None, config name, kernel, WorkspaceSpec, bytes) -> the split-K workspace
+#: (torch uint8, counters zero-filled)
 _workspaces: dict[tuple, Any] = {}
-#: split-K workspaces of one prepared launch or one graph-captured call each (kept for the process)
+#: split-K workspaces of prepared launches without an owner to keep them (kept for the process)
 _owned: list = []
 _U32_LIMIT = 1 << 32
 
@@ -413,14 +414,16 @@ def split_k_workspace(spec: Any, m: int, n: int, device: Any, ordinal: int, stre
     (:meth:`ptxgen.launch.WorkspaceSpec.bytes_for`).
 
     The workspace (:class:`~ptxgen.launch.WorkspaceSpec`: fp32 partials and u32 counters) is allocated once per
-    (device, stream, config, size) and zero-filled then: every counter starts at 0, and each launch's last arriver
-    resets the counters it used, so the buffer is clean after every launch and under CUDA-graph replays (no CTA
-    waits on another, so every launch finishes its tiles).  Launches on one stream are ordered and share it;
-    launches on different streams have different workspaces and may overlap.  A call under CUDA-graph capture,
-    and ``stream=None``, get a workspace of their own (the graph may be replayed on any stream, the prepared launch
-    enqueued on any), appended to ``keep``, which holds it as long as its owner lives (a prepared launch's: freed
-    with it); ``keep=None`` keeps it for the process (:data:`_owned`), as a captured graph needs: nothing here
-    knows when a graph is dropped.
+    (device, stream, capture, config, size) with its counters zero-filled: each launch's last arriver resets the
+    counters it used, so they are 0 again after every launch and under CUDA-graph replays (no CTA waits on another,
+    so every launch finishes its tiles).  The partials need no fill: every split writes its own before it counts.
+    Launches on one stream are ordered and share it; launches on different streams have different workspaces and
+    may overlap.  The launches one CUDA-graph capture records on one stream are ordered in the graph the same way,
+    so they share one workspace of that capture (its counters' fill is the graph's only extra node); another capture
+    gets another, since two graphs may be replayed on two streams at once.  ``stream=None`` gets a workspace of its
+    own (a prepared launch may be enqueued on any stream), appended to ``keep``, which holds it as long as its owner
+    lives (a prepared launch's: freed with it); ``keep=None`` keeps it for the process (:data:`_owned`).  A capture's
+    workspace is kept for the process: nothing here knows when a graph is dropped.
 
     Raises:
         ShapeError: the workspace would exceed 4 GiB (the kernel addresses it with u32 byte offsets).
@@ -432,28 +435,52 @@ def split_k_workspace(spec: Any, m: int, n: int, device: Any, ordinal: int, stre
         from ptxgen.runtime import driver
 
         num_sms = driver.device_info(ordinal).sm_count if spec.grid.split_tiles != "all" else 1  # "all": unused
-    nbytes = ws.bytes_for(spec.grid, m, n, num_sms)
+    cta_tiles = ws.cta_tiles_for(spec.grid, m, n, num_sms)
+    nbytes = ws.bytes(cta_tiles)
     if nbytes >= _U32_LIMIT:
         raise ShapeError(f"M={m}, N={n}: config {spec.name} (schedule.split_k={ws.split_k}) needs a {nbytes} B split-K "
                          f"workspace; must be < 4 GiB (u32 offsets): use a config with a smaller split_k")
-    import torch
-
-    if stream is None or (device != "cpu" and torch.cuda.is_current_stream_capturing()):
-        buf = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+    counters = ws.counters_offset(cta_tiles)
+    if stream is None:
+        buf = _new_workspace(nbytes, counters, device)
         if keep is not None:
             keep.append(buf)
         else:
             with _lock:
                 _owned.append(buf)
         return (buf.data_ptr(),)
-    key = (ordinal, stream, spec.name, spec.kernel, ws, nbytes)
+    key = (ordinal, stream, capture_of(device, stream), spec.name, spec.kernel, ws, nbytes)
     buf = _workspaces.get(key)
     if buf is None:
         with _lock:
             buf = _workspaces.get(key)
             if buf is None:
-                buf = _workspaces[key] = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+                buf = _workspaces[key] = _new_workspace(nbytes, counters, device)
     return (buf.data_ptr(),)
+
+
+def _new_workspace(nbytes: int, counters: int, device: Any) -> Any:
+    """A split-K workspace of ``nbytes`` bytes (torch uint8 on ``device``) whose counters, from byte ``counters``
+    on, are 0; under CUDA-graph capture the allocation comes from the graph's pool and the fill is a graph node."""
+    import torch
+
+    buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    buf[counters:].zero_()
+    return buf
+
+
+def capture_of(device: Any, stream: int) -> int | None:
+    """The id of the CUDA-graph capture that ``stream`` is recording (unique in the process), or None when it is not
+    capturing (always None on the CPU)."""
+    if device == "cpu" or getattr(device, "type", None) == "cpu":
+        return None
+    import torch
+
+    if not torch.cuda.is_current_stream_capturing():
+        return None
+    from ptxgen.runtime import driver
+
+    return driver.capture_id(stream)
 
 
 def _ordinal(a: Any) -> int:
@@ -719,8 +746,8 @@ class _Call:
     def workspace(self, stream: int, m: int, n: int) -> tuple[int, ...]:
         """The split-K workspace arguments for a launch of this signature (kernel ``m`` x ``n``) on ``stream``:
         :func:`split_k_workspace`'s, remembered for the last stream outside graph capture.  The buffer they point
-        at is never freed (:data:`_workspaces` keeps it for the process), and a captured launch gets one of its
-        own every time, as :func:`split_k_workspace` says: a capture is never answered from the memo."""
+        at is never freed (:data:`_workspaces` keeps it for the process); a captured launch gets its capture's, as
+        :func:`split_k_workspace` says: a capture is never answered from the memo."""
         capturing = self.capturing is not None and self.capturing()
         last_stream, last_ws = self.ws_memo  # one read: another thread may replace the pair, never half of it
         if stream == last_stream and not capturing:

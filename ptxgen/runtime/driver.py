@@ -226,3 +226,17 @@ def current_stream(ordinal: int) -> int:
     if raw is not None:
         return raw(ordinal)
     return torch.cuda.current_stream(ordinal).cuda_stream
+
+
+def capture_id(stream: int) -> int | None:
+    """The id of the CUDA-graph capture sequence that ``stream`` (a ``cudaStream_t`` as an int) is recording,
+    unique over the process (``cuStreamGetCaptureInfo``), or None when the stream is not capturing.
+
+    Raises:
+        CudaError: the driver rejected the query (e.g. the legacy stream while another stream captures).
+    """
+    drv = cu()
+    status, ident, *_ = check(drv.cuStreamGetCaptureInfo(drv.CUstream(stream)), "cuStreamGetCaptureInfo")
+    if status != drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:
+        return None
+    return int(ident)

@@ -234,25 +234,35 @@ def test_verifier_holds_the_traced_arrival_order():
 # --------------------------------------------------------------------------- runtime and chooser
 
 
-def test_workspace_is_one_per_stream_zeroed_and_bounded(monkeypatch):
+def test_workspace_is_one_per_stream_and_capture_zeroed_and_bounded(monkeypatch):
     torch = pytest.importorskip("torch")
     from ptxgen.runtime import api
 
     spec = make_plan(split("h100_128x192", 3)).launch_spec()
     monkeypatch.setattr(api, "_workspaces", {})
     monkeypatch.setattr(api, "_owned", [])
+    capture = [None]
+    monkeypatch.setattr(api, "capture_of", lambda device, stream: capture[0])
     (ptr,) = api.split_k_workspace(spec, 300, 400, "cpu", 0, 7)
     assert api.split_k_workspace(spec, 300, 400, "cpu", 0, 7) == (ptr,)  # cached per stream: no per-call allocation
     (other,) = api.split_k_workspace(spec, 300, 400, "cpu", 0, 8)
     assert other != ptr  # another stream: its own counters
+    capture[0] = 41  # a graph capture on stream 7: one workspace for all its launches, not the stream's
+    (captured,) = api.split_k_workspace(spec, 300, 400, "cpu", 0, 7)
+    assert captured not in (ptr, other) and api.split_k_workspace(spec, 300, 400, "cpu", 0, 7) == (captured,)
+    capture[0] = 42  # another capture (its graph may be replayed beside the first): another workspace
+    (captured2,) = api.split_k_workspace(spec, 300, 400, "cpu", 0, 7)
+    assert captured2 not in (ptr, other, captured) and len(api._workspaces) == 4 and not api._owned
+    capture[0] = None
     (own,) = api.split_k_workspace(spec, 300, 400, "cpu", 0, None)
-    assert own not in (ptr, other) and len(api._owned) == 1  # one of its own, kept for the process (a capture's)
+    assert own not in (ptr, other, captured, captured2) and len(api._owned) == 1  # one of its own, for the process
     held = []
     (mine,) = api.split_k_workspace(spec, 300, 400, "cpu", 0, None, keep=held)  # a prepared launch's: its owner keeps it
     assert mine not in (ptr, other, own) and len(api._owned) == 1 and [b.data_ptr() for b in held] == [mine]
+    tiles = spec.workspace.cta_tiles_for(spec.grid, 300, 400, 132)
     for buf in (*api._workspaces.values(), *api._owned, *held):
-        assert buf.numel() == spec.workspace.bytes_for(spec.grid, 300, 400, 132) and not buf.any()
-        assert buf.dtype == torch.uint8
+        assert buf.numel() == spec.workspace.bytes_for(spec.grid, 300, 400, 132) and buf.dtype == torch.uint8
+        assert not buf[spec.workspace.counters_offset(tiles):].any()  # counters zero-filled; partials are written first
     assert api.split_k_workspace(make_plan(load_config("h100_128x192")).launch_spec(), 300, 400, "cpu", 0, 7) == ()
     with pytest.raises(ShapeError, match=r"needs a \d+ B split-K workspace; must be < 4 GiB"):
         api.split_k_workspace(spec, 65536, 65536, "cpu", 0, 7)

@@ -7,7 +7,8 @@ poisoned with NaN, fp32 reference, relative Frobenius error < 1e-2.  Each exampl
 into freshly poisoned outputs and checks both (the tile counters were reset by the first launch; a stale
 counter makes the wrong split reduce, before the partials are there).  The two runs need not be bitwise equal:
 the split that arrives last adds the others' partials into its own registers, so the order of the fp32 adds
-follows the arrival order.  CUDA-graph capture and replay with new input values; a shape whose K leaves every
+follows the arrival order.  CUDA-graph capture and replay with new input values (a capture of many calls, one
+workspace per capture, two graphs replayed on two streams at once); a shape whose K leaves every
 split but the last empty; two streams running the same config and shape at once (each its own workspace);
 many launches in a row.  Split-K of the last wave (bench/configs ``*_lw*``): shapes with whole waves and a tail,
 fewer tiles than SMs, ragged M/N/K, launches in a row, two streams, a graph replay, a prepared launch; a
@@ -170,6 +171,53 @@ def test_splitk_cuda_graph_capture_and_replay(torch, name, splits):
         ref = dual_reference(torch, a, b, b2) if dual else a.float() @ b.float().T
         assert not torch.isnan(out).any(), f"replay {seed}: NaN in out"
         assert relative_error(out, ref) < TOLERANCE, f"replay {seed}"
+
+
+def test_splitk_graph_of_many_calls_shares_one_workspace_per_capture(torch):
+    """One capture of eight split-K calls (two shapes, an output each) takes one workspace per (config, size), not
+    one per call; two graphs captured that way, replayed on two streams at once with new inputs, each write right
+    values (each capture's workspace is its own)."""
+    from ptxgen import gemm
+    from ptxgen.bench import relative_error
+    from ptxgen.runtime import api
+
+    cfg = split_config("h100_128x192", 3)
+    shapes = [(300, 520, 1000), (128, 1000, 2048)]
+    graphs, sides = [], []
+    for g in range(2):
+        operands = [random_operands(torch, m, n, k, seed=200 + 10 * g + i) for i, (m, n, k) in enumerate(shapes)]
+        outs = [_poisoned(torch, m, n) for _ in range(4) for (m, n, k) in shapes]
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for (a, b), out in zip(operands * 4, outs):
+                gemm(a, b, out=out, config=cfg)  # warm-up outside capture: kernel load, tensor maps
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        before = len(api._workspaces)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for (a, b), out in zip(operands * 4, outs):
+                gemm(a, b, out=out, config=cfg)
+        assert len(api._workspaces) - before == len(shapes), "one workspace per size in a capture, not per call"
+        graphs.append(graph)
+        sides.append((operands, outs))
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for seed in range(3):
+        for g, (operands, outs) in enumerate(sides):
+            for i, ((a, _), (m, n, k)) in enumerate(zip(operands, shapes)):
+                a.copy_(random_operands(torch, m, n, k, seed=300 + 10 * seed + 2 * g + i)[0])
+            for out in outs:
+                out.fill_(float("nan"))
+        torch.cuda.synchronize()
+        for graph, stream in zip(graphs, streams):
+            with torch.cuda.stream(stream):
+                graph.replay()
+        torch.cuda.synchronize()
+        for g, (operands, outs) in enumerate(sides):
+            for j, ((a, b), out) in enumerate(zip(operands * 4, outs)):
+                assert not torch.isnan(out).any(), f"replay {seed}, graph {g}, call {j}: NaN"
+                assert relative_error(out, a.float() @ b.float().T) < TOLERANCE, f"replay {seed}, graph {g}, call {j}"
 
 
 def test_splitk_prepared_launch(torch):

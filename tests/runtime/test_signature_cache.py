@@ -103,8 +103,8 @@ def test_gemm_non_tensor_reaches_the_full_check(fake_setup):
 
 
 def test_split_k_workspace_is_looked_up_once_per_stream_and_never_memoized_under_capture(fake_setup, monkeypatch):
-    """A split-K signature asks split_k_workspace once per stream, not once per call; a graph capture always gets
-    one of its own (split_k_workspace's rule), and does not replace the stream's memo."""
+    """A split-K signature asks split_k_workspace once per stream, not once per call; under graph capture it asks
+    every call (split_k_workspace answers with the capture's), and does not replace the stream's memo."""
     from ptxgen.launch import WorkspaceSpec
     from ptxgen.runtime import api
 
