@@ -52,7 +52,8 @@ SM (the configs use ~200-225 KB of shared memory), clusters of ``c`` CTAs occupy
 
 The GEMM chooser ranks with :data:`SM90_GEMM_MODEL`, fitted on the tune half of the suite (``bench/fit_choose.py``:
 constants within physical bounds and one tile factor per config, chosen for the regret of the pick; report half:
-docs/performance.md, "Chooser fit"); the dual GEMM with :data:`SM90_MODEL`.
+docs/performance.md, "Chooser fit"; on an H200 too: two refits on the H200's tune half did not rank its report half
+better, docs/performance.md, "The chooser on an H200"); the dual GEMM with :data:`SM90_MODEL`.
 
 Split-K candidates (``schedule.split_k = S > 1``, shipped: ``h100_64x128_sk2``, ``h100_128x64_sk2``,
 ``h100_128x192_sk3``): ``tiles x S`` work units in waves, K / S per unit, and per unit the fp32 partial traffic
@@ -106,6 +107,8 @@ DEFAULT_DUAL_SM90 = "dual_h100_128x128_c2"
 DEFAULT_DUAL_SM100 = "dual_sm100_256x128"
 #: shipped tuned table per arch (inside ptxgen/configs)
 SHIPPED_TABLES = {"sm_90a": "tuned_sm90.json", "sm_100a": "tuned_sm100.json"}
+#: devices with a tuned table of their own (:func:`device_key`): a table per (arch, device key), measured on it
+DEVICE_TABLES = {("sm_90a", "H200"): "tuned_sm90_h200.json"}
 TABLE_VERSION = 1
 
 
@@ -211,6 +214,18 @@ SM90_GEMM_MODEL = DeviceModel(
                   ("h100_128x128_c2_lw2", 0.9856), ("h100_128x256_lw2", 1.0437), ("h100_128x256_lw4", 1.0437)),
     main_loop_factors=(("h100_128x128_c2_lw2", 1.1803), ("h100_128x256_lw2", 1.0001), ("h100_128x256_lw4", 1.0)),
     lastwave_partial_tbps=4.2307)
+
+
+#: words of a device name (``DeviceInfo.name``) that select a tuned table of its own; the first found wins
+DEVICE_KEYS = ("H200",)
+
+
+def device_key(name: str) -> str:
+    """The key of a device's own tuned table (:data:`DEVICE_TABLES`): a word of :data:`DEVICE_KEYS` in its name
+    (``"NVIDIA H200"``, ``"NVIDIA H200 NVL"`` -> ``"H200"``), else ``""`` (the H100's: ``"NVIDIA H100 80GB HBM3"``,
+    and any device measured by neither, ``"NVIDIA GH200 480GB"`` among them)."""
+    words = name.split()
+    return next((key for key in DEVICE_KEYS if key in words), "")
 
 
 @dataclass(frozen=True)
@@ -431,11 +446,12 @@ def user_table_path(arch: str) -> Path:
     return cache_dir() / "tuned" / f"{arch}.json"
 
 
-def shipped_table_path(arch: str) -> Path | None:
-    """The package's tuned table for ``arch`` (None when the arch has none)."""
+def shipped_table_path(arch: str, device: str = "") -> Path | None:
+    """The package's tuned table for ``arch`` on a device of :func:`device_key` ``device`` (its own where
+    :data:`DEVICE_TABLES` has one, else the arch's; None when the arch has none)."""
     from ptxgen.shipped import configs_dir
 
-    name = SHIPPED_TABLES.get(arch)
+    name = DEVICE_TABLES.get((arch, device)) or SHIPPED_TABLES.get(arch)
     return configs_dir() / name if name else None
 
 
@@ -502,8 +518,9 @@ def default_config_name(capability: tuple[int, int], kernel: str = "gemm") -> st
 
 @functools.lru_cache(maxsize=4096)
 def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count: int,
-                  kernel: str = "gemm") -> tuple[str, str]:
-    """``(config name, why)`` for a shape on a device of ``capability`` with ``sm_count`` SMs.
+                  kernel: str = "gemm", device: str = "") -> tuple[str, str]:
+    """``(config name, why)`` for a shape on a device of ``capability`` with ``sm_count`` SMs; ``device``: its
+    :func:`device_key`, which picks the GEMM's shipped table.
 
     ``why`` is ``"user table"``, ``"shipped table"``, ``"cost model"``, ``"fp8 rule"`` (``kernel="gemm_fp8"``:
     :func:`fp8_rule`), ``"small-M rule"`` (sm_90a ``kernel="dual_gemm"``: :func:`dual_small_m_rule`) or
@@ -532,7 +549,7 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
         whole = tuple(c for c in cands if c.split_tiles != "last_wave") or cands  # taken by the rule below only
         return dual_last_wave_rule(rank(whole, m, n, k, sm_count, default)[0][1], m, n, sm_count, cands), "cost model"
     for why, path in (("user table", user_table_path(arch) if arch else None),
-                      ("shipped table", shipped_table_path(arch) if arch else None)):
+                      ("shipped table", shipped_table_path(arch, device) if arch else None)):
         hit = read_table(path).get((m, n, k))
         if hit is not None and is_shipped(hit):  # one stat for the hit, not a listing of the folder
             return hit, why
@@ -663,4 +680,4 @@ def fp8_rule(m: int, n: int, k: int, sm_count: int) -> str:
 
 def choose(m: int, n: int, k: int, info: Any, kernel: str = "gemm") -> str:
     """The config name for ``(m, n, k)`` on a device (:class:`~ptxgen.runtime.driver.DeviceInfo`) and kernel kind."""
-    return choose_cached(m, n, k, tuple(info.capability), info.sm_count, kernel)[0]
+    return choose_cached(m, n, k, tuple(info.capability), info.sm_count, kernel, device_key(info.name))[0]

@@ -119,16 +119,47 @@ def test_broken_user_table_is_ignored(fresh_choice):
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 
 
-def test_shipped_table_holds_tune_half_shapes_only():
-    """The shipped table is fitted on the suite's tune half; a report-half shape in it would hide the cost model."""
+@pytest.mark.parametrize("device", ["", "H200"])
+def test_shipped_table_holds_tune_half_shapes_only(device):
+    """The shipped tables (the H100's and the H200's) are fitted on the suite's tune half; a report-half shape in one
+    would hide the cost model."""
     from ptxgen.runtime import choose
     from ptxgen.suites import load
 
-    table = choose.read_table(choose.shipped_table_path("sm_90a"))
+    table = choose.read_table(choose.shipped_table_path("sm_90a", device))
     suite = load("gemm")
     tune = {s.mnk for s in suite.half("tune")}
     assert table and set(table) <= tune and not set(table) & {s.mnk for s in suite.half("report")}
     assert set(table.values()) <= {c.name for c in choose.candidates("sm_90a")}
+
+
+def test_device_name_picks_its_own_table(fresh_choice):
+    """An H200 reads the table measured on an H200 (docs/results/survey_h200_tune.json: each entry the fastest config
+    there); any other sm_90a device, the H100's.  The two differ on tune shapes (777x2176x5000: h100_128x256 on the
+    H100, 1.24x slower than h100_192x128_c2n on the H200)."""
+    from types import SimpleNamespace
+
+    choose = fresh_choice
+    assert [choose.device_key(n) for n in ("NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA H100 80GB HBM3",
+                                           "NVIDIA GH200 480GB", "NVIDIA H20", "")] == ["H200", "H200", "", "", "", ""]
+    h100, h200 = (choose.read_table(choose.shipped_table_path("sm_90a", d)) for d in ("", "H200"))
+    assert choose.shipped_table_path("sm_90a", "H200") != choose.shipped_table_path("sm_90a")
+    assert choose.shipped_table_path("sm_90a", "B200") == choose.shipped_table_path("sm_90a")
+    assert h100[(777, 2176, 5000)] == "h100_128x256" and h200[(777, 2176, 5000)] == "h100_192x128_c2n"
+    survey = json.loads((RESULTS / "survey_h200_tune.json").read_text())
+    names = {c.name for c in choose.candidates("sm_90a")}
+    assert survey["device"] == "NVIDIA H200" and len(survey["rows"]) == len(h200)
+    for row in survey["rows"]:
+        times = {name: side["ms"] for name, side in row["sides"].items() if name in names}
+        pick = h200[(row["m"], row["n"], row["k"])]
+        assert times[pick] <= min(times.values()) * 1.0001, (row["m"], row["n"], row["k"])
+    for mnk in ((777, 2176, 5000), (4096, 8192, 8192)):
+        assert choose.choose_cached(*mnk, (9, 0), 132, "gemm", "H200") == (h200[mnk], "shipped table")
+        assert choose.choose_cached(*mnk, (9, 0), 132) == (h100[mnk], "shipped table")
+        info = SimpleNamespace(capability=(9, 0), sm_count=132, name="NVIDIA H200")
+        assert choose.choose(*mnk, info) == h200[mnk]
+    # off the tables both devices run the same cost model
+    assert choose.choose_cached(1000, 1000, 1000, (9, 0), 132, "gemm", "H200") == choose.choose_cached(1000, 1000, 1000, (9, 0), 132)
 
 
 def test_chooser_decisions_on_report_half_match_the_record(fresh_choice):
