@@ -46,3 +46,28 @@ def test_driver_init_raises_only_cuda_error():
         driver.init()
     except CudaError as err:
         assert err.call == "cuInit" and err.code.startswith("CUDA_")
+
+
+def test_capture_id_of_a_capturing_stream_or_none(fake_names, monkeypatch):
+    """``capture_id``: the driver's capture sequence id while the stream captures, None otherwise; a refused query
+    raises CudaError naming cuStreamGetCaptureInfo."""
+    driver = fake_names
+    drv = driver.cu()
+    status = drv.CUstreamCaptureStatus
+    answers = {7: (drv.CUresult.CUDA_SUCCESS, status.CU_STREAM_CAPTURE_STATUS_ACTIVE, 41, None, [], [], 0),
+               8: (drv.CUresult.CUDA_SUCCESS, status.CU_STREAM_CAPTURE_STATUS_NONE, 0, None, [], [], 0),
+               9: (drv.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, status.CU_STREAM_CAPTURE_STATUS_NONE, 0, None, [],
+                   [], 0)}
+
+    class FakeDriver:
+        def __getattr__(self, name):
+            return getattr(drv, name)
+
+        @staticmethod
+        def cuStreamGetCaptureInfo(stream):
+            return answers[int(stream)]
+
+    monkeypatch.setattr(driver, "cu", lambda: FakeDriver())
+    assert driver.capture_id(7) == 41 and driver.capture_id(8) is None
+    with pytest.raises(CudaError, match=r"^cuStreamGetCaptureInfo failed: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"):
+        driver.capture_id(9)
