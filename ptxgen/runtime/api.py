@@ -472,7 +472,7 @@ def _new_workspace(nbytes: int, counters: int, device: Any) -> Any:
 def capture_of(device: Any, stream: int) -> int | None:
     """The id of the CUDA-graph capture that ``stream`` is recording (unique in the process), or None when it is not
     capturing (always None on the CPU)."""
-    if device == "cpu" or getattr(device, "type", None) == "cpu":
+    if str(device) == "cpu":
         return None
     import torch
 

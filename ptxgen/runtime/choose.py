@@ -216,16 +216,12 @@ SM90_GEMM_MODEL = DeviceModel(
     lastwave_partial_tbps=4.2307)
 
 
-#: words of a device name (``DeviceInfo.name``) that select a tuned table of its own; the first found wins
-DEVICE_KEYS = ("H200",)
-
-
 def device_key(name: str) -> str:
-    """The key of a device's own tuned table (:data:`DEVICE_TABLES`): a word of :data:`DEVICE_KEYS` in its name
-    (``"NVIDIA H200"``, ``"NVIDIA H200 NVL"`` -> ``"H200"``), else ``""`` (the H100's: ``"NVIDIA H100 80GB HBM3"``,
-    and any device measured by neither, ``"NVIDIA GH200 480GB"`` among them)."""
+    """The key of a device's own tuned table: a device key of :data:`DEVICE_TABLES` that is a word of its name
+    (``DeviceInfo.name``: ``"NVIDIA H200"``, ``"NVIDIA H200 NVL"`` -> ``"H200"``), else ``""`` (the arch's table:
+    ``"NVIDIA H100 80GB HBM3"``, and any device measured by neither, ``"NVIDIA GH200 480GB"`` among them)."""
     words = name.split()
-    return next((key for key in DEVICE_KEYS if key in words), "")
+    return next((key for _, key in DEVICE_TABLES if key in words), "")
 
 
 @dataclass(frozen=True)
