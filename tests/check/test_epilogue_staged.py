@@ -65,7 +65,7 @@ def test_ptx_loads_the_box_and_reads_it_with_ldmatrix():
     ("h100_128x128_pp", "relu(acc) + residual", {"epilogue.store": "tma", "epilogue.stmatrix": True,
                                                  "epilogue.swizzle": "128", "epilogue.store_block_n": 64}),
 ])
-@pytest.mark.parametrize("policy", ["random", "latest"])
+@pytest.mark.parametrize("policy", ["random", pytest.param("latest", marks=pytest.mark.slow)])
 def test_staged_residual_matches_the_reference(config, expr, changes, policy):
     plan = _plan(expr, config, **changes)
     assert plan.epilogue.staged is not None

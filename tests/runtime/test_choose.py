@@ -571,6 +571,7 @@ def _recorded_regrets(predictions, models: dict, timed) -> dict[str, dict]:
     return regret
 
 
+@pytest.mark.slow  # a recorded refit that was not shipped
 def test_short_k_refit_wins_the_fresh_shapes_and_loses_64x4608x3584(before_later_configs):
     """bench/fit_choose.py --fit-main-loop with the six off-suite shapes of regret_offsuite_h100.json added: h100_128x128_c2_lw2
     1.148, partial_tbps 1.778 TB/s, whole_tile_fixup_us 0.763 us; it takes c2_lw2 on 1024x1024x8192 (main: h100_128x64, 1.327).
