@@ -561,15 +561,14 @@ def regret_summary(model: choose.DeviceModel, cands, rows) -> str:
             f"{statistics.fmean(r):.4f}, worst {max(r):.4f}, {sum(x > 1.02 for x in r)} above 1.02")
 
 
-def evaluate(paths: list[str], cands, model_only: bool, model: choose.DeviceModel | None = None) -> dict:
+def evaluate(paths: list[str], cands, model_only: bool, model: choose.DeviceModel = choose.SM90_GEMM_MODEL) -> dict:
     """Each shape's decision (``model_only``: the cost model's among the timed candidates; else the chooser's, tables
     first, its cost model ``model``, among every candidate) and its regret; a decision the surveys did not time has
     regret None and stays out of the median and worst (``unmeasured`` lists it).  The chooser is the one of the first
-    survey's device (``choose.device_key``: its tuned table); ``model=None``: the shipped model."""
+    survey's device (``choose.device_key``: its tuned table)."""
     names = {c.name for c in cands}
     split = {c.name for c in cands if c.split_k > 1}
     device = choose.device_key(json.load(open(paths[0])).get("device", ""))
-    model = model or choose.SM90_GEMM_MODEL
     out = []
     shipped, choose.SM90_GEMM_MODEL = choose.SM90_GEMM_MODEL, model
     try:
