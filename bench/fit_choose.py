@@ -56,7 +56,7 @@ shipped, isolated and fitted models, the shapes whose pick moved, and the model-
 ``--fit-factors F ... --join J ... --factor NAME ...`` fits the tile factors of the configs ``NAME`` alone
 (:func:`fit_tile_factors`: the soft loss on a grid of 0.01, one config at a time), every other constant and factor
 held, on the shapes of ``F`` (tune surveys) with the times of ``J`` (surveys of the new configs on the same shapes)
-joined to their rows (:func:`joined`); it prints the soft loss and model-only regret before and after.
+joined to their rows (:func:`joined`; ``--join-scaled``: scaled into each row's window by the configs both timed); it prints the soft loss and model-only regret before and after.
 ``--eval F ...`` (repeatable: one evaluation per option) evaluates the chooser on the shapes of its files; a decision
 no file timed is listed as unmeasured.
 
@@ -67,7 +67,7 @@ Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json ...] 
        [--fit-ring survey_tune.json ... --ring-pairs survey_stage_variants.json ... [--check F ...]]
        [--refit tune.json tune_sk_a.json tune_sk_b.json tune_lw.json [--term smem] [--term latency] [--loo]
         [--start NAME=VALUE] [--warm model.json [--held]] [--model-json model.json]]
-       [--fit-factors survey_tune.json ... --join survey_new_tune.json ... --factor NAME ...]
+       [--fit-factors survey_tune.json ... --join survey_new_tune.json ... [--join-scaled] --factor NAME ...]
        [--eval survey_report.json ...] [--model-only] [--json F]
        [--table F]
 """
@@ -526,15 +526,23 @@ def leave_one_out_all(cands, rows, model: choose.DeviceModel, terms=(), maxiter:
     return out
 
 
-def joined(paths: list[str], extra: list[str], names: set[str],
-           split: set[str] = frozenset()) -> list[tuple[tuple[int, int, int], dict[str, float]]]:
+def joined(paths: list[str], extra: list[str], names: set[str], split: set[str] = frozenset(),
+           scaled: bool = False) -> list[tuple[tuple[int, int, int], dict[str, float]]]:
     """:func:`measured` of ``paths`` with the times of the surveys ``extra`` (each timing a few candidates on the same
     shapes, e.g. ``bench/survey.py --suite gemm --half tune --config NEW``) added to each shape's row, in order (a
-    config timed by several of them takes the last one's time)."""
+    config timed by several of them takes the last one's time).  ``scaled``: each extra survey's times of a shape are
+    first multiplied by the geometric mean, over the configs both timed there, of the row's time over the survey's
+    (a device call's clock window moves every kernel by a few percent: the controls carry the new times into the
+    row's window), and the shared configs keep the row's own times; a shape with no shared config keeps its times."""
     rows = measured(paths, names, split)
+    base = dict(rows)
     more: dict[tuple[int, int, int], dict[str, float]] = {}
     for path in extra:
         for mnk, times in measured([path], names, split):
+            shared = [c for c in times if c in base.get(mnk, {})]
+            if scaled and shared:
+                f = math.exp(statistics.fmean(math.log(base[mnk][c] / times[c]) for c in shared))
+                times = {c: t * f for c, t in times.items() if c not in shared}
             more.setdefault(mnk, {}).update(times)
     return [(mnk, {**times, **more.get(mnk, {})}) for mnk, times in rows]
 
@@ -621,6 +629,8 @@ def main() -> None:
     p.add_argument("--fit-factors", nargs="+", default=[], metavar="F",
                    help="tune surveys: fit the tile factors of --factor alone on them joined with --join")
     p.add_argument("--join", nargs="+", default=[], metavar="F", help="with --fit-factors: surveys of the new configs")
+    p.add_argument("--join-scaled", action="store_true",
+                   help="with --join: carry each joined survey's times into the row's window by the configs both timed")
     p.add_argument("--factor", action="append", default=[], metavar="NAME", help="with --fit-factors: a config to fit")
     p.add_argument("--json")
     p.add_argument("--table", help="write the shipped-table document of the --fit survey's shapes here")
@@ -766,7 +776,7 @@ def main() -> None:
             Path(args.model_json).write_text(json.dumps(dataclasses.asdict(fitted)) + "\n")
         model = fitted
     if args.fit_factors:
-        rows = joined(args.fit_factors, args.join, names, split)
+        rows = joined(args.fit_factors, args.join, names, split, scaled=args.join_scaled)
         print("shipped: " + regret_summary(model, cands, rows))
         model = fit_tile_factors(cands, rows, model, args.factor)
         print("fitted: " + regret_summary(model, cands, rows) + "; "

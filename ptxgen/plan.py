@@ -1318,6 +1318,10 @@ def _schedule_plan(cfg: Config, epilogue: EpiloguePlan) -> SchedulePlan:
                         shift_last_n_block=shift and epilogue.block_scale is None)
 
 
+#: registers an sm_90a consumer thread needs beside its wgmma accumulators (descriptors, stage/phase, tile state, the
+#: epilogue's addresses): ptxas 13.5 spilled nothing at the edge, a 256x192 tile's 192 on two warpgroups of 232
+ACCUMULATOR_SPARE_REGS = 40
+
 #: registers an sm_90a consumer thread keeps for the epilogue's addresses, predicates and loop state beside the
 #: accumulators and the expression's own registers
 EPILOGUE_SPARE_REGS = 24
@@ -1360,6 +1364,13 @@ def _registers_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan
     consumer_regs = 0
     if not f.sm100:
         consumer_regs = min(240, ((65536 - 128 * producer_regs) // (128 * f.wgs)) // 8 * 8)
+        acc_regs = mma.m_waves * mma.fragment_regs * len(mma.streams)
+        if acc_regs + ACCUMULATOR_SPARE_REGS > consumer_regs:
+            raise ConfigError(
+                f"tile.block_m={cfg.tile.block_m}: sm_90a: {acc_regs} fp32 accumulator registers per thread (tile "
+                f"{cfg.tile.block_m}x{cfg.tile.block_n}, {f.wgs} consumer warpgroups {cfg.mma.consumers}, "
+                f"{len(mma.streams)} accumulator(s)) + {ACCUMULATOR_SPARE_REGS} spare > the {consumer_regs} each "
+                "consumer warpgroup gets (setmaxnreg); ptxas would spill")
     if cfg.epilogue.overlap:  # the accumulators and the previous tile's packed output live together
         acc_regs = mma.m_waves * mma.fragment_regs * len(mma.streams)
         words = mma.m_waves * mma.block_n // 4

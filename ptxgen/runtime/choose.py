@@ -209,6 +209,8 @@ SM90_GEMM_MODEL = DeviceModel(
                   ("h100_128x80_c2n", 1.42), ("h100_128x192_c2n", 1.42),
                   ("h100_192x128_c2n", 1.33), ("h100_192x192_c2n", 1.12),  # the same, three consumer warpgroups
                   ("h100_128x160_c2", 1.21),  # fitted alone on the tune half, the rest held ("A CTA pair of 128x160 tiles")
+                  # fitted alone on the H200's tune half, the rest held ("A 256x160 tile")
+                  ("h100_256x160", 1.20), ("h100_256x160_c2", 1.10),
                   ("h100_128x192_sk3", 1.001), ("h100_128x64_sk2", 1.0005), ("h100_64x128_sk2", 1.0016),
                   # split-K of the last wave: the base config's factor (whole tiles are the same kernel), not fitted
                   ("h100_128x128_c2_lw2", 0.9856), ("h100_128x256_lw2", 1.0437), ("h100_128x256_lw4", 1.0437)),

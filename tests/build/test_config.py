@@ -97,8 +97,16 @@ def test_bad_values_name_field_value_and_rule(patch, message):
 def test_sm90_rules():
     base = {"name": "h", "arch": "sm_90a", "tile": {"block_m": 128, "block_n": 256}, "mma": {"warpgroups": 2},
             "pipeline": {"stages": 4}}
-    with pytest.raises(ConfigError, match="128 fp32 accumulator registers|> 128"):
-        from_dict({**base, "tile": {"block_m": 256, "block_n": 256}})
+    # the accumulators' register budget is the plan's: a consumer's setmaxnreg share less 40 spare registers
+    from ptxgen.plan import make_plan
+    with pytest.raises(ConfigError, match=r"^tile\.block_m=256: sm_90a: 256 fp32 accumulator registers per thread .* "
+                                          r"\+ 40 spare > the 232 each consumer warpgroup gets \(setmaxnreg\)"):
+        make_plan(from_dict({**base, "tile": {"block_m": 256, "block_n": 256}, "pipeline": {"stages": 2}}))
+    make_plan(from_dict({**base, "tile": {"block_m": 256, "block_n": 192}, "pipeline": {"stages": 3}}))  # 192 + 40
+    with pytest.raises(ConfigError, match=r"^tile\.block_m=192: sm_90a: 128 fp32 accumulator registers per thread .* "
+                                          r"\+ 40 spare > the 152 each"):
+        make_plan(from_dict({**base, "tile": {"block_m": 192, "block_n": 256}, "mma": {"warpgroups": 3},
+                             "pipeline": {"stages": 2}}))
     with pytest.raises(ConfigError, match="tma.two_sm=True: 2-SM TMA loads are sm_100a only"):
         from_dict({**base, "tma": {"two_sm": True}})
     with pytest.raises(ConfigError, match="must equal size == 2"):

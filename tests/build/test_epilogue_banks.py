@@ -9,6 +9,8 @@ These tests evaluate the addresses the IR's ``StShared16`` ops carry, lane by la
 the plan's staging layout or to ``FragmentStore`` addressing that brings conflicts back fails here.
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -19,6 +21,7 @@ from ptxgen.ir.expr import Sreg, Var, evaluate
 from ptxgen.shipped import shipped_configs
 
 BANKS = 32
+ROOT = Path(__file__).parents[2]
 
 
 def _fragment_stores(kernel) -> list[ops.StShared16 | ops.StMatrix]:
@@ -65,12 +68,26 @@ def _sm90_tma_store_configs() -> list[str]:
     return names
 
 
+#: shipped configs whose staging stores conflict, measured faster than their conflict-free variant: the 256x160 tiles'
+#: 32-column stmatrix boxes (64-byte rows: 4 wavefronts a matrix) and two CD buffers per warpgroup against 40-column
+#: st.shared boxes (80-byte rows, 1 wavefront) and one buffer, which shared memory leaves beside 4 operand stages:
+#: the 40-column variants ran 0.99x over the H200's tune half (docs/performance.md, "A 256x160 tile")
+MEASURED_CONFLICTS = {"h100_256x160": 4, "h100_256x160_c2": 4}
+
+
 @pytest.mark.parametrize("name", _sm90_tma_store_configs())
 def test_shipped_sm90_staging_stores_are_conflict_free(name):
     stores = _fragment_stores(build(name).kernel)
     assert stores, f"{name}: a TMA-store epilogue with no staging stores"
     worst = max(wavefronts(op) for op in stores)
-    assert worst == 1, f"{name}: a fragment store takes {worst} wavefronts"
+    assert worst == MEASURED_CONFLICTS.get(name, 1), f"{name}: a fragment store takes {worst} wavefronts"
+
+
+@pytest.mark.parametrize("name", sorted(MEASURED_CONFLICTS))
+def test_the_measured_conflicts_have_a_conflict_free_variant(name):
+    """Each measured exception's bench variant with 40-column boxes (bench/configs/<name>_e40.yaml) is conflict-free."""
+    variant = load_config(ROOT / "bench" / "configs" / f"{name}_e40.yaml")
+    assert max(wavefronts(op) for op in _fragment_stores(build(variant).kernel)) == 1
 
 
 def _sm90(block_n: int, swizzle: str, store_block_n: int) -> dict:

@@ -37,9 +37,6 @@ BASE = {"name": "pp", "arch": "sm_90a", "tile": {"block_m": 128, "block_n": 128}
      "mma.consumers='pingpong': needs mma.warpgroups=2 (got 1): two warpgroups take turns on tiles"),
     ({"schedule": {"persistent": False}},
      "mma.consumers='pingpong': needs schedule.persistent=true: a CTA must own several tiles"),
-    ({"tile": {"block_m": 128, "block_n": 192}},
-     "tile.block_m=128: sm_90a: 192 fp32 accumulator registers per thread > 128 (tile 128x192, 2 consumer "
-     "warpgroups pingpong, 1 accumulator(s)) would spill"),
     ({"tile": {"block_m": 96, "block_n": 128}},
      "tile.block_m=96: sm_90a pingpong: a multiple of 64 in [64, 256]"),
     ({"arch": "sm_100a", "mma": {"warpgroups": 1, "consumers": "pingpong"}, "tile": {"block_m": 128, "block_n": 128}},
@@ -55,11 +52,16 @@ def test_pingpong_refusals_name_the_field(patch, message):
 
 
 def test_pingpong_accumulator_budget_is_per_warpgroup_tile():
-    """A 128x128 tile is 2 m64 waves of one warpgroup in pingpong (128 registers), 1 wave each cooperatively."""
-    from_dict(BASE)
-    from_dict({**BASE, "tile": {"block_m": 64, "block_n": 256}})
-    with pytest.raises(ConfigError, match=r"tile.block_m=256: sm_90a: 256 fp32 accumulator registers"):
-        from_dict({**BASE, "tile": {"block_m": 256, "block_n": 128}})
+    """A 128x128 tile is 2 m64 waves of one warpgroup in pingpong (128 registers), 1 wave each cooperatively; the
+    plan refuses accumulators that leave fewer than 40 of a consumer's 232 registers (two consumer warpgroups)."""
+    make_plan(from_dict(BASE))
+    make_plan(from_dict({**BASE, "tile": {"block_m": 64, "block_n": 256}}))
+    make_plan(from_dict({**BASE, "tile": {"block_m": 128, "block_n": 192}}))  # 192 + 40 = 232
+    with pytest.raises(ConfigError, match=r"tile.block_m=256: sm_90a: 256 fp32 accumulator registers per thread \(tile "
+                       r"256x128, 2 consumer warpgroups pingpong, 1 accumulator\(s\)\) \+ 40 spare > the 232 each"):
+        make_plan(from_dict({**BASE, "tile": {"block_m": 256, "block_n": 128}}))
+    with pytest.raises(ConfigError, match=r"tile.block_m=128: sm_90a: 208 fp32 accumulator registers"):
+        make_plan(from_dict({**BASE, "tile": {"block_m": 128, "block_n": 208}}))
 
 
 # ------------------------------------------------------------------ plan

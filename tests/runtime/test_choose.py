@@ -147,12 +147,14 @@ def test_device_name_picks_its_own_table(fresh_choice):
     assert choose.shipped_table_path("sm_90a", "B200") == choose.shipped_table_path("sm_90a")
     assert h100[(777, 2176, 5000)] == "h100_128x256" and h200[(777, 2176, 5000)] == "h100_192x128_c2n"
     survey = json.loads((RESULTS / "survey_h200_tune.json").read_text())
-    names = {c.name for c in choose.candidates("sm_90a")}
+    cands = choose.candidates("sm_90a")
+    names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
     assert survey["device"] == "NVIDIA H200" and len(survey["rows"]) == len(h200)
-    for row in survey["rows"]:
-        times = {name: side["ms"] for name, side in row["sides"].items() if name in names}
-        pick = h200[(row["m"], row["n"], row["k"])]
-        assert times[pick] <= min(times.values()) * 1.0001, (row["m"], row["n"], row["k"])
+    # the 256x160 tiles timed later on the same half, scaled into the survey's window (fit_choose.joined)
+    rows = bench_module("fit_choose").joined([str(RESULTS / "survey_h200_tune.json")],
+                                             [str(RESULTS / "survey_h200_tune_256x160.json")], names, split, scaled=True)
+    for mnk, times in rows:
+        assert set(times) == names and times[h200[mnk]] <= min(times.values()) * 1.0001, mnk
     for mnk in ((777, 2176, 5000), (4096, 8192, 8192)):
         assert choose.choose_cached(*mnk, (9, 0), 132, "gemm", "H200") == (h200[mnk], "shipped table")
         assert choose.choose_cached(*mnk, (9, 0), 132) == (h100[mnk], "shipped table")
@@ -162,9 +164,10 @@ def test_device_name_picks_its_own_table(fresh_choice):
     assert choose.choose_cached(1000, 1000, 1000, (9, 0), 132, "gemm", "H200") == choose.choose_cached(1000, 1000, 1000, (9, 0), 132)
 
 
-def test_chooser_decisions_on_report_half_match_the_record(fresh_choice):
+def test_chooser_decisions_on_report_half_match_the_record(h100_record_configs):
     """Every report-half decision equals docs/results/chooser_report_h100.json (whose regrets were measured): a change
     of the model, its constants, the table or the candidates that moves a decision shows here and must be re-measured."""
+    fresh_choice = h100_record_configs
     from ptxgen.suites import load
 
     record = json.loads((RESULTS / "chooser_report_h100.json").read_text())
@@ -172,6 +175,59 @@ def test_chooser_decisions_on_report_half_match_the_record(fresh_choice):
     assert set(expected) == {s.mnk for s in load("gemm").half("report")}
     got = {mnk: fresh_choice.choose_cached(*mnk, (9, 0), 132) for mnk in expected}
     assert {mnk: c for mnk, c in got.items() if c != expected[mnk]} == {}
+
+
+def test_chooser_decisions_on_report_half_match_the_h200_record(fresh_choice):
+    """On an H200 every report-half decision equals docs/results/chooser_report_h200.json, whose regrets are those of
+    its one survey of every shipped config (recomputed here): median 1.000, worst 1.149 (256x18432x16384, the H100
+    record's worst shape too); 1024x10240x8192 takes h100_256x160_c2, the fastest shipped config there."""
+    from ptxgen.suites import load
+
+    fit_choose = bench_module("fit_choose")
+    record = json.loads((RESULTS / "chooser_report_h200.json").read_text())
+    expected = {(s["m"], s["n"], s["k"]): (s["chosen"], s["why"]) for s in record["shapes"]}
+    assert set(expected) == {s.mnk for s in load("gemm").half("report")}
+    got = {mnk: fresh_choice.choose_cached(*mnk, (9, 0), 132, "gemm", "H200") for mnk in expected}
+    assert {mnk: c for mnk, c in got.items() if c != expected[mnk]} == {}
+    doc = fit_choose.evaluate([str(RESULTS / name) for name in record["surveys"]], fresh_choice.candidates("sm_90a"),
+                              model_only=False)
+    assert doc["unmeasured"] == [] and doc["shapes"] == record["shapes"]
+    assert (record["median_regret"], record["worst_regret"]) == (1.0, 1.1493)
+    assert expected[(1024, 10240, 8192)][0] == "h100_256x160_c2" == \
+        next(r["best"] for r in record["shapes"] if (r["m"], r["n"], r["k"]) == (1024, 10240, 8192))
+
+
+def test_256x160_factors_fitted_alone_on_the_h200_tune_half():
+    """bench/fit_choose.py --fit-factors on the H200's tune survey joined (scaled by the four configs both timed) with
+    docs/results/survey_h200_tune_256x160.json: the shipped 1.20 and 1.10; the model moves three tune decisions, each to
+    a faster config (1024x5120x25600, 1024x5120x2880, 3072x5120x7040), and lowers the model-only mean regret there."""
+    import statistics
+
+    from ptxgen.runtime import choose
+
+    fit_choose = bench_module("fit_choose")
+    cands = choose.candidates("sm_90a")
+    names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
+    rows = fit_choose.joined([str(RESULTS / "survey_h200_tune.json")], [str(RESULTS / "survey_h200_tune_256x160.json")],
+                             names, split, scaled=True)
+    # scaled: the shared configs keep the tune survey's times
+    base = dict(fit_choose.measured([str(RESULTS / "survey_h200_tune.json")], names, split))
+    assert all(t[c] == base[mnk][c] for mnk, t in rows for c in base[mnk])
+    start = replace_factors(choose.SM90_GEMM_MODEL, {n: 1.0 for n in H200_CONFIGS})
+    fitted = fit_choose.fit_tile_factors(cands, rows, start, list(H200_CONFIGS))
+    shipped = dict(choose.SM90_GEMM_MODEL.tile_factors)
+    assert [dict(fitted.tile_factors)[n] for n in H200_CONFIGS] == [shipped[n] for n in H200_CONFIGS] == [1.20, 1.10]
+    without = tuple(c for c in cands if c.name not in H200_CONFIGS)
+    moved = {mnk: (fit_choose.model_pick(fitted, without, mnk, t), fit_choose.model_pick(fitted, cands, mnk, t))
+             for mnk, t in rows}
+    moved = {mnk: pair for mnk, pair in moved.items() if pair[0] != pair[1]}
+    assert set(moved) == {(1024, 5120, 25600), (1024, 5120, 2880), (3072, 5120, 7040)}
+    times = dict(rows)
+    assert all(times[mnk][new] < times[mnk][old] for mnk, (old, new) in moved.items())
+
+    def mean_regret(cs):
+        return statistics.fmean(t[fit_choose.model_pick(fitted, cs, mnk, t)] / min(t.values()) for mnk, t in rows)
+    assert mean_regret(cands) < mean_regret(without)
 
 
 def test_cost_model_terms():
@@ -365,10 +421,11 @@ def _fit_choose():
     return module
 
 
-def test_report_half_regret_from_the_stored_surveys(fresh_choice):
+def test_report_half_regret_from_the_stored_surveys(h100_record_configs):
     """The chooser's regret on every report-half shape, recomputed from the stored surveys the record names (each
     shape's times from the last survey that timed it): every decision was measured, each regret is the record's, the
     median and worst stay at or under it, and M <= 256 stays under the split-K record's 1.206 (64x2112x7168)."""
+    fresh_choice = h100_record_configs
     from dataclasses import replace
 
     fit_choose = bench_module("fit_choose")
@@ -489,6 +546,11 @@ LATER_CONFIGS = ("h100_128x144_c2", "h100_128x80_c2n", "h100_128x192_c2n", "h100
                  "h100_128x160_c2")
 
 
+#: configs shipped after the H100's report record, measured on an H200 only (docs/performance.md, "A 256x160 tile"):
+#: the H100 record's tests rank without them; docs/results/chooser_report_h200.json records the chooser with them
+H200_CONFIGS = ("h100_256x160", "h100_256x160_c2")
+
+
 #: report-half surveys timed after :data:`LATER_CONFIGS` shipped (docs/results/chooser_report_h100.json names them last)
 LATER_SURVEYS = ("pair_n_small_m_report_h100.json", "regret_later_report_h100.json", "regret_9000_report_h100.json")
 #: the record's report-half decisions that :data:`LATER_CONFIGS` moved, as they were before
@@ -507,22 +569,38 @@ def _report_record_before_later() -> dict:
     return record
 
 
-@pytest.fixture
-def before_later_configs(monkeypatch):
-    """The GEMM chooser as it was when a recorded experiment ran: no :data:`LATER_CONFIGS` among the candidates or in
-    the model's tile factors."""
+def _chooser_without(monkeypatch, names: tuple[str, ...]):
+    """Monkeypatch the GEMM chooser to have none of ``names`` among its candidates or in its model's tile factors;
+    returns the module (caches cleared; the caller clears them again after)."""
     from dataclasses import replace
 
     from ptxgen.runtime import choose
 
     shipped, model = choose._shipped_candidates, choose.SM90_GEMM_MODEL
-    monkeypatch.setattr(choose, "_shipped_candidates",
-                        lambda: tuple(c for c in shipped() if c.name not in LATER_CONFIGS))
+    monkeypatch.setattr(choose, "_shipped_candidates", lambda: tuple(c for c in shipped() if c.name not in names))
     monkeypatch.setattr(choose, "SM90_GEMM_MODEL", replace(model, tile_factors=tuple(
-        (name, f) for name, f in model.tile_factors if name not in LATER_CONFIGS)))
+        (name, f) for name, f in model.tile_factors if name not in names)))
     choose.candidates.cache_clear()
     choose.choose_cached.cache_clear()
+    return choose
+
+
+@pytest.fixture
+def before_later_configs(monkeypatch):
+    """The GEMM chooser as it was when a recorded experiment ran: no :data:`LATER_CONFIGS` (nor
+    :data:`H200_CONFIGS`, shipped after them) among the candidates or in the model's tile factors."""
+    choose = _chooser_without(monkeypatch, LATER_CONFIGS + H200_CONFIGS)
     yield
+    choose.candidates.cache_clear()
+    choose.choose_cached.cache_clear()
+
+
+@pytest.fixture
+def h100_record_configs(monkeypatch, cache_root):
+    """The GEMM chooser of the H100's report record (docs/results/chooser_report_h100.json): every shipped config but
+    :data:`H200_CONFIGS`, which no H100 has timed; yields the choose module."""
+    choose = _chooser_without(monkeypatch, H200_CONFIGS)
+    yield choose
     choose.candidates.cache_clear()
     choose.choose_cached.cache_clear()
 
@@ -972,10 +1050,11 @@ def test_dual_last_wave_rule_follows_the_measurement(fresh_choice):
     assert (name, why) == ("dual_h100_128x128_lw2", "small-M rule")
     assert fresh_choice.choose_cached(4096, 14336, 4096, (9, 0), 132, "dual_gemm")[0] == "dual_h100_128x128_c2"
 
-def test_pair_twin_rule_follows_the_measurement(fresh_choice):
+def test_pair_twin_rule_follows_the_measurement(h100_record_configs):
     """The 128x144 pair gives way to its single twin below 8 n-blocks: on every shape of
     docs/results/pair144_few_n_blocks_h100.json (off both suite halves, H100, 132 SMs) the chooser, where it picks
     either, picks the faster of the two by median time; the rule leaves every other config alone."""
+    fresh_choice = h100_record_configs
     rows = json.loads((RESULTS / "pair144_few_n_blocks_h100.json").read_text())["rows"]
     pair, twin, _ = fresh_choice.PAIR_SINGLE_TWIN[0]
     assert len(rows) == 8
