@@ -57,6 +57,11 @@ shipped, isolated and fitted models, the shapes whose pick moved, and the model-
 (:func:`fit_tile_factors`: the soft loss on a grid of 0.01, one config at a time), every other constant and factor
 held, on the shapes of ``F`` (tune surveys) with the times of ``J`` (surveys of the new configs on the same shapes)
 joined to their rows (:func:`joined`; ``--join-scaled``: scaled into each row's window by the configs both timed); it prints the soft loss and model-only regret before and after.
+``--fit-device F ... [--join J ... --join-scaled] [--check C ...]`` fits one device's own model (:func:`fit_device`:
+:data:`FITTED` and the unsplit tile factors from the H100 model, the HBM bound of :data:`DEVICE_HBM_BOUNDS`) on that
+device's surveys; it prints the regret of the H100 model and of the fit on them and on each ``--check`` file, and the
+fitted constants (the shipped H200 model: ``--fit-device survey_h200_tune.json survey_h200_fresh_m256.json --join
+survey_h200_tune_256x160.json --join-scaled``; docs/performance.md, "The H200's own cost model").
 ``--eval F ...`` (repeatable: one evaluation per option) evaluates the chooser on the shapes of its files; a decision
 no file timed is listed as unmeasured.
 
@@ -68,6 +73,7 @@ Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json ...] 
        [--refit tune.json tune_sk_a.json tune_sk_b.json tune_lw.json [--term smem] [--term latency] [--loo]
         [--start NAME=VALUE] [--warm model.json [--held]] [--model-json model.json]]
        [--fit-factors survey_tune.json ... --join survey_new_tune.json ... [--join-scaled] --factor NAME ...]
+       [--fit-device survey_tune.json ... [--join J ... --join-scaled] [--check C ...]]
        [--eval survey_report.json ...] [--model-only] [--json F]
        [--table F]
 """
@@ -86,6 +92,8 @@ FITTED = ("l2_tbps", "hbm_tbps", "store_tbps", "one_wg_efficiency", "ragged_load
 BOUNDS = {"l2_tbps": (5.0, 30.0), "hbm_tbps": (2.5, 4.0), "store_tbps": (0.5, 5.0), "one_wg_efficiency": (0.4, 1.0),
           "ragged_load_factor": (1.0, 4.0), "dram_latency_us": (0.5, 5.0), "overlap": (1.0, 20.0)}
 TILE_FACTOR_BOUNDS = (0.8, 1.25)
+#: ``--fit-device``: the HBM bound of a device whose HBM is faster than an H100's (H200: HBM3e, 4.8 TB/s nominal)
+DEVICE_HBM_BOUNDS = {"H200": (2.5, 5.5)}
 SMS = 132
 
 
@@ -493,6 +501,18 @@ def leave_one_out(cands, rows, start: choose.DeviceModel) -> list[tuple[tuple[in
     return out
 
 
+def fit_device(cands, rows, device: str, start: choose.DeviceModel = choose.SM90_GEMM_MODEL) -> choose.DeviceModel:
+    """A device's own model (``--fit-device``): :func:`fit` of :data:`FITTED` and the unsplit tile factors from
+    ``start`` on ``rows`` (that device's surveys), the HBM bound the device's (:data:`DEVICE_HBM_BOUNDS`), the split-K,
+    padding and last-wave constants held (the shipped H200 model: docs/performance.md, "The H200's own cost model")."""
+    saved = BOUNDS["hbm_tbps"]
+    BOUNDS["hbm_tbps"] = DEVICE_HBM_BOUNDS.get(device, saved)
+    try:
+        return fit(cands, rows, start, quiet=True)
+    finally:
+        BOUNDS["hbm_tbps"] = saved
+
+
 def refit_all(cands, tune: str, split_k: list[str], lastwave: str, terms=(), quiet: bool = True,
               first: dict | None = None, warm: choose.DeviceModel | None = None) -> choose.DeviceModel:
     """The whole shipped method, from scratch, with the :data:`TERMS` named in ``terms`` on: ``--fit`` on the tune
@@ -569,16 +589,19 @@ def regret_summary(model: choose.DeviceModel, cands, rows) -> str:
             f"{statistics.fmean(r):.4f}, worst {max(r):.4f}, {sum(x > 1.02 for x in r)} above 1.02")
 
 
-def evaluate(paths: list[str], cands, model_only: bool, model: choose.DeviceModel = choose.SM90_GEMM_MODEL) -> dict:
+def evaluate(paths: list[str], cands, model_only: bool, model: choose.DeviceModel | None = None) -> dict:
     """Each shape's decision (``model_only``: the cost model's among the timed candidates; else the chooser's, tables
     first, its cost model ``model``, among every candidate) and its regret; a decision the surveys did not time has
     regret None and stays out of the median and worst (``unmeasured`` lists it).  The chooser is the one of the first
-    survey's device (``choose.device_key``: its tuned table)."""
+    survey's device (``choose.device_key``: its tuned table, and its shipped cost model ``choose.gemm_model`` where
+    ``model`` is None)."""
     names = {c.name for c in cands}
     split = {c.name for c in cands if c.split_k > 1}
     device = choose.device_key(json.load(open(paths[0])).get("device", ""))
+    model = model or choose.gemm_model(device)
     out = []
-    shipped, choose.SM90_GEMM_MODEL = choose.SM90_GEMM_MODEL, model
+    shipped = (choose.SM90_GEMM_MODEL, choose.SM90_H200_GEMM_MODEL)
+    choose.SM90_GEMM_MODEL = choose.SM90_H200_GEMM_MODEL = model
     try:
         for mnk, times in measured(paths, names, split):
             if model_only:
@@ -590,7 +613,7 @@ def evaluate(paths: list[str], cands, model_only: bool, model: choose.DeviceMode
             out.append({"m": mnk[0], "n": mnk[1], "k": mnk[2], "chosen": pick, "why": why, "best": best,
                         "regret": round(times[pick] / times[best], 4) if pick in times else None})
     finally:
-        choose.SM90_GEMM_MODEL = shipped
+        choose.SM90_GEMM_MODEL, choose.SM90_H200_GEMM_MODEL = shipped
         choose.choose_cached.cache_clear()
     regrets = [r["regret"] for r in out if r["regret"] is not None]
     return {"survey": " + ".join(Path(p).name for p in paths), "median_regret": statistics.median(regrets),
@@ -607,7 +630,8 @@ def main() -> None:
     p.add_argument("--fit-partial", nargs="+", default=[])
     p.add_argument("--fit-main-loop", nargs="+", default=[])
     p.add_argument("--check", nargs="+", action="append", default=[],
-                   help="with --fit-main-loop or --fit-ring: survey files scored before and after, not fitted on")
+                   help="with --fit-main-loop, --fit-ring or --fit-device: survey files scored before and after, "
+                        "not fitted on")
     p.add_argument("--lastwave-partial", action="store_true",
                    help="with --fit-main-loop: fit the last-wave configs' own partial bandwidth "
                         "(lastwave_partial_tbps) in place of partial_tbps, which stays as it is")
@@ -626,6 +650,8 @@ def main() -> None:
     p.add_argument("--model-json", help="with --refit: write the refit model's constants here")
     p.add_argument("--eval", nargs="+", action="append", default=[])
     p.add_argument("--model-only", action="store_true")
+    p.add_argument("--fit-device", nargs="+", default=[], metavar="F",
+                   help="one device's surveys (joined with --join): that device's own model (fit_device)")
     p.add_argument("--fit-factors", nargs="+", default=[], metavar="F",
                    help="tune surveys: fit the tile factors of --factor alone on them joined with --join")
     p.add_argument("--join", nargs="+", default=[], metavar="F", help="with --fit-factors: surveys of the new configs")
@@ -775,6 +801,16 @@ def main() -> None:
         if args.model_json:
             Path(args.model_json).write_text(json.dumps(dataclasses.asdict(fitted)) + "\n")
         model = fitted
+    if args.fit_device:
+        rows = joined(args.fit_device, args.join, names, split, scaled=args.join_scaled)
+        device = choose.device_key(json.load(open(args.fit_device[0]))["device"])
+        fitted = fit_device(cands, rows, device)
+        for label, m in (("the H100's", choose.SM90_GEMM_MODEL), (f"fitted ({device})", fitted)):
+            print(f"{label}: {regret_summary(m, cands, rows)}")
+            for path in (path for group in args.check for path in group):
+                print(f"  {Path(path).name}: {regret_summary(m, cands, measured([path], names, split))}")
+        print("DeviceModel(" + ", ".join(f"{f}={getattr(fitted, f):.4g}" for f in FITTED) +
+              f", tile_factors={tuple((n, round(f, 4)) for n, f in fitted.tile_factors)})")
     if args.fit_factors:
         rows = joined(args.fit_factors, args.join, names, split, scaled=args.join_scaled)
         print("shipped: " + regret_summary(model, cands, rows))

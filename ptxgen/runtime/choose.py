@@ -53,7 +53,9 @@ SM (the configs use ~200-225 KB of shared memory), clusters of ``c`` CTAs occupy
 The GEMM chooser ranks with :data:`SM90_GEMM_MODEL`, fitted on the tune half of the suite (``bench/fit_choose.py``:
 constants within physical bounds and one tile factor per config, chosen for the regret of the pick; report half:
 docs/performance.md, "Chooser fit"; on an H200 too: two refits on the H200's tune half did not rank its report half
-better, docs/performance.md, "The chooser on an H200"); the dual GEMM with :data:`SM90_MODEL`.
+better, docs/performance.md, "The chooser on an H200"); an H200 with its own constants, :data:`SM90_H200_GEMM_MODEL`, fitted
+by the same method on the H200's tune half and fresh shapes (:func:`gemm_model`; docs/performance.md, "The H200's own
+cost model"); the dual GEMM with :data:`SM90_MODEL`.
 
 Split-K candidates (``schedule.split_k = S > 1``, shipped: ``h100_64x128_sk2``, ``h100_128x64_sk2``,
 ``h100_128x192_sk3``): ``tiles x S`` work units in waves, K / S per unit, and per unit the fp32 partial traffic
@@ -216,6 +218,33 @@ SM90_GEMM_MODEL = DeviceModel(
                   ("h100_128x128_c2_lw2", 0.9856), ("h100_128x256_lw2", 1.0437), ("h100_128x256_lw4", 1.0437)),
     main_loop_factors=(("h100_128x128_c2_lw2", 1.1803), ("h100_128x256_lw2", 1.0001), ("h100_128x256_lw4", 1.0)),
     lastwave_partial_tbps=4.2307)
+
+
+#: the GEMM chooser's constants on an H200 (:func:`gemm_model`), from the same method on the H200's own surveys:
+#: ``bench/fit_choose.py``'s ``fit`` (the :data:`SM90_GEMM_MODEL` constants' Nelder-Mead, the HBM bound widened to
+#: 5.5 TB/s) from the H100 model, on the H200's tune half (docs/results/survey_h200_tune.json, the 256x160 tiles
+#: joined) and twelve fresh M = 192-512 shapes off both halves (survey_h200_fresh_m256.json); the split-K, padding and
+#: last-wave constants held (docs/performance.md, "The H200's own cost model"); the report half never entered the fit
+SM90_H200_GEMM_MODEL = DeviceModel(
+    l2_tbps=8.702, hbm_tbps=3.744, store_tbps=0.5558, one_wg_efficiency=0.943, multicast=True, ragged_load_factor=3.092,
+    dram_latency_us=1.428, overlap=18.42, partial_tbps=1.315, pad_row_cost=1.434, whole_tile_fixup_us=0.6011,
+    tile_factors=(("h100_128x128", 1.1896), ("h100_128x128_c2", 1.0277), ("h100_128x144", 1.1601),
+                  ("h100_128x144_c2", 1.0971), ("h100_128x160_c2", 1.2093), ("h100_128x192", 1.0767),
+                  ("h100_128x192_c2n", 1.2413), ("h100_128x256", 1.2263), ("h100_128x64", 0.9007),
+                  ("h100_128x80_c2n", 1.2459), ("h100_192x128_c2n", 1.2456), ("h100_192x176", 1.2409),
+                  ("h100_192x192_c2n", 1.218), ("h100_256x128", 1.0028), ("h100_256x160", 1.2392),
+                  ("h100_256x160_c2", 1.2437), ("h100_64x128", 0.9139), ("h100_64x16_swap", 0.9864),
+                  ("h100_64x256", 0.9688), ("h100_64x32_swap", 1.0524), ("h100_64x64", 0.9408),
+                  ("h100_128x192_sk3", 1.0), ("h100_128x64_sk2", 1.0), ("h100_64x128_sk2", 1.0),
+                  # split-K of the last wave: the base config's factor
+                  ("h100_128x128_c2_lw2", 1.0277), ("h100_128x256_lw2", 1.2263), ("h100_128x256_lw4", 1.2263)),
+    main_loop_factors=SM90_GEMM_MODEL.main_loop_factors, lastwave_partial_tbps=SM90_GEMM_MODEL.lastwave_partial_tbps)
+
+
+def gemm_model(device: str = "") -> DeviceModel:
+    """The GEMM chooser's cost model on a device of :func:`device_key` ``device``: the H200's own
+    (:data:`SM90_H200_GEMM_MODEL`), else the H100's (:data:`SM90_GEMM_MODEL`)."""
+    return SM90_H200_GEMM_MODEL if device == "H200" else SM90_GEMM_MODEL
 
 
 def device_key(name: str) -> str:
@@ -518,7 +547,7 @@ def default_config_name(capability: tuple[int, int], kernel: str = "gemm") -> st
 def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count: int,
                   kernel: str = "gemm", device: str = "") -> tuple[str, str]:
     """``(config name, why)`` for a shape on a device of ``capability`` with ``sm_count`` SMs; ``device``: its
-    :func:`device_key`, which picks the GEMM's shipped table.
+    :func:`device_key`, which picks the GEMM's shipped table and cost model (:func:`gemm_model`).
 
     ``why`` is ``"user table"``, ``"shipped table"``, ``"cost model"``, ``"fp8 rule"`` (``kernel="gemm_fp8"``:
     :func:`fp8_rule`), ``"small-M rule"`` (sm_90a ``kernel="dual_gemm"``: :func:`dual_small_m_rule`) or
@@ -554,7 +583,7 @@ def choose_cached(m: int, n: int, k: int, capability: tuple[int, int], sm_count:
     cands = tuple(c for c in candidates(arch) if swap_ab_fits(c, m)) if arch else ()
     if not cands:
         return default, "default"
-    return pair_twin_rule(rank(cands, m, n, k, sm_count, default, SM90_GEMM_MODEL)[0][1], n), "cost model"
+    return pair_twin_rule(rank(cands, m, n, k, sm_count, default, gemm_model(device))[0][1], n), "cost model"
 
 
 #: dual_gemm on sm_90a, (largest M, config) fastest first: at small M the dual GEMM reads B1 and B2 at the copy

@@ -23,6 +23,7 @@ import ptxgen.config as config_mod
 from ptxgen.errors import ShapeError
 from ptxgen.runtime import fp8 as fp8_recipe
 from ptxgen.runtime.grouped import contiguous_layout
+from tests.gpu.test_gpu_fp8 import recipe_error
 
 pytestmark = pytest.mark.gpu
 
@@ -85,7 +86,7 @@ def _check(torch, out, spans, ref_a, ref_b, what: str) -> None:
         got = flat[r0:r1].float()
         nan = int(torch.isnan(got).sum())
         assert nan == 0, f"{what}: group {g}: {nan} outputs never written (NaN)"
-        err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+        err = recipe_error(torch, got, ref, ref_a[r0:r1], ref_b[g])
         assert err < TOLERANCE, f"{what}: group {g} rows {r0}..{r1 - 1}: relative Frobenius error {err:.3e}"
     written = int((~torch.isnan(flat[~valid].float())).sum())
     assert written == 0, f"{what}: {written} elements of rows outside the groups' valid rows were written"
@@ -122,6 +123,10 @@ def test_masked_matches_per_group_reference(fp8, config, rows, n, k16, seed, m_e
 @pytest.mark.parametrize("fp8, config", _configs("contiguous"), ids=_ids(_configs("contiguous")))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(rows=group_rows, n=n_dims, k16=st.integers(1, 64), seed=st.integers(0, 2**31 - 1))
+# single-element groups (N = 1) whose sum cancels far below its terms: within the accumulator's own scale, not within
+# 1e-2 of the sum (tests.gpu.test_gpu_fp8.recipe_error; found by Hypothesis on an H200, 1.4e-2 and 1.25e-2 before)
+@example(rows=[1], n=1, k16=24, seed=24)
+@example(rows=[1, 1, 129, 1], n=1, k16=13, seed=198)
 def test_contiguous_matches_per_group_reference(fp8, config, rows, n, k16, seed):
     torch = pytest.importorskip("torch")
     import ptxgen
