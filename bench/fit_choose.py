@@ -168,9 +168,10 @@ def with_base_factors(model: choose.DeviceModel, cands) -> choose.DeviceModel:
 
 
 def fit(cands, rows, start: choose.DeviceModel, terms=(), quiet: bool = False, maxiter: int = 3000,
-        rounds: int = 2) -> choose.DeviceModel:
+        rounds: int = 2, bounds: dict | None = None) -> choose.DeviceModel:
     """Nelder-Mead on the log of :func:`fitted_names` and of one tile factor per unsplit candidate that ``rows``
-    time (from ``start``'s values; a split-K candidate keeps what :func:`with_base_factors` gives it)."""
+    time (from ``start``'s values; a split-K candidate keeps what :func:`with_base_factors` gives it); ``bounds``:
+    :data:`BOUNDS` with these entries in place of its own."""
     consts = fitted_names(terms)
     timed = {name for _, times in rows for name in times}
     names = [c.name for c in cands if c.split_k == 1 and c.name in timed]
@@ -183,10 +184,11 @@ def fit(cands, rows, start: choose.DeviceModel, terms=(), quiet: bool = False, m
                                  cands)
 
     x = [math.log(max(getattr(start, f), 1e-3)) for f in consts] + [math.log(own.get(n, 1.0)) for n in names]
-    bounds = [(math.log(BOUNDS[f][0]), math.log(BOUNDS[f][1])) for f in FITTED]
-    bounds += [(math.log(TERMS[t][1][0]), math.log(TERMS[t][1][1])) for t in terms]
-    bounds += [(math.log(TILE_FACTOR_BOUNDS[0]), math.log(TILE_FACTOR_BOUNDS[1]))] * len(names)
-    return _minimize(model_of, x, bounds, cands, rows, quiet, maxiter, rounds)
+    held = {**BOUNDS, **(bounds or {})}
+    limits = [(math.log(held[f][0]), math.log(held[f][1])) for f in FITTED]
+    limits += [(math.log(TERMS[t][1][0]), math.log(TERMS[t][1][1])) for t in terms]
+    limits += [(math.log(TILE_FACTOR_BOUNDS[0]), math.log(TILE_FACTOR_BOUNDS[1]))] * len(names)
+    return _minimize(model_of, x, limits, cands, rows, quiet, maxiter, rounds)
 
 
 def _minimize(model_of, x, bounds, cands, rows, quiet: bool = False, maxiter: int = 3000,
@@ -505,12 +507,8 @@ def fit_device(cands, rows, device: str, start: choose.DeviceModel = choose.SM90
     """A device's own model (``--fit-device``): :func:`fit` of :data:`FITTED` and the unsplit tile factors from
     ``start`` on ``rows`` (that device's surveys), the HBM bound the device's (:data:`DEVICE_HBM_BOUNDS`), the split-K,
     padding and last-wave constants held (the shipped H200 model: docs/performance.md, "The H200's own cost model")."""
-    saved = BOUNDS["hbm_tbps"]
-    BOUNDS["hbm_tbps"] = DEVICE_HBM_BOUNDS.get(device, saved)
-    try:
-        return fit(cands, rows, start, quiet=True)
-    finally:
-        BOUNDS["hbm_tbps"] = saved
+    hbm = DEVICE_HBM_BOUNDS.get(device)
+    return fit(cands, rows, start, quiet=True, bounds={"hbm_tbps": hbm} if hbm else None)
 
 
 def refit_all(cands, tune: str, split_k: list[str], lastwave: str, terms=(), quiet: bool = True,

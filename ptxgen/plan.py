@@ -361,6 +361,11 @@ class MmaIssuePlan:
     throttle_ns: int
     step_idesc: tuple[int, ...] = ()
 
+    @property
+    def accumulator_regs(self) -> int:
+        """sm_90a: fp32 accumulator registers per consumer thread (every wave's fragment of every stream)."""
+        return self.m_waves * self.fragment_regs * len(self.streams)
+
 
 @dataclass(frozen=True)
 class TmemPlan:
@@ -1345,7 +1350,7 @@ def _epilogue_registers(cfg: Config, f: _Basics, mma: MmaIssuePlan, e: EpilogueP
     ``FP8_FRAGMENT_REGS``).  ptxas 13 spilled nothing at the budget's edge: fp8_h100_128x128 with a 143-register
     expression, fp8_h100_64x128 with 148, fp8_h100_128x256 with 67.
     """
-    acc_regs = mma.m_waves * mma.fragment_regs * len(mma.streams)
+    acc_regs = mma.accumulator_regs
     need = epilogue_expr_registers(e.expr, e.pairwise)
     if acc_regs + need + EPILOGUE_SPARE_REGS > consumer_regs:
         raise ConfigError(f"epilogue.expr={str(e.expr)!r}: needs {need} registers per thread beside {acc_regs} "
@@ -1362,9 +1367,9 @@ def _registers_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan
     maxnreg = min(255, (65536 // roles.threads) // 8 * 8)
     producer_regs = 40 if not f.sm100 else 0
     consumer_regs = 0
+    acc_regs = mma.accumulator_regs
     if not f.sm100:
         consumer_regs = min(240, ((65536 - 128 * producer_regs) // (128 * f.wgs)) // 8 * 8)
-        acc_regs = mma.m_waves * mma.fragment_regs * len(mma.streams)
         if acc_regs + ACCUMULATOR_SPARE_REGS > consumer_regs:
             raise ConfigError(
                 f"tile.block_m={cfg.tile.block_m}: sm_90a: {acc_regs} fp32 accumulator registers per thread (tile "
@@ -1372,7 +1377,6 @@ def _registers_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan
                 f"{len(mma.streams)} accumulator(s)) + {ACCUMULATOR_SPARE_REGS} spare > the {consumer_regs} each "
                 "consumer warpgroup gets (setmaxnreg); ptxas would spill")
     if cfg.epilogue.overlap:  # the accumulators and the previous tile's packed output live together
-        acc_regs = mma.m_waves * mma.fragment_regs * len(mma.streams)
         words = mma.m_waves * mma.block_n // 4
         if acc_regs + words + OVERLAP_SPARE_REGS > consumer_regs:
             raise ConfigError(
@@ -1403,7 +1407,7 @@ def _split_plan(cfg: Config, f: _Basics, mma: MmaIssuePlan) -> SplitKPlan | None
         return None
     group_bytes = mma.m_waves * mma.wave_rows * mma.block_n * F32_BYTES * len(f.b_names)
     ws = WorkspaceSpec(sk, group_bytes * f.wgs, f.wgs, 2 if cfg.cluster.dual_tile else 1)
-    acc_regs = mma.m_waves * mma.fragment_regs * len(mma.streams)
+    acc_regs = mma.accumulator_regs
     return SplitKPlan(sk, ws, group_bytes, 128, PARTIAL_CHUNK_VALUES, mma.fragment_regs // PARTIAL_CHUNK_VALUES,
                       last_wave=cfg.schedule.split_k_tiles == "last_wave", vote=acc_regs <= VOTE_MAX_ACC_REGS)
 
