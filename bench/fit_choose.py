@@ -56,7 +56,8 @@ shipped, isolated and fitted models, the shapes whose pick moved, and the model-
 ``--fit-factors F ... --join J ... --factor NAME ...`` fits the tile factors of the configs ``NAME`` alone
 (:func:`fit_tile_factors`: the soft loss on a grid of 0.01, one config at a time), every other constant and factor
 held, on the shapes of ``F`` (tune surveys) with the times of ``J`` (surveys of the new configs on the same shapes)
-joined to their rows (:func:`joined`; ``--join-scaled``: scaled into each row's window by the configs both timed); it prints the soft loss and model-only regret before and after.
+joined to their rows (:func:`joined`; ``--join-scaled``: scaled into each row's window by the configs both timed); it
+prints the soft loss and model-only regret before and after.
 ``--fit-device F ... [--join J ... --join-scaled] [--check C ...]`` fits one device's own model (:func:`fit_device`:
 :data:`FITTED` and the unsplit tile factors from the H100 model, the HBM bound of :data:`DEVICE_HBM_BOUNDS`) on that
 device's surveys; it prints the regret of the H100 model and of the fit on them and on each ``--check`` file, and the
@@ -822,7 +823,9 @@ def main() -> None:
         choose.write_table(Path(args.table), choose.table_doc("sm_90a", device, entries, (
             "bench/survey.py --suite gemm --half tune --shipped (prepared launches alternating call by call, median of "
             "5 runs of 20 calls, L2-rotated inputs), fastest shipped config per shape; tune half only")))
-    docs = [evaluate(path, cands, args.model_only, model) for path in args.eval]
+    # a model fitted above is evaluated; else each survey's device's shipped model (evaluate's None)
+    docs = [evaluate(path, cands, args.model_only, None if model is choose.SM90_GEMM_MODEL else model)
+            for path in args.eval]
     for doc in docs:
         print(f"{doc['survey']}: regret median {doc['median_regret']:.3f}, worst {doc['worst_regret']:.3f}")
         for r in doc["shapes"]:
