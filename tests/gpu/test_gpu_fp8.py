@@ -51,6 +51,13 @@ def reference(torch, a, b, sa, sb):
     return dequantize(torch, a, sa, 1) @ dequantize(torch, b, sb, BLOCK).T
 
 
+def accumulator_spread(a_deq, b_deq, gain=None):
+    """The accumulator's own scale per element, ``|gain| * (|A| @ |B|^T) / sqrt(K)`` (A, B dequantized; ``gain``: an
+    expression's derivative with respect to the accumulator, elementwise; None for D itself): see :func:`recipe_error`."""
+    spread = (a_deq.abs() @ b_deq.abs().T) / a_deq.shape[-1] ** 0.5
+    return spread if gain is None else gain.abs() * spread
+
+
 def recipe_error(torch, got, ref, a_deq, b_deq, gain=None) -> float:
     """Relative Frobenius error of an FP8 GEMM's D (or of an elementwise expression of it): ``||got - ref||`` over the
     larger of ``||ref||`` and the accumulator's own scale, ``||gain * (|A| @ |B|^T)|| / sqrt(K)`` (A, B dequantized;
@@ -61,11 +68,7 @@ def recipe_error(torch, got, ref, a_deq, b_deq, gain=None) -> float:
     row whose sum cancels far below its terms (one row times N = 1, drawn by Hypothesis) has an error no bound on
     ``||ref||`` covers.  For random inputs ``||ref||`` is about that scale; a wrong scale, k-block or row is an O(1)
     error against either."""
-    k = a_deq.shape[-1]
-    spread = (a_deq.abs() @ b_deq.abs().T) / k ** 0.5
-    if gain is not None:
-        spread = gain.abs() * spread
-    scale = max(float(ref.norm()), float(spread.norm()), 1e-30)
+    scale = max(float(ref.norm()), float(accumulator_spread(a_deq, b_deq, gain).norm()), 1e-30)
     return float((got.float() - ref).norm()) / scale
 
 

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 import ptxgen.epi as epi
 from ptxgen.errors import ConfigError, ShapeError
 from tests.gpu.test_gpu_epilogue import E4M3_TOLERANCE, make_operands, torch_eval
-from tests.gpu.test_gpu_fp8 import BLOCK, TOLERANCE, dequantize, dims, fp8_operands, k_dims, recipe_error, reference
+from tests.gpu.test_gpu_fp8 import (BLOCK, TOLERANCE, accumulator_spread, dequantize, dims, fp8_operands, k_dims,
+                                     recipe_error, reference)
 
 pytestmark = pytest.mark.gpu
 
@@ -62,13 +63,13 @@ def run_fp8_epilogue(torch, config, text: str, m: int, n: int, k: int, seed: int
         return {"D": recipe_error(torch, out, want, a_deq, b_deq, gain)}
     s = given_outs[expr.scale]
     assert not torch.isnan(s).any(), f"{where}: block scale not all written"
+
     def block_amax(x):
         return torch.nn.functional.pad(x.abs(), (0, -n % 128)).reshape(m, -1, 128).amax(dim=2)
     amax = block_amax(want)
     # a block whose amax is within 100x the accumulator's own scale (recipe_error) has a scale the kernel's rounding
     # of acc decides (amax 0 -> scale 1 on one side, a tiny amax on the other); D * scale still checks those blocks
-    spread = block_amax(gain.abs() * (a_deq.abs() @ b_deq.abs().T)) / k ** 0.5
-    defined = amax > 1e-2 * spread
+    defined = amax > 1e-2 * block_amax(accumulator_spread(a_deq, b_deq, gain))
     ref_s = torch.where(amax > 0, amax / 448, torch.ones_like(amax))
     return {"D": recipe_error(torch, out.float() * s.repeat_interleave(128, 1)[:, :n], want, a_deq, b_deq, gain),
             expr.scale: relative_error(s[defined], ref_s[defined]) if bool(defined.any()) else 0.0}

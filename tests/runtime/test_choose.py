@@ -147,14 +147,11 @@ def test_device_name_picks_its_own_table(fresh_choice):
     assert choose.shipped_table_path("sm_90a", "B200") == choose.shipped_table_path("sm_90a")
     assert h100[(777, 2176, 5000)] == "h100_128x256" and h200[(777, 2176, 5000)] == "h100_192x128_c2n"
     survey = json.loads((RESULTS / "survey_h200_tune.json").read_text())
-    cands = choose.candidates("sm_90a")
-    names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
     assert survey["device"] == "NVIDIA H200" and len(survey["rows"]) == len(h200)
     # the 256x160 tiles timed later on the same half, scaled into the survey's window (fit_choose.joined)
-    rows = bench_module("fit_choose").joined([str(RESULTS / "survey_h200_tune.json")],
-                                             [str(RESULTS / "survey_h200_tune_256x160.json")], names, split, scaled=True)
+    cands, rows = _h200_rows("survey_h200_tune.json")
     for mnk, times in rows:
-        assert set(times) == names and times[h200[mnk]] <= min(times.values()) * 1.0001, mnk
+        assert set(times) == {c.name for c in cands} and times[h200[mnk]] <= min(times.values()) * 1.0001, mnk
     for mnk in ((777, 2176, 5000), (4096, 8192, 8192)):
         assert choose.choose_cached(*mnk, (9, 0), 132, "gemm", "H200") == (h200[mnk], "shipped table")
         assert choose.choose_cached(*mnk, (9, 0), 132) == (h100[mnk], "shipped table")
@@ -177,6 +174,21 @@ def test_chooser_decisions_on_report_half_match_the_record(h100_record_configs):
     assert set(expected) == {s.mnk for s in load("gemm").half("report")}
     got = {mnk: fresh_choice.choose_cached(*mnk, (9, 0), 132) for mnk in expected}
     assert {mnk: c for mnk, c in got.items() if c != expected[mnk]} == {}
+
+
+def _h200_rows(*surveys: str, joined: bool = True):
+    """The sm_90a candidates and the rows (``fit_choose.measured``) of H200 surveys in docs/results; ``joined``: with the
+    256x160 tiles' tune survey joined, scaled into their window (``fit_choose.joined``)."""
+    from ptxgen.runtime import choose
+
+    fit_choose = bench_module("fit_choose")
+    cands = choose.candidates("sm_90a")
+    names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
+    paths = [str(RESULTS / f) for f in surveys]
+    if joined:
+        return cands, fit_choose.joined(paths, [str(RESULTS / "survey_h200_tune_256x160.json")], names, split,
+                                        scaled=True)
+    return cands, fit_choose.measured(paths, names, split)
 
 
 def test_chooser_decisions_on_report_half_match_the_h200_record(fresh_choice):
@@ -215,12 +227,9 @@ def test_h200_model_regret_on_its_fit_and_on_the_report_half():
     from ptxgen.runtime import choose
 
     fit_choose = bench_module("fit_choose")
-    cands = choose.candidates("sm_90a")
-    names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
-    tune = fit_choose.joined([str(RESULTS / "survey_h200_tune.json")], [str(RESULTS / "survey_h200_tune_256x160.json")],
-                             names, split, scaled=True)
-    fresh = fit_choose.measured([str(RESULTS / "survey_h200_fresh_m256.json")], names, split)
-    report = fit_choose.measured([str(RESULTS / "survey_h200_report_256x160.json")], names, split)
+    cands, tune = _h200_rows("survey_h200_tune.json")
+    fresh = _h200_rows("survey_h200_fresh_m256.json", joined=False)[1]
+    report = _h200_rows("survey_h200_report_256x160.json", joined=False)[1]
 
     def regrets(model, rows):
         r = [t[fit_choose.model_pick(model, cands, mnk, t)] / min(t.values()) for mnk, t in rows]
@@ -238,10 +247,7 @@ def test_h200_model_is_the_fit_of_its_surveys():
     from ptxgen.runtime import choose
 
     fit_choose = bench_module("fit_choose")
-    cands = choose.candidates("sm_90a")
-    names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
-    rows = fit_choose.joined([str(RESULTS / "survey_h200_tune.json"), str(RESULTS / "survey_h200_fresh_m256.json")],
-                             [str(RESULTS / "survey_h200_tune_256x160.json")], names, split, scaled=True)
+    cands, rows = _h200_rows("survey_h200_tune.json", "survey_h200_fresh_m256.json")
     fitted, shipped = fit_choose.fit_device(cands, rows, "H200"), choose.SM90_H200_GEMM_MODEL
     for name in fit_choose.FITTED:
         assert float(f"{getattr(fitted, name):.4g}") == getattr(shipped, name), name
@@ -257,12 +263,9 @@ def test_256x160_factors_fitted_alone_on_the_h200_tune_half():
     from ptxgen.runtime import choose
 
     fit_choose = bench_module("fit_choose")
-    cands = choose.candidates("sm_90a")
-    names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
-    rows = fit_choose.joined([str(RESULTS / "survey_h200_tune.json")], [str(RESULTS / "survey_h200_tune_256x160.json")],
-                             names, split, scaled=True)
+    cands, rows = _h200_rows("survey_h200_tune.json")
     # scaled: the shared configs keep the tune survey's times
-    base = dict(fit_choose.measured([str(RESULTS / "survey_h200_tune.json")], names, split))
+    base = dict(_h200_rows("survey_h200_tune.json", joined=False)[1])
     assert all(t[c] == base[mnk][c] for mnk, t in rows for c in base[mnk])
     start = replace_factors(choose.SM90_GEMM_MODEL, {n: 1.0 for n in H200_CONFIGS})
     fitted = fit_choose.fit_tile_factors(cands, rows, start, list(H200_CONFIGS))
