@@ -63,6 +63,10 @@ prints the soft loss and model-only regret before and after.
 device's surveys; it prints the regret of the H100 model and of the fit on them and on each ``--check`` file, and the
 fitted constants (the shipped H200 model: ``--fit-device survey_h200_tune.json survey_h200_fresh_m256.json --join
 survey_h200_tune_256x160.json --join-scaled``; docs/performance.md, "The H200's own cost model").
+``--table F --table-of T ... [--join J ... --join-scaled]`` writes the tuned table (``choose.table_doc``: per shape the
+fastest candidate and every candidate's time) of the shapes of ``T`` with the configs of ``J`` joined, without a fit
+(the shipped H200 table: ``--table-of survey_h200_tune.json --join survey_h200_tune_256x160.json
+survey_h200_tune_sk64.json --join-scaled``).
 ``--eval F ...`` (repeatable: one evaluation per option) evaluates the chooser on the shapes of its files; a decision
 no file timed is listed as unmeasured.
 
@@ -76,7 +80,7 @@ Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json ...] 
        [--fit-factors survey_tune.json ... --join survey_new_tune.json ... [--join-scaled] --factor NAME ...]
        [--fit-device survey_tune.json ... [--join J ... --join-scaled] [--check C ...]]
        [--eval survey_report.json ...] [--model-only] [--json F]
-       [--table F]
+       [--table F [--table-of survey_tune.json ... [--join J ... --join-scaled]]]
 """
 import argparse
 import dataclasses
@@ -658,7 +662,9 @@ def main() -> None:
                    help="with --join: carry each joined survey's times into the row's window by the configs both timed")
     p.add_argument("--factor", action="append", default=[], metavar="NAME", help="with --fit-factors: a config to fit")
     p.add_argument("--json")
-    p.add_argument("--table", help="write the shipped-table document of the --fit survey's shapes here")
+    p.add_argument("--table", help="write the shipped-table document of the --fit (or --table-of) survey's shapes here")
+    p.add_argument("--table-of", nargs="+", default=[], metavar="F",
+                   help="with --table: the tune surveys whose shapes the table holds, joined with --join (no fit)")
     args = p.parse_args()
     cands = choose.candidates("sm_90a")
     names = {c.name for c in cands}
@@ -816,13 +822,20 @@ def main() -> None:
         model = fit_tile_factors(cands, rows, model, args.factor)
         print("fitted: " + regret_summary(model, cands, rows) + "; "
               + ", ".join(f"{n}={dict(model.tile_factors)[n]:.2f}" for n in args.factor))
-    if args.table and args.fit:
-        device = json.load(open(args.fit[0]))["device"]
+    if args.table and (args.fit or args.table_of):
+        surveys = args.fit or args.table_of
+        device = json.load(open(surveys[0]))["device"]
+        rows = measured(args.fit, names, split) if args.fit else joined(args.table_of, args.join, names, split,
+                                                                         scaled=args.join_scaled)
         entries = [{"m": mnk[0], "n": mnk[1], "k": mnk[2], "config": min(t, key=t.get), "ms": round(min(t.values()), 4),
-                    "all_ms": {c: round(v, 4) for c, v in sorted(t.items())}} for mnk, t in measured(args.fit, names, split)]
-        choose.write_table(Path(args.table), choose.table_doc("sm_90a", device, entries, (
-            "bench/survey.py --suite gemm --half tune --shipped (prepared launches alternating call by call, median of "
-            "5 runs of 20 calls, L2-rotated inputs), fastest shipped config per shape; tune half only")))
+                    "all_ms": {c: round(v, 4) for c, v in sorted(t.items())}} for mnk, t in rows]
+        source = ("bench/survey.py --suite gemm --half tune --shipped (prepared launches alternating call by call, median "
+                  "of 5 runs of 20 calls, L2-rotated inputs), fastest shipped config per shape; tune half only")
+        if args.table_of and args.join:
+            source += ("; the configs of " + ", ".join(Path(j).name for j in args.join) + " from later surveys of the "
+                       "same half (bench/survey.py --config)" + (", scaled into this survey's window by the configs "
+                       "both timed (bench/fit_choose.py joined, scaled)" if args.join_scaled else ""))
+        choose.write_table(Path(args.table), choose.table_doc("sm_90a", device, entries, source))
     # a model fitted above is evaluated; else each survey's device's shipped model (evaluate's None)
     docs = [evaluate(path, cands, args.model_only, None if model is choose.SM90_GEMM_MODEL else model)
             for path in args.eval]

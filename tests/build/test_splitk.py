@@ -276,9 +276,33 @@ def test_shipped_split_k_configs_are_candidates():
     from ptxgen.runtime import choose
 
     split_names = {c.name for c in choose.candidates("sm_90a") if c.split_k > 1}
-    assert split_names == {"h100_64x128_sk2", "h100_128x64_sk2", "h100_128x192_sk3",
+    assert split_names == {"h100_64x128_sk2", "h100_128x64_sk2", "h100_128x192_sk3", "h100_64x64_sk2", "h100_64x64_sk4",
                            "h100_128x128_c2_lw2", "h100_128x256_lw2", "h100_128x256_lw4"}
     assert all(load_config(n).schedule.split_k == choose.shipped_candidate(n).split_k for n in split_names)
+
+
+def test_chooser_never_picks_a_split_k_workspace_past_4_gib():
+    """A split-K config's workspace holds every tile's fp32 partials, which pass the kernel's 4 GiB of u32 offsets at
+    large M x N (h100_64x64_sk4 at 8192x37888: refused with a ShapeError).  The cost model never picks such a config
+    there, on either device's model: over M, N in 2^12..2^18 and K 512..32768, every split-K pick's workspace fits."""
+    from ptxgen.runtime import api, choose
+
+    specs = {c.name: make_plan(load_config(c.name)).launch_spec() for c in choose.candidates("sm_90a") if c.split_k > 1}
+    picked = set()
+    for device in ("", "H200"):
+        for m in (4096, 8192, 16384, 65536, 262144):
+            for n in (4096, 8192, 16384, 37888, 65536, 262144):
+                for k in (512, 4096, 32768):
+                    name = choose.choose_cached(m, n, k, (9, 0), 132, "gemm", device)[0]
+                    if name in specs:
+                        picked.add(name)
+                        spec = specs[name]
+                        tiles = spec.workspace.cta_tiles_for(spec.grid, m, n, 132)
+                        assert spec.workspace.bytes(tiles) < api._U32_LIMIT, (device, m, n, k, name)
+    # the grid reaches the sizes where an all-tiles split is refused (the limit is not vacuous here)
+    sk4 = specs["h100_64x64_sk4"]
+    assert sk4.workspace.bytes(sk4.workspace.cta_tiles_for(sk4.grid, 8192, 37888, 132)) >= api._U32_LIMIT
+    assert picked  # some split-K configs are picked on the grid (last-wave ones at least)
 
 
 @pytest.mark.parametrize("shape,split", [

@@ -58,7 +58,7 @@ def accumulator_spread(a_deq, b_deq, gain=None):
     return spread if gain is None else gain.abs() * spread
 
 
-def recipe_error(torch, got, ref, a_deq, b_deq, gain=None) -> float:
+def recipe_error(torch, got, ref, a_deq, b_deq, gain=None, budget=None) -> float:
     """Relative Frobenius error of an FP8 GEMM's D (or of an elementwise expression of it): ``||got - ref||`` over the
     larger of ``||ref||`` and the accumulator's own scale, ``||gain * (|A| @ |B|^T)|| / sqrt(K)`` (A, B dequantized;
     ``gain``: the expression's derivative with respect to the accumulator, elementwise; 1 for D itself).
@@ -67,8 +67,10 @@ def recipe_error(torch, got, ref, a_deq, b_deq, gain=None) -> float:
     Accumulation Precision": about 14 on H800), so its error is relative to the terms' magnitude, not to their sum: a
     row whose sum cancels far below its terms (one row times N = 1, drawn by Hypothesis) has an error no bound on
     ``||ref||`` covers.  For random inputs ``||ref||`` is about that scale; a wrong scale, k-block or row is an O(1)
-    error against either."""
-    scale = max(float(ref.norm()), float(accumulator_spread(a_deq, b_deq, gain).norm()), 1e-30)
+    error against either.  ``budget``: an epilogue's per-element error bound by its instructions (the epilogue tests'
+    ``tanh_budget``), over ``TOLERANCE`` a third candidate for the scale."""
+    scale = max(float(ref.norm()), float(accumulator_spread(a_deq, b_deq, gain).norm()), 1e-30,
+                float(budget.norm()) / TOLERANCE if budget is not None else 0.0)
     return float((got.float() - ref).norm()) / scale
 
 

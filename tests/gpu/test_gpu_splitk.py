@@ -35,7 +35,7 @@ TOLERANCE = 1e-2
 #: (shipped config, split_k): 1 CTA 128x192 (the small-N tile), 256x128 (128 accumulator registers),
 #: the multicast CTA pair (two CTA tiles per cluster tile), both dual-GEMM layouts
 GEMM_CASES = [("h100_128x192", 3), ("h100_128x192", 4), ("h100_256x128", 2), ("h100_128x256", 3),
-              ("h100_128x64", 4), ("h100_64x128", 2), ("h100_64x64", 4)]
+              ("h100_128x64", 4), ("h100_64x128", 2), ("h100_64x64", 2), ("h100_64x64", 4)]
 DUAL_CASES = [("dual_h100_128x128", 2), ("dual_h100_128x128", 4), ("dual_h100_128x128_c2", 3)]
 
 
