@@ -236,6 +236,7 @@ SM90_H200_GEMM_MODEL = DeviceModel(
                   ("h100_256x160_c2", 1.2437), ("h100_64x128", 0.9139), ("h100_64x16_swap", 0.9864),
                   ("h100_64x256", 0.9688), ("h100_64x32_swap", 1.0524), ("h100_64x64", 0.9408),
                   ("h100_128x192_sk3", 1.0), ("h100_128x64_sk2", 1.0), ("h100_64x128_sk2", 1.0),
+                  ("h100_64x64_sk2", 1.0), ("h100_64x64_sk4", 1.0),
                   # split-K of the last wave: the base config's factor
                   ("h100_128x128_c2_lw2", 1.0277), ("h100_128x256_lw2", 1.2263), ("h100_128x256_lw4", 1.2263)),
     main_loop_factors=SM90_GEMM_MODEL.main_loop_factors, lastwave_partial_tbps=SM90_GEMM_MODEL.lastwave_partial_tbps)
