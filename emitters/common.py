@@ -256,6 +256,11 @@ def nanosleep(lw: Lowering, op: ops.Nanosleep) -> None:
     lw.emit(f"nanosleep.u32 {op.ns};")
 
 
+def grid_dep_control(lw: Lowering, op: ops.GridDepControl) -> None:
+    """``griddepcontrol.wait`` / ``.launch_dependents`` (PTX ISA "griddepcontrol", PTX ISA 7.8, sm_90+)."""
+    lw.emit(f"griddepcontrol.{op.action};")
+
+
 def _pack_16(lw: Lowering, src: str, idx: tuple[int, ...], fmt: str, packed: bool = False) -> list[str]:
     """Pairs of f32 -> ``fmt``x2 words (bf16x2 or f16x2; element idx[2j] in the low half, as memory order wants).
 
@@ -777,6 +782,7 @@ COMMON = {
     ops.Shfl: shfl,
     ops.VoteAny: vote_any,
     ops.Nanosleep: nanosleep,
+    ops.GridDepControl: grid_dep_control,
     ops.StShared16: st_shared_16,
     ops.StMatrix: st_matrix,
     ops.LdMatrix: ld_matrix,

@@ -272,6 +272,12 @@ class Schedule:
     shift_last_block: sm_90a: the last m-block's and n-block's tiles end at M and N (overlapping the tiles before
         them) where the walk allows it, so their operand boxes hold no row past A or B (see
         :class:`ptxgen.plan.SchedulePlan`); false: they run past M and N and TMA zero-fills those rows.
+    pdl: programmatic dependent launch (PTX ISA "griddepcontrol", sm_90+).  Every thread runs the kernel's setup
+        (barrier init, TMEM allocation, the cluster sync: no global memory), then ``griddepcontrol.wait`` before any
+        global access and ``griddepcontrol.launch_dependents``; the runtime launches it with the programmatic
+        stream serialization attribute (``PTXGEN_PDL``), so the next such kernel on the stream launches while this
+        one drains and its setup overlaps this one's last tiles.  A result never changes: the wait returns only
+        when the previous grid has completed and its memory is visible.
     """
 
     persistent: Bool = False
@@ -283,6 +289,7 @@ class Schedule:
     table_lookahead: Bool = False
     swap_ab: Bool = False
     shift_last_block: Bool = True
+    pdl: Bool = True
 
 
 @section

@@ -40,6 +40,13 @@ variable                   meaning
                            The driver's JIT and nvJitLink compile relocatable code, which
                            caps every warp at ``.maxnreg`` however far ``setmaxnreg`` raises
                            it: consumers that need more registers spill.
+``PTXGEN_PDL``             Programmatic dependent launch of the kernels built with
+                           ``schedule.pdl`` (every shipped one): ``1``/``on``/unset (default):
+                           launch them with the programmatic stream serialization attribute,
+                           so a kernel's setup overlaps the previous kernel's tail on the
+                           stream (each waits with ``griddepcontrol.wait`` before touching
+                           global memory: results never change); ``0``/``off``: launch
+                           them in plain stream order (the wait then returns at once).
 =========================  =================================================================
 
 When they are read: at kernel-load time (the first call that needs a given
@@ -63,6 +70,7 @@ DUMP = "PTXGEN_DUMP"
 OVERRIDE_PTX = "PTXGEN_OVERRIDE_PTX"
 WATCHDOG = "PTXGEN_WATCHDOG"
 JIT = "PTXGEN_JIT"
+PDL = "PTXGEN_PDL"
 JITS = ("auto", "ptxas", "driver", "nvjitlink")
 
 #: every knob and its one-line meaning (the README's "Environment knobs" table mirrors this; a test checks it)
@@ -75,6 +83,8 @@ KNOBS: dict[str, str] = {
     WATCHDOG: "ns per mbarrier wait (or 200ms, 50us, 1s; on = 1s): bounded waits, a hang raises DeadlockError",
     JIT: "auto (default: ptxas if found, else driver), ptxas, driver or nvjitlink: the compiler of the PTX the "
          "runtime loads",
+    PDL: "1/on/unset (default): launch kernels built with schedule.pdl with programmatic dependent launch; 0/off: "
+         "in plain stream order",
 }
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -92,6 +102,7 @@ class Knobs:
         override_ptx: ``PTXGEN_OVERRIDE_PTX``, or None.
         watchdog_ns: ``PTXGEN_WATCHDOG`` budget in ns, 0 when off.
         jit: ``PTXGEN_JIT``: ``auto``, ``ptxas``, ``driver`` or ``nvjitlink``.
+        pdl: ``PTXGEN_PDL`` (unset or empty: true).
     """
 
     cache_dir: Path | None = None
@@ -100,6 +111,7 @@ class Knobs:
     override_ptx: Path | None = None
     watchdog_ns: int = 0
     jit: str = "auto"
+    pdl: bool = True
 
 
 def _jit(name: str, value: str) -> str:
@@ -150,7 +162,7 @@ def read(environ: Mapping[str, str] | None = None) -> Knobs:
 
     Raises:
         ConfigError: ``PTXGEN_NO_CACHE`` is not a recognised boolean word, ``PTXGEN_WATCHDOG`` not a budget, or
-            ``PTXGEN_JIT`` not a compiler.
+            ``PTXGEN_JIT`` not a compiler, or ``PTXGEN_PDL`` not a boolean word.
     """
     env = os.environ if environ is None else environ
     return Knobs(
@@ -160,4 +172,5 @@ def read(environ: Mapping[str, str] | None = None) -> Knobs:
         override_ptx=_path(env.get(OVERRIDE_PTX)),
         watchdog_ns=_budget(WATCHDOG, env.get(WATCHDOG, "")),
         jit=_jit(JIT, env.get(JIT, "")),
+        pdl=_flag(PDL, env[PDL]) if env.get(PDL, "").strip() else True,
     )

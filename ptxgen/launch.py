@@ -216,6 +216,9 @@ class LaunchSpec:
         k_multiple: K must be a multiple of this (elements), for 16-byte global strides.
         n_multiple: N must be a multiple of this (8 when D is only ever stored through its tensor map).
         workspace: the split-K workspace (None: the kernel takes no ``workspace`` parameter).
+        pdl: the kernel waits for its stream predecessor with ``griddepcontrol.wait`` before any global access and
+            triggers its dependents (PTX ISA "griddepcontrol"): launch it with the programmatic stream serialization
+            attribute.  False in specs written before it.
     """
 
     name: str
@@ -231,6 +234,7 @@ class LaunchSpec:
     n_multiple: int = 1
     extra: dict = field(default_factory=dict)
     workspace: WorkspaceSpec | None = None
+    pdl: bool = False
 
     def to_json(self) -> str:
         """Stable, human-readable JSON (sorted keys, 2-space indent, trailing newline); ``grid.split_tiles`` only
@@ -258,4 +262,5 @@ class LaunchSpec:
             n_multiple=d.get("n_multiple", 1),
             extra=d.get("extra", {}),
             workspace=WorkspaceSpec(**d["workspace"]) if d.get("workspace") else None,
+            pdl=d.get("pdl", False),
         )

@@ -639,6 +639,8 @@ class SchedulePlan:
         the column operands' pair loads stay aligned), where nothing is blocked by absolute column: not with an e4m3
         D's 1 x 128 block scales.  Neither shift with FP8 operands (A's scales are a ``[K / 128, M]`` map whose
         boxes start on 16-byte columns; B's are per 128 rows of B).
+    pdl: programmatic dependent launch: ``griddepcontrol.wait`` after the setup, before any global access, then
+        ``griddepcontrol.launch_dependents`` (PTX ISA "griddepcontrol"); the launch spec's ``pdl``.
     """
 
     persistent: bool
@@ -652,6 +654,7 @@ class SchedulePlan:
     table_lookahead: bool = False
     shift_last_m_block: bool = False
     shift_last_n_block: bool = False
+    pdl: bool = False
 
 
 @dataclass(frozen=True)
@@ -786,6 +789,7 @@ class Plan:
             k_multiple=self.loads.k_multiple,
             n_multiple=e.store_n_multiple if self.is_sm100 and e.tma_store else 1,
             workspace=self.split.workspace if self.split else None,
+            pdl=self.schedule.pdl,
             extra=(({"grouped": self.schedule.grouped} | ({"store": "tma"} if e.tma_store else {}))
                    if self.schedule.grouped != "none" else {"swap_ab": True} if e.transposed else {}),
         )
@@ -1320,7 +1324,7 @@ def _schedule_plan(cfg: Config, epilogue: EpiloguePlan) -> SchedulePlan:
                         cluster_tile_cols=cfg.tile.block_n * n_ctas, n_ctas=n_ctas,
                         expert_window=cfg.schedule.expert_window, table_lookahead=cfg.schedule.table_lookahead,
                         shift_last_m_block=shift,
-                        shift_last_n_block=shift and epilogue.block_scale is None)
+                        shift_last_n_block=shift and epilogue.block_scale is None, pdl=cfg.schedule.pdl)
 
 
 #: registers an sm_90a consumer thread needs beside its wgmma accumulators (descriptors, stage/phase, tile state, the

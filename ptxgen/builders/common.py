@@ -8,7 +8,7 @@ ring, ``tc`` the CTA's tile count (its iteration of the accumulator ring).
 
 from __future__ import annotations
 
-from ..ir import (Bar, ClusterSync, Const, CtaSync, Elect, Expr, FenceMbarrierInit, For, Let, MbarrierInit, Param,
+from ..ir import (Bar, ClusterSync, Const, CtaSync, Elect, Expr, FenceMbarrierInit, For, GridDepControl, Let, MbarrierInit, Param,
                   Role, Sreg, TcgenFence, TmemAlloc, TmemBase, TmemDealloc, TmemRelinquish, Var, WarpSwitch, ceil_div,
                   emin, eq, fold, le, lift, select)
 from ..ir.pipeline import PipelineState
@@ -194,7 +194,9 @@ def stage_offset(plan: Plan, operand: str, stage: Expr) -> Expr:
 
 
 def setup(plan: Plan, cluster: Cluster, scheduler: TileScheduler) -> list:
-    """Barrier init (one elected thread), TMEM allocation (sm_100a), then a CTA/cluster sync.
+    """Barrier init (one elected thread), TMEM allocation (sm_100a), then a CTA/cluster sync; with ``schedule.pdl``
+    every thread then waits for the previous grid and triggers the next one (``griddepcontrol``); then the tile
+    scheduler's setup (a grouped walk reads its table: global memory, after the wait).
 
     With ``cta_group::2`` the paired allocation waits for a cluster barrier after the inits: the peer CTA must be
     running (PTX ISA "tcgen05.alloc").
@@ -207,7 +209,7 @@ def setup(plan: Plan, cluster: Cluster, scheduler: TileScheduler) -> list:
     alloc = Role("tmem_alloc", plan.roles.alloc_warp, plan.roles.alloc_warp + 1, (TmemAlloc(plan.tmem.cols), TmemRelinquish()))
     unroll = plan.promotion.unroll if plan.promotion is not None else 1  # FP8: whole main-loop iterations
     num_k = ceil_div(Param("k"), plan.mma.block_k) if unroll == 1 else ceil_div(Param("k"), plan.mma.block_k * unroll) * unroll
-    out = [Let("num_k", num_k), *scheduler.setup()]
+    out = [Let("num_k", num_k)]
     if plan.is_sm100 and plan.roles.cta_group == 2:
         # tcgen05.alloc.cta_group::2 needs the peer CTA running (PTX ISA "tcgen05.alloc").  Order: barrier init + fence.mbarrier_init -> cluster
         # arrive.release/wait.acquire -> alloc + relinquish -> fence::before -> cluster sync (peer's alloc
@@ -220,7 +222,12 @@ def setup(plan: Plan, cluster: Cluster, scheduler: TileScheduler) -> list:
     out.append(ClusterSync() if cluster.size == 2 else CtaSync())
     if plan.is_sm100:
         out += [TcgenFence("after"), TmemBase("tmem")]
-    return out
+    if plan.schedule.pdl:
+        # programmatic dependent launch (PTX ISA "griddepcontrol"): the setup above touches shared memory, TMEM and
+        # the parameters only, so it overlaps the previous grid's tail; every global access follows the wait (the
+        # previous grid complete, its memory visible); the trigger lets the next grid launch as these CTAs exit
+        out += [GridDepControl("wait"), GridDepControl("launch_dependents")]
+    return out + scheduler.setup()  # after the wait: a grouped walk reads its table here
 
 
 def teardown(plan: Plan, cluster: Cluster) -> list:

@@ -245,6 +245,31 @@ class ClusterSync(Op):
     collective: ClassVar[bool] = True
 
 
+#: :class:`GridDepControl` actions (PTX ISA "griddepcontrol")
+GRID_DEP_ACTIONS = ("wait", "launch_dependents")
+
+
+@dataclass(frozen=True)
+class GridDepControl(Op):
+    """``griddepcontrol.{action}`` (PTX ISA "griddepcontrol", sm_90+): programmatic dependent launch.
+
+    ``wait``: the executing thread waits until every prerequisite grid in flight has completed and its memory
+    operations are performed and visible to this grid; with no prerequisite grid (a launch without the programmatic
+    stream serialization attribute) it returns at once.  ``launch_dependents``: the dependents may be scheduled once
+    every CTA of this grid has issued it or exited (repeats in a CTA have no further effect); it orders no memory.
+    A kernel launched with the attribute must not touch global memory before its ``wait`` (the verifier's rule).
+    """
+
+    action: str
+
+    def __post_init__(self):
+        if self.action not in GRID_DEP_ACTIONS:
+            raise ValueError(f"GridDepControl action={self.action!r}: must be one of {', '.join(GRID_DEP_ACTIONS)}")
+
+    def describe(self) -> str:
+        return f"GridDepControl {self.action}"
+
+
 # ------------------------------------------------------------------ mbarrier
 
 

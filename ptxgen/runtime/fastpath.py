@@ -205,7 +205,7 @@ class Launcher:
         kinds = [kind for _, kind in spec.params]
         map_specs = [spec.tensor_maps.get(name.removeprefix("tmap_")) for name, kind in spec.params
                      if kind == TENSOR_MAP]
-        return cls(kernel.function, _launch_config(spec), kinds, map_specs, name=spec.name, **kw)
+        return cls(kernel.function, _launch_config(spec, kernel.pdl), kinds, map_specs, name=spec.name, **kw)
 
     def pack(self, maps: Sequence[MapArgs], scalars: Sequence[int | float]) -> None:
         """Write the parameters into the buffer (callers hold the lock, or are single-threaded tests).

@@ -40,6 +40,7 @@ import re
 import threading
 from typing import Any
 
+from ptxgen import knobs
 from ptxgen.launch import PARAMS, LaunchSpec
 from ptxgen.runtime import cache, driver
 from ptxgen.runtime.driver import DeviceInfo, check
@@ -239,7 +240,9 @@ class Kernel:
         self.function = function
         self.spec = spec
         self.device = info
-        self._config = _launch_config(spec)
+        #: launched with programmatic dependent launch: built with it (``spec.pdl``) and ``PTXGEN_PDL`` not off
+        self.pdl = spec.pdl and knobs.read().pdl
+        self._config = _launch_config(spec, self.pdl)
         self._config_lock = threading.Lock()
 
     @classmethod
@@ -317,17 +320,28 @@ def _set_attributes(drv: Any, function: Any, spec: LaunchSpec, info: DeviceInfo)
               "cuFuncSetAttribute", detail=f"NON_PORTABLE_CLUSTER_SIZE_ALLOWED (cluster {spec.cluster})")
 
 
-def _launch_config(spec: LaunchSpec) -> Any:
-    """A ``CUlaunchConfig`` with block, shared memory and the cluster-dimension attribute filled in."""
+def _launch_config(spec: LaunchSpec, pdl: bool) -> Any:
+    """A ``CUlaunchConfig`` with block, shared memory and the cluster-dimension attribute filled in; with ``pdl``
+    (a kernel built with ``schedule.pdl``: it waits with ``griddepcontrol.wait`` before any global access) also the
+    programmatic stream serialization attribute: the kernel may launch before the previous one on the stream
+    completes, once every CTA of that one has issued ``griddepcontrol.launch_dependents`` or exited (CUDA driver
+    API ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``; PTX ISA "griddepcontrol")."""
     drv = driver.cu()
-    attr = drv.CUlaunchAttribute()
-    attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = spec.cluster
+    ids = drv.CUlaunchAttributeID
+    cluster = drv.CUlaunchAttribute()
+    cluster.id = ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    cluster.value.clusterDim.x, cluster.value.clusterDim.y, cluster.value.clusterDim.z = spec.cluster
+    attrs = [cluster]
+    if pdl:
+        serialization = drv.CUlaunchAttribute()
+        serialization.id = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        serialization.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(serialization)
     config = drv.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = 1, 1, 1
     config.blockDimX, config.blockDimY, config.blockDimZ = spec.block
     config.sharedMemBytes = spec.dynamic_smem_bytes
-    config.attrs = [attr]
-    config.numAttrs = 1
+    config.attrs = attrs
+    config.numAttrs = len(attrs)
     return config
 

@@ -148,9 +148,46 @@ def test_launcher_for_a_generated_kernel(built_h100):
     from ptxgen.runtime.fastpath import Launcher
 
     spec = built_h100.launch
-    launcher = Launcher.for_kernel(SimpleNamespace(function="f", spec=spec))
+    launcher = Launcher.for_kernel(SimpleNamespace(function="f", spec=spec, pdl=False))
     assert launcher.maps.specs == (spec.tensor_maps["a"], spec.tensor_maps["b"], spec.tensor_maps["d"])
     assert launcher.layout.offsets == (0, 128, 256, 384, 392, 396, 400)
     cfg = launcher._config
     assert (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ) == tuple(spec.block)
     assert cfg.sharedMemBytes == spec.dynamic_smem_bytes and cfg.numAttrs == 1
+
+
+@pytest.mark.parametrize("knob, attrs", [(None, 2), ("0", 1), ("on", 2)])
+def test_programmatic_dependent_launch_attribute(built_h100, monkeypatch, knob, attrs):
+    """A kernel built with ``schedule.pdl`` (the shipped default) is launched with the programmatic stream
+    serialization attribute unless ``PTXGEN_PDL`` is off; its fast-path launcher takes the kernel's decision."""
+    pytest.importorskip("cuda.bindings.driver")
+    from cuda.bindings import driver as drv
+
+    from ptxgen.runtime.driver import DeviceInfo
+    from ptxgen.runtime.fastpath import Launcher
+    from ptxgen.runtime.module import Kernel
+
+    if knob is None:
+        monkeypatch.delenv("PTXGEN_PDL", raising=False)
+    else:
+        monkeypatch.setenv("PTXGEN_PDL", knob)
+    spec = built_h100.launch
+    assert spec.pdl, "the shipped configs are built with schedule.pdl"
+    kernel = Kernel(None, "f", spec, DeviceInfo(0, "H100", 132, (9, 0), 232448, 50 << 20))
+    assert kernel.pdl == (attrs == 2)
+    for cfg in (kernel._config, Launcher.for_kernel(kernel)._config):
+        assert cfg.numAttrs == attrs
+        ids = [a.id for a in cfg.attrs]
+        assert ids[0] == drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        if attrs == 2:
+            assert ids[1] == drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            assert cfg.attrs[1].value.programmaticStreamSerializationAllowed == 1
+
+
+def test_pdl_knob_refuses_a_non_boolean_word():
+    from ptxgen import knobs
+    from ptxgen.errors import ConfigError
+
+    assert knobs.read({}).pdl and knobs.read({"PTXGEN_PDL": " "}).pdl and not knobs.read({"PTXGEN_PDL": "off"}).pdl
+    with pytest.raises(ConfigError, match=r"^PTXGEN_PDL='maybe': must be one of 1, true"):
+        knobs.read({"PTXGEN_PDL": "maybe"})

@@ -265,6 +265,7 @@ IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     O.BulkWaitGroup: lambda c, ev, op: [E.BulkWait(op.n, op.read)],
     O.FenceProxyAsync: lambda c, ev, op: [E.FenceProxyAsync("shared::cta")],  # ops.FenceProxyAsync: smem writes
     O.CtaSync: _sync, O.NamedBarrier: _sync, O.ClusterSync: _sync,
+    O.GridDepControl: lambda c, ev, op: [E.GridDepControl(op.action)],
     O.TmemAlloc: lambda c, ev, op: [E.TmemAlloc(c.g, c.slot, op.cols)],
     O.TmemDealloc: lambda c, ev, op: [E.TmemDealloc(c.g, ev.taddr, op.cols)],
     O.TmemBase: lambda c, ev, op: [E.LdShared(c.slot)],

@@ -51,6 +51,8 @@ BarrierClusterArrive = _effect("BarrierClusterArrive", "barrier.cluster.arrive",
 BarrierClusterWait = _effect("BarrierClusterWait", "barrier.cluster.wait", "sem",
                              "``barrier.cluster.wait``: ``acquire`` (the default and only one).")
 Nanosleep = _effect("Nanosleep", "nanosleep", "ns", "``nanosleep.u32 ns``.")
+GridDepControl = _effect("GridDepControl", "griddepcontrol", "action",
+                         "``griddepcontrol.{wait,launch_dependents}`` (PTX ISA \"griddepcontrol\").")
 SetMaxNReg = _effect("SetMaxNReg", "setmaxnreg", "action regs", "``setmaxnreg.{inc,dec}.sync.aligned.u32 regs``.")
 # stores and loads (PTX ISA "st", "stmatrix", "ld", "red", "atom")
 StShared = _effect("StShared", "st.shared", "addr elements", "``st.shared`` of packed bf16 words.")
@@ -105,7 +107,7 @@ WgmmaWait = _effect("WgmmaWait", "wgmma.wait", "n", "``wgmma.wait_group.sync.ali
 #: every effect type by its kind
 KINDS: dict[str, type] = {t.KIND: t for t in (
     MbarrierInit, MbarrierArrive, MbarrierTryWait, FenceMbarrierInit, TmaLoad, TmaStore, BulkCommit, BulkWait,
-    FenceProxyAsync, BarSync, BarrierClusterArrive, BarrierClusterWait, Nanosleep, SetMaxNReg, StShared, StMatrix,
+    FenceProxyAsync, BarSync, BarrierClusterArrive, BarrierClusterWait, Nanosleep, GridDepControl, SetMaxNReg, StShared, StMatrix,
     LdMatrix, StGlobal, LdShared, LdGlobal, AtomCas, StGlobalU32, StGlobalF32, LdGlobalF32, LdGlobalNc, LdGlobalTable,
     AtomAdd, BarRedPopc, VoteSync,
     StGlobalSemU32, TmemAlloc, TmemRelinquish, TmemDealloc, TcgenFence, Umma, UmmaBlockScaled, TmemCopy, UmmaCommit,

@@ -1548,6 +1548,7 @@ _FAMILIES = {
     "wgmma": _wgmma, "createpolicy": _createpolicy, "st": _st, "atom": _atom, "red": _red, "bar": _bar,
     "barrier": _bar, "fence": _fence,
     "nanosleep": lambda insn: _effect(insn, E.Nanosleep, _src(insn.ops[0])),
+    "griddepcontrol": lambda insn: _effect(insn, E.GridDepControl, _const(insn.parts[1])),
     "stmatrix": _stmatrix, "ldmatrix": _ldmatrix,
     "setmaxnreg": lambda insn: _effect(insn, E.SetMaxNReg, _const(insn.parts[1]), _src(insn.ops[0])),
 }

@@ -193,6 +193,8 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
             O.AtomGlobalAdd: self._ws_atom, O.StGlobalU32: self._ws_set,
             O.LdEpilogue: self._ld_epilogue, O.StEpilogue: self._st_epilogue, O.LdMatrix: self._ld_matrix,
             O.LdGlobalNcU32: lambda w, ev: table_read(self, w, ev),
+            # one grid, no prerequisite grid in flight: the wait returns at once, the trigger has no dependent
+            O.GridDepControl: lambda w, ev: None,
         }
 
     # ---------------------------------------------------------------- exit and final checks

@@ -2,7 +2,7 @@
 
 It traces the kernel (:mod:`.trace`) and checks the traces, one rule family a module: barrier phases and
 the causal replay (:mod:`.barriers`), data flow (:mod:`.dataflow`), hand-overs (:mod:`.handover`), and
-layout, residency, TMEM lifetime, scopes and teardown (:mod:`.layout`).
+layout, residency, TMEM lifetime, scopes, teardown and the grid dependency (:mod:`.layout`).
 
 Violations raise :class:`ptxgen.errors.VerifyError` naming the barrier, the
 roles and the numbers.
@@ -16,7 +16,7 @@ from .barriers import _Barriers, _check_barriers, _Replay, _table, barrier_table
 from .dataflow import _check_dataflow
 from .epilogue import _check_operand_loads, _check_outputs_written
 from .handover import _check_handovers
-from .layout import _check_layout, _check_scopes, _check_teardown, _check_tmem_lifetime
+from .layout import _check_grid_dependency, _check_layout, _check_scopes, _check_teardown, _check_tmem_lifetime
 from .trace import _trace
 
 __all__ = ["VerifyReport", "verify", "barrier_table", "format_barrier_table"]
@@ -51,6 +51,7 @@ def verify(kernel) -> VerifyReport:
     _check_tmem_lifetime(trace)
     _check_scopes(trace)
     _check_teardown(trace)
+    _check_grid_dependency(trace)
     ragged = _trace(kernel, ragged=True)
     _check_dataflow(ragged)
     _check_handovers(ragged)

@@ -274,6 +274,35 @@ def vote_dropped(mp):
     _patch_op(mp, ops.VoteAny, lambda f: lambda lw, op: None)
 
 
+def grid_dependency_wait_dropped(mp):
+    """``griddepcontrol.wait`` not emitted: the kernel, launched with programmatic dependent launch, would read and
+    write global memory while the previous grid still runs."""
+    _patch_op(mp, ops.GridDepControl, lambda f: lambda lw, op: None if op.action == "wait" else f(lw, op))
+
+
+def grid_dependency_after_first_load(mp):
+    """``griddepcontrol.wait`` emitted after the producer's first TMA load instead of in the setup (the wait's
+    place is what the differential compares, not only its presence)."""
+    state = {}
+
+    def tma(f):
+        def lower(lw, op):
+            f(lw, op)
+            if state.pop("pending", False):
+                lw.emit("griddepcontrol.wait;")
+        return lower
+
+    def gdc(f):
+        def lower(lw, op):
+            if op.action == "wait":
+                state["pending"] = True
+                return
+            f(lw, op)
+        return lower
+    _patch_op(mp, ops.TmaLoad, tma)
+    _patch_op(mp, ops.GridDepControl, gdc)
+
+
 # bug -> the check that must catch it ("differential", or "golden:<name>")
 BUGS = {
     pow2_mod_and: "differential",
@@ -300,6 +329,8 @@ BUGS = {
     transposed_bound_swapped: "differential",
     vote_all: "differential",
     vote_dropped: "differential",
+    grid_dependency_wait_dropped: "differential",
+    grid_dependency_after_first_load: "differential",
 }
 GOLDEN_CATCHES = {  # bugs a golden sequence catches as well
     peer_bit_mask: "two_sm_tma_load",

@@ -77,6 +77,12 @@ def _drop_first(body: tuple, kind: type) -> tuple:
     return body[:i] + body[i + 1:]
 
 
+def _drop_gdc(body: tuple, action: str) -> tuple:
+    """``body`` without its top-level ``griddepcontrol.{action}`` (the setup's)."""
+    i = next(i for i, op in enumerate(body) if isinstance(op, O.GridDepControl) and op.action == action)
+    return body[:i] + body[i + 1:]
+
+
 def _drop_nth(body: tuple, kind: type, n: int) -> tuple:
     i = [i for i, op in enumerate(body) if isinstance(op, kind)][n]
     return body[:i] + body[i + 1:]
@@ -255,6 +261,18 @@ PLANTS = [
           lambda: replace(kernel_for("level9"), body=_drop_nth(kernel_for("level9").body, O.ClusterSync, 1)),
           verify=r"^TMEM lifetime: .* is not separated by a cluster barrier from the alloc and the dealloc",
           sim=r"^(read before write: TmemBase|TMEM not allocated|TMEM dealloc before peer alloc)"),
+    Plant("global access before griddepcontrol.wait (programmatic dependent launch)",
+          lambda: replace(kernel_for("h100_128x128"), body=_drop_gdc(kernel_for("h100_128x128").body, "wait")),
+          verify=r"^global access before griddepcontrol\.wait: TmaLoad a .* at producer \(CTA 0, rank 0, warp 0\).* in a "
+                 r"kernel launched with programmatic dependent launch", sim=None),
+    Plant("no griddepcontrol.launch_dependents",
+          lambda: replace(kernel_for("level9"), body=_drop_gdc(kernel_for("level9").body, "launch_dependents")),
+          verify=r"^no griddepcontrol\.launch_dependents in CTA 0 of a kernel launched with programmatic dependent "
+                 r"launch", sim=None),
+    Plant("griddepcontrol in a kernel launched without programmatic dependent launch",
+          lambda: replace(kernel_for("h100_64x64"), launch=replace(kernel_for("h100_64x64").launch, pdl=False)),
+          verify=r"^GridDepControl wait at all warps \(CTA 0, rank 0, warp 0\) at outside loops in a kernel whose "
+                 r"launch spec has pdl=false", sim=None),
     Plant("no cluster barrier at exit",
           lambda: replace(kernel_for("level9"), body=kernel_for("level9").body[:-1]),
           verify=r"^no cluster barrier at exit: warp 2 of CTA 0 ends with TmemDealloc; a multi-CTA kernel must end "
