@@ -8,7 +8,7 @@ side enqueued back to back on one stream between one pair of CUDA events (what a
 event between the calls), each call on its own input set (rotated past twice the L2), for ``ptxgen.gemm`` (the
 chooser's config) and ``torch.matmul(a, b.T, out=d)``; the sides alternate chain by chain, ``--runs`` chains each,
 median per call and the spread (min, max).  PDL is what the process's ``PTXGEN_PDL`` says (read when a kernel is
-loaded): run it once with ``PTXGEN_PDL=0`` and once without, alternating, and ``compare`` the files in pairs
+loaded): run it once with ``PTXGEN_PDL=0`` and once with ``PTXGEN_PDL=1``, alternating, and ``compare`` the files in pairs
 (torch's chain is the reference of each process: ours / torch per file, then PDL on against off).
 """
 
