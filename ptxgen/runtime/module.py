@@ -240,7 +240,7 @@ class Kernel:
         self.function = function
         self.spec = spec
         self.device = info
-        #: launched with programmatic dependent launch: built with it (``spec.pdl``) and ``PTXGEN_PDL`` not off
+        #: launched with programmatic dependent launch: built with it (``spec.pdl``) and ``PTXGEN_PDL`` on
         self.pdl = spec.pdl and knobs.read().pdl
         self._config = _launch_config(spec, self.pdl)
         self._config_lock = threading.Lock()

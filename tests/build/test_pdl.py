@@ -48,3 +48,8 @@ def test_sass_holds_acqbulk_and_preexit(name, arch):
     assert on.count("ACQBULK") >= 1 and on.count("PREEXIT") >= 1
     assert off.count("ACQBULK") == off.count("PREEXIT") == 0
     assert on.spill_store_bytes == on.spill_load_bytes == 0
+
+
+def test_an_unknown_griddepcontrol_action_is_refused():
+    with pytest.raises(ValueError, match=r"^GridDepControl action='launch': must be one of wait, launch_dependents$"):
+        O.GridDepControl("launch")
