@@ -7,7 +7,9 @@
 side enqueued back to back on one stream between one pair of CUDA events (what a model's loop of GEMMs sees: no
 event between the calls), each call on its own input set (rotated past twice the L2), for ``ptxgen.gemm`` (the
 chooser's config) and ``torch.matmul(a, b.T, out=d)``; the sides alternate chain by chain, ``--runs`` chains each,
-median per call and the spread (min, max).  PDL is what the process's ``PTXGEN_PDL`` says (read when a kernel is
+median per call and the spread (min, max).  Then the same chain of each side captured in one CUDA graph
+(:func:`ptxgen.bench.time_graphs`, ``--runs`` replays each, alternating): whether a capture keeps the
+programmatic edges shows as the chain's gain surviving in the replay.  PDL is what the process's ``PTXGEN_PDL`` says (read when a kernel is
 loaded): run it once with ``PTXGEN_PDL=0`` and once with ``PTXGEN_PDL=1``, alternating, and ``compare`` the files in pairs
 (torch's chain is the reference of each process: ours / torch per file, then PDL on against off).
 """
@@ -35,6 +37,10 @@ def chain_ms(fn, n_sets: int, chain: int) -> float:
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / chain
+
+
+def _us(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms * 1e3:.1f}"
 
 
 def run(args) -> None:
@@ -68,9 +74,11 @@ def run(args) -> None:
         for name, v in samples.items():
             row[name] = {"ms": statistics.median(v), "min": min(v), "max": max(v), "runs": v}
         row["ratio"] = row["torch"]["ms"] / row["ptxgen"]["ms"]
+        row["graph"] = B.time_graphs(sides, n_sets, calls=args.chain, replays=args.runs)
         rows.append(row)
         print(f"{m}x{n}x{k}: ptxgen {row['ptxgen']['ms'] * 1e3:8.1f} us  torch {row['torch']['ms'] * 1e3:8.1f} us"
-              f"  torch/ours {row['ratio']:.3f}", flush=True)
+              f"  torch/ours {row['ratio']:.3f}  graph: ptxgen {_us(row['graph'].get('ptxgen'))} us"
+              f"  torch {_us(row['graph'].get('torch'))} us", flush=True)
         del sets
         torch.cuda.empty_cache()
     doc = {"device": props.name, "torch": torch.__version__, "pdl_knob": os.environ.get("PTXGEN_PDL", "(unset)"),
@@ -88,18 +96,26 @@ def compare(paths: list[str]) -> None:
     if len(docs) % 2:
         raise SystemExit("compare takes files in (off, on) pairs")
     pairs = list(zip(docs[::2], docs[1::2]))
-    print("shape              " + "  ".join(f"pair {i + 1}: off/on  t/o off  t/o on" for i in range(len(pairs))))
+    print("shape              " + "  ".join(f"pair {i + 1}: off/on  t/o off  t/o on  graph off/on"
+                                           for i in range(len(pairs))))
     gains = [[] for _ in pairs]
+    graph_gains = [[] for _ in pairs]
     for j, row in enumerate(pairs[0][0]["rows"]):
         cells = []
         for i, (off, on) in enumerate(pairs):
             a, b = off["rows"][j], on["rows"][j]
             g = a["ptxgen"]["ms"] / b["ptxgen"]["ms"]
             gains[i].append(g)
-            cells.append(f"{g:14.3f}  {a['ratio']:7.3f}  {b['ratio']:6.3f}")
+            ga, gb = a.get("graph", {}).get("ptxgen"), b.get("graph", {}).get("ptxgen")
+            gg = ga / gb if ga and gb else None
+            if gg is not None:
+                graph_gains[i].append(gg)
+            graph_cell = f"{'-':>12}" if gg is None else f"{gg:12.3f}"
+            cells.append(f"{g:14.3f}  {a['ratio']:7.3f}  {b['ratio']:6.3f}  {graph_cell}")
         print(f"{row['m']}x{row['n']}x{row['k']:<8}" + "  ".join(cells))
     for i, (off, on) in enumerate(pairs):
-        print(f"pair {i + 1}: ours off/on geomean {B.geomean(gains[i]):.3f}; torch/ours geomean off "
+        graph = f"{B.geomean(graph_gains[i]):.3f}" if graph_gains[i] else "-"
+        print(f"pair {i + 1}: ours off/on geomean {B.geomean(gains[i]):.3f} (graph replay {graph}); torch/ours geomean off "
               f"{off['geomean_ratio']:.3f}, on {on['geomean_ratio']:.3f} ({on['device']})")
 
 
