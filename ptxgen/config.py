@@ -274,10 +274,10 @@ class Schedule:
         :class:`ptxgen.plan.SchedulePlan`); false: they run past M and N and TMA zero-fills those rows.
     pdl: programmatic dependent launch (PTX ISA "griddepcontrol", sm_90+).  Every thread runs the kernel's setup
         (barrier init, TMEM allocation, the cluster sync: no global memory), then ``griddepcontrol.wait`` before any
-        global access and ``griddepcontrol.launch_dependents``; with ``PTXGEN_PDL=1`` the runtime launches it with
-        the programmatic stream serialization attribute, so the next such kernel on the stream launches while this
-        one drains and its setup overlaps this one's last tiles.  A result never changes: the wait returns only
-        when the previous grid has completed and its memory is visible (at once in plain stream order).
+        global access; unless ``PTXGEN_PDL=0`` the runtime launches it with the programmatic stream serialization
+        attribute, so it launches as the previous kernel's CTAs exit and its setup overlaps that kernel's
+        completion.  A result never changes: the wait returns only when the previous grid has completed and its
+        memory is visible (at once in plain stream order).
     """
 
     persistent: Bool = False

@@ -41,13 +41,14 @@ variable                   meaning
                            caps every warp at ``.maxnreg`` however far ``setmaxnreg`` raises
                            it: consumers that need more registers spill.
 ``PTXGEN_PDL``             Programmatic dependent launch of the kernels built with
-                           ``schedule.pdl`` (every shipped one): ``1``/``on``: launch them
-                           with the programmatic stream serialization attribute, so a
-                           kernel's setup overlaps the previous kernel's tail on the stream
-                           (each waits with ``griddepcontrol.wait`` before touching global
-                           memory: results never change); ``0``/``off``/unset (default):
-                           plain stream order (the wait then returns at once).  Off by
-                           default until its GPU tests and timings have run on a device.
+                           ``schedule.pdl`` (every shipped one): ``1``/``on``, unset or
+                           empty (the default): launch them with the programmatic stream
+                           serialization attribute, so a kernel launches as the previous
+                           kernel's CTAs exit and its setup overlaps that kernel's
+                           completion (each waits with
+                           ``griddepcontrol.wait`` before touching global memory: results
+                           never change); ``0``/``off``: plain stream order (the wait then
+                           returns at once).
 =========================  =================================================================
 
 When they are read: at kernel-load time (the first call that needs a given
@@ -84,7 +85,7 @@ KNOBS: dict[str, str] = {
     WATCHDOG: "ns per mbarrier wait (or 200ms, 50us, 1s; on = 1s): bounded waits, a hang raises DeadlockError",
     JIT: "auto (default: ptxas if found, else driver), ptxas, driver or nvjitlink: the compiler of the PTX the "
          "runtime loads",
-    PDL: "1/on: launch kernels built with schedule.pdl with programmatic dependent launch; 0/off/unset (default): "
+    PDL: "1/on/unset (default): launch kernels built with schedule.pdl with programmatic dependent launch; 0/off: "
          "in plain stream order",
 }
 
@@ -103,7 +104,7 @@ class Knobs:
         override_ptx: ``PTXGEN_OVERRIDE_PTX``, or None.
         watchdog_ns: ``PTXGEN_WATCHDOG`` budget in ns, 0 when off.
         jit: ``PTXGEN_JIT``: ``auto``, ``ptxas``, ``driver`` or ``nvjitlink``.
-        pdl: ``PTXGEN_PDL`` (unset or empty: false).
+        pdl: ``PTXGEN_PDL`` (unset or empty: true).
     """
 
     cache_dir: Path | None = None
@@ -112,7 +113,7 @@ class Knobs:
     override_ptx: Path | None = None
     watchdog_ns: int = 0
     jit: str = "auto"
-    pdl: bool = False
+    pdl: bool = True
 
 
 def _jit(name: str, value: str) -> str:
@@ -173,5 +174,5 @@ def read(environ: Mapping[str, str] | None = None) -> Knobs:
         override_ptx=_path(env.get(OVERRIDE_PTX)),
         watchdog_ns=_budget(WATCHDOG, env.get(WATCHDOG, "")),
         jit=_jit(JIT, env.get(JIT, "")),
-        pdl=_flag(PDL, env.get(PDL, "")),
+        pdl=_flag(PDL, env.get(PDL, "").strip() or "1"),
     )

@@ -216,10 +216,9 @@ class LaunchSpec:
         k_multiple: K must be a multiple of this (elements), for 16-byte global strides.
         n_multiple: N must be a multiple of this (8 when D is only ever stored through its tensor map).
         workspace: the split-K workspace (None: the kernel takes no ``workspace`` parameter).
-        pdl: the kernel waits for its stream predecessor with ``griddepcontrol.wait`` before any global access and
-            triggers its dependents (PTX ISA "griddepcontrol"), so it may be launched with the programmatic stream
-            serialization attribute; the runtime does so when ``PTXGEN_PDL`` allows (``ptxgen.knobs``).  False in
-            specs written before it.
+        pdl: the kernel waits for its stream predecessor with ``griddepcontrol.wait`` before any global access (PTX
+            ISA "griddepcontrol"), so it may be launched with the programmatic stream serialization attribute; the
+            runtime does so unless ``PTXGEN_PDL`` is off (``ptxgen.knobs``).  False in specs written before it.
     """
 
     name: str

@@ -639,8 +639,9 @@ class SchedulePlan:
         the column operands' pair loads stay aligned), where nothing is blocked by absolute column: not with an e4m3
         D's 1 x 128 block scales.  Neither shift with FP8 operands (A's scales are a ``[K / 128, M]`` map whose
         boxes start on 16-byte columns; B's are per 128 rows of B).
-    pdl: programmatic dependent launch: ``griddepcontrol.wait`` after the setup, before any global access, then
-        ``griddepcontrol.launch_dependents`` (PTX ISA "griddepcontrol"); the launch spec's ``pdl``.
+    pdl: programmatic dependent launch: ``griddepcontrol.wait`` after the setup, before any global access (PTX ISA
+        "griddepcontrol"; no ``launch_dependents``: the next grid launches as the CTAs exit); the launch spec's
+        ``pdl``.
     """
 
     persistent: bool

@@ -195,8 +195,8 @@ def stage_offset(plan: Plan, operand: str, stage: Expr) -> Expr:
 
 def setup(plan: Plan, cluster: Cluster, scheduler: TileScheduler) -> list:
     """Barrier init (one elected thread), TMEM allocation (sm_100a), then a CTA/cluster sync; with ``schedule.pdl``
-    every thread then waits for the previous grid and triggers the next one (``griddepcontrol``); then the tile
-    scheduler's setup (a grouped walk reads its table: global memory, after the wait).
+    every thread then waits for the previous grid (``griddepcontrol.wait``); then the tile scheduler's setup (a
+    grouped walk reads its table: global memory, after the wait).
 
     With ``cta_group::2`` the paired allocation waits for a cluster barrier after the inits: the peer CTA must be
     running (PTX ISA "tcgen05.alloc").
@@ -224,9 +224,13 @@ def setup(plan: Plan, cluster: Cluster, scheduler: TileScheduler) -> list:
         out += [TcgenFence("after"), TmemBase("tmem")]
     if plan.schedule.pdl:
         # programmatic dependent launch (PTX ISA "griddepcontrol"): the setup above touches shared memory, TMEM and
-        # the parameters only, so it overlaps the previous grid's tail; every global access follows the wait (the
-        # previous grid complete, its memory visible); the trigger lets the next grid launch as these CTAs exit
-        out += [GridDepControl("wait"), GridDepControl("launch_dependents")]
+        # the parameters only, so it overlaps the previous grid's completion; every global access follows the wait
+        # (the previous grid complete, its memory visible).  No griddepcontrol.launch_dependents: without it the
+        # next grid launches as each CTA here exits, placed as a fresh launch.  An early trigger launches it while
+        # this grid runs, its CTAs take the SMs this grid leaves idle or frees first, and an uneven grid (split-K
+        # units not a multiple of the CTAs, fewer CTAs than SMs) placed that way ran up to 1.27x slower on the
+        # H100 (docs/performance.md, "Programmatic dependent launch").
+        out.append(GridDepControl("wait"))
     return out + scheduler.setup()  # after the wait: a grouped walk reads its table here
 
 

@@ -1,8 +1,8 @@
 """Programmatic dependent launch (``schedule.pdl``) in the emitted kernel, its SASS and its launch spec.
 
-``griddepcontrol.wait`` and ``.launch_dependents`` (PTX ISA "griddepcontrol") follow the setup's CTA or cluster
-barrier and precede the tile scheduler's setup and every role; ptxas lowers them to ``ACQBULK`` and ``PREEXIT`` on
-both archs.  The verifier's rule (every global access after the thread's wait) is in tests/check/sim/test_sim_planted.py.
+``griddepcontrol.wait`` (PTX ISA "griddepcontrol") follows the setup's CTA or cluster barrier and precedes the tile
+scheduler's setup and every role; no ``.launch_dependents`` (the next grid launches as the CTAs exit); ptxas lowers
+the wait to ``ACQBULK`` on both archs.  The verifier's rule (every global access after the thread's wait) is in tests/check/sim/test_sim_planted.py.
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ CONFIGS = ("h100_128x128_c2", "h100_64x64_sk4", "grouped_masked_fp8_h100_128x256
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_the_wait_and_the_trigger_follow_the_setup_barrier(name):
+def test_the_wait_follows_the_setup_barrier_and_nothing_triggers_early(name):
     res = build(name)
     body = res.kernel.body
     gdc = [i for i, op in enumerate(body) if isinstance(op, O.GridDepControl)]
-    assert [body[i].action for i in gdc] == ["wait", "launch_dependents"] and gdc[1] == gdc[0] + 1
+    assert [body[i].action for i in gdc] == ["wait"]
     sync = max(i for i, op in enumerate(body[:gdc[0]]) if isinstance(op, (O.CtaSync, O.ClusterSync)))
     assert all(isinstance(op, (O.TcgenFence, O.TmemBase, O.Comment)) for op in body[sync + 1:gdc[0]])
     assert not any(isinstance(op, O.WarpSwitch) for op in body[sync + 1:gdc[0]])  # no role ran before the wait
     assert res.launch.pdl
     ptx = res.ptx
-    assert ptx.count("griddepcontrol.wait;") == ptx.count("griddepcontrol.launch_dependents;") == 1
-    assert ptx.index("griddepcontrol.wait;") < ptx.index("griddepcontrol.launch_dependents;") < ptx.index("// ==== pipeline roles")
+    assert ptx.count("griddepcontrol.wait;") == 1 and "launch_dependents" not in ptx
+    assert ptx.index("griddepcontrol.wait;") < ptx.index("// ==== pipeline roles")
 
 
 def test_pdl_off_emits_no_griddepcontrol_and_the_spec_says_so():
@@ -39,13 +39,13 @@ def test_pdl_off_emits_no_griddepcontrol_and_the_spec_says_so():
 
 @pytest.mark.compile
 @pytest.mark.parametrize("name, arch", [("h100_128x128_c2", "sm_90a"), ("level9", "sm_100a")])
-def test_sass_holds_acqbulk_and_preexit(name, arch):
+def test_sass_holds_acqbulk_and_no_preexit(name, arch):
     pytest.importorskip("cuda.pathfinder", reason="assembler wheels (pip install .[cuda]) are not installed")
     from ptxgen.assemble import assemble
 
     on = assemble(build(name).ptx, arch, sass=True)
     off = assemble(build(from_dict(_with(name, **{"schedule.pdl": False}))).ptx, arch, sass=True)
-    assert on.count("ACQBULK") >= 1 and on.count("PREEXIT") >= 1
+    assert on.count("ACQBULK") >= 1 and on.count("PREEXIT") == 0
     assert off.count("ACQBULK") == off.count("PREEXIT") == 0
     assert on.spill_store_bytes == on.spill_load_bytes == 0
 

@@ -156,10 +156,10 @@ def test_launcher_for_a_generated_kernel(built_h100):
     assert cfg.sharedMemBytes == spec.dynamic_smem_bytes and cfg.numAttrs == 1
 
 
-@pytest.mark.parametrize("knob, attrs", [(None, 1), ("0", 1), ("on", 2)])
+@pytest.mark.parametrize("knob, attrs", [(None, 2), ("0", 1), ("off", 1), ("on", 2)])
 def test_programmatic_dependent_launch_attribute(built_h100, monkeypatch, knob, attrs):
     """A kernel built with ``schedule.pdl`` (the shipped default) is launched with the programmatic stream
-    serialization attribute when ``PTXGEN_PDL`` is on (off by default); its fast-path launcher takes the kernel's
+    serialization attribute unless ``PTXGEN_PDL`` is off (on by default); its fast-path launcher takes the kernel's
     decision."""
     pytest.importorskip("cuda.bindings.driver")
     from cuda.bindings import driver as drv
@@ -189,6 +189,7 @@ def test_pdl_knob_refuses_a_non_boolean_word():
     from ptxgen import knobs
     from ptxgen.errors import ConfigError
 
-    assert not knobs.read({}).pdl and not knobs.read({"PTXGEN_PDL": " "}).pdl and knobs.read({"PTXGEN_PDL": "on"}).pdl
+    assert knobs.read({}).pdl and knobs.read({"PTXGEN_PDL": " "}).pdl and knobs.read({"PTXGEN_PDL": "on"}).pdl
+    assert not knobs.read({"PTXGEN_PDL": "0"}).pdl and not knobs.read({"PTXGEN_PDL": "off"}).pdl
     with pytest.raises(ConfigError, match=r"^PTXGEN_PDL='maybe': must be one of 1, true"):
         knobs.read({"PTXGEN_PDL": "maybe"})

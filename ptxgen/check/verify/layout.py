@@ -172,13 +172,12 @@ def _check_grid_dependency(trace: _Trace) -> None:
     A kernel launched with the programmatic stream serialization attribute (``launch.pdl``) may start while the
     previous grid on the stream still runs: a thread's global access before its ``griddepcontrol.wait`` may read
     what that grid has not written yet, or overwrite what it still reads.  So every thread that touches global
-    memory has waited first (``wait`` is per thread: an elected lane's wait covers that lane only), and every CTA
-    issues ``launch_dependents`` (else the next grid launches only as this one exits, and the attribute buys
-    nothing).  A kernel whose spec says no PDL holds no ``griddepcontrol``: the runtime would launch it without the
-    attribute, and the ops would be dead text.
+    memory has waited first (``wait`` is per thread: an elected lane's wait covers that lane only).  Where the
+    next grid may launch (``launch_dependents``, or each CTA's exit) is speed, not correctness: the next grid's
+    own wait orders its accesses after this grid's.  A kernel whose spec says no PDL holds no ``griddepcontrol``:
+    the runtime would launch it without the attribute, and the ops would be dead text.
     """
     pdl = trace.kernel.launch.pdl
-    triggered: set[int] = set()
     for (ctaid, warp), recs in trace.warps.items():
         waited: set = set()  # threads that executed the wait; "warp": all 32 lanes
         for rec in recs:
@@ -188,17 +187,10 @@ def _check_grid_dependency(trace: _Trace) -> None:
                     raise VerifyError(f"{op.describe()} at {rec.where} in a kernel whose launch spec has pdl=false: "
                                       "the runtime launches it without the programmatic stream serialization "
                                       "attribute (schedule.pdl)")
-                if op.action == "launch_dependents":
-                    triggered.add(ctaid)
-                else:
+                if op.action == "wait":
                     waited.add("warp" if rec.ev.lanes == W.LANES else rec.thread)
             elif pdl and isinstance(op, GLOBAL_ACCESSES) and "warp" not in waited and (
                     rec.ev.lanes == W.LANES or rec.thread not in waited):
                 raise VerifyError(f"global access before griddepcontrol.wait: {op.describe()} at {rec.where} in a "
                                   "kernel launched with programmatic dependent launch; the previous grid may still be "
                                   "writing or reading that memory (PTX ISA \"griddepcontrol\")")
-    missing = sorted(set(range(trace.grid)) - triggered)
-    if pdl and missing:
-        raise VerifyError(f"no griddepcontrol.launch_dependents in CTA {missing[0]} of a kernel launched with "
-                          "programmatic dependent launch: the next grid launches only as the CTA exits (PTX ISA "
-                          "\"griddepcontrol\")")

@@ -83,6 +83,12 @@ def _drop_gdc(body: tuple, action: str) -> tuple:
     return body[:i] + body[i + 1:]
 
 
+def _elect_gdc_wait(body: tuple) -> tuple:
+    """``body`` with its top-level ``griddepcontrol.wait`` run by one elected lane per warp."""
+    i = next(i for i, op in enumerate(body) if isinstance(op, O.GridDepControl) and op.action == "wait")
+    return body[:i] + (O.Elect((body[i],)),) + body[i + 1:]
+
+
 def _drop_nth(body: tuple, kind: type, n: int) -> tuple:
     i = [i for i, op in enumerate(body) if isinstance(op, kind)][n]
     return body[:i] + body[i + 1:]
@@ -265,10 +271,10 @@ PLANTS = [
           lambda: replace(kernel_for("h100_128x128"), body=_drop_gdc(kernel_for("h100_128x128").body, "wait")),
           verify=r"^global access before griddepcontrol\.wait: TmaLoad a .* at producer \(CTA 0, rank 0, warp 0\).* in a "
                  r"kernel launched with programmatic dependent launch", sim=None),
-    Plant("no griddepcontrol.launch_dependents",
-          lambda: replace(kernel_for("level9"), body=_drop_gdc(kernel_for("level9").body, "launch_dependents")),
-          verify=r"^no griddepcontrol\.launch_dependents in CTA 0 of a kernel launched with programmatic dependent "
-                 r"launch", sim=None),
+    Plant("griddepcontrol.wait in one lane per warp (the wait is per thread)",
+          lambda: replace(kernel_for("h100_128x128"), body=_elect_gdc_wait(kernel_for("h100_128x128").body)),
+          verify=r"^global access before griddepcontrol\.wait: TmaLoad a .* at producer \(CTA 0, rank 0, warp 0\) at t=0 "
+                 r"kb=0", sim=None),
     Plant("griddepcontrol in a kernel launched without programmatic dependent launch",
           lambda: replace(kernel_for("h100_64x64"), launch=replace(kernel_for("h100_64x64").launch, pdl=False)),
           verify=r"^GridDepControl wait at all warps \(CTA 0, rank 0, warp 0\) at outside loops in a kernel whose "
