@@ -45,10 +45,9 @@ variable                   meaning
                            empty (the default): launch them with the programmatic stream
                            serialization attribute, so a kernel launches as the previous
                            kernel's CTAs exit and its setup overlaps that kernel's
-                           completion (each waits with
-                           ``griddepcontrol.wait`` before touching global memory: results
-                           never change); ``0``/``off``: plain stream order (the wait then
-                           returns at once).
+                           completion (each waits with ``griddepcontrol.wait`` before
+                           touching global memory: results never change); ``0``/``off``:
+                           plain stream order (the wait then returns at once).
 =========================  =================================================================
 
 When they are read: at kernel-load time (the first call that needs a given
