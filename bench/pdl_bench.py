@@ -9,9 +9,10 @@ event between the calls), each call on its own input set (rotated past twice the
 chooser's config) and ``torch.matmul(a, b.T, out=d)``; the sides alternate chain by chain, ``--runs`` chains each,
 median per call and the spread (min, max).  Then the same chain of each side captured in one CUDA graph
 (:func:`ptxgen.bench.time_graphs`, ``--runs`` replays each, alternating): whether a capture keeps the
-programmatic edges shows as the chain's gain surviving in the replay.  PDL is what the process's ``PTXGEN_PDL`` says (read when a kernel is
-loaded): run it once with ``PTXGEN_PDL=0`` and once with ``PTXGEN_PDL=1``, alternating, and ``compare`` the files in pairs
-(torch's chain is the reference of each process: ours / torch per file, then PDL on against off).
+programmatic edges shows as the chain's gain surviving in the replay.  PDL is what the process's ``PTXGEN_PDL``
+says (read when a kernel is loaded): run it once with ``PTXGEN_PDL=0`` and once with ``PTXGEN_PDL=1``,
+alternating, and ``compare`` the files in pairs (torch's chain is the reference of each process: ours / torch per
+file, then PDL on against off).
 """
 
 from __future__ import annotations
@@ -115,8 +116,8 @@ def compare(paths: list[str]) -> None:
         print(f"{row['m']}x{row['n']}x{row['k']:<8}" + "  ".join(cells))
     for i, (off, on) in enumerate(pairs):
         graph = f"{B.geomean(graph_gains[i]):.3f}" if graph_gains[i] else "-"
-        print(f"pair {i + 1}: ours off/on geomean {B.geomean(gains[i]):.3f} (graph replay {graph}); torch/ours geomean off "
-              f"{off['geomean_ratio']:.3f}, on {on['geomean_ratio']:.3f} ({on['device']})")
+        print(f"pair {i + 1}: ours off/on geomean {B.geomean(gains[i]):.3f} (graph replay {graph}); "
+              f"torch/ours geomean off {off['geomean_ratio']:.3f}, on {on['geomean_ratio']:.3f} ({on['device']})")
 
 
 def main(argv=None) -> None:

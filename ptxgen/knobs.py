@@ -123,8 +123,11 @@ def _jit(name: str, value: str) -> str:
     return v
 
 
-def _flag(name: str, value: str) -> bool:
+def _flag(name: str, value: str, default: bool = False) -> bool:
+    """A boolean knob's value; unset or empty: ``default``."""
     v = value.strip().lower()
+    if not v:
+        return default
     if v in _TRUE:
         return True
     if v in _FALSE:
@@ -173,5 +176,5 @@ def read(environ: Mapping[str, str] | None = None) -> Knobs:
         override_ptx=_path(env.get(OVERRIDE_PTX)),
         watchdog_ns=_budget(WATCHDOG, env.get(WATCHDOG, "")),
         jit=_jit(JIT, env.get(JIT, "")),
-        pdl=_flag(PDL, env.get(PDL, "").strip() or "1"),
+        pdl=_flag(PDL, env.get(PDL, ""), default=True),
     )

@@ -2,7 +2,8 @@
 
 ``griddepcontrol.wait`` (PTX ISA "griddepcontrol") follows the setup's CTA or cluster barrier and precedes the tile
 scheduler's setup and every role; no ``.launch_dependents`` (the next grid launches as the CTAs exit); ptxas lowers
-the wait to ``ACQBULK`` on both archs.  The verifier's rule (every global access after the thread's wait) is in tests/check/sim/test_sim_planted.py.
+the wait to ``ACQBULK`` on both archs.  The verifier's rule (every global access after the thread's wait) is in
+tests/check/sim/test_sim_planted.py.
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ def _check_grid_dependency(trace: _Trace) -> None:
     the runtime would launch it without the attribute, and the ops would be dead text.
     """
     pdl = trace.kernel.launch.pdl
-    for (ctaid, warp), recs in trace.warps.items():
+    for recs in trace.warps.values():
         waited: set = set()  # threads that executed the wait; "warp": all 32 lanes
         for rec in recs:
             op = rec.ev.op

@@ -77,15 +77,20 @@ def _drop_first(body: tuple, kind: type) -> tuple:
     return body[:i] + body[i + 1:]
 
 
-def _drop_gdc(body: tuple, action: str) -> tuple:
-    """``body`` without its top-level ``griddepcontrol.{action}`` (the setup's)."""
-    i = next(i for i, op in enumerate(body) if isinstance(op, O.GridDepControl) and op.action == action)
+def _gdc_wait(body: tuple) -> int:
+    """Index of ``body``'s top-level ``griddepcontrol.wait`` (the setup's)."""
+    return next(i for i, op in enumerate(body) if isinstance(op, O.GridDepControl) and op.action == "wait")
+
+
+def _drop_gdc_wait(body: tuple) -> tuple:
+    """``body`` without its top-level ``griddepcontrol.wait``."""
+    i = _gdc_wait(body)
     return body[:i] + body[i + 1:]
 
 
 def _elect_gdc_wait(body: tuple) -> tuple:
     """``body`` with its top-level ``griddepcontrol.wait`` run by one elected lane per warp."""
-    i = next(i for i, op in enumerate(body) if isinstance(op, O.GridDepControl) and op.action == "wait")
+    i = _gdc_wait(body)
     return body[:i] + (O.Elect((body[i],)),) + body[i + 1:]
 
 
@@ -268,7 +273,7 @@ PLANTS = [
           verify=r"^TMEM lifetime: .* is not separated by a cluster barrier from the alloc and the dealloc",
           sim=r"^(read before write: TmemBase|TMEM not allocated|TMEM dealloc before peer alloc)"),
     Plant("global access before griddepcontrol.wait (programmatic dependent launch)",
-          lambda: replace(kernel_for("h100_128x128"), body=_drop_gdc(kernel_for("h100_128x128").body, "wait")),
+          lambda: replace(kernel_for("h100_128x128"), body=_drop_gdc_wait(kernel_for("h100_128x128").body)),
           verify=r"^global access before griddepcontrol\.wait: TmaLoad a .* at producer \(CTA 0, rank 0, warp 0\).* in a "
                  r"kernel launched with programmatic dependent launch", sim=None),
     Plant("griddepcontrol.wait in one lane per warp (the wait is per thread)",
