@@ -170,10 +170,9 @@ def test_device_name_picks_its_own_table(fresh_choice):
     assert choose.choose_cached(256, 18432, 16384, (9, 0), 132) == ("h100_128x256_lw4", "cost model")
 
 
-def test_chooser_decisions_on_report_half_match_the_record(h100_record_configs):
+def test_chooser_decisions_on_report_half_match_the_record(fresh_choice):
     """Every report-half decision equals docs/results/chooser_report_h100.json (whose regrets were measured): a change
     of the model, its constants, the table or the candidates that moves a decision shows here and must be re-measured."""
-    fresh_choice = h100_record_configs
     from ptxgen.suites import load
 
     record = json.loads((RESULTS / "chooser_report_h100.json").read_text())
@@ -491,11 +490,10 @@ def _fit_choose():
     return module
 
 
-def test_report_half_regret_from_the_stored_surveys(h100_record_configs):
+def test_report_half_regret_from_the_stored_surveys(fresh_choice):
     """The chooser's regret on every report-half shape, recomputed from the stored surveys the record names (each
     shape's times from the last survey that timed it): every decision was measured, each regret is the record's, the
     median and worst stay at or under it, and M <= 256 stays under the split-K record's 1.206 (64x2112x7168)."""
-    fresh_choice = h100_record_configs
     from dataclasses import replace
 
     fit_choose = bench_module("fit_choose")
@@ -616,27 +614,34 @@ LATER_CONFIGS = ("h100_128x144_c2", "h100_128x80_c2n", "h100_128x192_c2n", "h100
                  "h100_128x160_c2")
 
 
-#: configs shipped after the H100's report record, measured on an H200 only (docs/performance.md, "A 256x160 tile"):
-#: the H100 record's tests rank without them; docs/results/chooser_report_h200.json records the chooser with them
+#: configs shipped after the H100's report record of :data:`LATER_SURVEYS`, first measured on an H200
+#: (docs/performance.md, "A 256x160 tile"); timed on the H100 since (:data:`SHIPPED_SURVEY`)
 H200_CONFIGS = ("h100_256x160", "h100_256x160_c2")
-#: split-K configs of 64x64 tiles shipped after the H100's report record, measured on an H200 only (docs/performance.md,
-#: "Split-K of 64x64 tiles at small N"): the H100 record's tests rank without them, as without :data:`H200_CONFIGS`
+#: split-K configs of 64x64 tiles shipped after the same record, first measured on an H200 (docs/performance.md,
+#: "Split-K of 64x64 tiles at small N"); timed on the H100 since (:data:`SHIPPED_SURVEY`)
 SMALL_N_SPLIT_CONFIGS = ("h100_64x64_sk2", "h100_64x64_sk4")
 
 
-#: report-half surveys timed after :data:`LATER_CONFIGS` shipped (docs/results/chooser_report_h100.json names them last)
+#: report-half surveys timed after :data:`LATER_CONFIGS` shipped (docs/results/chooser_report_h100.json names them
+#: before :data:`SHIPPED_SURVEY`)
 LATER_SURVEYS = ("pair_n_small_m_report_h100.json", "regret_later_report_h100.json", "regret_9000_report_h100.json")
-#: the record's report-half decisions that :data:`LATER_CONFIGS` moved, as they were before
-BEFORE_LATER_DECISIONS = {(128, 10240, 5120): "h100_128x128", (9000, 300, 9999): "h100_192x176"}
+#: the record's last survey: every shipped candidate on every report shape in one H100 call, the configs of
+#: :data:`H200_CONFIGS` and :data:`SMALL_N_SPLIT_CONFIGS` included
+SHIPPED_SURVEY = "survey_h100_report_shipped.json"
+#: the record's report-half decisions that :data:`LATER_CONFIGS` (the first two), :data:`H200_CONFIGS` and
+#: :data:`SMALL_N_SPLIT_CONFIGS` (the last two) moved, as they were before
+BEFORE_LATER_DECISIONS = {(128, 10240, 5120): "h100_128x128", (9000, 300, 9999): "h100_192x176",
+                          (1024, 10240, 8192): "h100_128x256_lw2", (64, 2112, 7168): "h100_64x128_sk2"}
 
 
 def _report_record_before_later() -> dict:
-    """docs/results/chooser_report_h100.json as it was before :data:`LATER_CONFIGS`: without :data:`LATER_SURVEYS`, with
-    the decisions of :data:`BEFORE_LATER_DECISIONS` (for the tests of recorded experiments, under
-    :func:`before_later_configs`)."""
+    """docs/results/chooser_report_h100.json as it was before :data:`LATER_CONFIGS`: without :data:`LATER_SURVEYS` and
+    :data:`SHIPPED_SURVEY`, with the decisions of :data:`BEFORE_LATER_DECISIONS` (for the tests of recorded experiments,
+    under :func:`before_later_configs`)."""
     record = json.loads((RESULTS / "chooser_report_h100.json").read_text())
-    assert record["surveys"][-len(LATER_SURVEYS):] == list(LATER_SURVEYS)
-    record["surveys"] = record["surveys"][:-len(LATER_SURVEYS)]
+    tail = [*LATER_SURVEYS, SHIPPED_SURVEY]
+    assert record["surveys"][-len(tail):] == tail
+    record["surveys"] = record["surveys"][:-len(tail)]
     record["shapes"] = [dict(r, chosen=BEFORE_LATER_DECISIONS.get((r["m"], r["n"], r["k"]), r["chosen"]))
                         for r in record["shapes"]]
     return record
@@ -669,14 +674,6 @@ def before_later_configs(monkeypatch):
     choose.choose_cached.cache_clear()
 
 
-@pytest.fixture
-def h100_record_configs(monkeypatch, cache_root):
-    """The GEMM chooser of the H100's report record (docs/results/chooser_report_h100.json): every shipped config but
-    :data:`H200_CONFIGS` and :data:`SMALL_N_SPLIT_CONFIGS`, which no H100 has timed; yields the choose module."""
-    choose = _chooser_without(monkeypatch, H200_CONFIGS + SMALL_N_SPLIT_CONFIGS)
-    yield choose
-    choose.candidates.cache_clear()
-    choose.choose_cached.cache_clear()
 
 
 def test_before_later_configs_removes_them(before_later_configs):
@@ -1124,11 +1121,23 @@ def test_dual_last_wave_rule_follows_the_measurement(fresh_choice):
     assert (name, why) == ("dual_h100_128x128_lw2", "small-M rule")
     assert fresh_choice.choose_cached(4096, 14336, 4096, (9, 0), 132, "dual_gemm")[0] == "dual_h100_128x128_c2"
 
-def test_pair_twin_rule_follows_the_measurement(h100_record_configs):
+@pytest.fixture
+def chooser_before_h200_configs(monkeypatch, cache_root):
+    """The GEMM chooser without :data:`H200_CONFIGS` and :data:`SMALL_N_SPLIT_CONFIGS` (the chooser of the surveys
+    taken before they shipped); yields the choose module."""
+    choose = _chooser_without(monkeypatch, H200_CONFIGS + SMALL_N_SPLIT_CONFIGS)
+    yield choose
+    choose.candidates.cache_clear()
+    choose.choose_cached.cache_clear()
+
+
+def test_pair_twin_rule_follows_the_measurement(chooser_before_h200_configs):
     """The 128x144 pair gives way to its single twin below 8 n-blocks: on every shape of
-    docs/results/pair144_few_n_blocks_h100.json (off both suite halves, H100, 132 SMs) the chooser, where it picks
-    either, picks the faster of the two by median time; the rule leaves every other config alone."""
-    fresh_choice = h100_record_configs
+    docs/results/pair144_few_n_blocks_h100.json (off both suite halves, H100, 132 SMs) the chooser of that survey
+    (without :data:`H200_CONFIGS` and :data:`SMALL_N_SPLIT_CONFIGS`, shipped later; with them 8192x576x4096 ranks
+    h100_256x160_c2 first, which the survey did not time), where it picks either, picks the faster of the two by
+    median time; the rule leaves every other config alone."""
+    fresh_choice = chooser_before_h200_configs
     rows = json.loads((RESULTS / "pair144_few_n_blocks_h100.json").read_text())["rows"]
     pair, twin, _ = fresh_choice.PAIR_SINGLE_TWIN[0]
     assert len(rows) == 8
