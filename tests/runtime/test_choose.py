@@ -674,8 +674,6 @@ def before_later_configs(monkeypatch):
     choose.choose_cached.cache_clear()
 
 
-
-
 def test_before_later_configs_removes_them(before_later_configs):
     """Under the fixture the chooser has none of :data:`LATER_CONFIGS` (which it otherwise ranks:
     :func:`test_later_configs_are_candidates`, so the fixture is no no-op)."""
@@ -1120,6 +1118,7 @@ def test_dual_last_wave_rule_follows_the_measurement(fresh_choice):
     name, why = fresh_choice.choose_cached(256, 25600, 5120, (9, 0), 132, "dual_gemm")
     assert (name, why) == ("dual_h100_128x128_lw2", "small-M rule")
     assert fresh_choice.choose_cached(4096, 14336, 4096, (9, 0), 132, "dual_gemm")[0] == "dual_h100_128x128_c2"
+
 
 @pytest.fixture
 def chooser_before_h200_configs(monkeypatch, cache_root):
