@@ -21,14 +21,14 @@ def wgmma_fence(lw: Lowering, op: ops.WgmmaFence) -> None:
 
 
 def wgmma(lw: Lowering, op: ops.Wgmma) -> None:
-    """bf16: ``..., scale-d, 1, 1, 0, 0`` (scale A/B by +1, no transpose); 8-bit inputs take no transpose
-    immediates (K-major only): ``..., scale-d, 1, 1``."""
+    """bf16: ``..., scale-d, 1, 1, tA, tB`` (scale A/B by +1; transpose immediates 1 for an MN-major operand);
+    8-bit inputs take no transpose immediates (K-major only): ``..., scale-d, 1, 1``."""
     acc = lw.array(op.acc, op.n // 2, ".f32")
     p = lw.predicate(op.accumulate)
     adesc, bdesc = lw.tmp64(), lw.tmp64()
     lw.emit(f"mov.b64 {adesc}, {{{lw.reg(op.a_lo)}, {lw.reg_const(op.a_hi, 'desc_hi')}}};")
     lw.emit(f"mov.b64 {bdesc}, {{{lw.reg(op.b_lo)}, {lw.reg_const(op.b_hi, 'desc_hi')}}};")
-    imm = "1, 1, 0, 0" if op.atype in ("bf16", "f16") else "1, 1"
+    imm = f"1, 1, {int(op.trans_a)}, {int(op.trans_b)}" if op.atype in ("bf16", "f16") else "1, 1"
     lw.emit(f"wgmma.mma_async.sync.aligned.m64n{op.n}k{op.k}.f32.{op.atype}.{op.atype} {{{', '.join(acc)}}}, "
             f"{adesc}, {bdesc}, {p}, {imm};")
 

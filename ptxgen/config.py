@@ -49,6 +49,7 @@ from pydantic.dataclasses import dataclass as _pydantic_dataclass
 from .errors import ConfigError
 from .hw import FP8_SCALE_BLOCK  # K elements per FP8 scale block (plan and runtime read it too)
 from .hw import GROUPED_SEGMENT_ROWS  # the contiguous layout's segment padding (the runtime reads it too)
+from .hw import MN_MAJOR_CHUNK  # M or N elements per MN-major box (plan and runtime read it too)
 from .shipped import configs_dir, resolve_config_path, shipped_configs  # noqa: F401 - re-exported
 
 ARCHS = ("sm_100a", "sm_90a")
@@ -303,6 +304,12 @@ class Tma:
         default policy), ``evict_first`` or ``evict_last``; a ``createpolicy.fractional.L2::<hint>`` policy
         (fraction 1.0) passed with ``.L2::cache_hint`` (PTX ISA "createpolicy", "cp.async.bulk.tensor").
         A hint changes which lines L2 keeps, never a result.
+    major_a, major_b: how the kernel's A ``[M, K]`` and B ``[N, K]`` lie in global memory, and so in shared memory:
+        ``k`` (K-major: K contiguous, each row at a pitch >= K) or ``mn`` (MN-major: M or N contiguous, each K
+        row at a pitch >= M or N: the transposed view ``w.T`` of a row-major ``[K, N]`` weight).  An ``mn``
+        operand is loaded as boxes of 64 M or N elements (128 B, one 128B-swizzle row) x ``block_k`` K rows, and
+        wgmma reads it with its transpose immediate (PTX ISA "wgmma.mma_async": imm-trans-a / imm-trans-b, 16-bit
+        inputs only; "Matrix Descriptor Format": MN-major, 128B swizzle).
     """
 
     two_sm: Bool = False
@@ -310,6 +317,8 @@ class Tma:
     l2_promotion: OneOf("none", "64", "128", "256") = "none"
     cache_hint_a: OneOf("none", "evict_first", "evict_last") = "none"
     cache_hint_b: OneOf("none", "evict_first", "evict_last") = "none"
+    major_a: OneOf("k", "mn") = "k"
+    major_b: OneOf("k", "mn") = "k"
 
 
 @section
@@ -606,6 +615,33 @@ def validate(cfg: Config) -> None:
           cfg.schedule.split_k_tiles, "needs schedule.split_k >= 2 (the last wave's tiles are split split_k ways)")
     if cfg.schedule.swap_ab:
         _validate_swap_ab(cfg)
+    if "mn" in (cfg.tma.major_a, cfg.tma.major_b):
+        _validate_mn_major(cfg)
+
+
+def _validate_mn_major(cfg: Config) -> None:
+    """MN-major operands (``tma.major_a`` / ``tma.major_b``): the sm_90a bf16 GEMM, whose wgmma takes a transpose
+    immediate for 16-bit inputs (PTX ISA "wgmma.mma_async"; 8-bit inputs are K-major only, and tcgen05's
+    descriptors are not built here).  Each CTA's share of an ``mn`` operand is whole boxes of 64 M or N elements."""
+    for name, major in (("tma.major_a", cfg.tma.major_a), ("tma.major_b", cfg.tma.major_b)):
+        if major != "mn":
+            continue
+        _rule(cfg.arch == "sm_90a", name, major, "MN-major operands are sm_90a only (wgmma's transpose immediate)")
+        _rule(cfg.operands == "bf16" and cfg.kernel == "gemm", name, major,
+              "needs operands=bf16 and kernel=gemm (wgmma transposes 16-bit inputs only)")
+        _rule(cfg.schedule.grouped == "none", name, major, "needs schedule.grouped=none")
+    t, c = cfg.tile, cfg.cluster
+    pair = cfg.tma.multicast and c.size == 2
+    if cfg.tma.major_b == "mn":
+        share = t.block_n // 2 if pair and c.along == "m" else t.block_n
+        _rule(share % MN_MAJOR_CHUNK == 0, "tma.major_b", "mn",
+              f"each CTA loads B as boxes of {MN_MAJOR_CHUNK} N elements: its {share} rows of the tile "
+              f"(tile.block_n={t.block_n}{', a multicast half' if share != t.block_n else ''}) must be a multiple of {MN_MAJOR_CHUNK}")
+    if cfg.tma.major_a == "mn":
+        share = t.block_m // 2 if pair and c.along == "n" else t.block_m
+        _rule(share % MN_MAJOR_CHUNK == 0, "tma.major_a", "mn",
+              f"each CTA loads A as boxes of {MN_MAJOR_CHUNK} M elements: its {share} rows of the tile "
+              f"(tile.block_m={t.block_m}{', a multicast half' if share != t.block_m else ''}) must be a multiple of {MN_MAJOR_CHUNK}")
 
 
 def _validate_swap_ab(cfg: Config) -> None:

@@ -46,3 +46,8 @@ FP8_SCALE_BLOCK = 128
 # The contiguous grouped layout (DeepGEMM's m_indices): each group's rows form one segment padded to a multiple of
 # this many rows.  A grouped kernel's m-block must divide it, so that an m-block never spans two groups.
 GROUPED_SEGMENT_ROWS = 128
+
+# An MN-major bf16 operand (sm_90a) moves in boxes of this many M or N elements: 128 B, one 128B-swizzle row, so one
+# box is one column of swizzle atoms, block_k K rows deep (PTX ISA "Tensor copy: swizzle modes", "Matrix Descriptor
+# Format": MN-major layouts repeat every swizzle width along M or N, LBO apart).
+MN_MAJOR_CHUNK = 64

@@ -48,6 +48,9 @@ class TensorMapSpec:
         dtype: element type: ``"bf16"`` (bf16 GEMM operands and D), ``"f16"`` (the NVFP4 kernel's D),
             ``"u8"`` (NVFP4 packed-e2m1 operands and scale-factor tiles, FP8 e4m3 operands, mapped as bytes),
             ``"f32"`` (FP8 per-block scales).
+        major: ``"k"``: the map's rows are the operand's rows (M or N), its columns K; ``"mn"`` (an MN-major
+            operand, ``tma.major_a`` / ``major_b``): its rows are K and its columns the operand's M or N, so the
+            runtime encodes the transposed view (``[K, rows]``, pitch = the operand's K stride).
     """
 
     tensor: str
@@ -55,6 +58,7 @@ class TensorMapSpec:
     swizzle: str
     l2_promotion: str
     dtype: str = "bf16"
+    major: str = "k"
 
     @property
     def elem_bytes(self) -> int:
@@ -238,10 +242,14 @@ class LaunchSpec:
 
     def to_json(self) -> str:
         """Stable, human-readable JSON (sorted keys, 2-space indent, trailing newline); ``grid.split_tiles`` only
-        when it is not ``"all"`` (the specs written before it read back the same)."""
+        when it is not ``"all"`` and a tensor map's ``major`` only when it is not ``"k"`` (the specs written before
+        them read back the same)."""
         d = asdict(self)
         if d["grid"]["split_tiles"] == "all":
             del d["grid"]["split_tiles"]
+        for tmap in d["tensor_maps"].values():
+            if tmap["major"] == "k":
+                del tmap["major"]
         return json.dumps(d, indent=2, sort_keys=True) + "\n"
 
     @classmethod

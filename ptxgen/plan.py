@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from . import descriptors, epi
 from .config import FP8_SCALE_BLOCK, Config
-from .hw import (SF_ATOM_BYTES, SF_ATOM_K, SF_ATOM_ROWS, SF_LINE_BYTES, SF_TMEM_COLS_PER_ATOM, SM_SMEM_BYTES, SMEM_LIMIT_BYTES,
-                 TMEM_COLUMNS, resident_ctas)
+from .hw import (MN_MAJOR_CHUNK, SF_ATOM_BYTES, SF_ATOM_K, SF_ATOM_ROWS, SF_LINE_BYTES, SF_TMEM_COLS_PER_ATOM, SM_SMEM_BYTES,
+                 SMEM_LIMIT_BYTES, TMEM_COLUMNS, resident_ctas)
 from .errors import ConfigError
 from .ir.kernel import BarrierArray, Kernel, SmemRegion
 from .ir.pipeline import BulkStoreRing, Pipeline, PipelineTmaAsync, PipelineTmaUmma, PipelineUmmaAsync
@@ -32,6 +32,7 @@ from .version import __version__
 
 BF16_BYTES = 2
 SWIZZLE_ATOM_BYTES = 1024  # 8 rows x 128 B: a 128B-swizzle atom (PTX ISA "Tensor copy: swizzle modes")
+SWIZZLE_ATOM_ROW_BYTES = 128  # one row of a 128B-swizzle atom
 MBARRIER_BYTES = 8
 WARPS_PER_WARPGROUP = 4
 TMA_PLAIN_ALIGN = 128  # shared destination of a non-swizzled cp.async.bulk.tensor (PTX ISA "cp.async.bulk.tensor")
@@ -78,6 +79,9 @@ class OperandPlan:
     cache_hint: L2 eviction priority of its loads (``tma.cache_hint_a`` / ``cache_hint_b``): ``none``,
         ``evict_first`` or ``evict_last``.
     multicast: the CTA mask of a ``split == "multicast"`` load (``.multicast::cluster``), 0 otherwise.
+    major: ``k`` (rows of K contiguous: one box of ``box_rows`` rows x ``block_k``) or ``mn`` (the operand's M or N
+        contiguous, ``tma.major_a`` / ``major_b``): ``box_rows / MN_MAJOR_CHUNK`` boxes of ``MN_MAJOR_CHUNK`` M or N
+        elements x ``block_k`` K rows, each a column of 128B-swizzle atoms ``mn_chunk_bytes`` long in the slot.
     """
 
     name: str
@@ -93,6 +97,7 @@ class OperandPlan:
     multicast: int = 0
     block_scale: str = ""
     box_cols: int = 0
+    major: str = "k"
 
     # split: how a CTA pair shares the operand: ``none`` (each CTA loads its own tile),
     # ``cta_group`` (sm_100a cta_group::2: each CTA loads its half of the rows into its own stage),
@@ -335,6 +340,11 @@ class MmaIssuePlan:
     desc_lbo_field: bits 16-29 of a descriptor's low word (LBO >> 4).
     k_step_desc: low-word increment per MMA k-step (bytes >> 4).
     throttle_ns: level 8's idle time after each commit (0: none).
+    trans_a, trans_b: sm_90a wgmma's transpose immediates: A / B is MN-major (``tma.major_a`` / ``major_b``).
+    mn_lbo_field: an MN-major operand's LBO field: the bytes between its 64-element M or N chunks (one chunk is
+        ``block_k`` K rows of 128 B), >> 4 (PTX ISA "Matrix Descriptor Format": for MN-major swizzled layouts the
+        leading byte offset steps along M or N and the stride byte offset, 1024 B, along K by 8 rows).
+    mn_k_step_desc: an MN-major operand's low-word increment per k16 step: 16 K rows of 128 B, >> 4.
     """
 
     block_m: int
@@ -360,6 +370,15 @@ class MmaIssuePlan:
     k_step_desc: int
     throttle_ns: int
     step_idesc: tuple[int, ...] = ()
+    trans_a: bool = False
+    trans_b: bool = False
+    mn_lbo_field: int = 0
+    mn_k_step_desc: int = 0
+
+    @property
+    def mn_chunk_bytes(self) -> int:
+        """Bytes between an MN-major operand's 64-element M or N chunks in a stage (its LBO)."""
+        return self.mn_lbo_field << 4
 
     @property
     def accumulator_regs(self) -> int:
@@ -762,6 +781,8 @@ class Plan:
         in_dtype = "u8" if self.mma.operand_format in ("nvfp4", "fp8", "mxfp8") else "bf16"
         maps = {o.name: (TensorMapSpec(o.name, (SF_LINE_BYTES, o.box_rows), "none", l2, "u8") if o.scales else
                          TensorMapSpec(o.name, (o.box_cols, o.box_rows), "none", "none", "f32") if o.block_scale else
+                         TensorMapSpec(o.name, (MN_MAJOR_CHUNK, self.mma.block_k), "128B", l2, in_dtype, "mn")
+                         if o.major == "mn" else
                          TensorMapSpec(o.name, (self.loads.k_coord_step, o.box_rows), "128B", l2, in_dtype))
                 for o in self.loads.operands}
         if e.out_dtype != "e4m3" and not e.transposed:  # swap-AB stores D^T per element: no D map (tmap_d zeros)
@@ -929,7 +950,15 @@ def _mma_plan(cfg: Config, f: _Basics, roles: RolesPlan) -> MmaIssuePlan:
         b_desc_hi=desc_hi, desc_lbo_field=lbo_field, k_step_desc=descriptors.desc_advance(f.mma_k * f.elem_bits // 8),
         throttle_ns=throttle_ns,
         step_idesc=tuple(descriptors.umma_idesc_mxf8f6f4(umma_m, t.block_n, sf_id_a=sf_id, sf_id_b=sf_id)
-                         for _, sf_id in _sf_steps(cfg, f)) if f.mxfp8 and f.sm100 else ())
+                         for _, sf_id in _sf_steps(cfg, f)) if f.mxfp8 and f.sm100 else (),
+        trans_a=cfg.tma.major_a == "mn", trans_b=cfg.tma.major_b == "mn",
+        mn_lbo_field=_mn_chunk_bytes(cfg, f) >> 4,
+        mn_k_step_desc=descriptors.desc_advance(f.mma_k * SWIZZLE_ATOM_ROW_BYTES))
+
+
+def _mn_chunk_bytes(cfg: Config, f: _Basics) -> int:
+    """Bytes of one MN-major box in a stage: ``MN_MAJOR_CHUNK`` elements (one 128-byte swizzle row) x block_k K rows."""
+    return cfg.tile.block_k * MN_MAJOR_CHUNK * f.elem_bits // 8
 
 
 @dataclass(frozen=True)
@@ -1261,9 +1290,11 @@ def _loads_plan(cfg: Config, f: _Basics, stage: _Stage, layout: _Layout, mma: Mm
                            multicast=pair_mask if mc else 0)
 
     operands = (OperandPlan("a", regions["a"], "m", stage.a_box_rows, stage.a_load, mma.a_desc_hi, a_split,
-                            cache_hint=cfg.tma.cache_hint_a, multicast=pair_mask if a_split == "multicast" else 0),
+                            cache_hint=cfg.tma.cache_hint_a, multicast=pair_mask if a_split == "multicast" else 0,
+                            major=cfg.tma.major_a),
                 *(OperandPlan(nm, regions[nm], "n", stage.b_box_rows, stage.b_load, mma.b_desc_hi, b_split,
-                              cache_hint=cfg.tma.cache_hint_b, multicast=pair_mask if b_split == "multicast" else 0)
+                              cache_hint=cfg.tma.cache_hint_b, multicast=pair_mask if b_split == "multicast" else 0,
+                              major=cfg.tma.major_b)
                   for nm in f.b_names),
                 *(scale_tile(i, nm, of) for i, (nm, of) in enumerate(f.sf_names)),
                 *(OperandPlan(nm, regions[nm], "m" if of == "a" else "n", 1, cols * F32_SCALE_BYTES, 0, block_scale=of,

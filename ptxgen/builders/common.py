@@ -181,10 +181,22 @@ def acc_state(plan: Plan) -> tuple[list, PipelineState]:
     return plan.acc.state(Var("tc"), ("acc", "acc_phase"))
 
 
-def desc_lo(plan: Plan, offset: Expr, lbo_field: int | None = None) -> Expr:
-    """Descriptor low word for smem+offset: start >> 4 | LBO field << 16 (the plan's operand LBO unless given)."""
+#: the shared-window address bits a matrix descriptor's 14-bit start field holds (bits 4-17: PTX ISA "Matrix
+#: Descriptor Format", ``(addr & 0x3FFFF) >> 4``)
+DESC_ADDR_MASK = 0x3FFFF
+
+
+def desc_lo(plan: Plan, offset: Expr, lbo_field: int | None = None, masked: bool = False) -> Expr:
+    """Descriptor low word for smem+offset: start >> 4 | LBO field << 16 (the plan's operand LBO unless given).
+
+    ``masked``: the address is cut to the start field's bits first.  In a cluster launch a CTA's shared::cta
+    addresses carry its rank above bit 17 (the H100 gives rank 1 addresses 16 MiB up), which, shifted, land in the
+    LBO field: harmless where the layout ignores LBO (K-major 128B swizzle), not where it steps along M or N
+    (an MN-major operand, whose second CTA otherwise read its B 256 bytes = two K rows off on the H100).
+    """
     lbo = plan.mma.desc_lbo_field if lbo_field is None else lbo_field
-    return fold(((Sreg("smem") + offset) >> 4) | (lbo << 16))
+    addr = Sreg("smem") + offset
+    return fold((((addr & DESC_ADDR_MASK) if masked else addr) >> 4) | (lbo << 16))
 
 
 def stage_offset(plan: Plan, operand: str, stage: Expr) -> Expr:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import epi
-from ..config import FP8_SCALE_BLOCK
+from ..config import FP8_SCALE_BLOCK, MN_MAJOR_CHUNK
 from ..ir import (AmaxLocal, AmaxReduce, Bar, Const, Elect, EpilogueExpr, LdEpilogue, StEpilogue, Expr, FenceProxyAsync, For, If, AtomGlobalAdd, LdGlobalF32, Let,
                   MbarrierArrive, MbarrierWait, NamedBarrier, NamedBarrierPopc, Nanosleep, Pack16, Param, PromoteScaled, ScaleLoad, SetMaxNReg,
                   Shfl, VoteAny,
@@ -79,7 +79,8 @@ class TmaProducer:
                           tuple(p.ab.producer_commit(st, tx_bytes=tx, cta=Const(0)))))
         else:
             out += p.ab.producer_commit(st, tx_bytes=tx if p.is_sm100 else None)
-        out += [self.load(o, st) for o in p.loads.operands]
+        for o in p.loads.operands:
+            out += self.mn_major_loads(o, st) if o.major == "mn" else [self.load(o, st)]
         if relay(p, c):  # level 1: the peer relays its landed stage to the leader
             # the leader's MMA then reads this CTA's shared memory, a cross-CTA data hand-off: the relay arrive
             # releases at cluster scope and the leader acquires at cluster scope (PTX ISA "Memory Consistency Model")
@@ -102,6 +103,21 @@ class TmaProducer:
                 Let("it_end", Var("tiles_done") * Var("num_k")),
                 For("i", Const(0), Const(p.stages), Const(1),
                     (Let("it", Var("it_end") + Var("i")), *lets, *p.ab.producer_acquire(st, role=WaitRole.PRODUCER_TAIL)))]
+
+    def mn_major_loads(self, o, st: PipelineState) -> list:
+        """An MN-major operand's k-block: one box per ``MN_MAJOR_CHUNK`` of this CTA's rows (its multicast half in a
+        pair), each ``MN_MAJOR_CHUNK`` M or N elements (the map's columns) x block_k K rows (its rows), landing as a
+        column of 128B-swizzle atoms ``mn_chunk_bytes`` apart in the slot: the layout the MN-major descriptor's
+        LBO steps through (PTX ISA "Matrix Descriptor Format")."""
+        p, c = self.p, self.c
+        first = Var("m_row") if o.rows_along == "m" else Var("n_col")
+        dst = stage_offset(p, o.name, st.index)
+        if o.split == "multicast":
+            first, dst = first + c.rank * o.box_rows, dst + c.rank * o.load_bytes
+        chunk = p.mma.mn_chunk_bytes
+        return [TmaLoad(o.name, fold(dst + j * chunk), fold(first + j * MN_MAJOR_CHUNK), KB * p.mma.block_k,
+                        Bar(p.ab.full.name, st.index), multicast=o.multicast, cache_hint=o.cache_hint)
+                for j in range(o.box_rows // MN_MAJOR_CHUNK)]
 
     def load(self, o, st: PipelineState) -> TmaLoad | If:
         p, c = self.p, self.c
@@ -719,17 +735,23 @@ class WgmmaConsumer:
         lets, st = ring_state(p)
         k0, _ = k_bounds(p)
         out = [*lets, *p.ab.consumer_wait(st), WgmmaFence()]
-        a = p.loads.operand("a")
-        for v in range(p.mma.m_waves):
-            a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + wg * p.mma.wg_a_stride + v * p.mma.a_wave_bytes))
-            for ks in range(p.mma.k_steps):
+        a, m = p.loads.operand("a"), p.mma
+        # an MN-major operand's descriptor: LBO between its M or N chunks, 16 K rows per k-step (PTX ISA "Matrix
+        # Descriptor Format"); a K-major one: LBO unused, 32 bytes of K per k-step
+        a_lbo, a_step = (m.mn_lbo_field, m.mn_k_step_desc) if m.trans_a else (m.desc_lbo_field, m.k_step_desc)
+        b_lbo, b_step = (m.mn_lbo_field, m.mn_k_step_desc) if m.trans_b else (m.desc_lbo_field, m.k_step_desc)
+        for v in range(m.m_waves):
+            # a wave's 64 rows of A: K-major 64 rows of block_k, MN-major one 64-element chunk (the same bytes)
+            a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + wg * m.wg_a_stride + v * m.a_wave_bytes), a_lbo,
+                             masked=m.trans_a)
+            for ks in range(m.k_steps):
                 accumulate = Const(1) if ks else ne(KB, k0)
-                for mma in p.mma.streams:
+                for mma in m.streams:
                     bo = p.loads.operand(mma.b)
-                    out.append(Wgmma(self.acc_name(mma.acc, v), p.mma.block_n,
-                                     fold(a_base + ks * p.mma.k_step_desc),
-                                     fold(desc_lo(p, stage_offset(p, mma.b, st.index)) + ks * p.mma.k_step_desc),
-                                     accumulate, a_hi=a.desc_hi, b_hi=bo.desc_hi))
+                    out.append(Wgmma(self.acc_name(mma.acc, v), m.block_n, fold(a_base + ks * a_step),
+                                     fold(desc_lo(p, stage_offset(p, mma.b, st.index), b_lbo, masked=m.trans_b)
+                                          + ks * b_step),
+                                     accumulate, a_hi=a.desc_hi, b_hi=bo.desc_hi, trans_a=m.trans_a, trans_b=m.trans_b))
         return out + [WgmmaCommit()]
 
     def promoted_wgmmas(self, st: PipelineState, v: int, c: int, part: str) -> list:

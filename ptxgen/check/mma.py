@@ -3,8 +3,10 @@
 The simulator reads MMA operands the way the tensor cores do: from the
 64-bit descriptors the kernel built at runtime (decoded with the bitfield
 specs of :mod:`ptxgen.descriptors`), through the K-major 128B-swizzle
-layout of :func:`ptxgen.check.swizzle.kmajor_sw128_index`.  Any descriptor
-outside that one layout is reported, not guessed at.
+layout of :func:`ptxgen.check.swizzle.kmajor_sw128_index` or, for a wgmma
+operand with its transpose immediate, the MN-major one of
+:func:`ptxgen.check.swizzle.mnmajor_sw128_index`.  Any descriptor outside
+those layouts is reported, not guessed at.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ _UMMA_VERSION = 1
 
 @dataclass(frozen=True)
 class Operand:
-    """A decoded shared-memory descriptor: shared-window start address and stride byte offset."""
+    """A decoded shared-memory descriptor: shared-window start address, stride and leading byte offsets (bytes)."""
 
     start: int
     sbo: int
+    lbo: int = 0
 
 
 def _decode(spec, desc: int, who: object) -> dict[str, int]:
@@ -47,12 +50,13 @@ def umma_operand(desc: int, who: object, operand: str) -> Operand:
 
 
 def wgmma_operand(desc: int, who: object, operand: str) -> Operand:
-    """Decode a wgmma matrix descriptor (K-major, 128B swizzle, base offset 0)."""
+    """Decode a wgmma matrix descriptor (128B swizzle, base offset 0; K-major or MN-major, which the instruction's
+    transpose immediate says)."""
     f = _decode(WGMMA_SMEM_DESC, desc, who)
     if f["swizzle"] != _WGMMA_SW128 or f["base_offset"]:
         raise SimError(f"bad descriptor: {who}, operand {operand}: {desc:#018x} decodes to {f}; the simulator "
-                       "models K-major bf16 with 128B swizzle (swizzle 1, base offset 0)")
-    return Operand(f["start"] << 4, f["sbo"] << 4)
+                       "models bf16 with 128B swizzle (swizzle 1, base offset 0)")
+    return Operand(f["start"] << 4, f["sbo"] << 4, f["lbo"] << 4)
 
 
 def umma_shape(idesc: int, who: object) -> tuple[int, int]:

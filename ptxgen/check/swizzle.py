@@ -51,6 +51,23 @@ def kmajor_sw128_index(start_abs: int, rows: int, sbo: int, base: int) -> np.nda
 
 
 @lru_cache(maxsize=4096)
+def mnmajor_sw128_index(start_abs: int, rows: int, lbo: int, sbo: int, base: int) -> np.ndarray:
+    """Byte offsets ``[rows, 16]`` of element (r, k) of an MN-major, 128B-swizzled bf16 operand, one k16 slice.
+
+    ``rows`` counts M or N (the operand's contiguous dimension).  Element (r, k) lies at ``start + (r // 64) * LBO +
+    (k // 8) * SBO + (k % 8) * 128 + 2 * (r % 64)`` before the swizzle: 64-element chunks (one 128-byte swizzle row
+    each) LBO apart along M or N, 8 K rows of 128 bytes per swizzle atom, atoms SBO apart along K (PTX ISA "Matrix
+    Descriptor Format", MN-major layouts: the leading byte offset steps along M or N, the stride byte offset along
+    K).  A k16 step is ``start + 16 * 128``.
+    """
+    r = np.arange(rows, dtype=np.int64)[:, None]
+    k = np.arange(16, dtype=np.int64)[None, :]
+    idx = swizzle128(start_abs + (r // 64) * lbo + (k // 8) * sbo + (k % 8) * 128 + 2 * (r % 64)) - base
+    idx.setflags(write=False)
+    return idx
+
+
+@lru_cache(maxsize=4096)
 def kmajor_sw128_bytes(start_abs: int, rows: int, sbo: int, base: int, nbytes: int = 32) -> np.ndarray:
     """Byte offsets ``[rows, nbytes]`` of byte j of row r of a K-major, 128B-swizzled operand slice (8-bit
     elements: one k32 slice of e4m3 is 32 bytes per row), laid out as :func:`kmajor_sw128_index`."""

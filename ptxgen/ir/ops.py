@@ -593,6 +593,8 @@ class Wgmma(Op):
     "Matrix Descriptor Format").  accumulate: 0 overwrites (scale-d false).
     atype: the input type, ``bf16`` (k = 16) or ``e4m3`` (k = 32; 8-bit inputs are K-major only and take no
         transpose immediates, PTX ISA "wgmma.mma_async").
+    trans_a, trans_b: the transpose immediates (imm-trans-a, imm-trans-b): A / B is MN-major in shared memory
+        (16-bit inputs only).
     """
 
     collective: ClassVar[bool] = True
@@ -606,11 +608,14 @@ class Wgmma(Op):
     b_hi: int = 0
     atype: str = "bf16"
     k: int = 16
+    trans_a: bool = False
+    trans_b: bool = False
 
     def describe(self) -> str:
         kind = "" if self.atype == "bf16" else f" {self.atype}"
+        majors = "".join(f" {x} MN-major" for x, t in (("A", self.trans_a), ("B", self.trans_b)) if t)
         return (f"Wgmma m64n{self.n}k{self.k}{kind} {self.acc} a_lo={_s(self.a_lo)} b_lo={_s(self.b_lo)} "
-                f"acc={_s(self.accumulate)}")
+                f"acc={_s(self.accumulate)}{majors}")
 
 
 @dataclass(frozen=True)

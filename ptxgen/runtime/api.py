@@ -31,6 +31,16 @@ stream, so calls on concurrent streams never share a staging tensor (and CUDA
 graph capture takes them from the graph's pool).  M, N or K = 0 launch nothing:
 D is empty, or zeros for K = 0, as torch gives.
 
+MN-major operands (:func:`gemm`, sm_90a).  An input that is not row-major but is
+the transposed view of one (``w.T`` of a row-major ``[K, N]`` weight: rows
+contiguous, a multiple of 8 of them, the K stride a multiple of 8 elements) is
+read in place by a variant of the config with ``tma.major_a`` / ``major_b`` =
+``mn`` (:func:`majors_config`: the same tile, schedule and epilogue; its tensor
+map is the ``[K, rows]`` view and wgmma reads the operand with its transpose
+immediate), not copied.  With ``config=None`` the variant is that of the
+chooser's config, or of the cost model's best-ranked config that can take it
+(an MN-major operand moves in boxes of 64 rows: ``h100_128x144`` cannot).
+
 Per-call path (:func:`gemm`): the first call with a given (config, dtypes,
 shapes, strides, devices) signature runs every check, resolves the config
 (``config=None``: :func:`ptxgen.runtime.choose.choose` for the shape and
@@ -804,18 +814,23 @@ class Staging:
         n_run: the N the kernel runs: N rounded up to the config's ``n_multiple`` (B's map keeps N rows; TMA
             fills the rest with zeros, so D's extra columns are never copied out).
         pitches: per input (A, then each B), the row pitch in elements at which the kernel reads it in place
-            (a 16-byte multiple, >= K), or None: copied into a staging tensor of pitch K rounded up to 8.
+            (a 16-byte multiple, >= K), or None: copied into a staging tensor of pitch K rounded up to 8.  For an
+            MN-major input (``mn``), the pitch of its K rows (>= its rows), or None: copied into a ``[K,
+            round_up(rows, 8)]`` staging tensor, MN-major as the kernel reads it.
         stage_d: the kernel writes a staging D ``[M, n_run]`` that is then copied into ``out``.
+        mn: per input, whether the kernel reads it MN-major (its tensor map's ``major``, :func:`majors_config`).
     """
 
     k_run: int
     n_run: int
     pitches: tuple[int | None, ...]
     stage_d: bool
+    mn: tuple[bool, ...] = ()
 
     def legal(self, n: int, k: int) -> bool:
         """Whether the call needs nothing of this (the unstaged :class:`_Call`)."""
-        return self.k_run == k and self.n_run == n and not self.stage_d and all(p == k for p in self.pitches)
+        return (self.k_run == k and self.n_run == n and not self.stage_d and all(p == k for p in self.pitches)
+                and not any(self.mn))
 
 
 def _pitch(t: Any) -> int | None:
@@ -828,19 +843,40 @@ def _pitch(t: Any) -> int | None:
     return s0 if s0 % ELEMS_PER_16B == 0 and s0 >= cols else None
 
 
+def mn_pitch(t: Any) -> int | None:
+    """The K-row pitch at which TMA reads ``t`` ``[rows, K]`` in place as an MN-major operand, or None.
+
+    ``t`` must be the transposed view of a row-major ``[K, rows]`` tensor (``w.T``): rows contiguous and a multiple
+    of 8 (the map's width in whole 16-byte groups), its K stride a multiple of 8 elements (16 bytes) and >= rows.
+    """
+    (rows, cols), (s0, s1) = t.shape, t.stride()
+    if rows % ELEMS_PER_16B or (rows > 1 and s0 != 1):
+        return None
+    return s1 if s1 % ELEMS_PER_16B == 0 and s1 >= rows else None
+
+
+def _mn_inputs(spec: Any, n_inputs: int) -> tuple[bool, ...]:
+    """Per caller input (A, then each B), whether the kernel of ``spec`` reads it MN-major (swap-AB: the caller's
+    A is the kernel's B)."""
+    maps = spec.tensor_maps
+    mn = tuple(maps[name].major == "mn" if name in maps else False for name in ("a", "b", "b2")[:n_inputs])
+    return (mn[1], mn[0], *mn[2:]) if swap_ab(spec) else mn
+
+
 def staging_plan(spec: Any, a: Any, bs: tuple, out: Any) -> Staging:
     """Which operands of a checked call (:func:`check_gemm_operands`) go through staging tensors, from shapes and
     strides alone (an input's alignment is checked per call, and a misaligned one copied).
 
     Args:
-        spec: the kernel's launch spec (``k_multiple``, ``n_multiple``).
+        spec: the kernel's launch spec (``k_multiple``, ``n_multiple``, each operand map's ``major``).
         a, bs: A ``[M, K]`` and the B operands ``[N, K]``.
         out: D ``[M, N]`` or None.
     """
     n, k_run = bs[0].shape[0], _round_up(a.shape[1], spec.k_multiple)
     n_run = _round_up(n, spec.n_multiple)
-    return Staging(k_run, n_run, tuple(_pitch(t) for t in (a, *bs)),
-                   n_run != n or (out is not None and not _row_major(out)))
+    mn = _mn_inputs(spec, 1 + len(bs))
+    return Staging(k_run, n_run, tuple(mn_pitch(t) if t_mn else _pitch(t) for t, t_mn in zip((a, *bs), mn)),
+                   n_run != n or (out is not None and not _row_major(out)), mn)
 
 
 class _StagedCall(_Call):
@@ -867,8 +903,18 @@ class _StagedCall(_Call):
         self.check(a, b, out) if b2 is None else self.check(a, b, b2, out)
         m, k, k_pitch = self.m, self.k_true, self.k_pitch
         maps, held = [], []
-        for t, pitch in zip(inputs, self.plan.pitches):
+        for t, pitch, mn in zip(inputs, self.plan.pitches, self.plan.mn or (False,) * len(inputs)):
             p = t.data_ptr()
+            if mn:  # read MN-major: the map is the [K, rows] view (module docstring, "MN-major operands")
+                rows = t.shape[0]
+                if pitch is None or p & (_ALIGN - 1):
+                    pitch = _round_up(rows, ELEMS_PER_16B)
+                    staged = torch.empty((k, pitch), dtype=t.dtype, device=self.device)
+                    staged[:, :rows].copy_(t.T)
+                    held.append(staged)
+                    p = staged.data_ptr()
+                maps.append((p, k, rows, pitch))
+                continue
             if pitch is None or p & (_ALIGN - 1):
                 staged = torch.empty((t.shape[0], k_pitch), dtype=t.dtype, device=self.device)
                 staged[:, :k].copy_(t)
@@ -919,12 +965,74 @@ def _new_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: tuple
         call: Any = _EmptyCall(family, config, by_id, m, n, k, a.device)
     else:
         plan = staging_plan(loaded.spec, a, bs, out)
+        variant = None if plan.legal(n, k) else _mn_major_variant(family, config, loaded.spec, a, bs, m, n, k, ordinal)
+        if variant is not None:  # read the transposed views in place (module docstring, "MN-major operands")
+            loaded = loaded_kernel(variant, ordinal)
+            grid_x = loaded.spec.grid.grid_x(*kernel_mn(loaded.spec, m, _round_up(n, loaded.spec.n_multiple)),
+                                             _sm_count(ordinal))
+            plan = staging_plan(loaded.spec, a, bs, out)
         if plan.legal(n, k):
             call = _Call(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x)
         else:
             call = _StagedCall(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x, plan)
     _remember(key, call)
     return call
+
+
+def _sm_count(ordinal: int) -> int:
+    from ptxgen.runtime import driver
+
+    return driver.device_info(ordinal).sm_count
+
+
+_majors_configs: dict[tuple, Any] = {}
+
+
+def majors_config(config: Any, mn_a: bool, mn_b: bool) -> Any:
+    """The config of ``config`` (name, path or ``Config``) reading the caller's A and/or B MN-major (``tma.major_a``
+    / ``major_b`` of the kernel's operands: traded for swap-AB), named ``<name>_mn<a|b|ab>``; made once.  None when
+    the config cannot read them so (:func:`ptxgen.config.validate`'s one-line reason, or the plan's budgets).
+    """
+    key = (_config_identity(config), mn_a, mn_b)
+    if key in _majors_configs:
+        return _majors_configs[key]
+    from ptxgen.config import load_config
+    from ptxgen.plan import make_plan
+
+    cfg = load_config(config)
+    ka, kb = (mn_b, mn_a) if cfg.schedule.swap_ab else (mn_a, mn_b)
+    suffix = "_mn" + ("a" if mn_a else "") + ("b" if mn_b else "")
+    try:
+        hit = cfg.replace(**{"name": cfg.name[:64 - len(suffix)] + suffix, "tma.major_a": "mn" if ka else "k",
+                             "tma.major_b": "mn" if kb else "k"})
+        make_plan(hit)
+    except ConfigError as exc:
+        log.debug("ptxgen: %s cannot read MN-major operands: %s", cfg.name, exc)
+        hit = None
+    _majors_configs[key] = hit
+    return hit
+
+
+def _mn_major_variant(family: _Family, config: Any, spec: Any, a: Any, bs: tuple, m: int, n: int, k: int,
+                      ordinal: int) -> Any:
+    """The MN-major variant (:func:`majors_config`) a plain GEMM call with a transposed view takes instead of a
+    staging copy, or None: the caller's config, or for ``config=None`` the chooser's pick (``spec.name``) and
+    then the cost model's ranking of the device's configs, the first that can read the view in place."""
+    if family is not _GEMM or spec.arch != "sm_90a":
+        return None
+    mn_a, mn_b = (_pitch(t) is None and mn_pitch(t) is not None for t in (a, bs[0]))
+    if not (mn_a or mn_b):
+        return None
+    if config is not None:
+        return majors_config(config, mn_a, mn_b)
+    from ptxgen.runtime import driver
+    from ptxgen.runtime.choose import ranked_configs
+
+    for name in (spec.name, *ranked_configs(m, n, k, driver.device_info(ordinal))):
+        hit = majors_config(name, mn_a, mn_b)
+        if hit is not None:
+            return hit
+    return None
 
 
 def _remember(key: tuple | None, call: Any) -> None:

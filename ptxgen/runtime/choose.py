@@ -706,6 +706,15 @@ def fp8_rule(m: int, n: int, k: int, sm_count: int) -> str:
     return max(FP8_PAIR_TILES, key=lambda t: t[3] * fp8_wave_efficiency(m, n, t[1], t[2], sm_count))[0]
 
 
+def ranked_configs(m: int, n: int, k: int, info: Any) -> list[str]:
+    """The device's GEMM configs for ``(m, n, k)``, the cost model's fastest first (the ranking
+    :func:`choose_cached` picks from when no tuned table holds the shape); [] for a device without configs."""
+    arch = ARCH_OF_CAPABILITY.get(tuple(info.capability))
+    cands = tuple(c for c in candidates(arch) if swap_ab_fits(c, m)) if arch else ()
+    default = default_config_name(tuple(info.capability), "gemm")
+    return [name for _, name in rank(cands, m, n, k, info.sm_count, default, gemm_model(device_key(info.name)))]
+
+
 def choose(m: int, n: int, k: int, info: Any, kernel: str = "gemm") -> str:
     """The config name for ``(m, n, k)`` on a device (:class:`~ptxgen.runtime.driver.DeviceInfo`) and kernel kind."""
     return choose_cached(m, n, k, tuple(info.capability), info.sm_count, kernel, device_key(info.name))[0]

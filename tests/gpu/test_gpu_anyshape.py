@@ -2,7 +2,7 @@
 
 K not a multiple of 8, M or N = 1, N not a multiple of 8, transposed views (``torch.randn(k, m).T``), strided
 slices (``x[:, ::2]``, ``x[1:, 3:]``) and a strided ``out``: each is staged by the call (``ptxgen.runtime.api``,
-"Staging").  Fresh random inputs per case, ``out`` poisoned with NaN, no NaN allowed and a relative Frobenius error
+"Staging"), except the transposed views the config's MN-major variant reads in place ("MN-major operands").  Fresh random inputs per case, ``out`` poisoned with NaN, no NaN allowed and a relative Frobenius error
 under 1e-2 against the fp32 reference.  Hypothesis draws shapes and view kinds (``PTXGEN_GPU_EXAMPLES`` examples,
 default 100).
 """

@@ -277,7 +277,7 @@ IR_EFFECTS: dict[type, Callable[[_Thread, W.Event, O.Op], list[Effect]]] = {
     O.TmemLoad: lambda c, ev, op: [E.TmemLoad(ev.taddr, TMEM_LD_SHAPE, op.ncols, op.dst)],
     # ops.Wgmma: f32 accumulator (D), A and B of the op's input type; K per instruction from the type
     O.Wgmma: lambda c, ev, op: [E.Wgmma(op.acc, f"m64n{op.n}k{op.k}", f"f32.{op.atype}.{op.atype}", ev.a_desc, ev.b_desc,
-                                        ev.accumulate)],
+                                        ev.accumulate, ("mn" if op.trans_a else "k") + ("mn" if op.trans_b else "k"))],
     # FP8 scale loads: the lane's scale_a rows l/4 and l/4 + 8, the chunk's scale_b (products and FMAs stay in the thread)
     O.ScaleLoad: lambda c, ev, op: [E.LdShared(c.base + c.at_lane(ev.sa_addr)),
                                         E.LdShared(c.base + c.at_lane(ev.sa_addr) + op.row_half),

@@ -98,9 +98,9 @@ TmemLoad = _effect("TmemLoad", "tcgen05.ld", "taddr shape num array", "``tcgen05
 TmemWaitLd = _effect("TmemWaitLd", "tcgen05.wait_ld", "", "``tcgen05.wait::ld``.")
 # wgmma (PTX ISA "wgmma.fence", "wgmma.mma_async", "wgmma.commit_group", "wgmma.wait_group")
 WgmmaFence = _effect("WgmmaFence", "wgmma.fence", "", "``wgmma.fence.sync.aligned``.")
-Wgmma = _effect("Wgmma", "wgmma", "array shape types adesc bdesc accumulate",
+Wgmma = _effect("Wgmma", "wgmma", "array shape types adesc bdesc accumulate majors",
                 "``wgmma.mma_async.SHAPE.TYPES`` (``m64n128k16``, ``f32.bf16.bf16``; ``m64n128k32``, ``f32.e4m3.e4m3``: D, "
-                "A, B).")
+                "A, B); majors: A's then B's, ``k`` or ``mn`` (the transpose immediates).")
 WgmmaCommit = _effect("WgmmaCommit", "wgmma.commit", "", "``wgmma.commit_group.sync.aligned``.")
 WgmmaWait = _effect("WgmmaWait", "wgmma.wait", "n", "``wgmma.wait_group.sync.aligned n``.")
 

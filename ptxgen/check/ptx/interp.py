@@ -1430,16 +1430,20 @@ def _wgmma(insn: Insn):
         regs = _vec(ops[0])
         if len(regs) != n // 2:
             raise PtxInterpError(f"line {insn.line}: m64n{n} takes {n // 2} accumulator registers, got {len(regs)}")
-        # 16-bit inputs: scale-a, scale-b, transpose-a, transpose-b; 8-bit inputs (K-major only): no transposes
-        want = ("1", "1", "0", "0") if atype in ("bf16", "f16") else ("1", "1")
-        if tuple(ops[4:]) != want or (atype, k) not in (("bf16", 16), ("f16", 16), ("e4m3", 32)) or parts[parts.index(shape) + 3] != atype:
+        # 16-bit inputs: scale-a, scale-b, transpose-a, transpose-b (1: MN-major); 8-bit inputs (K-major only): no
+        # transposes
+        sixteen = atype in ("bf16", "f16")
+        imms = tuple(ops[4:])
+        ok = (imms[:2] == ("1", "1") and all(t in ("0", "1") for t in imms[2:]) and len(imms) == 4) if sixteen else imms == ("1", "1")
+        if not ok or (atype, k) not in (("bf16", 16), ("f16", 16), ("e4m3", 32)) or parts[parts.index(shape) + 3] != atype:
             raise PtxInterpError(f"line {insn.line}: wgmma form {shape}.{atype} with immediates {ops[4:]} is not "
-                                 "bf16/f16 k16 (1, 1, 0, 0) or e4m3 k32 (1, 1), K-major")
+                                 "bf16/f16 k16 (1, 1, tA, tB) or e4m3 k32 (1, 1), K-major")
         i = parts.index(shape)
         types = ".".join(parts[i + 1:])
+        majors = "".join("mn" if t == "1" else "k" for t in imms[2:]) if sixteen else "kk"
         array = Sym(regs[0]).element()[0]
         eff = _effect(insn, E.Wgmma, _const(array), _const(shape), _const(types), _src(ops[1]), _src(ops[2]),
-                      _pred(insn, ops[3]))
+                      _pred(insn, ops[3]), _const(majors))
 
         def mma(t):  # the accumulator fragment's data: opaque_f32 of (array, index, lane)
             eff(t)

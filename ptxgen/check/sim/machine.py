@@ -139,7 +139,11 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
         spec = kernel.launch
         self.maps = {name: (t.box[0], t.box[1], t.swizzle == "128B", t.elem_bytes) for name, t in spec.tensor_maps.items()}
         self.grid = spec.grid.grid_x(m, n, num_sms)
-        self.glob = GlobalTensors(a, b, poison, b2, extra)
+        # an MN-major map (tma.major_a / major_b) reads its operand as the transposed [K, rows] tensor
+        mn = {name for name, t in spec.tensor_maps.items() if t.major == "mn"}
+        self.glob = GlobalTensors(np.ascontiguousarray(a.T) if "a" in mn else a,
+                                  np.ascontiguousarray(b.T) if "b" in mn else b, poison, b2, extra,
+                                  d_shape=(a.shape[0], b.shape[0]))
         self.smem_base = smem_base
         self.rng = random.Random(schedule_seed)
         self.mean_latency = self.rng.choice((1.0, 8.0, 32.0, 128.0))

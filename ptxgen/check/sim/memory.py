@@ -293,13 +293,15 @@ class GlobalTensors:
     extra: more 2-D tensors by map name, any element type (NVFP4: packed-e2m1 bytes ``[rows, K/2]`` as a, b, b2,
     and the scale tiles ``sfa``, ``sfb``, ``sfb2`` as ``[lines, 128]`` bytes of the blocked layout); D is then
     ``[len(a), len(b)]`` 16-bit (fp16 bits for NVFP4).
+    d_shape: D's ``[m, n]`` when A or B is held transposed (an MN-major map reads ``[K, rows]``); default
+    ``[len(a), len(b)]``.
     """
 
     def __init__(self, a: np.ndarray, b: np.ndarray, poison: int, b2: np.ndarray | None = None,
-                 extra: dict[str, np.ndarray] | None = None):
+                 extra: dict[str, np.ndarray] | None = None, d_shape: tuple[int, int] | None = None):
         self.a, self.b, self.b2 = a, b, b2
         self.extra = extra or {}
-        self.d = np.full((a.shape[0], b.shape[0]), poison, dtype=np.uint16)
+        self.d = np.full(d_shape or (a.shape[0], b.shape[0]), poison, dtype=np.uint16)
         #: rows of load boxes past each tensor's last row, zero-filled (see :meth:`load_box`)
         self.filled_rows: dict[str, int] = {}
 

@@ -61,9 +61,13 @@ class _Slots:
         return hit
 
 
-def _operand_extent(start: int, rows: int, sbo: int) -> tuple[int, int]:
-    """Byte range [lo, hi) (from the smem base) of a k16 slice of a K-major SW128 operand of ``rows`` rows."""
+def _operand_extent(start: int, rows: int, sbo: int, lbo: int = 0, mn_major: bool = False) -> tuple[int, int]:
+    """Byte range [lo, hi) (from the smem base) of a k16 slice of a SW128 operand of ``rows`` rows: K-major (8-row
+    groups SBO apart, 32 bytes of each 128-byte row), or MN-major (64-element chunks LBO apart, two 8-row K groups
+    SBO apart; :func:`ptxgen.check.swizzle.mnmajor_sw128_index`)."""
     lo = start - DYNAMIC_SMEM_BASE
+    if mn_major:
+        return lo, lo + (-(-rows // 64) - 1) * lbo + sbo + 8 * 128
     return lo, lo + (rows // 8 - 1) * sbo + 7 * 128 + 32
 
 
@@ -111,10 +115,10 @@ def _check_dataflow(trace: _Trace) -> None:
             elif isinstance(ev.op, O.UmmaBlockScaled):
                 _check_umma_block_scaled(kernel, slots, ev, rec, require, acc_cols, copied)
             elif isinstance(ev.op, O.Wgmma):
-                for operand, desc, rows in (("A", ev.a_desc, 64), ("B", ev.b_desc, ev.op.n)):
+                for operand, desc, rows, mn in (("A", ev.a_desc, 64, ev.op.trans_a), ("B", ev.b_desc, ev.op.n, ev.op.trans_b)):
                     op = wgmma_operand(desc, rec.where, operand)
-                    region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo), f"Wgmma operand {operand}", rec.where,
-                                           slots.operands)
+                    region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo, op.lbo, mn), f"Wgmma operand {operand}",
+                                           rec.where, slots.operands)
                     require("full", s, rec, f"Wgmma reads {region} stage {s}")
             elif isinstance(ev.op, O.ScaleLoad):
                 _check_scale_load(slots, ev, rec, require)

@@ -9,7 +9,7 @@ import numpy as np
 from ....errors import SimError
 from ... import walker as W
 from ...mma import wgmma_fragment, wgmma_operand
-from ...swizzle import kmajor_sw128_bytes, kmajor_sw128_index
+from ...swizzle import kmajor_sw128_bytes, kmajor_sw128_index, mnmajor_sw128_index
 from ....formats import e4m3_decode
 from ..memory import _STATE_WORDS, VALID
 from ..state import WARPGROUP, Blocked, RegGroup, Warp
@@ -32,11 +32,17 @@ class Wgmma:
             idx_b = kmajor_sw128_bytes(b.start, ev.op.n, b.sbo, self.smem_base)
             hb = smem.begin_async_read(idx_b, who)
             b_vals = e4m3_decode(smem.data[idx_b])
-        else:
-            idx_a = kmajor_sw128_index(a.start, 64, a.sbo, self.smem_base)[16 * q: 16 * q + 16]
+        else:  # bf16: K-major, or MN-major where the transpose immediate says so
+            idx_a = (mnmajor_sw128_index(a.start, 64, a.lbo, a.sbo, self.smem_base) if ev.op.trans_a else
+                     kmajor_sw128_index(a.start, 64, a.sbo, self.smem_base))[16 * q: 16 * q + 16]
             ha = smem.begin_async_read(idx_a, who)
             a_vals = smem.bf16(idx_a)
-            b_vals, hb = self._operand_rows(w.cta, b.start, b.sbo, ev.op.n, who)
+            if ev.op.trans_b:
+                idx_b = mnmajor_sw128_index(b.start, ev.op.n, b.lbo, b.sbo, self.smem_base)
+                hb = smem.begin_async_read(idx_b, who)
+                b_vals = smem.bf16(idx_b)
+            else:
+                b_vals, hb = self._operand_rows(w.cta, b.start, b.sbo, ev.op.n, who)
         b_t = np.ascontiguousarray(b_vals.T)
         if ev.accumulate and ev.op.acc not in w.acc_written:
             raise SimError(f"register read before write: {who} accumulates into {ev.op.acc}, which no wgmma wrote "

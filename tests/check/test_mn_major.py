@@ -1,0 +1,124 @@
+"""MN-major operands (``tma.major_a`` / ``major_b`` = ``mn``, sm_90a bf16 GEMM): transposed views read in place.
+
+On the CPU: the config rules; the plan's boxes and descriptors; the verifier, the simulator (a CTA pair multicasting
+an MN-major B, a pair along N multicasting an MN-major A, split-K, the last-wave split, ping-pong, swap-AB) and the
+PTX-vs-IR differential accept the variants; ptxas assembles them with 0 spills.  Planted bugs: a Wgmma without its
+transpose immediate, an MN-major descriptor with the K-major k-step, or with the LBO of one chunk too few (wrong
+results in the simulator), and the descriptor's start address unmasked under a cluster rank's high address bits
+(the LBO the H100 read for the second CTA of a pair, 256 bytes off).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from ptxgen.build import build, load_config
+from ptxgen.builders.kernel import build_kernel
+from ptxgen.check.ptx import interp as ptxinterp
+from ptxgen.check.ptx.diff import sweep_threads
+from ptxgen.check.sim.run import simulate
+from ptxgen.check.verify import verify
+from ptxgen.errors import ConfigError, SimError
+from ptxgen.ir import Const, Sreg
+from ptxgen.ir import ops as O
+from ptxgen.ir.expr import evaluate
+from ptxgen.ir.rewrite import rewrite
+from ptxgen.plan import make_plan
+
+pytestmark = pytest.mark.sim
+
+#: (config, major_a, major_b): a pair multicasting B, a pair along N multicasting A, split-K, last-wave split,
+#: ping-pong, swap-AB (the caller's B is the kernel's A)
+VARIANTS = (("h100_128x256", "k", "mn"), ("h100_128x256", "mn", "mn"), ("h100_128x80_c2n", "mn", "k"),
+            ("h100_64x128_sk2", "k", "mn"), ("h100_128x256_lw2", "mn", "mn"), ("h100_128x128_pp", "mn", "mn"),
+            ("h100_64x32_swap", "mn", "k"))
+#: N and M multiples of 8 (an MN-major map's width in whole 16-byte groups), ragged against the tiles; K ragged
+SHAPES = ((200, 328, 136), (136, 520, 72))
+
+
+def variant(name: str, a: str, b: str):
+    return load_config(name).replace(**{"name": f"{name}_{a}{b}", "tma.major_a": a, "tma.major_b": b})
+
+
+def test_rules_refuse_what_cannot_read_mn_major():
+    with pytest.raises(ConfigError, match=r"tma.major_b='mn'.*multiple of 64"):
+        variant("h100_128x144", "k", "mn")
+    with pytest.raises(ConfigError, match=r"tma.major_b='mn'.*multicast half"):
+        load_config("h100_128x144_c2").replace(**{"tma.major_b": "mn"})
+    with pytest.raises(ConfigError, match=r"tma.major_a='mn'.*operands=bf16"):
+        load_config("fp8_h100_128x128").replace(**{"tma.major_a": "mn"})
+    with pytest.raises(ConfigError, match=r"sm_90a only"):
+        load_config("level9").replace(**{"tma.major_b": "mn"})
+
+
+def test_plan_loads_64_element_boxes_and_builds_mn_major_descriptors():
+    p = make_plan(variant("h100_128x256", "k", "mn"))
+    b = p.loads.operand("b")
+    assert (b.major, b.split, b.box_rows, b.load_bytes) == ("mn", "multicast", 128, 128 * 128)
+    spec = p.launch_spec()
+    assert (spec.tensor_maps["b"].box, spec.tensor_maps["b"].major) == ((64, 64), "mn")
+    assert spec.tensor_maps["a"].major == "k" and "major" not in spec.to_json().split('"a"')[1].split("}")[0]
+    assert (p.mma.trans_a, p.mma.trans_b, p.mma.mn_chunk_bytes, p.mma.mn_k_step_desc) == (False, True, 8192, 128)
+    res = build(variant("h100_128x256", "k", "mn"))
+    assert res.ptx.count("1, 1, 0, 1;") == p.mma.k_steps * p.mma.m_waves and "1, 1, 0, 0;" not in res.ptx
+
+
+@pytest.mark.parametrize("name,a,b", VARIANTS)
+def test_checks_accept_the_variants(name, a, b):
+    res = build(variant(name, a, b))
+    verify(res.kernel)
+    for m, n, k in SHAPES:
+        simulate(res.kernel, m, n, k, seed=1, num_sms=3)
+    assert sweep_threads(res.kernel, ptxinterp.parse(res.ptx)) is None
+
+
+def test_variants_assemble_without_spills():
+    pytest.importorskip("cuda.pathfinder", reason="assembler wheels (pip install .[cuda]) are not installed")
+    from ptxgen.assemble import assemble
+
+    for name, a, b in VARIANTS[:3]:
+        res = build(variant(name, a, b))
+        asm = assemble(res.ptx, res.plan.arch, sass=True)
+        assert (asm.spill_store_bytes, asm.spill_load_bytes, asm.stack_frame_bytes) == (0, 0, 0)
+
+
+def _planted(kernel, change):
+    return rewrite(kernel, lambda op: change(op) if isinstance(op, O.Wgmma) else op)
+
+
+@pytest.mark.parametrize("bug", ["no_transpose", "kmajor_step", "lbo_short"])
+def test_simulator_catches_planted_descriptor_bugs(bug):
+    p = make_plan(variant("h100_128x128", "k", "mn"))
+    kernel = build_kernel(p)
+    if bug == "no_transpose":  # the operand read as K-major
+        bad = _planted(kernel, lambda op: replace(op, trans_b=False))
+    elif bug == "kmajor_step":  # 32 bytes per k-step (K-major) instead of 16 K rows
+        bad = build_kernel(replace(p, mma=replace(p.mma, mn_k_step_desc=p.mma.k_step_desc)))
+    else:  # the chunks 16 bytes closer than the boxes land
+        bad = build_kernel(replace(p, mma=replace(p.mma, mn_lbo_field=p.mma.mn_lbo_field - 1)))
+    with pytest.raises(SimError, match="wrong result|bad descriptor|read before write|misaligned"):
+        simulate(bad, 136, 264, 136, seed=2, num_sms=2)
+
+
+def test_descriptor_start_is_masked_under_a_cluster_rank():
+    """The second CTA of a pair has shared addresses 16 MiB up (H100): the MN-major descriptors' LBO must not see
+    it.  Every MN-major Wgmma operand of a pair variant decodes to the chunk stride with such a base; unmasked
+    (the planted bug, what the H100 first ran) its LBO is 256 bytes long."""
+    from ptxgen.builders.common import desc_lo
+
+    p = make_plan(variant("h100_128x256", "mn", "mn"))
+    kernel = build_kernel(p)
+    high = (1 << 24) + 1024
+
+    def env(leaf):
+        return high if leaf == Sreg("smem") else 0
+
+    wgmmas: list = []
+    rewrite(kernel, lambda op: wgmmas.append(op) or op if isinstance(op, O.Wgmma) else op)
+    los = [evaluate(op.b_lo, env) for op in wgmmas]
+    assert los and all(((lo >> 16) & 0x3FFF) << 4 == p.mma.mn_chunk_bytes for lo in los)
+    unmasked = evaluate(desc_lo(p, Const(0), p.mma.mn_lbo_field), env)
+    assert ((unmasked >> 16) & 0x3FFF) << 4 == p.mma.mn_chunk_bytes + 256
+
