@@ -49,14 +49,15 @@ def umma_operand(desc: int, who: object, operand: str) -> Operand:
     return Operand(f["start"] << 4, f["sbo"] << 4)
 
 
-def wgmma_operand(desc: int, who: object, operand: str) -> Operand:
-    """Decode a wgmma matrix descriptor (128B swizzle, base offset 0; K-major or MN-major, which the instruction's
-    transpose immediate says)."""
+def wgmma_operand(desc: int, who: object, operand: str, mn_major: bool = False) -> Operand:
+    """Decode a wgmma matrix descriptor (128B swizzle, base offset 0).  ``mn_major``: the instruction's transpose
+    immediate for this operand; only an MN-major layout reads the leading byte offset (K-major 128B swizzle ignores
+    it: ``lbo`` is then 0)."""
     f = _decode(WGMMA_SMEM_DESC, desc, who)
     if f["swizzle"] != _WGMMA_SW128 or f["base_offset"]:
         raise SimError(f"bad descriptor: {who}, operand {operand}: {desc:#018x} decodes to {f}; the simulator "
                        "models bf16 with 128B swizzle (swizzle 1, base offset 0)")
-    return Operand(f["start"] << 4, f["sbo"] << 4, f["lbo"] << 4)
+    return Operand(f["start"] << 4, f["sbo"] << 4, f["lbo"] << 4 if mn_major else 0)
 
 
 def umma_shape(idesc: int, who: object) -> tuple[int, int]:

@@ -12,6 +12,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..hw import MN_MAJOR_CHUNK
+
 
 def swizzle128(addr: np.ndarray) -> np.ndarray:
     """128-byte swizzle of absolute shared addresses: bits [4:6] ^= bits [7:9]."""
@@ -62,7 +64,7 @@ def mnmajor_sw128_index(start_abs: int, rows: int, lbo: int, sbo: int, base: int
     """
     r = np.arange(rows, dtype=np.int64)[:, None]
     k = np.arange(16, dtype=np.int64)[None, :]
-    idx = swizzle128(start_abs + (r // 64) * lbo + (k // 8) * sbo + (k % 8) * 128 + 2 * (r % 64)) - base
+    idx = swizzle128(start_abs + (r // MN_MAJOR_CHUNK) * lbo + (k // 8) * sbo + (k % 8) * 128 + 2 * (r % MN_MAJOR_CHUNK)) - base
     idx.setflags(write=False)
     return idx
 

@@ -610,7 +610,12 @@ def _checked_setup(family: _Family, a: Any, bs: tuple, out: Any,
     if refused:
         raise ConfigError(refused)
     check_arch(spec.name, spec.arch, info.capability)
-    return loaded, ordinal, m, n, k, spec.grid.grid_x(*kernel_mn(spec, m, _round_up(n, spec.n_multiple)), info.sm_count)
+    return loaded, ordinal, m, n, k, _grid_x(spec, m, n, info.sm_count)
+
+
+def _grid_x(spec: Any, m: int, n: int, sm_count: int) -> int:
+    """The launch's grid for the caller's ``M x N`` D (the kernel's ``(m, n)`` and N rounded up as it runs)."""
+    return spec.grid.grid_x(*kernel_mn(spec, m, _round_up(n, spec.n_multiple)), sm_count)
 
 
 def swap_ab(spec: Any) -> bool:
@@ -818,7 +823,8 @@ class Staging:
             MN-major input (``mn``), the pitch of its K rows (>= its rows), or None: copied into a ``[K,
             round_up(rows, 8)]`` staging tensor, MN-major as the kernel reads it.
         stage_d: the kernel writes a staging D ``[M, n_run]`` that is then copied into ``out``.
-        mn: per input, whether the kernel reads it MN-major (its tensor map's ``major``, :func:`majors_config`).
+        mn: per input, whether the kernel reads it MN-major (its tensor map's ``major``, :func:`majors_config`);
+            () when none is.
     """
 
     k_run: int
@@ -829,8 +835,7 @@ class Staging:
 
     def legal(self, n: int, k: int) -> bool:
         """Whether the call needs nothing of this (the unstaged :class:`_Call`)."""
-        return (self.k_run == k and self.n_run == n and not self.stage_d and all(p == k for p in self.pitches)
-                and not any(self.mn))
+        return self.k_run == k and self.n_run == n and not self.stage_d and all(p == k for p in self.pitches) and not self.mn
 
 
 def _pitch(t: Any) -> int | None:
@@ -876,7 +881,7 @@ def staging_plan(spec: Any, a: Any, bs: tuple, out: Any) -> Staging:
     n_run = _round_up(n, spec.n_multiple)
     mn = _mn_inputs(spec, 1 + len(bs))
     return Staging(k_run, n_run, tuple(mn_pitch(t) if t_mn else _pitch(t) for t, t_mn in zip((a, *bs), mn)),
-                   n_run != n or (out is not None and not _row_major(out)), mn)
+                   n_run != n or (out is not None and not _row_major(out)), mn if any(mn) else ())
 
 
 class _StagedCall(_Call):
@@ -967,9 +972,10 @@ def _new_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: tuple
         plan = staging_plan(loaded.spec, a, bs, out)
         variant = None if plan.legal(n, k) else _mn_major_variant(family, config, loaded.spec, a, bs, m, n, k, ordinal)
         if variant is not None:  # read the transposed views in place (module docstring, "MN-major operands")
+            from ptxgen.runtime import driver
+
             loaded = loaded_kernel(variant, ordinal)
-            grid_x = loaded.spec.grid.grid_x(*kernel_mn(loaded.spec, m, _round_up(n, loaded.spec.n_multiple)),
-                                             _sm_count(ordinal))
+            grid_x = _grid_x(loaded.spec, m, n, driver.device_info(ordinal).sm_count)
             plan = staging_plan(loaded.spec, a, bs, out)
         if plan.legal(n, k):
             call = _Call(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x)
@@ -977,12 +983,6 @@ def _new_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: tuple
             call = _StagedCall(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x, plan)
     _remember(key, call)
     return call
-
-
-def _sm_count(ordinal: int) -> int:
-    from ptxgen.runtime import driver
-
-    return driver.device_info(ordinal).sm_count
 
 
 _majors_configs: dict[tuple, Any] = {}
@@ -999,15 +999,15 @@ def majors_config(config: Any, mn_a: bool, mn_b: bool) -> Any:
     from ptxgen.config import load_config
     from ptxgen.plan import make_plan
 
-    cfg = load_config(config)
-    ka, kb = (mn_b, mn_a) if cfg.schedule.swap_ab else (mn_a, mn_b)
     suffix = "_mn" + ("a" if mn_a else "") + ("b" if mn_b else "")
     try:
+        cfg = load_config(config)
+        ka, kb = (mn_b, mn_a) if cfg.schedule.swap_ab else (mn_a, mn_b)
         hit = cfg.replace(**{"name": cfg.name[:64 - len(suffix)] + suffix, "tma.major_a": "mn" if ka else "k",
                              "tma.major_b": "mn" if kb else "k"})
         make_plan(hit)
     except ConfigError as exc:
-        log.debug("ptxgen: %s cannot read MN-major operands: %s", cfg.name, exc)
+        log.debug("ptxgen: config %s cannot read MN-major operands: %s", _config_identity(config)[1], exc)
         hit = None
     _majors_configs[key] = hit
     return hit

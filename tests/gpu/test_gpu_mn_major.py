@@ -42,7 +42,7 @@ def _inputs(torch, m, n, k, layout, seed):
     return a, b
 
 
-def _check(torch, a, b, out, before=None):
+def _check(torch, a, b, out):
     ref = a.float() @ b.float().T
     assert not torch.isnan(out).any()
     err = float(torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref))

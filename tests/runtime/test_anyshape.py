@@ -312,7 +312,7 @@ def test_bad_pointer_with_a_cached_staged_signature_raises(fake):
 def test_staging_plan_is_pure():
     from ptxgen.runtime.api import Staging, staging_plan
 
-    spec = SimpleNamespace(k_multiple=8, n_multiple=8)
+    spec = SimpleNamespace(k_multiple=8, n_multiple=8, tensor_maps={}, extra={})  # no MN-major map, no swap-AB
     a, b = bf16(4, 12), bf16(6, 12)
     assert staging_plan(spec, a, (b,), None) == Staging(16, 8, (None, None), True)
     a, b = bf16(4, 32), bf16(8, 32)

@@ -16,7 +16,7 @@ hand-over rule, before that warp's release of the stage).
 from __future__ import annotations
 
 from ...descriptors import MXF8_SCALE_VEC, UMMA_IDESC_MXF4, UMMA_IDESC_MXF8F6F4, UMMA_SMEM_DESC
-from ...hw import DYNAMIC_SMEM_BASE, SF_ATOM_BYTES, SF_TMEM_COLS_PER_ATOM
+from ...hw import DYNAMIC_SMEM_BASE, MN_MAJOR_CHUNK, SF_ATOM_BYTES, SF_TMEM_COLS_PER_ATOM
 from ...errors import VerifyError
 from ...ir import Kernel
 from ...ir import ops as O
@@ -67,7 +67,7 @@ def _operand_extent(start: int, rows: int, sbo: int, lbo: int = 0, mn_major: boo
     SBO apart; :func:`ptxgen.check.swizzle.mnmajor_sw128_index`)."""
     lo = start - DYNAMIC_SMEM_BASE
     if mn_major:
-        return lo, lo + (-(-rows // 64) - 1) * lbo + sbo + 8 * 128
+        return lo, lo + (-(-rows // MN_MAJOR_CHUNK) - 1) * lbo + sbo + 8 * 128
     return lo, lo + (rows // 8 - 1) * sbo + 7 * 128 + 32
 
 
@@ -116,7 +116,7 @@ def _check_dataflow(trace: _Trace) -> None:
                 _check_umma_block_scaled(kernel, slots, ev, rec, require, acc_cols, copied)
             elif isinstance(ev.op, O.Wgmma):
                 for operand, desc, rows, mn in (("A", ev.a_desc, 64, ev.op.trans_a), ("B", ev.b_desc, ev.op.n, ev.op.trans_b)):
-                    op = wgmma_operand(desc, rec.where, operand)
+                    op = wgmma_operand(desc, rec.where, operand, mn)
                     region, s = slots.slot(*_operand_extent(op.start, rows, op.sbo, op.lbo, mn), f"Wgmma operand {operand}",
                                            rec.where, slots.operands)
                     require("full", s, rec, f"Wgmma reads {region} stage {s}")

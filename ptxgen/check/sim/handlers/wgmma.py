@@ -20,7 +20,8 @@ class Wgmma:
 
     def _wgmma(self, w: Warp, ev: W.Event) -> None:
         who = w.who(f"Wgmma m64n{ev.op.n}k{ev.op.k} {ev.op.acc}")
-        a, b = wgmma_operand(ev.a_desc, who, "A"), wgmma_operand(ev.b_desc, who, "B")
+        a = wgmma_operand(ev.a_desc, who, "A", ev.op.trans_a)
+        b = wgmma_operand(ev.b_desc, who, "B", ev.op.trans_b)
         q = w.index % 4  # this warp's 16 rows of the m64 tile
         smem = w.cta.smem
         if ev.op.atype == "e4m3":  # k32 of 8-bit inputs: 32 bytes per row, decoded exactly (PTX ISA "wgmma": e4m3)
