@@ -10,11 +10,15 @@ inputs rotated past L2:
   copy     the views copied to row-major ``[rows, K]`` tensors, then ``ptxgen.gemm``: what the staging path did
   kmajor   ``ptxgen.gemm`` on row-major operands holding the same values (the kernel without the layout change)
 
+``--kernel dual``: the SwiGLU ``silu(x @ w1) * (x @ w2)`` with ``w1``, ``w2`` row-major ``[K, N]``:
+``ptxgen.dual_gemm(x, w1.T, w2.T)`` (``b``: both B transposed views) against torch unfused on the same views, the
+copies and the row-major kernel, the SwiGLU shapes by default.
+
 ``--repeat`` runs of ``--iters`` calls each; per side the median of the run medians and their spread.  Every side
 is checked once against an fp32 reference (NaN-poisoned ``out``, relative Frobenius error < 1e-2).
 
-Usage: PYTHONPATH=$PWD python3 bench/mn_major.py [--shape MxNxK ...] [--layout b|a|ab ...] [--repeat 5]
-       [--iters 20] [--json F]
+Usage: PYTHONPATH=$PWD python3 bench/mn_major.py [--kernel gemm|dual] [--shape MxNxK ...] [--layout b|a|ab ...]
+       [--repeat 5] [--iters 20] [--json F]
 """
 import argparse
 import json
@@ -30,6 +34,9 @@ from ptxgen.runtime import api, driver
 #: LLM projections at decode, prefill-chunk and prefill M (the GEMM suite's model shapes, N and K multiples of 8)
 DEFAULT_SHAPES = ("64x8192x8192", "128x14336x4096", "256x4096x14336", "1024x28672x8192", "4096x4096x4096",
                   "4096x14336x4096", "8192x8192x8192", "2048x6144x4096")
+#: SwiGLU gate/up projections (Llama-3 8B and 70B, Qwen2.5-7B) at decode, prefill-chunk and prefill M
+DUAL_SHAPES = ("64x14336x4096", "256x14336x4096", "1024x14336x4096", "4096x14336x4096", "128x28672x8192",
+               "4096x18944x3584")
 
 
 def transposed(t: torch.Tensor) -> torch.Tensor:
@@ -39,6 +46,7 @@ def transposed(t: torch.Tensor) -> torch.Tensor:
 
 def main() -> None:
     p = argparse.ArgumentParser()
+    p.add_argument("--kernel", choices=("gemm", "dual"), default="gemm")
     p.add_argument("--shape", action="append")
     p.add_argument("--layout", action="append", choices=("a", "b", "ab"))
     p.add_argument("--repeat", type=int, default=5)
@@ -48,22 +56,36 @@ def main() -> None:
     warm_gpu()
     dev = torch.device("cuda", torch.cuda.current_device())
     info = driver.device_info(dev.index)
-    doc = {"device": torch.cuda.get_device_name(dev), "repeat": args.repeat, "iters": args.iters, "rows": []}
+    dual = args.kernel == "dual"
+    doc = {"device": torch.cuda.get_device_name(dev), "kernel": args.kernel, "repeat": args.repeat,
+           "iters": args.iters, "rows": []}
     for layout in args.layout or ("b",):
-        for shape in args.shape or DEFAULT_SHAPES:
+        for shape in args.shape or (DUAL_SHAPES if dual else DEFAULT_SHAPES):
             m, n, k = map(int, shape.split("x"))
             free, _ = torch.cuda.mem_get_info(dev)
-            n_sets = input_sets_needed(4 * (m * k + n * k + m * n), info.l2_bytes, free)
+            nb = 2 if dual else 1
+            n_sets = input_sets_needed(4 * (m * k + nb * n * k + m * n), info.l2_bytes, free)
             a = [_random_bf16(m, k, dev) for _ in range(n_sets)]
-            b = [_random_bf16(n, k, dev) for _ in range(n_sets)]
+            b = [[_random_bf16(n, k, dev) for _ in range(nb)] for _ in range(n_sets)]
             av = [transposed(t) if "a" in layout else t for t in a]
-            bv = [transposed(t) if "b" in layout else t for t in b]
+            bv = [[transposed(t) if "b" in layout else t for t in bs] for bs in b]
             d = [torch.empty(m, n, device=dev, dtype=torch.bfloat16) for _ in range(n_sets)]
-            fns = {"torch": lambda i: torch.matmul(av[i], bv[i].T, out=d[i]),
-                   "mn": lambda i: ptxgen.gemm(av[i], bv[i], out=d[i]),
-                   "copy": lambda i: ptxgen.gemm(av[i].contiguous(), bv[i].contiguous(), out=d[i]),
-                   "kmajor": lambda i: ptxgen.gemm(a[i], b[i], out=d[i])}
-            ref = a[0].float() @ b[0].float().T
+            if dual:
+                def swiglu(i):
+                    gate = torch.matmul(av[i], bv[i][0].T)
+                    return torch.mul(torch.nn.functional.silu(gate), torch.matmul(av[i], bv[i][1].T), out=d[i])
+                fns = {"torch": swiglu,
+                       "mn": lambda i: ptxgen.dual_gemm(av[i], *bv[i], out=d[i]),
+                       "copy": lambda i: ptxgen.dual_gemm(av[i].contiguous(), *(t.contiguous() for t in bv[i]), out=d[i]),
+                       "kmajor": lambda i: ptxgen.dual_gemm(a[i], *b[i], out=d[i])}
+                ref = (torch.nn.functional.silu(a[0].float() @ b[0][0].float().T)
+                       * (a[0].float() @ b[0][1].float().T))
+            else:
+                fns = {"torch": lambda i: torch.matmul(av[i], bv[i][0].T, out=d[i]),
+                       "mn": lambda i: ptxgen.gemm(av[i], bv[i][0], out=d[i]),
+                       "copy": lambda i: ptxgen.gemm(av[i].contiguous(), bv[i][0].contiguous(), out=d[i]),
+                       "kmajor": lambda i: ptxgen.gemm(a[i], b[i][0], out=d[i])}
+                ref = a[0].float() @ b[0][0].float().T
             for side, fn in fns.items():
                 d[0].fill_(math.nan)
                 fn(0)
@@ -71,7 +93,11 @@ def main() -> None:
                 err = relative_error(d[0], ref)
                 assert err < 1e-2, f"{side} {layout} {shape}: rel err {err}"
             del ref
-            call = api._calls.get(api._signature(av[0], bv[0], d[0], None))
+            key = api._signature(av[0], bv[0][0], d[0], None)
+            if dual:
+                b2 = bv[0][1]
+                key += (b2.dtype, b2.shape, b2.stride(), b2.device)
+            call = api._calls.get(key)
             config = call.loaded.spec.name if call is not None and hasattr(call, "loaded") else "?"
             runs: dict[str, list[float]] = {s: [] for s in fns}
             for _ in range(args.repeat):

@@ -620,15 +620,16 @@ def validate(cfg: Config) -> None:
 
 
 def _validate_mn_major(cfg: Config) -> None:
-    """MN-major operands (``tma.major_a`` / ``tma.major_b``): the sm_90a bf16 GEMM, whose wgmma takes a transpose
-    immediate for 16-bit inputs (PTX ISA "wgmma.mma_async"; 8-bit inputs are K-major only, and tcgen05's
-    descriptors are not built here).  Each CTA's share of an ``mn`` operand is whole boxes of 64 M or N elements."""
+    """MN-major operands (``tma.major_a`` / ``tma.major_b``): the sm_90a bf16 GEMM and dual GEMM (``major_b`` is
+    both B1 and B2), whose wgmma takes a transpose immediate for 16-bit inputs (PTX ISA "wgmma.mma_async"; 8-bit
+    inputs are K-major only, and tcgen05's descriptors are not built here).  Each CTA's share of an ``mn`` operand
+    is whole boxes of 64 M or N elements."""
     for name, major in (("tma.major_a", cfg.tma.major_a), ("tma.major_b", cfg.tma.major_b)):
         if major != "mn":
             continue
         _rule(cfg.arch == "sm_90a", name, major, "MN-major operands are sm_90a only (wgmma's transpose immediate)")
-        _rule(cfg.operands == "bf16" and cfg.kernel == "gemm", name, major,
-              "needs operands=bf16 and kernel=gemm (wgmma transposes 16-bit inputs only)")
+        _rule(cfg.operands == "bf16" and cfg.kernel in ("gemm", "dual_gemm"), name, major,
+              "needs operands=bf16 and kernel=gemm or dual_gemm (wgmma transposes 16-bit inputs only)")
         _rule(cfg.schedule.grouped == "none", name, major, "needs schedule.grouped=none")
     t, c = cfg.tile, cfg.cluster
     pair = cfg.tma.multicast and c.size == 2

@@ -27,6 +27,17 @@ def resident_ctas(smem_bytes: int, threads: int) -> int:
 # The checks place it there so that descriptor start-address fields (absolute, >> 4) are what the hardware sees.
 DYNAMIC_SMEM_BASE = SMEM_RESERVED_PER_CTA
 
+# In a cluster launch a CTA's shared::cta addresses are its window of the cluster's shared memory: they carry the
+# CTA's rank in bits 24-27 (PTX ISA "State spaces: Shared": the shared::cta window lies inside shared::cluster; on an
+# H100 rank 1's dynamic shared memory starts 16 MiB above rank 0's), above the 18 address bits a matrix
+# descriptor's start field holds.  The checks give each rank its window (:func:`cta_smem_base`).
+CLUSTER_RANK_SHIFT = 24
+
+
+def cta_smem_base(base: int, rank: int) -> int:
+    """Shared-window address of cluster rank ``rank``'s byte at ``base`` of rank 0 (see ``CLUSTER_RANK_SHIFT``)."""
+    return base | rank << CLUSTER_RANK_SHIFT
+
 # Block-scaled MMA scale factors (PTX ISA "tcgen05.mma: Block Scaling", ``.block16``; the layout is cuBLAS's
 # "1D Block Scaling Factors Layout"): one ue4m3 scale per SF_VEC K elements; a scale matrix [R, K/SF_VEC] is
 # stored in atoms of SF_ATOM_ROWS rows x SF_ATOM_K scales (SF_ATOM_BYTES bytes), each atom 32 lines of 16 B; one

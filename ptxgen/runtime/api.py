@@ -31,15 +31,17 @@ stream, so calls on concurrent streams never share a staging tensor (and CUDA
 graph capture takes them from the graph's pool).  M, N or K = 0 launch nothing:
 D is empty, or zeros for K = 0, as torch gives.
 
-MN-major operands (:func:`gemm`, sm_90a).  An input that is not row-major but is
-the transposed view of one (``w.T`` of a row-major ``[K, N]`` weight: rows
-contiguous, a multiple of 8 of them, the K stride a multiple of 8 elements) is
-read in place by a variant of the config with ``tma.major_a`` / ``major_b`` =
-``mn`` (:func:`majors_config`: the same tile, schedule and epilogue; its tensor
-map is the ``[K, rows]`` view and wgmma reads the operand with its transpose
-immediate), not copied.  With ``config=None`` the variant is that of the
-chooser's config, or of the cost model's best-ranked config that can take it
-(an MN-major operand moves in boxes of 64 rows: ``h100_128x144`` cannot).
+MN-major operands (:func:`gemm`, :func:`dual_gemm`, sm_90a).  An input that is
+not row-major but is the transposed view of one (``w.T`` of a row-major ``[K,
+N]`` weight: rows contiguous, a multiple of 8 of them, the K stride a multiple
+of 8 elements) is read in place by a variant of the config with ``tma.major_a``
+/ ``major_b`` = ``mn`` (:func:`majors_config`: the same tile, schedule and
+epilogue; its tensor map is the ``[K, rows]`` view and wgmma reads the operand
+with its transpose immediate), not copied.  With ``config=None`` the variant is
+that of the chooser's config, or of the cost model's best-ranked config that
+can take it (an MN-major operand moves in boxes of 64 rows: ``h100_128x144``
+cannot).  The dual GEMM reads B1 and B2 MN-major only when both are such views
+(one map layout for both), in its chosen config.
 
 Per-call path (:func:`gemm`): the first call with a given (config, dtypes,
 shapes, strides, devices) signature runs every check, resolves the config
@@ -1015,12 +1017,15 @@ def majors_config(config: Any, mn_a: bool, mn_b: bool) -> Any:
 
 def _mn_major_variant(family: _Family, config: Any, spec: Any, a: Any, bs: tuple, m: int, n: int, k: int,
                       ordinal: int) -> Any:
-    """The MN-major variant (:func:`majors_config`) a plain GEMM call with a transposed view takes instead of a
-    staging copy, or None: the caller's config, or for ``config=None`` the chooser's pick (``spec.name``) and
-    then the cost model's ranking of the device's configs, the first that can read the view in place."""
-    if family is not _GEMM or spec.arch != "sm_90a":
+    """The MN-major variant (:func:`majors_config`) a plain GEMM or dual GEMM call with a transposed view takes
+    instead of a staging copy, or None: the caller's config, or for ``config=None`` the chooser's pick
+    (``spec.name``) and then (GEMM) the cost model's ranking of the device's configs, the first that can read the
+    view in place.  The dual GEMM's B1 and B2 share one tensor-map layout (``tma.major_b``): they are read
+    MN-major only when both are such views."""
+    if family not in (_GEMM, _DUAL) or spec.arch != "sm_90a":
         return None
-    mn_a, mn_b = (_pitch(t) is None and mn_pitch(t) is not None for t in (a, bs[0]))
+    mn_a, *mn_bs = (_pitch(t) is None and mn_pitch(t) is not None for t in (a, *bs))
+    mn_b = all(mn_bs)
     if not (mn_a or mn_b):
         return None
     if config is not None:
@@ -1028,7 +1033,8 @@ def _mn_major_variant(family: _Family, config: Any, spec: Any, a: Any, bs: tuple
     from ptxgen.runtime import driver
     from ptxgen.runtime.choose import ranked_configs
 
-    for name in (spec.name, *ranked_configs(m, n, k, driver.device_info(ordinal))):
+    ranked = ranked_configs(m, n, k, driver.device_info(ordinal)) if family is _GEMM else ()
+    for name in (spec.name, *ranked):
         hit = majors_config(name, mn_a, mn_b)
         if hit is not None:
             return hit

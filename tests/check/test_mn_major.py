@@ -1,11 +1,13 @@
-"""MN-major operands (``tma.major_a`` / ``major_b`` = ``mn``, sm_90a bf16 GEMM): transposed views read in place.
+"""MN-major operands (``tma.major_a`` / ``major_b`` = ``mn``, sm_90a bf16 GEMM and dual GEMM): transposed views read
+in place.
 
 On the CPU: the config rules; the plan's boxes and descriptors; the verifier, the simulator (a CTA pair multicasting
-an MN-major B, a pair along N multicasting an MN-major A, split-K, the last-wave split, ping-pong, swap-AB) and the
-PTX-vs-IR differential accept the variants; ptxas assembles them with 0 spills.  Planted bugs: a Wgmma without its
-transpose immediate, an MN-major descriptor with the K-major k-step, or with the LBO of one chunk too few (wrong
-results in the simulator), and the descriptor's start address unmasked under a cluster rank's high address bits
-(the LBO the H100 read for the second CTA of a pair, 256 bytes off).
+an MN-major B, a pair along N multicasting an MN-major A, split-K, the last-wave split, ping-pong, swap-AB, the dual
+GEMM's B1 and B2) and the PTX-vs-IR differential accept the variants; ptxas assembles them with 0 spills.  Planted
+bugs: a Wgmma without its transpose immediate, an MN-major descriptor with the K-major k-step, or with the LBO of one
+chunk too few (wrong results in the simulator), and the descriptor's start address unmasked under a cluster rank's
+high address bits (the LBO the H100 read for the second CTA of a pair, 256 bytes off; the simulator gives rank 1
+its own shared window and computes a wrong result).
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from ptxgen.plan import make_plan
 pytestmark = pytest.mark.sim
 
 #: (config, major_a, major_b): a pair multicasting B, a pair along N multicasting A, split-K, last-wave split,
-#: ping-pong, swap-AB (the caller's B is the kernel's A)
+#: ping-pong, swap-AB (the caller's B is the kernel's A); the dual GEMM (B1 and B2 MN-major): a pair, its last-wave
+#: split, the 64x64 tile
 VARIANTS = (("h100_128x256", "k", "mn"), ("h100_128x256", "mn", "mn"), ("h100_128x80_c2n", "mn", "k"),
             ("h100_64x128_sk2", "k", "mn"), ("h100_128x256_lw2", "mn", "mn"), ("h100_128x128_pp", "mn", "mn"),
-            ("h100_64x32_swap", "mn", "k"))
+            ("h100_64x32_swap", "mn", "k"), ("dual_h100_128x128_c2", "k", "mn"), ("dual_h100_128x128_c2_lw2", "mn", "mn"),
+            ("dual_h100_64x64", "mn", "k"))
 #: N and M multiples of 8 (an MN-major map's width in whole 16-byte groups), ragged against the tiles; K ragged
 SHAPES = ((200, 328, 136), (136, 520, 72))
 
@@ -78,7 +82,7 @@ def test_variants_assemble_without_spills():
     pytest.importorskip("cuda.pathfinder", reason="assembler wheels (pip install .[cuda]) are not installed")
     from ptxgen.assemble import assemble
 
-    for name, a, b in VARIANTS[:3]:
+    for name, a, b in (*VARIANTS[:3], VARIANTS[-2]):  # pairs along M and N, the dual GEMM's last-wave pair
         res = build(variant(name, a, b))
         asm = assemble(res.ptx, res.plan.arch, sass=True)
         assert (asm.spill_store_bytes, asm.spill_load_bytes, asm.stack_frame_bytes) == (0, 0, 0)
@@ -122,3 +126,16 @@ def test_descriptor_start_is_masked_under_a_cluster_rank():
     unmasked = evaluate(desc_lo(p, Const(0), p.mma.mn_lbo_field), env)
     assert ((unmasked >> 16) & 0x3FFF) << 4 == p.mma.mn_chunk_bytes + 256
 
+
+
+def test_simulator_catches_the_unmasked_start_on_rank_1(monkeypatch):
+    """The simulator gives rank 1 of a pair its own shared window (16 MiB up, as the H100): a pair variant whose
+    MN-major descriptors take the address unmasked (the planted bug) computes rank 1's tiles from B rows 256 bytes
+    off, a wrong result; the shipped builder's masked descriptors pass the same run (test_checks_accept_the_variants)."""
+    from ptxgen.builders import roles
+
+    real = roles.desc_lo
+    monkeypatch.setattr(roles, "desc_lo", lambda *args, masked=False, **kw: real(*args, **kw))
+    bad = build_kernel(make_plan(variant("h100_128x256", "k", "mn")))
+    with pytest.raises(SimError, match="wrong result|out of bounds"):
+        simulate(bad, 200, 328, 136, seed=1, num_sms=3)

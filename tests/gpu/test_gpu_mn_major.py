@@ -1,11 +1,13 @@
-"""GPU tests of MN-major operands (marked ``gpu``): ``gemm`` reads transposed views in place.
+"""GPU tests of MN-major operands (marked ``gpu``): ``gemm`` and ``dual_gemm`` read transposed views in place.
 
 ``ptxgen.gemm(x, w.T)`` with ``w`` a row-major ``[K, N]`` weight (and ``x_t.T`` as A) runs the config's
 ``tma.major_a`` / ``major_b`` variant (``ptxgen.runtime.api``, "MN-major operands"): no staging copy.  Each case: fresh
 random inputs, ``out`` poisoned with NaN, the relative Frobenius error against the fp32 reference under 1e-2 with
 no NaN; the variant that ran is the one expected, and a repeated call allocates nothing.  Configs cover a CTA pair
 multicasting B (its halves of an MN-major B), a pair along N (A's halves), split-K, the last-wave split, ping-pong
-consumers and swap-AB (the caller's B is the kernel's A).
+consumers and swap-AB (the caller's B is the kernel's A).  The dual GEMM (``silu(x @ w1) * (x @ w2)`` with ``w1``,
+``w2`` row-major ``[K, N]``) on each shipped sm_90a dual config, and with only one of B1, B2 transposed (that one
+copied, the kernel K-major).
 """
 
 from __future__ import annotations
@@ -42,11 +44,25 @@ def _inputs(torch, m, n, k, layout, seed):
     return a, b
 
 
-def _check(torch, a, b, out):
-    ref = a.float() @ b.float().T
+def _close(torch, out, ref):
     assert not torch.isnan(out).any()
     err = float(torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref))
     assert err < TOLERANCE, err
+
+
+def _check(torch, a, b, out):
+    _close(torch, out, a.float() @ b.float().T)
+
+
+def _rerun_allocates_nothing(torch, call, out, check):
+    """``call()`` again on a NaN-poisoned ``out``: the stored call allocates no staging tensor; then ``check()``."""
+    out.fill_(float("nan"))
+    torch.cuda.synchronize()
+    allocs = torch.cuda.memory_stats()["allocation.all.allocated"]
+    call()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == allocs
+    check()
 
 
 @pytest.mark.parametrize("config,m,n,k", CASES)
@@ -66,13 +82,8 @@ def test_transposed_views_run_the_mn_major_variant(torch, config, m, n, k, layou
         assert "_mn" not in call.loaded.spec.name
         return
     assert call.loaded.spec.name == variant.name
-    out.fill_(float("nan"))
-    torch.cuda.synchronize()
-    allocs = torch.cuda.memory_stats()["allocation.all.allocated"]
-    ptxgen.gemm(a, b, out=out, config=config)  # the stored call: no staging tensor
-    torch.cuda.synchronize()
-    assert torch.cuda.memory_stats()["allocation.all.allocated"] == allocs
-    _check(torch, a, b, out)
+    _rerun_allocates_nothing(torch, lambda: ptxgen.gemm(a, b, out=out, config=config), out,
+                             lambda: _check(torch, a, b, out))
 
 
 @pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (64, 8192, 8192), (8, 4096, 4096), (1000, 3000, 2000)])
@@ -115,3 +126,60 @@ def test_graph_replay_and_side_stream(torch):
     graph.replay()
     torch.cuda.synchronize()
     _check(torch, a, b, out)
+
+
+#: (dual config, M, N, K): ragged M, N (multiples of 8) and K; a pair, its last-wave split, the small-M tiles
+DUAL_CASES = (
+    ("dual_h100_128x128", 520, 392, 1000),
+    ("dual_h100_128x128_c2", 1000, 1288, 264),
+    ("dual_h100_128x128_c2_lw2", 2048, 2400, 520),
+    ("dual_h100_128x128_lw2", 264, 1040, 2056),
+    ("dual_h100_128x64", 136, 648, 200),
+    ("dual_h100_64x64", 24, 1152, 4104),
+)
+
+
+def _dual_check(torch, a, b1, b2, out):
+    _close(torch, out, torch.nn.functional.silu(a.float() @ b1.float().T) * (a.float() @ b2.float().T))
+
+
+@pytest.mark.parametrize("config,m,n,k", DUAL_CASES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_dual_gemm_reads_transposed_views_in_place(torch, config, m, n, k, layout):
+    import ptxgen
+    from ptxgen.runtime import api
+
+    a, b1 = _inputs(torch, m, n, k, layout, seed=m + n + k)
+    _, b2 = _inputs(torch, m, n, k, layout, seed=m + n + k + 1)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    ptxgen.dual_gemm(a, b1, b2, out=out, config=config)
+    torch.cuda.synchronize()
+    _dual_check(torch, a, b1, b2, out)
+    key = api._signature(a, b1, out, config) + (b2.dtype, b2.shape, b2.stride(), b2.device)
+    assert api._calls[key].loaded.spec.name == api.majors_config(config, "a" in layout, "b" in layout).name
+    _rerun_allocates_nothing(torch, lambda: ptxgen.dual_gemm(a, b1, b2, out=out, config=config), out,
+                             lambda: _dual_check(torch, a, b1, b2, out))
+
+
+@pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (64, 14336, 4096), (256, 1408, 2048)])
+def test_dual_gemm_chosen_config_and_one_transposed_b(torch, m, n, k):
+    """``config=None``: the chosen dual config's MN-major variant reads ``w1.T`` and ``w2.T``; with only ``w1.T``
+    transposed the kernel stays K-major and copies it; both match the reference."""
+    import ptxgen
+    from ptxgen.runtime import api
+
+    a, b1 = _inputs(torch, m, n, k, "b", seed=k)
+    _, b2 = _inputs(torch, m, n, k, "b", seed=k + 1)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    ptxgen.dual_gemm(a, b1, b2, out=out)
+    torch.cuda.synchronize()
+    _dual_check(torch, a, b1, b2, out)
+    key = api._signature(a, b1, out, None) + (b2.dtype, b2.shape, b2.stride(), b2.device)
+    assert api._calls[key].loaded.spec.name.endswith("_mnb")
+    b2_rows = b2.contiguous()
+    out.fill_(float("nan"))
+    ptxgen.dual_gemm(a, b1, b2_rows, out=out)
+    torch.cuda.synchronize()
+    _dual_check(torch, a, b1, b2_rows, out)
+    key = api._signature(a, b1, out, None) + (b2_rows.dtype, b2_rows.shape, b2_rows.stride(), b2_rows.device)
+    assert "_mn" not in api._calls[key].loaded.spec.name

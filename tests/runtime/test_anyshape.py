@@ -321,3 +321,24 @@ def test_staging_plan_is_pure():
     assert staging_plan(spec, bf16(4, 40)[:, :32], (b,), bf16(4, 8).T.contiguous().T) == Staging(32, 8, (40, 32), True)
     assert staging_plan(spec, bf16(1, 5), (bf16(8, 5),), None).pitches == (8, None)  # one row: any pitch >= K
 
+
+
+def test_dual_gemm_reads_b1_b2_mn_major_only_together():
+    """The dual GEMM's MN-major variant (one ``tma.major_b`` for B1 and B2): taken when both are transposed views of
+    row-major ``[K, N]`` weights, not when only one is (that one is copied); A on its own; the GEMM as before."""
+    from ptxgen.runtime import api
+
+    m, n, k = 64, 256, 128
+    spec = SimpleNamespace(arch="sm_90a", name="dual_h100_128x128")
+    a, a_t, b, b_t = bf16(m, k), bf16(k, m).T, bf16(n, k), bf16(k, n).T
+
+    def majors(family, config, a, *bs):
+        hit = api._mn_major_variant(family, config, spec, a, bs, m, n, k, 0)
+        return None if hit is None else (hit.name, hit.tma.major_a, hit.tma.major_b)
+
+    assert majors(api._DUAL, "dual_h100_128x128", a, b_t, bf16(k, n).T) == ("dual_h100_128x128_mnb", "k", "mn")
+    assert majors(api._DUAL, "dual_h100_128x128", a, b_t, b) is None
+    assert majors(api._DUAL, "dual_h100_128x128", a_t, b_t, b) == ("dual_h100_128x128_mna", "mn", "k")
+    assert majors(api._DUAL, "dual_h100_64x64", a_t, b_t, bf16(k, n).T) == ("dual_h100_64x64_mnab", "mn", "mn")
+    assert majors(api._GEMM, "h100_128x256", a, b_t) == ("h100_128x256_mnb", "k", "mn")
+    assert majors(api._FP8, "fp8_h100_128x128", a, b_t) is None  # 8-bit wgmma inputs are K-major only

@@ -72,7 +72,7 @@ from . import effects as E
 from . import interp as P
 from .effects import Effect
 from ...formats import e4m3_decode
-from ...hw import DYNAMIC_SMEM_BASE
+from ...hw import DYNAMIC_SMEM_BASE, cta_smem_base
 from ...ir import ops as O
 from .. import walker as W
 from ..numerics import bits16_to_f32, f32_to_16_bits, f32_to_e4m3_bits
@@ -103,8 +103,8 @@ class Launch:
 
 
 def smem_base(rank: int) -> int:
-    """Shared-window address of the dynamic shared memory of cluster rank ``rank`` (interpreter model)."""
-    return DYNAMIC_SMEM_BASE | rank << P.RANK_SHIFT
+    """Shared-window address of the dynamic shared memory of cluster rank ``rank``."""
+    return cta_smem_base(DYNAMIC_SMEM_BASE, rank)
 
 
 def kernel_facts(kernel) -> dict:

@@ -93,11 +93,12 @@ import numpy as np
 
 from . import effects as E
 from .effects import Effect
+from ...hw import CLUSTER_RANK_SHIFT
 from ..numerics import (ROUNDINGS, approx_edge, ex2_approx_f32, f32_to_16_bits, f32_to_e4m3_bits, f64_to_f32,
                         rcp_approx_f32, tanh_approx_f32)
 
 MASKS = {8: 0xFF, 16: 0xFFFF, 32: 0xFFFFFFFF, 64: 0xFFFFFFFFFFFFFFFF}
-RANK_SHIFT = 24
+RANK_SHIFT = CLUSTER_RANK_SHIFT
 RANK_BITS = 0xF << RANK_SHIFT
 
 

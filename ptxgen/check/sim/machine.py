@@ -39,6 +39,13 @@ The units:
 * TMA stores: first their shared-memory read completes
   (``cp.async.bulk.wait_group.read``), then their global write (clipped at M, N).
 
+Shared memory: each CTA's dynamic shared memory lies in its own window of
+the cluster's: rank r's ``Sreg("smem")`` is rank 0's plus r x 16 MiB
+(:func:`ptxgen.hw.cta_smem_base`, as the H100 gives the second CTA of a
+pair), so a descriptor the IR builds from it carries those bits as the
+hardware's does; the handlers decode a descriptor's 18-bit start address in
+the window of the CTA that reads it.
+
 A warp blocked on an mbarrier, a thread barrier or its own async groups is
 parked and woken when the condition may hold; on resume it re-polls (like
 ``try_wait`` in a loop).  No runnable warp and no in-flight unit while some
@@ -83,6 +90,7 @@ import random
 import numpy as np
 
 from ...errors import SimError
+from ...hw import cta_smem_base
 from ...ir import ops as O
 from .. import walker as W
 from .handlers import blockscaled
@@ -118,7 +126,8 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
         a, b: bf16 bit patterns ``[m, k]``, ``[n, k]``.
         num_sms: SMs the persistent grid policy sees.
         schedule_seed: seeds the interleaving.
-        smem_base: shared-window address of the dynamic shared memory (1024-aligned).
+        smem_base: shared-window address of rank 0's dynamic shared memory (1024-aligned, below 2**18); rank r's
+            is ``smem_base | r << 24`` (:func:`ptxgen.hw.cta_smem_base`).
         poison: bf16 bits D starts filled with.
         extra: more global tensors by name (NVFP4 scale tiles; epilogue operands by parameter name, float32).
         scalars: more kernel parameters by name (an epilogue scalar's f32 bits).
@@ -142,7 +151,8 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
         # an MN-major map (tma.major_a / major_b) reads its operand as the transposed [K, rows] tensor
         mn = {name for name, t in spec.tensor_maps.items() if t.major == "mn"}
         self.glob = GlobalTensors(np.ascontiguousarray(a.T) if "a" in mn else a,
-                                  np.ascontiguousarray(b.T) if "b" in mn else b, poison, b2, extra,
+                                  np.ascontiguousarray(b.T) if "b" in mn else b, poison,
+                                  np.ascontiguousarray(b2.T) if b2 is not None and "b2" in mn else b2, extra,
                                   d_shape=(a.shape[0], b.shape[0]))
         self.smem_base = smem_base
         self.rng = random.Random(schedule_seed)
@@ -158,14 +168,16 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
         self.fingerprint = 0  # hash of the scheduler's choices: equal fingerprints, same interleaving
         ws = spec.workspace
         self.ws = Workspace(ws, ws.cta_tiles_for(spec.grid, m, n, num_sms)) if ws is not None else None
-        self.ctas = [Cta(kernel, c, smem_base) for c in range(self.grid)]
+        # each rank's own window (hw.CLUSTER_RANK_SHIFT): what Sreg("smem") reads there, so a descriptor built from
+        # it carries the rank bits as on the hardware; decoded descriptor addresses are the window's low 18 bits
+        self.ctas = [Cta(kernel, c, cta_smem_base(smem_base, c % kernel.cluster_size)) for c in range(self.grid)]
         self.warps: list[Warp] = []  # by warp id
         self.tc_who: dict[tuple[int, int], Who] = {}  # (warp id, tcgen05 op number) -> the op, for messages
         program = W.Program(kernel)
         for cta in self.ctas:
             for w in range(kernel.threads // W.LANES):
                 walker = W.WarpWalker(program, ctaid=cta.ctaid, nctaid=self.grid, cluster_size=kernel.cluster_size,
-                                      warp=w, smem_base=smem_base, params=self.params)
+                                      warp=w, smem_base=cta.smem.base, params=self.params)
                 warp = Warp(cta, walker, len(self.warps), kernel.maxnreg)
                 self.warps.append(warp)
                 cta.warps.append(warp)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import VerifyError
-from ...hw import DYNAMIC_SMEM_BASE
+from ...hw import DYNAMIC_SMEM_BASE, cta_smem_base
 from ...ir import Kernel
 from ...ir import ops as O
 from .. import grouped
@@ -116,7 +116,8 @@ def _trace(kernel, ragged: bool = False, ragged_rows: bool = False) -> _Trace:
     for ctaid in range(grid):
         for warp in range(kernel.threads // W.LANES):
             wk = W.WarpWalker(program, ctaid=ctaid, nctaid=grid, cluster_size=kernel.cluster_size, warp=warp,
-                              smem_base=DYNAMIC_SMEM_BASE, params=params, values=False)
+                              smem_base=cta_smem_base(DYNAMIC_SMEM_BASE, ctaid % kernel.cluster_size), params=params,
+                              values=False)
             recs, syncs, gen, reply = [], 0, wk.run(), None
             wgmma = _WgmmaGroups(wk)
             try:
