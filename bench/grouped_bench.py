@@ -4,6 +4,7 @@
                                                         # config, of its layout and dtype); exit 1 if wrong
     python3 bench/grouped_bench.py bench [--json PATH] [--quick] [--defaults] [--configs A,B] [--parts P,Q]
     python3 bench/grouped_bench.py host [--json PATH]   # per-call host time against GPU time (HOST_CASES)
+    python3 bench/grouped_bench.py gkn [--json PATH]    # bf16 weights stored [G, K, N] (:func:`gkn`)
 
 ``bench`` times, with CUDA events, the median of 5 runs of 10 launches, each after a warm-up (with the spread, min
 and max of the 5; contiguous FP8: 7 rounds, each timing one run of every side in a rotated order, and the ratio to
@@ -546,7 +547,83 @@ def host(json_path: str | None) -> None:
                 json.dump({"info": info, "rows": rows}, f, indent=1)
 
 
+#: (layout, G, mean rows per group or M_max, N, K) of :func:`gkn`: the contiguous prefill problems, masked decode
+GKN_CASES = [("contiguous", *p) for p in PREFILL] + [("masked", 8, 64, 4096, 7168), ("masked", 8, 256, 4096, 7168),
+                                                      ("masked", 32, 64, 7168, 2048), ("masked", 32, 256, 7168, 2048)]
+
+
+def gkn(json_path: str | None) -> None:
+    """bf16 expert weights stored ``[G, K, N]`` (``torch._grouped_mm``'s layout, ``w``), default configs, rounds of
+    :func:`interleaved_us` (7 x 10 calls): ``torch._grouped_mm(a, w, offs)`` (masked: 3-D A, every row of M_max),
+    ``ptxgen.grouped_gemm(a, w.transpose(1, 2))`` read in place (MN-major), the copy it replaces
+    (``w.transpose(1, 2).contiguous()`` then the call) and the K-major kernel on a ``[G, N, K]`` copy made once.
+    Each side is checked once against the fp32 reference of the first and last group with rows."""
+    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    print(json.dumps(info))
+    rows_out = []
+    for layout, groups, per, n, k in GKN_CASES:
+        if layout == "masked":
+            rows = group_rows(groups, per, 7)
+            rows = [min(r, per) for r in rows]
+            a, b, _, _ = operands(groups * per, groups, n, k, False)
+            a = a.reshape(groups, per, k)
+            table = {"masked_m": torch.tensor(rows, dtype=torch.int32, device="cuda")}
+            out = torch.empty((groups, per, n), device="cuda", dtype=torch.bfloat16)
+            spans = [(g * per, g * per + r) for g, r in enumerate(rows)]
+        else:
+            rows = group_rows(groups, per, 7)
+            table = {"m_indices": contiguous_layout(rows, device="cuda")}
+            total = table["m_indices"].numel()
+            a, b, _, _ = operands(total, groups, n, k, False)
+            out = torch.empty((total, n), device="cuda", dtype=torch.bfloat16)
+            starts = [0]
+            for r in rows:
+                starts.append(starts[-1] + -(-r // BLOCK) * BLOCK)
+            spans = [(s0, s0 + r) for s0, r in zip(starts, rows)]
+        w = b.transpose(1, 2).contiguous()  # [G, K, N]
+        del b
+        b_nk = w.transpose(1, 2).contiguous()  # the K-major kernel's B, made once
+        flat_a = a.reshape(-1, k)
+        sides = {"mn": lambda: ptxgen.grouped_gemm(a, w.transpose(1, 2), out=out, **table),
+                 "copy": lambda: ptxgen.grouped_gemm(a, w.transpose(1, 2).contiguous(), out=out, **table),
+                 "kmajor": lambda: ptxgen.grouped_gemm(a, b_nk, out=out, **table)}
+        row = {"layout": layout, "G": groups, "rows": rows, "N": n, "K": k}
+        check = [g for g, r in enumerate(rows) if r][::max(1, sum(1 for r in rows if r) - 1)]
+        for name, fn in sides.items():
+            out.fill_(float("nan"))
+            fn()
+            flat = out.reshape(-1, n)
+            row[f"{name} rel err"] = [rel(flat[spans[g][0]:spans[g][1]], flat_a[spans[g][0]:spans[g][1]].float()
+                                          @ w[g].float()) for g in check]
+        if hasattr(torch, "_grouped_mm"):
+            try:
+                if layout == "masked":
+                    torch_fn = lambda: torch._grouped_mm(a, w, out_dtype=torch.bfloat16)  # noqa: E731
+                else:
+                    offs = torch.tensor(starts[1:], dtype=torch.int32, device="cuda")
+                    torch_fn = lambda: torch._grouped_mm(a, w, offs=offs, out_dtype=torch.bfloat16)  # noqa: E731
+                torch_fn()
+                sides = {"torch._grouped_mm": torch_fn, **sides}
+            except Exception as exc:  # noqa: BLE001 - report what the installed torch refuses
+                row["torch._grouped_mm"] = f"refused: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        runs = interleaved_us(sides)
+        for name, v in runs.items():
+            row[f"{name} us"] = [round(statistics.median(v), 2), round(min(v), 2), round(max(v), 2)]
+        for name in runs:
+            if name != "mn":
+                row[f"{name} / mn"] = paired_ratio(runs[name], runs["mn"])
+        rows_out.append(row)
+        print(json.dumps(row), flush=True)
+        del a, w, b_nk, out
+        torch.cuda.empty_cache()
+        if json_path:
+            with open(json_path, "w") as f:
+                json.dump({"info": info, "rows": rows_out}, f, indent=1)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["gkn"]:
+        sys.exit(gkn(sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None))
     if sys.argv[1:2] == ["host"]:
         sys.exit(host(sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None))
     if sys.argv[1:2] == ["one"]:

@@ -621,16 +621,18 @@ def validate(cfg: Config) -> None:
 
 def _validate_mn_major(cfg: Config) -> None:
     """MN-major operands (``tma.major_a`` / ``tma.major_b``): the sm_90a bf16 GEMM and dual GEMM (``major_b`` is
-    both B1 and B2), whose wgmma takes a transpose immediate for 16-bit inputs (PTX ISA "wgmma.mma_async"; 8-bit
-    inputs are K-major only, and tcgen05's descriptors are not built here).  Each CTA's share of an ``mn`` operand
-    is whole boxes of 64 M or N elements."""
+    both B1 and B2) and the grouped GEMM's B (the ``[G, K, N]`` weights of ``torch._grouped_mm``), whose wgmma
+    takes a transpose immediate for 16-bit inputs (PTX ISA "wgmma.mma_async"; 8-bit inputs are K-major only, and
+    tcgen05's descriptors are not built here).  Each CTA's share of an ``mn`` operand is whole boxes of 64 M or N
+    elements."""
     for name, major in (("tma.major_a", cfg.tma.major_a), ("tma.major_b", cfg.tma.major_b)):
         if major != "mn":
             continue
         _rule(cfg.arch == "sm_90a", name, major, "MN-major operands are sm_90a only (wgmma's transpose immediate)")
         _rule(cfg.operands == "bf16" and cfg.kernel in ("gemm", "dual_gemm"), name, major,
               "needs operands=bf16 and kernel=gemm or dual_gemm (wgmma transposes 16-bit inputs only)")
-        _rule(cfg.schedule.grouped == "none", name, major, "needs schedule.grouped=none")
+        if name == "tma.major_a":  # a grouped kernel's A is the stacked activations [rows, K]: K-major
+            _rule(cfg.schedule.grouped == "none", name, major, "needs schedule.grouped=none (a grouped B may be mn)")
     t, c = cfg.tile, cfg.cluster
     pair = cfg.tma.multicast and c.size == 2
     if cfg.tma.major_b == "mn":

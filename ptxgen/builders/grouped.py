@@ -223,6 +223,13 @@ def b_row(plan: Plan) -> Expr:
     return Var("b_row") if plan.schedule.grouped != "none" else Var("n_col")
 
 
+def b_k_row(plan: Plan) -> Expr:
+    """An MN-major B's first K row in a grouped kernel: ``group_id x K``.  Its map is the ``[G x K, N]`` stack of
+    the groups' ``[K, N]`` views (``tma.major_b: mn``), so a k-block past K would read the next group's first
+    rows: the runtime takes such a B only when K is a multiple of block_k (``ptxgen.runtime.grouped``)."""
+    return GROUP * Param("k")
+
+
 def store_guard(plan: Plan) -> Expr | None:
     """The condition a tile's stores run under: a grouped CTA pair's ``own_work`` (its own m-block has rows of a
     group; its partner may have the unit's work alone, see :meth:`GroupedTileScheduler.pair_unit` and

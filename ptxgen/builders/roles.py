@@ -108,16 +108,29 @@ class TmaProducer:
         """An MN-major operand's k-block: one box per ``MN_MAJOR_CHUNK`` of this CTA's rows (its multicast half in a
         pair), each ``MN_MAJOR_CHUNK`` M or N elements (the map's columns) x block_k K rows (its rows), landing as a
         column of 128B-swizzle atoms ``mn_chunk_bytes`` apart in the slot: the layout the MN-major descriptor's
-        LBO steps through (PTX ISA "Matrix Descriptor Format")."""
+        LBO steps through (PTX ISA "Matrix Descriptor Format").
+
+        A grouped kernel's B map is the ``[G x K, N]`` stack of the groups' ``[K, N]`` views: the tile's K rows start
+        at the group's first (:func:`ptxgen.builders.grouped.b_k_row`); a contiguous pair whose m-blocks are of two
+        groups loads its own group's whole tile, unicast, as :meth:`load` does."""
         p, c = self.p, self.c
         first = Var("m_row") if o.rows_along == "m" else Var("n_col")
+        k_row = KB * p.mma.block_k
+        if o.rows_along == "n" and p.schedule.grouped != "none":
+            k_row = grouped.b_k_row(p) + k_row
         dst = stage_offset(p, o.name, st.index)
-        if o.split == "multicast":
-            first, dst = first + c.rank * o.box_rows, dst + c.rank * o.load_bytes
-        chunk = p.mma.mn_chunk_bytes
-        return [TmaLoad(o.name, fold(dst + j * chunk), fold(first + j * MN_MAJOR_CHUNK), KB * p.mma.block_k,
-                        Bar(p.ab.full.name, st.index), multicast=o.multicast, cache_hint=o.cache_hint)
-                for j in range(o.box_rows // MN_MAJOR_CHUNK)]
+        chunk, full = p.mma.mn_chunk_bytes, Bar(p.ab.full.name, st.index)
+
+        def boxes(first: Expr, dst: Expr, count: int, multicast: int) -> list:
+            return [TmaLoad(o.name, fold(dst + j * chunk), fold(first + j * MN_MAJOR_CHUNK), fold(k_row), full,
+                            multicast=multicast, cache_hint=o.cache_hint) for j in range(count)]
+
+        count = o.box_rows // MN_MAJOR_CHUNK
+        if o.split != "multicast":
+            return boxes(first, dst, count, 0)
+        shared = boxes(first + c.rank * o.box_rows, dst + c.rank * o.load_bytes, count, o.multicast)
+        b_shared = grouped.b_shared(p) if o.rows_along == "n" else None
+        return shared if b_shared is None else [If(b_shared, tuple(shared), tuple(boxes(first, dst, 2 * count, 0)))]
 
     def load(self, o, st: PipelineState) -> TmaLoad | If:
         p, c = self.p, self.c

@@ -8,6 +8,10 @@ Two layouts, as DeepGEMM names them:
 * contiguous (prefill, training): A ``[M_total, K]`` with rows grouped by expert, ``m_indices`` int32
   ``[M_total]`` (each row's group, -1 for a padding row), D ``[M_total, N]``; padding rows are never written.
 
+B is ``[G, N, K]``: contiguous, or (bf16) ``w.transpose(1, 2)`` of a contiguous ``[G, K, N]`` weight, the layout
+``torch._grouped_mm`` takes, read in place by the config's MN-major variant (``tma.major_b: mn``; :func:`mn_major_b`,
+:data:`MN_MAJOR_K`): no copy of the experts' weights per call.
+
 Every input rule is checked before any launch and raised as one line (:class:`~ptxgen.errors.ShapeError`), ``out``
 untouched.
 
@@ -75,12 +79,18 @@ BLOCK_M = GROUPED_SEGMENT_ROWS
 NO_GROUP = -1
 _SB_BOX = 4  # fp32 scale_b blocks per 16-byte TMA box: each group's blocks are padded to a multiple of it
 _ALIGN = 16
+#: a bf16 B given as ``w.transpose(1, 2)`` of a contiguous ``[G, K, N]`` weight (``torch._grouped_mm``'s layout) is
+#: read in place by the config's MN-major variant (``tma.major_b: mn``; its map is the ``[G x K, N]`` stack) when N
+#: is a multiple of 8 (16-byte map rows) and K of MN_MAJOR_K, the configs' block_k: a k-block then never reaches
+#: into the next group's rows (they would meet A's zero-filled columns past K, exact only for finite weights)
+MN_MAJOR_K = 64
 
 
 @dataclass(frozen=True)
 class GroupedProblem:
     """A checked grouped GEMM: ``layout`` (``masked``/``contiguous``), ``fp8``, ``groups`` (G), ``rows`` (rows of A
-    and D: G x M_max or M_total), ``m`` (the kernel's m: M_max or M_total), ``n``, ``k``."""
+    and D: G x M_max or M_total), ``m`` (the kernel's m: M_max or M_total), ``n``, ``k``; ``b_mn``: B is the
+    transposed view of a contiguous ``[G, K, N]`` weight, read MN-major (:data:`MN_MAJOR_K`)."""
 
     layout: str
     fp8: bool
@@ -89,6 +99,7 @@ class GroupedProblem:
     m: int
     n: int
     k: int
+    b_mn: bool = False
 
 
 def contiguous_layout(group_rows: Any, block_m: int = BLOCK_M, device: Any = None) -> Any:
@@ -125,6 +136,12 @@ def _dense(name: str, t: Any) -> None:
         raise ShapeError(f"{name}: shape={tuple(t.shape)} stride={t.stride()}: must be contiguous; call .contiguous()")
     if t.numel() and t.data_ptr() % _ALIGN:
         raise ShapeError(f"{name}: data_ptr={t.data_ptr():#x}: must be {_ALIGN}-byte aligned (TMA); call .clone()")
+
+
+def mn_major_b(b: Any) -> bool:
+    """Whether B ``[G, N, K]`` is the transposed view of a contiguous ``[G, K, N]`` tensor (``w.transpose(1, 2)``),
+    and not itself contiguous."""
+    return b.numel() > 0 and not b.is_contiguous() and b.transpose(1, 2).is_contiguous()
 
 
 def _extent(t: Any) -> tuple[int, int]:
@@ -186,7 +203,8 @@ def check_grouped_operands(a: Any, b: Any, m_indices: Any = None, masked_m: Any 
     broken: tensors of the right rank, dtype (a, b both bf16 or both ``float8_e4m3fn``; tables int32; scales
     float32; out bf16) and device (the table on a's device or the CPU); exactly one of ``m_indices`` / ``masked_m``; B ``[G, N, K]`` with G equal to
     the table's (masked) and K equal to A's; K a multiple of 8 (bf16) or 16 (e4m3) for 16-byte TMA row strides;
-    a, b, out contiguous and 16-byte aligned; scales (FP8 only) ``scale_a`` one per row of A and 128-K block,
+    a, b, out contiguous and 16-byte aligned (bf16 b also the transposed view of a contiguous ``[G, K, N]``
+    weight, N a multiple of 8 and K of ``MN_MAJOR_K``); scales (FP8 only) ``scale_a`` one per row of A and 128-K block,
     ``scale_b`` ``[G, ceil(N/128), ceil(K/128)]``; out overlapping no input; ``0 <= masked_m[g] <= M_max``;
     ``m_indices`` as :func:`check_indices`.
     """
@@ -223,7 +241,16 @@ def check_grouped_operands(a: Any, b: Any, m_indices: Any = None, masked_m: Any 
     if k < 1 or k % k_multiple:
         raise ShapeError(f"K={k}: must be a positive multiple of {k_multiple} ({'e4m3' if fp8 else 'bf16'} rows need "
                          "16-byte TMA row strides)")
+    b_mn = not fp8 and mn_major_b(b)
+    if b_mn and (n % 8 or k % MN_MAJOR_K):
+        raise ShapeError(f"b: shape={tuple(b.shape)} stride={b.stride()}: a transposed [G, K, N] weight is read in "
+                         f"place with N a multiple of 8 and K a multiple of {MN_MAJOR_K} (N={n}, K={k}); "
+                         "call .contiguous()")
     for name, t in (("a", a), ("b", b)):
+        if t is b and b_mn:
+            if b.data_ptr() % _ALIGN:
+                raise ShapeError(f"b: data_ptr={b.data_ptr():#x}: must be {_ALIGN}-byte aligned (TMA); call .clone()")
+            continue
         _dense(name, t)
     inputs = [("a", a), ("b", b)] + ([] if on_host else [(tname, table)])
     kb = -(-k // FP8_SCALE_BLOCK)
@@ -261,7 +288,7 @@ def check_grouped_operands(a: Any, b: Any, m_indices: Any = None, masked_m: Any 
                 raise ShapeError(f"masked_m[{g}]={int(host[g])}: must be in [0, M_max={m}]")
         else:
             check_indices(m_indices, groups, block_m)
-    return GroupedProblem(layout, fp8, groups, rows, m, n, k)
+    return GroupedProblem(layout, fp8, groups, rows, m, n, k, b_mn)
 
 
 def default_config(p: GroupedProblem) -> str:
@@ -285,6 +312,10 @@ def _refuses(spec: Any, problem: GroupedProblem) -> str | None:
     if ("scale_a" in spec.tensor_maps) != problem.fp8:
         return (f"config {spec.name}: operands {'fp8' if 'scale_a' in spec.tensor_maps else 'bf16'} do not match "
                 f"{'float8_e4m3fn' if problem.fp8 else 'bf16'} a/b ({DEFAULT_CONFIGS[(problem.layout, problem.fp8)]})")
+    major, want = spec.tensor_maps["b"].major, "mn" if problem.b_mn else "k"
+    if major != want:
+        given = "a transposed [G, K, N] view" if problem.b_mn else "contiguous [G, N, K]"
+        return f"config {spec.name}: tma.major_b={major}; b is {given}: needs tma.major_b={want}"
     return None
 
 
@@ -366,6 +397,8 @@ def grouped_gemm(a: Any, b: Any, m_indices: Any = None, masked_m: Any = None, sc
         a: A, bf16 or ``torch.float8_e4m3fn``, contiguous, 16-byte aligned, on a CUDA device.
         b: B ``[G, N, K]`` (one weight per group: D's columns are B's rows), a's dtype, contiguous.  Any N: the
             last n-block of a group reads rows of the next group, which only feed columns ``>= N`` (never stored).
+            bf16 also ``w.transpose(1, 2)`` of a contiguous ``[G, K, N]`` weight (``torch._grouped_mm``'s
+            layout) with N a multiple of 8 and K of 64, read in place (the config's ``tma.major_b: mn`` variant).
         m_indices, masked_m: the table of the layout, int32, on a's device or the CPU (then checked on the host
             without a sync and copied to a's device on the current stream per call; not in CUDA-graph capture).
         scale_a: FP8 only: float32 one scale per row of A and 128-K block (``[G, M_max, ceil(K/128)]`` or
@@ -436,7 +469,14 @@ class GroupedCall:
         ordinal = api._ordinal(a)
         driver.ensure_context(ordinal)
         info = driver.device_info(ordinal)
-        loaded = api.loaded_kernel(default_config(p) if config is None else config, ordinal)
+        chosen = default_config(p) if config is None else config
+        if p.b_mn:  # the config's MN-major variant reads the transposed weights in place
+            variant = api.majors_config(chosen, False, True)
+            if variant is None:
+                raise ConfigError(f"config {api._config_identity(chosen)[1]}: cannot read b MN-major (tma.major_b=mn: "
+                                  "each CTA's share of block_n whole 64-column boxes); pass b contiguous")
+            chosen = variant
+        loaded = api.loaded_kernel(chosen, ordinal)
         spec = loaded.spec
         refused = _refuses(spec, p)
         if refused:
@@ -477,7 +517,8 @@ class GroupedCall:
             out = self.new_out()
         from ptxgen.runtime import api
 
-        maps = [(a.data_ptr(), p.rows, p.k, p.k), (b.data_ptr(), p.groups * p.n, p.k, p.k)]
+        b_map = (b.data_ptr(), p.groups * p.k, p.n, p.n) if p.b_mn else (b.data_ptr(), p.groups * p.n, p.k, p.k)
+        maps = [(a.data_ptr(), p.rows, p.k, p.k), b_map]
         held_a = held_b = None
         stream = api.launch_stream(self.ordinal)
         if p.fp8:

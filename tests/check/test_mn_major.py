@@ -1,13 +1,13 @@
-"""MN-major operands (``tma.major_a`` / ``major_b`` = ``mn``, sm_90a bf16 GEMM and dual GEMM): transposed views read
-in place.
+"""MN-major operands (``tma.major_a`` / ``major_b`` = ``mn``, sm_90a bf16 GEMM, dual GEMM, grouped GEMM's B):
+transposed views read in place.
 
 On the CPU: the config rules; the plan's boxes and descriptors; the verifier, the simulator (a CTA pair multicasting
 an MN-major B, a pair along N multicasting an MN-major A, split-K, the last-wave split, ping-pong, swap-AB, the dual
-GEMM's B1 and B2) and the PTX-vs-IR differential accept the variants; ptxas assembles them with 0 spills.  Planted
-bugs: a Wgmma without its transpose immediate, an MN-major descriptor with the K-major k-step, or with the LBO of one
+GEMM's B1 and B2, the grouped GEMM's stacked B) and the PTX-vs-IR differential accept the variants; ptxas
+assembles them with 0 spills.  Planted bugs: a Wgmma without its transpose immediate, an MN-major descriptor with the K-major k-step, or with the LBO of one
 chunk too few (wrong results in the simulator), and the descriptor's start address unmasked under a cluster rank's
 high address bits (the LBO the H100 read for the second CTA of a pair, 256 bytes off; the simulator gives rank 1
-its own shared window and computes a wrong result).
+its own shared window and computes a wrong result), and a grouped B's K rows not offset to the tile's group.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ptxgen.build import build, load_config
 from ptxgen.builders.kernel import build_kernel
 from ptxgen.check.ptx import interp as ptxinterp
 from ptxgen.check.ptx.diff import sweep_threads
-from ptxgen.check.sim.run import simulate
+from ptxgen.check.sim.run import simulate, simulate_grouped
 from ptxgen.check.verify import verify
 from ptxgen.errors import ConfigError, SimError
 from ptxgen.ir import Const, Sreg
@@ -82,7 +82,8 @@ def test_variants_assemble_without_spills():
     pytest.importorskip("cuda.pathfinder", reason="assembler wheels (pip install .[cuda]) are not installed")
     from ptxgen.assemble import assemble
 
-    for name, a, b in (*VARIANTS[:3], VARIANTS[-2]):  # pairs along M and N, the dual GEMM's last-wave pair
+    # pairs along M and N, the dual GEMM's last-wave pair, the grouped contiguous pair
+    for name, a, b in (*VARIANTS[:3], VARIANTS[-2], ("grouped_contiguous_h100_128x256_c2", "k", "mn")):
         res = build(variant(name, a, b))
         asm = assemble(res.ptx, res.plan.arch, sass=True)
         assert (asm.spill_store_bytes, asm.spill_load_bytes, asm.stack_frame_bytes) == (0, 0, 0)
@@ -139,3 +140,36 @@ def test_simulator_catches_the_unmasked_start_on_rank_1(monkeypatch):
     bad = build_kernel(make_plan(variant("h100_128x256", "k", "mn")))
     with pytest.raises(SimError, match="wrong result|out of bounds"):
         simulate(bad, 200, 328, 136, seed=1, num_sms=3)
+
+
+#: grouped configs whose B is read MN-major (the [G x K, N] stack of ``torch._grouped_mm``'s [G, K, N] weights): a
+#: masked single CTA, a masked pair (B always multicast), a contiguous pair (multicast B, or each CTA its own group's
+#: whole B where the pair's m-blocks are of two groups), the contiguous TMA-store tile
+GROUPED = ("grouped_masked_h100_128x128", "grouped_masked_h100_128x256_c2", "grouped_contiguous_h100_128x256_c2",
+           "grouped_contiguous_h100_128x256_tma")
+
+
+@pytest.mark.parametrize("name", GROUPED)
+def test_grouped_b_read_mn_major(name):
+    res = build(variant(name, "k", "mn"))
+    verify(res.kernel)
+    if "masked" in name:  # an empty group, one row, a group past one m-block
+        problems = [dict(n=200, k=128, masked_m=[70, 0, 1, 129], m_max=192)]
+    else:  # groups straddling a pair's m-blocks (70 | 1 rows), an empty group, three m-blocks of one
+        problems = [dict(n=200, k=128, group_rows=[70, 0, 1, 129, 300]), dict(n=136, k=192, group_rows=[128, 129])]
+    for problem in problems:
+        simulate_grouped(res.kernel, **problem, seed=1, num_sms=3)
+    assert sweep_threads(res.kernel, ptxinterp.parse(res.ptx)) is None
+    with pytest.raises(ConfigError, match=r"tma.major_a='mn'.*schedule.grouped=none"):
+        variant(name, "mn", "k")
+
+
+def test_simulator_catches_a_grouped_b_read_from_group_0(monkeypatch):
+    """Planted: the MN-major loads of a grouped B without the group's K-row offset (every group reads group 0's
+    weights): wrong results in the simulator."""
+    from ptxgen.builders import grouped
+
+    monkeypatch.setattr(grouped, "b_k_row", lambda plan: Const(0))
+    bad = build_kernel(make_plan(variant("grouped_contiguous_h100_128x256_c2", "k", "mn")))
+    with pytest.raises(SimError, match="wrong result"):
+        simulate_grouped(bad, n=200, k=128, group_rows=[70, 0, 1, 129, 300], seed=1, num_sms=3)

@@ -3,7 +3,8 @@
 For each shipped config of each layout (masked, contiguous; bf16 and FP8; the contiguous defaults TMA-store) and each
 TMA-store variant in ``bench/configs/grouped_*_tma.yaml`` (whole m-blocks TMA-stored, partial ones guarded), Hypothesis draws the number
 of groups G (1..12), each group's rows (empty groups, groups of one row, of block_m - 1, block_m and block_m + 1
-rows included), N and K; ``out`` is poisoned with NaN;
+rows included), N and K; ``out`` is poisoned with NaN (the bf16 configs also with B given as ``w.transpose(1, 2)``
+of a ``[G, K, N]`` weight, read in place MN-major, and a repeated call allocating nothing);
 each group's rows are compared with an fp32 reference of that group alone (FP8: the recipe's dequantized operands,
 :mod:`ptxgen.runtime.fp8`) by relative Frobenius error (< 1e-2), and every row outside the groups' valid rows
 (masked: rows >= masked_m[g]; contiguous: padding rows) must still be NaN (never written).
@@ -275,3 +276,48 @@ def test_cpu_tables_give_the_device_tables_bits_and_are_refused_in_capture():
     with pytest.raises(ShapeError, match="m_indices: device=cpu: a CPU table cannot be captured"):
         with torch.cuda.graph(graph):
             ptxgen.grouped_gemm(a, b, m_indices=contiguous_layout(rows))
+
+
+def _bf16_configs(layout: str) -> list[str]:
+    return [name for fp8, name in _configs(layout) if not fp8]
+
+
+@pytest.mark.parametrize("layout, config", [(lay, c) for lay in ("masked", "contiguous") for c in _bf16_configs(lay)],
+                         ids=_ids([(lay, c) for lay in ("masked", "contiguous") for c in _bf16_configs(lay)]))
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rows=group_rows, n8=st.integers(1, 140), k64=st.integers(1, 12), seed=st.integers(0, 2**31 - 1))
+@example(rows=[0, 1, 127, 128, 129, 256], n8=37, k64=3, seed=7)
+def test_transposed_b_read_in_place_matches_per_group_reference(layout, config, rows, n8, k64, seed):
+    """B as ``w.transpose(1, 2)`` of a contiguous ``[G, K, N]`` weight (``torch._grouped_mm``'s layout): the config's
+    MN-major variant reads it in place (no copy), each group's rows match the reference, other rows stay NaN."""
+    torch = pytest.importorskip("torch")
+    import ptxgen
+
+    n, k, groups = 8 * n8, 64 * k64, len(rows)
+    if layout == "masked":
+        m_max = max(rows) or 1
+        total, spans = groups * m_max, [(g * m_max, g * m_max + r) for g, r in enumerate(rows)]
+        table = {"masked_m": torch.tensor(rows, dtype=torch.int32, device="cuda")}
+    else:
+        table = {"m_indices": contiguous_layout(rows, device="cuda")}
+        total, starts, spans = table["m_indices"].numel(), 0, []
+        for r in rows:
+            spans.append((starts, starts + r))
+            starts += -(-r // BLOCK) * BLOCK
+        if total == 0:
+            return
+    a, b, _, _, ref_a, ref_b = _operands(torch, total, groups, n, k, False, seed)
+    w = b.transpose(1, 2).contiguous()  # [G, K, N]
+    if layout == "masked":
+        a = a.reshape(groups, m_max, k)
+    out = torch.full((total, n) if layout == "contiguous" else (groups, m_max, n), float("nan"),
+                     dtype=torch.bfloat16, device="cuda")
+    ptxgen.grouped_gemm(a, w.transpose(1, 2), out=out, config=config, **table)
+    _check(torch, out, spans, ref_a, ref_b, f"{config} (B transposed) rows={rows} N={n} K={k}")
+    out.fill_(float("nan"))
+    torch.cuda.synchronize()
+    allocs = torch.cuda.memory_stats()["allocation.all.allocated"]
+    ptxgen.grouped_gemm(a, w.transpose(1, 2), out=out, config=config, **table)  # the stored call: B read in place
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == allocs
+    _check(torch, out, spans, ref_a, ref_b, f"{config} (B transposed, again) rows={rows} N={n} K={k}")

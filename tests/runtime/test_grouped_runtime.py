@@ -377,3 +377,43 @@ def test_a_copied_scale_b_is_kept_until_it_changes(monkeypatch):
     monkeypatch.setattr(api, "current_stream", lambda ordinal: 1)  # another stream: copied again, on it
     ptxgen.grouped_gemm(**x, check_tables=False)
     assert copies[-1] is x["scale_b"] and len(copies) == 10
+
+
+def _gkn(g, n, k, dtype=BF16):
+    """B ``[G, N, K]`` as ``w.transpose(1, 2)`` of a contiguous ``[G, K, N]`` weight (``torch._grouped_mm``'s)."""
+    return torch.zeros((g, k, n), dtype=dtype).transpose(1, 2)
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"a": torch.zeros((3, 64, 72), dtype=BF16), "b": _gkn(3, 200, 72)},
+     "b: shape=(3, 200, 72) stride=(14400, 1, 200): a transposed [G, K, N] weight is read in place with N a multiple "
+     "of 8 and K a multiple of 64 (N=200, K=72); call .contiguous()"),
+    ({"b": _gkn(3, 204, 256)}, "(N=204, K=256)"),
+    ({"b": torch.zeros((3, 200, 512), dtype=BF16)[:, :, ::2]}, "b: shape=(3, 200, 256) stride=(102400, 512, 2): must be contiguous"),
+])
+def test_a_transposed_b_is_taken_where_it_can_be_read_in_place(over, message):
+    p = check_grouped_operands(**masked(b=_gkn(3, 200, 256)), require_cuda=False)
+    assert p.b_mn and (p.groups, p.n, p.k) == (3, 200, 256)
+    assert not check_grouped_operands(**masked(), require_cuda=False).b_mn
+    with pytest.raises(ShapeError, match=r"^b: shape=\(3, 200, 256\) stride=\(51200, 1, 200\): must be contiguous"):
+        check_grouped_operands(**contiguous(dtype=E4M3, b=_gkn(3, 200, 256, E4M3)), require_cuda=False)  # FP8: K-major
+    with pytest.raises(ShapeError) as exc:
+        check_grouped_operands(**masked(**over), require_cuda=False)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("name, make", [("grouped_masked_h100_128x128", masked),
+                                        ("grouped_contiguous_h100_128x256_c2", contiguous)])
+def test_a_transposed_b_runs_the_mn_major_variant_over_the_stacked_k_rows(monkeypatch, name, make):
+    """The call loads the config's ``tma.major_b: mn`` variant and maps B as the ``[G x K, N]`` stack, pitch N; a
+    contiguous B with that variant given as the config is refused (the map would read it transposed)."""
+    from ptxgen.config import load_config
+
+    variant = load_config(name).replace(**{"name": f"{name}_mnb", "tma.major_b": "mn"})
+    fake = _fake_driver(monkeypatch, build(variant).launch)
+    x = make(b=_gkn(3, 200, 256))
+    ptxgen.grouped_gemm(**x, config=name)
+    assert fake.loads[-1].name == f"{name}_mnb" and fake.loads[-1].tma.major_b == "mn"
+    assert fake.calls[-1][1][1] == (x["b"].data_ptr(), 3 * 256, 200, 200)
+    with pytest.raises(ConfigError, match=r"tma.major_b=mn; b is contiguous \[G, N, K\]: needs tma.major_b=k"):
+        ptxgen.grouped_gemm(**make(), config=variant)

@@ -117,6 +117,12 @@ __all__ = ["Machine", "POLICIES"]
 # ------------------------------------------------------------------ the machine
 
 
+def _mn_major(t: np.ndarray, groups: int) -> np.ndarray:
+    """``[G x rows, K]`` -> ``[G x K, rows]``: each group's operand as the ``[K, rows]`` tensor an MN-major map reads."""
+    rows = t.shape[0] // groups
+    return np.ascontiguousarray(t.reshape(groups, rows, -1).transpose(0, 2, 1).reshape(-1, rows))
+
+
 class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps, Umma, Wgmma, EpilogueLoads):
     """All CTAs of one launch, the global tensors and the scheduler (see module docstring).
 
@@ -148,11 +154,12 @@ class Machine(Scheduler, Ordering, Barriers, Tma, Stores, WorkspaceOps, TmemOps,
         spec = kernel.launch
         self.maps = {name: (t.box[0], t.box[1], t.swizzle == "128B", t.elem_bytes) for name, t in spec.tensor_maps.items()}
         self.grid = spec.grid.grid_x(m, n, num_sms)
-        # an MN-major map (tma.major_a / major_b) reads its operand as the transposed [K, rows] tensor
+        # an MN-major map (tma.major_a / major_b) reads its operand as the transposed [K, rows] tensor (a grouped
+        # B: each group's, stacked [G x K, N])
         mn = {name for name, t in spec.tensor_maps.items() if t.major == "mn"}
-        self.glob = GlobalTensors(np.ascontiguousarray(a.T) if "a" in mn else a,
-                                  np.ascontiguousarray(b.T) if "b" in mn else b, poison,
-                                  np.ascontiguousarray(b2.T) if b2 is not None and "b2" in mn else b2, extra,
+        groups = int((scalars or {}).get("num_groups", 1))
+        self.glob = GlobalTensors(_mn_major(a, 1) if "a" in mn else a, _mn_major(b, groups) if "b" in mn else b, poison,
+                                  _mn_major(b2, 1) if b2 is not None and "b2" in mn else b2, extra,
                                   d_shape=(a.shape[0], b.shape[0]))
         self.smem_base = smem_base
         self.rng = random.Random(schedule_seed)
