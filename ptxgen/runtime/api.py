@@ -41,7 +41,8 @@ with its transpose immediate), not copied.  With ``config=None`` the variant is
 that of the chooser's config, or of the cost model's best-ranked config that
 can take it (an MN-major operand moves in boxes of 64 rows: ``h100_128x144``
 cannot).  The dual GEMM reads B1 and B2 MN-major only when both are such views
-(one map layout for both), in its chosen config.
+(one map layout for both), in its chosen config.  A fused epilogue's call takes
+the variant of its derived config (``epilogue.expr`` kept).
 
 Per-call path (:func:`gemm`): the first call with a given (config, dtypes,
 shapes, strides, devices) signature runs every check, resolves the config
@@ -1022,7 +1023,7 @@ def _mn_major_variant(family: _Family, config: Any, spec: Any, a: Any, bs: tuple
     (``spec.name``) and then (GEMM) the cost model's ranking of the device's configs, the first that can read the
     view in place.  The dual GEMM's B1 and B2 share one tensor-map layout (``tma.major_b``): they are read
     MN-major only when both are such views."""
-    if family not in (_GEMM, _DUAL) or spec.arch != "sm_90a":
+    if family.kernel not in (_GEMM.kernel, _DUAL.kernel) or spec.arch != "sm_90a":  # fused epilogues included
         return None
     mn_a, *mn_bs = (_pitch(t) is None and mn_pitch(t) is not None for t in (a, *bs))
     mn_b = all(mn_bs)
@@ -1033,7 +1034,7 @@ def _mn_major_variant(family: _Family, config: Any, spec: Any, a: Any, bs: tuple
     from ptxgen.runtime import driver
     from ptxgen.runtime.choose import ranked_configs
 
-    ranked = ranked_configs(m, n, k, driver.device_info(ordinal)) if family is _GEMM else ()
+    ranked = ranked_configs(m, n, k, driver.device_info(ordinal)) if family.kernel == _GEMM.kernel else ()
     for name in (spec.name, *ranked):
         hit = majors_config(name, mn_a, mn_b)
         if hit is not None:

@@ -183,3 +183,31 @@ def test_dual_gemm_chosen_config_and_one_transposed_b(torch, m, n, k):
     _dual_check(torch, a, b1, b2_rows, out)
     key = api._signature(a, b1, out, None) + (b2_rows.dtype, b2_rows.shape, b2_rows.stride(), b2_rows.device)
     assert "_mn" not in api._calls[key].loaded.spec.name
+
+
+@pytest.mark.parametrize("m,n,k", [(200, 1288, 1000), (4096, 4096, 4096), (64, 8192, 2048)])
+def test_fused_epilogues_read_transposed_views_in_place(torch, m, n, k):
+    """``ptxgen.gemm(x, w.T, epilogue=...)`` (a bias and a residual tile through TMA) and the dual GEMM's
+    ``dual_gemm(x, w1.T, w2.T, epilogue=...)`` run the chosen config's MN-major variant of the fused kernel."""
+    import ptxgen
+    from ptxgen.runtime import api
+
+    a, b = _inputs(torch, m, n, k, "b", seed=k + 3)
+    _, b2 = _inputs(torch, m, n, k, "b", seed=k + 4)
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    residual = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+    acc, acc2 = a.float() @ b.float().T, a.float() @ b2.float().T
+    cases = (
+        (lambda: ptxgen.gemm(a, b, epilogue="gelu(acc + bias[col])", bias=bias),
+         torch.nn.functional.gelu(acc + bias.float(), approximate="tanh")),
+        (lambda: ptxgen.gemm(a, b, epilogue="acc + residual", residual=residual), acc + residual.float()),
+        (lambda: ptxgen.dual_gemm(a, b, b2, epilogue="silu(acc1) * acc2 + bias[col]", bias=bias),
+         torch.nn.functional.silu(acc) * acc2 + bias.float()),
+    )
+    before = set(api._fused_calls)
+    for run, ref in cases:
+        out = run()
+        torch.cuda.synchronize()
+        _close(torch, out, ref)
+    calls = [api._fused_calls[key][1] for key in set(api._fused_calls) - before]
+    assert len(calls) == 3 and all(c.loaded.spec.name.endswith("_mnb") for c in calls)

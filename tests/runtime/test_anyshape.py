@@ -342,3 +342,24 @@ def test_dual_gemm_reads_b1_b2_mn_major_only_together():
     assert majors(api._DUAL, "dual_h100_64x64", a_t, b_t, bf16(k, n).T) == ("dual_h100_64x64_mnab", "mn", "mn")
     assert majors(api._GEMM, "h100_128x256", a, b_t) == ("h100_128x256_mnb", "k", "mn")
     assert majors(api._FP8, "fp8_h100_128x128", a, b_t) is None  # 8-bit wgmma inputs are K-major only
+
+
+def test_fused_epilogue_calls_take_the_mn_major_variant_of_their_config():
+    """A fused call's family (``_fused_family``: its own ``out`` dtype check) is still the GEMM or dual GEMM: its
+    derived config (``epilogue.expr`` set) gets the MN-major variant with the expression kept."""
+    import torch as _torch
+
+    from ptxgen.ir.epilogue import for_kernel
+    from ptxgen.runtime import api
+
+    m, n, k = 64, 256, 128
+    expr = for_kernel("gelu(acc + bias[col])", "gemm")
+    derived = api._expr_config("h100_128x256", expr)
+    fam = api._fused_family(api._GEMM, _torch.bfloat16)
+    spec = SimpleNamespace(arch="sm_90a", name=derived.name)
+    hit = api._mn_major_variant(fam, derived, spec, bf16(m, k), (bf16(k, n).T,), m, n, k, 0)
+    assert (hit.tma.major_a, hit.tma.major_b, hit.epilogue.expr) == ("k", "mn", derived.epilogue.expr)
+    dual = api._expr_config("dual_h100_128x128", for_kernel("silu(acc1) * acc2 + bias[col]", "dual_gemm"))
+    hit = api._mn_major_variant(api._fused_family(api._DUAL, _torch.bfloat16), dual, spec, bf16(m, k).T.contiguous().T,
+                                (bf16(k, n).T, bf16(k, n).T), m, n, k, 0)
+    assert (hit.tma.major_b, hit.epilogue.expr) == ("mn", dual.epilogue.expr)
