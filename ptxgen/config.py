@@ -47,6 +47,7 @@ from pydantic_core import PydanticCustomError
 from pydantic.dataclasses import dataclass as _pydantic_dataclass
 
 from .errors import ConfigError
+from .hw import BF16_BLOCK_K  # K elements per bf16 k-block (the runtime reads it too)
 from .hw import FP8_SCALE_BLOCK  # K elements per FP8 scale block (plan and runtime read it too)
 from .hw import GROUPED_SEGMENT_ROWS  # the contiguous layout's segment padding (the runtime reads it too)
 from .hw import MN_MAJOR_CHUNK  # M or N elements per MN-major box (plan and runtime read it too)
@@ -574,7 +575,8 @@ def validate(cfg: Config) -> None:
     elif cfg.operands == "mxfp8":
         _validate_mxfp8(cfg)
     else:
-        _rule(t.block_k == 64, "tile.block_k", t.block_k, "must be 64 (128 B of bf16: one 128B-swizzle atom)")
+        _rule(t.block_k == BF16_BLOCK_K, "tile.block_k", t.block_k,
+              f"must be {BF16_BLOCK_K} (128 B of bf16: one 128B-swizzle atom)")
     if cfg.operands != "fp8":
         _rule(cfg.mma.promotion_unroll == 1, "mma.promotion_unroll", cfg.mma.promotion_unroll,
               "only operands=fp8 promotes block partials; must be 1")

@@ -58,6 +58,10 @@ FP8_SCALE_BLOCK = 128
 # this many rows.  A grouped kernel's m-block must divide it, so that an m-block never spans two groups.
 GROUPED_SEGMENT_ROWS = 128
 
+# K elements of one bf16 k-block (``tile.block_k`` of every bf16 config): 128 B, one 128B-swizzle atom row (PTX ISA
+# "Matrix Descriptor Format": the K-major operand layouts the wgmma and UMMA descriptors take).
+BF16_BLOCK_K = 64
+
 # An MN-major bf16 operand (sm_90a) moves in boxes of this many M or N elements: 128 B, one 128B-swizzle row, so one
 # box is one column of swizzle atoms, block_k K rows deep (PTX ISA "Tensor copy: swizzle modes", "Matrix Descriptor
 # Format": MN-major layouts repeat every swizzle width along M or N, LBO apart).

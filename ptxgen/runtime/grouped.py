@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ptxgen.errors import ConfigError, ShapeError
-from ptxgen.hw import FP8_SCALE_BLOCK, GROUPED_SEGMENT_ROWS
+from ptxgen.hw import BF16_BLOCK_K, FP8_SCALE_BLOCK, GROUPED_SEGMENT_ROWS
 
 #: shipped configs by (layout, fp8); default_config takes a larger tile where the H100 measured it faster.
 #: Contiguous: the 128x256 tile with TMA stores of whole m-blocks (docs/grouped.md, "TMA stores of whole m-blocks"):
@@ -81,9 +81,9 @@ _SB_BOX = 4  # fp32 scale_b blocks per 16-byte TMA box: each group's blocks are 
 _ALIGN = 16
 #: a bf16 B given as ``w.transpose(1, 2)`` of a contiguous ``[G, K, N]`` weight (``torch._grouped_mm``'s layout) is
 #: read in place by the config's MN-major variant (``tma.major_b: mn``; its map is the ``[G x K, N]`` stack) when N
-#: is a multiple of 8 (16-byte map rows) and K of MN_MAJOR_K, the configs' block_k: a k-block then never reaches
-#: into the next group's rows (they would meet A's zero-filled columns past K, exact only for finite weights)
-MN_MAJOR_K = 64
+#: is a multiple of 8 (16-byte map rows) and K of MN_MAJOR_K, every bf16 config's block_k: a k-block then never
+#: reaches into the next group's rows (they would meet A's zero-filled columns past K, exact only for finite weights)
+MN_MAJOR_K = BF16_BLOCK_K
 
 
 @dataclass(frozen=True)
