@@ -380,6 +380,11 @@ class MmaIssuePlan:
         """Bytes between an MN-major operand's 64-element M or N chunks in a stage (its LBO)."""
         return self.mn_lbo_field << 4
 
+    def desc_steps(self, mn_major: bool) -> tuple[int, int]:
+        """(LBO field, low-word increment per k-step) of an operand's descriptor: MN-major, the LBO between its M or N
+        chunks and 16 K rows per k-step; K-major, the LBO its layout ignores and the k-step's bytes of K."""
+        return (self.mn_lbo_field, self.mn_k_step_desc) if mn_major else (self.desc_lbo_field, self.k_step_desc)
+
     @property
     def accumulator_regs(self) -> int:
         """sm_90a: fp32 accumulator registers per consumer thread (every wave's fragment of every stream)."""

@@ -749,10 +749,7 @@ class WgmmaConsumer:
         k0, _ = k_bounds(p)
         out = [*lets, *p.ab.consumer_wait(st), WgmmaFence()]
         a, m = p.loads.operand("a"), p.mma
-        # an MN-major operand's descriptor: LBO between its M or N chunks, 16 K rows per k-step (PTX ISA "Matrix
-        # Descriptor Format"); a K-major one: LBO unused, 32 bytes of K per k-step
-        a_lbo, a_step = (m.mn_lbo_field, m.mn_k_step_desc) if m.trans_a else (m.desc_lbo_field, m.k_step_desc)
-        b_lbo, b_step = (m.mn_lbo_field, m.mn_k_step_desc) if m.trans_b else (m.desc_lbo_field, m.k_step_desc)
+        (a_lbo, a_step), (b_lbo, b_step) = m.desc_steps(m.trans_a), m.desc_steps(m.trans_b)  # PTX ISA "Matrix Descriptor Format"
         for v in range(m.m_waves):
             # a wave's 64 rows of A: K-major 64 rows of block_k, MN-major one 64-element chunk (the same bytes)
             a_base = desc_lo(p, fold(stage_offset(p, "a", st.index) + wg * m.wg_a_stride + v * m.a_wave_bytes), a_lbo,

@@ -131,8 +131,9 @@ def _tensor(name: str, t: Any, dims: int, what: str, dtype: Any, require_cuda: b
         raise ShapeError(f"{name}: device={t.device}: must be on a's device {device}")
 
 
-def _dense(name: str, t: Any) -> None:
-    if t.numel() and not t.is_contiguous():
+def _dense(name: str, t: Any, contiguous: bool = True) -> None:
+    """``t`` contiguous (unless ``contiguous`` is False: a layout checked by the caller) and 16-byte aligned."""
+    if contiguous and t.numel() and not t.is_contiguous():
         raise ShapeError(f"{name}: shape={tuple(t.shape)} stride={t.stride()}: must be contiguous; call .contiguous()")
     if t.numel() and t.data_ptr() % _ALIGN:
         raise ShapeError(f"{name}: data_ptr={t.data_ptr():#x}: must be {_ALIGN}-byte aligned (TMA); call .clone()")
@@ -246,12 +247,8 @@ def check_grouped_operands(a: Any, b: Any, m_indices: Any = None, masked_m: Any 
         raise ShapeError(f"b: shape={tuple(b.shape)} stride={b.stride()}: a transposed [G, K, N] weight is read in "
                          f"place with N a multiple of 8 and K a multiple of {MN_MAJOR_K} (N={n}, K={k}); "
                          "call .contiguous()")
-    for name, t in (("a", a), ("b", b)):
-        if t is b and b_mn:
-            if b.data_ptr() % _ALIGN:
-                raise ShapeError(f"b: data_ptr={b.data_ptr():#x}: must be {_ALIGN}-byte aligned (TMA); call .clone()")
-            continue
-        _dense(name, t)
+    _dense("a", a)
+    _dense("b", b, contiguous=not b_mn)
     inputs = [("a", a), ("b", b)] + ([] if on_host else [(tname, table)])
     kb = -(-k // FP8_SCALE_BLOCK)
     if fp8:
@@ -473,7 +470,7 @@ class GroupedCall:
         if p.b_mn:  # the config's MN-major variant reads the transposed weights in place
             variant = api.majors_config(chosen, False, True)
             if variant is None:
-                raise ConfigError(f"config {api._config_identity(chosen)[1]}: cannot read b MN-major (tma.major_b=mn: "
+                raise ConfigError(f"config {getattr(chosen, 'name', chosen)}: cannot read b MN-major (tma.major_b=mn: "
                                   "each CTA's share of block_n whole 64-column boxes); pass b contiguous")
             chosen = variant
         loaded = api.loaded_kernel(chosen, ordinal)

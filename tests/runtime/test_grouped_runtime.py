@@ -417,3 +417,15 @@ def test_a_transposed_b_runs_the_mn_major_variant_over_the_stacked_k_rows(monkey
     assert fake.calls[-1][1][1] == (x["b"].data_ptr(), 3 * 256, 200, 200)
     with pytest.raises(ConfigError, match=r"tma.major_b=mn; b is contiguous \[G, N, K\]: needs tma.major_b=k"):
         ptxgen.grouped_gemm(**make(), config=variant)
+
+
+def test_a_config_that_cannot_read_a_transposed_b_is_refused_before_launch(monkeypatch):
+    """A grouped config whose block_n is not whole 64-column boxes has no MN-major variant: a transposed B given to
+    it is a ConfigError naming the config and the rule, before any launch."""
+    from ptxgen.config import load_config
+
+    cfg = load_config("grouped_masked_h100_128x128").replace(**{"name": "grouped_masked_h100_128x96", "tile.block_n": 96})
+    fake = _fake_driver(monkeypatch, build(cfg).launch)
+    with pytest.raises(ConfigError, match=r"^config grouped_masked_h100_128x96: cannot read b MN-major \(tma.major_b=mn"):
+        ptxgen.grouped_gemm(**masked(b=_gkn(3, 200, 256)), config=cfg)
+    assert fake.calls == [] and fake.loads == []
