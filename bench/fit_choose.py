@@ -83,7 +83,6 @@ Usage: PYTHONPATH=$PWD python3 bench/fit_choose.py [--fit survey_tune.json ...] 
        [--table F [--table-of survey_tune.json ... [--join J ... --join-scaled]]]
 """
 import argparse
-import dataclasses
 import json
 import math
 import statistics
@@ -169,7 +168,7 @@ def with_base_factors(model: choose.DeviceModel, cands) -> choose.DeviceModel:
     own = dict(model.tile_factors)
     factors = [(c.name, own.get(base_of(c.name), 1.0) if c.split_tiles == "last_wave" else 1.0 if c.split_k > 1
                 else own.get(c.name, 1.0)) for c in cands]
-    return dataclasses.replace(model, tile_factors=tuple(factors))
+    return model._replace(tile_factors=tuple(factors))
 
 
 def fit(cands, rows, start: choose.DeviceModel, terms=(), quiet: bool = False, maxiter: int = 3000,
@@ -185,7 +184,7 @@ def fit(cands, rows, start: choose.DeviceModel, terms=(), quiet: bool = False, m
     def model_of(x):
         v = [math.exp(min(max(t, -20.0), 20.0)) for t in x]
         tf = {**own, **{n: round(f, 4) for n, f in zip(names, v[len(consts):])}}
-        return with_base_factors(dataclasses.replace(start, **dict(zip(consts, v)), tile_factors=tuple(tf.items())),
+        return with_base_factors(start._replace(**dict(zip(consts, v)), tile_factors=tuple(tf.items())),
                                  cands)
 
     x = [math.log(max(getattr(start, f), 1e-3)) for f in consts] + [math.log(own.get(n, 1.0)) for n in names]
@@ -222,7 +221,7 @@ def fit_split(cands, rows, start: choose.DeviceModel) -> choose.DeviceModel:
 
     def model_of(x):
         v = [math.exp(min(max(t, -20.0), 20.0)) for t in x]
-        return dataclasses.replace(start, partial_tbps=v[0],
+        return start._replace(partial_tbps=v[0],
                                    tile_factors=held + tuple((n, round(f, 4)) for n, f in zip(split, v[1:])))
 
     x = [math.log(start.partial_tbps)] + [0.0] * len(split)
@@ -243,7 +242,7 @@ def fit_pad(cands, rows, start: choose.DeviceModel, quiet: bool = False) -> choo
     names = list(PAD_FITTED)
 
     def model_of(x):
-        return dataclasses.replace(start, **{n: round(math.exp(min(max(t, -20.0), 20.0)), 4) for n, t in zip(names, x)})
+        return start._replace(**{n: round(math.exp(min(max(t, -20.0), 20.0)), 4) for n, t in zip(names, x)})
 
     x = [math.log(first if first is not None else getattr(start, n)) for n, (_, first) in PAD_FITTED.items()]
     bounds = [(math.log(lo), math.log(hi)) for (lo, hi), _ in PAD_FITTED.values()]
@@ -268,7 +267,7 @@ def whole_tile_isolates(cands, rows, model: choose.DeviceModel) -> list[tuple[st
     tiles (:data:`ISOLATE_WAVES`, :data:`ISOLATE_TAIL`), the measured time over the base's, less what ``model``
     (without the fixup term) predicts of it, times the base's predicted time: per whole wave and per split, in the
     model's microseconds."""
-    free = dataclasses.replace(model, whole_tile_fixup_us=0.0)
+    free = model._replace(whole_tile_fixup_us=0.0)
     by_name = {c.name: c for c in cands}
     out = []
     for mnk, times in rows:
@@ -294,10 +293,10 @@ def fit_lastwave(cands, rows, start: choose.DeviceModel,
     isolates = whole_tile_isolates(cands, rows, start)
     for name, mnk, us in isolates if not quiet else ():
         print(f"  isolated: {name} on {mnk[0]}x{mnk[1]}x{mnk[2]}: {us:.3f} us per whole tile and split")
-    isolated = dataclasses.replace(start, whole_tile_fixup_us=round(statistics.median(us for *_, us in isolates), 3))
+    isolated = start._replace(whole_tile_fixup_us=round(statistics.median(us for *_, us in isolates), 3))
 
     def model_of(x):
-        return dataclasses.replace(start, whole_tile_fixup_us=round(math.exp(min(max(x[0], -20.0), 20.0)), 4))
+        return start._replace(whole_tile_fixup_us=round(math.exp(min(max(x[0], -20.0), 20.0)), 4))
 
     bounds = [(math.log(WHOLE_TILE_FIXUP_BOUNDS[0]), math.log(WHOLE_TILE_FIXUP_BOUNDS[1]))]
     return isolated, _minimize(model_of, [math.log(isolated.whole_tile_fixup_us)], bounds, cands, rows, quiet)
@@ -314,7 +313,7 @@ def fit_partial(cands, rows, start: choose.DeviceModel, quiet: bool = False) -> 
     names = list(PARTIAL_FITTED)
 
     def model_of(x):
-        return dataclasses.replace(start, **{n: round(math.exp(min(max(t, -20.0), 20.0)), 4) for n, t in zip(names, x)})
+        return start._replace(**{n: round(math.exp(min(max(t, -20.0), 20.0)), 4) for n, t in zip(names, x)})
 
     return _minimize(model_of, [math.log(getattr(start, n)) for n in names],
                      [(math.log(lo), math.log(hi)) for lo, hi in PARTIAL_FITTED.values()], cands, rows, quiet)
@@ -344,11 +343,11 @@ def fit_main_loop(cands, rows, start: choose.DeviceModel, quiet: bool = False,
     lw = last_wave_names(cands)
     names = list(LASTWAVE_PARTIAL_FITTED if own_partial else PARTIAL_FITTED)
     if own_partial and start.lastwave_partial_tbps is None:
-        start = dataclasses.replace(start, lastwave_partial_tbps=start.partial_tbps)
+        start = start._replace(lastwave_partial_tbps=start.partial_tbps)
 
     def model_of(x):
         v = [round(math.exp(min(max(t, -20.0), 20.0)), 4) for t in x]
-        return dataclasses.replace(start, main_loop_factors=tuple(zip(lw, v[:len(lw)])), **dict(zip(names, v[len(lw):])))
+        return start._replace(main_loop_factors=tuple(zip(lw, v[:len(lw)])), **dict(zip(names, v[len(lw):])))
 
     own = dict(start.main_loop_factors)
     x = [math.log(own.get(n, 1.0)) for n in lw] + [math.log(getattr(start, n)) for n in names]
@@ -388,14 +387,14 @@ def stage_variants() -> tuple:
                 raw.get("cluster", {}).get("size", 1)) == (c.block_m, c.block_n, c.block_k, c.warpgroups, c.cluster)
         if not same:
             raise ValueError(f"stage variant {name}: differs from {base} in more than pipeline.stages")
-        out.append(dataclasses.replace(c, name=name, stages=raw["pipeline"]["stages"]))
+        out.append(c._replace(name=name, stages=raw["pipeline"]["stages"]))
     return tuple(out)
 
 
 def with_variant_factors(model: choose.DeviceModel) -> choose.DeviceModel:
     """``model`` with each :data:`STAGE_VARIANTS` entry's tile factor its base's (the same kernel)."""
     own = dict(model.tile_factors)
-    return dataclasses.replace(model, tile_factors=tuple({**own, **{v: own.get(b, 1.0) for v, b in
+    return model._replace(tile_factors=tuple({**own, **{v: own.get(b, 1.0) for v, b in
                                                                     STAGE_VARIANTS.items()}}.items()))
 
 
@@ -426,7 +425,7 @@ def ring_error(model: choose.DeviceModel, variants, pairs) -> float:
 def ring_isolates(variants, pairs, start: choose.DeviceModel) -> choose.DeviceModel:
     """``start`` with the :data:`RING_FITTED` constants that best predict the stage variants' times over their bases'
     (:func:`ring_error` over the :data:`RING_GRID`; the tile factor cancels in the ratio)."""
-    grid = [dataclasses.replace(start, stage_latency_us=lat, pad_row_cost=pad) for lat in RING_GRID[0]
+    grid = [start._replace(stage_latency_us=lat, pad_row_cost=pad) for lat in RING_GRID[0]
             for pad in RING_GRID[1]]
     return min(grid, key=lambda m: ring_error(m, variants, pairs))
 
@@ -447,7 +446,7 @@ def fit_ring(cands, rows, pairs, start: choose.DeviceModel,
     def model_of(x):
         tf = {**own, **{n: round(math.exp(min(max(t, -20.0), 20.0)), 4) for n, t in zip(names, x)}}
         tf.update({n: tf.get(b, 1.0) for n, b in lw.items()})
-        return dataclasses.replace(isolated, tile_factors=tuple(tf.items()))
+        return isolated._replace(tile_factors=tuple(tf.items()))
 
     bounds = [(math.log(TILE_FACTOR_BOUNDS[0]), math.log(TILE_FACTOR_BOUNDS[1]))] * len(names)
     return isolated, _minimize(model_of, [math.log(own.get(n, 1.0)) for n in names], bounds, cands, rows, quiet)
@@ -457,7 +456,7 @@ def k_sweep_estimates(cands, rows, model: choose.DeviceModel) -> list[tuple[str,
     """``[(candidate, (m, n), factor)]``: per last-wave candidate timed beside its base on at least two K of one
     ``(m, n)``, the measured growth of its time with K over its base's (least-squares slopes), divided by what
     ``model`` (without main-loop factors) predicts of that ratio: the main-loop factor the K-sweep alone gives."""
-    free = dataclasses.replace(model, main_loop_factors=())
+    free = model._replace(main_loop_factors=())
     by_name = {c.name: c for c in cands}
     sweeps: dict[tuple[int, int], list] = {}
     for (m, n, k), times in rows:
@@ -526,12 +525,12 @@ def refit_all(cands, tune: str, split_k: list[str], lastwave: str, terms=(), qui
     forms are compared at the best of several starts)."""
     names = {c.name for c in cands}
     split = {c.name for c in cands if c.split_k > 1}
-    start = dataclasses.replace(choose.SM90_MODEL, multicast=True, one_wg_efficiency=0.8, ragged_load_factor=1.5,
+    start = choose.SM90_MODEL._replace(multicast=True, one_wg_efficiency=0.8, ragged_load_factor=1.5,
                                 dram_latency_us=2.0, overlap=4.0, **{TERMS[t][0]: TERMS[t][2] for t in terms})
     if warm is not None:
-        start = dataclasses.replace(warm, **{name: (getattr(warm, name) or first_value) if t in terms else 0.0
+        start = warm._replace(**{name: (getattr(warm, name) or first_value) if t in terms else 0.0
                                              for t, (name, _, first_value) in TERMS.items()})
-    start = dataclasses.replace(start, **(first or {}))
+    start = start._replace(**(first or {}))
     model = fit(cands, measured([tune], names, split), start, terms, quiet)
     model = fit_pad(cands, measured([tune, *split_k], names, split), model, quiet)
     model = fit_lastwave(cands, measured([lastwave], names, split), model, quiet)[1]
@@ -578,7 +577,7 @@ def fit_tile_factors(cands, rows, start: choose.DeviceModel, fitted: list[str], 
     grid = [round(lo + i * step, 4) for i in range(int(round((hi - lo) / step)) + 1)]
 
     def with_factor(m: choose.DeviceModel, name: str, f: float) -> choose.DeviceModel:
-        return dataclasses.replace(m, tile_factors=tuple((n, v) for n, v in m.tile_factors if n != name) + ((name, f),))
+        return m._replace(tile_factors=tuple((n, v) for n, v in m.tile_factors if n != name) + ((name, f),))
     for _ in range(rounds):
         for name in fitted:
             model = min((with_factor(model, name, f) for f in grid), key=lambda m: loss(m, cands, rows))
@@ -672,7 +671,7 @@ def main() -> None:
     model = choose.SM90_GEMM_MODEL
     if args.fit:
         rows = measured(args.fit, names, split)
-        start = dataclasses.replace(choose.SM90_MODEL, multicast=True, one_wg_efficiency=0.8, ragged_load_factor=1.5,
+        start = choose.SM90_MODEL._replace(multicast=True, one_wg_efficiency=0.8, ragged_load_factor=1.5,
                                     dram_latency_us=2.0, overlap=4.0)
         for label, model in (("start", start), ("shipped", choose.SM90_GEMM_MODEL)):
             print(f"{label}: loss {loss(model, cands, rows):.4f}")
@@ -700,7 +699,7 @@ def main() -> None:
         print(f"fitted: loss {loss(model, cands, rows):.4f}, " + ", ".join(f"{n}={getattr(model, n):.4g}" for n in PAD_FITTED))
     if args.fit_lastwave:
         rows = measured(args.fit_lastwave, names, split)
-        free = dataclasses.replace(model, whole_tile_fixup_us=0.0)
+        free = model._replace(whole_tile_fixup_us=0.0)
         isolated, soft = fit_lastwave(cands, rows, free)
         for label, m in (("without the term", free), ("isolated", isolated), ("soft-loss fit", soft), ("shipped", model)):
             r = [times[model_pick(m, cands, mnk, times)] / min(times.values()) for mnk, times in rows]
@@ -804,7 +803,7 @@ def main() -> None:
                   f"mean {statistics.fmean(r):.4f}, worst {max(r):.4f} "
                   f"({'x'.join(map(str, max(loo, key=lambda t: t[1])[0]))}), {sum(x > 1.02 for x in r)} above 1.02")
         if args.model_json:
-            Path(args.model_json).write_text(json.dumps(dataclasses.asdict(fitted)) + "\n")
+            Path(args.model_json).write_text(json.dumps(fitted._asdict()) + "\n")
         model = fitted
     if args.fit_device:
         rows = joined(args.fit_device, args.join, names, split, scaled=args.join_scaled)

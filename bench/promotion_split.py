@@ -10,7 +10,6 @@ is left alone.
 Usage: PYTHONPATH=$PWD python3 bench/promotion_split.py --a 128B --b none -- SURVEY_ARGS ...
 """
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -30,7 +29,7 @@ def split_promotion(a: str, b: str) -> None:
         wanted = by_tensor.get(spec.tensor, "keep")
         if wanted == "keep":
             return args
-        return dataclasses.replace(args, l2_promotion=tensormap.L2_PROMOTIONS[wanted])
+        return args._replace(l2_promotion=tensormap.L2_PROMOTIONS[wanted])
 
     tensormap.tiled_args = tiled_args
 

@@ -60,8 +60,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ptxgen.errors import ConfigError
 
@@ -92,8 +92,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 
 
-@dataclass(frozen=True)
-class Knobs:
+class Knobs(NamedTuple):
     """The knobs' values at one moment.
 
     Attributes:

@@ -5,6 +5,11 @@ PTX as ``generated/<name>.json``; the runtime reads it back.  Nothing here is
 derived a second time: the runtime only evaluates the grid policy on the
 problem shape.
 
+The records here, and the runtime's records on a first call's path, are ``typing.NamedTuple`` classes:
+immutable, and defined by compiling one small function, where a frozen dataclass compiles five or six methods
+from text when its class is created (about 10 ms of a warm first call for fifteen classes on an H100 host;
+docs/performance.md, "The warm path's host work").  Copies with changes: ``spec._replace(...)``.
+
 Kernel signature (every GEMM kernel, both targets), in parameter order::
 
     tmap_a  .param .align 128 .b8 [128]   CUtensorMap of A [M, K] bf16, K innermost
@@ -23,7 +28,9 @@ Split-K kernels (``schedule.split_k > 1``) take one more parameter after ``k``::
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 PARAMS: tuple[tuple[str, str], ...] = (
     ("tmap_a", "tensor_map"),
@@ -36,8 +43,7 @@ PARAMS: tuple[tuple[str, str], ...] = (
 )
 
 
-@dataclass(frozen=True)
-class TensorMapSpec:
+class TensorMapSpec(NamedTuple):
     """One 2-D tiled tensor map, as ``cuTensorMapEncodeTiled`` takes it.
 
     Attributes:
@@ -75,8 +81,19 @@ ELEM_BYTES = {"bf16": 2, "f16": 2, "u8": 1, "f32": 4}
 """Element size in bytes of each tensor-map dtype."""
 
 
-@dataclass(frozen=True)
-class SplitUnits:
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-ready data: a record (these classes) as a dict of its fields, a mapping as a dict, a tuple
+    as a list, recursively."""
+    if hasattr(value, "_asdict"):
+        value = value._asdict()
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return value
+
+
+class SplitUnits(NamedTuple):
     """How a persistent split-K launch deals its work (:meth:`GridPolicy.split_units`).
 
     Attributes:
@@ -94,8 +111,7 @@ class SplitUnits:
     units: int
 
 
-@dataclass(frozen=True)
-class GridPolicy:
+class GridPolicy(NamedTuple):
     """How the grid follows from the problem shape.
 
     A *cluster tile* is the output area one cluster computes per scheduler
@@ -144,8 +160,7 @@ class GridPolicy:
         return self.split_units(m, n, num_sms).clusters * self.cluster_size
 
 
-@dataclass(frozen=True)
-class WorkspaceSpec:
+class WorkspaceSpec(NamedTuple):
     """The global workspace of a split-K kernel (split-K, last arriver reduces; see :class:`ptxgen.plan.SplitKPlan`).
 
     Layout, bytes from the buffer's start, for ``cta_tiles`` CTA tiles (cluster tiles x ``ctas_per_tile``)::
@@ -203,8 +218,7 @@ class WorkspaceSpec:
         return self.bytes(self.cta_tiles_for(grid, m, n, num_sms))
 
 
-@dataclass(frozen=True)
-class LaunchSpec:
+class LaunchSpec(NamedTuple):
     """All a runtime needs to launch one kernel (see module docstring for the signature).
 
     Attributes:
@@ -236,7 +250,7 @@ class LaunchSpec:
     params: tuple[tuple[str, str], ...] = PARAMS
     k_multiple: int = 8
     n_multiple: int = 1
-    extra: dict = field(default_factory=dict)
+    extra: Mapping[str, Any] = MappingProxyType({})
     workspace: WorkspaceSpec | None = None
     pdl: bool = False
 
@@ -244,7 +258,7 @@ class LaunchSpec:
         """Stable, human-readable JSON (sorted keys, 2-space indent, trailing newline); ``grid.split_tiles`` only
         when it is not ``"all"`` and a tensor map's ``major`` only when it is not ``"k"`` (the specs written before
         them read back the same)."""
-        d = asdict(self)
+        d = _plain(self)
         if d["grid"]["split_tiles"] == "all":
             del d["grid"]["split_tiles"]
         for tmap in d["tensor_maps"].values():

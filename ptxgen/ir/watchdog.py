@@ -128,9 +128,8 @@ def instrument(kernel: Kernel, budget_ns: int) -> Kernel:
     table = {"budget_ns": budget_ns, "drain_ns": DRAIN_NS, "sites": [list(s) for s in sites],
              "barriers": {b.name: [list(b.init), b.tx_bytes] for b in kernel.barriers},
              "record_words": RECORD_WORDS, "fields": list(FIELDS)}
-    if dataclasses.is_dataclass(launch):
-        launch = dataclasses.replace(launch, params=tuple(launch.params) + (PARAM,),
-                                     extra={**launch.extra, "watchdog": table})
+    if launch is not None:
+        launch = launch._replace(params=tuple(launch.params) + (PARAM,), extra={**launch.extra, "watchdog": table})
     return dataclasses.replace(kernel, body=body, params=kernel.params + (PARAM,), launch=launch,
                                watchdog_ns=budget_ns, wait_sites=tuple(sites))
 

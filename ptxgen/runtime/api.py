@@ -64,8 +64,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from ptxgen.errors import ConfigError, ShapeError
 from ptxgen.hw import FP8_SCALE_BLOCK
@@ -345,8 +344,7 @@ def resolve_config(config: Any, m: int, n: int, k: int, ordinal: int, kernel: st
     return choose(m, n, k, driver.device_info(ordinal), kernel)
 
 
-@dataclass
-class LoadedKernel:
+class LoadedKernel(NamedTuple):
     """A kernel loaded on one device plus its fast-path launcher.
 
     Attributes:
@@ -505,8 +503,7 @@ def _ordinal(a: Any) -> int:
 # --------------------------------------------------------------------------- launch
 
 
-@dataclass
-class PreparedGemm:
+class PreparedGemm(NamedTuple):
     """A checked, encoded GEMM launch: call :meth:`launch` to enqueue it (again and again).
 
     Holds references to A, B and D so the tensor maps stay valid.
@@ -535,8 +532,7 @@ class PreparedGemm:
         return self.out
 
 
-@dataclass(frozen=True)
-class _Family:
+class _Family(NamedTuple):
     """What a kernel family's call adds to the common path: its input check and the configs it runs.
 
     Attributes:
@@ -812,8 +808,7 @@ def _round_up(x: int, multiple: int) -> int:
     return -(-x // multiple) * multiple
 
 
-@dataclass(frozen=True)
-class Staging:
+class Staging(NamedTuple):
     """How a call signature's operands reach the kernel (:func:`staging_plan`); pure data.
 
     Attributes:
@@ -1291,7 +1286,7 @@ def _fused_family(family: _Family, d_dtype: Any) -> _Family:
                        dtype=d_dtype)
         return m, n, k
 
-    return replace(family, check=check)
+    return family._replace(check=check)
 
 
 def _expr_config(config: Any, expr: Any) -> Any:

@@ -91,9 +91,8 @@ from __future__ import annotations
 import functools
 import json
 import math
-from dataclasses import astuple, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ptxgen.errors import ConfigError
 
@@ -114,8 +113,7 @@ DEVICE_TABLES = {("sm_90a", "H200"): "tuned_sm90_h200.json"}
 TABLE_VERSION = 1
 
 
-@dataclass(frozen=True)
-class DeviceModel:
+class DeviceModel(NamedTuple):
     """Throughputs and fitted constants of the cost model (:func:`predict`).
 
     Attributes:
@@ -256,8 +254,7 @@ def device_key(name: str) -> str:
     return next((key for _, key in DEVICE_TABLES if key in words), "")
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
     """What the cost model needs of a config (read from its YAML, no build)."""
 
     name: str
@@ -324,7 +321,7 @@ def shipped_rows() -> list[list]:
     """Every shipped config's :class:`Candidate` as a JSON-ready row (its fields in order), parsed from the YAML."""
     from ptxgen.shipped import shipped_configs
 
-    return [list(astuple(shipped_candidate(name))) for name in shipped_configs()]
+    return [list(shipped_candidate(name)) for name in shipped_configs()]
 
 
 def shipped_candidate(name: str) -> Candidate:

@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import functools
 import threading
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from ptxgen.errors import CudaError
 
@@ -171,8 +170,7 @@ def ensure_context(ordinal: int | None = None) -> int:
     return ordinal
 
 
-@dataclass(frozen=True)
-class DeviceInfo:
+class DeviceInfo(NamedTuple):
     """Attributes of one CUDA device that the runtime uses.
 
     Attributes:

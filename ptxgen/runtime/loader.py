@@ -39,8 +39,7 @@ import json
 import logging
 import os
 import struct
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ptxgen import knobs
 from ptxgen.errors import ConfigError
@@ -53,18 +52,17 @@ _IMAGE_MAGIC = b"PTXGIMG1"
 _LENGTHS = struct.Struct("<8sQQQ")
 
 
-@dataclass(frozen=True)
-class KernelImage:
+class KernelImage(NamedTuple):
     """A kernel ready to load: launch spec, PTX text and the cubin compiled from it (for one device).
 
-    ``origin`` (not stored, not compared): ``"built"`` in this process, ``"cache"`` read from the disk cache,
+    ``origin`` (not stored in the image's bytes): ``"built"`` in this process, ``"cache"`` read from the disk cache,
     ``"prebuilt"`` shipped in the package (:mod:`ptxgen.runtime.prebuilt`).
     """
 
     spec: LaunchSpec
     ptx: str
     cubin: bytes
-    origin: str = field(default="built", compare=False)
+    origin: str = "built"
 
 
 def pack_image(image: KernelImage) -> bytes:

@@ -15,8 +15,7 @@ CPU; :func:`encode_tiled` then makes the call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ptxgen.errors import ShapeError
 from ptxgen.launch import TensorMapSpec
@@ -56,8 +55,7 @@ L2_PROMOTIONS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class TiledArgs:
+class TiledArgs(NamedTuple):
     """Validated arguments of one ``cuTensorMapEncodeTiled`` call (innermost first).
 
     Attributes:

@@ -323,19 +323,17 @@ def test_chooser_picks_split_k_for_few_tiles_and_long_k(shape, split):
 
 def test_cost_model_split_k_term():
     """Splitting K multiplies the work units and divides each unit's K; the partial traffic costs per unit."""
-    from dataclasses import replace
-
     from ptxgen.runtime.choose import SM90_GEMM_MODEL, Candidate, predict
 
     one = Candidate("t", "sm_90a", 64, 128, 64, 8, 1)
-    two = replace(one, split_k=2)
+    two = one._replace(split_k=2)
     few = predict(two, 16, 5120, 16384, 132, SM90_GEMM_MODEL)
     assert (few["tiles"], few["units"], few["waves"]) == (40, 80, 1)
     assert few["us"] < predict(one, 16, 5120, 16384, 132, SM90_GEMM_MODEL)["us"]  # idle SMs filled
     # many tiles: the split only adds partial traffic and waves
     assert predict(two, 4096, 4096, 4096, 132, SM90_GEMM_MODEL)["us"] > predict(one, 4096, 4096, 4096, 132,
                                                                                   SM90_GEMM_MODEL)["us"]
-    slow = replace(SM90_GEMM_MODEL, partial_tbps=SM90_GEMM_MODEL.partial_tbps / 4)
+    slow = SM90_GEMM_MODEL._replace(partial_tbps=SM90_GEMM_MODEL.partial_tbps / 4)
     assert predict(two, 16, 5120, 16384, 132, slow)["us"] > few["us"]
     assert predict(one, 16, 5120, 16384, 132, slow)["us"] == predict(one, 16, 5120, 16384, 132, SM90_GEMM_MODEL)["us"]
 

@@ -262,8 +262,8 @@ def test_cost_model_last_wave():
     from ptxgen.runtime.choose import SM90_GEMM_MODEL, Candidate, predict
 
     one = Candidate("t", "sm_90a", 128, 128, 64, 4, 1, warpgroups=2)
-    lw = dataclasses.replace(one, split_k=2, split_tiles="last_wave")
-    every = dataclasses.replace(one, split_k=2)
+    lw = one._replace(split_k=2, split_tiles="last_wave")
+    every = one._replace(split_k=2)
     shape = (2048, 1152, 16384, 132, SM90_GEMM_MODEL)
     p1, plw, pall = predict(one, *shape), predict(lw, *shape), predict(every, *shape)
     assert (p1["waves"], plw["units"], plw["waves"], pall["units"], pall["waves"]) == (2, 156, 2, 288, 3)
@@ -271,12 +271,12 @@ def test_cost_model_last_wave():
     # whole waves only (132 tiles): nothing split; the same time as the unsplit candidate but for the fixup every
     # whole tile passes predicated off (whole_tile_fixup_us per split)
     whole = (128 * 12, 128 * 11, 16384, 132)
-    free = dataclasses.replace(SM90_GEMM_MODEL, whole_tile_fixup_us=0.0)
+    free = SM90_GEMM_MODEL._replace(whole_tile_fixup_us=0.0)
     assert predict(lw, *whole, free)["us"] == predict(one, *whole, free)["us"] < predict(lw, *whole, SM90_GEMM_MODEL)["us"]
     assert predict(one, *whole, free)["us"] == predict(one, *whole, SM90_GEMM_MODEL)["us"]
     # fewer tiles than SMs: every tile split, as plain split-K, but for the partial bandwidth of the last-wave configs'
     # own (lastwave_partial_tbps; none: partial_tbps)
-    shared = dataclasses.replace(SM90_GEMM_MODEL, lastwave_partial_tbps=None)
+    shared = SM90_GEMM_MODEL._replace(lastwave_partial_tbps=None)
     few = (1024, 1024, 32768, 132)
     assert predict(lw, *few, shared)["us"] == predict(every, *few, shared)["us"]
     assert SM90_GEMM_MODEL.lastwave_partial_tbps > SM90_GEMM_MODEL.partial_tbps

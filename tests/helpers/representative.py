@@ -61,16 +61,24 @@ def _is_number_range(hint) -> bool:
     return any(isinstance(m, annotated_types.Ge) for m in getattr(hint, "__metadata__", ()))
 
 
+def _record_fields(obj) -> tuple[str, ...] | None:
+    """The field names of a record (a dataclass or a NamedTuple, as the launch records are), None for anything else."""
+    if dataclasses.is_dataclass(obj):
+        return tuple(f.name for f in dataclasses.fields(obj))
+    return getattr(type(obj), "_fields", None)
+
+
 def _plan_fields(obj, path: str = ""):
     """(dotted name, value) of every bool and string of a plan, and None for each absent optional part; tuples of
     parts (operands, MMA streams) contribute each part's fields under ``name[]``."""
-    if dataclasses.is_dataclass(obj):
-        for f in dataclasses.fields(obj):
-            if f.name not in _PLAN_SKIPPED:
-                yield from _plan_fields(getattr(obj, f.name), f"{path}.{f.name}" if path else f.name)
+    names = _record_fields(obj)
+    if names is not None:
+        for name in names:
+            if name not in _PLAN_SKIPPED:
+                yield from _plan_fields(getattr(obj, name), f"{path}.{name}" if path else name)
     elif isinstance(obj, tuple):
         for part in obj:
-            if dataclasses.is_dataclass(part):
+            if _record_fields(part) is not None:
                 yield from _plan_fields(part, f"{path}[]")
     elif obj is None or isinstance(obj, (bool, str)):
         yield path, obj

@@ -55,7 +55,6 @@ def test_shipped_candidate_agrees_with_load_config(name):
 
 
 def test_cost_model_waves_and_tail():
-    from dataclasses import replace
 
     from ptxgen.runtime.choose import Candidate, predict
 
@@ -64,7 +63,7 @@ def test_cost_model_waves_and_tail():
     assert p["tiles"] == 32 * 16 and p["waves"] == 4 and p["tail"] == pytest.approx(512 / (4 * 132))
     small = predict(c, 128, 256, 4096, 132)
     assert small["tiles"] == 2 and small["waves"] == 1  # one m-block: the pair's second CTA idles but is counted
-    assert predict(replace(c, cluster=1), 128, 256, 4096, 132)["tiles"] == 1
+    assert predict(c._replace(cluster=1), 128, 256, 4096, 132)["tiles"] == 1
     assert predict(c, 4096, 4096, 8192, 132)["us"] > p["us"]  # more K, more time
     wide = Candidate("w", "sm_90a", 256, 128, 64, 4, 1)
     narrow = Candidate("n", "sm_90a", 128, 128, 64, 4, 1)
@@ -302,7 +301,6 @@ def test_256x160_factors_fitted_alone_on_the_h200_tune_half():
 def test_cost_model_terms():
     """Each fitted term moves the prediction the way its docstring says (a term that did nothing would pass the
     decision record only by luck)."""
-    from dataclasses import replace
 
     from ptxgen.runtime.choose import SM90_GEMM_MODEL, Candidate, DeviceModel, predict
 
@@ -315,24 +313,23 @@ def test_cost_model_terms():
             < predict(solo, 4096, 4096, 7000, 132, base)["us"] / predict(solo, 4096, 4096, 7040, 132, base)["us"])
     # memory-bound: more stages keep more bytes in flight per SM
     few, many = (Candidate("x", "sm_90a", 64, 128, 64, st, 1) for st in (2, 8))
-    slow = replace(base, dram_latency_us=8.0)
+    slow = base._replace(dram_latency_us=8.0)
     assert predict(few, 16, 16384, 16384, 132, slow)["us"] > 1.5 * predict(many, 16, 16384, 16384, 132, slow)["us"]
     # one consumer warpgroup computes at one_wg_efficiency
-    one, two = (replace(solo, warpgroups=w) for w in (1, 2))
+    one, two = (solo._replace(warpgroups=w) for w in (1, 2))
     assert predict(one, 8192, 8192, 8192, 132, base)["us"] > 1.5 * predict(two, 8192, 8192, 8192, 132, base)["us"]
     # a tile factor scales its config only
-    scaled = replace(base, tile_factors=(("s", 2.0),))
+    scaled = base._replace(tile_factors=(("s", 2.0),))
     assert predict(solo, 8192, 8192, 8192, 132, scaled)["us"] > 1.9 * predict(solo, 8192, 8192, 8192, 132, base)["us"]
     assert predict(pair, 8192, 8192, 8192, 132, scaled)["us"] == predict(pair, 8192, 8192, 8192, 132, base)["us"]
     # the overlap norm is never below the max of its two parts
-    assert predict(solo, 8192, 8192, 8192, 132, replace(base, overlap=2.0))["us"] > predict(solo, 8192, 8192, 8192, 132, base)["us"]
+    assert predict(solo, 8192, 8192, 8192, 132, base._replace(overlap=2.0))["us"] > predict(solo, 8192, 8192, 8192, 132, base)["us"]
     assert SM90_GEMM_MODEL.multicast and SM90_GEMM_MODEL.tile_factors
 
 
 def test_cost_model_padding_terms():
     """Rows of a tile past M: their load cost is pad_row_cost loaded rows, they hold no bytes in flight, and the split-K
     partials (padded rows too) cost every unit's bytes at the shared partial bandwidth."""
-    from dataclasses import replace
 
     from ptxgen.runtime.choose import SM90_GEMM_MODEL, Candidate, DeviceModel, predict
 
@@ -343,11 +340,11 @@ def test_cost_model_padding_terms():
     assert predict(tall, 256, 8192, 8192, 132, dear)["us"] == predict(tall, 256, 8192, 8192, 132, free)["us"]
     # bound by the bytes in flight: a zero-filled row holds no memory request, so the 128-row tile at M = 16 streams
     # what the 64-row tile of the same stages streams (counting its padded rows, it streamed 1.6x as much)
-    latency = replace(free, l2_tbps=1e6, dram_latency_us=20.0)
+    latency = free._replace(l2_tbps=1e6, dram_latency_us=20.0)
     assert predict(tall, 16, 8192, 8192, 132, latency)["us"] == pytest.approx(predict(short, 16, 8192, 8192, 132, latency)["us"])
     # split-K: the partial time grows with the units of one wave (the busy SMs share the partial bandwidth)
-    split = replace(tall, split_k=2)
-    partial = replace(SM90_GEMM_MODEL, partial_tbps=0.01)
+    split = tall._replace(split_k=2)
+    partial = SM90_GEMM_MODEL._replace(partial_tbps=0.01)
     one, two = (predict(split, 64, n, 7168, 132, partial) for n in (1024, 2048))
     assert one["waves"] == two["waves"] == 1 and two["us"] > 1.8 * one["us"]
     assert SM90_GEMM_MODEL.pad_row_cost != 1.0 and DeviceModel().pad_row_cost == 1.0  # the dual-GEMM model: unchanged
@@ -358,14 +355,13 @@ def test_cost_model_whole_tile_fixup_of_last_wave_configs():
     and whole wave.  At 8192x32768x512 (8 of 8192 tiles split) h100_128x256_lw2 measured 1.084x h100_128x256 and
     h100_128x128_c2_lw2 1.225x h100_128x128_c2 (docs/results/lastwave_tune_h100.json); without the term the model
     predicted 1.002x for both.  Configs that split nothing, or every tile, are untouched."""
-    from dataclasses import replace
 
     from ptxgen.runtime import choose
     from ptxgen.runtime.choose import SM90_GEMM_MODEL, predict, rank, shipped_candidate
 
     # the fixup alone: the main-loop factor (its own test below) off in both models
-    loop_free = replace(SM90_GEMM_MODEL, main_loop_factors=())
-    free = replace(loop_free, whole_tile_fixup_us=0.0)
+    loop_free = SM90_GEMM_MODEL._replace(main_loop_factors=())
+    free = loop_free._replace(whole_tile_fixup_us=0.0)
     base, lw2, lw4 = (shipped_candidate(n) for n in ("h100_128x256", "h100_128x256_lw2", "h100_128x256_lw4"))
     c2, c2_lw2 = shipped_candidate("h100_128x128_c2"), shipped_candidate("h100_128x128_c2_lw2")
     shape = (8192, 32768, 512)
@@ -384,7 +380,7 @@ def test_cost_model_whole_tile_fixup_of_last_wave_configs():
     assert rank(cands, 8192, 7936, 1024, 132, choose.DEFAULT_SM90, free)[0][1] in {"h100_128x256_lw2", "h100_128x256_lw4"}
     assert rank(cands, 8192, 7936, 1024, 132, choose.DEFAULT_SM90, SM90_GEMM_MODEL)[0][1] == "h100_128x256"
     # no whole wave (fewer tiles than slots: every tile split), or no last-wave split: no fixup term
-    no_fixup = replace(SM90_GEMM_MODEL, whole_tile_fixup_us=0.0)
+    no_fixup = SM90_GEMM_MODEL._replace(whole_tile_fixup_us=0.0)
     assert predict(lw2, 1024, 1024, 32768, 132, SM90_GEMM_MODEL) == predict(lw2, 1024, 1024, 32768, 132, no_fixup)
     assert predict(base, *shape, 132, SM90_GEMM_MODEL) == predict(base, *shape, 132, free)
     assert choose.DeviceModel().whole_tile_fixup_us == 0.0  # the dual-GEMM model: unchanged
@@ -403,22 +399,20 @@ BEFORE_MAIN_LOOP_TERMS = (("h100_128x128", (256, 4096, 14336), 140.5455051490925
 def _model_before_main_loop_factors():
     """The GEMM chooser's model before the last-wave configs' main-loop factors: no factor, the split-K constants of
     the joint refit (docs/performance.md, "Joint refit of the split-K terms")."""
-    from dataclasses import replace
 
     from ptxgen.runtime.choose import SM90_GEMM_MODEL
 
-    return replace(SM90_GEMM_MODEL, main_loop_factors=(), partial_tbps=1.039, whole_tile_fixup_us=0.7103,
+    return SM90_GEMM_MODEL._replace(main_loop_factors=(), partial_tbps=1.039, whole_tile_fixup_us=0.7103,
                    lastwave_partial_tbps=None)
 
 
 def _model_before_lastwave_partial():
     """The GEMM chooser's model before the last-wave configs' own partial bandwidth: their main-loop factors and the
     split-K constants of the first --fit-main-loop (docs/performance.md, "The pair's last-wave k-loop")."""
-    from dataclasses import replace
 
     from ptxgen.runtime.choose import SM90_GEMM_MODEL
 
-    return replace(SM90_GEMM_MODEL, main_loop_factors=(("h100_128x128_c2_lw2", 1.1911), ("h100_128x256_lw2", 1.0),
+    return SM90_GEMM_MODEL._replace(main_loop_factors=(("h100_128x128_c2_lw2", 1.1911), ("h100_128x256_lw2", 1.0),
                                                        ("h100_128x256_lw4", 1.0)),
                    partial_tbps=1.315, whole_tile_fixup_us=0.7001, lastwave_partial_tbps=None)
 
@@ -442,12 +436,11 @@ def test_shared_memory_term_charges_the_tile_bytes_per_clock():
     """smem_bytes_per_clk: per k16 each m64 wgmma reads 2 KB of A and block_n x 32 B of B and TMA writes the stage's
     rows, so a 128x128 tile moves 20 KB per 128 tensor clocks (160 B/clk) and a 128x256 tile 32 KB per 256 (128 B/clk):
     at 128 B/clk the first is bound at 128 / 160 of the peak, the second not at all."""
-    from dataclasses import replace
 
     from ptxgen.runtime.choose import Candidate, DeviceModel, predict
 
     fast = DeviceModel(l2_tbps=1e6, hbm_tbps=1e6, store_tbps=1e6)  # math-bound: only the main loop's math counts
-    smem = replace(fast, smem_bytes_per_clk=128.0)
+    smem = fast._replace(smem_bytes_per_clk=128.0)
     narrow = Candidate("n", "sm_90a", 128, 128, 64, 4, 1, warpgroups=2)
     wide = Candidate("w", "sm_90a", 128, 256, 64, 4, 1, warpgroups=2)
     shape = (128 * 132, 256, 65536)  # one tile per SM, long K: the fixed cost is negligible
@@ -458,7 +451,7 @@ def test_shared_memory_term_charges_the_tile_bytes_per_clock():
     assert slowdown(narrow) == pytest.approx(160 / 128, rel=1e-3)
     assert slowdown(wide) == pytest.approx(1.0, rel=1e-3)
     # a dual GEMM's tile reads A once per B and receives two B tiles: 24 + 12 KB per 256 tensor clocks (144 B/clk)
-    dual = replace(narrow, kernel="dual_gemm")
+    dual = narrow._replace(kernel="dual_gemm")
     assert predict(dual, *shape, 132, smem)["us"] / predict(dual, *shape, 132, fast)["us"] == pytest.approx(144 / 128,
                                                                                                            rel=1e-3)
 
@@ -466,12 +459,11 @@ def test_shared_memory_term_charges_the_tile_bytes_per_clock():
 def test_stage_latency_term_bounds_the_ring_by_its_stages():
     """stage_latency_us: a tile keeps at most its stages of k-blocks in flight, so its main loop takes at least
     k-blocks / stages latencies: 4 stages against 5 cost 5 / 4 the time where the bound binds, whatever the bytes."""
-    from dataclasses import replace
 
     from ptxgen.runtime.choose import Candidate, DeviceModel, predict
 
     fast = DeviceModel(peak_tflops=1e6, l2_tbps=1e6, hbm_tbps=1e6, store_tbps=1e6)
-    ring = replace(fast, stage_latency_us=1.0)
+    ring = fast._replace(stage_latency_us=1.0)
     four, five = (Candidate(str(st), "sm_90a", 128, 128, 64, st, 1, warpgroups=2) for st in (4, 5))
     shape = (128, 128 * 132, 64 * 4 * 5 * 100)  # one tile per SM, 2000 k-blocks
     assert predict(four, *shape, 132, ring)["us"] == pytest.approx(500.0, rel=1e-3)
@@ -494,7 +486,6 @@ def test_report_half_regret_from_the_stored_surveys(fresh_choice):
     """The chooser's regret on every report-half shape, recomputed from the stored surveys the record names (each
     shape's times from the last survey that timed it): every decision was measured, each regret is the record's, the
     median and worst stay at or under it, and M <= 256 stays under the split-K record's 1.206 (64x2112x7168)."""
-    from dataclasses import replace
 
     fit_choose = bench_module("fit_choose")
     record = json.loads((RESULTS / "chooser_report_h100.json").read_text())
@@ -508,7 +499,7 @@ def test_report_half_regret_from_the_stored_surveys(fresh_choice):
     assert max(r["regret"] for r in doc["shapes"] if r["m"] <= 256) < 1.14
     # planted: rows past M loaded for free: the 128-row tiles win at M = 64 (64x4608x3584 takes h100_128x64, 1.52;
     # 64x2112x7168 h100_128x64_sk2 again, 1.28)
-    free_padding = replace(fresh_choice.SM90_GEMM_MODEL, pad_row_cost=0.01)
+    free_padding = fresh_choice.SM90_GEMM_MODEL._replace(pad_row_cost=0.01)
     planted = fit_choose.evaluate(paths, cands, model_only=False, model=free_padding)
     assert planted["worst_regret"] > 1.2 * record["worst_regret"]
 
@@ -518,7 +509,6 @@ def test_joint_split_k_refit_on_the_tune_half():
     nothing else moved, the last-wave tune shapes' worst model-only regret 1.079 -> 1.044 (docs/performance.md, "Joint
     refit of the split-K terms"; shipped as ``SM90_GEMM_MODEL``'s two constants until the main-loop factors' refit)."""
     pytest.importorskip("scipy")
-    from dataclasses import replace
 
     from ptxgen.runtime import choose
 
@@ -528,11 +518,11 @@ def test_joint_split_k_refit_on_the_tune_half():
     rows = fit_choose.measured([str(RESULTS / f) for f in TUNE_SURVEYS], names, split)
     joint = _model_before_main_loop_factors()
     # the constants before the joint fit: partial_tbps by --fit-pad, whole_tile_fixup_us by --fit-lastwave alone
-    before = replace(joint, partial_tbps=0.6698, whole_tile_fixup_us=0.8248)
+    before = joint._replace(partial_tbps=0.6698, whole_tile_fixup_us=0.8248)
     fitted = fit_choose.fit_partial(cands, rows, before, quiet=True)
     assert fitted.partial_tbps == pytest.approx(joint.partial_tbps, rel=0.02)
     assert fitted.whole_tile_fixup_us == pytest.approx(joint.whole_tile_fixup_us, rel=0.03)
-    assert replace(fitted, partial_tbps=joint.partial_tbps, whole_tile_fixup_us=joint.whole_tile_fixup_us) == joint
+    assert fitted._replace(partial_tbps=joint.partial_tbps, whole_tile_fixup_us=joint.whole_tile_fixup_us) == joint
     assert fit_choose.loss(joint, cands, rows) < fit_choose.loss(before, cands, rows)
     last_wave = fit_choose.measured([str(RESULTS / "lastwave_tune_h100.json")], names, split)
     assert fit_choose.hard_regret(joint, cands, last_wave)[1] < 1.05 < fit_choose.hard_regret(before, cands, last_wave)[1]
@@ -549,14 +539,13 @@ MAIN_LOOP_PROBES = ("lw4_ksweep_h100.json", "lastwave_fixup_offsuite_h100.json")
 def test_main_loop_factor_charges_the_k_loop_only():
     """main_loop_factors: a config's k-loop (each unit's main-loop time) times its factor, the fixed cost, the
     whole-tile fixup and the partial traffic not: the predicted time grows by the factor times its growth with K."""
-    from dataclasses import replace
 
     from ptxgen.runtime.choose import SM90_GEMM_MODEL, predict, shipped_candidate
 
     c2_lw2 = shipped_candidate("h100_128x128_c2_lw2")
-    free = replace(SM90_GEMM_MODEL, main_loop_factors=())
-    slow = replace(free, main_loop_factors=((c2_lw2.name, 1.5),), overlap=0.0, hbm_tbps=1e6)
-    fast = replace(slow, main_loop_factors=())
+    free = SM90_GEMM_MODEL._replace(main_loop_factors=())
+    slow = free._replace(main_loop_factors=((c2_lw2.name, 1.5),), overlap=0.0, hbm_tbps=1e6)
+    fast = slow._replace(main_loop_factors=())
 
     def us(model, k):
         return predict(c2_lw2, 1024, 5120, k, 132, model)["us"]
@@ -575,7 +564,6 @@ def test_main_loop_factors_fitted_on_the_tune_half_and_the_k_sweep():
     tune pick, lowers the tune loss, and takes h100_128x256_lw4 on 1024x5120x8192 (the model without it: c2_lw2, 1.156)
     (docs/performance.md, "The pair's last-wave k-loop")."""
     pytest.importorskip("scipy")
-    from dataclasses import replace
 
     from ptxgen.runtime import choose
 
@@ -593,7 +581,7 @@ def test_main_loop_factors_fitted_on_the_tune_half_and_the_k_sweep():
     assert factors["h100_128x256_lw2"] == factors["h100_128x256_lw4"] == 1.0  # at the bound: never faster than the base
     assert fitted.partial_tbps == pytest.approx(shipped.partial_tbps, rel=0.03)
     assert fitted.whole_tile_fixup_us == pytest.approx(shipped.whole_tile_fixup_us, rel=0.03)
-    assert replace(fitted, main_loop_factors=shipped.main_loop_factors, partial_tbps=shipped.partial_tbps,
+    assert fitted._replace(main_loop_factors=shipped.main_loop_factors, partial_tbps=shipped.partial_tbps,
                    whole_tile_fixup_us=shipped.whole_tile_fixup_us) == shipped
     tune = fit_choose.measured([str(RESULTS / f) for f in TUNE_SURVEYS], names, split)
     assert fit_choose.loss(shipped, cands, tune) < fit_choose.loss(before, cands, tune)
@@ -650,13 +638,12 @@ def _report_record_before_later() -> dict:
 def _chooser_without(monkeypatch, names: tuple[str, ...]):
     """Monkeypatch the GEMM chooser to have none of ``names`` among its candidates or in its model's tile factors;
     returns the module (caches cleared; the caller clears them again after)."""
-    from dataclasses import replace
 
     from ptxgen.runtime import choose
 
     shipped, model = choose._shipped_candidates, choose.SM90_GEMM_MODEL
     monkeypatch.setattr(choose, "_shipped_candidates", lambda: tuple(c for c in shipped() if c.name not in names))
-    monkeypatch.setattr(choose, "SM90_GEMM_MODEL", replace(model, tile_factors=tuple(
+    monkeypatch.setattr(choose, "SM90_GEMM_MODEL", model._replace(tile_factors=tuple(
         (name, f) for name, f in model.tile_factors if name not in names)))
     choose.candidates.cache_clear()
     choose.choose_cached.cache_clear()
@@ -727,7 +714,6 @@ def test_short_k_refit_wins_the_fresh_shapes_and_loses_64x4608x3584(before_later
     1.003 against main's 1.074, but on 64x4608x3584 it takes h100_64x128_sk2 at 1.101 > 1.10, so main's constants stay."""
     pytest.importorskip("scipy")
     import statistics
-    from dataclasses import replace
 
     from ptxgen.runtime import choose
 
@@ -741,7 +727,7 @@ def test_short_k_refit_wins_the_fresh_shapes_and_loses_64x4608x3584(before_later
     assert dict(refit.main_loop_factors) == dict(map(tuple, record["models"]["refit"]["main_loop_factors"]))
     assert (refit.partial_tbps, refit.whole_tile_fixup_us) == (record["models"]["refit"]["partial_tbps"],
                                                                record["models"]["refit"]["whole_tile_fixup_us"])
-    assert replace(refit, main_loop_factors=main.main_loop_factors, partial_tbps=main.partial_tbps,
+    assert refit._replace(main_loop_factors=main.main_loop_factors, partial_tbps=main.partial_tbps,
                    whole_tile_fixup_us=main.whole_tile_fixup_us) == main
     times = dict(rows)[(1024, 1024, 8192)]
     assert fit_choose.model_pick(main, cands, (1024, 1024, 8192), times) == "h100_128x64"
@@ -765,14 +751,13 @@ def test_lastwave_partial_bandwidth_none_is_the_shared_one():
     partial_tbps, so a model without it predicts what it did, to the last bit; a value moves the last-wave configs'
     predictions only, the plain split-K configs' and the unsplit ones' not (docs/performance.md, "A partial bandwidth
     of the last-wave configs' own")."""
-    from dataclasses import replace
 
     from ptxgen.runtime import choose
 
     assert choose.DeviceModel().lastwave_partial_tbps is None
     before = _model_before_lastwave_partial()
-    shared = replace(before, lastwave_partial_tbps=before.partial_tbps)
-    own = replace(before, lastwave_partial_tbps=4 * before.partial_tbps)
+    shared = before._replace(lastwave_partial_tbps=before.partial_tbps)
+    own = before._replace(lastwave_partial_tbps=4 * before.partial_tbps)
     for shape in ((1024, 1024, 8192), (512, 5120, 32768), (64, 4608, 3584), (8192, 7936, 1024)):
         for c in choose.candidates("sm_90a"):
             p = choose.predict(c, *shape, 132, before)
@@ -799,7 +784,6 @@ def test_lastwave_partial_bandwidth_fitted_and_timed_on_a_second_fresh_set(befor
     its two picks above 1.10 are shapes where main's pick is worse: the ship rule holds."""
     pytest.importorskip("scipy")
     import statistics
-    from dataclasses import replace
 
     from ptxgen.runtime import choose
 
@@ -811,7 +795,7 @@ def test_lastwave_partial_bandwidth_fitted_and_timed_on_a_second_fresh_set(befor
     main, shipped = _model_before_lastwave_partial(), choose.SM90_GEMM_MODEL
     fitted = fit_choose.fit_main_loop(cands, rows, main, quiet=True, own_partial=True)
     assert fitted == shipped and shipped.partial_tbps == main.partial_tbps == 1.315
-    assert replace(shipped, main_loop_factors=main.main_loop_factors, whole_tile_fixup_us=main.whole_tile_fixup_us,
+    assert shipped._replace(main_loop_factors=main.main_loop_factors, whole_tile_fixup_us=main.whole_tile_fixup_us,
                    lastwave_partial_tbps=None) == main
     # the plain split-K configs' predictions are main's: the report shape the shared refit lost keeps h100_64x64
     for mnk in ((64, 4608, 3584), (128, 2880, 4096)):
@@ -864,19 +848,18 @@ def test_main_loop_term_bounds_and_factors_of_the_refit():
 def test_stage_latency_bound_is_not_scaled_by_the_main_loop_factor():
     """stage_latency_us against main_loop_factors: the factor scales the math and operand time (the consumer's issue
     cost), the stage ring's latency bound (the producer's wait) not; where the bound is longer it is the main loop."""
-    from dataclasses import replace
 
     from ptxgen.runtime.choose import Candidate, DeviceModel, predict
 
     fast = DeviceModel(peak_tflops=1e6, l2_tbps=1e6, hbm_tbps=1e6, store_tbps=1e6)
     c = Candidate("c", "sm_90a", 128, 128, 64, 4, 1, warpgroups=2)
     shape = (128, 128 * 132, 64 * 4 * 5 * 100)  # one tile per SM, 2000 k-blocks: 500 latencies
-    ring = replace(fast, stage_latency_us=1.0)
-    slow = replace(ring, main_loop_factors=(("c", 2.0),))
+    ring = fast._replace(stage_latency_us=1.0)
+    slow = ring._replace(main_loop_factors=(("c", 2.0),))
     assert predict(c, *shape, 132, slow)["us"] == pytest.approx(500.0, rel=1e-3)
     assert predict(c, *shape, 132, slow)["us"] == pytest.approx(predict(c, *shape, 132, ring)["us"], rel=1e-9)
     # the factor still scales a main loop the ring does not bind
-    assert predict(c, *shape, 132, replace(fast, main_loop_factors=(("c", 2.0),)))["us"] == pytest.approx(
+    assert predict(c, *shape, 132, fast._replace(main_loop_factors=(("c", 2.0),)))["us"] == pytest.approx(
         2 * predict(c, *shape, 132, fast)["us"], rel=1e-2)
 
 
@@ -1191,16 +1174,15 @@ def test_runtime_trades_operands_and_shape_for_swap_ab():
 def test_a_pair_along_n_rounds_its_n_blocks_and_loads_half_of_a():
     """A pair along N (``cluster.along: n``) takes two n-blocks of one m-block: its n-blocks are rounded up to a pair
     and its m-blocks are not, and each CTA loads half of A's rows (the pair along M halves B instead)."""
-    from dataclasses import replace
 
     from ptxgen.runtime.choose import SM90_GEMM_MODEL, predict, shipped_candidate
 
     pair_n = shipped_candidate("h100_128x80_c2n")
-    pair_m = replace(pair_n, along="m")
+    pair_m = pair_n._replace(along="m")
     assert predict(pair_n, 128, 400, 4096, 132)["tiles"] == 1 * 6  # 5 n-blocks of 80 in 3 pairs
     assert predict(pair_m, 128, 400, 4096, 132)["tiles"] == 2 * 5  # 1 m-block rounded up to a pair
     # same tiles (2 m-blocks x 2 n-blocks), each CTA loading 64 + 80 rows along N against 128 + 40 along M
-    model = replace(SM90_GEMM_MODEL, tile_factors=(), overlap=0.0, hbm_tbps=1e6, dram_latency_us=0.0)
+    model = SM90_GEMM_MODEL._replace(tile_factors=(), overlap=0.0, hbm_tbps=1e6, dram_latency_us=0.0)
     t_n, t_m = (predict(c, 256, 160, 1 << 20, 132, model)["us"] for c in (pair_n, pair_m))
     assert t_n < t_m
 
@@ -1292,7 +1274,6 @@ def test_pair_along_n_report_decision_before(before_later_configs):
 
 def replace_factors(model, factors: dict):
     """``model`` with the tile factors ``factors`` in place of its own for those configs."""
-    from dataclasses import replace
 
-    return replace(model, tile_factors=tuple((n, f) for n, f in model.tile_factors if n not in factors)
+    return model._replace(tile_factors=tuple((n, f) for n, f in model.tile_factors if n not in factors)
                    + tuple(factors.items()))

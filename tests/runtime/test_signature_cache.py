@@ -119,7 +119,7 @@ def test_split_k_workspace_is_looked_up_once_per_stream_and_never_memoized_under
     a, b, out = bf16(64, 32), bf16(48, 32), bf16(64, 48)
     api.gemm(a, b, out=out, config="c")  # the signature's setup (fake: no workspace)
     call = next(iter(api._calls.values()))
-    call.spec = call.spec.__class__(**{**call.spec.__dict__, "workspace": WorkspaceSpec(2, 64 * 1024, 2)})
+    call.spec = call.spec._replace(workspace=WorkspaceSpec(2, 64 * 1024, 2))
     call.split_k, capturing = True, []
     call.capturing = lambda: bool(capturing)
     api.gemm(a, b, out=out, config="c")

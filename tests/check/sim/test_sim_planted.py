@@ -281,7 +281,7 @@ PLANTS = [
           verify=r"^global access before griddepcontrol\.wait: TmaLoad a .* at producer \(CTA 0, rank 0, warp 0\) at t=0 "
                  r"kb=0", sim=None),
     Plant("griddepcontrol in a kernel launched without programmatic dependent launch",
-          lambda: replace(kernel_for("h100_64x64"), launch=replace(kernel_for("h100_64x64").launch, pdl=False)),
+          lambda: replace(kernel_for("h100_64x64"), launch=kernel_for("h100_64x64").launch._replace(pdl=False)),
           verify=r"^GridDepControl wait at all warps \(CTA 0, rank 0, warp 0\) at outside loops in a kernel whose "
                  r"launch spec has pdl=false", sim=None),
     Plant("no cluster barrier at exit",
