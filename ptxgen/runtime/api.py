@@ -49,9 +49,10 @@ shapes, strides, devices) signature runs every check, resolves the config
 (``config=None``: :func:`ptxgen.runtime.choose.choose` for the shape and
 device), loads the kernel (:func:`loaded_kernel`: from the disk cache by
 config content, see :mod:`ptxgen.runtime.loader`) and stores a
-:class:`_Call`.  Later calls with the same (legal) signature do only the
-per-pointer checks (16-byte alignment, ``out`` not overlapping A or B; a
-misaligned input is staged, see below) and
+:class:`_Call`.  Later calls with the same signature whose inputs are read
+where they lie (row-major at a 16-byte-multiple pitch, or an MN-major view)
+do only the per-pointer checks (16-byte alignment, ``out`` not overlapping an
+input's span; a misaligned input is staged, see below) and
 one :meth:`ptxgen.runtime.fastpath.Launcher.launch`: tensor maps come from
 an LRU keyed by (address, shape, stride), parameters go into a reused buffer,
 one ``cuLaunchKernelEx`` on torch's current stream.
@@ -704,19 +705,29 @@ class _Call:
 
     __slots__ = ("config", "by_id", "launcher", "spec", "ordinal", "m", "n", "k", "grid_x", "d_map",
                  "a_bytes", "b_bytes", "d_bytes", "new_out", "check", "split_k", "family", "loaded", "device", "staged",
-                 "epi_maps", "swap", "capturing", "ws_memo")
+                 "epi_maps", "swap", "capturing", "ws_memo", "layouts", "b2_bytes", "in_place")
 
     def __init__(self, family: _Family, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
-                 m: int, n: int, k: int, grid_x: int):
+                 m: int, n: int, k: int, grid_x: int, in_place: Staging | None = None):
+        """``k``: the caller's K.  ``in_place``: the signature's plan when its inputs are read where they lie at a
+        pitch or MN-major, the kernel running ``in_place.k_run`` (:meth:`Staging.in_place`); None: every input
+        row-major at pitch K, the kernel running K."""
         import torch
 
         self.config, self.by_id = config, by_id
         self.launcher, self.spec = loaded.launcher, loaded.spec
         self.ordinal = ordinal
-        self.m, self.n, self.k, self.grid_x = m, n, k, grid_x
+        self.m, self.n, self.k, self.grid_x = m, n, k if in_place is None else in_place.k_run, grid_x
         self.d_map = d_map_ok(loaded.spec, n)
         self.epi_maps = epilogue_maps(loaded.spec)
-        self.a_bytes, self.b_bytes, self.d_bytes = 2 * m * k, 2 * n * k, 2 * m * n
+        self.in_place = in_place
+        # per input (A, B, B2): its tensor map's (rows, cols, pitch) in elements, and the bytes it spans
+        pitches = in_place.pitches if in_place is not None else (k, k, k)
+        mn = (in_place.mn if in_place is not None else ()) or (False,) * len(pitches)
+        spans = [_map_layout(rows, k, p, t_mn) for rows, p, t_mn in zip((m, n, n), pitches, mn)]
+        self.layouts = tuple(layout[:3] for layout in spans) + ((),) * (3 - len(spans))
+        self.a_bytes, self.b_bytes, self.d_bytes = spans[0][3], spans[1][3], 2 * m * n
+        self.b2_bytes = spans[2][3] if len(spans) > 2 else 0
         self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
         self.check = family.check
         self.split_k = loaded.spec.workspace is not None  # split-K: the workspace of the launch's stream, per call
@@ -740,12 +751,13 @@ class _Call:
         bad = ((pa | pb | pd) & (_ALIGN - 1) or (pa < d_end and pd < pa + self.a_bytes)
                or (pb < d_end and pd < pb + b_bytes))
         d_map = (pd, m, n, n) if self.d_map else None
+        la, lb, l2 = self.layouts  # their columns: the caller's K (TMA fills the kernel's K past it with zeros)
         if b2 is None:
-            maps = ((pa, m, k, k), (pb, n, k, k), d_map)
+            maps = ((pa, *la), (pb, *lb), d_map)
         else:
             p2 = b2.data_ptr()
-            bad = bad or p2 & (_ALIGN - 1) or (p2 < d_end and pd < p2 + b_bytes)
-            maps = ((pa, m, k, k), (pb, n, k, k), (p2, n, k, k), d_map)
+            bad = bad or p2 & (_ALIGN - 1) or (p2 < d_end and pd < p2 + self.b2_bytes)
+            maps = ((pa, *la), (pb, *lb), (p2, *l2), d_map)
         if bad:  # an overlap or a misaligned pointer: the staged call checks (raising) or copies the operand
             return self.misfit(a, b, out, b2, epi)
         if self.epi_maps:  # an [M, N] epilogue operand read through the staging ring: its map after D's
@@ -780,11 +792,18 @@ class _Call:
         (an overlap or a misaligned row-major ``out`` raises ShapeError) and copies each misaligned input."""
         staged = self.staged
         if staged is None:
-            plan = Staging(self.k, self.n, (self.k,) * (2 if b2 is None else 3), False)
+            plan = self.in_place or Staging(self.k, self.n, (self.k,) * (2 if b2 is None else 3), False)
             staged = self.staged = _StagedCall(self.family, self.config, self.by_id, self.loaded, self.ordinal,
                                                self.device, self.m, self.n, self.k, self.grid_x, plan)
             staged.new_out = self.new_out  # a fused call's D type (an e4m3 D is float8_e4m3fn, not bf16)
         return staged(a, b, out, b2, epi)
+
+
+def _map_layout(rows: int, k: int, pitch: int, mn: bool) -> tuple[int, int, int, int]:
+    """An input's tensor map as ``(rows, cols, pitch)`` in elements, and the bytes from its first element to the end
+    of its last: ``[rows, K]`` row-major at ``pitch``, or MN-major (the ``[K, rows]`` view at ``pitch``)."""
+    r, c = (k, rows) if mn else (rows, k)
+    return r, c, pitch, 2 * ((r - 1) * pitch + c)
 
 
 def d_map_ok(spec: Any, n: int) -> bool:
@@ -832,8 +851,14 @@ class Staging(NamedTuple):
     mn: tuple[bool, ...] = ()
 
     def legal(self, n: int, k: int) -> bool:
-        """Whether the call needs nothing of this (the unstaged :class:`_Call`)."""
+        """Whether the call needs nothing of this: every input row-major at pitch K, read where it lies."""
         return self.k_run == k and self.n_run == n and not self.stage_d and all(p == k for p in self.pitches) and not self.mn
+
+    def in_place(self, n: int) -> bool:
+        """Whether the kernel reads every input where it lies (row-major at a pitch, or MN-major; K may be short of
+        ``k_run``: TMA fills the rest with zeros) and writes ``out`` itself: the fast :class:`_Call` with these
+        layouts; a misaligned pointer is still staged, per call."""
+        return self.n_run == n and not self.stage_d and None not in self.pitches
 
 
 def _pitch(t: Any) -> int | None:
@@ -975,8 +1000,9 @@ def _new_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: tuple
             loaded = loaded_kernel(variant, ordinal)
             grid_x = _grid_x(loaded.spec, m, n, driver.device_info(ordinal).sm_count)
             plan = staging_plan(loaded.spec, a, bs, out)
-        if plan.legal(n, k):
-            call = _Call(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x)
+        if plan.in_place(n):
+            call = _Call(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x,
+                         None if plan.legal(n, k) else plan)
         else:
             call = _StagedCall(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x, plan)
     _remember(key, call)

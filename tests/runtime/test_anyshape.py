@@ -37,10 +37,12 @@ def map_spec(tensor):
 
 
 class KernelOnCpu:
-    """A launcher that checks the maps and computes D = A @ B.T (or the SwiGLU of two B) from the addresses."""
+    """A launcher that checks the maps and computes D = A @ B.T (or the SwiGLU of two B) from the addresses; the
+    operands named in ``mn`` are read MN-major (their map is the ``[K, rows]`` view)."""
 
     def __init__(self):
         self.calls = []
+        self.mn: set[str] = set()
 
     def launch(self, grid_x, maps, scalars, stream):
         from ptxgen.runtime.tensormap import tiled_args
@@ -51,7 +53,10 @@ class KernelOnCpu:
             tiled_args(*args, map_spec(name))  # a TMA rule broken raises here
             address, rows, cols, pitch = args
             full = torch.zeros((n if name != "a" else m, k), dtype=torch.float32)
-            full[:rows, :cols] = raw(address, rows, cols, pitch).float()
+            if name in self.mn:
+                full[:cols, :rows] = raw(address, rows, cols, pitch).float().T
+            else:
+                full[:rows, :cols] = raw(address, rows, cols, pitch).float()
             loaded.append(full)
         if maps[-1] is not None:
             tiled_args(*maps[-1], map_spec("d"))
@@ -167,7 +172,7 @@ def test_views_stage_the_operands_tma_cannot_read(fake, a_kind, b_kind, in_place
     contiguous_ok = k % 8 == 0  # a contiguous operand's pitch is K
     expected = tuple(ok and (kind != "contiguous" or contiguous_ok) for ok, kind in zip(in_place, (a_kind, b_kind)))
     assert read_in_place(fake, a, b) == expected
-    assert type(cached_call()) is api._StagedCall
+    assert type(cached_call()) is (api._Call if all(expected) else api._StagedCall)  # no copy: the fast call
 
 
 def test_legal_inputs_take_the_unstaged_call(fake):
@@ -220,6 +225,38 @@ def test_strided_out_is_written_through_a_staging_d(fake, make_out):
     assert fake.calls[-1][1][0] != out.data_ptr()  # D's address: the staging D
     if out.stride(1) == 2:  # the columns between out's stay untouched
         assert torch.isnan(base[:, 1::2].float()).all()
+
+
+def test_views_read_in_place_take_the_fast_call(fake, monkeypatch):
+    """A padded A (row pitch K + 8) and a transposed B read MN-major copy nothing, so their signature keeps the
+    fast :class:`_Call` (per call: the pointer checks and one launch, not the family's check; a staged call's host
+    path made 15-20 us kernels host-bound: docs/performance.md, "K-major against MN-major B at small M"); the maps
+    are the views as they lie, and a later call of the signature whose B is 2 bytes off is copied MN-major."""
+    from ptxgen.runtime import api
+
+    loaded = api.loaded_kernel
+    mnb = LaunchSpec(name="tma_mnb", arch="sm_90a", kernel="k", block=(128, 1, 1), cluster=(1, 1, 1),
+                     dynamic_smem_bytes=0, grid=GridPolicy(True, 128, 128, 1), n_multiple=8,
+                     tensor_maps={"a": map_spec("a"), "b": map_spec("b")._replace(major="mn"), "d": map_spec("d")})
+    monkeypatch.setattr(api, "majors_config", lambda config, mn_a, mn_b: "tma_mnb" if mn_b and not mn_a else None)
+    monkeypatch.setattr(api, "loaded_kernel", lambda config, ordinal: (
+        api.LoadedKernel(None, fake, mnb) if config == "tma_mnb" else loaded(config, ordinal)))
+    fake.mn = {"b"}
+    m, n, k = 50, 24, 96
+    a, b = padded(m, k), transposed(n, k)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    assert api.gemm(a, b, out=out, config="tma") is out
+    assert_close(out, reference(a, b))
+    call = cached_call()
+    assert type(call) is api._Call and call.staged is None
+    assert fake.calls[-1][0] == ((a.data_ptr(), m, k, a.stride(0)), (b.data_ptr(), k, n, b.stride(1)),
+                                 (out.data_ptr(), m, n, n))
+    flat = bf16((k - 1) * n + n + 8)
+    shifted = flat[1:1 + k * n].view(k, n).T  # the same signature, 2 bytes off
+    out2 = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    assert api.gemm(a, shifted, out=out2, config="tma") is out2
+    assert_close(out2, reference(a, shifted))
+    assert read_in_place(fake, a, shifted) == (True, False) and type(cached_call()) is api._Call
 
 
 def test_misaligned_input_with_a_cached_signature_is_copied(fake):
