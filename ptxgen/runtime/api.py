@@ -705,7 +705,7 @@ class _Call:
 
     __slots__ = ("config", "by_id", "launcher", "spec", "ordinal", "m", "n", "k", "grid_x", "d_map",
                  "a_bytes", "b_bytes", "d_bytes", "new_out", "check", "split_k", "family", "loaded", "device", "staged",
-                 "epi_maps", "swap", "capturing", "ws_memo", "layouts", "b2_bytes", "in_place")
+                 "epi_maps", "swap", "capturing", "ws_memo", "layouts", "b2_bytes", "in_place", "k_caller")
 
     def __init__(self, family: _Family, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
                  m: int, n: int, k: int, grid_x: int, in_place: Staging | None = None):
@@ -718,6 +718,7 @@ class _Call:
         self.launcher, self.spec = loaded.launcher, loaded.spec
         self.ordinal = ordinal
         self.m, self.n, self.k, self.grid_x = m, n, k if in_place is None else in_place.k_run, grid_x
+        self.k_caller = k
         self.d_map = d_map_ok(loaded.spec, n)
         self.epi_maps = epilogue_maps(loaded.spec)
         self.in_place = in_place
@@ -794,7 +795,7 @@ class _Call:
         if staged is None:
             plan = self.in_place or Staging(self.k, self.n, (self.k,) * (2 if b2 is None else 3), False)
             staged = self.staged = _StagedCall(self.family, self.config, self.by_id, self.loaded, self.ordinal,
-                                               self.device, self.m, self.n, self.k, self.grid_x, plan)
+                                               self.device, self.m, self.n, self.k_caller, self.grid_x, plan)
             staged.new_out = self.new_out  # a fused call's D type (an e4m3 D is float8_e4m3fn, not bf16)
         return staged(a, b, out, b2, epi)
 

@@ -227,8 +227,10 @@ def test_strided_out_is_written_through_a_staging_d(fake, make_out):
         assert torch.isnan(base[:, 1::2].float()).all()
 
 
-def test_views_read_in_place_take_the_fast_call(fake, monkeypatch):
-    """A padded A (row pitch K + 8) and a transposed B read MN-major copy nothing, so their signature keeps the
+@pytest.mark.parametrize("k", [96, 99])
+def test_views_read_in_place_take_the_fast_call(fake, monkeypatch, k):
+    """A padded A (a 16-byte-multiple row pitch; K = 99: short of the kernel's 104, which TMA fills with zeros) and a
+    transposed B read MN-major copy nothing, so their signature keeps the
     fast :class:`_Call` (per call: the pointer checks and one launch, not the family's check; a staged call's host
     path made 15-20 us kernels host-bound: docs/performance.md, "K-major against MN-major B at small M"); the maps
     are the views as they lie, and a later call of the signature whose B is 2 bytes off is copied MN-major."""
@@ -242,15 +244,16 @@ def test_views_read_in_place_take_the_fast_call(fake, monkeypatch):
     monkeypatch.setattr(api, "loaded_kernel", lambda config, ordinal: (
         api.LoadedKernel(None, fake, mnb) if config == "tma_mnb" else loaded(config, ordinal)))
     fake.mn = {"b"}
-    m, n, k = 50, 24, 96
+    m, n = 50, 24
     a, b = padded(m, k), transposed(n, k)
     out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
     assert api.gemm(a, b, out=out, config="tma") is out
     assert_close(out, reference(a, b))
     call = cached_call()
     assert type(call) is api._Call and call.staged is None
-    assert fake.calls[-1][0] == ((a.data_ptr(), m, k, a.stride(0)), (b.data_ptr(), k, n, b.stride(1)),
-                                 (out.data_ptr(), m, n, n))
+    maps, scalars = fake.calls[-1]
+    assert maps == ((a.data_ptr(), m, k, a.stride(0)), (b.data_ptr(), k, n, b.stride(1)), (out.data_ptr(), m, n, n))
+    assert scalars[3] == -(-k // 8) * 8  # the kernel's K
     flat = bf16((k - 1) * n + n + 8)
     shifted = flat[1:1 + k * n].view(k, n).T  # the same signature, 2 bytes off
     out2 = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
