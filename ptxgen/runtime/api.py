@@ -705,30 +705,28 @@ class _Call:
 
     __slots__ = ("config", "by_id", "launcher", "spec", "ordinal", "m", "n", "k", "grid_x", "d_map",
                  "a_bytes", "b_bytes", "d_bytes", "new_out", "check", "split_k", "family", "loaded", "device", "staged",
-                 "epi_maps", "swap", "capturing", "ws_memo", "layouts", "b2_bytes", "in_place", "k_caller")
+                 "epi_maps", "swap", "capturing", "ws_memo", "layouts", "spans", "in_place", "k_caller")
 
     def __init__(self, family: _Family, config: Any, by_id: bool, loaded: LoadedKernel, ordinal: int, device: Any,
                  m: int, n: int, k: int, grid_x: int, in_place: Staging | None = None):
-        """``k``: the caller's K.  ``in_place``: the signature's plan when its inputs are read where they lie at a
-        pitch or MN-major, the kernel running ``in_place.k_run`` (:meth:`Staging.in_place`); None: every input
-        row-major at pitch K, the kernel running K."""
+        """``k``: the caller's K.  ``in_place``: the signature's staging plan, every input read where it lies
+        (:meth:`Staging.in_place`: at a pitch, or MN-major; the kernel runs ``in_place.k_run``); None: every input
+        row-major at pitch K."""
         import torch
 
         self.config, self.by_id = config, by_id
         self.launcher, self.spec = loaded.launcher, loaded.spec
         self.ordinal = ordinal
-        self.m, self.n, self.k, self.grid_x = m, n, k if in_place is None else in_place.k_run, grid_x
+        self.in_place = plan = in_place or Staging(k, n, (k, k, k), False)
+        self.m, self.n, self.k, self.grid_x = m, n, plan.k_run, grid_x
         self.k_caller = k
         self.d_map = d_map_ok(loaded.spec, n)
         self.epi_maps = epilogue_maps(loaded.spec)
-        self.in_place = in_place
-        # per input (A, B, B2): its tensor map's (rows, cols, pitch) in elements, and the bytes it spans
-        pitches = in_place.pitches if in_place is not None else (k, k, k)
-        mn = (in_place.mn if in_place is not None else ()) or (False,) * len(pitches)
-        spans = [_map_layout(rows, k, p, t_mn) for rows, p, t_mn in zip((m, n, n), pitches, mn)]
-        self.layouts = tuple(layout[:3] for layout in spans) + ((),) * (3 - len(spans))
-        self.a_bytes, self.b_bytes, self.d_bytes = spans[0][3], spans[1][3], 2 * m * n
-        self.b2_bytes = spans[2][3] if len(spans) > 2 else 0
+        # per input (A, B, B2): its tensor map's (rows, cols, pitch) in elements and the bytes it spans
+        inputs = [_map_layout(rows, k, p, t_mn)
+                  for rows, p, t_mn in zip((m, n, n), plan.pitches, plan.mn or (False,) * len(plan.pitches))]
+        self.layouts, self.spans = tuple(lay for lay, _ in inputs), tuple(span for _, span in inputs)
+        self.a_bytes, self.b_bytes, self.d_bytes = self.spans[0], self.spans[1], 2 * m * n
         self.new_out = functools.partial(torch.empty, (m, n), dtype=torch.bfloat16, device=device)
         self.check = family.check
         self.split_k = loaded.spec.workspace is not None  # split-K: the workspace of the launch's stream, per call
@@ -752,13 +750,13 @@ class _Call:
         bad = ((pa | pb | pd) & (_ALIGN - 1) or (pa < d_end and pd < pa + self.a_bytes)
                or (pb < d_end and pd < pb + b_bytes))
         d_map = (pd, m, n, n) if self.d_map else None
-        la, lb, l2 = self.layouts  # their columns: the caller's K (TMA fills the kernel's K past it with zeros)
+        layouts = self.layouts  # their columns: the caller's K (TMA fills the kernel's K past it with zeros)
         if b2 is None:
-            maps = ((pa, *la), (pb, *lb), d_map)
+            maps = ((pa, *layouts[0]), (pb, *layouts[1]), d_map)
         else:
             p2 = b2.data_ptr()
-            bad = bad or p2 & (_ALIGN - 1) or (p2 < d_end and pd < p2 + self.b2_bytes)
-            maps = ((pa, *la), (pb, *lb), (p2, *l2), d_map)
+            bad = bad or p2 & (_ALIGN - 1) or (p2 < d_end and pd < p2 + self.spans[2])
+            maps = ((pa, *layouts[0]), (pb, *layouts[1]), (p2, *layouts[2]), d_map)
         if bad:  # an overlap or a misaligned pointer: the staged call checks (raising) or copies the operand
             return self.misfit(a, b, out, b2, epi)
         if self.epi_maps:  # an [M, N] epilogue operand read through the staging ring: its map after D's
@@ -793,18 +791,17 @@ class _Call:
         (an overlap or a misaligned row-major ``out`` raises ShapeError) and copies each misaligned input."""
         staged = self.staged
         if staged is None:
-            plan = self.in_place or Staging(self.k, self.n, (self.k,) * (2 if b2 is None else 3), False)
             staged = self.staged = _StagedCall(self.family, self.config, self.by_id, self.loaded, self.ordinal,
-                                               self.device, self.m, self.n, self.k_caller, self.grid_x, plan)
+                                               self.device, self.m, self.n, self.k_caller, self.grid_x, self.in_place)
             staged.new_out = self.new_out  # a fused call's D type (an e4m3 D is float8_e4m3fn, not bf16)
         return staged(a, b, out, b2, epi)
 
 
-def _map_layout(rows: int, k: int, pitch: int, mn: bool) -> tuple[int, int, int, int]:
+def _map_layout(rows: int, k: int, pitch: int, mn: bool) -> tuple[tuple[int, int, int], int]:
     """An input's tensor map as ``(rows, cols, pitch)`` in elements, and the bytes from its first element to the end
     of its last: ``[rows, K]`` row-major at ``pitch``, or MN-major (the ``[K, rows]`` view at ``pitch``)."""
     r, c = (k, rows) if mn else (rows, k)
-    return r, c, pitch, 2 * ((r - 1) * pitch + c)
+    return (r, c, pitch), 2 * ((r - 1) * pitch + c)
 
 
 def d_map_ok(spec: Any, n: int) -> bool:
@@ -1002,8 +999,7 @@ def _new_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: tuple
             grid_x = _grid_x(loaded.spec, m, n, driver.device_info(ordinal).sm_count)
             plan = staging_plan(loaded.spec, a, bs, out)
         if plan.in_place(n):
-            call = _Call(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x,
-                         None if plan.legal(n, k) else plan)
+            call = _Call(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x, plan)
         else:
             call = _StagedCall(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x, plan)
     _remember(key, call)
