@@ -213,8 +213,11 @@ SM90_GEMM_MODEL = DeviceModel(
                   ("h100_256x160", 1.20), ("h100_256x160_c2", 1.10),
                   ("h100_128x192_sk3", 1.001), ("h100_128x64_sk2", 1.0005), ("h100_64x128_sk2", 1.0016),
                   # split-K of the last wave: the base config's factor (whole tiles are the same kernel), not fitted
-                  ("h100_128x128_c2_lw2", 0.9856), ("h100_128x256_lw2", 1.0437), ("h100_128x256_lw4", 1.0437)),
-    main_loop_factors=(("h100_128x128_c2_lw2", 1.1803), ("h100_128x256_lw2", 1.0001), ("h100_128x256_lw4", 1.0)),
+                  ("h100_128x128_c2_lw2", 0.9856), ("h100_128x256_lw2", 1.0437), ("h100_128x256_lw4", 1.0437),
+                  ("h100_128x256_lw8", 1.0437)),
+    main_loop_factors=(("h100_128x128_c2_lw2", 1.1803), ("h100_128x256_lw2", 1.0001), ("h100_128x256_lw4", 1.0),
+                       # the 8-way split: lw4's, not fitted (docs/performance.md, "Split-K of the last wave 8 ways")
+                       ("h100_128x256_lw8", 1.0)),
     lastwave_partial_tbps=4.2307)
 
 
@@ -236,7 +239,8 @@ SM90_H200_GEMM_MODEL = DeviceModel(
                   ("h100_128x192_sk3", 1.0), ("h100_128x64_sk2", 1.0), ("h100_64x128_sk2", 1.0),
                   ("h100_64x64_sk2", 1.0), ("h100_64x64_sk4", 1.0),
                   # split-K of the last wave: the base config's factor
-                  ("h100_128x128_c2_lw2", 1.0277), ("h100_128x256_lw2", 1.2263), ("h100_128x256_lw4", 1.2263)),
+                  ("h100_128x128_c2_lw2", 1.0277), ("h100_128x256_lw2", 1.2263), ("h100_128x256_lw4", 1.2263),
+                  ("h100_128x256_lw8", 1.2263)),
     main_loop_factors=SM90_GEMM_MODEL.main_loop_factors, lastwave_partial_tbps=SM90_GEMM_MODEL.lastwave_partial_tbps)
 
 

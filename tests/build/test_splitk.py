@@ -277,7 +277,7 @@ def test_shipped_split_k_configs_are_candidates():
 
     split_names = {c.name for c in choose.candidates("sm_90a") if c.split_k > 1}
     assert split_names == {"h100_64x128_sk2", "h100_128x64_sk2", "h100_128x192_sk3", "h100_64x64_sk2", "h100_64x64_sk4",
-                           "h100_128x128_c2_lw2", "h100_128x256_lw2", "h100_128x256_lw4"}
+                           "h100_128x128_c2_lw2", "h100_128x256_lw2", "h100_128x256_lw4", "h100_128x256_lw8"}
     assert all(load_config(n).schedule.split_k == choose.shipped_candidate(n).split_k for n in split_names)
 
 

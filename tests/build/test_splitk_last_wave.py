@@ -133,6 +133,7 @@ SIM_CASES = [
     ("h100_128x256", 2, (520, 700, 136), 6),  # CTA pairs: 9 cluster tiles on 3 clusters: whole waves only
     ("h100_128x256", 2, (520, 250, 136), 4),  # 3 cluster tiles on 2 clusters: 1 wave, 1 tail tile
     ("h100_128x256", 4, (700, 700, 200), 4),  # 9 cluster tiles on 2 clusters: 4 waves, 1 tail tile in 4 units
+    ("h100_128x256", 8, (700, 700, 600), 4),  # the same grid, the tail tile in 8 units of 1-2 k-blocks
     ("h100_128x128_c2", 2, (700, 300, 136), 8),  # 9 cluster tiles on 4 clusters: 2 waves, 1 tail tile
     ("h100_128x128_c2", 3, (700, 390, 200), 10),  # 12 cluster tiles on 5 clusters: 2 waves, 2 tail tiles
     ("dual_h100_128x64", 2, (300, 330, 200), 4),  # dual GEMM: 18 tiles on 4 clusters: 4 waves, 2 tail tiles
@@ -153,7 +154,7 @@ def test_sim_cases_have_tails():
     assert any(u.dp_tiles == 0 for u in units) and any(u.split_tiles == 0 for u in units)
 
 
-@pytest.mark.parametrize("name,splits", [("h100_128x192", 3), ("h100_256x128", 2), ("h100_128x256", 4),
+@pytest.mark.parametrize("name,splits", [("h100_128x192", 3), ("h100_256x128", 2), ("h100_128x256", 4), ("h100_128x256", 8),
                                          ("h100_128x128_c2", 2), ("dual_h100_128x64", 2)])
 def test_last_wave_kernels_verify(name, splits):
     verify(kernel(name, splits))
@@ -250,7 +251,7 @@ def test_shipped_last_wave_configs():
     from ptxgen.runtime import choose
 
     names = {c.name for c in choose.candidates("sm_90a") if c.split_tiles == "last_wave"}
-    assert names == {"h100_128x128_c2_lw2", "h100_128x256_lw2", "h100_128x256_lw4"}
+    assert names == {"h100_128x128_c2_lw2", "h100_128x256_lw2", "h100_128x256_lw4", "h100_128x256_lw8"}
     factors = dict(choose.SM90_GEMM_MODEL.tile_factors)
     assert all(factors[n] == factors[n.rsplit("_lw", 1)[0]] for n in names)
     assert all(load_config(n).schedule.split_k_tiles == "last_wave" for n in names)

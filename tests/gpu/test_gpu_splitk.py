@@ -317,9 +317,10 @@ def two_streams_at_once(torch, cfg, shape, seed: int, launches: int) -> None:
 
 # --------------------------------------------------------------------------- split-K of the last wave
 
-#: bench/configs variants with ``schedule.split_k_tiles: last_wave`` (docs/performance.md, "Split-K of the last
-#: wave"): one CTA and CTA pairs, 1 and 2 consumer warpgroups
-LAST_WAVE = ["h100_128x128_lw2", "h100_128x256_lw2", "h100_256x128_lw4", "h100_128x192_lw3", "h100_128x128_c2_lw4"]
+#: configs with ``schedule.split_k_tiles: last_wave`` (docs/performance.md, "Split-K of the last wave"), bench/configs
+#: variants and shipped ones: one CTA and CTA pairs, 1 and 2 consumer warpgroups, the tail split 2 to 8 ways
+LAST_WAVE = ["h100_128x128_lw2", "h100_128x256_lw2", "h100_256x128_lw4", "h100_128x192_lw3", "h100_128x128_c2_lw4",
+             "h100_128x256_lw8"]
 
 
 @functools.cache
