@@ -478,17 +478,6 @@ def test_stage_latency_term_bounds_the_ring_by_its_stages():
     assert predict(four, *shape, 132, fast)["us"] < 5.0
 
 
-def _fit_choose():
-    """bench/fit_choose.py as a module (the evaluation that wrote docs/results/chooser_report_h100.json)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "bench" / "fit_choose.py"
-    spec = importlib.util.spec_from_file_location("fit_choose", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_report_half_regret_from_the_stored_surveys(fresh_choice):
     """The chooser's regret on every report-half shape, recomputed from the stored surveys the record names (each
     shape's times from the last survey that timed it): every decision was measured, each regret is the record's, the
@@ -837,7 +826,7 @@ def test_main_loop_term_bounds_and_factors_of_the_refit():
     128 B/clk at the boost clock; a last-wave candidate takes its base's tile factor, another split-K one 1."""
     from ptxgen.runtime import choose
 
-    fit_choose = _fit_choose()
+    fit_choose = bench_module("fit_choose")
     cands = choose.candidates("sm_90a")
     names, split = {c.name for c in cands}, {c.name for c in cands if c.split_k > 1}
     by_name = {c.name: c for c in cands}
