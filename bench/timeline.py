@@ -16,9 +16,11 @@ committed (0 for direct stores); ``exit`` -> end of the kernel (the store ring's
 ``start_ns`` / ``end_ns``: each CTA's entry / end by ``%globaltimer`` after the first CTA's entry.
 
 Each launch follows a 256 MiB memset, so its operands come from DRAM as in the benchmarks' rotated inputs.  The
-stamps cost a few instructions per k-block; compare configs with each other, not with uninstrumented times.
-Plain (non-persistent-loop-dependent) probe: with several tiles per CTA the stamps describe its last tile's
-k-loop and epilogue, but its first tile's start.
+stamps cost a few instructions per k-block; compare configs with each other, not with uninstrumented times.  Meant
+for one tile per CTA: with several, ``setup`` and ``to_first_tma`` are the first tile's, and the ``full``-wait
+stamps (hence ``first_data``, ``kloop``) and those after them are the last tile's.  The numbers in
+docs/performance.md ("Small products: where a CTA's time goes") were taken with these stamps loaded through the
+runtime's loader directly; this script's override path has not yet run on a GPU.
 
 Usage: PYTHONPATH=$PWD python3 bench/timeline.py --config NAME_OR_YAML [--config ...] --shape MxNxK [...]
        [--launches 10] [--json F]
@@ -48,9 +50,10 @@ def instrument(ptx: str) -> str:
                ptx, "accumulator declaration")
     ptx = _sub(r"(mov\.u32 %thread, %tid\.x;\n)", r"\1    mov.u64 %ts0, %clock64;\n    mov.u64 %ts7, %globaltimer;\n",
                ptx, "prologue")
-    # the slot: d_ptr + M * N * 2 bytes (past D) + ctaid * 128
+    # the slot: d_ptr + round_up(M * N * 2, 16) bytes (past D, 16-byte aligned for st.global.v2.u64) + ctaid * 128
     ptx = _sub(r"(griddepcontrol\.wait;\n)", r"\1    mov.u64 %ts1, %clock64;\n"
-               r"    mul.wide.u32 %tsa, %m, %n;\n    shl.b64 %tsa, %tsa, 1;\n    add.u64 %tsa, %tsa, %d_ptr;\n"
+               r"    mul.wide.u32 %tsa, %m, %n;\n    shl.b64 %tsa, %tsa, 1;\n    add.u64 %tsa, %tsa, 15;\n"
+               r"    and.b64 %tsa, %tsa, -16;\n    add.u64 %tsa, %tsa, %d_ptr;\n"
                rf"    mul.wide.u32 %ts9, %cta, {SLOT_BYTES};\n    add.u64 %tsa, %tsa, %ts9;\n", ptx, "griddepcontrol.wait")
     ptx = _sub(r"(cp\.async\.bulk\.tensor\.2d[^\n]*\[%tmap_b[^\n]*\n)",
                r"\1                        setp.eq.u32 %tsp, %kb, 0;\n                        mov.u64 %ts9, %clock64;\n"
@@ -97,7 +100,8 @@ def main() -> None:
     doc = {"device": torch.cuda.get_device_name(), "rows": []}
     for shape in args.shape:
         m, n, k = map(int, shape.split("x"))
-        extra_rows = -(-(132 * 4 * SLOT_BYTES) // (2 * n)) + 1
+        max_ctas = 8 * -(-m // 64) * -(-n // 8) + 1024  # any grid of tiles >= 64x8, split up to 8 ways
+        extra_rows = -(-(max_ctas * SLOT_BYTES + 16) // (2 * n)) + 1  # room for every CTA's slot past D
         for cfg in args.config:
             stamps = []
             for it in range(args.launches + 2):
@@ -105,6 +109,8 @@ def main() -> None:
                 b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
                 buf = torch.full((m + extra_rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
                 launch = prepare(a, b, buf[:m], cfg)
+                if launch.grid_x > max_ctas:
+                    raise ValueError(f"{cfg} {shape}: grid of {launch.grid_x} CTAs, stamp room for {max_ctas}")
                 flush.zero_()
                 launch.launch()
                 torch.cuda.synchronize()
@@ -112,8 +118,9 @@ def main() -> None:
                 if not err < 1e-2:
                     raise AssertionError(f"{cfg} {shape}: rel err {err} (the stamps must not touch D)")
                 if it >= 2:  # the first two launches load and warm the kernel
-                    raw = buf.view(-1)[m * n:].contiguous().view(torch.int64)
-                    stamps.append(raw[: launch.grid_x * SLOT_BYTES // 8].view(launch.grid_x, SLOT_BYTES // 8)[:, :10].tolist())
+                    base = -(-m * n * 2 // 16) * 16  # the kernel's slot base, bytes after D's first element
+                    raw = buf.view(-1).view(torch.uint8)[base: base + launch.grid_x * SLOT_BYTES].contiguous()
+                    stamps.append(raw.view(torch.int64).view(launch.grid_x, SLOT_BYTES // 8)[:, :10].tolist())
             per = {ph: [] for ph in PHASES}
             cta, starts, ends = [], [], []
             for launch_stamps in stamps:
