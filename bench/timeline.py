@@ -37,8 +37,8 @@ PHASES = ("setup", "to_first_tma", "first_data", "kloop", "mma_drain", "epilogue
 SLOT_BYTES = 128  # per CTA: ten u64 stamps
 
 
-def _sub(pattern: str, repl: str, text: str, what: str, count: int = 1) -> str:
-    out, n = re.subn(pattern, repl, text, count=count)
+def _sub(pattern: str, repl: str, text: str, what: str) -> str:
+    out, n = re.subn(pattern, repl, text, count=1)
     if n == 0:
         raise ValueError(f"timeline: no {what} in the PTX (an sm_90a GEMM kernel with a producer and consumers?)")
     return out
