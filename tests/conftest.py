@@ -6,6 +6,7 @@
 - Tests marked ``slow`` run only with ``--runslow``.
 - The suite's disk cache is a fresh folder (``PTXGEN_CACHE_DIR``) unless the caller set one: a test that patches
   the compile path must not leave entries in the user's cache, and the user's entries must not answer tests.
+  Under pytest-xdist (``-n auto``) the controller sets it before it starts the workers, which share the folder.
 - OpenBLAS runs one thread (``OPENBLAS_NUM_THREADS=1``) unless the caller set a count: the simulator's MMAs are
   small products (128 x 16 x N for a tcgen05.mma k-step), which a second BLAS thread makes 100x slower on a
   busy two-core machine (waking and joining it costs more than the product).  Set here, before numpy loads.
