@@ -1,6 +1,6 @@
 """GPU tests of generated GEMMs against torch (marked ``gpu``; skipped without a CUDA GPU).
 
-For every shipped sm_90a config, Hypothesis draws shapes: M, N in [1, 4096]
+For every shipped sm_90a config (and the variants and bench probes listed below), Hypothesis draws shapes: M, N in [1, 4096]
 biased towards tiny sizes and sizes just off a multiple of the tile, K a
 multiple of 8 (and of the kernel's ``k_multiple``) in [8, 4096].  Each example
 gets fresh random inputs (seeded by a drawn seed, so a failure replays),
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -34,6 +35,9 @@ VARIANT_CONFIGS = [config_mod.load_config(c).replace(**changes, name=f"{c}_{suff
     ("h100_128x256", "ov", {"epilogue.overlap": True}), ("h100_256x128", "ov", {"epilogue.overlap": True}),
     ("h100_128x256", "sm", {"epilogue.stmatrix": True}),
     ("h100_256x128", "ovsm", {"epilogue.overlap": True, "epilogue.stmatrix": True}))]
+#: bench probes of shipped tiles with another stage count (docs/performance.md, "Six stages for short products")
+STAGE_PROBES = [config_mod.load_config(Path(__file__).resolve().parents[2] / "bench" / "configs" / f"{name}.yaml")
+                for name in ("h100_128x64_s6", "h100_64x128_s6")]
 EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "100"))
 MAX_DIM = 4096
 TOLERANCE = 1e-2
@@ -85,7 +89,7 @@ def check_against_reference(torch, config, a, b) -> float:
     return relative_error(out, ref)
 
 
-@pytest.mark.parametrize("config", SM90_CONFIGS + VARIANT_CONFIGS, ids=lambda c: getattr(c, "name", c))
+@pytest.mark.parametrize("config", SM90_CONFIGS + VARIANT_CONFIGS + STAGE_PROBES, ids=lambda c: getattr(c, "name", c))
 @settings(max_examples=EXAMPLES)
 @given(data=st.data())
 def test_gemm_matches_reference(torch, config, data):
