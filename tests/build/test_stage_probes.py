@@ -18,8 +18,7 @@ PROBES = Path(__file__).resolve().parents[2] / "bench" / "configs"
 @pytest.mark.parametrize("base", ["h100_128x64", "h100_64x128"])
 def test_probe_is_its_tile_with_six_stages(base):
     probe = load_config(PROBES / f"{base}_s6.yaml")
-    assert probe.name == f"{base}_s6" and probe.pipeline.stages == 6
-    assert probe == load_config(base).replace(name=probe.name, **{"pipeline.stages": 6})
+    assert probe == load_config(base).replace(name=f"{base}_s6", **{"pipeline.stages": 6})
     res = build(probe)
     asm = assemble(res.ptx, res.plan.arch)
     assert asm.spill_store_bytes == asm.spill_load_bytes == asm.stack_frame_bytes == 0

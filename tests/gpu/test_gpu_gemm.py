@@ -1,11 +1,10 @@
 """GPU tests of generated GEMMs against torch (marked ``gpu``; skipped without a CUDA GPU).
 
-For every shipped sm_90a config (and the variants and bench probes listed below), Hypothesis draws shapes: M, N in [1, 4096]
-biased towards tiny sizes and sizes just off a multiple of the tile, K a
-multiple of 8 (and of the kernel's ``k_multiple``) in [8, 4096].  Each example
-gets fresh random inputs (seeded by a drawn seed, so a failure replays),
-``out`` is poisoned with NaN before the launch, and the result must have no NaN
-and a relative Frobenius error under 1e-2 against ``a.float() @ b.float().T``.
+For every shipped sm_90a config (and the variants and bench probes listed below), Hypothesis draws shapes:
+M, N in [1, 4096] biased towards tiny sizes and sizes just off a multiple of the tile, K a multiple of 8 (and of
+the kernel's ``k_multiple``) in [8, 4096].  Each example gets fresh random inputs (seeded by a drawn seed, so a
+failure replays), ``out`` is poisoned with NaN before the launch, and the result must have no NaN and a relative
+Frobenius error under 1e-2 against ``a.float() @ b.float().T``.
 ``PTXGEN_GPU_EXAMPLES`` sets the number of examples per config (default 100).
 """
 
@@ -89,7 +88,8 @@ def check_against_reference(torch, config, a, b) -> float:
     return relative_error(out, ref)
 
 
-@pytest.mark.parametrize("config", SM90_CONFIGS + VARIANT_CONFIGS + STAGE_PROBES, ids=lambda c: getattr(c, "name", c))
+@pytest.mark.parametrize("config", SM90_CONFIGS + VARIANT_CONFIGS + STAGE_PROBES,
+                         ids=lambda c: getattr(c, "name", c))
 @settings(max_examples=EXAMPLES)
 @given(data=st.data())
 def test_gemm_matches_reference(torch, config, data):
