@@ -13,6 +13,10 @@ Phases, SM clock cycles (median over CTAs and launches, with min-max): ``setup``
 ``to_first_tma`` entry -> first TMA load issued (producer); ``first_data`` entry -> first ``full`` wait passed;
 ``kloop`` first -> last ``full`` wait passed; ``mma_drain`` -> ``wgmma.wait_group 0``; ``epilogue`` -> last store
 committed (0 for direct stores); ``exit`` -> end of the kernel (the store ring's drain; direct stores themselves).
+The steps to the first TMA issue, entry -> (docs/performance.md, "The cycles before the first TMA"): ``to_dec`` the
+producer's ``setmaxnreg.dec`` done (thread 0), ``to_inc`` the consumers' ``setmaxnreg.inc`` done (thread 128),
+``to_coords`` the first tile's coordinates, ``to_empty`` its first ``empty`` wait passed, ``to_tma_a`` its first TMA
+load of A issued (the producer's electing thread).
 ``start_ns`` / ``end_ns``: each CTA's entry / end by ``%globaltimer`` after the first CTA's entry.
 
 Each launch follows a 256 MiB memset, so its operands come from DRAM as in the benchmarks' rotated inputs.  The
@@ -34,7 +38,17 @@ import tempfile
 from pathlib import Path
 
 PHASES = ("setup", "to_first_tma", "first_data", "kloop", "mma_drain", "epilogue", "exit")
-SLOT_BYTES = 128  # per CTA: ten u64 stamps
+STEPS = ("to_dec", "to_inc", "to_coords", "to_empty", "to_tma_a")  # stamps 10-14, from entry
+SLOT_BYTES = 128  # per CTA: fifteen u64 stamps
+#: where each of STEPS is stamped: (the line it follows, its indent, who stores it, what it is)
+STEP_POINTS = (
+    (r"setmaxnreg\.dec\.sync\.aligned\.u32 \d+;\n", 8, "%thread, 0", "producer setmaxnreg.dec"),
+    (r"setmaxnreg\.inc\.sync\.aligned\.u32 \d+;\n", 8, "%thread, 128", "consumer setmaxnreg.inc"),
+    (r"mov\.u32 %n_col, %x\d+;\n", 20, "%t, %cluster_id", "producer tile coordinates"),
+    (r"// MbarrierWait empty\[stage\][^\n]*\n(?:[^\n]*\n)*?\$WAIT_\d+:\n[^\n]*\n[^\n]*bra \$WAIT_\d+;\n", 24, "%it, 0",
+     "producer empty wait"),
+    (r"cp\.async\.bulk\.tensor\.2d[^\n]*\[%tmap_a[^\n]*\n", 24, "%it, 0", "TMA load of A"),
+)
 
 
 def _sub(pattern: str, repl: str, text: str, what: str) -> str:
@@ -58,6 +72,11 @@ def instrument(ptx: str) -> str:
     ptx = _sub(r"(cp\.async\.bulk\.tensor\.2d[^\n]*\[%tmap_b[^\n]*\n)",
                r"\1                        setp.eq.u32 %tsp, %kb, 0;\n                        mov.u64 %ts9, %clock64;\n"
                r"                        @%tsp st.global.u64 [%tsa+72], %ts9;\n", ptx, "TMA load of B")
+    # the steps to the first TMA issue: slots 10-14 (STEPS), each stored once by the thread that passes it
+    for slot, (pattern, indent, cond, what) in enumerate(STEP_POINTS, start=10):
+        pad = " " * indent
+        ptx = _sub(f"({pattern})", rf"\1{pad}mov.u64 %ts9, %clock64;\n{pad}setp.eq.u32 %tsp, {cond};\n"
+                   rf"{pad}@%tsp st.global.u64 [%tsa+{8 * slot}], %ts9;\n", ptx, what)
     ptx = _sub(r"(// MbarrierWait full\[stage\] phase=phase \(consumer_wait\)\n(?:[^\n]*\n)*?\$WAIT_\d+:\n[^\n]*\n[^\n]*bra \$WAIT_\d+;\n)",
                r"\1                mov.u64 %ts3, %clock64;\n                setp.eq.u32 %tsp, %kb, 0;\n"
                r"                @%tsp mov.u64 %ts2, %ts3;\n", ptx, "consumer full wait")
@@ -120,7 +139,9 @@ def main() -> None:
                 if it >= 2:  # the first two launches load and warm the kernel
                     base = -(-m * n * 2 // 16) * 16  # the kernel's slot base, bytes after D's first element
                     raw = buf.view(-1).view(torch.uint8)[base: base + launch.grid_x * SLOT_BYTES].contiguous()
-                    stamps.append(raw.view(torch.int64).view(launch.grid_x, SLOT_BYTES // 8)[:, :10].tolist())
+                    stamps.append(raw.view(torch.int64).view(launch.grid_x, SLOT_BYTES // 8)[:, :15].tolist())
+            steps = {st: [s[10 + i] - s[0] for launch_stamps in stamps for s in launch_stamps]
+                     for i, st in enumerate(STEPS)}
             per = {ph: [] for ph in PHASES}
             cta, starts, ends = [], [], []
             for launch_stamps in stamps:
@@ -133,11 +154,11 @@ def main() -> None:
                     starts.append(s[7] - g0)
                     ends.append(s[8] - g0)
             row = {"config": cfg, "shape": shape, "ctas": len(stamps[0]),
-                   **{ph: _q(v) for ph, v in per.items()}, "cta_cycles": _q(cta), "start_ns": _q(starts), "end_ns": _q(ends)}
+                   **{ph: _q(v) for ph, v in per.items()}, **{st: _q(v) for st, v in steps.items()}, "cta_cycles": _q(cta), "start_ns": _q(starts), "end_ns": _q(ends)}
             doc["rows"].append(row)
             print(f"{cfg} {shape} ({row['ctas']} CTAs): " + ", ".join(
                 f"{key} {row[key][0]:.0f} [{row[key][1]:.0f}-{row[key][2]:.0f}]"
-                for key in (*PHASES, "cta_cycles", "start_ns", "end_ns")), flush=True)
+                for key in (*PHASES, *STEPS, "cta_cycles", "start_ns", "end_ns")), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1))
 
