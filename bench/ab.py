@@ -12,6 +12,7 @@ Sides are either configs (``--config``, prepared launches, the first is the base
            (one-CTA configs: a pair's remote arrivals would need the peer's count changed too)
   elect    the sm_90a TMA store issued under ``elect.sync`` instead of by lane 0
   novote   (split-K configs with ``SplitKPlan.vote``) the fixup's verdict without its ``vote.sync.any``
+  nosetmaxnreg  both ``setmaxnreg`` dropped: every warp keeps the launch's ``.maxnreg``
   store_first, store_after_full_wait, wait_before_store  (``epilogue.overlap`` configs) the previous tile's store
            before the first k-block, between its ``full`` wait and its wgmma, or after its wgmma completed
 
@@ -85,6 +86,9 @@ REWRITES = {
     # split-K (docs/performance.md, "The pair's last-wave k-loop"): the verdict as bar.red.popc leaves it, without the
     # vote.sync.any that makes it warp-uniform to ptxas (the kernel before the vote)
     "novote": lambda k: rewrite(k, lambda op: () if isinstance(op, O.VoteAny) else None),
+    # the roles' register moves (docs/performance.md, "The cycles before the first TMA"): both setmaxnreg dropped, every
+    # warp keeping the launch's .maxnreg (enough for the tiles with small accumulators: ptxas spills nothing there)
+    "nosetmaxnreg": lambda k: rewrite(k, lambda op: () if isinstance(op, O.SetMaxNReg) else None),
     # epilogue.overlap (docs/performance.md, "Overlapped epilogue"): the store before the first k-block (no overlap), after its full wait,
     # or after its wgmma completed (issued, then waited: as slow as the overlap)
     "store_first": lambda k: move_deferred_store(k, _first(O.Let, lambda x: x.var == "kb")),
