@@ -154,7 +154,8 @@ def main() -> None:
                     starts.append(s[7] - g0)
                     ends.append(s[8] - g0)
             row = {"config": cfg, "shape": shape, "ctas": len(stamps[0]),
-                   **{ph: _q(v) for ph, v in per.items()}, **{st: _q(v) for st, v in steps.items()}, "cta_cycles": _q(cta), "start_ns": _q(starts), "end_ns": _q(ends)}
+                   **{ph: _q(v) for ph, v in per.items()}, **{st: _q(v) for st, v in steps.items()},
+                   "cta_cycles": _q(cta), "start_ns": _q(starts), "end_ns": _q(ends)}
             doc["rows"].append(row)
             print(f"{cfg} {shape} ({row['ctas']} CTAs): " + ", ".join(
                 f"{key} {row[key][0]:.0f} [{row[key][1]:.0f}-{row[key][2]:.0f}]"
