@@ -2,6 +2,7 @@
 matmul, then the epilogue's ops as separate kernels) and ``torch.compile`` of the same function.
 
     PYTHONPATH=$PWD python3 bench/epilogue_bench.py [--json out.json] [--runs 5] [--iters 20]
+                                                    [--suite gemm --half report] [--cases 0,1] [--shapes 0,2]
 
 Cases: ``gelu(acc + bias[col])`` (tanh GELU), ``acc + residual`` (the chooser's config: on H100 one whose TMA-store
 epilogue stages through ``stmatrix``, so the residual is read through the CD staging ring) and the same with the
@@ -13,7 +14,9 @@ default mode where that fails; the JSON records the mode and each side's spread 
 ``--iters`` CUDA-event intervals around one call (``ptxgen.bench.time_interleaved``: the three sides in
 alternating order), after warm-up calls; input sets are rotated so that the bytes touched between two uses of a
 set exceed 2x the L2 size (at least two sets).  ``torch.compile`` is compiled once per case (``dynamic=True``)
-and warmed per shape before timing; ptxgen's config is the chooser's for the shape.
+and warmed per shape before timing; ptxgen's config is the chooser's for the shape.  ``--suite gemm`` times the LLM
+projection shapes (``kind: llm``) of a half of the shipped suite (default: the report half) instead of the four
+shapes below.
 """
 
 from __future__ import annotations
@@ -88,6 +91,33 @@ CASES = {
 }
 
 
+#: each case's expression for ptxgen.gemm (None: the dual GEMM's own silu * mul; "": the plain GEMM)
+EXPRS = {"gelu(acc + bias[col])": "gelu(acc + bias[col])", "acc + residual": "acc + residual",
+         "acc + residual, pair loads": "acc + residual", "silu(acc1) * acc2": None,
+         "e4m3 with 1x128 block scale": 'e4m3(acc, "d_scale")',
+         "e4m3(acc*scale[row]) + amax": 'e4m3(amax("amax", acc) * scale[row])', "acc (plain GEMM)": ""}
+
+
+def config_name(case: str, m: int, n: int, k: int) -> str:
+    """The config ptxgen's side of ``case`` runs at ``(m, n, k)`` on device 0, by the fused call's own rule
+    (``api.epilogue_config`` over the chooser's pick and the cost model's ranking)."""
+    from ptxgen.runtime import driver
+    from ptxgen.runtime.api import _GEMM, epilogue_config, epilogue_expr
+    from ptxgen.runtime.choose import choose, ranked_configs
+
+    if case == "acc + residual, pair loads":
+        return "h100_128x256 (no stmatrix)"
+    info = driver.device_info(0)
+    text = EXPRS[case]
+    if text is None:
+        return choose(m, n, k, info, "dual_gemm")
+    name = choose(m, n, k, info)
+    if not text:
+        return name
+    return epilogue_config(_GEMM, name, epilogue_expr(text, "gemm")[0], chosen=True,
+                           ranked=lambda: ranked_configs(m, n, k, info)).name
+
+
 def make_set(case: str, m: int, n: int, k: int, gen) -> dict:
     s = k ** -0.25
     x = {"a": (torch.randn(m, k, device="cuda", generator=gen) * s).bfloat16(),
@@ -127,6 +157,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--cases", default="all", help="indices into the case list, e.g. 0,2")
     ap.add_argument("--shapes", default="all", help="indices into the shape list, e.g. 0,1")
+    ap.add_argument("--suite", help="time the LLM projection shapes of a half of a shipped suite (gemm)")
+    ap.add_argument("--half", default="report", choices=("tune", "report", "all"))
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
                     help="torch.compile mode tried first (the default mode if it fails)")
     args = ap.parse_args()
@@ -136,13 +168,18 @@ def main() -> None:
     print(f"{'case':>22} {'M':>6} {'N':>6} {'K':>6} {'eager ms':>9} {'compile ms':>10} {'ptxgen ms':>9} "
           f"{'vs eager':>8} {'vs compile':>10} {'rel err':>8}")
     cases = list(CASES) if args.cases == "all" else [list(CASES)[int(i)] for i in args.cases.split(",")]
+    listed = SHAPES
+    if args.suite:
+        from ptxgen.suites import load
+
+        listed = [s.mnk for s in load(args.suite).half(args.half) if s.kind == "llm"]
     warm_gpu()
     rows = []
     for case in cases:
         fn, ours = CASES[case]
         compiled = torch.compile(fn, dynamic=True, mode=args.compile_mode)
         mode = args.compile_mode
-        shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
+        shapes = listed if args.shapes == "all" else [listed[int(i)] for i in args.shapes.split(",")]
         for m, n, k in shapes:
             gen = torch.Generator(device="cuda").manual_seed(m + 3 * n + 7 * k)
             probe = make_set(case, m, n, k, gen)
@@ -175,15 +212,16 @@ def main() -> None:
                     ref = ref * fn(*(v.float() for v in torch_args(case, x)))[1].repeat_interleave(128, 1)
                     got = got * ours(x["a"], x["b"], x)[1].repeat_interleave(128, 1)
             err = ((got.float() - ref).norm() / ref.norm()).item()
-            row = dict(case=case, m=m, n=n, k=k, eager_ms=t["eager"], compile_ms=t["compile"], ptxgen_ms=t["ptxgen"],
+            row = dict(case=case, m=m, n=n, k=k, config=config_name(case, m, n, k), eager_ms=t["eager"], compile_ms=t["compile"], ptxgen_ms=t["ptxgen"],
                        vs_eager=t["eager"] / t["ptxgen"], vs_compile=t["compile"] / t["ptxgen"], rel_err=err,
                        compile_mode=mode, **spread)
             rows.append(row)
             if args.json:  # after every row: a run cut short keeps what it measured
                 with open(args.json, "w") as f:
-                    json.dump({"device": name, "runs": args.runs, "iters": args.iters, "rows": rows}, f, indent=2)
+                    json.dump({"device": name, "suite": args.suite, "half": args.half if args.suite else None,
+                               "runs": args.runs, "iters": args.iters, "rows": rows}, f, indent=2)
             print(f"{case:>22} {m:>6} {n:>6} {k:>6} {t['eager']:>9.3f} {t['compile']:>10.3f} {t['ptxgen']:>9.3f} "
-                  f"{row['vs_eager']:>8.3f} {row['vs_compile']:>10.3f} {err:>8.1e}", flush=True)
+                  f"{row['vs_eager']:>8.3f} {row['vs_compile']:>10.3f} {err:>8.1e}  {row['config']}", flush=True)
             del sets, probe
             torch.cuda.empty_cache()
     for case in cases:

@@ -388,7 +388,8 @@ def host_overhead(*, n_calls: int = 2000, size: int = 256, config: Any = None, w
     rounds of ``(t1 - t0) / calls``, with ``min`` and ``max``.
 
     Variants: ``ptxgen.gemm(out=)``, ``ptxgen.gemm`` (allocating D), the prepared launch,
-    ``torch.matmul(out=)``, ``torch.matmul`` (allocating).
+    ``torch.matmul(out=)``, ``torch.matmul`` (allocating), and a fused epilogue against torch eager:
+    ``ptxgen.gemm(out=, epilogue="acc + residual")`` and ``torch.matmul(a, b.T) + residual``.
 
     Returns:
         ``{"m", "n", "k", "calls", "rounds", "config", "kernel", "variants": {name: {"us_per_call_no_sync",
@@ -405,12 +406,16 @@ def host_overhead(*, n_calls: int = 2000, size: int = 256, config: Any = None, w
     out = torch.empty((size, size), device=device, dtype=torch.bfloat16)
     launch = prepare(a, b, out, config)
     bt = b.T
+    residual = _random_bf16(size, size, device)
     variants: dict[str, Callable[[], Any]] = {
         "ptxgen.gemm(out=)": lambda: ptxgen.gemm(a, b, out=out, config=config),
         "ptxgen.gemm": lambda: ptxgen.gemm(a, b, config=config),
         "prepared launch": launch.launch,
         "torch.matmul(out=)": lambda: torch.matmul(a, bt, out=out),
         "torch.matmul": lambda: torch.matmul(a, bt),
+        "ptxgen.gemm(out=, acc + residual)": lambda: ptxgen.gemm(a, b, out=out, config=config,
+                                                                 epilogue="acc + residual", residual=residual),
+        "torch.matmul + residual": lambda: torch.matmul(a, bt) + residual,
     }
     per_round = min(n_calls, HOST_ROUND_CALLS)
     rounds = max(5, -(-n_calls // per_round))
@@ -436,9 +441,9 @@ def format_host_overhead(doc: dict) -> str:
     """Plain-text table of :func:`host_overhead`."""
     lines = [f"host overhead: {doc['rounds']} rounds of {doc['calls']} back-to-back calls of "
              f"{doc['m']}x{doc['n']}x{doc['k']} behind a busy GPU (config {doc['config']}, kernel {doc['kernel']})",
-             f"{'variant':<22} {'host us/call, median':>21} {'min':>7} {'max':>7}"]
+             f"{'variant':<33} {'host us/call, median':>21} {'min':>7} {'max':>7}"]
     for name, v in doc["variants"].items():
-        lines.append(f"{name:<22} {v['us_per_call_no_sync']:>21.2f} {v['min']:>7.2f} {v['max']:>7.2f}")
+        lines.append(f"{name:<33} {v['us_per_call_no_sync']:>21.2f} {v['min']:>7.2f} {v['max']:>7.2f}")
     return "\n".join(lines)
 
 

@@ -64,7 +64,7 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from ptxgen.errors import ConfigError, ShapeError
@@ -72,7 +72,7 @@ from ptxgen.hw import FP8_SCALE_BLOCK
 from ptxgen.runtime.driver import current_stream  # noqa: F401 - part of this module's API
 # the defaults live with the chooser, which falls back to them (no api <-> choose circle); re-exported here
 from ptxgen.runtime.choose import (DEFAULT_DUAL_SM90, DEFAULT_DUAL_SM100, DEFAULT_SM90, DEFAULT_SM100,  # noqa: F401
-                                   default_config_name)
+                                   default_config_name, ranked_configs)
 
 #: the compute capability each target runs on (``a`` targets are not forward compatible)
 ARCH_CAPABILITY: dict[str, tuple[int, int]] = {"sm_90a": (9, 0), "sm_100a": (10, 0)}
@@ -1173,6 +1173,8 @@ _exprs: dict[tuple, tuple[Any, str]] = {}
 _expr_configs: dict[tuple, Any] = {}
 #: call key -> (the caller's Config object or None, the call)
 _fused_calls: dict[tuple, tuple[Any, Any]] = {}
+#: :func:`_fused_key` -> the signature's :class:`_FusedFast` (a call whose checks ran once for that signature)
+_fused_fast: dict[tuple, Any] = {}
 _OPERAND_DIMS = {"col": "[N]", "row": "[M]", "tile": "[M, N]"}
 #: the config a fused call without ``config`` takes when the shape's choice cannot take its expression
 EPILOGUE_FALLBACK_CONFIG = "h100_128x128"
@@ -1334,10 +1336,16 @@ def _expr_config(config: Any, expr: Any) -> Any:
     return hit
 
 
-def epilogue_config(family: _Family, config: Any, expr: Any, chosen: bool) -> Any:
-    """``config`` with ``epilogue.expr`` = ``expr`` (:func:`_expr_config`); when ``config`` is the chooser's
-    (``chosen``) and cannot take the expression (a block scale needs block_n % 128 == 0; the register budget), the
-    family's fallback config instead (:data:`EPILOGUE_FALLBACK_CONFIG`; gemm_fp8: the FP8 one).
+def epilogue_config(family: _Family, config: Any, expr: Any, chosen: bool,
+                    ranked: Callable[[], Iterable[str]] | None = None) -> Any:
+    """``config`` with ``epilogue.expr`` = ``expr`` (:func:`_expr_config`).  When ``config`` is the chooser's
+    (``chosen``) and cannot take the expression (swap-AB takes none; a block scale needs block_n % 128 == 0; the
+    register budget): the first config of ``ranked()`` that can (the cost model's order for the shape, fastest
+    first: :func:`ptxgen.runtime.choose.ranked_configs`), else the family's fallback (:data:`EPILOGUE_FALLBACK_CONFIG`;
+    gemm_fp8: the FP8 one).  At M <= 16, where the chooser takes a swap-AB tile, the fixed fallback's 128-row tile
+    runs the report half's five shapes at 0.51-0.67x torch's kernel, the ranking's first config that takes an
+    expression at 0.84-0.99x (H100, plain kernels: docs/results/survey_h100_report_shipped.json; docs/performance.md,
+    "Fused epilogues on the suite's projections").
 
     Raises:
         ConfigError: the config (a caller's, or the fallback) cannot take the expression: the plan's one line.
@@ -1347,7 +1355,14 @@ def epilogue_config(family: _Family, config: Any, expr: Any, chosen: bool) -> An
     except ConfigError:
         if not chosen:
             raise
-        return _expr_config(family.fallback or EPILOGUE_FALLBACK_CONFIG, expr)
+    for name in ranked() if ranked is not None else ():
+        if name == config:
+            continue
+        try:
+            return _expr_config(name, expr)
+        except ConfigError:
+            continue
+    return _expr_config(family.fallback or EPILOGUE_FALLBACK_CONFIG, expr)
 
 
 def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: Any, operands: dict) -> Any:
@@ -1369,6 +1384,12 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
         ConfigError: not an expression, an accumulator the family lacks, or a config that cannot take it.
         ShapeError: a bad tensor or operand (one line, naming it); K = 0 with an epilogue.
     """
+    fkey = _fused_key(family, a, bs, out, config, epilogue, operands)
+    fast = _fused_fast.get(fkey) if fkey is not None else None
+    if fast is not None:
+        done = fast(a, bs, out, operands)
+        if done is not None:
+            return done
     import torch
 
     from ptxgen.ir import epilogue as E
@@ -1397,8 +1418,12 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
 
         ordinal = _ordinal(a)
         driver.ensure_context(ordinal)
+
+        def ranked() -> list[str]:
+            return ranked_configs(m, n, k, driver.device_info(ordinal))
+
         derived = epilogue_config(family, resolve_config(config, m, n, k, ordinal, family.kernel), expr,
-                                  chosen=config is None)
+                                  chosen=config is None, ranked=ranked if family.kernel == _GEMM.kernel else None)
         call = (_new_fp8_call if family.kernel == _FP8.kernel else _new_call)(fam, None, derived, a, bs, out)
         if isinstance(call, (_Call, _Fp8Call)):
             call.new_out = functools.partial(torch.empty, (call.m, call.n), dtype=d_dtype, device=a.device)
@@ -1410,19 +1435,114 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
     for o in order:
         t = operands[o.name]
         if o.along == "scalar":
-            import struct
-
-            ptrs.append(struct.unpack("<I", struct.pack("<f", float(t)))[0])
+            ptrs.append(_f32_bits(t))
             continue
-        if not t.is_contiguous() or t.data_ptr() % (16 if o.along == "tile" else 4):  # pair loads: 4 B, a tile's map: 16
+        if not t.is_contiguous() or t.data_ptr() % _operand_align(o.along):
             t = t.clone(memory_format=torch.contiguous_format)
             held.append(t)
         ptrs.append(t.data_ptr())
+    if fkey is not None and all(t is None for t in outs.values()):
+        with _lock:
+            if len(_fused_fast) >= _MAX_CALLS:
+                _fused_fast.clear()
+            _fused_fast[fkey] = _FusedFast(family, call, expr, order, operands, out, m, n, a.device)
     if not outs:
         return call.fused(a, bs, out, tuple(ptrs))
     results = [_new_output(expr, name, t, m, n, a.device) for name, t in outs.items()]
     ptrs += [t.data_ptr() for t in results]
     return (call.fused(a, bs, out, tuple(ptrs)), *results)
+
+
+def _f32_bits(value: float) -> int:
+    """A scalar operand as the kernel's ``.b32`` parameter: its fp32 bits."""
+    import struct
+
+    return struct.unpack("<I", struct.pack("<f", float(value)))[0]
+
+
+def _operand_align(along: str) -> int:
+    """The byte alignment an epilogue operand is read at in place: an ``[M, N]`` tile's tensor map 16 (PTX ISA
+    "Tensor maps": the global address a multiple of 16), a vector's per-thread pair loads 4."""
+    return 16 if along == "tile" else 4
+
+
+def _fused_key(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: Any, operands: dict) -> tuple | None:
+    """The key of a fused call's signature for :data:`_fused_fast`: the family, the expression as given, the config's
+    name (None: chosen), and the dtype, shape, strides and device of every tensor (a scalar operand: its type); None
+    when the call has no such key (a ``Config`` object, an unhashable expression, a non-tensor where one belongs:
+    the full path names the problem)."""
+    if config is not None and config.__class__ is not str:
+        return None
+    try:
+        key = (family.kernel, epilogue, config, *((t.dtype, t.shape, t.stride(), t.device) for t in (a, *bs)),
+               None if out is None else (out.dtype, out.shape, out.stride(), out.device),
+               *((name, (t.dtype, t.shape, t.stride(), t.device) if hasattr(t, "data_ptr") else t.__class__)
+                 for name, t in operands.items()))
+        hash(key)
+    except (AttributeError, TypeError):
+        return None
+    return key
+
+
+class _FusedFast:
+    """A fused call of one signature (:func:`_fused_key`) whose full checks passed once: per call only what the
+    signature cannot show, each operand's address (``out`` overlapping it: None, and the full path raises; a
+    misaligned one copied as there) and a scalar's type; outputs beside D allocated (a call that passes one takes the
+    full path: its overlaps are the call's).  ``call(a, bs, out, operands)`` -> what :func:`fused` returns, or None."""
+
+    __slots__ = ("launch", "specs", "out_span", "outputs")
+
+    def __init__(self, family: _Family, call: Any, expr: Any, order: tuple, operands: dict, out: Any, m: int,
+                 n: int, device: Any):
+        self.launch = ((lambda a, bs, d, epi: call(a, *bs, d, epi)) if family.kernel == _FP8.kernel
+                       else call.fused)  # the FP8 call's own pointer checks before its launch
+        self.specs = tuple((o.name, None, None, None) if o.along == "scalar" else
+                           (o.name, _operand_align(o.along), operands[o.name].is_contiguous(),
+                            _span(operands[o.name]))
+                           for o in order)
+        self.out_span = None if out is None else _span(out)
+        self.outputs = tuple(functools.partial(_new_output, expr, name, None, m, n, device)
+                             for name, _, _ in _outputs_of(expr))
+
+    def __call__(self, a: Any, bs: tuple, out: Any, operands: dict) -> Any:
+        import torch
+
+        if out is not None:
+            d0 = out.data_ptr()
+            d1 = d0 + self.out_span
+        held, ptrs = [], []
+        for name, align, contiguous, span in self.specs:
+            t = operands[name]
+            if align is None:
+                if t.__class__ is bool or not isinstance(t, (int, float)):
+                    return None
+                ptrs.append(_f32_bits(t))
+                continue
+            p = t.data_ptr()
+            if out is not None and p < d1 and d0 < p + span:
+                return None
+            if not contiguous or p % align:
+                t = t.clone(memory_format=torch.contiguous_format)
+                held.append(t)
+                p = t.data_ptr()
+            ptrs.append(p)
+        if not self.outputs:
+            return self.launch(a, bs, out, tuple(ptrs))
+        results = [new() for new in self.outputs]
+        ptrs += [t.data_ptr() for t in results]
+        return (self.launch(a, bs, out, tuple(ptrs)), *results)
+
+
+def _span(t: Any) -> int:
+    """The bytes from a tensor's first element to the end of its last (:func:`_extent`; a vector as one row)."""
+    start, end = _extent(t.reshape(1, -1) if t.dim() == 1 else t)
+    return end - start
+
+
+def _outputs_of(expr: Any) -> tuple:
+    from ptxgen.ir import epilogue as E
+
+    return E.outputs(expr)
 
 
 def _new_output(expr: Any, name: str, given: Any, m: int, n: int, device: Any) -> Any:

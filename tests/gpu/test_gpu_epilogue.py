@@ -414,3 +414,85 @@ def test_e4m3_d_with_a_misaligned_input(torch):
     d = ptxgen.gemm(a, b, config="h100_128x256", epilogue="e4m3(acc * 0.25)")
     assert d.dtype == torch.float8_e4m3fn and d.shape == (m, n)
     assert relative_error(d.float(), (a.float() @ b.float().T) * 0.25) < E4M3_TOLERANCE
+
+
+#: the shipped tiles the chooser takes at small M (its pick, or the cost model's next config when the pick is a
+#: swap-AB tile, which takes no expression): 64-row tiles, the 128x64 and 128x80 tiles and the split-K configs
+SMALL_M_CONFIGS = ["h100_64x64", "h100_64x128", "h100_64x256", "h100_128x64", "h100_128x80_c2n", "h100_64x64_sk2",
+                   "h100_64x64_sk4", "h100_64x128_sk2", "h100_128x64_sk2", "h100_128x192_sk3"]
+
+
+@pytest.mark.parametrize("config", SMALL_M_CONFIGS)
+def test_fused_epilogue_on_small_m_configs(torch, config):
+    """The four expressions of the fused-epilogue benchmark on each small-M tile, at M = 1, 16, 64 and 200 with N and K
+    tails (split-K: the last arriver's epilogue), D NaN-poisoned; a block-scaled e4m3 D where block_n % 128 == 0."""
+    spec = launch_spec(config)
+    body = epi.gelu(epi.acc + epi.bias("bias", "col"))
+    for i, (m, n, k) in enumerate(((1, 520, 1032), (16, 1000, 4096), (64, 2056, 520), (200, 1032, 2000))):
+        for text in ("gelu(acc + bias[col])", "acc + residual"):
+            err = run_checked(torch, config, epi.parse(text), m, n, k, seed=20 + i)
+            assert err < TOLERANCE, f"{config} {text} {m}x{n}x{k}: relative error {err:.3e}"
+        for form in ["row_amax"] + (["block"] if spec.grid.tile_cols % 128 == 0 else []):
+            errs = run_outputs(torch, config, wrap_outputs(body, form), m, n, k, 40 + i)
+            for name, err in errs.items():
+                tol = E4M3_TOLERANCE if name == "D" else TOLERANCE
+                assert err < tol, f"{config} {form} {m}x{n}x{k}: {name} relative error {err:.3e}"
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 6144, 4096), (16, 5120, 2880), (64, 4608, 3584)])
+def test_fused_call_without_config_where_the_choice_cannot_take_it(torch, m, n, k):
+    """config=None on shapes whose choice is a swap-AB tile (M <= 16) or a tile without whole 128-column blocks (a block
+    scale at 64x4608x3584): the call runs the cost model's next config that takes the expression, to the reference."""
+    from ptxgen.runtime.api import _fused_calls
+
+    _fused_calls.clear()  # a cache: the calls made below are then the only ones held
+    body = epi.gelu(epi.acc + epi.bias("bias", "col"))
+    for i, expr in enumerate((epi.parse("acc + residual"), body, wrap_outputs(body, "block"))):
+        if epi.outputs(expr):
+            errs = run_outputs(torch, None, expr, m, n, k, 60 + i)
+            assert max(errs.values()) < E4M3_TOLERANCE, f"{expr} {m}x{n}x{k}: {errs}"
+        else:
+            err = run_checked(torch, None, expr, m, n, k, seed=60 + i)
+            assert err < TOLERANCE, f"{expr} {m}x{n}x{k}: relative error {err:.3e}"
+    names = [call.config.name for _, call in _fused_calls.values()]
+    assert len(names) == 3 and not any("swap" in name for name in names), names
+
+
+def test_repeated_calls_of_one_signature(torch):
+    """The second and later calls of a signature take the fused fast path (its checks ran once): each call's scalar,
+    operand addresses and allocated outputs are its own; an ``out`` that overlaps an operand still raises before any
+    launch (out untouched); a misaligned residual view is copied; a bool scalar is refused."""
+    import ptxgen
+    from ptxgen.bench import relative_error
+    from ptxgen.runtime import api
+
+    m, n, k = 300, 520, 264
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    a = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
+    b = torch.randn(n, k, device="cuda", generator=gen).bfloat16()
+    acc = a.float() @ b.float().T
+    text = "acc * scale + residual"
+    api._fused_fast.clear()
+    for i, s in enumerate((0.5, -2.0, 1.25)):
+        r = torch.randn(m, n, device="cuda", generator=gen).bfloat16()
+        out = torch.full((m, n), float("nan"), device="cuda").bfloat16()
+        assert ptxgen.gemm(a, b, out=out, epilogue=text, residual=r, scale=s) is out
+        assert relative_error(out.float(), acc * s + r.float()) < TOLERANCE, (i, s)
+        assert len(api._fused_fast) == 1
+    shared = torch.randn(m * n + 8, device="cuda", generator=gen).bfloat16()
+    r, out = shared[:m * n].view(m, n), torch.full((m, n), float("nan"), device="cuda").bfloat16()
+    with pytest.raises(ShapeError, match=r"^out: memory overlaps residual"):
+        ptxgen.gemm(a, b, out=shared[8:].view(m, n), epilogue=text, residual=r, scale=0.5)
+    with pytest.raises(ShapeError, match=r"^scale: got bool"):
+        ptxgen.gemm(a, b, out=out, epilogue=text, residual=r, scale=True)
+    torch.cuda.synchronize()
+    assert bool(torch.isnan(out.float()).all())
+    base = torch.randn(m * n + 1, device="cuda", generator=gen).bfloat16()
+    r = base[1:].view(m, n)  # a 2-byte offset: copied, as on the first call
+    ptxgen.gemm(a, b, out=out, epilogue=text, residual=r, scale=0.5)
+    assert relative_error(out.float(), acc * 0.5 + r.float()) < TOLERANCE
+    # an output beside D, allocated per call (never the previous call's tensor)
+    q1, am1 = ptxgen.gemm(a, b, epilogue='e4m3(amax("am", acc) * scale[row])', scale=torch.ones(m, device="cuda"))
+    q2, am2 = ptxgen.gemm(a, b, epilogue='e4m3(amax("am", acc) * scale[row])', scale=torch.ones(m, device="cuda"))
+    assert am1.data_ptr() != am2.data_ptr() and q1.data_ptr() != q2.data_ptr()
+    assert relative_error(am2, acc.abs().amax(dim=1)) < TOLERANCE and torch.equal(am1, am2)

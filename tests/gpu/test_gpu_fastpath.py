@@ -155,3 +155,5 @@ def test_host_overhead_per_call(torch):
     print("\n" + format_host_overhead(doc))
     ours = doc["variants"]["ptxgen.gemm(out=)"]["us_per_call_no_sync"]
     assert ours < 100.0, f"ptxgen.gemm host time {ours:.1f} us per call (was ~420 us before the fast path)"
+    fused = doc["variants"]["ptxgen.gemm(out=, acc + residual)"]["us_per_call_no_sync"]
+    assert fused < 2 * ours + 20.0, f"fused call host time {fused:.1f} us against the plain call's {ours:.1f}"

@@ -149,3 +149,118 @@ def test_epilogue_configs_bench_candidates():
                 if "residual" in expr:
                     staged[label] = plan.epilogue.staged is not None
     assert staged == {label: label != "128x256_ov" for label in mod.CANDIDATES}
+
+
+#: the four expressions of the fused-epilogue targets, in the bench's text (bench/epilogue_bench.py)
+TARGET_EXPRS = ("gelu(acc + bias[col])", "acc + residual", 'e4m3(amax("amax", acc) * scale[row])',
+                'e4m3(acc, "d_scale")')
+
+
+def _fused_pick(m, n, k, text):
+    """The config a fused GEMM call without ``config`` runs on a 132-SM H100 (the path of ``api.fused``)."""
+    from types import SimpleNamespace
+
+    from ptxgen.runtime.api import _GEMM, epilogue_config
+    from ptxgen.runtime.choose import choose_cached, ranked_configs
+
+    info = SimpleNamespace(capability=(9, 0), sm_count=132, name="NVIDIA H100 80GB HBM3")
+    chosen, _ = choose_cached(m, n, k, (9, 0), 132, "gemm", "")
+    cfg = epilogue_config(_GEMM, chosen, epilogue_expr(text, "gemm")[0], chosen=True,
+                          ranked=lambda: ranked_configs(m, n, k, info))
+    return chosen, cfg
+
+
+def test_fused_call_takes_the_ranking_where_the_choice_cannot_take_the_expression():
+    """Where the shape's choice cannot take the expression (a swap-AB tile takes none; a 1 x 128 block scale needs
+    block_n % 128 == 0), a fused call runs the cost model's first config that can, not the fixed 128x128 fallback;
+    where it can, the choice itself (on every shape of the suite's report half)."""
+    from ptxgen.config import load_config
+    from ptxgen.runtime.api import EPILOGUE_FALLBACK_CONFIG
+    from ptxgen.suites import load
+
+    moved = []
+    for s in load("gemm").half("report"):
+        for text in TARGET_EXPRS:
+            chosen, cfg = _fused_pick(*s.mnk, text)
+            base = cfg.replace(**{"epilogue.expr": ""})
+            c = load_config(chosen)
+            takes = not c.schedule.swap_ab and ("d_scale" not in text or c.tile.block_n % 128 == 0)
+            assert (cfg.name == chosen) == takes, (s.mnk, text, chosen, cfg.name)
+            assert not base.schedule.swap_ab and cfg.epilogue.expr
+            if not takes:
+                moved.append((s.mnk, text, cfg.name))
+    swapped = [(mnk, name) for mnk, text, name in moved if mnk[0] <= 16]
+    assert len(swapped) >= 5 * len(TARGET_EXPRS)  # the five M <= 16 shapes take swap-AB: every expression moves
+    assert EPILOGUE_FALLBACK_CONFIG not in {name for _, name in swapped}
+    # M = 1: one 64-row m-block (not the fallback's 128 rows); a block scale on a 64-column tile moves to 128 columns
+    assert load_config(_fused_pick(1, 6144, 4096, "acc + residual")[1].name).tile.block_m == 64
+    assert load_config(_fused_pick(64, 4608, 3584, 'e4m3(acc, "d_scale")')[1].name).tile.block_n % 128 == 0
+
+
+def test_fused_call_ranking_is_not_asked_when_the_choice_takes_it_nor_for_a_callers_config():
+    from ptxgen.runtime.api import _GEMM, epilogue_config
+
+    def never():
+        raise AssertionError("ranked() called")
+
+    e = epilogue_expr("acc + residual", "gemm")[0]
+    assert epilogue_config(_GEMM, "h100_128x256", e, chosen=True, ranked=never).name == "h100_128x256"
+    with pytest.raises(ConfigError, match=r"swap_ab"):
+        epilogue_config(_GEMM, "h100_64x16_swap", e, chosen=False, ranked=never)
+    # the ranking's configs that cannot take it are passed over; none that can: the family's fallback
+    assert epilogue_config(_GEMM, "h100_64x16_swap", e, chosen=True,
+                           ranked=lambda: ["h100_64x32_swap", "h100_64x64"]).name == "h100_64x64"
+    assert epilogue_config(_GEMM, "h100_64x16_swap", e, chosen=True,
+                           ranked=lambda: ["h100_64x32_swap"]).name == "h100_128x128"
+
+
+def test_fused_fast_path_checks_what_the_signature_cannot_show():
+    """A signature's fast path (:class:`_FusedFast`, CPU tensors, a stub call): each call's scalar bits and operand
+    addresses are passed; an ``out`` overlapping an operand, or a scalar that is not a number, gives None (the full
+    path then raises); a misaligned operand is copied; outputs beside D are allocated per call."""
+    import struct
+
+    from ptxgen.ir import epilogue as E
+    from ptxgen.runtime.api import _GEMM, _fused_key, _FusedFast
+
+    launched = []
+
+    class Stub:
+        def fused(self, a, bs, out, epi):
+            launched.append(epi)
+            return out
+
+    m, n = 4, 8
+    expr = epilogue_expr("acc * scale + residual + bias[col]", "gemm")[0]
+    r, bias, out = bf(m, n), bf(n), bf(m, n)
+    ops = {"scale": 0.5, "residual": r, "bias": bias}
+    fast = _FusedFast(_GEMM, Stub(), expr, E.operands(expr), ops, out, m, n, "cpu")
+    a, b = bf(m, 16), bf(n, 16)
+    assert fast(a, (b,), out, ops) is out
+    bits = dict(zip([o.name for o in E.operands(expr)], launched[-1]))
+    assert bits == {"scale": struct.unpack("<I", struct.pack("<f", 0.5))[0], "residual": r.data_ptr(),
+                    "bias": bias.data_ptr()}
+    assert fast(a, (b,), out, {**ops, "scale": -2}) is out and struct.unpack("<f", struct.pack(
+        "<I", dict(zip(bits, launched[-1]))["scale"]))[0] == -2.0
+    count = len(launched)
+    assert fast(a, (b,), r, ops) is None and fast(a, (b,), out, {**ops, "scale": True}) is None
+    assert fast(a, (b,), out, {**ops, "scale": "1"}) is None and len(launched) == count  # nothing launched
+    odd = bf(m * n + 1)[1:].view(m, n)  # 2 bytes past an aligned buffer: a tile's map needs 16
+    fast(a, (b,), out, {**ops, "residual": odd})
+    assert dict(zip(bits, launched[-1]))["residual"] not in (odd.data_ptr(), r.data_ptr())
+    # outputs beside D: a new tensor per call
+    expr2 = epilogue_expr('e4m3(amax("am", acc) * scale[row])', "gemm")[0]
+    ops2 = {"scale": torch.ones(m)}
+    fast2 = _FusedFast(_GEMM, Stub(), expr2, E.operands(expr2), ops2, None, m, n, "cpu")
+    (_, am1), (_, am2) = fast2(a, (b,), None, ops2), fast2(a, (b,), None, ops2)
+    assert am1.shape == (m,) and am1.data_ptr() != am2.data_ptr() and launched[-1][-1] == am2.data_ptr()
+    # the key: None for a Config object or an unhashable expression; strides and scalar types tell signatures apart
+    from ptxgen.config import load_config
+
+    key = _fused_key(_GEMM, a, (b,), out, None, "acc + residual", {"residual": r})
+    assert key == _fused_key(_GEMM, a, (b,), out, None, "acc + residual", {"residual": bf(m, n)})
+    assert key != _fused_key(_GEMM, a, (b,), out, None, "acc + residual", {"residual": bf(n, m).T})
+    assert _fused_key(_GEMM, a, (b,), out, load_config("h100_128x128"), "acc", {}) is None
+    assert _fused_key(_GEMM, a, (b,), out, None, ["acc"], {}) is None
+    assert (_fused_key(_GEMM, a, (b,), out, None, "acc * scale", {"scale": 1})
+            != _fused_key(_GEMM, a, (b,), out, None, "acc * scale", {"scale": True}))
