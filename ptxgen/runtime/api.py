@@ -1747,12 +1747,14 @@ class _Fp8Call:
         ins = (a, b, scale_a, scale_b)
         if self.spans is None:
             self.spans = tuple(end - start for start, end in map(_extent, ins))
+        bad = (a.data_ptr() | b.data_ptr()) & (_ALIGN - 1)  # A and B are read in place by TMA, with or without out
         if out is not None:
             pd = out.data_ptr()
             d_end = pd + 2 * self.m * self.n
-            if pd & (_ALIGN - 1) or (a.data_ptr() | b.data_ptr()) & (_ALIGN - 1) or any(
-                    p < d_end and pd < p + span for p, span in ((t.data_ptr(), s) for t, s in zip(ins, self.spans))):
-                self.check(a, b, scale_a, scale_b, out)  # raises the broken rule's ShapeError
+            bad = bad or pd & (_ALIGN - 1) or any(
+                p < d_end and pd < p + span for p, span in ((t.data_ptr(), s) for t, s in zip(ins, self.spans)))
+        if bad:
+            self.check(a, b, scale_a, scale_b, out)  # raises the broken rule's ShapeError
         return self.launch(a, b, scale_a, scale_b, out, epi)
 
     def launch(self, a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any, epi: tuple = ()) -> Any:

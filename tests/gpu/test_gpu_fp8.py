@@ -153,6 +153,12 @@ def test_pointer_rules_hold_on_a_cached_signature():
         gemm_fp8(a, b, sa, sb, out=misaligned, config="fp8_h100_128x128")
     torch.cuda.synchronize()
     assert bool((buf[2 * sa.numel():] == 3.0).all())
+    # A at a byte offset, without out (the signature's strides; the pointer alone breaks TMA's 16-byte rule)
+    gemm_fp8(a, b, sa, sb, config="fp8_h100_128x128")
+    a_buf = torch.empty(m * k + 16, device="cuda", dtype=torch.uint8).view(torch.float8_e4m3fn)
+    a_off = a_buf[1:1 + m * k].view(m, k).copy_(a)
+    with pytest.raises(ShapeError, match=r"^a: .*16"):
+        gemm_fp8(a_off, b, sa, sb, config="fp8_h100_128x128")
     a2, b2, sa2, sb2 = fp8_operands(torch, m, n, k, 5)
     out2 = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     gemm_fp8(a2, b2, sa2, sb2, out=out2, config="fp8_h100_128x128")

@@ -145,3 +145,28 @@ def test_bad_operands_raise_before_launch_out_untouched(torch):
         ptxgen.gemm_fp8(a, b, sa, sb, out=out, config="h100_128x128", epilogue="gelu(acc + bias[col])", bias=bias)
     torch.cuda.synchronize()
     assert bool(torch.isnan(out.float()).all())
+
+
+def test_repeated_fused_fp8_calls_keep_the_pointer_rules(torch):
+    """A fused FP8 signature's later calls (the fast path): right with new operands each call; an ``out`` that
+    overlaps the bias, or an A at a byte offset without ``out``, still raises before any launch."""
+    import ptxgen
+
+    m, n, k = 64, 256, 256
+    text = "gelu(acc + bias[col])"
+    for seed in (2, 3):
+        a, b, sa, sb = fp8_operands(torch, m, n, k, seed)
+        bias = torch.randn(n, device="cuda").bfloat16()
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        ptxgen.gemm_fp8(a, b, sa, sb, out=out, epilogue=text, bias=bias)
+        want = torch.nn.functional.gelu(reference(torch, a, b, sa, sb) + bias.float(), approximate="tanh")
+        assert float((out.float() - want).norm() / want.norm()) < TOLERANCE
+    buf = torch.full((m * n + 8,), 3.0, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ShapeError, match=r"^out: memory overlaps bias"):
+        ptxgen.gemm_fp8(a, b, sa, sb, out=buf[8:].view(m, n), epilogue=text, bias=buf[:n])
+    ptxgen.gemm_fp8(a, b, sa, sb, epilogue=text, bias=bias)
+    a_buf = torch.empty(m * k + 16, device="cuda", dtype=torch.uint8).view(torch.float8_e4m3fn)
+    with pytest.raises(ShapeError, match=r"^a: .*16"):
+        ptxgen.gemm_fp8(a_buf[1:1 + m * k].view(m, k).copy_(a), b, sa, sb, epilogue=text, bias=bias)
+    torch.cuda.synchronize()
+    assert bool((buf[n:] == 3.0).all())
