@@ -1,6 +1,6 @@
 """One small call of each new epilogue path (e4m3 D with block scale, row amax, a stored tile, the residual's pair
-loads, the residual's TMA box load through the CD staging ring, an e4m3 D staged as bytes and stored by TMA) at M
-and N tails, for ``compute-sanitizer --tool memcheck``."""
+loads, the residual's TMA box load through the CD staging ring, an e4m3 D staged as bytes and stored by TMA, the
+small-M and split-K tiles a fused call takes) at M and N tails, for ``compute-sanitizer --tool memcheck``."""
 
 import torch
 
@@ -27,6 +27,14 @@ for config in ("h100_128x256", "h100_128x144"):  # the e4m3 D staged as bytes (N
         ptxgen.gemm(a, b, config=config, epilogue='e4m3(amax("am", acc) * scale[row])', scale=torch.rand(m, device="cuda"))
         if config == "h100_128x256":
             ptxgen.gemm(a, b, config=config, epilogue='e4m3(store("pre", acc), "ds")')
+# the small-M tiles a fused call takes (its choice, or the cost model's next config where the choice is a swap-AB tile),
+# split-K among them (the last arriver's epilogue), at M = 1 and 16 with N and K tails; config=None at M = 1
+for config in ("h100_64x64", "h100_64x128", "h100_64x256", "h100_128x64", "h100_128x80_c2n", "h100_64x64_sk2",
+               "h100_64x64_sk4", "h100_64x128_sk2", "h100_128x64_sk2", "h100_128x192_sk3", None):
+    for m, n, k in ((1, 261, 1032), (16, 520, 264)):
+        a, b = torch.randn(m, k, device="cuda").bfloat16(), torch.randn(n, k, device="cuda").bfloat16()
+        ptxgen.gemm(a, b, config=config, epilogue="acc + residual", residual=torch.randn(m, n, device="cuda").bfloat16())
+        ptxgen.gemm(a, b, config=config, epilogue="gelu(acc + bias[col])", bias=torch.randn(n, device="cuda").bfloat16())
 torch.cuda.synchronize()
 print("memcheck script done")
 ptxgen.gemm(torch.randn(70, 64, device="cuda").bfloat16(), torch.randn(200, 64, device="cuda").bfloat16(),
