@@ -204,7 +204,7 @@ def main() -> None:
                 except Exception as exc2:
                     print(f"torch.compile unavailable: {str(exc2).splitlines()[0][:120]}")
                     del fns["compile"]
-            if args.pairs:  # each torch side against ptxgen on its own: one side's host path leaves the other's
+            if args.pairs:  # each torch side against ptxgen alone: no side's host path drains the other's queue
                 runs, paired = [], {}
                 for side in [s for s in fns if s != "ptxgen"]:
                     pair = {side: fns[side], "ptxgen": fns["ptxgen"]}

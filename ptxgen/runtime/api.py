@@ -1500,9 +1500,11 @@ class _FusedFast:
                            (o.name, _operand_align(o.along), operands[o.name].is_contiguous(),
                             _span(operands[o.name]))
                            for o in order)
+        from ptxgen.ir.epilogue import outputs
+
         self.out_span = None if out is None else _span(out)
         self.outputs = tuple(functools.partial(_new_output, expr, name, None, m, n, device)
-                             for name, _, _ in _outputs_of(expr))
+                             for name, _, _ in outputs(expr))
 
     def __call__(self, a: Any, bs: tuple, out: Any, operands: dict) -> Any:
         import torch
@@ -1537,12 +1539,6 @@ def _span(t: Any) -> int:
     """The bytes from a tensor's first element to the end of its last (:func:`_extent`; a vector as one row)."""
     start, end = _extent(t.reshape(1, -1) if t.dim() == 1 else t)
     return end - start
-
-
-def _outputs_of(expr: Any) -> tuple:
-    from ptxgen.ir import epilogue as E
-
-    return E.outputs(expr)
 
 
 def _new_output(expr: Any, name: str, given: Any, m: int, n: int, device: Any) -> Any:
