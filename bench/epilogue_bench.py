@@ -103,22 +103,18 @@ EXPRS = {"gelu(acc + bias[col])": "gelu(acc + bias[col])", "acc + residual": "ac
 
 def config_name(case: str, m: int, n: int, k: int) -> str:
     """The config ptxgen's side of ``case`` runs at ``(m, n, k)`` on device 0, by the fused call's own rule
-    (``api.epilogue_config`` over the chooser's pick and the cost model's ranking)."""
+    (``api.fused_config``)."""
     from ptxgen.runtime import driver
-    from ptxgen.runtime.api import _GEMM, epilogue_config, epilogue_expr
-    from ptxgen.runtime.choose import choose, ranked_configs
+    from ptxgen.runtime.api import _GEMM, epilogue_expr, fused_config
+    from ptxgen.runtime.choose import choose
 
     if case == "acc + residual, pair loads":
         return "h100_128x256 (no stmatrix)"
     info = driver.device_info(0)
     text = EXPRS[case]
-    if text is None:
-        return choose(m, n, k, info, "dual_gemm")
-    name = choose(m, n, k, info)
     if not text:
-        return name
-    return epilogue_config(_GEMM, name, epilogue_expr(text, "gemm")[0], chosen=True,
-                           ranked=lambda: ranked_configs(m, n, k, info)).name
+        return choose(m, n, k, info, "dual_gemm" if text is None else "gemm")
+    return fused_config(_GEMM, None, epilogue_expr(text, "gemm")[0], m, n, k, info).name
 
 
 def make_set(case: str, m: int, n: int, k: int, gen) -> dict:

@@ -1365,6 +1365,22 @@ def epilogue_config(family: _Family, config: Any, expr: Any, chosen: bool,
     return _expr_config(family.fallback or EPILOGUE_FALLBACK_CONFIG, expr)
 
 
+def fused_config(family: _Family, config: Any, expr: Any, m: int, n: int, k: int, info: Any) -> Any:
+    """The config a fused call of ``(m, n, k)`` runs on a device (:class:`~ptxgen.runtime.driver.DeviceInfo` ``info``):
+    ``config`` with the expression, or for None the chooser's pick for the shape, else (a GEMM whose pick cannot take
+    the expression) the cost model's next config that can (:func:`epilogue_config`).
+
+    Raises:
+        ConfigError: as :func:`epilogue_config`.
+    """
+    if config is not None:
+        return epilogue_config(family, config, expr, chosen=False)
+    from ptxgen.runtime.choose import choose
+
+    ranked = (lambda: ranked_configs(m, n, k, info)) if family.kernel == _GEMM.kernel else None
+    return epilogue_config(family, choose(m, n, k, info, family.kernel), expr, chosen=True, ranked=ranked)
+
+
 def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: Any, operands: dict) -> Any:
     """A GEMM (``bs = (b,)``), dual GEMM (``(b1, b2)``) or FP8 GEMM (``(b, scale_a, scale_b)``: ``acc`` the promoted
     accumulator) whose D is ``epilogue`` of the accumulator(s), fused.
@@ -1418,12 +1434,7 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
 
         ordinal = _ordinal(a)
         driver.ensure_context(ordinal)
-
-        def ranked() -> list[str]:
-            return ranked_configs(m, n, k, driver.device_info(ordinal))
-
-        derived = epilogue_config(family, resolve_config(config, m, n, k, ordinal, family.kernel), expr,
-                                  chosen=config is None, ranked=ranked if family.kernel == _GEMM.kernel else None)
+        derived = fused_config(family, config, expr, m, n, k, driver.device_info(ordinal))
         call = (_new_fp8_call if family.kernel == _FP8.kernel else _new_call)(fam, None, derived, a, bs, out)
         if isinstance(call, (_Call, _Fp8Call)):
             call.new_out = functools.partial(torch.empty, (call.m, call.n), dtype=d_dtype, device=a.device)
@@ -1431,26 +1442,13 @@ def fused(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: A
             if len(_fused_calls) >= _MAX_CALLS:
                 _fused_calls.clear()
             _fused_calls[key] = (config, call)
-    held, ptrs = [], []
-    for o in order:
-        t = operands[o.name]
-        if o.along == "scalar":
-            ptrs.append(_f32_bits(t))
-            continue
-        if not t.is_contiguous() or t.data_ptr() % _operand_align(o.along):
-            t = t.clone(memory_format=torch.contiguous_format)
-            held.append(t)
-        ptrs.append(t.data_ptr())
-    if fkey is not None and all(t is None for t in outs.values()):
+    fast = _FusedFast(family, call, expr, order, operands, out, m, n, a.device)
+    if fkey is not None and all(t is None for t in outs.values()):  # a passed output's overlaps are the call's
         with _lock:
             if len(_fused_fast) >= _MAX_CALLS:
                 _fused_fast.clear()
-            _fused_fast[fkey] = _FusedFast(family, call, expr, order, operands, out, m, n, a.device)
-    if not outs:
-        return call.fused(a, bs, out, tuple(ptrs))
-    results = [_new_output(expr, name, t, m, n, a.device) for name, t in outs.items()]
-    ptrs += [t.data_ptr() for t in results]
-    return (call.fused(a, bs, out, tuple(ptrs)), *results)
+            _fused_fast[fkey] = fast
+    return fast(a, bs, out, operands)
 
 
 def _f32_bits(value: float) -> int:
@@ -1466,7 +1464,8 @@ def _operand_align(along: str) -> int:
     return 16 if along == "tile" else 4
 
 
-def _fused_key(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: Any, operands: dict) -> tuple | None:
+def _fused_key(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilogue: Any,
+               operands: dict) -> tuple | None:
     """The key of a fused call's signature for :data:`_fused_fast`: the family, the expression as given, the config's
     name (None: chosen), and the dtype, shape, strides and device of every tensor (a scalar operand: its type); None
     when the call has no such key (a ``Config`` object, an unhashable expression, a non-tensor where one belongs:
@@ -1487,23 +1486,25 @@ def _fused_key(family: _Family, a: Any, bs: tuple, out: Any, config: Any, epilog
 class _FusedFast:
     """A fused call of one signature (:func:`_fused_key`) whose full checks passed once: per call only what the
     signature cannot show, each operand's address (``out`` overlapping it: None, and the full path raises; a
-    misaligned one copied as there) and a scalar's type; outputs beside D allocated (a call that passes one takes the
-    full path: its overlaps are the call's).  ``call(a, bs, out, operands)`` -> what :func:`fused` returns, or None."""
+    misaligned one copied, as :func:`fused` says) and a scalar's type; each output beside D the one passed by its
+    name, else allocated (the fast path is kept only for calls that pass none: a passed output's overlaps are the
+    call's).  ``call(a, bs, out, operands)`` -> what :func:`fused` returns, or None; :func:`fused` launches through
+    it once its full checks passed."""
 
     __slots__ = ("launch", "specs", "out_span", "outputs")
 
     def __init__(self, family: _Family, call: Any, expr: Any, order: tuple, operands: dict, out: Any, m: int,
                  n: int, device: Any):
+        from ptxgen.ir.epilogue import outputs
+
         self.launch = ((lambda a, bs, d, epi: call(a, *bs, d, epi)) if family.kernel == _FP8.kernel
                        else call.fused)  # the FP8 call's own pointer checks before its launch
         self.specs = tuple((o.name, None, None, None) if o.along == "scalar" else
                            (o.name, _operand_align(o.along), operands[o.name].is_contiguous(),
                             _span(operands[o.name]))
                            for o in order)
-        from ptxgen.ir.epilogue import outputs
-
         self.out_span = None if out is None else _span(out)
-        self.outputs = tuple(functools.partial(_new_output, expr, name, None, m, n, device)
+        self.outputs = tuple((name, functools.partial(_new_output, expr, name, None, m, n, device))
                              for name, _, _ in outputs(expr))
 
     def __call__(self, a: Any, bs: tuple, out: Any, operands: dict) -> Any:
@@ -1530,7 +1531,7 @@ class _FusedFast:
             ptrs.append(p)
         if not self.outputs:
             return self.launch(a, bs, out, tuple(ptrs))
-        results = [new() for new in self.outputs]
+        results = [new() if operands.get(name) is None else operands[name] for name, new in self.outputs]
         ptrs += [t.data_ptr() for t in results]
         return (self.launch(a, bs, out, tuple(ptrs)), *results)
 

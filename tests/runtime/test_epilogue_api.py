@@ -160,14 +160,12 @@ def _fused_pick(m, n, k, text):
     """The config a fused GEMM call without ``config`` runs on a 132-SM H100 (the path of ``api.fused``)."""
     from types import SimpleNamespace
 
-    from ptxgen.runtime.api import _GEMM, epilogue_config
-    from ptxgen.runtime.choose import choose_cached, ranked_configs
+    from ptxgen.runtime.api import _GEMM, fused_config
+    from ptxgen.runtime.choose import choose_cached
 
     info = SimpleNamespace(capability=(9, 0), sm_count=132, name="NVIDIA H100 80GB HBM3")
     chosen, _ = choose_cached(m, n, k, (9, 0), 132, "gemm", "")
-    cfg = epilogue_config(_GEMM, chosen, epilogue_expr(text, "gemm")[0], chosen=True,
-                          ranked=lambda: ranked_configs(m, n, k, info))
-    return chosen, cfg
+    return chosen, fused_config(_GEMM, None, epilogue_expr(text, "gemm")[0], m, n, k, info)
 
 
 def test_fused_call_takes_the_ranking_where_the_choice_cannot_take_the_expression():
