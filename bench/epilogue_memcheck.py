@@ -1,6 +1,6 @@
 """One small call of each new epilogue path (e4m3 D with block scale, row amax, a stored tile, the residual's pair
 loads, the residual's TMA box load through the CD staging ring, an e4m3 D staged as bytes and stored by TMA, the
-small-M and split-K tiles a fused call takes) at M and N tails, for ``compute-sanitizer --tool memcheck``."""
+small-M, split-K and swap-AB tiles a fused call takes) at M and N tails, for ``compute-sanitizer --tool memcheck``."""
 
 import torch
 
@@ -35,6 +35,18 @@ for config in ("h100_64x64", "h100_64x128", "h100_64x256", "h100_128x64", "h100_
         a, b = torch.randn(m, k, device="cuda").bfloat16(), torch.randn(n, k, device="cuda").bfloat16()
         ptxgen.gemm(a, b, config=config, epilogue="acc + residual", residual=torch.randn(m, n, device="cuda").bfloat16())
         ptxgen.gemm(a, b, config=config, epilogue="gelu(acc + bias[col])", bias=torch.randn(n, device="cuda").bfloat16())
+# swap-AB tiles (M <= 16 / 32): the operands read by the kernel's axes (a column bias per accumulator row, a row scale
+# per accumulator column, the residual transposed), at M = 1, 16 and 31 with N and K tails
+for config in ("h100_64x16_swap", "h100_64x32_swap"):
+    for m, n, k in ((1, 261, 1032), (16, 520, 264), (31, 130, 200)):
+        if m > (16 if config == "h100_64x16_swap" else 32):
+            continue
+        a, b = torch.randn(m, k, device="cuda").bfloat16(), torch.randn(n, k, device="cuda").bfloat16()
+        ptxgen.gemm(a, b, config=config, epilogue="gelu(acc + bias[col]) * scale[row] + residual",
+                    bias=torch.randn(n, device="cuda").bfloat16(), scale=torch.rand(m, device="cuda"),
+                    residual=torch.randn(m, n, device="cuda").bfloat16())
+        ptxgen.gemm(a, b, config=config, epilogue="fp16(acc - residual)",
+                    residual=torch.randn(m, n, device="cuda").half())
 torch.cuda.synchronize()
 print("memcheck script done")
 ptxgen.gemm(torch.randn(70, 64, device="cuda").bfloat16(), torch.randn(200, 64, device="cuda").bfloat16(),

@@ -572,6 +572,9 @@ def ld_epilogue(lw: Lowering, op: ops.LdEpilogue) -> None:
     ``ld.global.nc.b32`` when both are inside D and the pair is 4-byte aligned (col is even; a tile needs n even;
     the runtime passes 4-byte aligned operands), then ``mov.b32 {lo, hi}``; otherwise per element as above."""
     dst = lw.array(op.dst, max(op.idx) + 1, _array_type(lw, op.dst))
+    if op.layout == "tile_t":
+        _ld_transposed(lw, op, dst)
+        return
     size = 4 if op.dtype == "f32" else 2
     row = lw.reg(op.row) if op.layout in ("row", "tile") else None
     col = lw.reg(op.col) if op.layout in ("col", "tile") else None
@@ -608,6 +611,38 @@ def ld_epilogue(lw: Lowering, op: ops.LdEpilogue) -> None:
                 lw.emit(f"mov.b16 {h}, 0;")
             lw.emit(f"{guard}ld.global.nc.b16 {h}, {at};")
             lw.emit(f"cvt.f32.{op.dtype} {dst[i]}, {h};")
+
+
+def _ld_transposed(lw: Lowering, op: ops.LdEpilogue, dst: list[str]) -> None:
+    """A swap-AB kernel's ``[M, N]`` operand (layout ``tile_t``): element j of the run (the kernel's row ``row``,
+    column ``col + j``) at ``P[(col + j) * m + row]``, one ``ld.global.nc`` each, predicated on ``row < m`` and
+    ``col + j < n`` (0 where off D).  Lanes of consecutive rows read consecutive addresses (lane l holds row
+    l / 4, PTX ISA "wgmma register fragments"), as the transposed store writes them."""
+    row, col = lw.reg(op.row), lw.reg(op.col)
+    size = 4 if op.dtype == "f32" else 2
+    for j, i in enumerate(op.idx):
+        c, lin, addr = (lw.tmp() if j else col), lw.tmp(), lw.tmp64()
+        if j:
+            lw.emit(f"add.u32 {c}, {col}, {j};")
+        lw.emit(f"mad.lo.u32 {lin}, {c}, %m, {row};")
+        lw.emit(f"mul.wide.u32 {addr}, {lin}, {size};")
+        lw.emit(f"add.u64 {addr}, {addr}, %{op.param};")
+        p = None
+        if op.guard:
+            p = lw.pred()
+            lw.emit(f"setp.lt.u32 {p}, {row}, %m;")
+            lw.emit(f"setp.lt.and.u32 {p}, {c}, %n, {p};")
+        guard = f"@{p} " if p else ""
+        if size == 4:
+            if p:
+                lw.emit(f"mov.b32 {dst[i]}, 0;")
+            lw.emit(f"{guard}ld.global.nc.f32 {dst[i]}, [{addr}];")
+            continue
+        h = lw.tmp16()
+        if p:
+            lw.emit(f"mov.b16 {h}, 0;")
+        lw.emit(f"{guard}ld.global.nc.b16 {h}, [{addr}];")
+        lw.emit(f"cvt.f32.{op.dtype} {dst[i]}, {h};")
 
 
 def _ld_pair(lw: Lowering, op: ops.LdEpilogue, dst: list[str], row: str | None, col: str, addr: str) -> None:

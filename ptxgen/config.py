@@ -270,7 +270,8 @@ class Schedule:
         rows of B per tile, many CTAs) and its ``n`` the caller's M (``block_n`` >= M: the small dimension is the
         wgmma N, PTX ISA "wgmma.mma_async" shapes m64nNk16); both operands stay K-major, the mainloop is
         unchanged, and the epilogue stores accumulator element (i, j) at ``D[j, i]`` (row pitch = the kernel's
-        ``m``) with guarded ``st.global.b16``.  sm_90a plain bf16 GEMM, direct stores, no fused expression.
+        ``m``) with guarded ``st.global.b16``.  sm_90a bf16 GEMM, direct stores; a fused expression reads its operands
+        transposed and must be elementwise on a 16-bit D.
     shift_last_block: sm_90a: the last m-block's and n-block's tiles end at M and N (overlapping the tiles before
         them) where the walk allows it, so their operand boxes hold no row past A or B (see
         :class:`ptxgen.plan.SchedulePlan`); false: they run past M and N and TMA zero-fills those rows.
@@ -653,9 +654,10 @@ def _validate_swap_ab(cfg: Config) -> None:
     """Swap-AB (``schedule.swap_ab``): the sm_90a bf16 GEMM whose epilogue stores the accumulator transposed.
 
     Direct stores only: a TMA store writes a box of the kernel's D rows, which are D's columns after the swap
-    (a transposed box would need its own staging).  No fused expression: ``bias[col]`` of the caller's D is a
-    row vector of the kernel's accumulator after the swap, and the expression's row/col operands would need to
-    trade places.
+    (a transposed box would need its own staging).  A fused expression is elementwise on a 16-bit D: its
+    operands trade axes (``bias[col]`` of the caller's D is a row vector of the kernel's accumulator, a residual
+    is read transposed: :data:`ptxgen.plan.TRANSPOSED_AXES`); an e4m3 D and outputs beside D (amax, block scale,
+    store) are reduced and stored by the caller's rows, which the transposed fragments do not hold.
     """
     s = "schedule.swap_ab"
     _rule(cfg.arch == "sm_90a", s, True, "swap-AB is sm_90a only (the wgmma fragment epilogue stores it); needs arch=sm_90a")
@@ -665,8 +667,13 @@ def _validate_swap_ab(cfg: Config) -> None:
     _rule(cfg.epilogue.store == "direct", s, True,
           "needs epilogue.store=direct (the transposed store writes D[j, i] per element; a TMA box is untransposed)")
     _rule(not cfg.epilogue.overlap, s, True, "needs epilogue.overlap=false")
-    _rule(not cfg.epilogue.expr, s, True,
-          "needs an empty epilogue.expr (after the swap D's columns are the kernel's rows: bias[col] would be a row bias)")
+    if cfg.epilogue.expr:
+        from . import epi
+
+        node = epi.for_kernel(cfg.epilogue.expr, cfg.kernel)
+        _rule(not epi.outputs(node) and epi.out_dtype(node) != "e4m3", "epilogue.expr", cfg.epilogue.expr,
+              "schedule.swap_ab stores D transposed per element: the expression must be elementwise on a 16-bit D "
+              "(no e4m3 D, no amax/store outputs beside it)")
 
 
 def _validate_grouped(cfg: Config) -> None:

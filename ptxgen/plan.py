@@ -508,13 +508,20 @@ class SmemPlan:
     ctas_per_sm: int
 
 
+#: an operand's axis in a swap-AB kernel's frame (it computes ``D^T``: the caller's columns are its rows)
+TRANSPOSED_AXES = {"col": "row", "row": "col", "tile": "tile_t", "scalar": "scalar"}
+
+
 @dataclass(frozen=True)
 class EpilogueOperand:
     """One extra operand of the fused epilogue.
 
-    name: the runtime keyword (``bias``); kind: ``bias``, ``scale`` or ``residual``; along: ``col`` ([N]), ``row``
-    ([M]), ``tile`` ([M, N] row-major, ld = N) or ``scalar``; dtype: its elements (``f32``, or D's type);
-    param: the kernel parameter: a ``.u64`` global address, or for a scalar a ``.u32`` holding the f32's bits.
+    name: the runtime keyword (``bias``); kind: ``bias``, ``scale`` or ``residual``; along: the axis the kernel
+    reads it by, in the kernel's ``m x n`` frame: ``col`` ([n]), ``row`` ([m]), ``tile`` ([m, n] row-major, ld = n),
+    ``tile_t`` (a swap-AB kernel's ``[M, N]`` operand, its ``[n, m]`` transpose, ld = m) or ``scalar``; the
+    expression's own axis (the caller's frame) unless the kernel is swap-AB (:data:`TRANSPOSED_AXES`); dtype: its
+    elements (``f32``, or D's type); param: the kernel parameter: a ``.u64`` global address, or for a scalar a
+    ``.u32`` holding the f32's bits.
     """
 
     name: str
@@ -589,7 +596,9 @@ class EpiloguePlan:
         load).  Configs with TMA stores through ``stmatrix``, one ``[M, N]`` operand, no split-K, no overlap.
     transposed: swap-AB (``schedule.swap_ab``): the kernel's D is stored transposed, accumulator element (i, j) of
         the kernel's ``m x n`` problem at ``D[j, i]`` of the caller's row-major ``[n, m]`` D (row pitch ``m``), by
-        :class:`~ptxgen.ir.ops.StGlobal16` with ``transposed``; the launch spec has no D tensor map.
+        :class:`~ptxgen.ir.ops.StGlobal16` with ``transposed``; the launch spec has no D tensor map.  ``expr``
+        stays the caller's; its operands are read by the kernel's axes (``operands[i].along``: a ``bias[col]`` is
+        a row vector of the accumulator, a residual ``tile_t``).
     """
 
     expr: object
@@ -841,7 +850,9 @@ class Plan:
         if len(m.streams) == 1:
             what = (f"D[M,N] = A[M,K] @ B[N,K]^T, {io}, fp32 accumulate." if e.expr is None and not e.transposed else
                     f"swap-AB: D^T[N,M] = B[N,K] @ A[M,K]^T (tmap_a maps B, tmap_b maps A; the kernel's m is N, its n "
-                    f"is M), {io}, fp32 accumulate; accumulator (i, j) stored at D[j, i]." if e.transposed else
+                    f"is M), {io}, fp32 accumulate; accumulator (i, j) stored at D[j, i]"
+                    + (f" as D = {e.expr} (its operands read transposed)." if e.expr is not None else ".")
+                    if e.transposed else
                     f"D[M,N] = {e.expr} with acc = A[M,K] @ B[N,K]^T, {io}, fp32 accumulate and epilogue.")
         else:
             fused = ("silu(A @ B1^T) * (A @ B2^T)" if str(e.expr) == epi.DEFAULTS["dual_gemm"] else
@@ -1061,7 +1072,9 @@ def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan)
         expr = None  # D = acc: nothing to fuse
     out_dtype = "f16" if f.nvfp4 else epi.out_dtype(expr)
     tile_dtype = "bf16" if out_dtype == "e4m3" else out_dtype  # a 16-bit operand or stored tile
-    operands = tuple(EpilogueOperand(o.name, o.kind, o.along, "f32" if o.dtype == "f32" else tile_dtype, f"epi_{o.name}")
+    axis = TRANSPOSED_AXES.get if cfg.schedule.swap_ab else (lambda along: along)
+    operands = tuple(EpilogueOperand(o.name, o.kind, axis(o.along), "f32" if o.dtype == "f32" else tile_dtype,
+                                     f"epi_{o.name}")
                      for o in (epi.operands(expr) if expr is not None else ()))
     outputs = tuple(EpilogueOutput(name, kind, along, tile_dtype if kind == "store" else "f32", f"epi_{name}")
                     for name, kind, along in (epi.outputs(expr) if expr is not None else ()))

@@ -316,14 +316,16 @@ class Epilogue:
         return [EpilogueExpr(acc, idx, epi.bind(e.expr, lambda x: self.leaf(x, arrays, idx, None)))]
 
     def leaf(self, x, arrays: dict, idx: tuple, row_idx: tuple | None):
-        """The bound form of leaf ``x``: an accumulator's values ``idx``, an operand's loaded values, a scalar's
-        parameter, or a number."""
+        """The bound form of leaf ``x``: an accumulator's values ``idx``, an operand's loaded values (by the axis the
+        kernel reads it along, :attr:`ptxgen.plan.EpilogueOperand.along`: a swap-AB kernel's ``bias[col]`` is one
+        value per accumulator row), a scalar's parameter, or a number."""
         if isinstance(x, epi.Acc):
             return epi.Reg(arrays[x.name], idx)
         if isinstance(x, epi.Operand):
             if x.along == "scalar":
                 return epi.ParamLeaf(f"epi_{x.name}")
-            return epi.Reg(f"ep_{x.name}", row_idx if x.along == "row" else tuple(range(len(idx))))
+            along = next(o.along for o in self.p.epilogue.operands if o.name == x.name)
+            return epi.Reg(f"ep_{x.name}", row_idx if along == "row" else tuple(range(len(idx))))
         return x
 
     def fragment_coords(self, t: StoredTile, wg: Expr, v: int, i: int) -> tuple[Expr, Expr]:
@@ -390,14 +392,15 @@ class Epilogue:
 
     def operand_loads(self, row: Expr, col: Expr, i: int, half: int, guard: bool, skip: str | None = None) -> list:
         """The operand loads before fragment pair ``i`` (at ``row``, ``col``; ``half``: its row half), but ``skip``'s:
-        a row vector's two values once per wave, a column vector's pair once per 8 columns, a tile's every pair."""
+        a row vector's two values once per wave, a column vector's pair once per 8 columns, a tile's (``tile`` or
+        a swap-AB kernel's transposed ``tile_t``) every pair."""
         out = []
         for o in self.p.epilogue.operands:
             if o.name == skip:
                 continue
             if o.along == "row" and i < 4:
                 out.append(LdEpilogue(f"ep_{o.name}", o.param, "row", o.dtype, row, col, (half,), guard))
-            elif o.along == "tile" or (o.along == "col" and not half):
+            elif o.along in ("tile", "tile_t") or (o.along == "col" and not half):
                 out.append(LdEpilogue(f"ep_{o.name}", o.param, o.along, o.dtype, row, col, (0, 1), guard))
         return out
 

@@ -1034,8 +1034,10 @@ class EpilogueExpr(Op):
 class LdEpilogue(Op):
     """``ld.global`` of an epilogue operand into ``dst[idx]`` (as f32): element ``j`` of the run is, by ``layout``,
     ``col``: ``P[col + j]`` (a vector ``[N]``), ``row``: ``P[row]`` (a vector ``[M]``; one element), ``tile``:
-    ``P[row * n + col + j]`` (an ``[M, N]`` row-major tensor, ld = n); ``P`` the global pointer in parameter
-    ``param``, elements of ``dtype`` (``bf16``, ``f16`` or ``f32``; 16-bit ones converted exactly to f32).
+    ``P[row * n + col + j]`` (an ``[M, N]`` row-major tensor, ld = n), ``tile_t``: ``P[(col + j) * m + row]`` (a
+    swap-AB kernel's ``[M, N]`` operand: the caller's row-major tensor is the transpose of the kernel's ``m x n``
+    accumulator, ld = m); ``P`` the global pointer in parameter ``param``, elements of ``dtype`` (``bf16``,
+    ``f16`` or ``f32``; 16-bit ones converted exactly to f32).
 
     guard: an element outside D (``row >= m`` or ``col + j >= n``, the guard :class:`StGlobal16` keeps) is not
     loaded and reads 0.0 (a predicated load); without it every load is issued (the verifier checks its bounds).
@@ -1054,7 +1056,8 @@ class LdEpilogue(Op):
 
     def describe(self) -> str:
         at = {"col": f"[{_s(self.col)}:+{len(self.idx)}]", "row": f"[{_s(self.row)}]",
-              "tile": f"[{_s(self.row)}, {_s(self.col)}:+{len(self.idx)}]"}[self.layout]
+              "tile": f"[{_s(self.row)}, {_s(self.col)}:+{len(self.idx)}]",
+              "tile_t": f"[{_s(self.col)}:+{len(self.idx)}, {_s(self.row)}] (transposed)"}[self.layout]
         return (f"LdEpilogue {self.dst}[{_span(self.idx)}] <- {self.dtype} {self.param}{at}"
                 + ("" if self.guard else " (unguarded)"))
 

@@ -761,7 +761,7 @@ class _Call:
             return self.misfit(a, b, out, b2, epi)
         if self.epi_maps:  # an [M, N] epilogue operand read through the staging ring: its map after D's
             maps += tuple((epi[i], m, n, n) if d_map else None for i in self.epi_maps)
-        if self.swap:  # a GEMM only (no B2, no epilogue operands: ptxgen.config)
+        if self.swap:  # a GEMM only (no B2; no staged operand: swap-AB stores directly, ptxgen.config)
             m, n, maps = n, m, (maps[1], maps[0], d_map)
         stream = launch_stream(self.ordinal)
         ws = self.workspace(stream, m, n) if self.split_k else ()
@@ -1339,13 +1339,14 @@ def _expr_config(config: Any, expr: Any) -> Any:
 def epilogue_config(family: _Family, config: Any, expr: Any, chosen: bool,
                     ranked: Callable[[], Iterable[str]] | None = None) -> Any:
     """``config`` with ``epilogue.expr`` = ``expr`` (:func:`_expr_config`).  When ``config`` is the chooser's
-    (``chosen``) and cannot take the expression (swap-AB takes none; a block scale needs block_n % 128 == 0; the
-    register budget): the first config of ``ranked()`` that can (the cost model's order for the shape, fastest
-    first: :func:`ptxgen.runtime.choose.ranked_configs`), else the family's fallback (:data:`EPILOGUE_FALLBACK_CONFIG`;
-    gemm_fp8: the FP8 one).  At M <= 16, where the chooser takes a swap-AB tile, the fixed fallback's 128-row tile
-    runs the report half's five shapes at 0.51-0.67x torch's kernel, the ranking's first config that takes an
-    expression at 0.84-0.99x (H100, plain kernels: docs/results/survey_h100_report_shipped.json; docs/performance.md,
-    "Fused epilogues on the suite's projections").
+    (``chosen``) and cannot take the expression (swap-AB takes elementwise expressions on a 16-bit D only; a block
+    scale needs block_n % 128 == 0; the register budget): the first config of ``ranked()`` that can (the cost
+    model's order for the shape, fastest first: :func:`ptxgen.runtime.choose.ranked_configs`), else the family's
+    fallback (:data:`EPILOGUE_FALLBACK_CONFIG`; gemm_fp8: the FP8 one).  At M <= 16, where the chooser takes a
+    swap-AB tile, the fixed fallback's 128-row tile runs the report half's five shapes at 0.51-0.67x torch's kernel,
+    the ranking's first config that takes an e4m3 D at 0.84-0.99x (H100, plain kernels:
+    docs/results/survey_h100_report_shipped.json; docs/performance.md, "Fused epilogues on the suite's
+    projections").
 
     Raises:
         ConfigError: the config (a caller's, or the fallback) cannot take the expression: the plan's one line.

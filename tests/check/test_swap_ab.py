@@ -1,6 +1,7 @@
 """Swap-AB (``schedule.swap_ab``) on the CPU: the config rules, the plan's launch spec, the transposed store in the
-IR, the simulator on odd shapes (M = 1, 5, 17; N off the tile), and planted bugs (a store left untransposed, a
-transposed store in a kernel without swap-AB) failing the simulator and the verifier.  The PTX-vs-IR differential
+IR, the simulator on odd shapes (M = 1, 5, 17; N off the tile) with and without a fused expression (its operands
+read by the kernel's axes), and planted bugs (a store left untransposed, a transposed store in a kernel without
+swap-AB, an operand read by the caller's axis) failing the simulator and the verifier.  The PTX-vs-IR differential
 of the shipped swap-AB configs runs with every shipped config (tests/check/ptx/test_planted_emitter.py's unpatched
 sweep, tests/check/ptx/test_ptx_vs_ir.py's drawn cases); the emitter's
 planted bugs (untransposed, bound on the wrong dimension) are in tests/check/ptx/test_planted_emitter.py."""
@@ -19,6 +20,7 @@ from ptxgen.check.sim.run import simulate
 from ptxgen.check.verify import verify
 from ptxgen.config import load_config, shipped_configs
 from ptxgen.errors import ConfigError, SimError, VerifyError
+from ptxgen.ir import epilogue as epi
 from ptxgen.ir import ops
 from ptxgen.ir.rewrite import rewrite
 from ptxgen.plan import make_plan
@@ -44,7 +46,8 @@ def test_shipped_swap_configs():
 
 @pytest.mark.parametrize("change, rule", [
     ({"arch": "sm_100a", "tile.block_m": 128, "tile.block_n": 32}, "sm_90a only"),
-    ({"epilogue.expr": "acc + bias[col]"}, "row bias"),
+    ({"epilogue.expr": "e4m3(acc * scale[row])"}, "16-bit D"),
+    ({"epilogue.expr": 'amax("am", acc) + residual'}, "outputs beside"),
     ({"epilogue.store": "tma", "epilogue.swizzle": "128", "epilogue.store_block_n": 64, "tile.block_n": 64}, "direct"),
     ({"kernel": "dual_gemm"}, "kernel=gemm"),
 ])
@@ -52,6 +55,48 @@ def test_config_rules_refuse_what_swap_ab_cannot_store(change, rule):
     with pytest.raises(ConfigError, match=rule) as err:
         load_config("h100_64x16_swap").replace(**change)
     assert "schedule.swap_ab" in str(err.value)
+
+
+#: elementwise expressions over every operand axis (the caller's frame): each reads its operands transposed
+EXPRS = ("gelu(acc + bias[col]) * scale", "acc + residual", "acc * scale[row] - bias[row]",
+         "fp16(silu(acc + residual) * scale[col])")
+
+
+@functools.cache
+def fused_kernel(name: str, expr: str):
+    return build_kernel(make_plan(load_config(name).replace(**{"epilogue.expr": expr})))
+
+
+@pytest.mark.parametrize("name", SWAP)
+@pytest.mark.parametrize("expr", EXPRS)
+def test_fused_expression_reads_its_operands_transposed(name, expr):
+    """The expression in the caller's frame on the kernel's transposed fragments: the simulator's D equals the
+    reference of ``expr`` on the caller's operands at M = 1, 5 and 17 (past a 16-column tile: skipped there), N off
+    the 64-row tile; the verifier passes; the plan's operand axes are the kernel's."""
+    kernel = fused_kernel(name, expr)
+    verify(kernel)
+    plan = make_plan(load_config(name).replace(**{"epilogue.expr": expr}))
+    axes = {o.name: o.along for o in plan.epilogue.operands}
+    assert {"col": "row", "row": "col", "tile": "tile_t", "scalar": "scalar"}[epi.operands(epi.parse(expr))[0].along] \
+        == axes[epi.operands(epi.parse(expr))[0].name]
+    for m, n, k in ODD:
+        if m > load_config(name).tile.block_n:
+            continue
+        res = simulate(kernel, m, n, k, seed=m + n, num_sms=3, expr=epi.parse(expr))
+        assert res.rel_fro < 1e-2 and not (res.d_bits == POISON).any()
+
+
+@pytest.mark.parametrize("layout, expr", [("tile", "acc + residual"), ("col", "acc + bias[col]"),
+                                          ("row", "acc * scale[row]")])
+def test_planted_untransposed_operand_fails_simulator(layout, expr):
+    """The planted bug: the operand read by the caller's axis (a residual row-major, a column bias per accumulator
+    column, a row scale per accumulator row), as if the swap did not trade them."""
+    kernel = fused_kernel("h100_64x32_swap", expr)
+    simulate(kernel, 17, 130, 200, num_sms=2, expr=epi.parse(expr))
+    bad = rewrite(kernel, lambda op: dataclasses.replace(op, layout=layout, idx=(0, 1) if layout != "row" else (0,))
+                  if isinstance(op, ops.LdEpilogue) else None)
+    with pytest.raises(SimError, match="wrong result|out of bounds"):
+        simulate(bad, 17, 130, 200, num_sms=2, expr=epi.parse(expr))
 
 
 @pytest.mark.parametrize("name", SWAP)

@@ -417,7 +417,7 @@ def test_e4m3_d_with_a_misaligned_input(torch):
 
 
 #: the shipped tiles the chooser takes at small M (its pick, or the cost model's next config when the pick is a
-#: swap-AB tile, which takes no expression): 64-row tiles, the 128x64 and 128x80 tiles and the split-K configs
+#: swap-AB tile, which takes no e4m3 D): 64-row tiles, the 128x64 and 128x80 tiles and the split-K configs
 SMALL_M_CONFIGS = ["h100_64x64", "h100_64x128", "h100_64x256", "h100_128x64", "h100_128x80_c2n", "h100_64x64_sk2",
                    "h100_64x64_sk4", "h100_64x128_sk2", "h100_128x64_sk2", "h100_128x192_sk3"]
 
@@ -455,7 +455,30 @@ def test_fused_call_without_config_where_the_choice_cannot_take_it(torch, m, n, 
             err = run_checked(torch, None, expr, m, n, k, seed=60 + i)
             assert err < TOLERANCE, f"{expr} {m}x{n}x{k}: relative error {err:.3e}"
     names = [call.config.name for _, call in _fused_calls.values()]
-    assert len(names) == 3 and not any("swap" in name for name in names), names
+    # M <= 16: the elementwise expressions on the chosen swap-AB tile, the block-scaled e4m3 D on the next config
+    want_swap = [m <= 16, m <= 16, False]
+    assert len(names) == 3 and ["swap" in name for name in names] == want_swap, names
+
+
+SWAP_CONFIGS = ["h100_64x16_swap", "h100_64x32_swap"]
+
+
+@pytest.mark.parametrize("config", SWAP_CONFIGS)
+@settings(max_examples=EXPRESSIONS, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_swap_ab_epilogue_matches_torch(torch, config, data):
+    """Swap-AB tiles (D^T = B @ A^T, stored transposed) with a drawn elementwise expression: its operands read by the
+    kernel's axes (a column bias per accumulator row, the residual transposed); M from 1 to the tile's 16 / 32
+    columns, N and K with tails, D NaN-poisoned."""
+    expr = data.draw(expressions(("acc",)), label="expr")
+    cols = launch_spec(config).grid.tile_cols
+    for i in range(SHAPES):
+        m = data.draw(st.sampled_from([1, 2, cols - 1, cols]) | st.integers(1, cols), label=f"m{i}")
+        n = data.draw(dim(64), label=f"n{i}")
+        k = data.draw(k_dim(8), label=f"k{i}")
+        seed = data.draw(st.integers(0, 2**32 - 1), label=f"seed{i}")
+        err = run_checked(torch, config, expr, m, n, k, seed)
+        assert err < TOLERANCE, f"{config} {expr} {m}x{n}x{k} seed {seed}: relative Frobenius error {err:.3e}"
 
 
 def test_repeated_calls_of_one_signature(torch):
@@ -496,3 +519,27 @@ def test_repeated_calls_of_one_signature(torch):
     q2, am2 = ptxgen.gemm(a, b, epilogue='e4m3(amax("am", acc) * scale[row])', scale=torch.ones(m, device="cuda"))
     assert am1.data_ptr() != am2.data_ptr() and q1.data_ptr() != q2.data_ptr()
     assert relative_error(am2, acc.abs().amax(dim=1)) < TOLERANCE and torch.equal(am1, am2)
+
+
+@pytest.mark.parametrize("m, k", [(1, 1001), (7, 264), (16, 4095)])
+def test_swap_ab_epilogue_on_views(torch, m, k):
+    """config=None at M <= 16 (a swap-AB tile) with views: A a strided slice, K not a multiple of 8, the residual the
+    transpose of an ``[N, M]`` tensor and the bias a strided slice (both copied per call), D NaN-poisoned."""
+    import ptxgen
+    from ptxgen.bench import relative_error
+    from ptxgen.runtime.api import _fused_calls
+
+    n = 3001  # the chooser's pick on a 132-SM H100: h100_64x16_swap at each (m, k)
+    gen = torch.Generator(device="cuda").manual_seed(m + k)
+    a = torch.randn(m, 2 * k, device="cuda", generator=gen).bfloat16()[:, ::2]
+    b = (torch.randn(n, k, device="cuda", generator=gen) * k ** -0.5).bfloat16()
+    residual = torch.randn(n, m, device="cuda", generator=gen).bfloat16().T
+    bias = torch.randn(2 * n, device="cuda", generator=gen).bfloat16()[::2]
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    _fused_calls.clear()
+    ptxgen.gemm(a, b, out=out, epilogue="relu(acc + bias[col]) + residual", bias=bias, residual=residual)
+    torch.cuda.synchronize()
+    assert [call.config.name for _, call in _fused_calls.values()] == ["h100_64x16_swap"]
+    assert not torch.isnan(out).any()
+    want = torch.relu(a.float() @ b.float().T + bias.float()) + residual.float()
+    assert relative_error(out.float(), want) < TOLERANCE

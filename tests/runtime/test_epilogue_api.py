@@ -169,29 +169,35 @@ def _fused_pick(m, n, k, text):
 
 
 def test_fused_call_takes_the_ranking_where_the_choice_cannot_take_the_expression():
-    """Where the shape's choice cannot take the expression (a swap-AB tile takes none; a 1 x 128 block scale needs
-    block_n % 128 == 0), a fused call runs the cost model's first config that can, not the fixed 128x128 fallback;
-    where it can, the choice itself (on every shape of the suite's report half)."""
+    """Where the shape's choice cannot take the expression (a swap-AB tile takes no e4m3 D and no output beside D; a
+    1 x 128 block scale needs block_n % 128 == 0), a fused call runs the cost model's first config that can, not the
+    fixed 128x128 fallback; where it can, the choice itself (on every shape of the suite's report half), a swap-AB
+    choice included for the elementwise expressions."""
     from ptxgen.config import load_config
     from ptxgen.runtime.api import EPILOGUE_FALLBACK_CONFIG
     from ptxgen.suites import load
 
-    moved = []
+    moved, swap_kept = [], []
     for s in load("gemm").half("report"):
         for text in TARGET_EXPRS:
             chosen, cfg = _fused_pick(*s.mnk, text)
-            base = cfg.replace(**{"epilogue.expr": ""})
             c = load_config(chosen)
-            takes = not c.schedule.swap_ab and ("d_scale" not in text or c.tile.block_n % 128 == 0)
+            e4m3 = text.startswith("e4m3")
+            takes = not (c.schedule.swap_ab and e4m3) and ("d_scale" not in text or c.tile.block_n % 128 == 0)
             assert (cfg.name == chosen) == takes, (s.mnk, text, chosen, cfg.name)
-            assert not base.schedule.swap_ab and cfg.epilogue.expr
+            assert cfg.epilogue.expr and not (cfg.schedule.swap_ab and e4m3)
             if not takes:
                 moved.append((s.mnk, text, cfg.name))
+            elif c.schedule.swap_ab:
+                swap_kept.append((s.mnk, text))
     swapped = [(mnk, name) for mnk, text, name in moved if mnk[0] <= 16]
-    assert len(swapped) >= 5 * len(TARGET_EXPRS)  # the five M <= 16 shapes take swap-AB: every expression moves
+    assert len(swapped) >= 5 * 2  # the five M <= 16 shapes take swap-AB: the two e4m3 expressions move
+    assert len(swap_kept) >= 5 * 2  # ... and the two elementwise ones run on it
     assert EPILOGUE_FALLBACK_CONFIG not in {name for _, name in swapped}
-    # M = 1: one 64-row m-block (not the fallback's 128 rows); a block scale on a 64-column tile moves to 128 columns
-    assert load_config(_fused_pick(1, 6144, 4096, "acc + residual")[1].name).tile.block_m == 64
+    # M = 1: the swap-AB tile's 16 columns; an e4m3 D moves to one 64-row m-block (not the fallback's 128 rows); a
+    # block scale on a 64-column tile moves to 128 columns
+    assert load_config(_fused_pick(1, 6144, 4096, "acc + residual")[1].name).schedule.swap_ab
+    assert load_config(_fused_pick(1, 6144, 4096, TARGET_EXPRS[2])[1].name).tile.block_m == 64
     assert load_config(_fused_pick(64, 4608, 3584, 'e4m3(acc, "d_scale")')[1].name).tile.block_n % 128 == 0
 
 
@@ -203,12 +209,14 @@ def test_fused_call_ranking_is_not_asked_when_the_choice_takes_it_nor_for_a_call
 
     e = epilogue_expr("acc + residual", "gemm")[0]
     assert epilogue_config(_GEMM, "h100_128x256", e, chosen=True, ranked=never).name == "h100_128x256"
+    assert epilogue_config(_GEMM, "h100_64x16_swap", e, chosen=True, ranked=never).name == "h100_64x16_swap"
+    e4 = epilogue_expr(TARGET_EXPRS[2], "gemm")[0]
     with pytest.raises(ConfigError, match=r"swap_ab"):
-        epilogue_config(_GEMM, "h100_64x16_swap", e, chosen=False, ranked=never)
+        epilogue_config(_GEMM, "h100_64x16_swap", e4, chosen=False, ranked=never)
     # the ranking's configs that cannot take it are passed over; none that can: the family's fallback
-    assert epilogue_config(_GEMM, "h100_64x16_swap", e, chosen=True,
+    assert epilogue_config(_GEMM, "h100_64x16_swap", e4, chosen=True,
                            ranked=lambda: ["h100_64x32_swap", "h100_64x64"]).name == "h100_64x64"
-    assert epilogue_config(_GEMM, "h100_64x16_swap", e, chosen=True,
+    assert epilogue_config(_GEMM, "h100_64x16_swap", e4, chosen=True,
                            ranked=lambda: ["h100_64x32_swap"]).name == "h100_128x128"
 
 

@@ -54,6 +54,8 @@ CASES = {
                  ("cvt.rn.f16x2.f32", "cvt.f32.f16", "st.global.b32")),
     "fp8_gemm_gelu": ("fp8_h100_128x128", "gelu(acc) + bias[col]", {}, ("wgmma.mma_async", "e4m3", "tanh.approx.f32")),
     "sm100_relu": ("level9", "relu(acc) * 2", {}, ("tcgen05.ld", "max.f32")),
+    "swap_ab": ("h100_64x32_swap", "gelu(acc + bias[col]) + residual * scale[row]", {},
+                ("tanh.approx.f32", "ld.global.nc.b16", "ld.global.nc.f32", "mad.lo.u32")),
 }
 #: the cases whose approximate instructions run at both edges of their PTX ISA bounds (an e4m3 D scaled by
 #: 448 / amax magnifies gelu's absolute error past the tolerance, so the e4m3 case with an approximation is silu)
@@ -173,6 +175,21 @@ def _bias_by_row(text: str) -> str:
                   count=1)
 
 
+def _residual_pitch_n(text: str) -> str:
+    """A swap-AB kernel's residual element at ``(col + j) * n + row``: the pitch of the kernel's accumulator, not of
+    the caller's D (``m``)."""
+    head = text.index("// LdEpilogue ep_residual")
+    body = text[head:text.index("// ", head + 3)]
+    return text.replace(body, body.replace(", %m, ", ", %n, "), 1)
+
+
+def _swap_bias_by_col(text: str) -> str:
+    """A swap-AB kernel's ``bias[col]`` (the caller's column: the accumulator's row) indexed by the accumulator's
+    column (the caller's row)."""
+    return re.sub(r"(// LdEpilogue ep_bias\[0\][^\n]*\n(?:\s*[^/\s][^\n]*\n)*?\s*mul\.wide\.u32 %xd\d+, )%x\d+",
+                  r"\1%n_col", text, count=1)
+
+
 #: (case, pattern, replacement (or a function of the text), what the failure message holds[, shape]); every match
 #: replaced; the shape "odd" sweeps at an odd N (the per-element paths)
 PLANTED = [
@@ -209,6 +226,9 @@ PLANTED = [
     ("residual_staged", r"ld\.global\.nc\.f32 (%\w+), \[(%\w+)\];", r"ld.global.nc.f32 \1, [\2+4];",
      "('ld.global.nc', 'epi_scale', "),
     ("e4m3_block_amax", r"(@%p\d+ st\.global\.b16 \[%xd\d+)\]", r"\1+2]", "'st.global'"),
+    # swap-AB: the residual read transposed (pitch m), the column bias one value per accumulator row
+    ("swap_ab", _residual_pitch_n, None, "('ld.global.nc', 'epi_residual', "),
+    ("swap_ab", _swap_bias_by_col, None, "('ld.global.nc', 'epi_bias', "),
     # the per-element paths (N odd)
     ("e4m3_block_amax", r"st\.global\.b8 \[(%\w+)\+1\]", r"st.global.b8 [\1]", "'st.global'", "odd"),
     ("gelu_tanh", r"cvt\.rn\.bf16\.f32", "cvt.rz.bf16.f32", "'st.global'", "odd"),

@@ -93,5 +93,11 @@ class EpilogueLoads:
             raise SimError(f"out of bounds: {w.who(op.describe())} reads {op.param} at row {int(rows[r, c])}, "
                            f"col {int(cols[r, c])} outside D's {m} x {n} (an unguarded operand load at a tail)")
         flat = src.reshape(-1)
-        index = {"row": rows, "col": cols, "tile": rows * n + cols}[op.layout]
+        # tile_t: a swap-AB kernel's [M, N] operand, the transpose of its m x n accumulator (ld = m)
+        index = {"row": rows, "col": cols, "tile": rows * n + cols, "tile_t": cols * m + rows}[op.layout]
+        past = inside & (index >= flat.size)
+        if past.any():  # an address outside the operand's buffer (a layout that does not fit the operand)
+            r, c = (int(x) for x in np.argwhere(past)[0])
+            raise SimError(f"out of bounds: {w.who(op.describe())} reads {op.param} element {int(index[r, c])} of "
+                           f"{flat.size} (row {int(rows[r, c])}, col {int(cols[r, c])} of a {m} x {n} launch)")
         w.reply = np.where(inside, flat[np.where(inside, index, 0)], np.float32(0)).astype(np.float32)
