@@ -73,15 +73,23 @@ def test_swap_prepared_launch_and_staged_operands(name):
     assert _error(torch, d2, a, b) < TOLERANCE
 
 
-def test_swap_config_refuses_a_fused_expression():
+def test_swap_config_takes_an_elementwise_expression_and_refuses_an_e4m3_d():
+    """An elementwise expression runs on the swap-AB tile (its column bias read per accumulator row); an e4m3 D
+    is refused before any launch, ``out`` untouched."""
     import torch
 
     import ptxgen
 
     a, b = random_operands(torch, 8, 256, 64, seed=3)
-    bias = torch.zeros(256, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(ConfigError, match="row bias"):
-        ptxgen.gemm(a, b, config=SWAP[0], epilogue="acc + bias[col]", bias=bias)
+    bias = torch.randn(256, device="cuda").bfloat16()
+    d = ptxgen.gemm(a, b, config=SWAP[0], epilogue="acc + bias[col]", bias=bias)
+    torch.cuda.synchronize()
+    want = a.float() @ b.float().T + bias.float()
+    assert float((d.float() - want).norm() / want.norm()) < TOLERANCE
+    out = torch.full((8, 256), float("nan"), device="cuda").to(torch.float8_e4m3fn)
+    with pytest.raises(ConfigError, match="16-bit D"):
+        ptxgen.gemm(a, b, out=out, config=SWAP[0], epilogue="e4m3(acc)")
+    assert torch.isnan(out.float()).all()
 
 
 @pytest.mark.parametrize("mnk", [(1, 6144, 4096), (16, 4096, 4096), (7, 3000, 1032)], ids=str)
