@@ -1,8 +1,7 @@
 """The split-K probes of the dual GEMM (``bench/configs/dual_h100_64x64_sk2.yaml``, ``_sk4``,
-``dual_h100_128x64_sk2.yaml``, docs/performance.md "Tried and not kept"; ``dual_h100_128x128_sk2.yaml``): each plans,
-passes the verifier and
-simulates to the SwiGLU reference with M, N and K off the tile, the splits' partials and fixup included, so the
-timings recorded for them are of kernels that compute the right D."""
+``dual_h100_128x64_sk2.yaml``, docs/performance.md "Tried and not kept"; ``dual_h100_128x128_sk2.yaml``): each
+plans, passes the verifier and simulates to the SwiGLU reference with M, N and K off the tile, the splits' partials
+and fixup included, so the timings recorded for them are of kernels that compute the right D."""
 
 from __future__ import annotations
 
