@@ -1054,6 +1054,17 @@ class LdEpilogue(Op):
     idx: tuple[int, ...]
     guard: bool = True
 
+    def element(self, row, col, m: int, n: int):
+        """``(index, inside)`` of the element at the kernel's ``(row, col)`` (``col`` already ``col + j``) of an ``m x n``
+        launch: its element index in ``P`` by ``layout``, and whether it lies inside D (the guard's test).  Ints, or
+        numpy arrays that broadcast; the one definition the checks read the layouts by."""
+        r_ok, c_ok = row < m, col < n
+        if self.layout == "row":
+            return row, r_ok
+        if self.layout == "col":
+            return col, c_ok
+        return (row * n + col if self.layout == "tile" else col * m + row), r_ok & c_ok
+
     def describe(self) -> str:
         at = {"col": f"[{_s(self.col)}:+{len(self.idx)}]", "row": f"[{_s(self.row)}]",
               "tile": f"[{_s(self.row)}, {_s(self.col)}:+{len(self.idx)}]",

@@ -191,10 +191,7 @@ def _ld_epilogue(c: _Thread, ev, op) -> list[Effect]:
             return [E.LdGlobalNc(op.param, size * (col if op.layout == "col" else row * launch.n + col))]
     out = []
     for j in range(len(op.idx)):
-        r_ok, c_ok = row < launch.m, col + j < launch.n
-        index = {"row": row, "col": col + j, "tile": row * launch.n + col + j,
-                 "tile_t": (col + j) * launch.m + row}[op.layout]  # tile_t: a swap-AB kernel's [M, N] operand
-        inside = {"row": r_ok, "col": c_ok}.get(op.layout, r_ok and c_ok)
+        index, inside = op.element(row, col + j, launch.m, launch.n)
         if inside or not op.guard:
             out.append(E.LdGlobalNc(op.param, size * index))
     return out
@@ -208,8 +205,8 @@ def operand_values(c: _Thread, ev, op) -> np.ndarray:
     rows = np.broadcast_to(np.asarray(ev.row, dtype=np.int64), (lanes,))[:, None]
     cols = np.broadcast_to(np.asarray(ev.col, dtype=np.int64), (lanes,))[:, None] + np.arange(len(op.idx))
     m, n = c.launch.m, c.launch.n
-    index = {"row": rows + 0 * cols, "col": cols, "tile": rows * n + cols, "tile_t": cols * m + rows}[op.layout]
-    inside = {"row": rows < m, "col": cols < n}.get(op.layout, (rows < m) & (cols < n)) | (not op.guard)
+    index, inside = (np.broadcast_to(x, cols.shape) for x in op.element(rows, cols, m, n))
+    inside = inside | (not op.guard)
     addr = c.ptrs[op.param] + (4 if op.dtype == "f32" else 2) * index
     vals = P.operand_f32(addr) if op.dtype == "f32" else bits16_to_f32(P.operand_bits16(addr), op.dtype)
     return np.where(inside, vals, np.float32(0)).astype(np.float32)

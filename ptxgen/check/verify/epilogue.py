@@ -36,8 +36,7 @@ def _check_operand_loads(trace: _Trace) -> int:
                 continue  # predicated: elements outside D are not loaded
             rows = np.asarray(rec.ev.row)[:, None]
             cols = np.asarray(rec.ev.col)[:, None] + np.arange(len(op.idx))
-            bad = (rows >= m) if op.layout == "row" else (cols >= n) if op.layout == "col" else (rows >= m) | (cols >= n)
-            bad = np.broadcast_to(bad, cols.shape)
+            bad = np.broadcast_to(~op.element(rows, cols, m, n)[1], cols.shape)
             if bad.any():
                 lane, j = (int(x) for x in np.argwhere(bad)[0])
                 raise VerifyError(

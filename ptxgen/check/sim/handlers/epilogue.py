@@ -87,14 +87,12 @@ class EpilogueLoads:
         j = np.arange(len(op.idx))
         rows = np.broadcast_to(ev.row[:, None], (len(ev.row), len(j)))
         cols = ev.col[:, None] + j if op.layout != "row" else np.zeros_like(rows)
-        inside = rows < m if op.layout == "row" else (cols < n if op.layout == "col" else (rows < m) & (cols < n))
+        index, inside = (np.broadcast_to(x, rows.shape) for x in op.element(rows, cols, m, n))
         if not op.guard and not inside.all():
             r, c = (int(x) for x in np.argwhere(~inside)[0])
             raise SimError(f"out of bounds: {w.who(op.describe())} reads {op.param} at row {int(rows[r, c])}, "
                            f"col {int(cols[r, c])} outside D's {m} x {n} (an unguarded operand load at a tail)")
         flat = src.reshape(-1)
-        # tile_t: a swap-AB kernel's [M, N] operand, the transpose of its m x n accumulator (ld = m)
-        index = {"row": rows, "col": cols, "tile": rows * n + cols, "tile_t": cols * m + rows}[op.layout]
         past = inside & (index >= flat.size)
         if past.any():  # an address outside the operand's buffer (a layout that does not fit the operand)
             r, c = (int(x) for x in np.argwhere(past)[0])
