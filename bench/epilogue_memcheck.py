@@ -35,6 +35,11 @@ for config in ("h100_64x64", "h100_64x128", "h100_64x256", "h100_128x64", "h100_
         a, b = torch.randn(m, k, device="cuda").bfloat16(), torch.randn(n, k, device="cuda").bfloat16()
         ptxgen.gemm(a, b, config=config, epilogue="acc + residual", residual=torch.randn(m, n, device="cuda").bfloat16())
         ptxgen.gemm(a, b, config=config, epilogue="gelu(acc + bias[col])", bias=torch.randn(n, device="cuda").bfloat16())
+# the residual staged under split-K (the tile's last arriver loads its boxes): last-wave splits of 128x256 tiles
+for config in ("h100_128x256_lw2", "h100_128x256_lw4"):
+    for m, n, k in ((300, 520, 640), (130, 264, 2000)):
+        a, b = torch.randn(m, k, device="cuda").bfloat16(), torch.randn(n, k, device="cuda").bfloat16()
+        ptxgen.gemm(a, b, config=config, epilogue="acc + residual", residual=torch.randn(m, n, device="cuda").bfloat16())
 # swap-AB tiles (M <= 16 / 32): the operands read by the kernel's axes (a column bias per accumulator row, a row scale
 # per accumulator column, the residual transposed), at M = 1, 16 and 31 with N and K tails
 for config in ("h100_64x16_swap", "h100_64x32_swap"):

@@ -593,7 +593,8 @@ class EpiloguePlan:
         epilogue stages a box, one thread TMA-loads the operand's box (:meth:`staged_map`, D's box and swizzle)
         into the staging slot (completing on ``epi_full[box]``), the warpgroup reads it with ``ldmatrix.x4`` (the inverse of
         the staging's ``stmatrix.x4``), computes the expression and stages D over it (CUTLASS's epilogue source
-        load).  Configs with TMA stores through ``stmatrix``, one ``[M, N]`` operand, no split-K, no overlap.
+        load).  Configs with TMA stores through ``stmatrix``, one ``[M, N]`` operand, no overlap; under split-K
+        only the tile's last arriver loads it, after the verdict (:class:`ptxgen.builders.roles.SplitKFixup`).
     transposed: swap-AB (``schedule.swap_ab``): the kernel's D is stored transposed, accumulator element (i, j) of
         the kernel's ``m x n`` problem at ``D[j, i]`` of the caller's row-major ``[n, m]`` D (row pitch ``m``), by
         :class:`~ptxgen.ir.ops.StGlobal16` with ``transposed``; the launch spec has no D tensor map.  ``expr``
@@ -1097,7 +1098,7 @@ def _epilogue_plan(cfg: Config, f: _Basics, roles: RolesPlan, mma: MmaIssuePlan)
                           "multiple of epilogue.stages (the ring turns whole per tile; directly stored tiles skip it)")
     tiles = [o for o in operands if o.along == "tile"]
     staged = tiles[0] if (len(tiles) == 1 and tma_store and e.stmatrix and not f.sm100 and not f.fp8 and not e.overlap
-                          and cfg.schedule.split_k == 1 and d_bytes == BF16_BYTES) else None
+                          and d_bytes == BF16_BYTES) else None
     return EpiloguePlan(
         expr=expr, operands=operands, outputs=outputs, block_scale=block_scale,
         scale_blocks=-(-mma.block_n // FP8_SCALE_BLOCK),

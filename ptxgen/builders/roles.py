@@ -539,11 +539,16 @@ class Epilogue:
         tile ``tc - 1``).
         """
         ring = self.p.cd_ring
-        # split-K: only a tile's last split stores; pingpong: the storing warpgroup's own tiles
-        tc = Var("tc") if count is None else count
-        tiles = Var("tiles_stored") if self.p.split is not None else tc // self.p.roles.tile_owners
-        buf = ring.buffer(tiles * self.p.epilogue.stores_per_tile + seq)
+        buf = ring.buffer(self.stored_tiles(count) * self.p.epilogue.stores_per_tile + seq)
         return fold(buf if group is None else group * ring.stages + buf)
+
+    def stored_tiles(self, count: Expr | None = None) -> Expr:
+        """The tiles the storing warpgroup stored before this one (the CD ring's and the staged boxes' tile count):
+        split-K: ``tiles_stored`` (only a tile's last split stores); else ``tc`` (``count``: the stored tile's)
+        over the warpgroups taking turns (pingpong: the storing warpgroup's own tiles)."""
+        if self.p.split is not None:
+            return Var("tiles_stored")
+        return (Var("tc") if count is None else count) // self.p.roles.tile_owners
 
     def cd_addr(self, buf: Expr, row: Expr, chunk16) -> Expr:
         """Byte offset of 16-byte chunk ``chunk16`` of staging row ``row`` (128B swizzle: chunk ^ row % 8)."""
@@ -680,16 +685,19 @@ class SplitKFixup:
         # not unrolled: with the loads of two partials in flight ptxas spills 4 B at 128x192, split_k 3
         return [For("ps", Const(0), Const(self.sp.splits), Const(1), tuple(loads), unroll=False)]
 
-    def step(self, wg: Expr, epilogue: tuple[list, list]) -> list:
+    def step(self, wg: Expr, epilogue: tuple[list, list], prefetch: list = ()) -> list:
         """After the mainloop: publish and arrive, learn, collect, then ``epilogue`` = (fused op, D stores) on the
-        tile's last arriver; the other splits go on to their next unit.
+        tile's last arriver; the other splits go on to their next unit.  ``prefetch``: the staged operand's first
+        box loads (:func:`ptxgen.builders.staged.staged_prefetch`), issued by the last arriver between the verdict
+        and the collection, so they land while the partials are read.
 
         The partial adds redefine the accumulator registers on every path (predicated loads, no branch around
         the adds) and the mainloop has no branch around it (an empty split runs zero k-blocks): with either,
         ptxas (CUDA 13) serializes the wgmma pipeline (C7515), measured on h100_256x128 with split_k 3.
         """
         fused, stores = epilogue
-        return [*self.publish(wg), *self.learn(wg), *self.collect(wg),
+        early = [If(ne(Var("sk_reduce"), 0), tuple(prefetch))] if prefetch else []
+        return [*self.publish(wg), *self.learn(wg), *early, *self.collect(wg),
                 If(ne(Var("sk_reduce"), 0), (*fused, *stores, Let("tiles_stored", Var("tiles_stored") + 1)))]
 
 
@@ -879,9 +887,11 @@ class WgmmaConsumer:
             return [*first, k_loop(k_body, (k0 + 1, k1)), WgmmaWait(0), *release, *fused, *pack,
                     Let("m_prev", Var("m_row")), Let("n_prev", Var("n_col"))]
         k_body = [*self.issue(), WgmmaWait(1), If(ne(KB, k0), tuple(release_prev))]
-        # the staged operand's first boxes load under the mainloop (ptxgen.builders.staged)
+        # the staged operand's first boxes load under the mainloop (ptxgen.builders.staged); split-K: under the
+        # collection of the partials, by the tile's last arriver only (SplitKFixup.step)
         prefetch = staged_prefetch(self.epi, wg, CURRENT_TILE) if p.epilogue.staged is not None else []
-        out = [*prefetch, *self.math_order(arrive=False), k_loop(k_body, (k0, k1)), *self.math_order(arrive=True),
+        early = prefetch if self.fixup is None else []
+        out = [*early, *self.math_order(arrive=False), k_loop(k_body, (k0, k1)), *self.math_order(arrive=True),
                WgmmaWait(0), *release]
         if p.epilogue.staged is not None:  # the TMA branch computes per staged box; the direct one as before
             fused, stores = [], self.stores(CURRENT_TILE, fused)
@@ -889,7 +899,7 @@ class WgmmaConsumer:
             stores = self.stores(CURRENT_TILE)
         if self.fixup is None:
             return out + fused + stores
-        return out + self.fixup.step(wg, (fused, stores))
+        return out + self.fixup.step(wg, (fused, stores), prefetch)
 
     def row_table_loads(self) -> list:
         """Contiguous grouped kernels: the ``m_indices`` entries of the rows this thread stores

@@ -11,8 +11,10 @@ over the operand with ``stmatrix.x4``; then the usual ``fence.proxy.async`` and 
 them).
 
 ``epi_full`` has one barrier per store box of a tile and staging group (``group * stores_per_tile + box``), each
-completing once per tile the group stores: phase ``tiles & 1``, ``tiles`` the group's tile count (as in
-:meth:`~ptxgen.builders.roles.Epilogue.cd_buffer`).
+completing once per tile the group stores: phase ``tiles & 1``, ``tiles`` the group's stored tiles
+(:meth:`~ptxgen.builders.roles.Epilogue.stored_tiles`, as the CD ring counts them).  Under split-K only a tile's
+last arriver stores it: its first boxes load after the verdict, under the collection of the other splits' partials
+(:meth:`~ptxgen.builders.roles.SplitKFixup.step`), not under the mainloop.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def staged_box(ep: "Epilogue", wg: Expr, v: int, c: int, seq: int, t: "StoredTil
     p, e = ep.p, ep.p.epilogue
     o = e.staged
     bar = Bar("epi_full", fold(wg * e.stores_per_tile + seq))
-    out = [MbarrierWait(bar, fold((t.count // p.roles.tile_owners) % 2), WaitRole.CONSUMER_WAIT)]
+    out = [MbarrierWait(bar, fold(ep.stored_tiles(t.count) % 2), WaitRole.CONSUMER_WAIT)]
     acc = f"{t.array}{v}"
     arrays = {"acc": acc, "acc1": acc, "acc2": f"acc1_{v}"}
     # lane l addresses row l % 8 of matrix l // 8 (as the stmatrix staging of fragment_store)

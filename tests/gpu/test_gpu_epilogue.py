@@ -439,6 +439,17 @@ def test_fused_epilogue_on_small_m_configs(torch, config):
                 assert err < tol, f"{config} {form} {m}x{n}x{k}: {name} relative error {err:.3e}"
 
 
+@pytest.mark.parametrize("config", ["h100_128x256_lw2", "h100_128x256_lw4", "h100_128x128_c2_lw2", "h100_64x64_sk2"])
+def test_staged_residual_under_split_k(torch, config):
+    """Split-K configs read the residual through the CD staging ring (the tile's last arriver loads its boxes): grids
+    of more than one wave (the last wave split), N a multiple of 8 (staged) and odd (the direct branch's pair loads),
+    D NaN-poisoned."""
+    for i, (m, n, k) in enumerate(((2000, 4000, 512), (1500, 2056, 1000), (1000, 2001, 520), (70, 264, 3000))):
+        for text in ("acc + residual", "gelu(acc + bias[col]) * scale[row] + residual"):
+            err = run_checked(torch, config, epi.parse(text), m, n, k, seed=80 + i)
+            assert err < TOLERANCE, f"{config} {text} {m}x{n}x{k}: relative error {err:.3e}"
+
+
 @pytest.mark.parametrize("m, n, k", [(1, 6144, 4096), (16, 5120, 2880), (64, 4608, 3584)])
 def test_fused_call_without_config_where_the_choice_cannot_take_it(torch, m, n, k):
     """config=None on shapes whose choice is a swap-AB tile (M <= 16) or a tile without whole 128-column blocks (a block
