@@ -1,6 +1,7 @@
 """Split-K of the last wave on the 128x128 SwiGLU dual tile: every config and torch unfused in one interleaved timing.
 
     PYTHONPATH=$PWD python3 bench/dual_lastwave.py [--json out.json] [--iters 20] [--runs 7] [--no-check]
+        [--shape MxNxK ... [--half NAME]] [--config NAME ...]
 
 The configs (``CONFIGS``: a shipped name or a ``bench/configs`` YAML) and torch unfused
 ``F.silu(a @ b1.T) * (a @ b2.T)`` are timed on each shape in the same ``ptxgen.bench.time_interleaved`` call, so
@@ -13,6 +14,8 @@ Input sets rotate so that the bytes touched between two uses of a set exceed 2x 
 Shapes: the SwiGLU suite's tune half at M in {128, 256, 512} (the chooser rule is read off these) and three report
 shapes (256x25600x5120, 256x14336x4096, 512x18432x7168: the check only).  Each row also carries the cost model's
 prediction (``ptxgen.runtime.choose.predict``), the tile count and the last-wave split (whole tiles, tail tiles).
+``--shape`` (repeatable) times those shapes instead, labelled ``--half``; ``--config`` (repeatable) times those configs
+instead of ``CONFIGS``.
 
 Correctness (unless ``--no-check``), per config: ``out`` poisoned with NaN, fresh random bf16 inputs, fp32
 reference, relative Frobenius error < 1e-2 and no NaN, on every timed shape and on off-tile shapes that put the
@@ -84,19 +87,28 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--shape", action="append", default=[], help="MxNxK, repeatable: these shapes instead of the lists")
+    ap.add_argument("--half", default="tune", help="the label of the --shape rows")
+    ap.add_argument("--config", action="append", default=[], help="repeatable: these configs instead of CONFIGS")
     args = ap.parse_args()
     if args.iters < 1 or args.runs < 1:
         ap.error("--iters and --runs must be >= 1")
+    configs = args.config or CONFIGS
+    try:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in args.shape]
+    except ValueError:
+        ap.error(f"--shape takes MxNxK, got {args.shape}")
+    halves = ((args.half, shapes),) if shapes else (("tune", TUNE), ("report", REPORT))
     info = driver.device_info(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     name = torch.cuda.get_device_name(0)
     print(f"device: {name}, {info.sm_count} SMs, L2 {l2 >> 20} MiB")
-    cfgs = {c: resolve(c) for c in CONFIGS}
-    cands = {c: candidate(c) for c in CONFIGS}
+    cfgs = {c: resolve(c) for c in configs}
+    cands = {c: candidate(c) for c in configs}
     checks = []
     if not args.no_check:
         gen = torch.Generator(device="cuda").manual_seed(11)
-        for m, n, k in CHECK + TUNE + REPORT:
+        for m, n, k in CHECK + [shape for _, group in halves for shape in group]:
             a, b1, b2 = operands(m, n, k, gen)
             for c, cfg in cfgs.items():
                 try:
@@ -113,8 +125,8 @@ def main() -> None:
         torch.cuda.empty_cache()
     warm_gpu()
     rows = []
-    for half, shapes in (("tune", TUNE), ("report", REPORT)):
-        for m, n, k in shapes:
+    for half, group in halves:
+        for m, n, k in group:
             set_bytes = 2 * (m * k + 2 * n * k + m * n)
             nsets = max(1, min(8, math.ceil(2 * l2 / set_bytes)))
             gen = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
@@ -128,7 +140,7 @@ def main() -> None:
             row = dict(half=half, m=m, n=n, k=k, runs=runs, torch_ms=statistics.median(r["torch"] for r in runs),
                        configs={})
             line = f"{half:>6} {m:>4}x{n:>5}x{k:>4} torch {row['torch_ms'] * 1e3:7.1f}"
-            for c in CONFIGS:
+            for c in configs:
                 ms = statistics.median(r[c] for r in runs)
                 ratio = [r["torch"] / r[c] for r in runs]
                 pred = predict(cands[c], m, n, k, info.sm_count)
@@ -145,7 +157,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": name, "sm_count": info.sm_count, "runs": args.runs, "iters": args.iters,
-                       "warmup": args.warmup, "configs": CONFIGS, "rows": rows, "checks": checks}, f, indent=2)
+                       "warmup": args.warmup, "configs": configs, "rows": rows, "checks": checks}, f, indent=2)
     bad = [c for c in checks if not c["ok"]]
     if bad:
         raise SystemExit(f"{len(bad)} correctness checks failed")

@@ -622,26 +622,37 @@ def _tiles_128x128(m: int, n: int) -> int:
 #: dual_gemm on sm_90a: a 128x128 config and its split-K-of-the-last-wave variant (``schedule.split_k_tiles:
 #: last_wave``, ``split_k: 2``), which :func:`dual_last_wave_rule` takes in its place.
 DUAL_LAST_WAVE = (("dual_h100_128x128", "dual_h100_128x128_lw2"), ("dual_h100_128x128_c2", "dual_h100_128x128_c2_lw2"))
-#: The largest M at which :func:`dual_last_wave_rule` splits a last wave: the M of the tune shapes it was read off.
+#: The largest M at which :func:`dual_last_wave_rule` splits a last wave whatever the round count: the largest M of the
+#: tune shapes the rule was first read off (M = 128-512, 2-7 rounds).
 DUAL_LAST_WAVE_MAX_M = 512
+#: Above :data:`DUAL_LAST_WAVE_MAX_M`, the most rounds (``ceil(tiles / SMs)``) at which the split still pays: read off
+#: twelve M > 512 tune shapes with ``0 < 2 x tail <= SMs`` (H100; docs/performance.md, "The dual GEMM's last-wave split
+#: at large M"): at 3-8 rounds the split ran 1.02-1.18x faster on five and tied on one (5000x3000x2000), at 18-32 rounds
+#: 0.89-1.01x (three losses, up to 11 % at K = 512, where the whole tiles' fixup weighs most).
+DUAL_LAST_WAVE_MAX_ROUNDS = 8
 
 
 def dual_last_wave_rule(name: str, m: int, n: int, sm_count: int, cands: tuple[Candidate, ...]) -> str:
     """``name``, or its last-wave variant (:data:`DUAL_LAST_WAVE`) when the 128x128 grid's last wave splits into units
     that fit one wave: ``0 < 2 x tail <= sm_count`` with ``tail`` = tiles mod ``sm_count`` (every tile when there are
-    fewer tiles than SMs), and ``m <= DUAL_LAST_WAVE_MAX_M``; a variant that is not among ``cands`` is not taken.
+    fewer tiles than SMs), and either ``m <= DUAL_LAST_WAVE_MAX_M`` or the grid takes at most
+    ``DUAL_LAST_WAVE_MAX_ROUNDS`` rounds of ``sm_count`` tiles; a variant that is not among ``cands`` is not taken.
 
     A short last round of whole tiles leaves most SMs idle; split in two, its tiles finish in about half the time,
     while a tail of more than half the SMs needs a second round of half tiles and loses (the fp32 partials and the
     whole tiles' fixup).  Read off the five M = 128-512 shapes of the SwiGLU suite's tune half (H100, 132 SMs;
     docs/performance.md, "The M = 256 SwiGLU's tail: split-K of the last wave"): split at 512x14336x4096 (tail 52:
     188.7 against 201.6 us), whole at 128x29568x8192 (tail 99: 337.9 against 356.6) and 512x28672x8192 (tail 104:
-    733.4 against 759.2).
+    733.4 against 759.2).  Above M = 512 the half round saved is 1 / (2 x rounds) of the time, against a fixup paid on
+    every tile: it wins up to 8 rounds (1024x5120x25600, 3 rounds: 751 against 885 us) and not beyond (8192x8192x512,
+    32 rounds: 265 against 235 us).
     """
     variant = dict(DUAL_LAST_WAVE).get(name)
-    if variant is None or m > DUAL_LAST_WAVE_MAX_M or not any(c.name == variant for c in cands):
+    if variant is None or not any(c.name == variant for c in cands):
         return name
     tiles = _tiles_128x128(m, n)
+    if m > DUAL_LAST_WAVE_MAX_M and -(-tiles // sm_count) > DUAL_LAST_WAVE_MAX_ROUNDS:
+        return name
     tail = tiles % sm_count if tiles >= sm_count else tiles
     return variant if 0 < 2 * tail <= sm_count else name
 

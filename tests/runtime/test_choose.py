@@ -1078,6 +1078,30 @@ def test_dual_small_m_rule_counts_128x128_tiles_at_m_256(fresh_choice):
     assert rule(64, 1 << 20, 132) == "dual_h100_64x64"  # the 64-row tile at any N
 
 
+def test_dual_last_wave_rule_above_m_512_counts_rounds(fresh_choice):
+    """Above M = 512 the split needs a grid of at most ``DUAL_LAST_WAVE_MAX_ROUNDS`` rounds: on the twelve tune shapes of
+    docs/results/dual_lastwave_large_m_tune_h100.json (H100, the pair and its split timed in one interleave, every
+    shape with ``0 < 2 x tail <= 132``) the rule splits each 3-8 round grid, where the split ran faster on all six,
+    keeps the 18-32 round grids whole, and its pick is within 1.5 % of the faster on every row."""
+    from statistics import median
+
+    data = json.loads((RESULTS / "dual_lastwave_large_m_tune_h100.json").read_text())
+    cands = fresh_choice.candidates("sm_90a", "dual_gemm")
+    rule, whole, split = fresh_choice.dual_last_wave_rule, "dual_h100_128x128_c2", "dual_h100_128x128_c2_lw2"
+    assert data["configs"] == [whole, split] and len(data["rows"]) == 12
+    for r in data["rows"]:
+        m, n = r["m"], r["n"]
+        times = {c: median(run[c] for run in r["runs"]) for c in (whole, split)}
+        rounds = -(-fresh_choice._tiles_128x128(m, n) // 132)
+        pick = rule(whole, m, n, 132, cands)
+        assert m > fresh_choice.DUAL_LAST_WAVE_MAX_M and pick == (split if rounds <= 8 else whole), (m, n, rounds)
+        assert times[pick] <= 1.015 * min(times.values()), (m, n, pick, times)
+        if rounds <= 8:
+            assert times[split] < times[whole], (m, n, times)
+    assert rule(whole, 4096, 2112, 132, cands) == split  # 544 tiles: 5 rounds, a tail of 16
+    assert rule(whole, 8192, 8192, 132, cands) == whole  # 4096 tiles: 32 rounds
+
+
 def test_dual_last_wave_rule_follows_the_measurement(fresh_choice):
     """The dual GEMM's last-wave split: on every shape of docs/results/dual_lastwave_h100.json (tune and report, H100,
     132 SMs) the rule takes the faster of a 128x128 config and its split variant by median time: for
@@ -1100,7 +1124,7 @@ def test_dual_last_wave_rule_follows_the_measurement(fresh_choice):
     assert rule("dual_h100_128x128", 128, (132 + 66) * 128, 132, cands) == "dual_h100_128x128_lw2"  # tail 66
     assert rule("dual_h100_128x128", 128, (132 + 67) * 128, 132, cands) == "dual_h100_128x128"  # 2 x 67 > 132
     assert rule("dual_h100_128x128", 256, 132 * 128, 132, cands) == "dual_h100_128x128"  # two whole waves
-    assert rule("dual_h100_128x128", 1024, 2048, 132, cands) == "dual_h100_128x128"  # M > 512
+    assert rule("dual_h100_128x128", 1024, 2048, 132, cands) == "dual_h100_128x128"  # 128 tiles: 2 x 128 > 132
     assert rule("dual_h100_128x64", 256, 2048, 132, cands) == "dual_h100_128x64"
     assert rule("dual_h100_128x128", 256, 2048, 132, ()) == "dual_h100_128x128"
     name, why = fresh_choice.choose_cached(256, 25600, 5120, (9, 0), 132, "dual_gemm")
