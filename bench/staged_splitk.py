@@ -18,16 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-import yaml
 
 import ptxgen
 from ptxgen.bench import input_sets_needed, relative_error, time_interleaved, warm_gpu
-from ptxgen.config import load_config, to_dict
+from ptxgen.config import load_config
 from ptxgen.ir import epilogue as E
 from ptxgen.runtime import driver
 from ptxgen.runtime.api import _GEMM, fused_config
@@ -50,7 +48,6 @@ def main() -> None:
         from ptxgen.suites import load
 
         shapes += [s.mnk for s in load(args.suite).half(args.half)]
-    tmp = Path(tempfile.mkdtemp())
     expr = E.parse(EXPR)
     warm_gpu()
     rows = []
@@ -61,12 +58,8 @@ def main() -> None:
         if pick.schedule.split_k == 1:
             continue
         base = pick.name
-        path = tmp / f"{base}_pairloads.yaml"
-        if not path.exists():
-            raw = to_dict(load_config(base).replace(**{"epilogue.stmatrix": False}))
-            raw["name"] = f"{base}_pairloads"
-            path.write_text(yaml.safe_dump(raw))
-        configs = {"staged": base, "pair loads": str(path)}
+        pair_loads = load_config(base).replace(**{"name": f"{base}_pairloads", "epilogue.stmatrix": False})
+        configs = {"staged": base, "pair loads": pair_loads}
         gen = torch.Generator(device="cuda").manual_seed(m + n + k)
         set_bytes = 2 * (m * k + n * k + 2 * m * n)
         sets = input_sets_needed(set_bytes, info.l2_bytes, torch.cuda.mem_get_info()[0])

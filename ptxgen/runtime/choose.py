@@ -651,7 +651,7 @@ def dual_last_wave_rule(name: str, m: int, n: int, sm_count: int, cands: tuple[C
     if variant is None or not any(c.name == variant for c in cands):
         return name
     tiles = _tiles_128x128(m, n)
-    if m > DUAL_LAST_WAVE_MAX_M and -(-tiles // sm_count) > DUAL_LAST_WAVE_MAX_ROUNDS:
+    if m > DUAL_LAST_WAVE_MAX_M and math.ceil(tiles / sm_count) > DUAL_LAST_WAVE_MAX_ROUNDS:
         return name
     tail = tiles % sm_count if tiles >= sm_count else tiles
     return variant if 0 < 2 * tail <= sm_count else name
