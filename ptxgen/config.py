@@ -140,19 +140,21 @@ class Pipeline:
 class Cluster:
     """CTA cluster.
 
-    size: CTAs per cluster (1 or 2).  sm_100a: 2 means ``cta_group::2`` (one UMMA
+    size: CTAs per cluster (1, 2 or 4).  sm_100a: 2 means ``cta_group::2`` (one UMMA
         spans both CTAs, UMMA_M = 256).  sm_90a: 2 pairs CTAs on one n-block (``along: m``) or on one m-block
-        (``along: n``).
+        (``along: n``); 4 is a 2x2 square of tiles (``along: mn``).
     dual_tile: sm_100a: each CTA of the pair computes its own m-block (level 7);
-        without it both CTAs compute the same tile.  sm_90a: must equal size == 2.
-    along: sm_90a pairs: the output dimension along which the pair's two tiles lie.  ``m``: two m-blocks of one
+        without it both CTAs compute the same tile.  sm_90a: must equal size >= 2.
+    along: sm_90a clusters: the output dimensions along which the cluster's tiles lie.  ``m``: two m-blocks of one
         n-block, the pair shares B (``tma.multicast``: each CTA loads half of B's rows and multicasts them);
-        ``n``: two adjacent n-blocks of one m-block, the pair shares A (each CTA loads half of A's rows).
+        ``n``: two adjacent n-blocks of one m-block, the pair shares A (each CTA loads half of A's rows);
+        ``mn`` (size 4): two m-blocks x two n-blocks, each CTA shares A with the CTA beside it along N and B with
+        the one beside it along M, loading half of each and multicasting it to the two CTAs that read it.
     """
 
-    size: OneOf(1, 2) = 1
+    size: OneOf(1, 2, 4) = 1
     dual_tile: Bool = False
-    along: OneOf("m", "n") = "m"
+    along: OneOf("m", "n", "mn") = "m"
 
 
 @section
@@ -824,6 +826,7 @@ def _validate_sm100(cfg: Config) -> None:
           "sm_100a has no consumer warpgroups (one MMA-issuing thread); pingpong is an sm_90a schedule")
     _rule(not cfg.tma.multicast, "tma.multicast", True, "sm_100a kernels here use 2-SM loads (tma.two_sm), not multicast")
     _rule(c.along == "m", "cluster.along", c.along, "sm_100a: a cta_group::2 pair splits M; must be m")
+    _rule(c.size <= 2, "cluster.size", c.size, "sm_100a: 1 or 2 (a cta_group::2 pair)")
     if c.size == 1:
         _rule(not c.dual_tile, "cluster.dual_tile", True, "needs cluster.size=2 (a CTA pair)")
         _rule(not cfg.tma.two_sm, "tma.two_sm", True, "2-SM TMA loads need cluster.size=2")
@@ -857,6 +860,22 @@ def _validate_pair_along_n(cfg: Config) -> None:
     _rule(cfg.mma.consumers == "cooperative", s, "n", "needs mma.consumers=cooperative")
 
 
+def _validate_square(cfg: Config) -> None:
+    """An sm_90a 2x2 cluster (``cluster: {size: 4, along: mn}``): two m-blocks x two n-blocks; each CTA loads half of
+    its A k-block and multicasts it to itself and the CTA of the other n-block, and half of its B k-block to itself
+    and the CTA of the other m-block (PTX ISA "cp.async.bulk.tensor", ``.multicast::cluster``), so a CTA requests half
+    the L2 bytes of a single tile.  The plain bf16 GEMM with K-major operands only: split-K, the grouped walk, the
+    dual GEMM, FP8, swap-AB and MN-major loads keep their pairs."""
+    s = "cluster.along"
+    _rule(cfg.tma.multicast, s, "mn", "needs tma.multicast=true (the square shares A and B through multicast halves)")
+    _rule(cfg.kernel == "gemm" and cfg.operands == "bf16", s, "mn", "needs kernel=gemm and operands=bf16")
+    _rule(cfg.schedule.split_k == 1, s, "mn", "needs schedule.split_k=1")
+    _rule(cfg.schedule.grouped == "none", s, "mn", "needs schedule.grouped=none")
+    _rule(not cfg.schedule.swap_ab, s, "mn", "needs schedule.swap_ab=false")
+    _rule(cfg.mma.consumers == "cooperative", s, "mn", "needs mma.consumers=cooperative")
+    _rule(cfg.tma.major_a == "k" and cfg.tma.major_b == "k", s, "mn", "needs K-major operands (tma.major_a/b=k)")
+
+
 def _validate_sm90(cfg: Config) -> None:
     t, c = cfg.tile, cfg.cluster
     wg = cfg.mma.warpgroups
@@ -880,11 +899,15 @@ def _validate_sm90(cfg: Config) -> None:
     _rule(not cfg.tma.two_sm, "tma.two_sm", True, "2-SM TMA loads are sm_100a only")
     _rule(cfg.mma.lanes == "one" and cfg.mma.tc_util_percent == 100,
           "mma", dataclasses.asdict(cfg.mma), "sm_90a: lanes=one and tc_util_percent=100")
-    _rule(c.dual_tile == (c.size == 2), "cluster.dual_tile", c.dual_tile,
-          "sm_90a: a cluster of 2 always pairs two tiles of one block row or column (dual_tile must equal size == 2)")
-    _rule(not cfg.tma.multicast or c.size == 2, "tma.multicast", True, "needs cluster.size=2")
+    _rule(c.dual_tile == (c.size >= 2), "cluster.dual_tile", c.dual_tile,
+          "sm_90a: each CTA of a cluster computes its own tile (dual_tile must equal size >= 2)")
+    _rule(not cfg.tma.multicast or c.size >= 2, "tma.multicast", True, "needs cluster.size=2 or 4")
+    _rule((c.size == 4) == (c.along == "mn"), "cluster.along", c.along,
+          "sm_90a: a cluster of 4 is a 2x2 square of tiles (along: mn); a pair lies along m or n")
     if c.along == "n":
         _validate_pair_along_n(cfg)
+    if c.along == "mn":
+        _validate_square(cfg)
     _rule(cfg.epilogue.release == "elected" and not cfg.epilogue.early_release, "epilogue", "release/early_release",
           "sm_90a: accumulators are registers; no tmem_empty to release")
     if cfg.epilogue.stmatrix:

@@ -78,7 +78,10 @@ class OperandPlan:
     box_cols: an FP8 scale vector's box width in fp32 elements (0: the matrix operands' ``k_coord_step``).
     cache_hint: L2 eviction priority of its loads (``tma.cache_hint_a`` / ``cache_hint_b``): ``none``,
         ``evict_first`` or ``evict_last``.
-    multicast: the CTA mask of a ``split == "multicast"`` load (``.multicast::cluster``), 0 otherwise.
+    multicast: the CTA mask of a ``split == "multicast"`` load (``.multicast::cluster``), 0 otherwise; in a 2x2
+        square the mask of the CTAs at position 0 of the dimension the operand is not shared along (A: m position
+        0, ``0b0101``; B: n position 0, ``0b0011``), shifted by the loading CTA's position there (A: by its m
+        position, B: by 2 x its n position; :meth:`ptxgen.builders.common.Cluster.multicast_mask`).
     major: ``k`` (rows of K contiguous: one box of ``box_rows`` rows x ``block_k``) or ``mn`` (the operand's M or N
         contiguous, ``tma.major_a`` / ``major_b``): ``box_rows / MN_MAJOR_CHUNK`` boxes of ``MN_MAJOR_CHUNK`` M or N
         elements x ``block_k`` K rows, each a column of 128B-swizzle atoms ``mn_chunk_bytes`` long in the slot.
@@ -1003,13 +1006,13 @@ def _stage(cfg: Config, f: _Basics) -> _Stage:
     t = cfg.tile
     a_bytes = t.block_m * f.row_bytes
     shared = _pair_shared(cfg, f)
-    a_box_rows = t.block_m // 2 if shared == "a" else t.block_m
+    a_box_rows = t.block_m // 2 if "a" in shared else t.block_m
     a_load = a_box_rows * f.row_bytes
     if f.sm100:
         b_smem_rows = b_box_rows = t.block_n // f.cs
     else:
         b_smem_rows = t.block_n
-        b_box_rows = t.block_n // 2 if shared == "b" else t.block_n
+        b_box_rows = t.block_n // 2 if "b" in shared else t.block_n
     b_bytes, b_load = b_smem_rows * f.row_bytes, b_box_rows * f.row_bytes
     # NVFP4 / MXFP8 scale tiles: per operand, the atoms of its 128-row block for this stage's K (block_k / atom K:
     # NVFP4 256 / 64 = 4, MXFP8 128 / 128 = 1 atoms of 512 B = 128 rows x 4 scales); each CTA holds whole atom rows: its SFA, and all of B's scales (its MMA rows
@@ -1045,13 +1048,21 @@ def _stage(cfg: Config, f: _Basics) -> _Stage:
 
 
 def _pair_shared(cfg: Config, f: _Basics) -> str:
-    """The operand an sm_90a CTA pair shares through multicast halves (``tma.multicast``): ``b`` for a pair along M
-    (two m-blocks of one n-block), ``a`` for a pair along N (two n-blocks of one m-block); "" for none.  Each CTA loads
-    half of the shared tile's rows and multicasts them to the same offset of both CTAs' stage (PTX ISA
+    """The operands an sm_90a cluster shares through multicast halves (``tma.multicast``): ``b`` for a pair along M
+    (two m-blocks of one n-block), ``a`` for a pair along N (two n-blocks of one m-block), ``ab`` for a 2x2 square
+    (A with the CTA beside it along N, B with the one beside it along M); "" for none.  Each CTA loads half of a
+    shared tile's rows and multicasts them to the same offset of the stage of both CTAs that read it (PTX ISA
     "cp.async.bulk.tensor", ``.multicast::cluster``)."""
     if f.sm100 or not cfg.tma.multicast:
         return ""
-    return "a" if cfg.cluster.along == "n" else "b"
+    return {"n": "a", "m": "b", "mn": "ab"}[cfg.cluster.along]
+
+
+def _release_ctas(cfg: Config, f: _Basics) -> int:
+    """CTAs whose consumers release each stage of an sm_90a CTA (arrive on its ``empty``): itself and every CTA its
+    producer's multicast halves land in: 2 for a pair, 3 for a 2x2 square (the CTAs beside it along M and along N;
+    not the diagonal one, which shares neither operand); 1 without multicast."""
+    return {"": 1, "a": 2, "b": 2, "ab": 3}[_pair_shared(cfg, f)]
 
 
 def _sfb_multicast(cfg: Config, f: _Basics) -> bool:
@@ -1173,7 +1184,7 @@ class _Barriers:
 
 
 def _barriers(cfg: Config, f: _Basics, stage: _Stage, epi: EpiloguePlan, ab_end: int) -> _Barriers:
-    cs, S, mc = f.cs, cfg.pipeline.stages, cfg.tma.multicast
+    cs, S = f.cs, cfg.pipeline.stages
     if f.sm100:
         if cs == 2 and cfg.tma.two_sm:
             full_init, full_doc = (2, 2), "leader: own arrive.expect_tx + peer's remote arrive.expect_tx; 2-SM TMA of both CTAs completes here; MMA waits (leader)"
@@ -1183,12 +1194,14 @@ def _barriers(cfg: Config, f: _Basics, stage: _Stage, epi: EpiloguePlan, ab_end:
             full_init, full_doc = (1,), "producer arrive.expect_tx; TMA completes here; MMA waits"
         empty_init, empty_doc = (1,) * cs, "tcgen05.commit" + (" multicast to both CTAs" if cs == 2 else "") + "; producer waits"
     else:
-        shared = {"a": " (multicast A halves, own B)", "b": " (own A, multicast B halves)"}.get(_pair_shared(cfg, f), "")
+        shared = {"a": " (multicast A halves, own B)", "b": " (own A, multicast B halves)",
+                  "ab": " (multicast A and B halves)"}.get(_pair_shared(cfg, f), "")
         full_init, full_doc = (1,) * cs, "producer arrive.expect_tx; TMA" + shared + " completes here; consumers wait"
-        n_empty = f.row_split * (cs if mc else 1)  # pingpong: only the stage's tile owner releases it
+        releasers = _release_ctas(cfg, f)
+        n_empty = f.row_split * releasers  # pingpong: only the stage's tile owner releases it
         if f.fp8:  # each consumer warp reads its own rows' scales from the stage: every warp releases after its reads
             n_empty *= WARPS_PER_WARPGROUP
-        empty_init, empty_doc = (n_empty,) * cs, ("one elected thread of the tile's owner warpgroup" if f.pingpong else "one elected thread per consumer warp" if f.fp8 else "one elected thread per consumer warpgroup") + (" of both CTAs (remote arrive)" if mc else "") + "; producer waits"
+        empty_init, empty_doc = (n_empty,) * cs, ("one elected thread of the tile's owner warpgroup" if f.pingpong else "one elected thread per consumer warp" if f.fp8 else "one elected thread per consumer warpgroup") + ({2: " of both CTAs (remote arrive)", 3: " of this CTA and the two sharing an operand with it (remote arrives)"}.get(releasers, "")) + "; producer waits"
     bar_off = _align(ab_end, 8)
     full = BarrierArray("full", S, bar_off, full_init, stage.full_tx, full_doc)
     empty = BarrierArray("empty", S, full.offset + MBARRIER_BYTES * S, empty_init, 0, empty_doc)
@@ -1296,9 +1309,13 @@ def _loads_plan(cfg: Config, f: _Basics, stage: _Stage, layout: _Layout, mma: Mm
                 sf_col0: int, sf_cols: int) -> LoadsPlan:
     t, regions = cfg.tile, layout.regions
     shared = _pair_shared(cfg, f)
-    b_split = "cta_group" if f.sm100 and f.cs == 2 else ("multicast" if shared == "b" else "none")
-    a_split = "multicast" if shared == "a" else "none"
+    b_split = "cta_group" if f.sm100 and f.cs == 2 else ("multicast" if "b" in shared else "none")
+    a_split = "multicast" if "a" in shared else "none"
     pair_mask = (1 << f.cs) - 1
+    # the CTAs reading a multicast half, for the CTA at position 0 of the other dimension (OperandPlan.multicast):
+    # a pair, both; a 2x2 square (rank = m position + 2 x n position), A the two of one m position (0b0101), B the
+    # two of one n position (0b0011)
+    a_mask, b_mask = (0b0101, 0b0011) if shared == "ab" else (pair_mask, pair_mask)
     sf_hi = descriptors.sf_copy_desc_hi() if f.block_scaled else 0
 
     def scale_tile(i: int, nm: str, of: str) -> OperandPlan:
@@ -1309,10 +1326,10 @@ def _loads_plan(cfg: Config, f: _Basics, stage: _Stage, layout: _Layout, mma: Mm
                            multicast=pair_mask if mc else 0)
 
     operands = (OperandPlan("a", regions["a"], "m", stage.a_box_rows, stage.a_load, mma.a_desc_hi, a_split,
-                            cache_hint=cfg.tma.cache_hint_a, multicast=pair_mask if a_split == "multicast" else 0,
+                            cache_hint=cfg.tma.cache_hint_a, multicast=a_mask if a_split == "multicast" else 0,
                             major=cfg.tma.major_a),
                 *(OperandPlan(nm, regions[nm], "n", stage.b_box_rows, stage.b_load, mma.b_desc_hi, b_split,
-                              cache_hint=cfg.tma.cache_hint_b, multicast=pair_mask if b_split == "multicast" else 0,
+                              cache_hint=cfg.tma.cache_hint_b, multicast=b_mask if b_split == "multicast" else 0,
                               major=cfg.tma.major_b)
                   for nm in f.b_names),
                 *(scale_tile(i, nm, of) for i, (nm, of) in enumerate(f.sf_names)),
@@ -1369,7 +1386,7 @@ def _schedule_plan(cfg: Config, epilogue: EpiloguePlan) -> SchedulePlan:
     pair = 2 if cfg.cluster.dual_tile else 1
     shift = (cfg.schedule.shift_last_block and cfg.arch == "sm_90a" and cfg.schedule.grouped == "none"
              and cfg.operands != "fp8")
-    m_ctas, n_ctas = (1, pair) if cfg.cluster.along == "n" else (pair, 1)
+    m_ctas, n_ctas = {"n": (1, pair), "m": (pair, 1), "mn": (2, 2)}[cfg.cluster.along]
     return SchedulePlan(persistent=cfg.schedule.persistent, cluster_tile_rows=cfg.tile.block_m * m_ctas, m_ctas=m_ctas,
                         group_clusters=max(1, cfg.schedule.group // m_ctas), grouped=cfg.schedule.grouped,
                         cluster_tile_cols=cfg.tile.block_n * n_ctas, n_ctas=n_ctas,

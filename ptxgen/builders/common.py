@@ -19,12 +19,44 @@ T, KB, TMEM = Var("t"), Var("kb"), Var("tmem")
 
 
 class Cluster:
-    """This CTA's place in its cluster: ``rank`` (0 without a cluster) and ``is_leader``."""
+    """This CTA's place in its cluster: ``rank`` (0 without a cluster), ``is_leader``, and its position among the
+    cluster's tiles: ``m_rank`` along M, ``n_rank`` along N (a pair along M: ``rank``, 0; along N: 0, ``rank``; a 2x2
+    square: ``rank % 2``, ``rank / 2``; an sm_100a pair: ``rank``, 0)."""
 
     def __init__(self, plan: Plan):
         self.size = plan.roles.cluster_size
-        self.rank = RANK if self.size == 2 else Const(0)
+        self.rank = RANK if self.size >= 2 else Const(0)
         self.is_leader = eq(self.rank, 0)
+        sp = plan.schedule
+        square = sp.m_ctas == 2 and sp.n_ctas == 2
+        self.m_rank = self.rank % 2 if square else (Const(0) if sp.n_ctas == 2 else self.rank)
+        self.n_rank = self.rank // 2 if square else (self.rank if sp.n_ctas == 2 else Const(0))
+        self.square = square
+
+    def half(self, rows_along: str) -> Expr:
+        """Which half of a shared operand's rows this CTA loads: its position along the dimension the operand is
+        shared across (A, rows along M, is shared by the CTAs of one m position: its n position; B by its m position;
+        an sm_100a ``cta_group::2`` half of B: its rank, the m position)."""
+        return self.n_rank if rows_along == "m" else self.m_rank
+
+    def multicast_masks(self, rows_along: str, base: int) -> tuple[tuple[Expr, int], ...]:
+        """The multicast masks of a shared operand's half load, each with the condition on this CTA's place that
+        selects it: ``((None, base),)`` for a pair (both CTAs read every half); in a 2x2 square the two CTAs of this
+        CTA's m position (A, ``base`` = 0b0101 shifted by ``m_rank``) or n position (B, ``base`` = 0b0011 shifted by
+        ``2 x n_rank``), one load per place since the mask is an immediate (PTX ISA "cp.async.bulk.tensor":
+        ``ctaMask``, a 16-bit operand)."""
+        if not self.square:
+            return ((None, base),)
+        pos, step = (self.m_rank, 1) if rows_along == "m" else (self.n_rank, 2)
+        return ((eq(pos, 0), base), (None, base << step))
+
+    def release_ctas(self) -> tuple[Expr | None, ...]:
+        """The CTAs whose ``empty`` a consumer arrives on (None: its own) after reading a stage: every CTA whose
+        producer multicasts into that stage.  A pair: both ranks; a 2x2 square: itself, the CTA beside it along M
+        (``rank ^ 1``) and along N (``rank ^ 2``), not the diagonal one, which shares neither operand."""
+        if self.square:
+            return (None, self.rank + 1 - 2 * self.m_rank, (self.rank + 2) % 4)
+        return (Const(0), Const(1))
 
 
 class TileScheduler:
@@ -99,7 +131,7 @@ class TileScheduler:
 
     def loop(self, body: list) -> For:
         p, g = self.p, self.p.schedule.group_clusters
-        m_cta = (Var("cm") * p.schedule.m_ctas + self.c.rank) if p.schedule.m_ctas == 2 else Var("cm")
+        m_cta = (Var("cm") * p.schedule.m_ctas + self.c.m_rank) if p.schedule.m_ctas == 2 else Var("cm")
         tile, units, split_lets, after = T, Var("num_tiles"), [], []
         if p.split is not None:
             s = p.split.splits
@@ -132,7 +164,7 @@ class TileScheduler:
         ``2 cn + 1``; this CTA's ``n_col`` is its own, ``(2 cn + rank) x block_n``."""
         g, sp = self.p.schedule.group_clusters, self.p.schedule
         cn = Var(prefix + "r") // Var(prefix + "gm")
-        n_block = cn * sp.n_ctas + self.c.rank if sp.n_ctas == 2 else cn
+        n_block = cn * sp.n_ctas + self.c.n_rank if sp.n_ctas == 2 else cn
 
         def v(name: str) -> Var:
             return Var(prefix + name)
@@ -231,7 +263,7 @@ def setup(plan: Plan, cluster: Cluster, scheduler: TileScheduler) -> list:
         out.append(WarpSwitch(tuple(roles + ([alloc] if plan.is_sm100 else []))))
     if plan.is_sm100:
         out.append(TcgenFence("before"))
-    out.append(ClusterSync() if cluster.size == 2 else CtaSync())
+    out.append(ClusterSync() if cluster.size > 1 else CtaSync())
     if plan.is_sm100:
         out += [TcgenFence("after"), TmemBase("tmem")]
     if plan.schedule.pdl:
@@ -249,7 +281,7 @@ def setup(plan: Plan, cluster: Cluster, scheduler: TileScheduler) -> list:
 def teardown(plan: Plan, cluster: Cluster) -> list:
     """Every CTA of the cluster done before TMEM is freed and before any CTA exits."""
     if not plan.is_sm100:
-        return [ClusterSync()] if cluster.size == 2 else []
+        return [ClusterSync()] if cluster.size > 1 else []
     out = [TcgenFence("before"), ClusterSync() if cluster.size == 2 else CtaSync(), TcgenFence("after"),
            WarpSwitch((Role("tmem_dealloc", plan.roles.alloc_warp, plan.roles.alloc_warp + 1, (TmemDealloc(TMEM, plan.tmem.cols),)),))]
     if cluster.size == 2:

@@ -128,7 +128,8 @@ class TmaProducer:
         count = o.box_rows // MN_MAJOR_CHUNK
         if o.split != "multicast":
             return boxes(first, dst, count, 0)
-        shared = boxes(first + c.rank * o.box_rows, dst + c.rank * o.load_bytes, count, o.multicast)
+        half = c.half(o.rows_along)
+        shared = boxes(first + half * o.box_rows, dst + half * o.load_bytes, count, o.multicast)
         b_shared = grouped.b_shared(p) if o.rows_along == "n" else None
         return shared if b_shared is None else [If(b_shared, tuple(shared), tuple(boxes(first, dst, 2 * count, 0)))]
 
@@ -148,15 +149,18 @@ class TmaProducer:
             block = (Var("m_row") if o.rows_along == "m" else Var("n_col")) // p.scales.rows_per_atom
             row = block * (Param("k") // p.scales.k_per_line) + KB * p.scales.stage_lines
             if o.split == "multicast":  # this CTA's half of the lines, to the same place in both CTAs' stage
-                row, dst = row + c.rank * o.box_rows, dst + c.rank * o.load_bytes
+                row, dst = row + c.half(o.rows_along) * o.box_rows, dst + c.half(o.rows_along) * o.load_bytes
             return TmaLoad(o.name, fold(dst), Const(0), fold(row), full, two_sm=p.is_sm100 and p.loads.two_sm,
                            multicast=o.multicast)
         row = Var("m_row") if o.rows_along == "m" else grouped.b_row(p)
-        if o.split != "none":  # this CTA's half of the rows (a cta_group::2 half of B, a pair's multicast half)
-            row = row + c.rank * o.box_rows
+        half = c.half(o.rows_along)
+        if o.split != "none":  # this CTA's half of the rows (a cta_group::2 half of B, a cluster's multicast half)
+            row = row + half * o.box_rows
         if o.split == "multicast":
-            shared = TmaLoad(o.name, fold(dst + c.rank * o.load_bytes), col, fold(row), full, multicast=o.multicast,
-                             cache_hint=o.cache_hint)
+            loads = [(cond, TmaLoad(o.name, fold(dst + half * o.load_bytes), col, fold(row), full, multicast=mask,
+                                    cache_hint=o.cache_hint))
+                     for cond, mask in c.multicast_masks(o.rows_along, o.multicast)]
+            shared = loads[0][1] if len(loads) == 1 else If(loads[0][0], (loads[0][1],), (loads[1][1],))
             b_shared = grouped.b_shared(p)
             if b_shared is None:
                 return shared
@@ -945,7 +949,7 @@ class WgmmaConsumer:
         """
         p = self.p
         st = PipelineState(fold(st.index), st.phase)
-        ctas = (Const(0), Const(1)) if p.loads.multicast else (None,)
+        ctas = self.c.release_ctas() if p.loads.multicast else (None,)
         if p.promotion is not None:
             return [Elect(tuple(p.ab.consumer_release(st, ctas=ctas)))]
         return [If(eq(WARP % 4, 0), (Elect(tuple(p.ab.consumer_release(st, ctas=ctas))),))]

@@ -610,11 +610,20 @@ def _checked_setup(family: _Family, a: Any, bs: tuple, out: Any,
     if refused:
         raise ConfigError(refused)
     check_arch(spec.name, spec.arch, info.capability)
-    return loaded, ordinal, m, n, k, _grid_x(spec, m, n, info.sm_count)
+    return loaded, ordinal, m, n, k, _grid_x(spec, m, n, _sm_slots(loaded, ordinal))
+
+
+def _sm_slots(loaded: LoadedKernel, ordinal: int) -> int:
+    """SMs a persistent grid of ``loaded`` fills at once: the device's SM count, or for a cluster of more than 2 CTAs
+    the co-resident clusters' (:attr:`ptxgen.runtime.module.Kernel.sm_slots`, one occupancy query per kernel)."""
+    from ptxgen.runtime import driver
+
+    return driver.device_info(ordinal).sm_count if loaded.spec.cluster[0] <= 2 else loaded.kernel.sm_slots
 
 
 def _grid_x(spec: Any, m: int, n: int, sm_count: int) -> int:
-    """The launch's grid for the caller's ``M x N`` D (the kernel's ``(m, n)`` and N rounded up as it runs)."""
+    """The launch's grid for the caller's ``M x N`` D (the kernel's ``(m, n)`` and N rounded up as it runs) on
+    ``sm_count`` SMs (:attr:`ptxgen.runtime.module.Kernel.sm_slots`)."""
     return spec.grid.grid_x(*kernel_mn(spec, m, _round_up(n, spec.n_multiple)), sm_count)
 
 
@@ -993,10 +1002,8 @@ def _new_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: tuple
         plan = staging_plan(loaded.spec, a, bs, out)
         variant = None if plan.legal(n, k) else _mn_major_variant(family, config, loaded.spec, a, bs, m, n, k, ordinal)
         if variant is not None:  # read the transposed views in place (module docstring, "MN-major operands")
-            from ptxgen.runtime import driver
-
             loaded = loaded_kernel(variant, ordinal)
-            grid_x = _grid_x(loaded.spec, m, n, driver.device_info(ordinal).sm_count)
+            grid_x = _grid_x(loaded.spec, m, n, _sm_slots(loaded, ordinal))
             plan = staging_plan(loaded.spec, a, bs, out)
         if plan.in_place(n):
             call = _Call(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x, plan)
@@ -1596,7 +1603,7 @@ def kernel_call(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
     if "watchdog" in spec.extra:
         launcher = WatchedLauncher(launcher, spec, ordinal)
     loaded = LoadedKernel(kernel=loaded_k, launcher=launcher, spec=spec)
-    grid_x = spec.grid.grid_x(*kernel_mn(spec, m, n), driver.device_info(ordinal).sm_count)
+    grid_x = spec.grid.grid_x(*kernel_mn(spec, m, n), _sm_slots(loaded, ordinal))
     return _Call(_GEMM, None, False, loaded, ordinal, a.device, m, n, k, grid_x)
 
 

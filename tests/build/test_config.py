@@ -109,8 +109,24 @@ def test_sm90_rules():
                              "pipeline": {"stages": 2}}))
     with pytest.raises(ConfigError, match="tma.two_sm=True: 2-SM TMA loads are sm_100a only"):
         from_dict({**base, "tma": {"two_sm": True}})
-    with pytest.raises(ConfigError, match="must equal size == 2"):
+    with pytest.raises(ConfigError, match="must equal size >= 2"):
         from_dict({**base, "cluster": {"size": 2}})
+    # a 2x2 cluster: along mn, multicasting, the plain bf16 GEMM with K-major operands
+    square = {**base, "cluster": {"size": 4, "dual_tile": True, "along": "mn"}, "tma": {"multicast": True}}
+    assert from_dict(square).cluster.size == 4
+    with pytest.raises(ConfigError, match=r"^cluster\.along='m': sm_90a: a cluster of 4 is a 2x2 square"):
+        from_dict({**square, "cluster": {"size": 4, "dual_tile": True}})
+    with pytest.raises(ConfigError, match=r"^cluster\.along='mn': sm_90a: a cluster of 4 is a 2x2 square"):
+        from_dict({**square, "cluster": {"size": 2, "dual_tile": True, "along": "mn"}})
+    with pytest.raises(ConfigError, match=r"^cluster\.along='mn': needs tma\.multicast=true"):
+        from_dict({**square, "tma": {}})
+    with pytest.raises(ConfigError, match=r"^cluster\.along='mn': needs schedule\.split_k=1"):
+        from_dict({**square, "schedule": {"split_k": 2}})
+    with pytest.raises(ConfigError, match=r"^cluster\.along='mn': needs K-major operands"):
+        from_dict({**square, "tma": {"multicast": True, "major_b": "mn"}})
+    with pytest.raises(ConfigError, match=r"^cluster\.size=4: sm_100a: 1 or 2"):
+        from_dict({"name": "s", "arch": "sm_100a", "tile": {"block_m": 128, "block_n": 128},
+                   "cluster": {"size": 4, "dual_tile": True}})
     with pytest.raises(ConfigError, match=r"pipeline.stages=1: sm_90a: must be >= 2"):
         from_dict({**base, "pipeline": {"stages": 1}})
     three = {**base, "tile": {"block_m": 192, "block_n": 176}, "mma": {"warpgroups": 3}}

@@ -37,6 +37,9 @@ VARIANT_CONFIGS = [config_mod.load_config(c).replace(**changes, name=f"{c}_{suff
 #: bench probes of shipped tiles with another stage count (docs/performance.md, "Six stages for short products")
 STAGE_PROBES = [config_mod.load_config(Path(__file__).resolve().parents[2] / "bench" / "configs" / f"{name}.yaml")
                 for name in ("h100_128x64_s6", "h100_64x128_s6")]
+#: bench probes of 2x2 clusters (docs/performance.md, "A 2x2 cluster multicasting A and B")
+SQUARE_PROBES = [config_mod.load_config(Path(__file__).resolve().parents[2] / "bench" / "configs" / f"{name}.yaml")
+                 for name in ("h100_128x128_c4", "h100_128x256_c4")]
 EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "100"))
 MAX_DIM = 4096
 TOLERANCE = 1e-2
@@ -88,7 +91,7 @@ def check_against_reference(torch, config, a, b) -> float:
     return relative_error(out, ref)
 
 
-@pytest.mark.parametrize("config", SM90_CONFIGS + VARIANT_CONFIGS + STAGE_PROBES,
+@pytest.mark.parametrize("config", SM90_CONFIGS + VARIANT_CONFIGS + STAGE_PROBES + SQUARE_PROBES,
                          ids=lambda c: getattr(c, "name", c))
 @settings(max_examples=EXAMPLES)
 @given(data=st.data())
@@ -102,6 +105,21 @@ def test_gemm_matches_reference(torch, config, data):
     a, b = random_operands(torch, m, n, k, seed)
     err = check_against_reference(torch, config, a, b)
     assert err < TOLERANCE, f"{config} {m}x{n}x{k} seed {seed}: relative Frobenius error {err:.3e}"
+
+
+@pytest.mark.parametrize("config", SQUARE_PROBES, ids=lambda c: c.name)
+def test_square_grid_is_its_resident_clusters(torch, config):
+    """A 2x2 cluster's persistent grid is the clusters the device holds at once (cuOccupancyMaxActiveClusters),
+    never the SM count over 4: a cluster that does not fit would run as a second round."""
+    from ptxgen.runtime import driver
+    from ptxgen.runtime.api import prepare
+
+    a, b = random_operands(torch, 8192, 8192, 64, seed=3)
+    call = prepare(a, b, torch.empty(8192, 8192, device="cuda", dtype=torch.bfloat16), config)
+    slots, sms = call.kernel.sm_slots, driver.device_info(0).sm_count
+    print(f"\n{config.name}: {slots // 4} resident clusters of 4 on {sms} SMs")
+    assert 0 < slots <= sms and slots % 4 == 0
+    assert call.grid_x == slots
 
 
 @pytest.mark.parametrize("config", SM90_CONFIGS)
