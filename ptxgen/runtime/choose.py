@@ -277,7 +277,7 @@ class Candidate(NamedTuple):
     grouped: str = "none"  # schedule.grouped (masked / contiguous: ptxgen.grouped_gemm's, never a candidate)
     swap_ab: bool = False  # schedule.swap_ab: runs D^T = B @ A^T, predicted as the swapped problem (N, M, K)
     split_tiles: str = "all"  # schedule.split_k_tiles: every tile split, or the last wave's only (see predict)
-    along: str = "m"  # sm_90a CTA pair: cluster.along, m (two m-blocks, B multicast) or n (two n-blocks, A multicast)
+    along: str = "m"  # sm_90a cluster.along: m (two m-blocks, B multicast), n (two n-blocks, A multicast), mn (2x2)
 
     @property
     def accumulators(self) -> int:
@@ -377,7 +377,7 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
     # an sm_90a CTA pair takes two m-blocks of one n-block (along N: two n-blocks of one m-block), so an odd count of
     # m-blocks (n-blocks) leaves one CTA of a pair idle: M <= block_m keeps half the SMs of a pair config idle
     pair = c.cluster if c.arch == "sm_90a" else 1
-    m_pair, n_pair = (1, pair) if c.along == "n" else (pair, 1)
+    m_pair, n_pair = {"n": (1, pair), "mn": (2, 2)}.get(c.along, (pair, 1))  # a 2x2 square: two of each
     m_blocks = math.ceil(math.ceil(m / c.block_m) / m_pair) * m_pair
     tiles = m_blocks * math.ceil(math.ceil(n / c.block_n) / n_pair) * n_pair
     splits = c.split_k
@@ -393,10 +393,10 @@ def predict(c: Candidate, m: int, n: int, k: int, sm_count: int, model: DeviceMo
     per_sm_flops = model.peak_tflops * 1e12 / sm_count * (model.one_wg_efficiency if c.warpgroups == 1 else 1.0)
     per_sm_l2 = model.l2_tbps * 1e12 / sm_count
     per_sm_store = model.store_tbps * 1e12 / sm_count
-    # a pair multicasting its shared operand loads half of its rows per CTA: B along M, A along N
+    # a cluster multicasting a shared operand loads half of its rows per CTA: B along M, A along N, both in a square
     halved = model.multicast and c.multicast
-    b_rows = acc * c.block_n / (2 if halved and c.along == "m" else 1)
-    a_share = 0.5 if halved and c.along == "n" else 1.0
+    b_rows = acc * c.block_n / (2 if halved and c.along in ("m", "mn") else 1)
+    a_share = 0.5 if halved and c.along in ("n", "mn") else 1.0
     ragged = model.ragged_load_factor if (2 * k) % 128 else 1.0
     # rows of a tile past M: TMA zero-fills them in shared memory without reading memory (PTX ISA "Tensors: out of
     # bounds access"); a tile holds m / m_blocks rows of A inside M on average

@@ -1216,6 +1216,21 @@ def test_a_pair_along_n_rounds_its_n_blocks_and_loads_half_of_a():
     assert t_n < t_m
 
 
+def test_a_square_rounds_both_block_counts_and_loads_half_of_each_operand():
+    """A 2x2 cluster (``cluster.along: mn``, four CTAs) takes two m-blocks x two n-blocks: both counts are rounded up to
+    a pair, and each CTA loads half of A's rows and half of B's, less than either pair of the same tile."""
+    from ptxgen.runtime.choose import SM90_GEMM_MODEL, predict, shipped_candidate
+
+    pair_m = shipped_candidate("h100_128x128_c2")
+    square = pair_m._replace(cluster=4, along="mn")
+    assert predict(square, 300, 520, 4096, 132)["tiles"] == 4 * 6  # 3 m-blocks and 5 n-blocks, each rounded up
+    assert predict(pair_m, 300, 520, 4096, 132)["tiles"] == 4 * 5
+    model = SM90_GEMM_MODEL._replace(tile_factors=(), overlap=0.0, hbm_tbps=1e6, dram_latency_us=0.0)
+    pair_n = pair_m._replace(along="n")
+    t_sq, t_m, t_n = (predict(c, 256, 256, 1 << 20, 132, model)["us"] for c in (square, pair_m, pair_n))
+    assert t_sq < t_m and t_sq < t_n
+
+
 def test_pair_along_n_factors_fitted_alone_on_the_tune_half():
     """bench/fit_choose.py --fit-factors: the two pairs along N timed on the tune half (docs/results/pair_n_tune_h100.json)
     joined to the tune surveys' rows, their tile factors fitted alone by the soft loss on a grid of 0.01, everything
