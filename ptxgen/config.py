@@ -864,11 +864,12 @@ def _validate_square(cfg: Config) -> None:
     """An sm_90a 2x2 cluster (``cluster: {size: 4, along: mn}``): two m-blocks x two n-blocks; each CTA loads half of
     its A k-block and multicasts it to itself and the CTA of the other n-block, and half of its B k-block to itself
     and the CTA of the other m-block (PTX ISA "cp.async.bulk.tensor", ``.multicast::cluster``), so a CTA requests half
-    the L2 bytes of a single tile.  The plain bf16 GEMM with K-major operands only: split-K, the grouped walk, the
-    dual GEMM, FP8, swap-AB and MN-major loads keep their pairs."""
+    the L2 bytes of a single tile (the dual GEMM: half of B1 and half of B2 alike).  The bf16 GEMM and dual GEMM with
+    K-major operands only: split-K, the grouped walk, FP8, swap-AB and MN-major loads keep their pairs."""
     s = "cluster.along"
     _rule(cfg.tma.multicast, s, "mn", "needs tma.multicast=true (the square shares A and B through multicast halves)")
-    _rule(cfg.kernel == "gemm" and cfg.operands == "bf16", s, "mn", "needs kernel=gemm and operands=bf16")
+    _rule(cfg.kernel in ("gemm", "dual_gemm") and cfg.operands == "bf16", s, "mn",
+          "needs kernel=gemm or dual_gemm and operands=bf16")
     _rule(cfg.schedule.split_k == 1, s, "mn", "needs schedule.split_k=1")
     _rule(cfg.schedule.grouped == "none", s, "mn", "needs schedule.grouped=none")
     _rule(not cfg.schedule.swap_ab, s, "mn", "needs schedule.swap_ab=false")

@@ -122,6 +122,8 @@ def test_sm90_rules():
         from_dict({**square, "tma": {}})
     with pytest.raises(ConfigError, match=r"^cluster\.along='mn': needs schedule\.split_k=1"):
         from_dict({**square, "schedule": {"split_k": 2}})
+    with pytest.raises(ConfigError, match=r"^cluster\.along='mn': needs kernel=gemm or dual_gemm and operands=bf16"):
+        from_dict({**square, "operands": "fp8", "tile": {"block_m": 128, "block_n": 128, "block_k": 128}})
     with pytest.raises(ConfigError, match=r"^cluster\.along='mn': needs K-major operands"):
         from_dict({**square, "tma": {"multicast": True, "major_b": "mn"}})
     with pytest.raises(ConfigError, match=r"^cluster\.size=4: sm_100a: 1 or 2"):

@@ -4,7 +4,7 @@ itself and the CTA beside it along M, and releases each stage to those two and i
 
 On the CPU: the plan splits both operands with the masks of the CTAs sharing them; the verifier, the simulator (an
 odd m- and n-block count, M = 1, N and K not multiples of the tile) and (slow tier) the PTX-vs-IR differential accept
-the bench probes.  Planted bugs: the release to the CTA beside it along N dropped (its producer refills a stage a
+the bench probes (the GEMM's and the SwiGLU dual GEMM's, whose B1 and B2 halves go as B's).  Planted bugs: the release to the CTA beside it along N dropped (its producer refills a stage a
 consumer still reads: the verifier's arrival count), A multicast with the m position's shift dropped (the CTAs of m
 position 1 never receive A: the verifier's transaction bytes, the simulator's deadlock), A's half picked by the m
 position instead of the n position (the simulator's write-after-write race).
@@ -57,12 +57,20 @@ def test_the_plan_splits_a_and_b_with_the_masks_of_the_ctas_sharing_them():
     assert p.launch_spec().cluster == (4, 1, 1)
 
 
-@pytest.mark.parametrize("probe", ["h100_128x128_c4", "h100_128x256_c4"])
+@pytest.mark.parametrize("probe", ["h100_128x128_c4", "h100_128x256_c4", "dual_h100_128x128_c4"])
 def test_verifier_and_simulator_accept_the_square(probe):
     k = build_kernel(make_plan(load_config(PROBES / f"{probe}.yaml")))
     verify(k)
     for m, n, kk in SHAPES:
         simulate(k, m, n, kk, seed=0, num_sms=8)
+
+
+def test_the_dual_square_splits_b1_and_b2_like_b():
+    p = make_plan(load_config(PROBES / "dual_h100_128x128_c4.yaml"))
+    for name in ("b", "b2"):
+        o = p.loads.operand(name)
+        assert (o.split, o.box_rows, o.multicast) == ("multicast", 64, 0b0011)
+    assert p.loads.load_bytes == (64 + 2 * 64) * 128 and p.ab.empty.init == (6, 6, 6, 6)
 
 
 @pytest.mark.slow

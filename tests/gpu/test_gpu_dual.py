@@ -31,6 +31,8 @@ OVERLAP_DUAL = [config_mod.load_config("dual_h100_128x128_c2").replace(**changes
 BENCH_CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "configs")
 SMALL_M_DUAL = [config_mod.load_config(os.path.join(BENCH_CONFIGS, f"{n}.yaml"))
                 for n in ("dual_h100_128x64_c2", "dual_h100_256x64", "dual_h100_128x64_s6")]
+#: the 2x2-cluster probe (bench/configs; docs/performance.md, "A 2x2 cluster multicasting A and B")
+SQUARE_DUAL = [config_mod.load_config(os.path.join(BENCH_CONFIGS, "dual_h100_128x128_c4.yaml"))]
 EXAMPLES = int(os.environ.get("PTXGEN_GPU_EXAMPLES", "100"))
 TOLERANCE = 1e-2
 
@@ -62,7 +64,8 @@ def run_checked(torch, config, a, b1, b2) -> float:
     return relative_error(out, reference(torch, a, b1, b2))
 
 
-@pytest.mark.parametrize("config", DUAL_SM90 + OVERLAP_DUAL + SMALL_M_DUAL, ids=lambda c: getattr(c, "name", c))
+@pytest.mark.parametrize("config", DUAL_SM90 + OVERLAP_DUAL + SMALL_M_DUAL + SQUARE_DUAL,
+                         ids=lambda c: getattr(c, "name", c))
 @settings(max_examples=EXAMPLES)
 @given(data=st.data())
 def test_dual_gemm_matches_reference(torch, config, data):
@@ -75,7 +78,7 @@ def test_dual_gemm_matches_reference(torch, config, data):
     assert err < TOLERANCE, f"{config} {m}x{n}x{k} seed {seed}: relative Frobenius error {err:.3e}"
 
 
-@pytest.mark.parametrize("config", DUAL_SM90 + SMALL_M_DUAL, ids=lambda c: getattr(c, "name", c))
+@pytest.mark.parametrize("config", DUAL_SM90 + SMALL_M_DUAL + SQUARE_DUAL, ids=lambda c: getattr(c, "name", c))
 def test_dual_gemm_large(torch, config):
     err = run_checked(torch, config, *operands(torch, 4096, 4096, 4096, seed=1))
     assert err < TOLERANCE
