@@ -128,7 +128,7 @@ class TmaProducer:
         count = o.box_rows // MN_MAJOR_CHUNK
         if o.split != "multicast":
             return boxes(first, dst, count, 0)
-        half = c.half(o.rows_along)
+        half = c.half(o.rows_along)  # a pair's: a 2x2 square takes K-major operands only (a config rule)
         shared = boxes(first + half * o.box_rows, dst + half * o.load_bytes, count, o.multicast)
         b_shared = grouped.b_shared(p) if o.rows_along == "n" else None
         return shared if b_shared is None else [If(b_shared, tuple(shared), tuple(boxes(first, dst, 2 * count, 0)))]

@@ -610,15 +610,20 @@ def _checked_setup(family: _Family, a: Any, bs: tuple, out: Any,
     if refused:
         raise ConfigError(refused)
     check_arch(spec.name, spec.arch, info.capability)
-    return loaded, ordinal, m, n, k, _grid_x(spec, m, n, _sm_slots(loaded, ordinal))
+    return loaded, ordinal, m, n, k, _grid_x(spec, m, n, _sm_slots(loaded, info.sm_count))
 
 
-def _sm_slots(loaded: LoadedKernel, ordinal: int) -> int:
-    """SMs a persistent grid of ``loaded`` fills at once: the device's SM count, or for a cluster of more than 2 CTAs
-    the co-resident clusters' (:attr:`ptxgen.runtime.module.Kernel.sm_slots`, one occupancy query per kernel)."""
+def _sm_slots(loaded: LoadedKernel, sm_count: int) -> int:
+    """SMs a persistent grid of ``loaded`` fills at once: the device's ``sm_count``, or for a cluster of more than 2
+    CTAs the co-resident clusters' (:attr:`ptxgen.runtime.module.Kernel.sm_slots`, one occupancy query per kernel)."""
+    return sm_count if loaded.spec.cluster[0] <= 2 else loaded.kernel.sm_slots
+
+
+def _sm_count(ordinal: int) -> int:
+    """Device ``ordinal``'s SM count (queried once per process)."""
     from ptxgen.runtime import driver
 
-    return driver.device_info(ordinal).sm_count if loaded.spec.cluster[0] <= 2 else loaded.kernel.sm_slots
+    return driver.device_info(ordinal).sm_count
 
 
 def _grid_x(spec: Any, m: int, n: int, sm_count: int) -> int:
@@ -1003,7 +1008,7 @@ def _new_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: tuple
         variant = None if plan.legal(n, k) else _mn_major_variant(family, config, loaded.spec, a, bs, m, n, k, ordinal)
         if variant is not None:  # read the transposed views in place (module docstring, "MN-major operands")
             loaded = loaded_kernel(variant, ordinal)
-            grid_x = _grid_x(loaded.spec, m, n, _sm_slots(loaded, ordinal))
+            grid_x = _grid_x(loaded.spec, m, n, _sm_slots(loaded, _sm_count(ordinal)))
             plan = staging_plan(loaded.spec, a, bs, out)
         if plan.in_place(n):
             call = _Call(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x, plan)
@@ -1603,7 +1608,7 @@ def kernel_call(kernel: Any, a: Any, b: Any, out: Any = None) -> Any:
     if "watchdog" in spec.extra:
         launcher = WatchedLauncher(launcher, spec, ordinal)
     loaded = LoadedKernel(kernel=loaded_k, launcher=launcher, spec=spec)
-    grid_x = spec.grid.grid_x(*kernel_mn(spec, m, n), _sm_slots(loaded, ordinal))
+    grid_x = spec.grid.grid_x(*kernel_mn(spec, m, n), _sm_slots(loaded, driver.device_info(ordinal).sm_count))
     return _Call(_GEMM, None, False, loaded, ordinal, a.device, m, n, k, grid_x)
 
 

@@ -76,14 +76,12 @@ def test_tma_boxes_are_each_ctas_share_of_the_tile(name):
             assert tm.box[0] * tm.elem_bytes <= 128  # a 128B-swizzled box row is at most one 128-byte line
 
 
-def test_a_cluster_above_two_ctas_sizes_its_grid_by_the_resident_clusters(monkeypatch):
+def test_a_cluster_above_two_ctas_sizes_its_grid_by_the_resident_clusters():
     """The runtime's grid for a cluster of 4 comes from the clusters the device holds at once (the kernel's
     occupancy query, ``Kernel.sm_slots``), not from the SM count over 4; a pair or a single CTA never asks."""
     from types import SimpleNamespace
 
-    from ptxgen.runtime import api, driver
-
-    monkeypatch.setattr(driver, "device_info", lambda ordinal: SimpleNamespace(sm_count=132))
+    from ptxgen.runtime import api
 
     class Unasked:
         @property
@@ -92,6 +90,6 @@ def test_a_cluster_above_two_ctas_sizes_its_grid_by_the_resident_clusters(monkey
 
     square = api.LoadedKernel(SimpleNamespace(sm_slots=120), None, build(SQUARES["h100_128x128_c4"]).launch)
     pair = api.LoadedKernel(Unasked(), None, build(load_config("h100_128x128_c2")).launch)
-    assert api._sm_slots(square, 0) == 120 and api._sm_slots(pair, 0) == 132
+    assert api._sm_slots(square, 132) == 120 and api._sm_slots(pair, 132) == 132
     # 30 resident squares: a 4096 x 4096 output's 64 cluster units run on 30 clusters, not on 33
-    assert api._grid_x(square.spec, 4096, 4096, api._sm_slots(square, 0)) == 120
+    assert api._grid_x(square.spec, 4096, 4096, api._sm_slots(square, 132)) == 120
