@@ -81,7 +81,7 @@ class OperandPlan:
     multicast: the CTA mask of a ``split == "multicast"`` load (``.multicast::cluster``), 0 otherwise; in a 2x2
         square the mask of the CTAs at position 0 of the dimension the operand is not shared along (A: m position
         0, ``0b0101``; B: n position 0, ``0b0011``), shifted by the loading CTA's position there (A: by its m
-        position, B: by 2 x its n position; :meth:`ptxgen.builders.common.Cluster.multicast_mask`).
+        position, B: by 2 x its n position; :meth:`ptxgen.builders.common.Cluster.multicast_masks`).
     major: ``k`` (rows of K contiguous: one box of ``box_rows`` rows x ``block_k``) or ``mn`` (the operand's M or N
         contiguous, ``tma.major_a`` / ``major_b``): ``box_rows / MN_MAJOR_CHUNK`` boxes of ``MN_MAJOR_CHUNK`` M or N
         elements x ``block_k`` K rows, each a column of 128B-swizzle atoms ``mn_chunk_bytes`` long in the slot.
