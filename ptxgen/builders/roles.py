@@ -149,7 +149,8 @@ class TmaProducer:
             block = (Var("m_row") if o.rows_along == "m" else Var("n_col")) // p.scales.rows_per_atom
             row = block * (Param("k") // p.scales.k_per_line) + KB * p.scales.stage_lines
             if o.split == "multicast":  # this CTA's half of the lines, to the same place in both CTAs' stage
-                row, dst = row + c.half(o.rows_along) * o.box_rows, dst + c.half(o.rows_along) * o.load_bytes
+                half = c.half(o.rows_along)
+                row, dst = row + half * o.box_rows, dst + half * o.load_bytes
             return TmaLoad(o.name, fold(dst), Const(0), fold(row), full, two_sm=p.is_sm100 and p.loads.two_sm,
                            multicast=o.multicast)
         row = Var("m_row") if o.rows_along == "m" else grouped.b_row(p)

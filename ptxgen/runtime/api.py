@@ -615,15 +615,9 @@ def _checked_setup(family: _Family, a: Any, bs: tuple, out: Any,
 
 def _sm_slots(loaded: LoadedKernel, sm_count: int) -> int:
     """SMs a persistent grid of ``loaded`` fills at once: the device's ``sm_count``, or for a cluster of more than 2
-    CTAs the co-resident clusters' (:attr:`ptxgen.runtime.module.Kernel.sm_slots`, one occupancy query per kernel)."""
+    CTAs the co-resident clusters' (:attr:`ptxgen.runtime.module.Kernel.sm_slots`, one occupancy query per kernel;
+    every GPC of an H100 holds whole pairs)."""
     return sm_count if loaded.spec.cluster[0] <= 2 else loaded.kernel.sm_slots
-
-
-def _sm_count(ordinal: int) -> int:
-    """Device ``ordinal``'s SM count (queried once per process)."""
-    from ptxgen.runtime import driver
-
-    return driver.device_info(ordinal).sm_count
 
 
 def _grid_x(spec: Any, m: int, n: int, sm_count: int) -> int:
@@ -1007,8 +1001,10 @@ def _new_call(family: _Family, key: tuple | None, config: Any, a: Any, bs: tuple
         plan = staging_plan(loaded.spec, a, bs, out)
         variant = None if plan.legal(n, k) else _mn_major_variant(family, config, loaded.spec, a, bs, m, n, k, ordinal)
         if variant is not None:  # read the transposed views in place (module docstring, "MN-major operands")
+            from ptxgen.runtime import driver
+
             loaded = loaded_kernel(variant, ordinal)
-            grid_x = _grid_x(loaded.spec, m, n, _sm_slots(loaded, _sm_count(ordinal)))
+            grid_x = _grid_x(loaded.spec, m, n, _sm_slots(loaded, driver.device_info(ordinal).sm_count))
             plan = staging_plan(loaded.spec, a, bs, out)
         if plan.in_place(n):
             call = _Call(family, config, by_id, loaded, ordinal, a.device, m, n, k, grid_x, plan)

@@ -280,17 +280,15 @@ class Kernel:
 
     @functools.cached_property
     def sm_slots(self) -> int:
-        """SMs a persistent grid of this kernel fills at once: the device's SM count for a cluster of at most 2 CTAs
-        (every GPC of an H100 holds whole pairs), else the clusters that can be co-resident
+        """SMs a persistent grid of this kernel fills at once: the clusters that can be co-resident
         (``cuOccupancyMaxActiveClusters``: a cluster's CTAs are placed on SMs of one GPC, CUDA programming guide
-        "Thread Block Clusters") times the cluster size, so a grid of clusters never waits for a second round.
+        "Thread Block Clusters") times the cluster size, so a grid of clusters never waits for a second round.  The
+        runtime asks only for clusters above 2 CTAs (:func:`ptxgen.runtime.api._sm_slots`).
 
         Raises:
             CudaError: the occupancy query failed.
         """
         cluster_x = self.spec.cluster[0]
-        if cluster_x <= 2:
-            return self.device.sm_count
         drv = driver.cu()
         with self._config_lock:
             self._config.gridDimX = cluster_x * max(1, self.device.sm_count // cluster_x)
