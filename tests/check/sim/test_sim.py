@@ -34,6 +34,8 @@ pytestmark = pytest.mark.sim
 
 CONFIGS = shipped_configs()
 SEEDS = st.integers(0, 2**32 - 1)
+SLOW_INTERLEAVINGS = 8  # per shape and shipped config in the slow tier (test_more_interleavings)
+SLOW_RANDOM_SHAPES = 12  # drawn shapes and SM counts per shipped config in the slow tier
 BASE = 0x400
 
 
@@ -155,7 +157,7 @@ def test_warp_collective_op_inside_elect_is_a_fault() -> None:
 
 @pytest.mark.parametrize("config", shipped_params())
 @pytest.mark.parametrize("shape_index", [0, 1, 2])
-@settings(max_examples=3)  # interleavings per shape; test_twenty_interleavings (slow) runs 20 of each shape
+@settings(max_examples=3)  # interleavings per shape; test_more_interleavings (slow) runs SLOW_INTERLEAVINGS
 @given(schedule=SEEDS)
 def test_shipped_config_simulates_correctly(config: str, shape_index: int, schedule: int) -> None:
     kernel = kernel_for(config)
@@ -211,7 +213,7 @@ def test_non_uniform_kernel_is_a_sim_fault() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config", CONFIGS)
-@settings(max_examples=25)
+@settings(max_examples=SLOW_RANDOM_SHAPES)
 @given(data=st.data())
 def test_random_shapes_and_grids(config: str, data) -> None:
     """Shapes within the kernel's rules: NVFP4 and MXFP8 take M and N in whole 128-row scale atoms, K in its k_multiple."""
@@ -229,7 +231,7 @@ def test_random_shapes_and_grids(config: str, data) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config", CONFIGS)
-def test_twenty_interleavings(config: str) -> None:
-    s = sweep(kernel_for(config), interleavings=20)
+def test_more_interleavings(config: str) -> None:
+    s = sweep(kernel_for(config), interleavings=SLOW_INTERLEAVINGS)
     assert not s.faults, s.faults[0]
     assert s.distinct == s.runs
