@@ -110,7 +110,8 @@ def test_the_last_tile_is_stored_after_the_loop():
 
 
 @pytest.mark.sim
-@pytest.mark.parametrize("name", [GEMM, "h100_256x128", "h100_128x144", "h100_192x176", DUAL])
+@pytest.mark.parametrize("name", [GEMM, DUAL] + [pytest.param(n, marks=pytest.mark.slow)  # more tile shapes: slow tier
+                                  for n in ("h100_256x128", "h100_128x144", "h100_192x176")])
 def test_overlapped_kernels_verify_and_simulate(name):
     """Several tiles per CTA (the deferred stores run), and an N that is not a multiple of 8 (packed direct stores)."""
     k = kernel(name)

@@ -84,7 +84,7 @@ def test_plan_numbers_and_launch_spec():
 
 
 @pytest.mark.parametrize("name,splits", [("h100_128x192", 3), pytest.param("h100_128x192", 4, marks=pytest.mark.slow),
-                                         ("h100_256x128", 2), ("h100_128x256", 3),
+                                         ("h100_256x128", 2), pytest.param("h100_128x256", 3, marks=pytest.mark.slow),
                                          pytest.param("dual_h100_128x128", 2, marks=pytest.mark.slow),
                                          ("dual_h100_128x128_c2", 3)])  # slow: a second split of a tile the tier has
 def test_split_k_kernels_verify_and_simulate(name, splits):

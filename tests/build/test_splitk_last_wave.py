@@ -141,7 +141,12 @@ SIM_CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,splits,shape,sms", SIM_CASES)
+#: (config, splits) of SIM_CASES run in the slow tier: a second split of a tile the main tier already splits
+SLOW_SPLITS = {("h100_128x256", 8), ("h100_128x128_c2", 3)}
+
+
+@pytest.mark.parametrize("name,splits,shape,sms", [pytest.param(*c, marks=pytest.mark.slow) if c[:2] in SLOW_SPLITS else c
+                                                   for c in SIM_CASES])
 def test_simulate_whole_waves_and_a_tail(name, splits, shape, sms):
     k = kernel(name, splits)
     r = simulate(k, *shape, seed=sum(shape), num_sms=sms)
@@ -154,7 +159,8 @@ def test_sim_cases_have_tails():
     assert any(u.dp_tiles == 0 for u in units) and any(u.split_tiles == 0 for u in units)
 
 
-@pytest.mark.parametrize("name,splits", [("h100_128x192", 3), ("h100_256x128", 2), ("h100_128x256", 4), ("h100_128x256", 8),
+@pytest.mark.parametrize("name,splits", [("h100_128x192", 3), ("h100_256x128", 2), ("h100_128x256", 4),
+                                         pytest.param("h100_128x256", 8, marks=pytest.mark.slow),
                                          ("h100_128x128_c2", 2), ("dual_h100_128x64", 2)])
 def test_last_wave_kernels_verify(name, splits):
     verify(kernel(name, splits))

@@ -62,8 +62,10 @@ def test_a_quarter_of_the_staging_stores():
 
 
 @pytest.mark.sim
-@pytest.mark.parametrize("name, changes", [("h100_128x256", {}), ("h100_256x128", {}), ("dual_h100_128x128_c2", {}),
-                                           ("h100_128x256", {"epilogue.overlap": True})],
+# the plain 128x256 and 256x128 tiles in the slow tier: the pair and the overlapped 128x256 stage through stmatrix too
+@pytest.mark.parametrize("name, changes", [pytest.param("h100_128x256", {}, marks=pytest.mark.slow),
+                                           pytest.param("h100_256x128", {}, marks=pytest.mark.slow),
+                                           ("dual_h100_128x128_c2", {}), ("h100_128x256", {"epilogue.overlap": True})],
                          ids=["128x256", "256x128", "dual_c2", "128x256_overlap"])
 def test_stmatrix_kernels_verify_and_simulate(name, changes):
     """Several tiles per CTA, and an N that is not a multiple of 8 (those tiles store directly, not through smem)."""
