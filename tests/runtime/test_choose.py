@@ -117,6 +117,8 @@ def test_broken_user_table_is_ignored(fresh_choice):
 
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+#: a refit of recorded surveys whose result the shipped constants must equal (8-20 s each): the slow tier
+REFIT_OF_SHIPPED = pytest.mark.slow
 
 
 @pytest.mark.parametrize("device", ["", "H200"])
@@ -274,7 +276,7 @@ def test_h200_model_is_the_fit_of_its_surveys():
     assert {n: round(f, 4) for n, f in fitted.tile_factors} == dict(shipped.tile_factors)
 
 
-@pytest.mark.slow  # a refit of recorded surveys (8-20 s): the shipped constants must equal the fit
+@REFIT_OF_SHIPPED
 def test_256x160_factors_fitted_alone_on_the_h200_tune_half():
     """bench/fit_choose.py --fit-factors on the H200's tune survey joined (scaled by the four configs both timed) with
     docs/results/survey_h200_tune_256x160.json: the shipped 1.20 and 1.10; the model moves three tune decisions, each to
@@ -556,7 +558,7 @@ def test_main_loop_factor_charges_the_k_loop_only():
     assert predict(other, 1024, 5120, 8192, 132, slow) == predict(other, 1024, 5120, 8192, 132, fast)
 
 
-@pytest.mark.slow  # a refit of recorded surveys (8-20 s): the shipped constants must equal the fit
+@REFIT_OF_SHIPPED
 def test_main_loop_factors_fitted_on_the_tune_half_and_the_k_sweep():
     """bench/fit_choose.py --fit-main-loop on the off-suite probes and the tune half: the K-sweep at 1024x5120 gives
     h100_128x128_c2_lw2's k-loop 1.2x its base's beyond the model and h100_128x256_lw4's 1.0x; the fit (the last-wave
@@ -782,7 +784,7 @@ def test_lastwave_partial_bandwidth_none_is_the_shared_one():
             assert round(choose.predict(by_name[name], p["m"], p["n"], p["k"], 132, before)["us"], 1) == us
 
 
-@pytest.mark.slow  # a refit of recorded surveys (8-20 s): the shipped constants must equal the fit
+@REFIT_OF_SHIPPED
 def test_lastwave_partial_bandwidth_fitted_and_timed_on_a_second_fresh_set(before_later_configs):
     """bench/fit_choose.py --fit-main-loop --lastwave-partial on the tune half and every off-suite survey (the K-sweep,
     the fixup probes, the six and the eight off-suite shapes), partial_tbps held at 1.315: h100_128x128_c2_lw2 1.180,
@@ -1234,7 +1236,7 @@ def test_a_square_rounds_both_block_counts_and_loads_half_of_each_operand():
     assert t_sq < t_m and t_sq < t_n
 
 
-@pytest.mark.slow  # a refit of recorded surveys (8-20 s): the shipped constants must equal the fit
+@REFIT_OF_SHIPPED
 def test_pair_along_n_factors_fitted_alone_on_the_tune_half():
     """bench/fit_choose.py --fit-factors: the two pairs along N timed on the tune half (docs/results/pair_n_tune_h100.json)
     joined to the tune surveys' rows, their tile factors fitted alone by the soft loss on a grid of 0.01, everything
@@ -1262,7 +1264,7 @@ def test_pair_along_n_factors_fitted_alone_on_the_tune_half():
 PAIRS_192 = ("h100_192x128_c2n", "h100_192x192_c2n")
 
 
-@pytest.mark.slow  # a refit of recorded surveys (8-20 s): the shipped constants must equal the fit
+@REFIT_OF_SHIPPED
 def test_192_row_pairs_along_n_factors_fitted_alone_on_the_tune_half():
     """bench/fit_choose.py --fit-factors: the two 192-row pairs along N timed on the tune half
     (docs/results/pair192_tune_h100.json) joined after the earlier pairs' surveys, their tile factors fitted alone,
@@ -1283,7 +1285,7 @@ def test_192_row_pairs_along_n_factors_fitted_alone_on_the_tune_half():
     assert _chooser_decision(choose.SM90_GEMM_MODEL, (9000, 300, 9999)) == "h100_192x192_c2n"
 
 
-@pytest.mark.slow  # a refit of recorded surveys (8-20 s): the shipped constants must equal the fit
+@REFIT_OF_SHIPPED
 def test_128x160_pair_factor_fitted_alone_on_the_tune_half():
     """bench/fit_choose.py --fit-factors: h100_128x160_c2 timed on the tune half (docs/results/pair_m_tune_h100.json)
     joined after the earlier pairs' surveys, its tile factor fitted alone, everything else held: the shipped 1.21.  The
